@@ -1,0 +1,2 @@
+// Package bench is part of oncewal. See the repository README.
+package bench

@@ -1,0 +1,2 @@
+// Package follower is part of oncewal. See the repository README.
+package follower

@@ -1,0 +1,3 @@
+module github.com/oncewal/oncewal
+
+go 1.26

@@ -1,0 +1,2 @@
+// Package idempotency is part of oncewal. See the repository README.
+package idempotency

@@ -1,0 +1,2 @@
+// Package replication is part of oncewal. See the repository README.
+package replication

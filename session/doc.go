@@ -1,0 +1,2 @@
+// Package session is part of oncewal. See the repository README.
+package session

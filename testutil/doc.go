@@ -1,0 +1,2 @@
+// Package testutil is part of oncewal. See the repository README.
+package testutil

@@ -1,0 +1,2 @@
+// Package wal is part of oncewal. See the repository README.
+package wal
