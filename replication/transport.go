@@ -1,0 +1,114 @@
+package replication
+
+// Transport (notes for doc.go)
+//
+// One leader and one follower of a shard talk over a Transport. The follower
+// connects to the leader (as PostgreSQL standbys and Kafka followers do): it
+// dials with a hello Ack that states its shard, the highest leader epoch it has
+// committed and its durable applied LSN. The leader accepts the connection,
+// reads where the follower stands from the hello, and streams WAL batches — the
+// raw bytes wal.AppendBatch produced, unchanged — from AppliedLSN+1. The
+// follower answers each batch it processed with an Ack carrying its applied
+// position after that batch; Refused asks for a resend from AppliedLSN+1.
+//
+// The contract is deliberately small so that a network transport (gRPC over
+// mutual TLS, one bidirectional stream per connection) can implement it 1:1:
+//
+//   - Delivery: at most once per Send, in any order. A Transport may drop,
+//     duplicate, reorder or delay batches and acks; nothing above it assumes
+//     otherwise. Reliability comes from the Shipper (retransmit, rewind) and
+//     exactly-once from the follower's Receiver (position, HWM, window).
+//   - Acks are cumulative: AppliedLSN is the follower's durable position, so a
+//     lost ack is repaired by any later one.
+//   - Buffers: Send must not retain the slice after it returns (it copies or
+//     writes it out); the caller may reuse it at once. Recv returns a slice
+//     the caller owns; the transport never touches it again.
+//   - Concurrency: per connection, one goroutine may Send while another
+//     Recv's (the shape of a gRPC stream); concurrent Sends or concurrent
+//     Recvs on one connection are not allowed. Close may be called from any
+//     goroutine, any number of times, and unblocks both.
+//   - Errors: ErrDisconnected when the link is gone (peer closed, network
+//     fault); the connection is dead and the follower dials again with a fresh
+//     hello, the leader Accepts again. ErrClosed after this side closed the
+//     connection or the whole transport. A cancelled ctx makes a blocked call
+//     return ctx.Err() and leaves the connection usable. Errors are wrapped;
+//     test them with errors.Is.
+//   - Backpressure: Send may block while the link's buffer is full; ctx bounds
+//     the wait. The Shipper bounds unacknowledged batches itself
+//     (ShipperOptions.MaxInFlight), so a transport's buffer only smooths bursts.
+
+import (
+	"context"
+	"errors"
+)
+
+// Transport errors.
+var (
+	// ErrDisconnected: the link dropped (peer closed, network fault, injected
+	// disconnect). The connection is dead; the caller reconnects.
+	ErrDisconnected = errors.New("replication: disconnected")
+	// ErrClosed: this connection, listener or transport was closed locally.
+	ErrClosed = errors.New("replication: closed")
+	// ErrBadHello: a handshake whose shard is not the one the leader serves.
+	ErrBadHello = errors.New("replication: bad hello")
+	// ErrFenced: the follower has committed a leader epoch higher than this
+	// leader's; this leader was deposed and must stop shipping.
+	ErrFenced = errors.New("replication: leader fenced by a higher epoch")
+)
+
+// Ack is the follower's message to the leader: the hello on (re)connect and
+// the answer to each batch.
+type Ack struct {
+	Shard uint32 // the follower's shard
+	// Epoch is the highest leader epoch the follower has committed. A leader
+	// whose own epoch is lower has been deposed (ErrFenced).
+	Epoch uint64
+	// AppliedLSN is the follower's applied position: every event with an LSN
+	// at or below it is applied (durable unless the follower runs NoSync). 0
+	// means nothing applied yet; a log's first LSN is 1.
+	AppliedLSN uint64
+	// Refused reports that the batch was not applied (it starts beyond
+	// AppliedLSN+1, has a SeqNo gap, comes from a stale epoch, …): resend from
+	// AppliedLSN+1. Always false in a hello.
+	Refused bool
+}
+
+// Listener is the leader side of a Transport: it accepts follower connections.
+type Listener interface {
+	// Accept waits for a follower to connect and returns the connection with
+	// the follower's hello. It returns ErrClosed (wrapped) once the listener
+	// or its transport is closed, and ctx.Err() when ctx ends first.
+	Accept(ctx context.Context) (LeaderConn, Ack, error)
+}
+
+// LeaderConn is the leader's end of one connection to a follower.
+type LeaderConn interface {
+	// Send ships one encoded WAL batch. nil means the transport took the
+	// batch, not that it arrived. Send does not retain batch.
+	Send(ctx context.Context, batch []byte) error
+	// Recv waits for the follower's next ack.
+	Recv(ctx context.Context) (Ack, error)
+	// Close ends the connection; the follower sees ErrDisconnected.
+	// Idempotent; always returns nil for the in-process transport.
+	Close() error
+}
+
+// Dialer is the follower side of a Transport: it connects to the leader.
+type Dialer interface {
+	// Dial connects to the leader and delivers hello as the handshake. It
+	// returns once the leader has accepted the connection, or with ctx.Err()
+	// or ErrClosed (wrapped). A network Dialer may also return a dial error;
+	// the caller retries with backoff.
+	Dial(ctx context.Context, hello Ack) (FollowerConn, error)
+}
+
+// FollowerConn is the follower's end of one connection to the leader.
+type FollowerConn interface {
+	// Recv waits for the next batch. The returned slice is the caller's.
+	Recv(ctx context.Context) ([]byte, error)
+	// Send sends one ack. nil means the transport took it, not that it arrived.
+	Send(ctx context.Context, ack Ack) error
+	// Close ends the connection; the leader sees ErrDisconnected.
+	// Idempotent.
+	Close() error
+}
