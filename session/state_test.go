@@ -1,0 +1,204 @@
+package session
+
+import (
+	"encoding/binary"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+func le(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }
+
+func TestStatePutDeleteAdd(t *testing.T) {
+	db := memDB(t)
+	s := NewState(db)
+	a, c := NewID(), NewID()
+
+	b := db.NewBatch()
+	tx := s.Begin(b)
+	buf := []byte("v1")
+	require.NoError(t, tx.Put(a, []byte("k"), buf))
+	buf[0] = 'X' // caller reuses its buffer
+	require.NoError(t, tx.Add(a, []byte("n"), 5))
+	require.NoError(t, tx.Add(a, []byte("n"), 7)) // Add after Add in one batch
+	require.NoError(t, tx.Put(a, []byte("p"), le(100)))
+	require.NoError(t, tx.Add(a, []byte("p"), -1)) // Add after Put in one batch
+	require.NoError(t, tx.Put(a, []byte("q"), []byte("abc")))
+	require.NoError(t, tx.Add(a, []byte("q"), 3)) // other length counts as 0
+	require.NoError(t, tx.Add(a, []byte("d"), 9))
+	require.NoError(t, tx.Delete(a, []byte("d")))
+	require.NoError(t, tx.Add(a, []byte("d"), 2)) // Add after Delete in one batch
+	require.NoError(t, tx.Put(c, []byte(""), []byte("empty key")))
+	require.NoError(t, tx.Delete(c, []byte("absent")))
+
+	// nothing visible before commit
+	_, ok, err := s.Get(a, []byte("k"))
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.NoError(t, b.Commit(pebble.Sync))
+	b.Close()
+
+	v, ok, err := s.Get(a, []byte("k"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []byte("v1"), v)
+	for k, want := range map[string]int64{"n": 12, "p": 99, "q": 3, "d": 2, "none": 0} {
+		n, err := s.Counter(a, []byte(k))
+		require.NoError(t, err)
+		require.Equal(t, want, n, k)
+	}
+	keys, err := s.Keys(a)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"k": []byte("v1"), "n": le(12), "p": le(99), "q": le(3), "d": le(2)}, keys)
+	keys, err = s.Keys(c)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"": []byte("empty key")}, keys)
+
+	// next batch builds on committed values
+	b = db.NewBatch()
+	tx = s.Begin(b)
+	require.NoError(t, tx.Add(a, []byte("n"), -20))
+	require.NoError(t, tx.Delete(a, []byte("k")))
+	require.NoError(t, tx.Add(a, []byte("k"), 1)) // "v1" is 2 bytes → 0
+	require.NoError(t, b.Commit(pebble.Sync))
+	b.Close()
+	n, err := s.Counter(a, []byte("n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(-8), n)
+	v, _, err = s.Get(a, []byte("k"))
+	require.NoError(t, err)
+	require.Equal(t, le(1), v)
+
+	// overflow wraps
+	b = db.NewBatch()
+	tx = s.Begin(b)
+	require.NoError(t, tx.Put(c, []byte("max"), le(1<<63-1)))
+	require.NoError(t, tx.Add(c, []byte("max"), 1))
+	require.NoError(t, b.Commit(pebble.Sync))
+	b.Close()
+	n, err = s.Counter(c, []byte("max"))
+	require.NoError(t, err)
+	require.Equal(t, int64(-1<<63), n)
+
+	ids, err := s.Sessions()
+	require.NoError(t, err)
+	want := []ID{a, c}
+	sort.Slice(want, func(i, j int) bool { return string(want[i][:]) < string(want[j][:]) })
+	require.Equal(t, want, ids)
+}
+
+func TestStateAbortedBatchLeavesNothing(t *testing.T) {
+	db := memDB(t)
+	s := NewState(db)
+	a := NewID()
+	b := db.NewBatch()
+	tx := s.Begin(b)
+	require.NoError(t, tx.Put(a, []byte("k"), []byte("v")))
+	require.NoError(t, b.Close())
+	ids, err := s.Sessions()
+	require.NoError(t, err)
+	require.Empty(t, ids)
+	keys, err := s.Keys(a)
+	require.NoError(t, err)
+	require.Empty(t, keys)
+}
+
+func TestStateBadInput(t *testing.T) {
+	db := memDB(t)
+	s := NewState(db)
+	a := NewID()
+	require.ErrorIs(t, s.Begin(nil).Put(a, nil, nil), ErrNilBatch)
+	require.ErrorIs(t, s.Begin(nil).Add(a, nil, 1), ErrNilBatch)
+	require.ErrorIs(t, s.Begin(nil).Delete(a, nil), ErrNilBatch)
+	_, _, err := NewState(nil).Get(a, nil)
+	require.ErrorIs(t, err, ErrNilDB)
+
+	// a row without the version byte is corrupt, and Add refuses to build on it
+	require.NoError(t, db.Set(stateKey(a, []byte("bad")), []byte{9, 1}, pebble.Sync))
+	_, _, err = s.Get(a, []byte("bad"))
+	require.ErrorIs(t, err, ErrCorrupt)
+	b := db.NewBatch()
+	defer b.Close()
+	require.ErrorIs(t, s.Begin(b).Add(a, []byte("bad"), 1), ErrCorrupt)
+	require.True(t, b.Empty())
+}
+
+func TestStatePersistsAcrossReopen(t *testing.T) {
+	fs := vfs.NewMem()
+	db := openDB(t, fs)
+	s := NewState(db)
+	a := NewID()
+	b := db.NewBatch()
+	tx := s.Begin(b)
+	require.NoError(t, tx.Add(a, []byte("n"), 41))
+	require.NoError(t, b.Commit(pebble.Sync))
+	b.Close()
+	require.NoError(t, db.Close())
+	db = openDB(t, fs)
+	defer db.Close()
+	s = NewState(db)
+	b = db.NewBatch()
+	require.NoError(t, s.Begin(b).Add(a, []byte("n"), 1))
+	require.NoError(t, b.Commit(pebble.Sync))
+	b.Close()
+	n, err := s.Counter(a, []byte("n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(42), n)
+}
+
+func TestSequencer(t *testing.T) {
+	s := NewSequencer()
+	a, c := NewID(), NewID()
+	require.Equal(t, SeqNo(0), s.Last(a))
+	require.Equal(t, SeqNo(1), s.Next(a))
+	require.Equal(t, SeqNo(2), s.Next(a))
+	require.Equal(t, SeqNo(1), s.Next(c))
+	require.Equal(t, SeqNo(2), s.Last(a))
+	s.Observe(a, 10)
+	s.Observe(a, 3)
+	require.Equal(t, SeqNo(11), s.Next(a))
+	require.Equal(t, 2, s.Len())
+	s.Forget(a)
+	require.Equal(t, SeqNo(0), s.Last(a))
+	require.Equal(t, 1, s.Len())
+}
+
+func TestSequencerConcurrent(t *testing.T) {
+	s := NewSequencer()
+	ids := []ID{NewID(), NewID(), NewID()}
+	const goroutines, per = 8, 2000
+	got := make([][]SeqNo, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				n := s.Next(ids[i%len(ids)])
+				if i%len(ids) == 0 {
+					got[g] = append(got[g], n)
+				}
+				_ = s.Last(ids[(i+1)%len(ids)])
+			}
+		}()
+	}
+	wg.Wait()
+	// every SeqNo of ids[0] handed out exactly once, 1..N
+	seen := map[SeqNo]bool{}
+	for _, ns := range got {
+		for _, n := range ns {
+			require.False(t, seen[n], "SeqNo %d handed out twice", n)
+			seen[n] = true
+		}
+	}
+	total := SeqNo(len(seen))
+	for n := SeqNo(1); n <= total; n++ {
+		require.True(t, seen[n])
+	}
+	require.Equal(t, total, s.Last(ids[0]))
+	require.Equal(t, SeqNo(goroutines*per), s.Last(ids[0])+s.Last(ids[1])+s.Last(ids[2]))
+}

@@ -1,0 +1,645 @@
+package session
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// Key layout of the Tracker (all values start with formatVersion):
+//
+//	HWMPrefix + ID(16)  → version(1) | HWM u64 LE | lastTS i64 LE | flags(1)   (18 bytes)
+//	ClockKey            → version(1) | WAL clock i64 LE                      (9 bytes)
+//
+// ClockKey lives inside HWMPrefix but is 7 bytes long where every HWM key is 18,
+// so scans tell them apart by length.
+const (
+	HWMPrefix = "h/"
+	ClockKey  = "h/clock"
+
+	formatVersion = 1
+	hwmKeyLen     = len(HWMPrefix) + len(ID{})
+	hwmValLen     = 1 + 8 + 8 + 1
+	clockValLen   = 1 + 8
+	flagClosed    = 1 << 0
+)
+
+// Decision is the Tracker's verdict on one event.
+type Decision uint8
+
+const (
+	// Apply: seq == HWM+1 (or seq == 1 for an unknown session). Apply the event,
+	// then Advance.
+	Apply Decision = iota + 1
+	// Duplicate: seq <= HWM. Already applied; skip it.
+	Duplicate
+	// Gap: seq > HWM+1. Events are missing; the caller must refuse the batch and
+	// never apply past the hole.
+	Gap
+	// Closed: the session was closed and seq > HWM. Nothing more applies; skip.
+	Closed
+	// TooOld: the session is unknown (never seen, collected or expired) and the
+	// event's timestamp is older than WAL clock − horizon, so it may belong to a
+	// collected session; skip it rather than apply it as new.
+	TooOld
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Apply:
+		return "apply"
+	case Duplicate:
+		return "duplicate"
+	case Gap:
+		return "gap"
+	case Closed:
+		return "closed"
+	case TooOld:
+		return "too-old"
+	}
+	return fmt.Sprintf("decision(%d)", uint8(d))
+}
+
+var (
+	// ErrZeroSeq: SeqNo 0 means "no seqno"; such events bypass the Tracker.
+	ErrZeroSeq = errors.New("session: SeqNo 0 carries no sequence number")
+	// ErrOutOfOrder: Advance with a SeqNo other than HWM+1.
+	ErrOutOfOrder = errors.New("session: advance is not HWM+1")
+	// ErrSessionClosed: Advance on a closed session.
+	ErrSessionClosed = errors.New("session: session is closed")
+	// ErrUnknownSession: MarkClosed on a session that is unknown or expired.
+	ErrUnknownSession = errors.New("session: unknown session")
+	// ErrTooOld: Advance of seq 1 for an unknown session whose timestamp is
+	// older than WAL clock − horizon (Check says TooOld).
+	ErrTooOld = errors.New("session: event older than the retention horizon")
+	// ErrCorrupt: a stored record does not decode.
+	ErrCorrupt = errors.New("session: corrupt record")
+	// ErrTxDone: the tx was already committed or aborted.
+	ErrTxDone = errors.New("session: transaction already finished")
+	// ErrNilBatch: Begin was given a nil batch.
+	ErrNilBatch = errors.New("session: nil batch")
+	// ErrNilDB: Open/New was given a nil *pebble.DB.
+	ErrNilDB = errors.New("session: nil pebble.DB")
+)
+
+// Defaults of TrackerOptions.
+const (
+	DefaultCacheSize        = 1 << 20
+	DefaultRetentionHorizon = 24 * time.Hour
+)
+
+// TrackerOptions configures a Tracker.
+type TrackerOptions struct {
+	// CacheSize bounds the in-memory HWM cache (sessions). Default 1<<20.
+	// A miss costs one Pebble point read.
+	CacheSize int
+	// RetentionHorizon: a session whose last activity is older than
+	// WAL clock − RetentionHorizon is expired (treated as unknown) and its row
+	// is collected. It MUST exceed the longest delay, in WAL-clock time, with
+	// which an already applied event can be redelivered; otherwise the event
+	// of a collected session would be taken for a new session. Default 24h.
+	RetentionHorizon time.Duration
+}
+
+// EnsureDefaults fills zero or negative fields with their defaults and returns o
+// (a fresh value when o is nil).
+func (o *TrackerOptions) EnsureDefaults() *TrackerOptions {
+	if o == nil {
+		o = &TrackerOptions{}
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.RetentionHorizon <= 0 {
+		o.RetentionHorizon = DefaultRetentionHorizon
+	}
+	return o
+}
+
+// record is the persisted (and cached) state of one session.
+type record struct {
+	hwm    SeqNo
+	lastTS int64 // max timestamp of any event advanced or closed in the session
+	closed bool
+}
+
+// Tracker keeps the per-session high-water marks on a follower. See doc.go.
+//
+// Get and Clock are safe for concurrent use with one open TrackerTx. TrackerTxs
+// themselves must be serialized: Begin the next one only after the previous one
+// was committed or aborted, because a tx reads the committed view.
+type Tracker struct {
+	db      *pebble.DB
+	opts    TrackerOptions
+	horizon int64
+	cache   *lru.Cache[ID, record]
+	clock   atomic.Int64
+
+	mu       sync.Mutex
+	gcCursor []byte // next HWM key to examine; nil = start of the prefix
+}
+
+// OpenTracker opens the Tracker on db, restoring the WAL clock. HWMs are read
+// lazily on first use.
+func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
+	if db == nil {
+		return nil, ErrNilDB
+	}
+	var o TrackerOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	cache, err := lru.New[ID, record](o.CacheSize)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: cache}
+	val, closer, err := db.Get([]byte(ClockKey))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		c, derr := decodeClock(val)
+		closer.Close()
+		if derr != nil {
+			return nil, derr
+		}
+		t.clock.Store(c)
+	}
+	return t, nil
+}
+
+// Options returns the effective options.
+func (t *Tracker) Options() TrackerOptions { return t.opts }
+
+// Clock returns the committed WAL clock: the largest event timestamp of any
+// committed Advance or MarkClosed (0 for an empty store). Persisted at ClockKey.
+func (t *Tracker) Clock() int64 { return t.clock.Load() }
+
+// CachedLen returns the number of sessions in the in-memory cache.
+func (t *Tracker) CachedLen() int { return t.cache.Len() }
+
+// Get returns the committed HWM of a session and whether it is closed. found is
+// false when the session has no row (never seen or collected). Get does not
+// apply expiry and does not fill the cache (a concurrent commit could otherwise
+// be overwritten with the older value Get read).
+func (t *Tracker) Get(id ID) (hwm SeqNo, closed bool, found bool, err error) {
+	if r, ok := t.cache.Peek(id); ok {
+		return r.hwm, r.closed, true, nil
+	}
+	r, ok, err := t.read(id)
+	if err != nil || !ok {
+		return 0, false, false, err
+	}
+	return r.hwm, r.closed, true, nil
+}
+
+func (t *Tracker) read(id ID) (record, bool, error) {
+	var kb [hwmKeyLen]byte
+	val, closer, err := t.db.Get(hwmKey(&kb, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, err
+	}
+	r, err := decodeRecord(val)
+	closer.Close()
+	if err != nil {
+		return record{}, false, err
+	}
+	return r, true, nil
+}
+
+// cutoff is WAL clock − horizon, saturating instead of wrapping.
+func (t *Tracker) cutoff(clock int64) int64 {
+	if clock < math.MinInt64+t.horizon {
+		return math.MinInt64
+	}
+	return clock - t.horizon
+}
+
+// Begin starts the tracker side of one Pebble batch. Writes go into b; the
+// in-memory view changes only at Commit.
+func (t *Tracker) Begin(b *pebble.Batch) *TrackerTx {
+	return &TrackerTx{t: t, b: b, clock: t.clock.Load()}
+}
+
+// entry states inside a tx.
+const (
+	entClean   uint8 = iota // loaded from the committed view, unchanged
+	entDirty                // changed, not yet written to the batch
+	entWritten              // changed and written (Set or Delete) to the batch
+)
+
+type txEntry struct {
+	rec    record
+	exists bool // a row exists in the tx's view (false: never seen or collected in this tx)
+	state  uint8
+}
+
+// TrackerTx is the Tracker's view of one Pebble batch. Not safe for concurrent
+// use. Protocol:
+//
+//	tx := tracker.Begin(b)
+//	for each event: d, err := tx.Check(...); if d == Apply { apply; tx.Advance(...) }
+//	tx.Flush()            // writes one Set per changed session (+ the clock) into b
+//	err := b.Commit(...)  // the caller's commit
+//	if err == nil { tx.Commit() } else { tx.Abort() }
+//
+// Flush is required before b commits: Advance and MarkClosed only record
+// pending state, so that a session advanced many times in one batch costs one
+// row write. Flush may be called more than once; each call writes what changed
+// since the previous one. If Commit finds changes that were never flushed, it
+// does not publish them and drops those sessions from the cache, so memory
+// never claims more than the disk holds.
+type TrackerTx struct {
+	t       *Tracker
+	b       *pebble.Batch
+	entries map[ID]txEntry
+	dirty   []ID
+
+	clock        int64 // pending WAL clock: committed clock and this tx's events
+	flushedClock int64 // clock value written to b (0: none)
+
+	gcCursor []byte
+	gcMoved  bool
+
+	done bool
+	kbuf [hwmKeyLen]byte
+	vbuf [hwmValLen]byte
+}
+
+// Clock returns the tx's pending WAL clock (committed clock raised by the
+// timestamps this tx advanced).
+func (tx *TrackerTx) Clock() int64 { return tx.clock }
+
+// lookup returns the session as this tx sees it: pending changes first, then
+// the cache, then Pebble (filling the cache with the committed record, which is
+// safe because txs are serialized).
+func (tx *TrackerTx) lookup(id ID) (txEntry, error) {
+	if e, ok := tx.entries[id]; ok {
+		return e, nil
+	}
+	var e txEntry
+	if r, ok := tx.t.cache.Get(id); ok {
+		e = txEntry{rec: r, exists: true}
+	} else {
+		r, ok, err := tx.t.read(id)
+		if err != nil {
+			return txEntry{}, err
+		}
+		if ok {
+			tx.t.cache.Add(id, r)
+			e = txEntry{rec: r, exists: true}
+		}
+	}
+	if tx.entries == nil {
+		tx.entries = make(map[ID]txEntry, 16)
+	}
+	tx.entries[id] = e
+	return e, nil
+}
+
+// live reports whether the session is known and not expired. Expiry is decided
+// on the WAL clock alone, whether or not GC already deleted the row, so every
+// follower decides the same regardless of when it runs CollectGarbage.
+func (tx *TrackerTx) live(e txEntry) bool {
+	return e.exists && e.rec.lastTS >= tx.t.cutoff(tx.clock)
+}
+
+func (tx *TrackerTx) check(id ID, seq SeqNo) (txEntry, error) {
+	if tx.done {
+		return txEntry{}, ErrTxDone
+	}
+	if tx.b == nil {
+		return txEntry{}, ErrNilBatch
+	}
+	if seq == 0 {
+		return txEntry{}, ErrZeroSeq
+	}
+	return tx.lookup(id)
+}
+
+// Check decides what to do with event (id, seq, ts), seeing this tx's pending
+// advances. An error means I/O failure or misuse (seq 0: ErrZeroSeq); the
+// decision is then 0.
+//
+// A closed session answers Duplicate for seq <= HWM (it was applied) and
+// Closed above; both mean "skip".
+func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
+	e, err := tx.check(id, seq)
+	if err != nil {
+		return 0, err
+	}
+	if !tx.live(e) {
+		switch {
+		case ts < tx.t.cutoff(tx.clock):
+			return TooOld, nil
+		case seq == 1:
+			return Apply, nil
+		default:
+			return Gap, nil
+		}
+	}
+	switch {
+	case seq <= e.rec.hwm:
+		return Duplicate, nil
+	case e.rec.closed:
+		return Closed, nil
+	case seq == e.rec.hwm+1:
+		return Apply, nil
+	default:
+		return Gap, nil
+	}
+}
+
+func (tx *TrackerTx) put(id ID, e txEntry, ts int64) {
+	if e.state != entDirty {
+		tx.dirty = append(tx.dirty, id)
+	}
+	e.state = entDirty
+	tx.entries[id] = e
+	if ts > tx.clock {
+		tx.clock = ts
+	}
+}
+
+// Advance records HWM = seq and last activity ts for the session. seq must be
+// exactly HWM+1 (1 for an unknown or expired session) — the event Check called
+// Apply; anything else is refused with a typed error and no change.
+func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
+	e, err := tx.check(id, seq)
+	if err != nil {
+		return err
+	}
+	if !tx.live(e) {
+		if ts < tx.t.cutoff(tx.clock) {
+			return ErrTooOld
+		}
+		if seq != 1 {
+			return ErrOutOfOrder
+		}
+		e.rec = record{hwm: 1, lastTS: ts}
+		e.exists = true
+		tx.put(id, e, ts)
+		return nil
+	}
+	if e.rec.closed {
+		return ErrSessionClosed
+	}
+	if seq != e.rec.hwm+1 {
+		return ErrOutOfOrder
+	}
+	e.rec.hwm = seq
+	e.rec.lastTS = max(e.rec.lastTS, ts)
+	tx.put(id, e, ts)
+	return nil
+}
+
+// MarkClosed records that the session is closed (call it after the Advance of
+// its close event). Closing an already closed session is a no-op apart from
+// the activity timestamp. A closed session keeps its row until it expires like
+// any other: its applied events can still be redelivered until then.
+func (tx *TrackerTx) MarkClosed(id ID, ts int64) error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if tx.b == nil {
+		return ErrNilBatch
+	}
+	e, err := tx.lookup(id)
+	if err != nil {
+		return err
+	}
+	if !tx.live(e) {
+		return ErrUnknownSession
+	}
+	e.rec.closed = true
+	e.rec.lastTS = max(e.rec.lastTS, ts)
+	tx.put(id, e, ts)
+	return nil
+}
+
+// Flush writes every session changed since the last Flush (one Set each) and
+// the WAL clock, if it moved, into the batch. Call it before committing the
+// batch. On error the batch is unusable: Abort the tx.
+func (tx *TrackerTx) Flush() error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if tx.b == nil {
+		return ErrNilBatch
+	}
+	for _, id := range tx.dirty {
+		e := tx.entries[id]
+		if err := tx.b.Set(hwmKey(&tx.kbuf, id), encodeRecord(&tx.vbuf, e.rec), nil); err != nil {
+			return err
+		}
+		e.state = entWritten
+		tx.entries[id] = e
+	}
+	tx.dirty = tx.dirty[:0]
+	if tx.clock > tx.t.clock.Load() && tx.clock != tx.flushedClock {
+		var cb [clockValLen]byte
+		if err := tx.b.Set([]byte(ClockKey), encodeClock(&cb, tx.clock), nil); err != nil {
+			return err
+		}
+		tx.flushedClock = tx.clock
+	}
+	return nil
+}
+
+// Commit tells the tracker the batch committed: written changes become the
+// in-memory view and the WAL clock moves. Calling it twice, or after Abort, is a
+// no-op.
+func (tx *TrackerTx) Commit() {
+	if tx.done {
+		return
+	}
+	tx.done = true
+	t := tx.t
+	for id, e := range tx.entries {
+		switch {
+		case e.state == entWritten && e.exists:
+			t.cache.Add(id, e.rec)
+		case e.state == entWritten:
+			t.cache.Remove(id) // collected
+		case e.state == entDirty:
+			// Never flushed, so not in the committed batch (or only an earlier
+			// flushed version is): let the next lookup read the disk.
+			t.cache.Remove(id)
+		}
+	}
+	if tx.flushedClock > t.clock.Load() {
+		t.clock.Store(tx.flushedClock)
+	}
+	if tx.gcMoved {
+		t.mu.Lock()
+		t.gcCursor = tx.gcCursor
+		t.mu.Unlock()
+	}
+	tx.entries = nil
+	tx.dirty = nil
+}
+
+// Abort tells the tracker the batch failed (or will never be committed): the
+// pending changes are forgotten. Calling it twice, or after Commit, is a no-op.
+func (tx *TrackerTx) Abort() {
+	tx.done = true
+	tx.entries = nil
+	tx.dirty = nil
+}
+
+// CollectGarbage deletes, in this tx's batch, the rows of expired sessions:
+// those whose last activity is older than the tx's WAL clock − horizon, closed
+// or not. It examines at most limit rows (limit <= 0: all), resuming where the
+// previous committed collection stopped and wrapping at the end, and returns
+// how many it deleted. The deletions reach the cache at Commit.
+//
+// Collection never changes a decision: expired sessions already count as
+// unknown to Check (see live), so GC only reclaims space. It runs inside a tx
+// because a separate batch could delete a row that a concurrent tx advances.
+func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
+	if tx.done {
+		return 0, ErrTxDone
+	}
+	if tx.b == nil {
+		return 0, ErrNilBatch
+	}
+	start := tx.gcCursor
+	if !tx.gcMoved {
+		tx.t.mu.Lock()
+		start = tx.t.gcCursor
+		tx.t.mu.Unlock()
+	}
+	lower := []byte(HWMPrefix)
+	it, err := tx.t.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	valid := it.First()
+	if start != nil {
+		valid = it.SeekGE(start)
+	}
+	cutoff := tx.t.cutoff(tx.clock)
+	n, examined := 0, 0
+	var next []byte
+	for ; valid; valid = it.Next() {
+		if limit > 0 && examined >= limit {
+			next = append([]byte(nil), it.Key()...)
+			break
+		}
+		key := it.Key()
+		if len(key) != hwmKeyLen {
+			continue // ClockKey
+		}
+		examined++
+		var id ID
+		copy(id[:], key[len(HWMPrefix):])
+		e, ok := tx.entries[id]
+		if !ok || e.state == entClean {
+			val, err := it.ValueAndErr()
+			if err != nil {
+				return n, err
+			}
+			r, err := decodeRecord(val)
+			if err != nil {
+				return n, fmt.Errorf("%w: key %x", err, key)
+			}
+			e = txEntry{rec: r, exists: true}
+		}
+		if !e.exists || e.rec.lastTS >= cutoff {
+			continue
+		}
+		if err := tx.b.Delete(key, nil); err != nil {
+			return n, err
+		}
+		if tx.entries == nil {
+			tx.entries = make(map[ID]txEntry, 16)
+		}
+		if e.state == entDirty {
+			tx.removeDirty(id)
+		}
+		tx.entries[id] = txEntry{state: entWritten}
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return n, err
+	}
+	tx.gcCursor = next
+	tx.gcMoved = true
+	return n, nil
+}
+
+func (tx *TrackerTx) removeDirty(id ID) {
+	for i, d := range tx.dirty {
+		if d == id {
+			tx.dirty = append(tx.dirty[:i], tx.dirty[i+1:]...)
+			return
+		}
+	}
+}
+
+func hwmKey(buf *[hwmKeyLen]byte, id ID) []byte {
+	copy(buf[:], HWMPrefix)
+	copy(buf[len(HWMPrefix):], id[:])
+	return buf[:]
+}
+
+func encodeRecord(buf *[hwmValLen]byte, r record) []byte {
+	buf[0] = formatVersion
+	binary.LittleEndian.PutUint64(buf[1:], uint64(r.hwm))
+	binary.LittleEndian.PutUint64(buf[9:], uint64(r.lastTS))
+	buf[17] = 0
+	if r.closed {
+		buf[17] = flagClosed
+	}
+	return buf[:]
+}
+
+func decodeRecord(v []byte) (record, error) {
+	if len(v) != hwmValLen || v[0] != formatVersion || v[17]&^flagClosed != 0 {
+		return record{}, ErrCorrupt
+	}
+	return record{
+		hwm:    SeqNo(binary.LittleEndian.Uint64(v[1:])),
+		lastTS: int64(binary.LittleEndian.Uint64(v[9:])),
+		closed: v[17]&flagClosed != 0,
+	}, nil
+}
+
+func encodeClock(buf *[clockValLen]byte, c int64) []byte {
+	buf[0] = formatVersion
+	binary.LittleEndian.PutUint64(buf[1:], uint64(c))
+	return buf[:]
+}
+
+func decodeClock(v []byte) (int64, error) {
+	if len(v) != clockValLen || v[0] != formatVersion {
+		return 0, ErrCorrupt
+	}
+	return int64(binary.LittleEndian.Uint64(v[1:])), nil
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}

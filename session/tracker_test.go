@@ -1,0 +1,548 @@
+package session
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+const hour = int64(time.Hour)
+
+func openDB(t *testing.T, fs vfs.FS) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open("db", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest})
+	require.NoError(t, err)
+	return db
+}
+
+func memDB(t *testing.T) *pebble.DB {
+	db := openDB(t, vfs.NewMem())
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func openTracker(t *testing.T, db *pebble.DB, opts *TrackerOptions) *Tracker {
+	t.Helper()
+	tr, err := OpenTracker(db, opts)
+	require.NoError(t, err)
+	return tr
+}
+
+type ev struct {
+	id  ID
+	seq SeqNo
+	ts  int64
+}
+
+// applyBatch runs the receiver protocol over events in one batch: Apply
+// decisions advance, others are returned; the batch commits unless a Gap shows
+// up (then it aborts).
+func applyBatch(t *testing.T, db *pebble.DB, tr *Tracker, evs ...ev) []Decision {
+	t.Helper()
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	var ds []Decision
+	for _, e := range evs {
+		d, err := tx.Check(e.id, e.seq, e.ts)
+		require.NoError(t, err)
+		ds = append(ds, d)
+		if d == Gap {
+			tx.Abort()
+			return ds
+		}
+		if d == Apply {
+			require.NoError(t, tx.Advance(e.id, e.seq, e.ts))
+		}
+	}
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	return ds
+}
+
+func check(t *testing.T, tr *Tracker, db *pebble.DB, id ID, seq SeqNo, ts int64) Decision {
+	t.Helper()
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	defer tx.Abort()
+	d, err := tx.Check(id, seq, ts)
+	require.NoError(t, err)
+	return d
+}
+
+func requireHWM(t *testing.T, tr *Tracker, id ID, hwm SeqNo, closed bool) {
+	t.Helper()
+	h, c, found, err := tr.Get(id)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, hwm, h)
+	require.Equal(t, closed, c)
+}
+
+func requireUnknown(t *testing.T, tr *Tracker, id ID) {
+	t.Helper()
+	_, _, found, err := tr.Get(id)
+	require.NoError(t, err)
+	require.False(t, found)
+}
+
+// diskRecord reads the row straight from Pebble.
+func diskRecord(t *testing.T, db *pebble.DB, id ID) (record, bool) {
+	t.Helper()
+	var kb [hwmKeyLen]byte
+	v, c, err := db.Get(hwmKey(&kb, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return record{}, false
+	}
+	require.NoError(t, err)
+	defer c.Close()
+	r, err := decodeRecord(v)
+	require.NoError(t, err)
+	return r, true
+}
+
+func TestDecisions(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, nil)
+	a := NewID()
+	base := 100 * hour
+
+	// unknown session
+	require.Equal(t, Apply, check(t, tr, db, a, 1, base))
+	require.Equal(t, Gap, check(t, tr, db, a, 2, base))
+
+	require.Equal(t, []Decision{Apply, Apply, Apply}, applyBatch(t, db, tr, ev{a, 1, base}, ev{a, 2, base + 1}, ev{a, 3, base + 2}))
+	requireHWM(t, tr, a, 3, false)
+	require.Equal(t, base+2, tr.Clock())
+
+	require.Equal(t, Duplicate, check(t, tr, db, a, 1, base))
+	require.Equal(t, Duplicate, check(t, tr, db, a, 3, base))
+	require.Equal(t, Apply, check(t, tr, db, a, 4, base+3))
+	require.Equal(t, Gap, check(t, tr, db, a, 5, base+3))
+	require.Equal(t, Gap, check(t, tr, db, a, 1000, base+3))
+
+	// close
+	b := db.NewBatch()
+	tx := tr.Begin(b)
+	require.NoError(t, tx.Advance(a, 4, base+3))
+	require.NoError(t, tx.MarkClosed(a, base+3))
+	d, err := tx.Check(a, 5, base+4)
+	require.NoError(t, err)
+	require.Equal(t, Closed, d, "tx sees its own pending close")
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	requireHWM(t, tr, a, 4, true)
+	require.Equal(t, Closed, check(t, tr, db, a, 5, base+4))
+	require.Equal(t, Closed, check(t, tr, db, a, 9, base+4))
+	require.Equal(t, Duplicate, check(t, tr, db, a, 4, base+3), "closed session: applied events are duplicates")
+	require.Equal(t, Duplicate, check(t, tr, db, a, 1, base))
+
+	// too old: clock is base+3, horizon 24h
+	old := NewID()
+	require.Equal(t, TooOld, check(t, tr, db, old, 1, base+3-25*hour))
+	require.Equal(t, TooOld, check(t, tr, db, old, 7, base+3-25*hour))
+	require.Equal(t, Apply, check(t, tr, db, old, 1, base+3-24*hour), "exactly at the cutoff is not too old")
+	// known sessions are judged by HWM, not timestamp
+	require.Equal(t, Duplicate, check(t, tr, db, a, 2, 0))
+
+	for _, d := range []Decision{Apply, Duplicate, Gap, Closed, TooOld, 0} {
+		require.NotEmpty(t, d.String())
+	}
+	require.Equal(t, "too-old", TooOld.String())
+}
+
+func TestBadInput(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, nil)
+	a := NewID()
+	base := 100 * hour
+	applyBatch(t, db, tr, ev{a, 1, base}, ev{a, 2, base})
+
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	_, err := tx.Check(a, 0, base)
+	require.ErrorIs(t, err, ErrZeroSeq)
+	require.ErrorIs(t, tx.Advance(a, 0, base), ErrZeroSeq)
+	require.ErrorIs(t, tx.Advance(a, 2, base), ErrOutOfOrder, "duplicate advance")
+	require.ErrorIs(t, tx.Advance(a, 4, base), ErrOutOfOrder, "advance past a hole")
+	require.ErrorIs(t, tx.Advance(NewID(), 2, base), ErrOutOfOrder, "unknown session must start at 1")
+	require.ErrorIs(t, tx.Advance(NewID(), 1, base-25*hour), ErrTooOld)
+	require.ErrorIs(t, tx.MarkClosed(NewID(), base), ErrUnknownSession)
+	require.NoError(t, tx.Flush())
+	require.True(t, b.Empty(), "refused input writes nothing")
+	require.NoError(t, tx.MarkClosed(a, base))
+	require.ErrorIs(t, tx.Advance(a, 3, base), ErrSessionClosed)
+	tx.Abort()
+	_, err = tx.Check(a, 3, base)
+	require.ErrorIs(t, err, ErrTxDone)
+	require.ErrorIs(t, tx.Advance(a, 3, base), ErrTxDone)
+	require.ErrorIs(t, tx.Flush(), ErrTxDone)
+	tx.Commit() // no-op after Abort
+	requireHWM(t, tr, a, 2, false)
+
+	nb := tr.Begin(nil)
+	_, err = nb.Check(a, 3, base)
+	require.ErrorIs(t, err, ErrNilBatch)
+	require.ErrorIs(t, nb.Advance(a, 3, base), ErrNilBatch)
+
+	_, err = OpenTracker(nil, nil)
+	require.ErrorIs(t, err, ErrNilDB)
+}
+
+func TestManyEventsOfOneSessionInOneTx(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, nil)
+	a, c := NewID(), NewID()
+	base := 100 * hour
+	ds := applyBatch(t, db, tr,
+		ev{a, 1, base}, ev{c, 1, base}, ev{a, 2, base + 1}, ev{a, 2, base + 1}, // in-batch duplicate
+		ev{a, 1, base}, ev{c, 2, base + 2}, ev{a, 3, base + 3})
+	require.Equal(t, []Decision{Apply, Apply, Apply, Duplicate, Duplicate, Apply, Apply}, ds)
+	requireHWM(t, tr, a, 3, false)
+	requireHWM(t, tr, c, 2, false)
+
+	// in-batch gap: seq 5 after 4 pending is fine, 7 is a gap
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	require.NoError(t, tx.Advance(a, 4, base+4))
+	d, err := tx.Check(a, 5, base+5)
+	require.NoError(t, err)
+	require.Equal(t, Apply, d)
+	require.NoError(t, tx.Advance(a, 5, base+5))
+	d, err = tx.Check(a, 7, base+5)
+	require.NoError(t, err)
+	require.Equal(t, Gap, d)
+	require.Equal(t, base+5, tx.Clock(), "tx sees its pending clock")
+	require.Equal(t, base+3, tr.Clock())
+
+	// one Set per session per flush (+ clock)
+	require.NoError(t, tx.Flush())
+	require.Equal(t, uint32(2), b.Count())
+	require.NoError(t, tx.Flush())
+	require.Equal(t, uint32(2), b.Count(), "second flush with nothing new writes nothing")
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	requireHWM(t, tr, a, 5, false)
+	r, ok := diskRecord(t, db, a)
+	require.True(t, ok)
+	require.Equal(t, record{hwm: 5, lastTS: base + 5}, r)
+}
+
+func TestPersistenceAcrossReopen(t *testing.T) {
+	fs := vfs.NewMem()
+	db := openDB(t, fs)
+	tr := openTracker(t, db, nil)
+	a, c := NewID(), NewID()
+	base := 100 * hour
+	applyBatch(t, db, tr, ev{a, 1, base}, ev{a, 2, base + 1}, ev{c, 1, base + 7})
+	b := db.NewBatch()
+	tx := tr.Begin(b)
+	require.NoError(t, tx.MarkClosed(c, base+8))
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	require.NoError(t, db.Close())
+
+	db = openDB(t, fs)
+	defer db.Close()
+	tr = openTracker(t, db, nil)
+	require.Equal(t, base+8, tr.Clock())
+	require.Zero(t, tr.CachedLen())
+	requireHWM(t, tr, a, 2, false)
+	requireHWM(t, tr, c, 1, true)
+	require.Equal(t, Duplicate, check(t, tr, db, a, 2, base))
+	require.Equal(t, Apply, check(t, tr, db, a, 3, base+9))
+	require.Equal(t, Closed, check(t, tr, db, c, 2, base+9))
+	require.Equal(t, TooOld, check(t, tr, db, NewID(), 1, base+8-24*hour-1), "restored clock drives too-old")
+}
+
+func TestFailedBatchLeavesNoTrace(t *testing.T) {
+	fs := vfs.NewMem()
+	db := openDB(t, fs)
+	tr := openTracker(t, db, nil)
+	a, n := NewID(), NewID()
+	base := 100 * hour
+	applyBatch(t, db, tr, ev{a, 1, base})
+
+	for _, how := range []string{"abort", "never-committed", "gc-abort"} {
+		b := db.NewBatch()
+		tx := tr.Begin(b)
+		require.NoError(t, tx.Advance(a, 2, base+hour))
+		require.NoError(t, tx.Advance(n, 1, base+hour))
+		require.NoError(t, tx.MarkClosed(n, base+hour))
+		if how == "gc-abort" {
+			require.NoError(t, tx.Advance(NewID(), 1, base+30*hour))
+			got, err := tx.CollectGarbage(0)
+			require.NoError(t, err)
+			require.Equal(t, 1, got, "a is expired in the tx's view")
+		}
+		require.NoError(t, tx.Flush())
+		// The batch is dropped (commit failed or the caller gave up).
+		require.NoError(t, b.Close())
+		if how != "never-committed" {
+			tx.Abort()
+		}
+		requireHWM(t, tr, a, 1, false)
+		requireUnknown(t, tr, n)
+		require.Equal(t, base, tr.Clock())
+		r, ok := diskRecord(t, db, a)
+		require.True(t, ok)
+		require.Equal(t, SeqNo(1), r.hwm)
+		_, ok = diskRecord(t, db, n)
+		require.False(t, ok)
+		require.Equal(t, Apply, check(t, tr, db, a, 2, base+hour))
+		require.Equal(t, Apply, check(t, tr, db, n, 1, base+hour))
+	}
+
+	require.NoError(t, db.Close())
+	db = openDB(t, fs)
+	defer db.Close()
+	tr = openTracker(t, db, nil)
+	require.Equal(t, base, tr.Clock())
+	requireHWM(t, tr, a, 1, false)
+	requireUnknown(t, tr, n)
+}
+
+func TestCommitWithoutFlushPublishesNothingUnwritten(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, nil)
+	a := NewID()
+	base := 100 * hour
+	applyBatch(t, db, tr, ev{a, 1, base})
+
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	require.NoError(t, tx.Advance(a, 2, base+1))
+	require.NoError(t, tx.Flush())
+	require.NoError(t, tx.Advance(a, 3, base+2)) // misuse: never flushed
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	// memory agrees with disk: 2, not 3
+	requireHWM(t, tr, a, 2, false)
+	require.Equal(t, Apply, check(t, tr, db, a, 3, base+2))
+	require.Equal(t, base+1, tr.Clock())
+}
+
+func TestCacheEvictionFallsBackToPebble(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 2})
+	base := 100 * hour
+	ids := make([]ID, 10)
+	for i := range ids {
+		ids[i] = NewID()
+		applyBatch(t, db, tr, ev{ids[i], 1, base}, ev{ids[i], 2, base})
+	}
+	require.Equal(t, 2, tr.CachedLen())
+	for round := SeqNo(3); round < 6; round++ {
+		for _, id := range ids {
+			require.Equal(t, Duplicate, check(t, tr, db, id, round-1, base))
+			require.Equal(t, Gap, check(t, tr, db, id, round+1, base))
+			require.Equal(t, []Decision{Apply}, applyBatch(t, db, tr, ev{id, round, base}))
+			requireHWM(t, tr, id, round, false)
+		}
+	}
+	require.LessOrEqual(t, tr.CachedLen(), 2)
+	// many sessions in one tx with a tiny cache: the tx's own view keeps them
+	var evs []ev
+	for _, id := range ids {
+		evs = append(evs, ev{id, 6, base})
+	}
+	for _, id := range ids {
+		evs = append(evs, ev{id, 7, base}, ev{id, 6, base})
+	}
+	ds := applyBatch(t, db, tr, evs...)
+	for i, d := range ds {
+		if i >= len(ids) && (i-len(ids))%2 == 1 {
+			require.Equal(t, Duplicate, d)
+		} else {
+			require.Equal(t, Apply, d)
+		}
+	}
+	for _, id := range ids {
+		requireHWM(t, tr, id, 7, false)
+	}
+}
+
+func TestGCOnWALClock(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: 10 * time.Hour})
+	// Timestamps far in the past relative to the machine's clock: if GC used the
+	// follower's wall clock, everything would be collected at once.
+	base := int64(1000) * hour
+	idle, closed, busy, closedRecent := NewID(), NewID(), NewID(), NewID()
+	applyBatch(t, db, tr, ev{idle, 1, base}, ev{closed, 1, base}, ev{busy, 1, base}, ev{closedRecent, 1, base + 5*hour})
+	b := db.NewBatch()
+	tx := tr.Begin(b)
+	require.NoError(t, tx.MarkClosed(closed, base+hour))
+	require.NoError(t, tx.MarkClosed(closedRecent, base+5*hour))
+	n, err := tx.CollectGarbage(0)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is idle on the WAL clock yet; the wall clock is far ahead and must not matter")
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	b.Close()
+
+	// WAL clock moves to base+11.5h through busy's events.
+	applyBatch(t, db, tr, ev{busy, 2, base + 9*hour}, ev{busy, 3, base + 11*hour + hour/2})
+	// cutoff = base+1.5h: idle (lastTS base) and closed (base+1h) expire;
+	// closedRecent (base+5h) and busy stay.
+	require.Equal(t, TooOld, check(t, tr, db, idle, 1, base), "expired counts as unknown even before GC")
+	require.Equal(t, Gap, check(t, tr, db, idle, 2, base+11*hour), "an expired session does not resume")
+	requireHWM(t, tr, idle, 1, false) // row still there
+
+	b = db.NewBatch()
+	tx = tr.Begin(b)
+	n, err = tx.CollectGarbage(0)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	requireHWM(t, tr, idle, 1, false) // not before commit
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	b.Close()
+	requireUnknown(t, tr, idle)
+	requireUnknown(t, tr, closed)
+	requireHWM(t, tr, closedRecent, 1, true)
+	requireHWM(t, tr, busy, 3, false)
+	_, ok := diskRecord(t, db, idle)
+	require.False(t, ok)
+
+	// Redelivery of a collected session's events is refused as too old.
+	require.Equal(t, TooOld, check(t, tr, db, idle, 1, base))
+	require.Equal(t, TooOld, check(t, tr, db, closed, 1, base+hour))
+	require.Equal(t, Duplicate, check(t, tr, db, closedRecent, 1, base+5*hour))
+	require.Equal(t, Closed, check(t, tr, db, closedRecent, 2, base+5*hour))
+	// The clock row survives GC.
+	require.Equal(t, base+11*hour+hour/2, tr.Clock())
+}
+
+func TestGCLimitResumesAndWraps(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: time.Hour})
+	base := 100 * hour
+	var evs []ev
+	for range 25 {
+		evs = append(evs, ev{NewID(), 1, base})
+	}
+	applyBatch(t, db, tr, evs...)
+	fresh := NewID()
+	applyBatch(t, db, tr, ev{fresh, 1, base + 2*hour})
+
+	total := 0
+	for i := 0; i < 4; i++ {
+		b := db.NewBatch()
+		tx := tr.Begin(b)
+		n, err := tx.CollectGarbage(7)
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, 7)
+		total += n
+		require.NoError(t, tx.Flush())
+		require.NoError(t, b.Commit(pebble.Sync))
+		tx.Commit()
+		b.Close()
+	}
+	require.Equal(t, 25, total)
+	requireHWM(t, tr, fresh, 1, false)
+
+	// An aborted GC does not move the cursor; a later full pass finds nothing.
+	b := db.NewBatch()
+	tx := tr.Begin(b)
+	n, err := tx.CollectGarbage(0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	tx.Abort()
+	b.Close()
+}
+
+func TestGCInSameTxAsEvents(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: time.Hour})
+	base := 100 * hour
+	a, c := NewID(), NewID()
+	applyBatch(t, db, tr, ev{a, 1, base}, ev{c, 1, base})
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	// c is advanced in this tx before GC; the WAL clock jumps so a expires.
+	require.NoError(t, tx.Advance(c, 2, base+2*hour))
+	n, err := tx.CollectGarbage(0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	d, err := tx.Check(a, 2, base+2*hour)
+	require.NoError(t, err)
+	require.Equal(t, Gap, d)
+	d, err = tx.Check(a, 1, base)
+	require.NoError(t, err)
+	require.Equal(t, TooOld, d)
+	// a restarts as a new session (seq 1) within the same tx
+	require.NoError(t, tx.Advance(a, 1, base+2*hour))
+	require.NoError(t, tx.Flush())
+	require.NoError(t, b.Commit(pebble.Sync))
+	tx.Commit()
+	requireHWM(t, tr, a, 1, false)
+	requireHWM(t, tr, c, 2, false)
+	r, ok := diskRecord(t, db, a)
+	require.True(t, ok)
+	require.Equal(t, base+2*hour, r.lastTS)
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := (*TrackerOptions)(nil).EnsureDefaults()
+	require.Equal(t, DefaultCacheSize, o.CacheSize)
+	require.Equal(t, DefaultRetentionHorizon, o.RetentionHorizon)
+	o = (&TrackerOptions{CacheSize: -1, RetentionHorizon: -time.Second}).EnsureDefaults()
+	require.Equal(t, 1<<20, o.CacheSize)
+	require.Equal(t, 24*time.Hour, o.RetentionHorizon)
+	tr := openTracker(t, memDB(t), &TrackerOptions{CacheSize: 5})
+	require.Equal(t, 5, tr.Options().CacheSize)
+	require.Equal(t, 24*time.Hour, tr.Options().RetentionHorizon)
+}
+
+func TestCorruptRecords(t *testing.T) {
+	db := memDB(t)
+	a := NewID()
+	var kb [hwmKeyLen]byte
+	require.NoError(t, db.Set(hwmKey(&kb, a), []byte{2, 1, 2}, pebble.Sync))
+	tr := openTracker(t, db, nil)
+	_, _, _, err := tr.Get(a)
+	require.ErrorIs(t, err, ErrCorrupt)
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	_, err = tx.Check(a, 1, 0)
+	require.ErrorIs(t, err, ErrCorrupt)
+	tx.Abort()
+
+	require.NoError(t, db.Set([]byte(ClockKey), []byte{1, 2}, pebble.Sync))
+	_, err = OpenTracker(db, nil)
+	require.ErrorIs(t, err, ErrCorrupt)
+}
+
+func TestIDs(t *testing.T) {
+	a, c := NewID(), NewID()
+	require.NotEqual(t, a, c)
+	require.Len(t, a.String(), 32)
+	p, err := ParseID(a.String())
+	require.NoError(t, err)
+	require.Equal(t, a, p)
+	p, err = ParseID(string(bytes.ToUpper([]byte(a.String()))))
+	require.NoError(t, err)
+	require.Equal(t, a, p)
+	for _, bad := range []string{"", "00", a.String() + "0", a.String()[:31] + "g", " " + a.String()[1:]} {
+		_, err := ParseID(bad)
+		require.ErrorIs(t, err, ErrBadID, bad)
+	}
+	require.Equal(t, "000102030405060708090a0b0c0d0e0f", ID{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}.String())
+}
