@@ -1,0 +1,544 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/wal"
+)
+
+// memLog is an in-memory WAL of encoded batches that grows while a Shipper
+// tails it; memReader follows the wal.Reader contract (Seek to the batch
+// containing lsn or the first after it; io.EOF at the end, then more later).
+type memLog struct {
+	mu      sync.Mutex
+	shard   uint32
+	batches [][]byte
+	heads   []wal.Header
+	next    uint64
+	notify  chan struct{}
+}
+
+func newMemLog(shard uint32) *memLog {
+	return &memLog{shard: shard, next: 1, notify: make(chan struct{}, 1)}
+}
+
+// append adds a batch of n events and returns its last LSN.
+func (m *memLog) append(t testing.TB, epoch uint64, n int) uint64 {
+	evs := make([]wal.Event, n)
+	for i := range evs {
+		evs[i] = wal.Event{Op: wal.OpPut, Seq: 1, Key: []byte("k"), Value: []byte(fmt.Sprint(i))}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := wal.AppendBatch(nil, m.shard, epoch, m.next, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := wal.DecodeHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.batches = append(m.batches, b)
+	m.heads = append(m.heads, h)
+	m.next = h.LastLSN() + 1
+	signal(m.notify)
+	return h.LastLSN()
+}
+
+func (m *memLog) lastLSN() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.next - 1
+}
+
+type memReader struct {
+	m   *memLog
+	idx int
+}
+
+func (m *memLog) open() (LogReader, error) { return &memReader{m: m}, nil }
+
+func (r *memReader) Seek(lsn uint64) error {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	r.idx = sort.Search(len(r.m.heads), func(i int) bool { return r.m.heads[i].LastLSN() >= lsn })
+	return nil
+}
+
+func (r *memReader) Next() (wal.Header, []byte, error) {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if r.idx >= len(r.m.batches) {
+		return wal.Header{}, nil, io.EOF
+	}
+	r.idx++
+	return r.m.heads[r.idx-1], r.m.batches[r.idx-1], nil
+}
+
+func (r *memReader) Close() error { return nil }
+
+// fakeFollower applies a batch only if it starts right after its position,
+// acks duplicates, refuses the rest: the position gate of the Receiver.
+type fakeFollower struct {
+	shard uint32
+	epoch uint64
+
+	mu      sync.Mutex
+	applied uint64
+	history []uint64 // FirstLSN of every batch applied, in order
+	dials   int
+}
+
+func (f *fakeFollower) position() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied
+}
+
+// crash forgets the batches applied after lsn (which must be a batch
+// boundary), as a follower that lost unsynced data would.
+func (f *fakeFollower) crash(lsn uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.history) > 0 && f.history[len(f.history)-1] > lsn {
+		f.history = f.history[:len(f.history)-1]
+	}
+	f.applied = lsn
+}
+
+// serve dials and serves until ctx ends or the transport closes.
+func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
+	for {
+		f.mu.Lock()
+		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
+		f.dials++
+		f.mu.Unlock()
+		c, err := d.Dial(ctx, hello)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		err = f.session(ctx, c)
+		c.Close()
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return nil
+		}
+		if !errors.Is(err, ErrDisconnected) {
+			return err
+		}
+	}
+}
+
+func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {
+	for {
+		b, err := c.Recv(ctx)
+		if err != nil {
+			return err
+		}
+		h, err := wal.DecodeHeader(b)
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		switch {
+		case h.FirstLSN == f.applied+1:
+			f.applied = h.LastLSN()
+			f.history = append(f.history, h.FirstLSN)
+		case h.LastLSN() <= f.applied:
+		default:
+			f.mu.Unlock()
+			if err := c.Send(ctx, Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.position(), Refused: true}); err != nil {
+				return err
+			}
+			continue
+		}
+		ack := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
+		f.mu.Unlock()
+		if err := c.Send(ctx, ack); err != nil {
+			return err
+		}
+	}
+}
+
+// checkExactlyOnce: the follower applied every batch of the log once, in order.
+func (f *fakeFollower) checkExactlyOnce(t *testing.T, m *memLog) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(f.history) != len(m.heads) {
+		t.Fatalf("follower applied %d batches, log has %d", len(f.history), len(m.heads))
+	}
+	for i, h := range m.heads {
+		if f.history[i] != h.FirstLSN {
+			t.Fatalf("batch %d: applied FirstLSN %d, want %d", i, f.history[i], h.FirstLSN)
+		}
+	}
+}
+
+func testShipperOptions(tr Listener, m *memLog) ShipperOptions {
+	return ShipperOptions{
+		Shard:             m.shard,
+		Listener:          tr,
+		OpenReader:        m.open,
+		MaxInFlight:       8,
+		RetransmitTimeout: 5 * time.Millisecond,
+		MaxBackoff:        40 * time.Millisecond,
+		PollInterval:      time.Millisecond,
+		Notify:            m.notify,
+	}
+}
+
+type harness struct {
+	t        *testing.T
+	tr       *InProcess
+	log      *memLog
+	f        *fakeFollower
+	s        *Shipper
+	cancel   context.CancelFunc
+	runErr   chan error
+	serveErr chan error
+}
+
+func startHarness(t *testing.T, faults FaultConfig, seed uint64, opts func(*ShipperOptions)) *harness {
+	t.Helper()
+	h := &harness{t: t, tr: NewInProcess(faults, seed), log: newMemLog(2)}
+	h.f = &fakeFollower{shard: 2, epoch: 1}
+	o := testShipperOptions(h.tr, h.log)
+	if opts != nil {
+		opts(&o)
+	}
+	var err error
+	if h.s, err = NewShipper(o); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.runErr, h.serveErr = make(chan error, 1), make(chan error, 1)
+	go func() { h.runErr <- h.s.Run(ctx) }()
+	go func() { h.serveErr <- h.f.serve(ctx, h.tr) }()
+	return h
+}
+
+func (h *harness) waitAcked(lsn uint64) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.s.WaitAcked(ctx, lsn); err != nil {
+		h.t.Fatalf("WaitAcked(%d): %v; shipper %+v; transport %+v; follower at %d",
+			lsn, err, h.s.Stats(), h.tr.Stats(), h.f.position())
+	}
+}
+
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	if err := <-h.runErr; err != nil {
+		h.t.Fatalf("Run: %v", err)
+	}
+	if err := <-h.serveErr; err != nil {
+		h.t.Fatalf("follower: %v", err)
+	}
+	h.tr.Close()
+}
+
+// noTimeouts: without faults nothing is lost, so a retransmit could only be a
+// scheduling hiccup; exact counters need it off.
+func noTimeouts(o *ShipperOptions) { o.RetransmitTimeout = time.Hour }
+
+func TestShipperNoFaultsSendsEachBatchOnce(t *testing.T) {
+	base := runtime.NumGoroutine()
+	h := startHarness(t, FaultsNone, 1, noTimeouts)
+	for i := 0; i < 200; i++ {
+		h.log.append(t, 1, 1+i%5)
+	}
+	h.waitAcked(h.log.lastLSN())
+	// The live tail: batches appended after the shipper caught up.
+	for i := 0; i < 50; i++ {
+		h.log.append(t, 1, 3)
+	}
+	h.waitAcked(h.log.lastLSN())
+	h.stop()
+	h.f.checkExactlyOnce(t, h.log)
+	st := h.s.Stats()
+	if st.BatchesSent != 250 || st.BatchesResent != 0 || st.Rewinds != 0 || st.Refusals != 0 ||
+		st.Acks != 250 || st.Connections != 1 || st.AckedLSN != h.log.lastLSN() || st.SentLSN != h.log.lastLSN() {
+		t.Fatalf("stats %+v", st)
+	}
+	waitGoroutines(t, base)
+}
+
+func TestShipperConvergesUnderHeavyFaults(t *testing.T) {
+	base := runtime.NumGoroutine()
+	var total ShipperStats
+	var ts InProcessStats
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			h := startHarness(t, FaultsHeavy, seed, nil)
+			for i := 0; i < 150; i++ {
+				h.log.append(t, 1, 1+i%4)
+			}
+			h.waitAcked(h.log.lastLSN() / 2)
+			for i := 0; i < 150; i++ { // appended while shipping
+				h.log.append(t, 1, 2)
+			}
+			h.waitAcked(h.log.lastLSN())
+			h.stop()
+			h.f.checkExactlyOnce(t, h.log)
+			st := h.s.Stats()
+			total.BatchesResent += st.BatchesResent
+			total.Rewinds += st.Rewinds
+			total.Timeouts += st.Timeouts
+			total.Connections += st.Connections
+			total.Refusals += st.Refusals
+			trs := h.tr.Stats()
+			ts.Disconnects += trs.Disconnects
+			ts.BatchesDropped += trs.BatchesDropped
+			ts.BatchesDuplicated += trs.BatchesDuplicated
+			ts.BatchesReordered += trs.BatchesReordered
+			ts.AcksDropped += trs.AcksDropped
+		})
+	}
+	t.Logf("shipper totals %+v; transport %+v", total, ts)
+	if total.BatchesResent == 0 || total.Rewinds == 0 || total.Timeouts == 0 || total.Refusals == 0 ||
+		total.Connections <= 8 || ts.Disconnects == 0 || ts.BatchesDropped == 0 ||
+		ts.BatchesDuplicated == 0 || ts.BatchesReordered == 0 || ts.AcksDropped == 0 {
+		t.Fatal("heavy faults did not exercise every recovery path")
+	}
+	waitGoroutines(t, base)
+}
+
+func TestShipperFollowerLosesData(t *testing.T) {
+	base := runtime.NumGoroutine()
+	h := startHarness(t, FaultsNone, 1, noTimeouts)
+	var mid uint64
+	for i := 0; i < 100; i++ {
+		l := h.log.append(t, 1, 2)
+		if i == 49 {
+			mid = l
+		}
+	}
+	h.waitAcked(h.log.lastLSN())
+	// The follower "restarts" with only half of what it acknowledged: its
+	// new hello is below the shipper's position, which must go back.
+	h.f.crash(mid)
+	h.tr.Disconnect()
+	for h.s.Stats().Connections < 2 { // until the shipper has the new hello
+		time.Sleep(time.Millisecond)
+	}
+	h.waitAcked(h.log.lastLSN())
+	h.stop()
+	h.f.checkExactlyOnce(t, h.log)
+	if st := h.s.Stats(); st.Connections != 2 || st.BatchesResent != 50 || st.Rewinds != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	waitGoroutines(t, base)
+}
+
+func TestShipperStopsCleanly(t *testing.T) {
+	base := runtime.NumGoroutine()
+	ctx := context.Background()
+	m := newMemLog(0)
+	for i := 0; i < 100; i++ {
+		m.append(t, 1, 1)
+	}
+
+	// No follower ever connects.
+	tr := NewInProcess(FaultsNone, 1)
+	s, err := NewShipper(testShipperOptions(tr, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- s.Run(cctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+
+	// A follower that connects and never reads: the shipper blocks in Send
+	// (queue of 1), and must still stop.
+	tr2 := NewInProcess(FaultConfig{QueueSize: 1}, 1)
+	s2, err := NewShipper(testShipperOptions(tr2, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel = context.WithCancel(ctx)
+	go func() { done <- s2.Run(cctx) }()
+	fc, err := tr2.Dial(ctx, Ack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		tr2.mu.Lock()
+		blocked := len(fc.(*followerEnd).p.toF.items) == 1
+		tr2.mu.Unlock()
+		if blocked {
+			break
+		}
+		runtime.Gosched()
+	}
+	if err := s2.Run(ctx); !errors.Is(err, ErrShipperRunning) {
+		t.Fatalf("second Run: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("follower after shipper stopped: %v", err)
+	}
+
+	// Closing the listener ends Run with ErrClosed.
+	go func() { done <- s.Run(ctx) }()
+	tr.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after listener closed: %v", err)
+	}
+	tr2.Close()
+	waitGoroutines(t, base)
+}
+
+func TestShipperFencing(t *testing.T) {
+	ctx := context.Background()
+	m := newMemLog(0)
+	m.append(t, 3, 1)
+	m.append(t, 3, 1)
+	leaderEpoch := func() uint64 { return 3 }
+
+	// A hello from a follower that has seen epoch 4.
+	tr := NewInProcess(FaultsNone, 1)
+	defer tr.Close()
+	o := testShipperOptions(tr, m)
+	o.Epoch = leaderEpoch
+	s, _ := NewShipper(o)
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	if _, err := tr.Dial(ctx, Ack{Epoch: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrFenced) {
+		t.Fatalf("Run = %v, want ErrFenced", err)
+	}
+
+	// An ack (a refusal) carrying a higher epoch.
+	go func() { done <- s.Run(ctx) }()
+	fc, err := tr.Dial(ctx, Ack{Epoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.Send(ctx, Ack{Epoch: 4, Refused: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrFenced) {
+		t.Fatalf("Run = %v, want ErrFenced", err)
+	}
+}
+
+func TestShipperRefusesWrongShard(t *testing.T) {
+	ctx := context.Background()
+	m := newMemLog(2)
+	m.append(t, 1, 1)
+	tr := NewInProcess(FaultsNone, 1)
+	defer tr.Close()
+	s, _ := NewShipper(testShipperOptions(tr, m))
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- s.Run(cctx) }()
+	fc, err := tr.Dial(ctx, Ack{Shard: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("wrong-shard follower: %v", err)
+	}
+	// The shipper keeps serving: the right follower gets the batch.
+	fc, err = tr.Dial(ctx, Ack{Shard: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if st := s.Stats(); st.BadHellos != 1 || st.Connections != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestShipperRetriesReaderErrors(t *testing.T) {
+	base := runtime.NumGoroutine()
+	fails := 3
+	var mu sync.Mutex
+	h := startHarness(t, FaultsNone, 1, func(o *ShipperOptions) {
+		open := o.OpenReader
+		o.OpenReader = func() (LogReader, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if fails > 0 {
+				fails--
+				return nil, errors.New("disk on fire")
+			}
+			return open()
+		}
+	})
+	for i := 0; i < 10; i++ {
+		h.log.append(t, 1, 1)
+	}
+	h.waitAcked(h.log.lastLSN())
+	h.stop()
+	h.f.checkExactlyOnce(t, h.log)
+	if st := h.s.Stats(); st.ReaderErrors != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	waitGoroutines(t, base)
+}
+
+func TestShipperWaitAckedHonoursContext(t *testing.T) {
+	s, err := NewShipper(ShipperOptions{Listener: NewInProcess(FaultsNone, 1), WALDir: "unused"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitAcked(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.WaitAcked(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitAcked = %v", err)
+	}
+}
+
+func TestNewShipperValidates(t *testing.T) {
+	_, err := NewShipper(ShipperOptions{MaxInFlight: -1, RetransmitTimeout: -1, PollInterval: -1})
+	if !errors.Is(err, ErrBadShipperOptions) {
+		t.Fatalf("NewShipper = %v", err)
+	}
+	for _, want := range []string{"Listener", "WALDir", "MaxInFlight", "RetransmitTimeout", "PollInterval"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+	o := (&ShipperOptions{}).EnsureDefaults()
+	if o.MaxInFlight != 32 || o.RetransmitTimeout != 500*time.Millisecond || o.MaxBackoff != 10*time.Second ||
+		o.PollInterval != 10*time.Millisecond || o.Logf == nil {
+		t.Fatalf("defaults %+v", o)
+	}
+}
