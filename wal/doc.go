@@ -1,2 +1,137 @@
-// Package wal is part of oncewal. See the repository README.
+// Package wal defines oncewal's log format — events, batches and segment
+// files — and the Writer and Reader that append and iterate them.
+//
+// The leader appends session events through a Writer; the shipper reads raw
+// batches with a Reader and ships them; the follower decodes them with
+// DecodeBatch. A batch is the unit that is shipped and applied atomically.
+//
+// # Batch format (version 2)
+//
+// All integers are little-endian. A batch is a 44-byte header followed by a
+// body of Count encoded events:
+//
+//	 0       4       6       8              12                      20
+//	+-------+-------+-------+---------------+-----------------------+
+//	| magic |version| flags |    shard      |        epoch          |
+//	| "OWAL"|  u16  |  u16  |     u32       |         u64           |
+//	+-------+-------+-------+---------------+-----------------------+
+//	20                      28      32      36      40      44
+//	+-----------------------+-------+-------+-------+-------+
+//	|       first LSN       | count |bodylen|bodycrc|hdrcrc |
+//	|          u64          |  u32  |  u32  |  u32  |  u32  |
+//	+-----------------------+-------+-------+-------+-------+
+//	44                                        44+bodylen
+//	+--------------------- ... ----------------------+
+//	| event 0 | event 1 | ...          | event n-1   |
+//	+--------------------- ... ----------------------+
+//
+// Header fields:
+//   - magic: bytes 'O' 'W' 'A' 'L' (0x4C41574F as u32).
+//   - version: 2. Magic and version stay at bytes 0–5 in every future
+//     version, because the version decides how the rest is read.
+//   - flags: reserved, must be 0 (ErrCorrupt otherwise).
+//   - shard: shard ID of the log the batch belongs to.
+//   - epoch: leader epoch that wrote the batch.
+//   - first LSN: LSN of event 0; event i has LSN first+i. LSN 0 is never used:
+//     the first LSN of a log is 1.
+//   - count: number of events, ≥ 1 and ≤ bodylen/27 (the smallest event).
+//   - bodylen: body bytes, ≤ MaxBodySize (64 MiB).
+//   - bodycrc: CRC-32C (Castagnoli) of the body.
+//   - hdrcrc: CRC-32C of header bytes 0–39, so a length is trusted only
+//     after the header that carries it checks out.
+//
+// # Event format
+//
+//	 0    1      2                 18                26
+//	+----+------+-----------------+-----------------+---------+-------------+---------+
+//	| op |flags |   session ID    |  time (int64)   | seq     | [idem key]  | payload |
+//	| u8 |  u8  |    16 bytes     |  unix nanos     | uvarint | 16 B if f&1 | per op  |
+//	+----+------+-----------------+-----------------+---------+-------------+---------+
+//
+// Event fields:
+//   - op: 1 open, 2 put, 3 delete, 4 add, 5 close. 0 and 6–255 are rejected
+//     with ErrCorrupt (6–15 reserved for future core ops, 16–255 for
+//     extension ops).
+//   - flags: bit 0 = idempotency key present. An explicit flag, never "zero key
+//     means absent". Bits 1–7 reserved, must be 0.
+//   - seq: session SeqNo (0 = no seqno), minimal uvarint.
+//   - payload: open, close: nothing. put: uvarint keylen, key, uvarint vallen,
+//     value. delete: uvarint keylen, key. add: uvarint keylen, key, zigzag
+//     varint delta. keylen+vallen ≤ MaxPayloadSize (16 MiB).
+//
+// Varints must be minimal (an overlong encoding is ErrCorrupt), so every event
+// has exactly one encoding. The events must fill the body exactly. op followed
+// by the payload is also what Event.AppendOpBytes returns, the canonical op
+// bytes hashed by idempotency.DeriveKey.
+//
+// # Decoding untrusted bytes
+//
+// Batches arrive from the network, so decoding assumes nothing: every length is
+// checked against the maxima and against the bytes actually present before it
+// is used; no allocation is sized by a length read from the input (DecodeBatch
+// grows the event slice by Count only after checking Count ≤ BodyLen/27 and
+// BodyLen ≤ len(buf)). Failures are the sentinel errors ErrCorrupt,
+// ErrChecksum, ErrTruncated, ErrTooLarge and ErrVersion, wrapped with context;
+// nothing panics. Decoded Key/Value slices alias the input buffer.
+//
+// # Segments
+//
+// A segment is an append-only file of consecutive batches of one shard, with
+// no file header (each batch header carries magic, shard and LSNs). Its name
+// is SegmentName(shard, firstLSN): "SSSSSSSSSS-LLLLLLLLLLLLLLLLLLLL.wal", the
+// shard as 10 decimal digits and the LSN of its first batch as 20 decimal
+// digits (both the full range of their types), so names of one shard sort by
+// LSN and several shards can share a directory. ParseSegmentName accepts only
+// that exact form (ErrBadSegmentName). Files without the ".wal" suffix are
+// ignored; a ".wal" file with a malformed name is an error, not a guess.
+//
+// Segment invariants: the first batch of a segment starts at the LSN in its
+// name; each batch starts at the LSN after the previous batch; the next
+// segment starts at the LSN after the last batch of the previous one; all
+// batches carry the segment's shard.
+//
+// # Writer and recovery
+//
+// The Writer appends each batch with one write to the last segment and rolls
+// to a new segment when the batch would push a non-empty segment past
+// SegmentSize (a larger batch gets a segment of its own). A finished segment
+// is synced before the next one is created, so only the last segment can
+// have a torn tail.
+//
+// OpenWriter recovers the log: it walks the batch headers of every segment
+// (checking framing, shard and LSN continuity without reading bodies) and
+// verifies the last segment fully, body CRCs included. After the last valid
+// batch of the last segment, the remaining bytes are a torn tail — an append
+// that the crash cut short, which was never acknowledged (SyncEveryBatch) —
+// and are truncated, iff:
+//
+//   - fewer than HeaderSize bytes remain (a partial header), or
+//   - a valid header announces a batch that runs past the end of the file, or
+//   - all remaining bytes are zero (the file grew but its data never reached
+//     the disk), or
+//   - the remaining bytes are exactly one batch whose header is valid but whose
+//     body CRC fails and which contains an all-zero 512-byte sector at a
+//     sector-aligned file offset (a write that reached the file size but not
+//     all its pages: etcd's torn-write rule).
+//
+// Anything else is corruption and OpenWriter fails with a typed error naming
+// the segment and offset: a bad batch followed by more data, a complete batch
+// with a bad CRC and no sign of a torn write, any defect in a non-last
+// segment, a gap or overlap in LSNs, a foreign shard.
+//
+// # Readers tailing a live writer
+//
+// A Reader returns io.EOF when the bytes after its position are an incomplete
+// batch or nothing, and resumes from the same position on the next call, so
+// it can follow a Writer in the same directory. It trusts that the bytes below
+// the file size it observed are written (true for write(2) on Linux), and it
+// only moves to the next segment after the current one is complete. A Reader
+// can see a batch before the Writer has synced it; Writer.DurableLSN says
+// what is durable.
+//
+// # Long tests
+//
+// Set ONCEWAL_LONG=1 to run the exhaustive bit-flip and torn-tail tests on
+// larger batches. Fuzz longer with, e.g.,
+// go test -fuzz FuzzDecodeBatch -fuzztime 5m ./wal/
 package wal

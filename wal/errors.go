@@ -1,0 +1,30 @@
+package wal
+
+import "errors"
+
+// Sentinel errors. Every failure to decode or recover returns one of these,
+// usually wrapped with context (segment name, offset, field) via fmt.Errorf("%w");
+// test with errors.Is.
+var (
+	// ErrCorrupt: the bytes are structurally invalid (bad magic, unknown op
+	// kind, reserved bits set, non-minimal varint, LSN or shard mismatch,
+	// trailing bytes, ...).
+	ErrCorrupt = errors.New("wal: corrupt")
+	// ErrChecksum: a header or body CRC-32C does not match.
+	ErrChecksum = errors.New("wal: checksum mismatch")
+	// ErrTruncated: the buffer or file ends before the length it announces.
+	ErrTruncated = errors.New("wal: truncated")
+	// ErrTooLarge: a length exceeds MaxBodySize or MaxPayloadSize.
+	ErrTooLarge = errors.New("wal: too large")
+	// ErrVersion: the batch format version is not Version.
+	ErrVersion = errors.New("wal: unsupported version")
+	// ErrBadSegmentName: a file name that claims to be a segment (".wal"
+	// suffix) does not parse exactly.
+	ErrBadSegmentName = errors.New("wal: bad segment name")
+	// ErrInvalidEvent: a caller asked to encode an event or batch that the
+	// format cannot represent canonically (unknown op, fields that do not
+	// belong to the op, empty batch).
+	ErrInvalidEvent = errors.New("wal: invalid event")
+	// ErrClosed: the Writer or Reader was closed.
+	ErrClosed = errors.New("wal: closed")
+)

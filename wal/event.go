@@ -1,0 +1,259 @@
+package wal
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/session"
+)
+
+// Op is the kind of a session event.
+//
+// Values 1–5 are assigned. 0 is never valid, so a zeroed event is caught. 6–15
+// are reserved for future core ops and 16–255 for future extension ops; until
+// a decoder knows them it rejects them with ErrCorrupt (an op it cannot apply
+// must stop the follower, not be skipped).
+type Op uint8
+
+// Op kinds. The numeric values are part of the on-disk and wire format.
+const (
+	OpOpen   Op = 1 // session opened; no key/value/delta
+	OpPut    Op = 2 // key := value
+	OpDelete Op = 3 // delete key
+	OpAdd    Op = 4 // key += delta (int64); not idempotent, so a double apply is visible
+	OpClose  Op = 5 // session closed; no key/value/delta
+)
+
+var opNames = [...]string{OpOpen: "open", OpPut: "put", OpDelete: "delete", OpAdd: "add", OpClose: "close"}
+
+// Valid reports whether o is an assigned op kind.
+func (o Op) Valid() bool { return o >= OpOpen && o <= OpClose }
+
+// String returns open|put|delete|add|close, or "op(N)" for other values.
+func (o Op) String() string {
+	if o.Valid() {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// ParseOp is the inverse of Op.String for assigned ops.
+func ParseOp(s string) (Op, error) {
+	for o := OpOpen; o <= OpClose; o++ {
+		if opNames[o] == s {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown op %q", ErrInvalidEvent, s)
+}
+
+// Event is one session event. Which of Key, Value and Delta are meaningful
+// depends on Op: put uses Key+Value, delete Key, add Key+Delta, open and close
+// none. The encoder rejects fields that do not belong to the op (ErrInvalidEvent),
+// so decode(encode(e)) == e and the op bytes are canonical.
+type Event struct {
+	// LSN is the event's position in the log: Header.FirstLSN + index in its
+	// batch. It is not encoded per event; the decoder and the Writer set it.
+	LSN     uint64
+	Op      Op
+	Session session.ID
+	Seq     session.SeqNo // 0 means "no seqno"
+	// HasIdemKey says whether IdemKey is present. It is an explicit flag: an
+	// all-zero IdemKey is a valid key.
+	HasIdemKey bool
+	IdemKey    idempotency.Key
+	Time       int64 // leader wall clock, unix nanos: the WAL clock
+	Key        []byte
+	Value      []byte
+	Delta      int64
+}
+
+const (
+	evFlagIdemKey = 1 << 0
+	evFlagsKnown  = evFlagIdemKey
+
+	// eventFixedSize is op(1) + flags(1) + session(16) + time(8).
+	eventFixedSize = 1 + 1 + 16 + 8
+	// minEventSize adds the smallest seq uvarint; it bounds Count by BodyLen.
+	minEventSize = eventFixedSize + 1
+)
+
+// validate checks that e can be encoded canonically.
+func (e *Event) validate() error {
+	if !e.Op.Valid() {
+		return fmt.Errorf("%w: %s", ErrInvalidEvent, e.Op)
+	}
+	switch e.Op {
+	case OpOpen, OpClose:
+		if len(e.Key) != 0 || len(e.Value) != 0 || e.Delta != 0 {
+			return fmt.Errorf("%w: %s carries key/value/delta", ErrInvalidEvent, e.Op)
+		}
+	case OpPut:
+		if e.Delta != 0 {
+			return fmt.Errorf("%w: put carries delta", ErrInvalidEvent)
+		}
+	case OpDelete:
+		if len(e.Value) != 0 || e.Delta != 0 {
+			return fmt.Errorf("%w: delete carries value/delta", ErrInvalidEvent)
+		}
+	case OpAdd:
+		if len(e.Value) != 0 {
+			return fmt.Errorf("%w: add carries value", ErrInvalidEvent)
+		}
+	}
+	if uint64(len(e.Key))+uint64(len(e.Value)) > MaxPayloadSize {
+		return fmt.Errorf("%w: event payload %d bytes > %d", ErrTooLarge, len(e.Key)+len(e.Value), MaxPayloadSize)
+	}
+	return nil
+}
+
+// AppendOpBytes appends the canonical op bytes of e to dst: the op kind byte
+// followed by the op's payload exactly as it is encoded in a batch (uvarint
+// key length + key; put: uvarint value length + value; add: zigzag varint
+// delta). It is the op argument of idempotency.DeriveKey: the same operation
+// always yields the same bytes, and different operations different bytes.
+// It does not validate e.
+func (e *Event) AppendOpBytes(dst []byte) []byte {
+	dst = append(dst, byte(e.Op))
+	return e.appendPayload(dst)
+}
+
+func (e *Event) appendPayload(dst []byte) []byte {
+	switch e.Op {
+	case OpPut:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+		dst = append(dst, e.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
+		dst = append(dst, e.Value...)
+	case OpDelete:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+		dst = append(dst, e.Key...)
+	case OpAdd:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+		dst = append(dst, e.Key...)
+		dst = binary.AppendVarint(dst, e.Delta)
+	}
+	return dst
+}
+
+// appendEvent encodes a validated event.
+func appendEvent(dst []byte, e *Event) []byte {
+	var flags byte
+	if e.HasIdemKey {
+		flags |= evFlagIdemKey
+	}
+	dst = append(dst, byte(e.Op), flags)
+	dst = append(dst, e.Session[:]...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Time))
+	dst = binary.AppendUvarint(dst, uint64(e.Seq))
+	if e.HasIdemKey {
+		dst = append(dst, e.IdemKey[:]...)
+	}
+	return e.appendPayload(dst)
+}
+
+// uvarint decodes a minimal (canonical) uvarint. Overlong encodings and
+// overflow are ErrCorrupt, running off the end is ErrTruncated, so each value
+// has exactly one encoding.
+func uvarint(b []byte) (uint64, int, error) {
+	if len(b) > 0 && b[0] < 0x80 { // fast path: lengths < 128, small seqnos
+		return uint64(b[0]), 1, nil
+	}
+	var x uint64
+	var s uint
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if i == binary.MaxVarintLen64-1 && c > 1 {
+			return 0, 0, fmt.Errorf("%w: varint overflows 64 bits", ErrCorrupt)
+		}
+		if c < 0x80 {
+			if c == 0 && i > 0 {
+				return 0, 0, fmt.Errorf("%w: non-minimal varint", ErrCorrupt)
+			}
+			return x | uint64(c)<<s, i + 1, nil
+		}
+		x |= uint64(c&0x7f) << s
+		s += 7
+	}
+	return 0, 0, fmt.Errorf("%w: varint runs past end of body", ErrTruncated)
+}
+
+// bytesField decodes a uvarint length and that many bytes, aliasing b. budget
+// is what remains of the event's MaxPayloadSize.
+func bytesField(b []byte, budget uint64, what string) ([]byte, int, error) {
+	n, w, err := uvarint(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s length: %w", what, err)
+	}
+	if n > budget {
+		return nil, 0, fmt.Errorf("%w: %s length %d exceeds event payload limit", ErrTooLarge, what, n)
+	}
+	if n > uint64(len(b)-w) {
+		return nil, 0, fmt.Errorf("%w: %s length %d, %d bytes left", ErrTruncated, what, n, len(b)-w)
+	}
+	end := w + int(n)
+	if n == 0 {
+		return nil, end, nil
+	}
+	return b[w:end:end], end, nil // cap limits appends by the caller to the field
+}
+
+// decodeEvent decodes one event from the front of b into e (which must be
+// zero except LSN) and returns its encoded length. Key and Value alias b.
+func decodeEvent(b []byte, e *Event) (int, error) {
+	if len(b) < eventFixedSize {
+		return 0, fmt.Errorf("%w: event header needs %d bytes, %d left", ErrTruncated, eventFixedSize, len(b))
+	}
+	e.Op = Op(b[0])
+	if !e.Op.Valid() {
+		return 0, fmt.Errorf("%w: unknown %s", ErrCorrupt, e.Op)
+	}
+	flags := b[1]
+	if flags&^evFlagsKnown != 0 {
+		return 0, fmt.Errorf("%w: reserved event flags %#x", ErrCorrupt, flags)
+	}
+	copy(e.Session[:], b[2:18])
+	e.Time = int64(binary.LittleEndian.Uint64(b[18:26]))
+	off := eventFixedSize
+	seq, w, err := uvarint(b[off:])
+	if err != nil {
+		return 0, fmt.Errorf("seq: %w", err)
+	}
+	e.Seq = session.SeqNo(seq)
+	off += w
+	if flags&evFlagIdemKey != 0 {
+		if len(b)-off < len(e.IdemKey) {
+			return 0, fmt.Errorf("%w: idempotency key", ErrTruncated)
+		}
+		e.HasIdemKey = true
+		copy(e.IdemKey[:], b[off:])
+		off += len(e.IdemKey)
+	}
+	switch e.Op {
+	case OpPut, OpDelete, OpAdd:
+		budget := uint64(MaxPayloadSize)
+		e.Key, w, err = bytesField(b[off:], budget, "key")
+		if err != nil {
+			return 0, err
+		}
+		off += w
+		budget -= uint64(len(e.Key))
+		switch e.Op {
+		case OpPut:
+			e.Value, w, err = bytesField(b[off:], budget, "value")
+			if err != nil {
+				return 0, err
+			}
+			off += w
+		case OpAdd:
+			z, w, err := uvarint(b[off:])
+			if err != nil {
+				return 0, fmt.Errorf("delta: %w", err)
+			}
+			e.Delta = int64(z>>1) ^ -int64(z&1) // zigzag, as binary.AppendVarint
+			off += w
+		}
+	}
+	return off, nil
+}
