@@ -1,0 +1,5 @@
+//go:build race
+
+package idempotency
+
+const raceEnabled = true

@@ -1,0 +1,259 @@
+package idempotency
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"sync"
+)
+
+// DefaultCapacity is the window size used when NewStore is given a
+// capacity <= 0.
+const DefaultCapacity = 100_000
+
+// MaxCapacity bounds the window so entry indexes fit the int32 links; larger
+// requests are clamped.
+const MaxCapacity = 1 << 28
+
+// nilIdx terminates the intrusive LRU list and the free list.
+const nilIdx = -1
+
+// entry is one remembered key. It holds no pointers, so the entries array
+// is a single noscan allocation the GC never traverses.
+type entry struct {
+	key        Key
+	prev, next int32 // LRU list: prev is toward MRU (head), next toward LRU (tail)
+}
+
+// Store is the bounded window of recently seen keys: an exact LRU set of at
+// most Capacity keys. See the package documentation for the invariants.
+//
+// Layout: a fixed array of entries linked by int32 indexes into a doubly
+// linked recency list, and an open-addressing (linear probing) table of
+// uint64 slots, each holding an entry index and the 32-bit hash of its key.
+// The hash in the slot lets a miss — the common case for a follower, where
+// almost every key is new — finish without touching any entry, and lets
+// deletion recompute home slots without reading keys. Deletion shifts the
+// following cluster back (no tombstones), so churn never degrades probing.
+// Everything is allocated by NewStore; no operation allocates.
+type Store struct {
+	mu       sync.Mutex
+	capacity int32
+	n        int32 // live keys
+	head     int32 // most recently seen, or nilIdx
+	tail     int32 // least recently seen, or nilIdx
+	free     int32 // free list (via next) of released entries, or nilIdx
+	used     int32 // entries[used:] have never been handed out
+	shift    uint8 // home slot = hash32 >> shift
+	mask     uint32
+	seed0    uint64
+	seed1    uint64
+	table    []uint64 // 0 = empty; else uint64(hash32)<<32 | uint64(index+1)
+	entries  []entry
+}
+
+// NewStore returns an empty window remembering up to capacity keys
+// (DefaultCapacity if capacity <= 0, clamped to MaxCapacity). All memory is
+// allocated here: about 24 B per entry plus 8 B per table slot, with at
+// least two slots per entry so probe sequences stay short when full.
+func NewStore(capacity int) *Store {
+	if capacity <= 0 {
+		capacity = DefaultCapacity
+	}
+	capacity = min(capacity, MaxCapacity)
+	slots := 1 << bits.Len(uint(2*capacity-1)) // power of two >= 2*capacity
+	if slots < 8 {
+		slots = 8
+	}
+	return &Store{
+		capacity: int32(capacity),
+		head:     nilIdx,
+		tail:     nilIdx,
+		free:     nilIdx,
+		shift:    uint8(32 - bits.TrailingZeros(uint(slots))),
+		mask:     uint32(slots - 1),
+		// Keys normally are BLAKE3 output, but they arrive in shipped
+		// events; a per-store random seed keeps anyone who can choose keys
+		// from aiming them at one probe cluster.
+		seed0:   rand.Uint64(),
+		seed1:   rand.Uint64() | 1,
+		table:   make([]uint64, slots),
+		entries: make([]entry, capacity),
+	}
+}
+
+// hash32 mixes the whole key with the store's seed (a wyhash-style
+// multiply-fold). 0 is reserved so a slot word is never 0 for a used slot
+// even if the index part were 0.
+func (s *Store) hash32(k *Key) uint32 {
+	lo := binary.LittleEndian.Uint64(k[0:8])
+	hi := binary.LittleEndian.Uint64(k[8:16])
+	h1, h0 := bits.Mul64(lo^s.seed0, hi^s.seed1)
+	return uint32((h1 ^ h0) >> 32)
+}
+
+// find returns the table slot and entry index of k, or slot = the empty
+// slot where the probe stopped and idx = nilIdx.
+func (s *Store) find(k *Key, h uint32) (slot uint32, idx int32) {
+	slot = h >> s.shift
+	for {
+		v := s.table[slot]
+		if v == 0 {
+			return slot, nilIdx
+		}
+		if uint32(v>>32) == h {
+			i := int32(uint32(v)) - 1
+			if s.entries[i].key == *k {
+				return slot, i
+			}
+		}
+		slot = (slot + 1) & s.mask
+	}
+}
+
+// deleteSlot empties slot and shifts the rest of its cluster back so every
+// remaining key stays reachable from its home slot.
+func (s *Store) deleteSlot(hole uint32) {
+	j := hole
+	for {
+		j = (j + 1) & s.mask
+		v := s.table[j]
+		if v == 0 {
+			break
+		}
+		home := uint32(v>>32) >> s.shift
+		// Move j into the hole unless its home lies cyclically in (hole, j].
+		if (j-home)&s.mask >= (j-hole)&s.mask {
+			s.table[hole] = v
+			hole = j
+		}
+	}
+	s.table[hole] = 0
+}
+
+func (s *Store) unlink(i int32) {
+	e := &s.entries[i]
+	if e.prev != nilIdx {
+		s.entries[e.prev].next = e.next
+	} else {
+		s.head = e.next
+	}
+	if e.next != nilIdx {
+		s.entries[e.next].prev = e.prev
+	} else {
+		s.tail = e.prev
+	}
+}
+
+func (s *Store) pushFront(i int32) {
+	e := &s.entries[i]
+	e.prev = nilIdx
+	e.next = s.head
+	if s.head != nilIdx {
+		s.entries[s.head].prev = i
+	} else {
+		s.tail = i
+	}
+	s.head = i
+}
+
+// removeIdx drops entry i (live) from the table and the list and returns it
+// to the caller for reuse.
+func (s *Store) removeIdx(i int32) {
+	k := &s.entries[i].key
+	slot, _ := s.find(k, s.hash32(k))
+	s.deleteSlot(slot)
+	s.unlink(i)
+	s.n--
+}
+
+// CheckAndRecord reports whether k is new. A new key is recorded as the
+// most recently seen, evicting the least recently seen key if the window is
+// full; a duplicate (false) is moved to most recently seen. Atomic: of any
+// number of concurrent calls with the same absent key exactly one returns
+// true.
+func (s *Store) CheckAndRecord(k Key) bool {
+	h := s.hash32(&k)
+	s.mu.Lock()
+	slot, i := s.find(&k, h)
+	if i != nilIdx {
+		if i != s.head {
+			s.unlink(i)
+			s.pushFront(i)
+		}
+		s.mu.Unlock()
+		return false
+	}
+	switch {
+	case s.n == s.capacity:
+		i = s.tail
+		s.removeIdx(i)
+		// The shift may have opened a hole earlier on k's probe path.
+		slot, _ = s.find(&k, h)
+	case s.free != nilIdx:
+		i = s.free
+		s.free = s.entries[i].next
+	default:
+		i = s.used
+		s.used++
+	}
+	s.entries[i].key = k
+	s.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
+	s.pushFront(i)
+	s.n++
+	s.mu.Unlock()
+	return true
+}
+
+// Contains reports whether k is in the window without refreshing its
+// recency (so inspection never changes what gets evicted).
+func (s *Store) Contains(k Key) bool {
+	h := s.hash32(&k)
+	s.mu.Lock()
+	_, i := s.find(&k, h)
+	s.mu.Unlock()
+	return i != nilIdx
+}
+
+// Release forgets k if present: used when the event a key was recorded for
+// failed to apply, so its retry is not mistaken for a duplicate. Releasing
+// an absent key does nothing.
+func (s *Store) Release(k Key) {
+	h := s.hash32(&k)
+	s.mu.Lock()
+	slot, i := s.find(&k, h)
+	if i != nilIdx {
+		s.deleteSlot(slot)
+		s.unlink(i)
+		s.n--
+		s.entries[i] = entry{next: s.free}
+		s.free = i
+	}
+	s.mu.Unlock()
+}
+
+// Len returns the number of keys in the window (<= Capacity).
+func (s *Store) Len() int {
+	s.mu.Lock()
+	n := s.n
+	s.mu.Unlock()
+	return int(n)
+}
+
+// Capacity returns the maximum number of keys the window remembers.
+func (s *Store) Capacity() int { return int(s.capacity) }
+
+// Keys appends the window's keys to dst from least to most recently seen and
+// returns the extended slice. Recording them in that order with
+// CheckAndRecord into an empty store of the same capacity restores the same
+// window (same keys, same eviction order).
+func (s *Store) Keys(dst []Key) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dst = slices.Grow(dst, int(s.n))
+	for i := s.tail; i != nilIdx; i = s.entries[i].prev {
+		dst = append(dst, s.entries[i].key)
+	}
+	return dst
+}
