@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -280,42 +282,56 @@ func TestShipperNoFaultsSendsEachBatchOnce(t *testing.T) {
 	waitGoroutines(t, base)
 }
 
-func TestShipperConvergesUnderHeavyFaults(t *testing.T) {
+// TestShipperConverges ships a log that grows while it ships, through a
+// faulty transport, to a follower that gates on position; the follower must
+// end with every batch exactly once. ONCEWAL_LONG=1 runs 200 seeds per preset.
+func TestShipperConverges(t *testing.T) {
 	base := runtime.NumGoroutine()
-	var total ShipperStats
-	var ts InProcessStats
-	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			h := startHarness(t, FaultsHeavy, seed, nil)
-			for i := 0; i < 150; i++ {
-				h.log.append(t, 1, 1+i%4)
-			}
-			h.waitAcked(h.log.lastLSN() / 2)
-			for i := 0; i < 150; i++ { // appended while shipping
-				h.log.append(t, 1, 2)
-			}
-			h.waitAcked(h.log.lastLSN())
-			h.stop()
-			h.f.checkExactlyOnce(t, h.log)
-			st := h.s.Stats()
-			total.BatchesResent += st.BatchesResent
-			total.Rewinds += st.Rewinds
-			total.Timeouts += st.Timeouts
-			total.Connections += st.Connections
-			total.Refusals += st.Refusals
-			trs := h.tr.Stats()
-			ts.Disconnects += trs.Disconnects
-			ts.BatchesDropped += trs.BatchesDropped
-			ts.BatchesDuplicated += trs.BatchesDuplicated
-			ts.BatchesReordered += trs.BatchesReordered
-			ts.AcksDropped += trs.AcksDropped
-		})
+	seeds := map[string]uint64{"light": 4, "heavy": 8}
+	if os.Getenv("ONCEWAL_LONG") != "" {
+		seeds = map[string]uint64{"light": 200, "heavy": 200}
 	}
-	t.Logf("shipper totals %+v; transport %+v", total, ts)
-	if total.BatchesResent == 0 || total.Rewinds == 0 || total.Timeouts == 0 || total.Refusals == 0 ||
-		total.Connections <= 8 || ts.Disconnects == 0 || ts.BatchesDropped == 0 ||
-		ts.BatchesDuplicated == 0 || ts.BatchesReordered == 0 || ts.AcksDropped == 0 {
-		t.Fatal("heavy faults did not exercise every recovery path")
+	for _, preset := range []struct {
+		name   string
+		faults FaultConfig
+	}{{"light", FaultsLight}, {"heavy", FaultsHeavy}} {
+		var total ShipperStats
+		var ts InProcessStats
+		for seed := uint64(1); seed <= seeds[preset.name]; seed++ {
+			t.Run(fmt.Sprintf("%s/seed%d", preset.name, seed), func(t *testing.T) {
+				h := startHarness(t, preset.faults, seed, nil)
+				for i := 0; i < 150; i++ {
+					h.log.append(t, 1, 1+i%4)
+				}
+				h.waitAcked(h.log.lastLSN() / 2)
+				for i := 0; i < 150; i++ { // appended while shipping
+					h.log.append(t, 1, 2)
+				}
+				h.waitAcked(h.log.lastLSN())
+				h.stop()
+				h.f.checkExactlyOnce(t, h.log)
+				st, trs := h.s.Stats(), h.tr.Stats()
+				total.BatchesSent += st.BatchesSent
+				total.BatchesResent += st.BatchesResent
+				total.Rewinds += st.Rewinds
+				total.Timeouts += st.Timeouts
+				total.Connections += st.Connections
+				total.Refusals += st.Refusals
+				ts.Disconnects += trs.Disconnects
+				ts.BatchesDropped += trs.BatchesDropped
+				ts.BatchesDuplicated += trs.BatchesDuplicated
+				ts.BatchesReordered += trs.BatchesReordered
+				ts.BatchesDelayed += trs.BatchesDelayed
+				ts.AcksDropped += trs.AcksDropped
+			})
+		}
+		t.Logf("%s: shipper %+v; transport %+v", preset.name, total, ts)
+		if preset.name == "heavy" && (total.BatchesResent == 0 || total.Rewinds == 0 || total.Timeouts == 0 ||
+			total.Refusals == 0 || total.Connections <= seeds["heavy"] || ts.Disconnects == 0 ||
+			ts.BatchesDropped == 0 || ts.BatchesDuplicated == 0 || ts.BatchesReordered == 0 ||
+			ts.BatchesDelayed == 0 || ts.AcksDropped == 0) {
+			t.Fatal("heavy faults did not exercise every recovery path")
+		}
 	}
 	waitGoroutines(t, base)
 }
@@ -540,5 +556,104 @@ func TestNewShipperValidates(t *testing.T) {
 	if o.MaxInFlight != 32 || o.RetransmitTimeout != 500*time.Millisecond || o.MaxBackoff != 10*time.Second ||
 		o.PollInterval != 10*time.Millisecond || o.Logf == nil {
 		t.Fatalf("defaults %+v", o)
+	}
+}
+
+// BenchmarkShipperInProcess measures shipping through the in-process
+// transport to the position-gating fake follower: batches of 100 small
+// events, no faults; reports batches/s.
+func BenchmarkShipperInProcess(b *testing.B) {
+	m := newMemLog(0)
+	for i := 0; i < b.N; i++ {
+		m.append(b, 1, 100)
+	}
+	tr := NewInProcess(FaultsNone, 1)
+	defer tr.Close()
+	o := testShipperOptions(tr, m)
+	o.MaxInFlight = 32
+	o.RetransmitTimeout = time.Hour
+	s, err := NewShipper(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &fakeFollower{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ResetTimer()
+	go s.Run(ctx)
+	go f.serve(ctx, tr)
+	if err := s.WaitAcked(ctx, m.lastLSN()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
+}
+
+// TestShipperRefusalStorm scripts the follower: the first batch of a full
+// window is lost, so it refuses every batch of the window. The shipper must
+// go back once, not once per refusal, and ignore a stale ack afterwards.
+func TestShipperRefusalStorm(t *testing.T) {
+	ctx := context.Background()
+	m := newMemLog(0)
+	for i := 0; i < 8; i++ {
+		m.append(t, 1, 1)
+	}
+	tr := NewInProcess(FaultsNone, 1)
+	defer tr.Close()
+	o := testShipperOptions(tr, m)
+	o.RetransmitTimeout = time.Hour
+	s, _ := NewShipper(o)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- s.Run(cctx) }()
+	fc, err := tr.Dial(ctx, Ack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvLSNs := func(n int) []uint64 {
+		var out []uint64
+		for i := 0; i < n; i++ {
+			b, err := fc.Recv(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := wal.DecodeHeader(b)
+			out = append(out, h.FirstLSN)
+		}
+		return out
+	}
+	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	if got := recvLSNs(8); !slices.Equal(got, want) {
+		t.Fatalf("first window %v", got)
+	}
+	for i := 0; i < 8; i++ {
+		if err := fc.Send(ctx, Ack{AppliedLSN: 0, Refused: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := recvLSNs(8); !slices.Equal(got, want) {
+		t.Fatalf("resent window %v", got)
+	}
+	if err := fc.Send(ctx, Ack{AppliedLSN: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitAcked(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.Send(ctx, Ack{AppliedLSN: 3}); err != nil { // stale, e.g. delayed in transit
+		t.Fatal(err)
+	}
+	if err := fc.Send(ctx, Ack{AppliedLSN: 8, Refused: true}); err != nil { // nothing beyond 8: no rewind
+		t.Fatal(err)
+	}
+	for s.Stats().Acks < 11 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Rewinds != 1 || st.Refusals != 9 || st.BatchesSent != 16 || st.BatchesResent != 8 || st.AckedLSN != 8 {
+		t.Fatalf("stats %+v", st)
 	}
 }

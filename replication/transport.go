@@ -30,9 +30,13 @@ package replication
 //   - Errors: ErrDisconnected when the link is gone (peer closed, network
 //     fault); the connection is dead and the follower dials again with a fresh
 //     hello, the leader Accepts again. ErrClosed after this side closed the
-//     connection or the whole transport. A cancelled ctx makes a blocked call
-//     return ctx.Err() and leaves the connection usable. Errors are wrapped;
-//     test them with errors.Is.
+//     connection or the whole transport. Errors are wrapped; test them with
+//     errors.Is.
+//   - Cancellation: a cancelled ctx makes a blocked call return ctx.Err()
+//     promptly. After a Send returned ctx.Err() the batch may or may not have
+//     gone out, and a stream transport may have had to end the stream to
+//     unblock it, so callers treat that connection as dead (the Shipper
+//     closes it). The in-process transport keeps the connection usable.
 //   - Backpressure: Send may block while the link's buffer is full; ctx bounds
 //     the wait. The Shipper bounds unacknowledged batches itself
 //     (ShipperOptions.MaxInFlight), so a transport's buffer only smooths bursts.
