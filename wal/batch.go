@@ -26,6 +26,8 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+func crc32Castagnoli(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
 // Header is a decoded batch header.
 type Header struct {
 	Version  uint16

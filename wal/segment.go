@@ -1,0 +1,242 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	segSuffix     = ".wal"
+	segShardDigit = 10 // math.MaxUint32 has 10 decimal digits
+	segLSNDigits  = 20 // math.MaxUint64 has 20 decimal digits
+	segNameLen    = segShardDigit + 1 + segLSNDigits + len(segSuffix)
+	sectorSize    = 512
+)
+
+// SegmentName returns the file name of the segment of shard whose first batch
+// starts at firstLSN: shard in 10 and LSN in 20 zero-padded decimal digits, so
+// lexical order is numeric order (e.g. shard 3, LSN 4096 →
+// "0000000003-00000000000000004096.wal").
+func SegmentName(shard uint32, firstLSN uint64) string {
+	return fmt.Sprintf("%0*d-%0*d%s", segShardDigit, shard, segLSNDigits, firstLSN, segSuffix)
+}
+
+// ParseSegmentName is the strict inverse of SegmentName: anything but exactly
+// that form (length, digits only, dash, suffix, values in range, LSN ≥ 1) is
+// ErrBadSegmentName.
+func ParseSegmentName(name string) (shard uint32, firstLSN uint64, err error) {
+	bad := func(why string) (uint32, uint64, error) {
+		return 0, 0, fmt.Errorf("%w: %q: %s", ErrBadSegmentName, name, why)
+	}
+	if len(name) != segNameLen || !strings.HasSuffix(name, segSuffix) || name[segShardDigit] != '-' {
+		return bad("want SSSSSSSSSS-LLLLLLLLLLLLLLLLLLLL.wal")
+	}
+	s, l := name[:segShardDigit], name[segShardDigit+1:segShardDigit+1+segLSNDigits]
+	for _, part := range []string{s, l} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return bad("non-digit")
+			}
+		}
+	}
+	sh, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return bad("shard out of range")
+	}
+	lsn, err := strconv.ParseUint(l, 10, 64)
+	if err != nil {
+		return bad("LSN out of range")
+	}
+	if lsn == 0 {
+		return bad("LSN 0")
+	}
+	return uint32(sh), lsn, nil
+}
+
+type segment struct {
+	name  string
+	first uint64
+}
+
+// listSegments returns shard's segments in dir ordered by first LSN. Files
+// without the .wal suffix are not ours and are ignored; a .wal file whose name
+// does not parse is an error, since guessing could skip or misorder data.
+func listSegments(dir string, shard uint32) ([]segment, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []segment
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), segSuffix) {
+			continue
+		}
+		sh, first, err := ParseSegmentName(e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("wal: directory %s: %w", dir, err)
+		}
+		if sh == shard {
+			segs = append(segs, segment{name: e.Name(), first: first})
+		}
+	}
+	slices.SortFunc(segs, func(a, b segment) int {
+		switch {
+		case a.first < b.first:
+			return -1
+		case a.first > b.first:
+			return 1
+		}
+		return 0
+	})
+	return segs, nil
+}
+
+// scanResult describes the valid prefix of a segment.
+type scanResult struct {
+	end  int64  // offset just past the last valid batch
+	next uint64 // LSN after the last valid batch (seg.first if none)
+	torn bool   // bytes after end are a torn tail (only for the last segment)
+}
+
+// scanSegment validates the batches of one segment. For a non-last segment it
+// walks headers only (framing, shard, LSN continuity) and the segment must end
+// exactly after a batch. For the last segment it also verifies body CRCs and
+// classifies what follows the last valid batch: a torn tail (see the package
+// doc for the exact rule) or corruption. buf is scratch space.
+func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) (scanResult, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return scanResult{}, err
+	}
+	size := st.Size()
+	res := scanResult{next: seg.first}
+	var hdr [HeaderSize]byte
+	errAt := func(off int64, err error) error {
+		return fmt.Errorf("wal: segment %s offset %d: %w", seg.name, off, err)
+	}
+	for off := int64(0); off < size; {
+		rem := size - off
+		if rem < HeaderSize {
+			if last {
+				res.torn = true
+				return res, nil
+			}
+			return res, errAt(off, fmt.Errorf("%w: %d bytes after last batch of non-last segment", ErrTruncated, rem))
+		}
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return res, errAt(off, err)
+		}
+		h, err := DecodeHeader(hdr[:])
+		if err != nil {
+			if last {
+				zero, zerr := allZero(f, off, size)
+				if zerr != nil {
+					return res, errAt(off, zerr)
+				}
+				if zero {
+					res.torn = true
+					return res, nil
+				}
+			}
+			return res, errAt(off, err)
+		}
+		if h.Shard != shard {
+			return res, errAt(off, fmt.Errorf("%w: batch of shard %d in a segment of shard %d", ErrCorrupt, h.Shard, shard))
+		}
+		if h.FirstLSN != res.next {
+			return res, errAt(off, fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, res.next))
+		}
+		n := int64(h.Size())
+		if n > rem {
+			if last {
+				res.torn = true
+				return res, nil
+			}
+			return res, errAt(off, fmt.Errorf("%w: batch of %d bytes, %d left in non-last segment", ErrTruncated, n, rem))
+		}
+		if last {
+			b := slices.Grow((*buf)[:0], int(n))[:n]
+			*buf = b
+			if _, err := f.ReadAt(b, off); err != nil {
+				return res, errAt(off, err)
+			}
+			if _, err := checkBody(h, b); err != nil {
+				if off+n == size && hasZeroSector(b, off) {
+					res.torn = true
+					return res, nil
+				}
+				return res, errAt(off, err)
+			}
+		}
+		off += n
+		res.end, res.next = off, h.LastLSN()+1
+	}
+	return res, nil
+}
+
+// checkBody verifies the body CRC of a whole batch b with header h.
+func checkBody(h Header, b []byte) ([]byte, error) {
+	if got := crc32Castagnoli(b[HeaderSize:h.Size()]); got != h.BodyCRC {
+		return nil, fmt.Errorf("%w: body crc %#08x, header says %#08x", ErrChecksum, got, h.BodyCRC)
+	}
+	return b[:h.Size()], nil
+}
+
+// allZero reports whether f[off:size] is all zero bytes.
+func allZero(f *os.File, off, size int64) (bool, error) {
+	var chunk [32 << 10]byte
+	for off < size {
+		n := min(int64(len(chunk)), size-off)
+		if _, err := f.ReadAt(chunk[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		for _, c := range chunk[:n] {
+			if c != 0 {
+				return false, nil
+			}
+		}
+		off += n
+	}
+	return true, nil
+}
+
+// hasZeroSector reports whether b, which lies at file offset off, contains an
+// all-zero sector-aligned 512-byte block: the trace of a write whose size
+// update reached the disk but some of whose pages did not.
+func hasZeroSector(b []byte, off int64) bool {
+	start := (sectorSize - off%sectorSize) % sectorSize
+	for s := start; s+sectorSize <= int64(len(b)); s += sectorSize {
+		zero := true
+		for _, c := range b[s : s+sectorSize] {
+			if c != 0 {
+				zero = false
+				break
+			}
+		}
+		if zero {
+			return true
+		}
+	}
+	return false
+}
+
+// syncDir makes file creations in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func segPath(dir, name string) string { return filepath.Join(dir, name) }

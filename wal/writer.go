@@ -1,0 +1,268 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// SyncPolicy says when the Writer makes appended batches durable.
+type SyncPolicy uint8
+
+const (
+	// SyncEveryBatch syncs each batch before Append returns (the default):
+	// an acknowledged batch survives a crash.
+	SyncEveryBatch SyncPolicy = iota
+	// SyncManual syncs only on Sync, Close and segment rolls; the caller
+	// trades durability of recent batches for throughput.
+	SyncManual
+)
+
+// DefaultSegmentSize is the default WriterOptions.SegmentSize.
+const DefaultSegmentSize = 64 << 20
+
+// WriterOptions configures a Writer.
+type WriterOptions struct {
+	// Shard is the shard whose log this is; it is written into every batch
+	// header and segment name. Default 0.
+	Shard uint32
+	// SegmentSize is the size past which the Writer rolls to a new segment.
+	// A batch never spans segments, so a segment exceeds SegmentSize only
+	// when it holds a single batch larger than it. Default 64 MiB.
+	SegmentSize int64
+	// Sync is the sync policy. Default SyncEveryBatch.
+	Sync SyncPolicy
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *WriterOptions) EnsureDefaults() {
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+}
+
+// Writer appends batches to the log of one shard in a directory. It is safe
+// for concurrent use; appends are serialized. After an I/O error the Writer
+// is failed: every later call returns that error (a failed write or fsync
+// leaves the file in an unknown state; reopening recovers it).
+type Writer struct {
+	mu      sync.Mutex
+	dir     string
+	opts    WriterOptions
+	f       *os.File // active (last) segment
+	segName string
+	size    int64 // bytes in the active segment; next batch goes here
+	buf     []byte
+	err     error // sticky
+	closed  bool
+
+	next    atomic.Uint64 // LSN of the next appended event
+	durable atomic.Uint64 // highest LSN known synced
+}
+
+// OpenWriter opens (creating if needed) the log of opts.Shard in dir and
+// recovers it: it verifies the segments as described in the package doc,
+// truncates a torn tail of the last segment, and positions after the last
+// valid batch. A log with no segments starts at LSN 1. Corruption that is not
+// a torn tail fails with a typed error and changes nothing on disk.
+func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
+	w := &Writer{dir: dir}
+	if opts != nil {
+		w.opts = *opts
+	}
+	w.opts.EnsureDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	segs, err := listSegments(dir, w.opts.Shard)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) == 0 {
+		if err := w.createSegment(1); err != nil {
+			return nil, err
+		}
+		w.next.Store(1)
+		w.durable.Store(0)
+		return w, nil
+	}
+	var scratch []byte
+	next := segs[0].first
+	for i, seg := range segs {
+		if seg.first != next {
+			return nil, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
+				seg.name, ErrCorrupt, seg.first, next)
+		}
+		last := i == len(segs)-1
+		flag := os.O_RDONLY
+		if last {
+			flag = os.O_RDWR
+		}
+		f, err := os.OpenFile(segPath(dir, seg.name), flag, 0)
+		if err != nil {
+			return nil, err
+		}
+		res, err := scanSegment(f, seg, w.opts.Shard, last, &scratch)
+		if err == nil && res.torn {
+			// Only a never-acknowledged append is cut: see the torn-tail rule.
+			err = f.Truncate(res.end)
+		}
+		if err == nil && last {
+			// What a crashed process wrote may sit only in the page cache;
+			// sync so that DurableLSN below is true.
+			err = syncData(f)
+		}
+		if err != nil || !last {
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		next = res.next
+		if last {
+			w.f, w.segName, w.size = f, seg.name, res.end
+		}
+	}
+	w.next.Store(next)
+	w.durable.Store(next - 1)
+	return w, nil
+}
+
+// createSegment creates and switches to a new empty segment starting at first.
+func (w *Writer) createSegment(first uint64) error {
+	name := SegmentName(w.opts.Shard, first)
+	f, err := os.OpenFile(segPath(w.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := syncDir(w.dir); err != nil {
+		_ = f.Close()
+		return err
+	}
+	w.f, w.segName, w.size = f, name, 0
+	return nil
+}
+
+// fail records a sticky I/O error.
+func (w *Writer) fail(err error) error {
+	w.err = fmt.Errorf("wal: writer failed (reopen to recover): %w", err)
+	return w.err
+}
+
+// Append encodes events as one batch of epoch, assigns them the next LSNs
+// (setting events[i].LSN) and appends it, rolling the segment first if the
+// batch would push a non-empty segment past SegmentSize. With SyncEveryBatch
+// the batch is durable when Append returns. Invalid events (ErrInvalidEvent,
+// ErrTooLarge) change nothing.
+func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return Header{}, ErrClosed
+	}
+	if w.err != nil {
+		return Header{}, w.err
+	}
+	buf, h, err := appendBatch(w.buf[:0], w.opts.Shard, epoch, w.next.Load(), events)
+	if err != nil {
+		return Header{}, err
+	}
+	if cap(buf) <= 4<<20 { // keep a reusable buffer, but do not pin a rare huge one
+		w.buf = buf
+	}
+	if w.size > 0 && w.size+int64(len(buf)) > w.opts.SegmentSize {
+		if err := w.roll(h.FirstLSN); err != nil {
+			return Header{}, err
+		}
+	}
+	if _, err := w.f.WriteAt(buf, w.size); err != nil {
+		// Try to cut the partial batch so a reader does not stall on it;
+		// the writer stays failed either way.
+		_ = w.f.Truncate(w.size)
+		return Header{}, w.fail(err)
+	}
+	w.size += int64(len(buf))
+	w.next.Store(h.LastLSN() + 1)
+	if w.opts.Sync == SyncEveryBatch {
+		if err := syncData(w.f); err != nil {
+			return Header{}, w.fail(err)
+		}
+		w.durable.Store(h.LastLSN())
+	}
+	for i := range events {
+		events[i].LSN = h.FirstLSN + uint64(i)
+	}
+	return h, nil
+}
+
+// roll syncs and closes the active segment and starts one at first. The old
+// segment is synced first so that only the last segment can ever be torn.
+func (w *Writer) roll(first uint64) error {
+	if err := syncData(w.f); err != nil {
+		return w.fail(err)
+	}
+	w.durable.Store(first - 1)
+	if err := w.f.Close(); err != nil {
+		return w.fail(err)
+	}
+	w.f = nil
+	if err := w.createSegment(first); err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// Sync makes every appended batch durable.
+func (w *Writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if err := syncData(w.f); err != nil {
+		return w.fail(err)
+	}
+	w.durable.Store(w.next.Load() - 1)
+	return nil
+}
+
+// NextLSN is the LSN the next appended event will get.
+func (w *Writer) NextLSN() uint64 { return w.next.Load() }
+
+// DurableLSN is the highest LSN known to be synced (0 if none). A Reader can
+// see batches beyond it; a shipper that must not ship what a crash could
+// lose should stop here.
+func (w *Writer) DurableLSN() uint64 { return w.durable.Load() }
+
+// Close syncs and closes the Writer. A second Close returns ErrClosed.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.closed = true
+	if w.f == nil {
+		return w.err
+	}
+	var err error
+	if w.err == nil {
+		err = syncData(w.f)
+		if err == nil {
+			w.durable.Store(w.next.Load() - 1)
+		}
+	}
+	err = errors.Join(err, w.f.Close())
+	w.f = nil
+	if w.err != nil {
+		return w.err
+	}
+	return err
+}
