@@ -144,22 +144,16 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 }
 
 // nextSegment returns the segment following the current one, or ok=false if
-// there is none yet. A later segment that does not start at r.expect is a
-// gap in the log.
+// there is none yet.
 func (r *Reader) nextSegment() (segment, bool, error) {
 	segs, err := listSegments(r.dir, r.shard)
 	if err != nil {
 		return segment{}, false, err
 	}
 	for _, s := range segs {
-		if s.first <= r.seg.first {
-			continue
+		if s.first > r.seg.first {
+			return s, true, nil
 		}
-		if s.first != r.expect {
-			return segment{}, false, r.errAt(fmt.Errorf("%w: next segment %s starts at LSN %d, want %d",
-				ErrCorrupt, s.name, s.first, r.expect))
-		}
-		return s, true, nil
 	}
 	return segment{}, false, nil
 }
@@ -200,6 +194,10 @@ func (r *Reader) Next() (Header, []byte, error) {
 			if !ok {
 				if r.size != r.off {
 					return Header{}, nil, r.errAt(fmt.Errorf("%w: incomplete batch at end of non-last segment", ErrTruncated))
+				}
+				if seg.first != r.expect {
+					return Header{}, nil, r.errAt(fmt.Errorf("%w: next segment %s starts at LSN %d, want %d",
+						ErrCorrupt, seg.name, seg.first, r.expect))
 				}
 				if err := r.open(seg); err != nil {
 					return Header{}, nil, err
