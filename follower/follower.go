@@ -1,0 +1,336 @@
+package follower
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+)
+
+// ErrClosed is returned by methods of a closed Follower.
+var ErrClosed = errors.New("follower: closed")
+
+// ErrNotStore is returned by OpenReadOnly for a directory that holds no
+// oncewal follower store.
+var ErrNotStore = errors.New("follower: not an oncewal follower store")
+
+// Options configures a Follower. Every zero field takes the default named in
+// its comment (see EnsureDefaults); Open validates the result and reports all
+// problems at once.
+type Options struct {
+	// Shard is the shard this follower serves; batches of other shards are
+	// refused with replication.ErrWrongShard. Default 0.
+	Shard uint32
+	// WindowCapacity is the number of idempotency keys remembered.
+	// Default idempotency.DefaultCapacity (100,000).
+	WindowCapacity int
+	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
+	// Pebble. Default 1<<20 sessions.
+	HWMCacheSize int
+	// RetentionHorizon is how long, on the WAL clock, a closed or idle
+	// session's HWM is kept before garbage collection. It must exceed the
+	// longest delay with which an event can be redelivered. Default 24h.
+	RetentionHorizon time.Duration
+	// NoSync commits without waiting for fsync (see
+	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
+	NoSync bool
+	// Applier is the state machine events are applied to. Default: the
+	// session state machine (session.State via replication.SessionApplier).
+	Applier replication.Applier
+	// Logger receives the follower's log lines. Default slog.Default().
+	Logger *slog.Logger
+	// FS is the filesystem Pebble uses. Default vfs.Default (the OS). Tests
+	// pass vfs.NewCrashableMem() or an errorfs wrapper.
+	FS vfs.FS
+	// ReconnectBackoff is the first wait before redialling a dropped
+	// transport; it doubles up to 32× on repeated failures. Default 10ms.
+	ReconnectBackoff time.Duration
+	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
+	// size, memtable size, …). It must not replace FS or Logger.
+	PebbleOptions func(*pebble.Options)
+}
+
+// EnsureDefaults fills unset fields with their documented defaults.
+func (o *Options) EnsureDefaults() *Options {
+	if o.WindowCapacity == 0 {
+		o.WindowCapacity = idempotency.DefaultCapacity
+	}
+	if o.HWMCacheSize == 0 {
+		o.HWMCacheSize = 1 << 20
+	}
+	if o.RetentionHorizon == 0 {
+		o.RetentionHorizon = 24 * time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.ReconnectBackoff == 0 {
+		o.ReconnectBackoff = 10 * time.Millisecond
+	}
+	return o
+}
+
+// Validate reports every invalid field in one error.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.WindowCapacity < 0 {
+		errs = append(errs, fmt.Errorf("WindowCapacity %d is negative", o.WindowCapacity))
+	}
+	if o.HWMCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("HWMCacheSize %d is negative", o.HWMCacheSize))
+	}
+	if o.RetentionHorizon < 0 {
+		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
+	}
+	if o.ReconnectBackoff < 0 {
+		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("follower: invalid options: %w", errors.Join(errs...))
+}
+
+// Follower is an embeddable follower node for one shard: a Pebble store, the
+// HWM tracker, the idempotency-key window and the segment receiver, wired.
+type Follower struct {
+	dir     string
+	opts    Options
+	db      *pebble.DB
+	tracker *session.Tracker
+	window  *idempotency.Store
+	state   *session.State
+	recv    *replication.Receiver
+
+	ctx    context.Context // cancelled by Close; parents every Serve
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (or creates) the follower store in dir and recovers its applied
+// position, epoch, HWMs and window from it.
+func Open(dir string, opts *Options) (*Follower, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	logf := func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
+	po := &pebble.Options{
+		FS:                 o.FS,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             replication.FatalLogger{Logf: logf},
+	}
+	if o.PebbleOptions != nil {
+		o.PebbleOptions(po)
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+	}
+	f, err := wire(dir, db, o, logf)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Follower, error) {
+	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
+		CacheSize:        o.HWMCacheSize,
+		RetentionHorizon: o.RetentionHorizon,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follower: %w", err)
+	}
+	f := &Follower{
+		dir: dir, opts: o, db: db, tracker: tracker,
+		window: idempotency.NewStore(o.WindowCapacity),
+		state:  session.NewState(db),
+	}
+	applier := o.Applier
+	if applier == nil {
+		applier = replication.SessionApplier{State: f.state}
+	}
+	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
+		Shard:  o.Shard,
+		NoSync: o.NoSync,
+		Logf:   logf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follower: %w", err)
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	lsn, epoch := f.recv.Position()
+	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
+		"applied_lsn", lsn, "epoch", epoch, "window", f.window.Len())
+	return f, nil
+}
+
+// Apply applies one shipped batch (see replication.Receiver.Apply). Embedders
+// with their own transport call it directly and send back the returned ack.
+func (f *Follower) Apply(batch []byte) (replication.Result, error) {
+	if f.ctx.Err() != nil {
+		return replication.Result{Ack: f.recv.Hello()}, ErrClosed
+	}
+	return f.recv.Apply(batch)
+}
+
+// Serve connects through d and applies what the leader ships until ctx ends,
+// Close is called, or the store fails (replication.ErrStoreFailed, after
+// which the follower must be closed and reopened). It redials with backoff
+// whenever the link drops, each time stating its durable position in the
+// handshake. It returns nil when stopped by ctx or Close.
+func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
+	if f.ctx.Err() != nil {
+		return ErrClosed
+	}
+	f.wg.Add(1)
+	defer f.wg.Done()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-f.ctx.Done():
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+
+	backoff := f.opts.ReconnectBackoff
+	for ctx.Err() == nil {
+		conn, err := d.Dial(ctx, f.recv.Hello())
+		if err == nil {
+			backoff = f.opts.ReconnectBackoff
+			err = f.serveConn(ctx, conn)
+			_ = conn.Close()
+			if errors.Is(err, replication.ErrStoreFailed) {
+				f.opts.Logger.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		f.opts.Logger.Debug("oncewal follower: link down, redialling", "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(2*backoff, 32*f.opts.ReconnectBackoff)
+	}
+	return nil
+}
+
+func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn) error {
+	for {
+		batch, err := conn.Recv(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := f.recv.Apply(batch)
+		if errors.Is(err, replication.ErrStoreFailed) {
+			_ = conn.Send(ctx, res.Ack)
+			return err
+		}
+		if err != nil && !errors.Is(err, replication.ErrSeqGap) && !errors.Is(err, replication.ErrOutOfOrder) {
+			f.opts.Logger.Warn("oncewal follower: batch refused", "err", err)
+		}
+		if err := conn.Send(ctx, res.Ack); err != nil {
+			return err
+		}
+	}
+}
+
+// Position returns the applied LSN and the highest committed epoch.
+func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Position() }
+
+// Stats returns a snapshot of the receiver's counters plus the window size.
+func (f *Follower) Stats() Stats {
+	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity()}
+}
+
+// State is the read API of the default session state machine (valid when
+// Options.Applier was left nil).
+func (f *Follower) State() *session.State { return f.state }
+
+// Tracker exposes the session HWMs (read-only use: Get, Clock).
+func (f *Follower) Tracker() *session.Tracker { return f.tracker }
+
+// DB returns the underlying Pebble store, for embedders that read their own
+// Applier's rows. Writing to it outside an Applier voids every guarantee.
+func (f *Follower) DB() *pebble.DB { return f.db }
+
+// Close stops every Serve, waits for them, and closes the store. Writes are
+// already durable (each batch commits with Sync unless NoSync); Close also
+// flushes the memtable so the next Open replays no WAL. Close is idempotent.
+func (f *Follower) Close() error {
+	f.closeOnce.Do(func() {
+		f.cancel()
+		f.wg.Wait()
+		var errs []error
+		if err := flush(f.db); err != nil {
+			errs = append(errs, err)
+		}
+		if err := f.db.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		f.closeErr = errors.Join(errs...)
+	})
+	return f.closeErr
+}
+
+// flush flushes the memtable, converting a fatal Pebble error into an error.
+func flush(db *pebble.DB) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if fe, ok := p.(*replication.FatalError); ok {
+				err = fe
+				return
+			}
+			panic(p)
+		}
+	}()
+	return db.Flush()
+}
+
+// Stats is a follower's readable state.
+type Stats struct {
+	Receiver       replication.Stats
+	WindowLen      int
+	WindowCapacity int
+}
+
+var _ io.Closer = (*Follower)(nil)
+
+// Kill stops the follower the way a killed process stops, for fault drills:
+// Serve is cancelled wherever it is and the store is closed without the
+// clean-shutdown flush, so the next Open replays Pebble's WAL. (Power loss,
+// where unsynced writes vanish, is simulated in tests with vfs.CrashClone.)
+func (f *Follower) Kill() error {
+	f.closeOnce.Do(func() {
+		f.cancel()
+		f.wg.Wait()
+		f.closeErr = f.db.Close()
+	})
+	return f.closeErr
+}

@@ -1,0 +1,57 @@
+package replication
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Applier is the embedding database's state machine: the one boundary where
+// oncewal hands decided events to user code.
+//
+// Apply receives, in log order, the events of one shipped batch that survived
+// both dedup layers, and must add their effects to b — the same Pebble batch
+// that carries the HWM advances and the applied position, so everything
+// commits together or not at all. Apply must not commit b, must not write
+// outside b, and must make later events in the slice see the effects of
+// earlier ones (b is not indexed; keep an overlay if you read back). Event
+// slices alias the shipped batch's buffer and are only valid during the call.
+//
+// An error from Apply aborts the whole batch: nothing is committed, the
+// receiver's in-memory state is untouched, and the batch may be delivered again.
+type Applier interface {
+	Apply(b *pebble.Batch, events []wal.Event) error
+}
+
+// SessionApplier is the default Applier: session-scoped put / delete / add on
+// keys, stored by session.State. Open and close events change no state rows
+// (the Tracker records the close).
+type SessionApplier struct {
+	State *session.State
+}
+
+// Apply implements Applier.
+func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
+	tx := a.State.Begin(b)
+	for i := range events {
+		ev := &events[i]
+		var err error
+		switch ev.Op {
+		case wal.OpPut:
+			err = tx.Put(ev.Session, ev.Key, ev.Value)
+		case wal.OpDelete:
+			err = tx.Delete(ev.Session, ev.Key)
+		case wal.OpAdd:
+			err = tx.Add(ev.Session, ev.Key, ev.Delta)
+		case wal.OpOpen, wal.OpClose:
+		default:
+			err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

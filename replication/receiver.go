@@ -1,0 +1,436 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Errors returned by Receiver.Apply. Each refusal leaves the store and the
+// receiver's memory exactly as they were; the ack that goes with it tells the
+// shipper to resend from the follower's applied position.
+var (
+	// ErrWrongShard: the batch belongs to a shard this receiver does not serve.
+	ErrWrongShard = errors.New("replication: batch for wrong shard")
+	// ErrStaleEpoch: the batch comes from a leader epoch lower than the highest
+	// this follower has committed. It fences a deposed leader.
+	ErrStaleEpoch = errors.New("replication: batch from stale leader epoch")
+	// ErrSeqGap: an event's SeqNo is above its session's HWM+1; events are
+	// missing, so the whole batch is refused and nothing past the hole applies.
+	ErrSeqGap = errors.New("replication: session SeqNo gap")
+	// ErrOutOfOrder: the batch starts beyond the applied position + 1; an earlier
+	// batch has not arrived (dropped or reordered in transit).
+	ErrOutOfOrder = errors.New("replication: batch ahead of applied position")
+	// ErrApply: the Applier returned an error; the batch was not committed.
+	ErrApply = errors.New("replication: applier failed")
+	// ErrStoreFailed: the Pebble commit failed. Pebble treats a failed WAL
+	// write or sync as fatal, so the receiver refuses all further batches; the
+	// embedder must close and reopen the follower, which recovers from disk.
+	ErrStoreFailed = errors.New("replication: store failed")
+)
+
+// Pebble keys owned by the receiver (the rest of the key space is documented
+// in package follower).
+var (
+	KeyPosition = []byte("m/position") // version byte + applied LSN (u64 LE)
+	KeyEpoch    = []byte("m/epoch")    // version byte + highest committed epoch (u64 LE)
+	KeyFormat   = []byte("m/format")   // version byte + store format (u64 LE)
+)
+
+const metaVersion = 1
+
+// StoreFormat is written at KeyFormat by the first commit. A store without it
+// is not an oncewal follower store.
+const StoreFormat = 1
+
+// ReceiverOptions configures a Receiver. The zero value is usable after
+// EnsureDefaults.
+type ReceiverOptions struct {
+	// Shard is the only shard this receiver accepts. Default 0.
+	Shard uint32
+	// NoSync commits batches without waiting for fsync. Default false: every
+	// batch that changes state is synced before it is acknowledged, so an ack
+	// always means durable. With NoSync an ack may cover a batch that a power
+	// failure loses; the follower then reports its real position at the next
+	// handshake and the leader resends, so exactly-once still holds, but the
+	// ack no longer proves durability.
+	NoSync bool
+	// GCEvery runs session garbage collection (see session.Tracker) inside
+	// every GCEvery-th committed batch. Default 64; negative disables.
+	GCEvery int
+	// GCLimit bounds the sessions collected per GC pass. Default 1024.
+	GCLimit int
+	// Logf receives rare diagnostic lines (journal problems). Default: discard.
+	Logf func(format string, args ...any)
+}
+
+// EnsureDefaults fills unset fields with their defaults and returns o.
+func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
+	if o.GCEvery == 0 {
+		o.GCEvery = 64
+	}
+	if o.GCLimit <= 0 {
+		o.GCLimit = 1024
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return o
+}
+
+// Result describes what Apply did with one batch.
+type Result struct {
+	Ack       Ack  // what to send back to the leader
+	Committed bool // a Pebble batch was committed
+	Applied   int  // events handed to the Applier
+	Discarded int  // events recognised as already applied
+	Skipped   int  // events skipped as closed / too old
+}
+
+// Receiver is the follower side of one shard: it applies shipped batches
+// exactly once. Apply is safe for concurrent use but serialises batches.
+type Receiver struct {
+	db      *pebble.DB
+	tracker *session.Tracker
+	window  *idempotency.Store
+	applier Applier
+	opts    ReceiverOptions
+	journal *journal
+
+	mu      sync.Mutex
+	applied uint64 // highest LSN committed; batches are applied in LSN order
+	epoch   uint64 // highest epoch committed
+	failed  error  // sticky after a fatal store error
+	commits uint64
+
+	// Scratch reused across batches; guarded by mu.
+	events  []wal.Event
+	keep    []wal.Event
+	inBatch map[idempotency.Key]struct{}
+	record  []idempotency.Key
+	meta    [9]byte
+
+	stats statsCounters
+}
+
+// NewReceiver reads the applied position, epoch and window journal from db and
+// returns a receiver that continues from them.
+func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.Store, applier Applier, opts *ReceiverOptions) (*Receiver, error) {
+	if db == nil || tracker == nil || window == nil || applier == nil {
+		return nil, errors.New("replication: NewReceiver needs a db, tracker, window and applier")
+	}
+	var o ReceiverOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	r := &Receiver{
+		db: db, tracker: tracker, window: window, applier: applier, opts: o,
+		inBatch: make(map[idempotency.Key]struct{}),
+	}
+	var err error
+	if r.applied, err = readMetaU64(db, KeyPosition); err != nil {
+		return nil, err
+	}
+	if r.epoch, err = readMetaU64(db, KeyEpoch); err != nil {
+		return nil, err
+	}
+	if r.journal, err = loadJournal(db, window, o.Logf); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Position returns the highest applied LSN and the highest committed epoch.
+func (r *Receiver) Position() (appliedLSN, epoch uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied, r.epoch
+}
+
+// Hello is the handshake a follower sends on (re)connect.
+func (r *Receiver) Hello() Ack {
+	lsn, epoch := r.Position()
+	return Ack{Shard: r.opts.Shard, Epoch: epoch, AppliedLSN: lsn}
+}
+
+// Apply decodes, validates and applies one shipped batch. The returned Result
+// always carries the ack to send, also when err is non-nil; Ack.Refused tells
+// the leader to resend from Ack.AppliedLSN+1.
+//
+// Order of decisions, each taken before anything is written:
+//  1. decode and verify checksums, version, limits (wal errors);
+//  2. shard (ErrWrongShard) and epoch (ErrStaleEpoch) fencing;
+//  3. position: a batch wholly at or below the applied LSN is a redelivery and
+//     is discarded; one starting past applied+1 is refused (ErrOutOfOrder);
+//  4. per event, the SeqNo HWM (duplicate / gap → refuse all / closed / too old);
+//  5. per event, the idempotency-key window (and keys seen earlier in the batch);
+//  6. the Applier writes survivors into one Pebble batch with the HWM advances,
+//     the window journal, the position and the epoch; the batch is committed;
+//  7. only then do the in-memory HWMs, window, position and epoch change.
+func (r *Receiver) Apply(raw []byte) (Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := Result{Ack: Ack{Shard: r.opts.Shard, Epoch: r.epoch, AppliedLSN: r.applied}}
+	r.stats.batches.Add(1)
+	r.stats.bytes.Add(uint64(len(raw)))
+	if r.failed != nil {
+		res.Ack.Refused = true
+		return res, r.failed
+	}
+
+	h, events, err := wal.DecodeBatch(raw, r.events[:0])
+	r.events = events[:0]
+	if err != nil {
+		r.stats.corrupt.Add(1)
+		res.Ack.Refused = true
+		return res, err
+	}
+	r.stats.events.Add(uint64(len(events)))
+	refuse := func(counter *counter, err error) (Result, error) {
+		counter.Add(1)
+		r.stats.refusedEvents.Add(uint64(len(events)))
+		res.Ack.Refused = true
+		return res, err
+	}
+	if h.Shard != r.opts.Shard {
+		return refuse(&r.stats.wrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", ErrWrongShard, h.Shard, r.opts.Shard))
+	}
+	if h.Epoch < r.epoch {
+		return refuse(&r.stats.staleEpochs, fmt.Errorf("%w: batch epoch %d < %d", ErrStaleEpoch, h.Epoch, r.epoch))
+	}
+	if len(events) == 0 || h.LastLSN() <= r.applied {
+		r.stats.duplicateBatches.Add(1)
+		r.stats.discardedPosition.Add(uint64(len(events)))
+		res.Discarded = len(events)
+		return res, nil
+	}
+	if h.FirstLSN > r.applied+1 {
+		return refuse(&r.stats.outOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
+	}
+
+	b := r.db.NewBatch()
+	defer b.Close()
+	ttx := r.tracker.Begin(b)
+	committed := false
+	defer func() {
+		if !committed {
+			ttx.Abort()
+		}
+	}()
+
+	var c batchCounts
+	advanced := false
+	keep := r.keep[:0]
+	record := r.record[:0]
+	clear(r.inBatch)
+	for i := range events {
+		ev := &events[i]
+		if ev.LSN <= r.applied { // overlap with an already applied prefix
+			c.position++
+			continue
+		}
+		if ev.Seq != 0 {
+			d, err := ttx.Check(ev.Session, ev.Seq, ev.Time)
+			if err != nil {
+				return refuse(&r.stats.applyErrors, fmt.Errorf("%w: reading HWM: %v", ErrStoreFailed, err))
+			}
+			switch d {
+			case session.Duplicate:
+				c.hwm++
+				continue
+			case session.Gap:
+				hwm, _, _, _ := r.tracker.Get(ev.Session)
+				return refuse(&r.stats.seqGaps, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
+					ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
+			case session.Closed:
+				c.closed++
+				continue
+			case session.TooOld:
+				c.tooOld++
+				continue
+			}
+			// Apply: the SeqNo is consumed whether or not the window
+			// suppresses the operation, so the next SeqNo is not a gap.
+			advanced = true
+			if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
+				return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM advance: %v", ErrStoreFailed, err))
+			}
+			if ev.Op == wal.OpClose {
+				if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
+					return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM close: %v", ErrStoreFailed, err))
+				}
+			}
+		}
+		if ev.HasIdemKey {
+			if _, dup := r.inBatch[ev.IdemKey]; dup {
+				c.inBatch++
+				continue
+			}
+			r.inBatch[ev.IdemKey] = struct{}{}
+			record = append(record, ev.IdemKey)
+			if r.window.Contains(ev.IdemKey) {
+				c.window++
+				continue
+			}
+		}
+		keep = append(keep, *ev)
+	}
+	r.keep, r.record = keep[:0], record[:0]
+
+	if err := r.applier.Apply(b, keep); err != nil {
+		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrApply, err))
+	}
+	if err := ttx.Flush(); err != nil {
+		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM flush: %v", ErrStoreFailed, err))
+	}
+	r.commits++
+	if r.opts.GCEvery > 0 && r.commits%uint64(r.opts.GCEvery) == 0 {
+		if _, err := ttx.CollectGarbage(r.opts.GCLimit); err != nil {
+			return refuse(&r.stats.applyErrors, fmt.Errorf("%w: session GC: %v", ErrStoreFailed, err))
+		}
+	}
+	if err := r.journal.stage(b, h.LastLSN(), record, r.window.Capacity()); err != nil {
+		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
+	}
+	epoch := max(r.epoch, h.Epoch)
+	if err := r.stageMeta(b, h.LastLSN(), epoch); err != nil {
+		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
+	}
+	// A batch that changed nothing but the position need not wait for fsync:
+	// if a crash loses it, the batch is redelivered and discarded again.
+	sync := !r.opts.NoSync && (len(keep) > 0 || advanced)
+	if err := commit(b, sync); err != nil {
+		r.failed = fmt.Errorf("%w: %v", ErrStoreFailed, err)
+		return refuse(&r.stats.applyErrors, r.failed)
+	}
+	committed = true
+
+	// Invariant 4: memory follows the store, never leads it.
+	ttx.Commit()
+	for _, k := range record {
+		r.window.CheckAndRecord(k)
+	}
+	r.journal.committed()
+	r.applied, r.epoch = h.LastLSN(), epoch
+	r.stats.add(&c, len(keep))
+	r.stats.committed.Add(1)
+	res.Committed = true
+	res.Applied = len(keep)
+	res.Discarded = c.position + c.hwm + c.window + c.inBatch
+	res.Skipped = c.closed + c.tooOld
+	res.Ack = Ack{Shard: r.opts.Shard, Epoch: r.epoch, AppliedLSN: r.applied}
+	return res, nil
+}
+
+func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64) error {
+	r.meta[0] = metaVersion
+	binary.LittleEndian.PutUint64(r.meta[1:], lsn)
+	if err := b.Set(KeyPosition, r.meta[:], nil); err != nil {
+		return err
+	}
+	if epoch != r.epoch || r.applied == 0 {
+		binary.LittleEndian.PutUint64(r.meta[1:], epoch)
+		if err := b.Set(KeyEpoch, r.meta[:], nil); err != nil {
+			return err
+		}
+	}
+	if r.applied == 0 {
+		binary.LittleEndian.PutUint64(r.meta[1:], StoreFormat)
+		if err := b.Set(KeyFormat, r.meta[:], nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit commits b, turning Pebble's fatal-commit log call (which our
+// FatalLogger turns into a panic) into an error.
+func commit(b *pebble.Batch, sync bool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fe, ok := p.(*FatalError)
+			if !ok {
+				panic(p)
+			}
+			err = fe
+		}
+	}()
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	return b.Commit(opts)
+}
+
+// readMetaU64 reads a versioned u64 metadata value; absent means 0.
+func readMetaU64(db *pebble.DB, key []byte) (uint64, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("replication: reading %s: %w", key, err)
+	}
+	defer closer.Close()
+	if len(v) != 9 || v[0] != metaVersion {
+		return 0, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
+	}
+	return binary.LittleEndian.Uint64(v[1:]), nil
+}
+
+// ReadMeta reads the applied position and epoch persisted in db, e.g. from a
+// read-only store; ok is false when db holds no oncewal metadata at all.
+func ReadMeta(db *pebble.DB) (appliedLSN, epoch uint64, ok bool, err error) {
+	format, err := readMetaU64(db, KeyFormat)
+	if err != nil || format == 0 {
+		return 0, 0, false, err
+	}
+	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
+		return 0, 0, false, err
+	}
+	if epoch, err = readMetaU64(db, KeyEpoch); err != nil {
+		return 0, 0, false, err
+	}
+	return appliedLSN, epoch, true, nil
+}
+
+// FatalError is the panic value of FatalLogger.Fatalf and the error Apply
+// returns (wrapped in ErrStoreFailed) when Pebble declares a commit fatal.
+type FatalError struct{ Msg string }
+
+func (e *FatalError) Error() string { return e.Msg }
+
+// FatalLogger adapts a printf-style sink to pebble.Logger. Pebble v2 reports a
+// failed WAL write or sync through Logger.Fatalf, and its default logger exits
+// the process; FatalLogger panics with *FatalError instead, which the receiver
+// recovers into ErrStoreFailed on the committing goroutine. Install it as
+// pebble.Options.Logger for every store a Receiver writes to.
+type FatalLogger struct {
+	Logf func(format string, args ...any)
+}
+
+// Infof implements pebble.Logger.
+func (l FatalLogger) Infof(format string, args ...any) { l.logf(format, args...) }
+
+// Errorf implements pebble.Logger.
+func (l FatalLogger) Errorf(format string, args ...any) { l.logf(format, args...) }
+
+// Fatalf implements pebble.Logger by panicking with *FatalError.
+func (l FatalLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.logf("%s", msg)
+	panic(&FatalError{Msg: msg})
+}
+
+func (l FatalLogger) logf(format string, args ...any) {
+	if l.Logf != nil {
+		l.Logf(format, args...)
+	}
+}
