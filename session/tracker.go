@@ -144,6 +144,11 @@ type Tracker struct {
 
 	mu       sync.Mutex
 	gcCursor []byte // next HWM key to examine; nil = start of the prefix
+
+	// spare is the entries map of the last finished tx, cleared, so the next
+	// tx does not regrow a map of batch size (txs are serialized; one spare is
+	// enough).
+	spare atomic.Pointer[map[ID]txEntry]
 }
 
 // OpenTracker opens the Tracker on db, restoring the WAL clock. HWMs are read
@@ -231,7 +236,22 @@ func (t *Tracker) cutoff(clock int64) int64 {
 // Begin starts the tracker side of one Pebble batch. Writes go into b; the
 // in-memory view changes only at Commit.
 func (t *Tracker) Begin(b *pebble.Batch) *TrackerTx {
-	return &TrackerTx{t: t, b: b, clock: t.clock.Load()}
+	tx := &TrackerTx{t: t, b: b, clock: t.clock.Load()}
+	if m := t.spare.Swap(nil); m != nil {
+		tx.entries = *m
+	}
+	return tx
+}
+
+// release hands the tx's map back for reuse; the tx cannot touch it again
+// because every method checks done first.
+func (tx *TrackerTx) release() {
+	if m := tx.entries; m != nil {
+		clear(m)
+		tx.t.spare.Store(&m)
+	}
+	tx.entries = nil
+	tx.dirty = nil
 }
 
 // entry states inside a tx.
@@ -285,13 +305,16 @@ func (tx *TrackerTx) Clock() int64 { return tx.clock }
 
 // lookup returns the session as this tx sees it: pending changes first, then
 // the cache, then Pebble (filling the cache with the committed record, which is
-// safe because txs are serialized).
+// safe because txs are serialized). The cache is read with Peek: a recency
+// update is a random write into the LRU list, which costs more than the lookup
+// itself at 100K+ sessions. Recency is refreshed when Commit re-adds a session
+// it advanced, so the cache keeps the sessions that are writing.
 func (tx *TrackerTx) lookup(id ID) (txEntry, error) {
 	if e, ok := tx.entries[id]; ok {
 		return e, nil
 	}
 	var e txEntry
-	if r, ok := tx.t.cache.Get(id); ok {
+	if r, ok := tx.t.cache.Peek(id); ok {
 		e = txEntry{rec: r, exists: true}
 	} else {
 		r, ok, err := tx.t.read(id)
@@ -488,16 +511,17 @@ func (tx *TrackerTx) Commit() {
 		t.gcCursor = tx.gcCursor
 		t.mu.Unlock()
 	}
-	tx.entries = nil
-	tx.dirty = nil
+	tx.release()
 }
 
 // Abort tells the tracker the batch failed (or will never be committed): the
 // pending changes are forgotten. Calling it twice, or after Commit, is a no-op.
 func (tx *TrackerTx) Abort() {
+	if tx.done {
+		return
+	}
 	tx.done = true
-	tx.entries = nil
-	tx.dirty = nil
+	tx.release()
 }
 
 // CollectGarbage deletes, in this tx's batch, the rows of expired sessions:

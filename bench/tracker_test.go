@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/session"
+)
+
+// quietLogger drops Pebble's informational logs so benchmark output stays
+// readable; errors still reach the test log through the failing call.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// trackerRig is a Pebble store with `sessions` HWM rows (flushed to sstables,
+// so a cache miss is a real point read) and a Tracker over it.
+type trackerRig struct {
+	db   *pebble.DB
+	tr   *session.Tracker
+	ids  []session.ID
+	hwm  []session.SeqNo
+	rng  *rand.Rand
+	base int64
+}
+
+func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
+	b.Helper()
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}, CacheSize: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	r := &trackerRig{db: db, ids: make([]session.ID, sessions), hwm: make([]session.SeqNo, sessions),
+		rng: rand.New(rand.NewPCG(1, 2)), base: 1_700_000_000_000_000_000}
+	tr, err := session.OpenTracker(db, &session.TrackerOptions{CacheSize: cache})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range r.ids {
+		r.ids[i] = session.NewID()
+	}
+	const chunk = 10_000
+	for lo := 0; lo < sessions; lo += chunk {
+		batch := db.NewBatch()
+		tx := tr.Begin(batch)
+		for i := lo; i < min(lo+chunk, sessions); i++ {
+			if err := tx.Advance(r.ids[i], 1, r.base); err != nil {
+				b.Fatal(err)
+			}
+			r.hwm[i] = 1
+		}
+		if err := tx.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		tx.Commit()
+		batch.Close()
+	}
+	if err := db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	// Reopen the tracker so the cache starts empty.
+	r.tr, err = session.OpenTracker(db, &session.TrackerOptions{CacheSize: cache})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// run processes b.N events, batchSize per Pebble batch, in runs of `run`
+// consecutive events of one random session. flushEach calls Flush after every
+// Advance, i.e. one HWM Set per event instead of one per session per batch.
+func (r *trackerRig) run(b *testing.B, batchSize, run int, flushEach bool) {
+	batch := r.db.NewBatch()
+	tx := r.tr.Begin(batch)
+	inBatch := 0
+	commit := func() {
+		if err := tx.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		tx.Commit()
+		batch.Reset()
+		tx = r.tr.Begin(batch)
+		inBatch = 0
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; {
+		s := r.rng.IntN(len(r.ids))
+		for k := 0; k < run && n < b.N; k, n = k+1, n+1 {
+			seq := r.hwm[s] + 1
+			d, err := tx.Check(r.ids[s], seq, r.base)
+			if err != nil || d != session.Apply {
+				b.Fatalf("check: %v %v", d, err)
+			}
+			if err := tx.Advance(r.ids[s], seq, r.base); err != nil {
+				b.Fatal(err)
+			}
+			if flushEach {
+				if err := tx.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			r.hwm[s] = seq
+			inBatch++
+		}
+		if inBatch >= batchSize {
+			commit()
+		}
+	}
+	commit()
+	b.StopTimer()
+	batch.Close()
+}
+
+// BenchmarkTracker measures Check+Advance per event, including the amortized
+// Flush, Pebble commit (NoSync) and Commit of 1000-event batches.
+//
+//	warm: 100K sessions, cache 1M, cache filled before timing.
+//	cold: 100K sessions, cache 1K: nearly every first touch of a session in a
+//	      batch is a Pebble point read.
+//	run=N: N consecutive events of one session; flush=each writes one HWM Set
+//	      per event (the write-through alternative to one Set per session).
+func BenchmarkTracker(b *testing.B) {
+	const sessions, batchSize = 100_000, 1000
+	for _, c := range []struct {
+		name  string
+		cache int
+	}{{"warm", 1 << 20}, {"cold", 1000}} {
+		for _, run := range []int{1, 8} {
+			for _, flushEach := range []bool{false, true} {
+				if run == 1 && flushEach {
+					continue // identical to flush=batch when each session appears once
+				}
+				mode := "batch"
+				if flushEach {
+					mode = "each"
+				}
+				b.Run(fmt.Sprintf("%s/run=%d/flush=%s", c.name, run, mode), func(b *testing.B) {
+					r := newTrackerRig(b, sessions, c.cache)
+					if c.name == "warm" {
+						for _, id := range r.ids { // fill the cache
+							if _, _, _, err := r.tr.Get(id); err != nil {
+								b.Fatal(err)
+							}
+						}
+						r.warm(b)
+					}
+					r.run(b, batchSize, run, flushEach)
+				})
+			}
+		}
+	}
+}
+
+// warm loads every session into the cache through a tx (Get does not fill it).
+func (r *trackerRig) warm(b *testing.B) {
+	batch := r.db.NewBatch()
+	defer batch.Close()
+	tx := r.tr.Begin(batch)
+	for i, id := range r.ids {
+		if _, err := tx.Check(id, r.hwm[i]+1, r.base); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tx.Abort()
+}
+
+// BenchmarkTrackerCheckDuplicate measures the redelivery path: Check of an
+// already applied event, warm cache, one tx per 1000 checks (aborted).
+func BenchmarkTrackerCheckDuplicate(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		cache int
+	}{{"warm", 1 << 20}, {"cold", 1000}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := newTrackerRig(b, 100_000, c.cache)
+			if c.name == "warm" {
+				r.warm(b)
+			}
+			batch := r.db.NewBatch()
+			defer batch.Close()
+			tx := r.tr.Begin(batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := range b.N {
+				if n%1000 == 999 {
+					tx.Abort()
+					tx = r.tr.Begin(batch)
+				}
+				s := r.rng.IntN(len(r.ids))
+				d, err := tx.Check(r.ids[s], 1, r.base)
+				if err != nil || d != session.Duplicate {
+					b.Fatalf("check: %v %v", d, err)
+				}
+			}
+		})
+	}
+}
