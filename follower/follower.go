@@ -283,15 +283,38 @@ func (f *Follower) DB() *pebble.DB { return f.db }
 // Close stops every Serve, waits for them, and closes the store. Writes are
 // already durable (each batch commits with Sync unless NoSync); Close also
 // flushes the memtable so the next Open replays no WAL. Close is idempotent.
+//
+// After replication.ErrStoreFailed the Pebble instance is wedged (its commit
+// pipeline stopped mid-write): Close then skips the flush and closes what it
+// can, and returns the store failure. Reopening the directory recovers.
 func (f *Follower) Close() error {
+	return f.shutdown(true)
+}
+
+// Kill stops the follower the way a killed process stops, for fault drills:
+// Serve is cancelled wherever it is and the store is closed without the
+// clean-shutdown flush, so the next Open replays Pebble's WAL. (Power loss,
+// where unsynced writes vanish, is simulated in tests with vfs.CrashClone.)
+func (f *Follower) Kill() error {
+	return f.shutdown(false)
+}
+
+func (f *Follower) shutdown(flush bool) error {
 	f.closeOnce.Do(func() {
 		f.cancel()
 		f.wg.Wait()
-		var errs []error
-		if err := flush(f.db); err != nil {
-			errs = append(errs, err)
+		if failed := f.recv.Err(); failed != nil {
+			_ = guard(f.db.Close) // best effort on a wedged store
+			f.closeErr = failed
+			return
 		}
-		if err := f.db.Close(); err != nil {
+		var errs []error
+		if flush {
+			if err := guard(f.db.Flush); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := guard(f.db.Close); err != nil {
 			errs = append(errs, err)
 		}
 		f.closeErr = errors.Join(errs...)
@@ -299,18 +322,15 @@ func (f *Follower) Close() error {
 	return f.closeErr
 }
 
-// flush flushes the memtable, converting a fatal Pebble error into an error.
-func flush(db *pebble.DB) (err error) {
+// guard runs a Pebble call, converting the panics of a failed store (our
+// FatalLogger's, or Pebble's own after a fatal commit) into errors.
+func guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			if fe, ok := p.(*replication.FatalError); ok {
-				err = fe
-				return
-			}
-			panic(p)
+			err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
 		}
 	}()
-	return db.Flush()
+	return fn()
 }
 
 // Stats is a follower's readable state.
@@ -322,15 +342,3 @@ type Stats struct {
 
 var _ io.Closer = (*Follower)(nil)
 
-// Kill stops the follower the way a killed process stops, for fault drills:
-// Serve is cancelled wherever it is and the store is closed without the
-// clean-shutdown flush, so the next Open replays Pebble's WAL. (Power loss,
-// where unsynced writes vanish, is simulated in tests with vfs.CrashClone.)
-func (f *Follower) Kill() error {
-	f.closeOnce.Do(func() {
-		f.cancel()
-		f.wg.Wait()
-		f.closeErr = f.db.Close()
-	})
-	return f.closeErr
-}

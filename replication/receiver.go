@@ -154,6 +154,13 @@ func (r *Receiver) Position() (appliedLSN, epoch uint64) {
 	return r.applied, r.epoch
 }
 
+// Err returns the sticky store failure (wrapping ErrStoreFailed), or nil.
+func (r *Receiver) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
 // Hello is the handshake a follower sends on (re)connect.
 func (r *Receiver) Hello() Ack {
 	lsn, epoch := r.Position()

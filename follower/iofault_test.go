@@ -1,0 +1,74 @@
+package follower_test
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// TestIOErrors injects write and sync failures into the follower's Pebble WAL
+// with vfs/errorfs. Pebble v2 declares such a commit fatal (Logger.Fatalf);
+// the follower must surface replication.ErrStoreFailed instead of exiting,
+// refuse everything after it, and — once reopened with the fault cleared —
+// finish delivery with the exactly-once invariant intact.
+func TestIOErrors(t *testing.T) {
+	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 3, Sessions: 5, Events: 300, DupRate: 0.1, RetryRate: 0.1, BatchSize: 10})
+	log := encodeLog(t, w, 0, 1)
+	// Pebble's WAL is written with Write and made durable with SyncData.
+	kinds := map[string]errorfs.OpKind{"write": errorfs.OpFileWrite, "syncdata": errorfs.OpFileSyncData}
+	for name, kind := range kinds {
+		for _, failAt := range []int{1, len(log) / 3, len(log) - 1} {
+			t.Run(fmt.Sprintf("%s/at-%d", name, failAt), func(t *testing.T) {
+				mem := vfs.NewCrashableMem()
+				var on atomic.Bool
+				inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+					if on.Load() && op.Kind == kind && strings.HasSuffix(op.Path, ".log") {
+						return errorfs.ErrInjected
+					}
+					return nil
+				})
+				f, err := follower.Open("/follower", &follower.Options{FS: errorfs.Wrap(mem, inj), Logger: quietLogger})
+				require.NoError(t, err)
+				for _, raw := range log[:failAt] {
+					_, err := f.Apply(raw)
+					require.NoError(t, err)
+				}
+				on.Store(true)
+				var failed bool
+				for _, raw := range log[failAt:] {
+					res, err := f.Apply(raw)
+					if err != nil {
+						require.ErrorIs(t, err, replication.ErrStoreFailed)
+						require.True(t, res.Ack.Refused)
+						failed = true
+						break
+					}
+				}
+				require.True(t, failed, "an injected %v error never surfaced", name)
+				// Poisoned: nothing more is applied, not even after the fault clears.
+				on.Store(false)
+				_, err = f.Apply(log[len(log)-1])
+				require.ErrorIs(t, err, replication.ErrStoreFailed)
+				_ = f.Close() // may report the failure again
+
+				// The process restarts; its disk holds what was synced.
+				f, err = follower.Open("/follower", &follower.Options{FS: mem.CrashClone(vfs.CrashCloneCfg{}), Logger: quietLogger})
+				require.NoError(t, err)
+				for _, raw := range log {
+					_, err := f.Apply(raw)
+					require.NoError(t, err)
+				}
+				require.NoError(t, w.Oracle.Verify(f.State()))
+				require.NoError(t, f.Close())
+			})
+		}
+	}
+}
