@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -176,14 +177,20 @@ func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {
 // checkExactlyOnce: the follower applied every batch of the log once, in order.
 func (f *fakeFollower) checkExactlyOnce(t *testing.T, m *memLog) {
 	t.Helper()
+	m.mu.Lock()
+	heads := slices.Clone(m.heads)
+	m.mu.Unlock()
+	f.checkHistory(t, heads)
+}
+
+func (f *fakeFollower) checkHistory(t *testing.T, heads []wal.Header) {
+	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(f.history) != len(m.heads) {
-		t.Fatalf("follower applied %d batches, log has %d", len(f.history), len(m.heads))
+	if len(f.history) != len(heads) {
+		t.Fatalf("follower applied %d batches, log has %d", len(f.history), len(heads))
 	}
-	for i, h := range m.heads {
+	for i, h := range heads {
 		if f.history[i] != h.FirstLSN {
 			t.Fatalf("batch %d: applied FirstLSN %d, want %d", i, f.history[i], h.FirstLSN)
 		}
@@ -586,6 +593,69 @@ func BenchmarkShipperInProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
+}
+
+// TestShipperRealWAL ships a live wal.Writer log, rolling over small
+// segments, through heavy faults, using the default wal.OpenReader.
+func TestShipperRealWAL(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for seed := uint64(1); seed <= 3; seed++ {
+		dir := t.TempDir()
+		w, err := wal.OpenWriter(dir, &wal.WriterOptions{Shard: 4, SegmentSize: 4 << 10, Sync: wal.SyncManual})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := NewInProcess(FaultsHeavy, seed)
+		notify := make(chan struct{}, 1)
+		s, err := NewShipper(ShipperOptions{
+			WALDir: dir, Shard: 4, Listener: tr, Epoch: func() uint64 { return 1 }, Notify: notify,
+			RetransmitTimeout: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, PollInterval: time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fakeFollower{shard: 4, epoch: 1}
+		ctx, cancel := context.WithCancel(context.Background())
+		runErr, serveErr := make(chan error, 1), make(chan error, 1)
+		go func() { runErr <- s.Run(ctx) }()
+		go func() { serveErr <- f.serve(ctx, tr) }()
+		var heads []wal.Header
+		for i := 0; i < 300; i++ {
+			evs := make([]wal.Event, 1+i%5)
+			for j := range evs {
+				evs[j] = wal.Event{Op: wal.OpAdd, Seq: 1, Key: []byte("counter"), Delta: int64(j)}
+			}
+			h, err := w.Append(1, evs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heads = append(heads, h)
+			signal(notify)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := s.WaitAcked(wctx, heads[len(heads)-1].LastLSN()); err != nil {
+			t.Fatalf("seed %d: %v; %+v", seed, err, s.Stats())
+		}
+		wcancel()
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-serveErr; err != nil {
+			t.Fatal(err)
+		}
+		tr.Close()
+		w.Close()
+		f.checkHistory(t, heads)
+		segs, _ := filepath.Glob(filepath.Join(dir, "*"))
+		if len(segs) < 3 {
+			t.Fatalf("only %d segments: the test should cross segment boundaries", len(segs))
+		}
+		if st := s.Stats(); st.Rewinds == 0 || st.ReaderErrors != 0 {
+			t.Fatalf("seed %d: stats %+v", seed, st)
+		}
+	}
+	waitGoroutines(t, base)
 }
 
 // TestShipperRefusalStorm scripts the follower: the first batch of a full
