@@ -3,6 +3,7 @@ package idempotency
 import (
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
 
 	"lukechampine.com/blake3/guts"
 
@@ -42,6 +43,19 @@ func DeriveKey(id session.ID, seq session.SeqNo, op []byte) Key {
 // DeriveKey hash without copying op into a contiguous buffer.
 func sum(head, op []byte) [8]uint32 {
 	total := len(head) + len(op)
+	if total <= guts.BlockSize {
+		// One block: DeriveKey of an op up to 40 bytes.
+		var b [guts.BlockSize]byte
+		n := copy(b[:], head)
+		copy(b[n:], op)
+		out := guts.CompressNode(guts.Node{
+			CV:       guts.IV,
+			Block:    guts.BytesToWords(b),
+			BlockLen: uint32(total),
+			Flags:    guts.FlagChunkStart | guts.FlagChunkEnd | guts.FlagRoot,
+		})
+		return [8]uint32(out[:8])
+	}
 	if total <= guts.ChunkSize {
 		// The common case: one chunk, no tree, nothing on the stack but a
 		// node.
@@ -92,39 +106,27 @@ func chunk(head, op []byte, start, end int, counter uint64) guts.Node {
 		BlockLen: guts.BlockSize,
 		Flags:    guts.FlagChunkStart,
 	}
+	// Fill the node's block in place (little-endian words, as guts does).
+	bb := (*[guts.BlockSize]byte)(unsafe.Pointer(&n.Block))
+	hl := len(head)
 	for off := start; ; off += guts.BlockSize {
-		blen := min(guts.BlockSize, end-off)
-		n.Block = block(head, op, off, blen)
-		if off+guts.BlockSize >= end {
-			n.BlockLen = uint32(blen)
+		last := off+guts.BlockSize >= end
+		switch {
+		case off >= hl && !last:
+			copy(bb[:], op[off-hl:])
+		case off >= hl:
+			*bb = [guts.BlockSize]byte{}
+			copy(bb[:], op[off-hl:end-hl])
+		default: // only the block at offset 0 overlaps head
+			*bb = [guts.BlockSize]byte{}
+			copy(bb[copy(bb[:], head):min(guts.BlockSize, end)], op)
+		}
+		if last {
+			n.BlockLen = uint32(end - off)
 			n.Flags |= guts.FlagChunkEnd
 			return n
 		}
 		n.CV = guts.ChainingValue(n)
 		n.Flags &^= guts.FlagChunkStart
 	}
-}
-
-// block returns message bytes [off, off+blen) as little-endian words,
-// zero-padded to a full block. Only the block at offset 0 can overlap head
-// because len(head) <= BlockSize.
-func block(head, op []byte, off, blen int) [16]uint32 {
-	hl := len(head)
-	if off >= hl && blen == guts.BlockSize {
-		// Full block wholly inside op: read the words in place.
-		p := op[off-hl : off-hl+guts.BlockSize]
-		var w [16]uint32
-		for i := range w {
-			w[i] = binary.LittleEndian.Uint32(p[4*i:])
-		}
-		return w
-	}
-	var b [guts.BlockSize]byte
-	if off < hl {
-		n := copy(b[:], head[off:])
-		copy(b[n:blen], op)
-	} else {
-		copy(b[:blen], op[off-hl:])
-	}
-	return guts.BytesToWords(b)
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // DefaultCapacity is the window size used when NewStore is given a
@@ -26,6 +28,13 @@ type entry struct {
 	prev, next int32 // LRU list: prev is toward MRU (head), next toward LRU (tail)
 }
 
+// The assembly in prefetch_amd64.s relies on this layout.
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(entry{})-24]
+	_ = [1]struct{}{}[unsafe.Offsetof(entry{}.prev)-16]
+	_ = [1]struct{}{}[unsafe.Offsetof(entry{}.next)-20]
+)
+
 // Store is the bounded window of recently seen keys: an exact LRU set of at
 // most Capacity keys. See the package documentation for the invariants.
 //
@@ -38,19 +47,23 @@ type entry struct {
 // following cluster back (no tombstones), so churn never degrades probing.
 // Everything is allocated by NewStore; no operation allocates.
 type Store struct {
-	mu       sync.Mutex
-	capacity int32
-	n        int32 // live keys
-	head     int32 // most recently seen, or nilIdx
-	tail     int32 // least recently seen, or nilIdx
-	free     int32 // free list (via next) of released entries, or nilIdx
-	used     int32 // entries[used:] have never been handed out
-	shift    uint8 // home slot = hash32 >> shift
-	mask     uint32
-	seed0    uint64
-	seed1    uint64
+	// Read-only after NewStore, read by every operation outside the lock:
+	// kept on their own cache lines so lock-holder writes don't evict them.
 	table    []uint64 // 0 = empty; else uint64(hash32)<<32 | uint64(index+1)
 	entries  []entry
+	seed0    uint64
+	seed1    uint64
+	mask     uint32
+	capacity int32
+	shift    uint8 // home slot = hash32 >> shift
+	_        [64]byte
+
+	mu   sync.Mutex
+	n    int32 // live keys
+	head int32 // most recently seen, or nilIdx
+	tail int32 // least recently seen, or nilIdx
+	free int32 // free list (via next) of released entries, or nilIdx
+	used int32 // entries[used:] have never been handed out
 }
 
 // NewStore returns an empty window remembering up to capacity keys
@@ -125,11 +138,11 @@ func (s *Store) deleteSlot(hole uint32) {
 		home := uint32(v>>32) >> s.shift
 		// Move j into the hole unless its home lies cyclically in (hole, j].
 		if (j-home)&s.mask >= (j-hole)&s.mask {
-			s.table[hole] = v
+			atomic.StoreUint64(&s.table[hole], v)
 			hole = j
 		}
 	}
-	s.table[hole] = 0
+	atomic.StoreUint64(&s.table[hole], 0)
 }
 
 func (s *Store) unlink(i int32) {
@@ -175,12 +188,17 @@ func (s *Store) removeIdx(i int32) {
 // true.
 func (s *Store) CheckAndRecord(k Key) bool {
 	h := s.hash32(&k)
+	s.warm(&k, h)
 	s.mu.Lock()
 	slot, i := s.find(&k, h)
 	if i != nilIdx {
 		if i != s.head {
+			wasTail := i == s.tail
 			s.unlink(i)
 			s.pushFront(i)
+			if wasTail && s.n == s.capacity {
+				s.prefetchVictim()
+			}
 		}
 		s.mu.Unlock()
 		return false
@@ -199,17 +217,63 @@ func (s *Store) CheckAndRecord(k Key) bool {
 		s.used++
 	}
 	s.entries[i].key = k
-	s.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
+	atomic.StoreUint64(&s.table[slot], uint64(h)<<32|uint64(uint32(i)+1))
 	s.pushFront(i)
 	s.n++
+	if s.n == s.capacity {
+		s.prefetchVictim()
+	}
 	s.mu.Unlock()
 	return true
+}
+
+// warm runs before taking the lock and pulls into cache the lines the
+// locked section will need for k: its probe slots and, if k is resident,
+// its entry. Cache misses are most of an operation's cost; taking them
+// outside the lock lets two goroutines overlap them, which is what makes
+// the one-lock store scale. The table is read with atomic loads (its
+// writers store atomically) and the result is only a hint: everything is
+// looked up again under the lock.
+func (s *Store) warm(k *Key, h uint32) {
+	// A miss records k and, when full, evicts the tail: warm the tail and
+	// the entry that becomes the next tail.
+	prefetchLinks(unsafe.Pointer(&s.entries[0]), &s.tail)
+	slot := h >> s.shift
+	for range 4 {
+		v := atomic.LoadUint64(&s.table[slot])
+		if v == 0 {
+			return
+		}
+		if uint32(v>>32) == h {
+			// A hit refreshes recency: warm its list neighbours too.
+			i := int32(uint32(v) - 1)
+			prefetchLinks(unsafe.Pointer(&s.entries[0]), &i)
+			return
+		}
+		slot = (slot + 1) & s.mask
+	}
+}
+
+// prefetchVictim pulls in what the next eviction touches: the tail entry's
+// table slot and the entry that becomes the tail after it. The tail entry
+// itself was just touched by the caller. Called under the lock.
+func (s *Store) prefetchVictim() {
+	t := s.tail
+	if t == nilIdx {
+		return
+	}
+	e := &s.entries[t]
+	prefetch(unsafe.Pointer(&s.table[s.hash32(&e.key)>>s.shift]))
+	if e.prev != nilIdx {
+		prefetch(unsafe.Pointer(&s.entries[e.prev]))
+	}
 }
 
 // Contains reports whether k is in the window without refreshing its
 // recency (so inspection never changes what gets evicted).
 func (s *Store) Contains(k Key) bool {
 	h := s.hash32(&k)
+	s.warm(&k, h)
 	s.mu.Lock()
 	_, i := s.find(&k, h)
 	s.mu.Unlock()
@@ -221,6 +285,7 @@ func (s *Store) Contains(k Key) bool {
 // an absent key does nothing.
 func (s *Store) Release(k Key) {
 	h := s.hash32(&k)
+	s.warm(&k, h)
 	s.mu.Lock()
 	slot, i := s.find(&k, h)
 	if i != nilIdx {

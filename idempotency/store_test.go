@@ -251,8 +251,13 @@ func (m model) checkAndRecord(k Key) bool {
 // capacity — and requires identical decisions, lengths and orders.
 func TestStoreDifferential(t *testing.T) {
 	steps := 200_000
-	if testing.Short() {
+	switch {
+	case os.Getenv("ONCEWAL_LONG") != "":
+		steps = 2_000_000
+	case testing.Short():
 		steps = 20_000
+	case raceEnabled:
+		steps = 50_000
 	}
 	for _, c := range []int{1, 2, 3, 8, 64, 1000, 4096} {
 		for seed := uint64(0); seed < 3; seed++ {
