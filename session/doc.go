@@ -22,9 +22,11 @@
 // record pending state; Flush writes one Set per changed session plus the WAL
 // clock into the batch and MUST be called before the batch commits. After the
 // caller's commit succeeds it calls tx.Commit, which publishes to the cache;
-// after a failure, tx.Abort, which leaves no trace. A StateTx writes through on
-// every op and remembers pending counters so an Add after a Put/Add/Delete of
-// the same key in the same batch builds on it.
+// after a failure, tx.Abort, which leaves no trace. TrackerTx.CollectGarbage
+// writes its deletions straight into the batch (no Flush needed for them).
+//
+// A StateTx writes through on every op and remembers pending counters, so an
+// Add after a Put/Add/Delete of the same key in the same batch builds on it.
 //
 // # Invariants
 //
@@ -41,21 +43,26 @@
 //     Advance/MarkClosed — never the follower's own clock — so every follower
 //     fed the same log decides the same. It is persisted at ClockKey in the same
 //     batch and restored by OpenTracker. A tx sees its own pending clock.
-//  5. Expiry: a session whose last activity (max timestamp of its advanced
-//     events) is older than clock − RetentionHorizon is expired and counts as
-//     unknown, whether or not CollectGarbage has deleted its row yet. Closing a
-//     session does not shorten this: a closed session's events can still be
-//     redelivered, and were its row gone, a redelivered seq 1 would be applied
-//     as a new session. GC therefore only reclaims space, never changes a
-//     decision, and runs inside a TrackerTx so it cannot race an Advance.
-//  6. The horizon must exceed the longest redelivery delay (in WAL-clock time):
-//     a redelivered event of an expired session has ts <= lastTS < clock −
-//     horizon and is refused as TooOld; if redelivery could take longer than the
-//     horizon after a session's last activity ... it still would be TooOld, but
-//     an event that was never applied and arrives that late would be dropped.
-//     Likewise a session idle longer than the horizon is over: its next SeqNo
-//     (> 1) checks as Gap forever, so the leader must expire sessions by the same
-//     rule (Sequencer.Forget) and clients open a new session.
+//  5. Expiry: a session whose last activity (max timestamp of its advanced or
+//     closed events) is older than clock − RetentionHorizon is expired and
+//     counts as unknown, whether or not CollectGarbage has deleted its row yet,
+//     so decisions never depend on when a follower ran GC. Closing a session
+//     does not shorten its retention: its applied events can still be
+//     redelivered, and were its row gone early, a redelivered seq 1 would be
+//     applied again as a new session. GC only reclaims space; it runs inside a
+//     TrackerTx (its deletions go into the same batch and reach the cache at
+//     Commit) so it cannot race an Advance.
+//  6. Horizon rule: RetentionHorizon must exceed the longest redelivery delay,
+//     measured on the WAL clock (clock at delivery − the event's timestamp),
+//     and the longest pause of a live session. Because lastTS is the session's
+//     maximum timestamp, a redelivered event of an expired or collected session
+//     always has ts <= lastTS < clock − horizon and is refused as TooOld, never
+//     applied as new. What a too-short horizon breaks is the other direction:
+//     an event first delivered later than the horizon is refused as TooOld
+//     (seq 1) or checks as Gap (seq > 1), and a session that pauses longer than
+//     the horizon is over — its next SeqNo checks as Gap, which a receiver must
+//     refuse. The leader must therefore expire sessions by the same rule (stop
+//     sequencing them, Sequencer.Forget) and clients open a new session.
 //
 // # Key layout (values start with a format-version byte, 1)
 //

@@ -145,10 +145,10 @@ type Tracker struct {
 	mu       sync.Mutex
 	gcCursor []byte // next HWM key to examine; nil = start of the prefix
 
-	// spare is the entries map of the last finished tx, cleared, so the next
+	// spare holds the buffers of the last finished tx, cleared, so the next
 	// tx does not regrow a map of batch size (txs are serialized; one spare is
 	// enough).
-	spare atomic.Pointer[map[ID]txEntry]
+	spare atomic.Pointer[txBuf]
 }
 
 // OpenTracker opens the Tracker on db, restoring the WAL clock. HWMs are read
@@ -237,21 +237,21 @@ func (t *Tracker) cutoff(clock int64) int64 {
 // in-memory view changes only at Commit.
 func (t *Tracker) Begin(b *pebble.Batch) *TrackerTx {
 	tx := &TrackerTx{t: t, b: b, clock: t.clock.Load()}
-	if m := t.spare.Swap(nil); m != nil {
-		tx.entries = *m
+	if buf := t.spare.Swap(nil); buf != nil {
+		tx.txBuf = *buf
 	}
 	return tx
 }
 
-// release hands the tx's map back for reuse; the tx cannot touch it again
-// because every method checks done first.
+// release hands the tx's buffers back for reuse; the tx cannot touch them
+// again because every method checks done first.
 func (tx *TrackerTx) release() {
-	if m := tx.entries; m != nil {
-		clear(m)
-		tx.t.spare.Store(&m)
+	if tx.idx != nil {
+		clear(tx.idx)
+		buf := &txBuf{idx: tx.idx, ents: tx.ents[:0], dirty: tx.dirty[:0]}
+		tx.t.spare.Store(buf)
 	}
-	tx.entries = nil
-	tx.dirty = nil
+	tx.txBuf = txBuf{}
 }
 
 // entry states inside a tx.
@@ -262,6 +262,7 @@ const (
 )
 
 type txEntry struct {
+	id     ID
 	rec    record
 	exists bool // a row exists in the tx's view (false: never seen or collected in this tx)
 	state  uint8
@@ -283,10 +284,9 @@ type txEntry struct {
 // does not publish them and drops those sessions from the cache, so memory
 // never claims more than the disk holds.
 type TrackerTx struct {
-	t       *Tracker
-	b       *pebble.Batch
-	entries map[ID]txEntry
-	dirty   []ID
+	t *Tracker
+	b *pebble.Batch
+	txBuf
 
 	clock        int64 // pending WAL clock: committed clock and this tx's events
 	flushedClock int64 // clock value written to b (0: none)
@@ -299,6 +299,16 @@ type TrackerTx struct {
 	vbuf [hwmValLen]byte
 }
 
+// txBuf is the tx's view of the sessions it touched: idx maps an ID to its
+// entry in ents (a map of indexes plus a slice keeps each event to one map
+// lookup; Advance, Flush and Commit then work by index), dirty lists the
+// entries changed since the last Flush.
+type txBuf struct {
+	idx   map[ID]int32
+	ents  []txEntry
+	dirty []int32
+}
+
 // Clock returns the tx's pending WAL clock (committed clock raised by the
 // timestamps this tx advanced).
 func (tx *TrackerTx) Clock() int64 { return tx.clock }
@@ -309,48 +319,58 @@ func (tx *TrackerTx) Clock() int64 { return tx.clock }
 // update is a random write into the LRU list, which costs more than the lookup
 // itself at 100K+ sessions. Recency is refreshed when Commit re-adds a session
 // it advanced, so the cache keeps the sessions that are writing.
-func (tx *TrackerTx) lookup(id ID) (txEntry, error) {
-	if e, ok := tx.entries[id]; ok {
-		return e, nil
+func (tx *TrackerTx) lookup(id ID) (int32, error) {
+	if i, ok := tx.idx[id]; ok {
+		return i, nil
 	}
-	var e txEntry
+	e := txEntry{id: id}
 	if r, ok := tx.t.cache.Peek(id); ok {
-		e = txEntry{rec: r, exists: true}
+		e.rec, e.exists = r, true
 	} else {
 		r, ok, err := tx.t.read(id)
 		if err != nil {
-			return txEntry{}, err
+			return -1, err
 		}
 		if ok {
 			tx.t.cache.Add(id, r)
-			e = txEntry{rec: r, exists: true}
+			e.rec, e.exists = r, true
 		}
 	}
-	if tx.entries == nil {
-		tx.entries = make(map[ID]txEntry, 16)
+	return tx.add(e), nil
+}
+
+func (tx *TrackerTx) add(e txEntry) int32 {
+	if tx.idx == nil {
+		tx.idx = make(map[ID]int32, 16)
 	}
-	tx.entries[id] = e
-	return e, nil
+	i := int32(len(tx.ents))
+	tx.ents = append(tx.ents, e)
+	tx.idx[e.id] = i
+	return i
 }
 
 // live reports whether the session is known and not expired. Expiry is decided
 // on the WAL clock alone, whether or not GC already deleted the row, so every
 // follower decides the same regardless of when it runs CollectGarbage.
-func (tx *TrackerTx) live(e txEntry) bool {
+func (tx *TrackerTx) live(e *txEntry) bool {
 	return e.exists && e.rec.lastTS >= tx.t.cutoff(tx.clock)
 }
 
-func (tx *TrackerTx) check(id ID, seq SeqNo) (txEntry, error) {
+func (tx *TrackerTx) check(id ID, seq SeqNo) (*txEntry, error) {
 	if tx.done {
-		return txEntry{}, ErrTxDone
+		return nil, ErrTxDone
 	}
 	if tx.b == nil {
-		return txEntry{}, ErrNilBatch
+		return nil, ErrNilBatch
 	}
 	if seq == 0 {
-		return txEntry{}, ErrZeroSeq
+		return nil, ErrZeroSeq
 	}
-	return tx.lookup(id)
+	i, err := tx.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return &tx.ents[i], nil
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
@@ -386,12 +406,12 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	}
 }
 
-func (tx *TrackerTx) put(id ID, e txEntry, ts int64) {
+// put marks e (a pointer into tx.ents) changed.
+func (tx *TrackerTx) put(e *txEntry, ts int64) {
 	if e.state != entDirty {
-		tx.dirty = append(tx.dirty, id)
+		tx.dirty = append(tx.dirty, tx.idx[e.id])
 	}
 	e.state = entDirty
-	tx.entries[id] = e
 	if ts > tx.clock {
 		tx.clock = ts
 	}
@@ -414,7 +434,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 		}
 		e.rec = record{hwm: 1, lastTS: ts}
 		e.exists = true
-		tx.put(id, e, ts)
+		tx.put(e, ts)
 		return nil
 	}
 	if e.rec.closed {
@@ -425,7 +445,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 	}
 	e.rec.hwm = seq
 	e.rec.lastTS = max(e.rec.lastTS, ts)
-	tx.put(id, e, ts)
+	tx.put(e, ts)
 	return nil
 }
 
@@ -440,16 +460,17 @@ func (tx *TrackerTx) MarkClosed(id ID, ts int64) error {
 	if tx.b == nil {
 		return ErrNilBatch
 	}
-	e, err := tx.lookup(id)
+	i, err := tx.lookup(id)
 	if err != nil {
 		return err
 	}
+	e := &tx.ents[i]
 	if !tx.live(e) {
 		return ErrUnknownSession
 	}
 	e.rec.closed = true
 	e.rec.lastTS = max(e.rec.lastTS, ts)
-	tx.put(id, e, ts)
+	tx.put(e, ts)
 	return nil
 }
 
@@ -463,13 +484,12 @@ func (tx *TrackerTx) Flush() error {
 	if tx.b == nil {
 		return ErrNilBatch
 	}
-	for _, id := range tx.dirty {
-		e := tx.entries[id]
-		if err := tx.b.Set(hwmKey(&tx.kbuf, id), encodeRecord(&tx.vbuf, e.rec), nil); err != nil {
+	for _, i := range tx.dirty {
+		e := &tx.ents[i]
+		if err := tx.b.Set(hwmKey(&tx.kbuf, e.id), encodeRecord(&tx.vbuf, e.rec), nil); err != nil {
 			return err
 		}
 		e.state = entWritten
-		tx.entries[id] = e
 	}
 	tx.dirty = tx.dirty[:0]
 	if tx.clock > tx.t.clock.Load() && tx.clock != tx.flushedClock {
@@ -491,16 +511,17 @@ func (tx *TrackerTx) Commit() {
 	}
 	tx.done = true
 	t := tx.t
-	for id, e := range tx.entries {
+	for i := range tx.ents {
+		e := &tx.ents[i]
 		switch {
 		case e.state == entWritten && e.exists:
-			t.cache.Add(id, e.rec)
+			t.cache.Add(e.id, e.rec)
 		case e.state == entWritten:
-			t.cache.Remove(id) // collected
+			t.cache.Remove(e.id) // collected
 		case e.state == entDirty:
 			// Never flushed, so not in the committed batch (or only an earlier
 			// flushed version is): let the next lookup read the disk.
-			t.cache.Remove(id)
+			t.cache.Remove(e.id)
 		}
 	}
 	if tx.flushedClock > t.clock.Load() {
@@ -571,8 +592,12 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 		examined++
 		var id ID
 		copy(id[:], key[len(HWMPrefix):])
-		e, ok := tx.entries[id]
-		if !ok || e.state == entClean {
+		// The tx's own view wins over the committed row it may have changed.
+		var e txEntry
+		i, seen := tx.idx[id]
+		if seen && tx.ents[i].state != entClean {
+			e = tx.ents[i]
+		} else {
 			val, err := it.ValueAndErr()
 			if err != nil {
 				return n, err
@@ -581,7 +606,7 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 			if err != nil {
 				return n, fmt.Errorf("%w: key %x", err, key)
 			}
-			e = txEntry{rec: r, exists: true}
+			e = txEntry{id: id, rec: r, exists: true}
 		}
 		if !e.exists || e.rec.lastTS >= cutoff {
 			continue
@@ -589,13 +614,13 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 		if err := tx.b.Delete(key, nil); err != nil {
 			return n, err
 		}
-		if tx.entries == nil {
-			tx.entries = make(map[ID]txEntry, 16)
-		}
 		if e.state == entDirty {
-			tx.removeDirty(id)
+			tx.removeDirty(i)
 		}
-		tx.entries[id] = txEntry{state: entWritten}
+		if !seen {
+			i = tx.add(txEntry{id: id})
+		}
+		tx.ents[i] = txEntry{id: id, state: entWritten}
 		n++
 	}
 	if err := it.Error(); err != nil {
@@ -606,10 +631,10 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	return n, nil
 }
 
-func (tx *TrackerTx) removeDirty(id ID) {
-	for i, d := range tx.dirty {
-		if d == id {
-			tx.dirty = append(tx.dirty[:i], tx.dirty[i+1:]...)
+func (tx *TrackerTx) removeDirty(i int32) {
+	for j, d := range tx.dirty {
+		if d == i {
+			tx.dirty = append(tx.dirty[:j], tx.dirty[j+1:]...)
 			return
 		}
 	}

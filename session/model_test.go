@@ -1,0 +1,220 @@
+package session
+
+import (
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// modelTracker is the Tracker's rules written as plainly as possible: a map
+// copied per batch, no cache, no disk.
+type modelTracker struct {
+	rows    map[ID]record
+	clock   int64
+	horizon int64
+}
+
+func (m *modelTracker) clone() *modelTracker {
+	c := &modelTracker{rows: make(map[ID]record, len(m.rows)), clock: m.clock, horizon: m.horizon}
+	for k, v := range m.rows {
+		c.rows[k] = v
+	}
+	return c
+}
+
+func (m *modelTracker) live(id ID) (record, bool) {
+	r, ok := m.rows[id]
+	return r, ok && r.lastTS >= m.clock-m.horizon
+}
+
+func (m *modelTracker) check(id ID, seq SeqNo, ts int64) Decision {
+	r, ok := m.live(id)
+	switch {
+	case !ok && ts < m.clock-m.horizon:
+		return TooOld
+	case !ok && seq == 1:
+		return Apply
+	case !ok:
+		return Gap
+	case seq <= r.hwm:
+		return Duplicate
+	case r.closed:
+		return Closed
+	case seq == r.hwm+1:
+		return Apply
+	}
+	return Gap
+}
+
+func (m *modelTracker) advance(id ID, seq SeqNo, ts int64) {
+	r, ok := m.live(id)
+	if !ok {
+		r = record{}
+	}
+	r.hwm, r.lastTS = seq, max(r.lastTS, ts)
+	m.rows[id] = r
+	m.clock = max(m.clock, ts)
+}
+
+func (m *modelTracker) close(id ID, ts int64) {
+	r := m.rows[id]
+	r.closed, r.lastTS = true, max(r.lastTS, ts)
+	m.rows[id] = r
+	m.clock = max(m.clock, ts)
+}
+
+// TestTrackerAgainstModel drives the Tracker (tiny cache, random aborts,
+// never-committed batches, GC, reopen) and the model with the same random
+// events and requires identical decisions and stored HWMs.
+// ONCEWAL_LONG=1 runs 50x more batches.
+func TestTrackerAgainstModel(t *testing.T) {
+	batches := 400
+	if os.Getenv("ONCEWAL_LONG") != "" {
+		batches = 20_000
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		fs := vfs.NewMem()
+		db := openDB(t, fs)
+		opts := &TrackerOptions{CacheSize: 4, RetentionHorizon: 50 * time.Second}
+		tr := openTracker(t, db, opts)
+		model := &modelTracker{rows: map[ID]record{}, horizon: int64(opts.RetentionHorizon)}
+		ids := make([]ID, 12)
+		for i := range ids {
+			ids[i] = NewID()
+		}
+		now := int64(1000 * time.Second)
+		for range batches {
+			b := db.NewBatch()
+			tx := tr.Begin(b)
+			pending := model.clone()
+			for range 1 + rng.IntN(8) {
+				id := ids[rng.IntN(len(ids))]
+				now += int64(rng.IntN(int(5 * time.Second)))
+				ts := now - int64(rng.IntN(int(70*time.Second))) // sometimes older than the horizon
+				r := pending.rows[id]
+				var seq SeqNo
+				switch rng.IntN(6) {
+				case 0:
+					seq = SeqNo(1 + rng.IntN(int(r.hwm)+1)) // duplicate or 1
+				case 1:
+					seq = r.hwm + 2 + SeqNo(rng.IntN(3)) // gap
+				default:
+					seq = r.hwm + 1
+				}
+				want := pending.check(id, seq, ts)
+				got, err := tx.Check(id, seq, ts)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "seed %d id %s seq %d hwm %d", seed, id, seq, r.hwm)
+				if got == Apply {
+					require.NoError(t, tx.Advance(id, seq, ts))
+					pending.advance(id, seq, ts)
+					if rng.IntN(10) == 0 {
+						require.NoError(t, tx.MarkClosed(id, ts))
+						pending.close(id, ts)
+					}
+				} else {
+					require.Error(t, tx.Advance(id, seq, ts), "advance must refuse a %v", got)
+				}
+				require.Equal(t, pending.clock, max(tx.Clock(), 0))
+			}
+			if rng.IntN(5) == 0 {
+				_, err := tx.CollectGarbage(rng.IntN(6))
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Flush())
+			switch rng.IntN(10) {
+			case 0: // commit failed
+				tx.Abort()
+			case 1: // never committed, never told
+			default:
+				require.NoError(t, b.Commit(pebble.NoSync))
+				tx.Commit()
+				model = pending
+			}
+			require.NoError(t, b.Close())
+			if rng.IntN(40) == 0 {
+				require.NoError(t, db.Flush())
+				require.NoError(t, db.Close())
+				db = openDB(t, fs)
+				tr = openTracker(t, db, opts)
+			}
+			require.Equal(t, model.clock, tr.Clock())
+			for _, id := range ids {
+				hwm, closed, found, err := tr.Get(id)
+				require.NoError(t, err)
+				r, ok := model.rows[id]
+				if found { // GC may have removed expired rows; live rows must be there
+					require.True(t, ok)
+					require.Equal(t, r.hwm, hwm)
+					require.Equal(t, r.closed, closed)
+				} else if _, live := model.live(id); live {
+					t.Fatalf("seed %d: live session %s missing", seed, id)
+				}
+			}
+		}
+		require.NoError(t, db.Close())
+	}
+}
+
+// TestTrackerConcurrentReaders runs txs on one goroutine while others read
+// Get and Clock (the follower's inspect path), under -race.
+func TestTrackerConcurrentReaders(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 8})
+	ids := []ID{NewID(), NewID(), NewID(), NewID()}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := map[ID]SeqNo{}
+			lastClock := int64(0)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, id := range ids {
+					hwm, _, _, err := tr.Get(id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if hwm < last[id] {
+						t.Errorf("HWM moved backwards: %d < %d", hwm, last[id])
+						return
+					}
+					last[id] = hwm
+				}
+				c := tr.Clock()
+				if c < lastClock {
+					t.Errorf("clock moved backwards")
+					return
+				}
+				lastClock = c
+			}
+		}()
+	}
+	base := 100 * hour
+	for seq := SeqNo(1); seq <= 300; seq++ {
+		var evs []ev
+		for i, id := range ids {
+			evs = append(evs, ev{id, seq, base + int64(seq)*10 + int64(i)})
+		}
+		applyBatch(t, db, tr, evs...)
+	}
+	close(stop)
+	wg.Wait()
+	for _, id := range ids {
+		requireHWM(t, tr, id, 300, false)
+	}
+}
