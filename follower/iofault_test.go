@@ -35,7 +35,7 @@ func TestIOErrors(t *testing.T) {
 					}
 					return nil
 				})
-				f, err := follower.Open("/follower", &follower.Options{FS: errorfs.Wrap(mem, inj), Logger: quietLogger})
+				f, err := follower.Open("/follower", testOptions(errorfs.Wrap(mem, inj)))
 				require.NoError(t, err)
 				for _, raw := range log[:failAt] {
 					_, err := f.Apply(raw)
@@ -60,7 +60,7 @@ func TestIOErrors(t *testing.T) {
 				_ = f.Close() // may report the failure again
 
 				// The process restarts; its disk holds what was synced.
-				f, err = follower.Open("/follower", &follower.Options{FS: mem.CrashClone(vfs.CrashCloneCfg{}), Logger: quietLogger})
+				f, err = follower.Open("/follower", testOptions(mem.CrashClone(vfs.CrashCloneCfg{})))
 				require.NoError(t, err)
 				for _, raw := range log {
 					_, err := f.Apply(raw)

@@ -56,7 +56,7 @@ type Workload struct {
 	Batches [][]wal.Event // what the leader appends, batch by batch
 	Oracle  *Oracle
 	// Counts of what the generator put in the log.
-	Logged, Distinct, Reappends, Retries int
+	Logged, Distinct, Reappends, Retries, LateWrites int
 }
 
 // GenerateWorkload builds a deterministic workload from cfg.Seed. Events carry
@@ -77,6 +77,7 @@ func GenerateWorkload(cfg WorkloadConfig) *Workload {
 		return id
 	}
 	var live []session.ID
+	var closed []session.ID
 	var logged []wal.Event // every event appended, for verbatim re-appends
 	var keyed []wal.Event  // ops with client keys that took effect, for retries
 	var batch []wal.Event
@@ -142,7 +143,17 @@ func GenerateWorkload(cfg WorkloadConfig) *Workload {
 			w.Oracle.closed[id] = true
 			w.Distinct++
 			emit(ev)
+			closed = append(closed, id)
 			live[i] = open()
+			continue
+		}
+		if len(closed) > 0 && rng.IntN(50) == 0 {
+			// A late write to a closed session (the client missed the
+			// close): logged with the next SeqNo, never applied.
+			id := closed[rng.IntN(len(closed))]
+			ev := wal.Event{Op: wal.OpPut, Session: id, Seq: seq.Next(id), Time: tick(), Key: []byte("late"), Value: []byte("x")}
+			w.LateWrites++
+			emit(ev)
 			continue
 		}
 		key := []byte(fmt.Sprintf("k%d", rng.IntN(cfg.KeysPerSession)))
