@@ -33,6 +33,27 @@
 //     operation allocates, and churn never grows or degrades it (deletion
 //     shifts probe clusters back instead of leaving tombstones).
 //
+// # Concurrency and scaling
+//
+// Exact LRU needs one total order of recency updates: every new key's
+// victim depends on every earlier touch of every key. Sharding by key with
+// per-shard LRUs gives either capacity/N per shard (then the last Capacity
+// distinct keys are not all remembered when keys cluster in a shard) or
+// Capacity per shard (N× the memory bound, and the set is no longer the
+// last Capacity keys). So the store keeps a single lock and makes the
+// locked section short instead: before locking, an operation hashes its key
+// and pulls into cache the lines it will touch — its probe slots (read with
+// atomic loads; writers store slots atomically), its entry and that
+// entry's list neighbours (assembly prefetch of links read without
+// synchronisation, used only as prefetch addresses), and the current LRU
+// tail and the entry after it. The locked section then mostly hits cache,
+// and two goroutines overlap their cache misses. The lock is a sync.Mutex:
+// a spin lock measured faster alone but collapsed when the machine was
+// oversubscribed. An exact sharded design is possible (per-shard lists
+// ordered by a global stamp, a bounded "young" budget handed out in
+// tokens, lazy batched eviction of the globally oldest), at the cost of
+// periodic stop-the-world sweeps; it is not implemented.
+//
 // The behaviour is checked against github.com/hashicorp/golang-lru/v2 as a
 // reference model by a differential test. golang-lru itself is not used
 // because it holds ~115 B/entry fresh and ~220 B/entry after churn.
