@@ -119,6 +119,13 @@
 // with a bad CRC and no sign of a torn write, any defect in a non-last
 // segment, a gap or overlap in LSNs, a foreign shard.
 //
+// The Writer serializes Appends with a mutex, so it may be shared by
+// goroutines; each Append is one batch with consecutive LSNs. After a failed
+// write or sync it refuses further work (an fsync error cannot be retried
+// safely); reopening recovers. Only one Writer may have a shard's log open at
+// a time (not enforced by a lock file). Epochs are recorded, not checked: the
+// caller fences stale leaders.
+//
 // # Readers tailing a live writer
 //
 // A Reader returns io.EOF when the bytes after its position are an incomplete
@@ -127,7 +134,9 @@
 // the file size it observed are written (true for write(2) on Linux), and it
 // only moves to the next segment after the current one is complete. A Reader
 // can see a batch before the Writer has synced it; Writer.DurableLSN says
-// what is durable.
+// what is durable. A Reader never truncates: on a crashed log that no Writer
+// has recovered yet, a torn tail reads as io.EOF (incomplete batch) or as a
+// typed error (garbage or zeroed header, torn body).
 //
 // # Long tests
 //

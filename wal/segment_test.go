@@ -557,3 +557,37 @@ func TestOpenReaderMissingDir(t *testing.T) {
 	_, _, err = r.Next()
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+func TestConcurrentAppends(t *testing.T) {
+	dir := t.TempDir()
+	w, err := OpenWriter(dir, &WriterOptions{SegmentSize: 4096, Sync: SyncManual})
+	require.NoError(t, err)
+	const goroutines, perG = 4, 25
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		go func() {
+			for i := 0; i < perG; i++ {
+				evs := testEvents(3, g*1000+i)
+				h, err := w.Append(1, evs)
+				if err == nil && (evs[0].LSN != h.FirstLSN || evs[2].LSN != h.LastLSN()) {
+					err = fmt.Errorf("LSNs %d..%d, header %d..%d", evs[0].LSN, evs[2].LSN, h.FirstLSN, h.LastLSN())
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, uint64(goroutines*perG*3+1), w.NextLSN())
+	require.NoError(t, w.Close())
+	hs, evs := readAll(t, dir, 0, 0)
+	require.Len(t, hs, goroutines*perG)
+	for i, e := range evs {
+		require.Equal(t, uint64(i+1), e.LSN)
+	}
+}
