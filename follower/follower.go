@@ -341,4 +341,3 @@ type Stats struct {
 }
 
 var _ io.Closer = (*Follower)(nil)
-
