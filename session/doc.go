@@ -71,4 +71,10 @@
 //	s/ + ID(16) + k  → 1 | user value (Add: i64 LE, 8 bytes)                  StatePrefix
 //
 // ClockKey is 7 bytes, every HWM key 18, so scans of h/ tell them apart.
+//
+// # Tests
+//
+// TestTrackerAgainstModel drives the Tracker (tiny cache, aborts, batches never
+// committed, GC, reopen) against a plain map model; ONCEWAL_LONG=1 runs it 50x
+// longer. Benchmarks live in bench/tracker_test.go.
 package session
