@@ -60,15 +60,17 @@
 // single recency order, so both cores pass the lock line and the old head
 // entry back and forth, and that transfer costs as much as the whole hit.
 // This is the price of exactness: any exact LRU serialises every recency
-// update through one order. An exact sharded design is possible (per-shard
-// lists ordered by a global stamp, a bounded "young" budget handed out in
-// tokens, lazy batched eviction of the globally oldest in stop-the-world
-// sweeps); it is not implemented.
+// update through one order. Sharding can at best batch that serialisation
+// (per-shard lists ordered by a global stamp, a bounded "young" budget
+// handed out in tokens, lazy eviction of the globally oldest in
+// stop-the-world sweeps); that design is not implemented.
 //
 // The behaviour is checked against github.com/hashicorp/golang-lru/v2 as a
 // reference model by a differential test. golang-lru itself is not used
 // because it holds ~115 B/entry fresh and ~220 B/entry after churn.
 //
 // Long tests: ONCEWAL_LONG=1 raises the churn of the memory test to the
-// 10 million inserts of the requirement (default 1M; 200K under -race).
+// 10 million inserts of the requirement (default 1M; 200K under -race) and
+// the differential test to 2M steps per case (default 200K; 50K under
+// -race). bench.BenchmarkWindowMemory measures the 10M churn by default.
 package idempotency
