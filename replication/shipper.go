@@ -89,6 +89,11 @@ type ShipperOptions struct {
 	// (signal it after every append; a buffered channel of 1 with a
 	// non-blocking send is enough).
 	Notify <-chan struct{}
+	// DurableLSN, if set, bounds what is shipped to the leader's synced log
+	// (e.g. (*wal.Writer).DurableLSN): a batch the leader has written but
+	// not synced is held back, so a leader crash cannot leave a follower
+	// holding events the leader lost. nil ships whatever the reader sees.
+	DurableLSN func() uint64
 	// OpenReader opens the WAL reader. Default: wal.OpenReader(WALDir, Shard).
 	OpenReader func() (LogReader, error)
 	// Logf receives rare diagnostic lines. Default: discard.
@@ -633,6 +638,15 @@ func (l *shipLoop) fill(ctx context.Context) error {
 		}
 		if h.FirstLSN > l.next {
 			l.o.Logf("replication: shipper: WAL has no LSN %d (next batch starts at %d)", l.next, h.FirstLSN)
+		}
+		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
+			// Written but not yet synced by the leader: a leader crash could
+			// still lose it, so a follower must not apply it yet. Re-read it
+			// once the writer has synced (Notify or the next poll).
+			l.needSeek = true
+			l.position()
+			l.atEOF = true
+			return nil
 		}
 		if err := l.conn.Send(l.cctx, buf); err != nil {
 			if ctx.Err() != nil {

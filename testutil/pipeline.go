@@ -83,6 +83,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 		Listener:          tr,
 		Epoch:             func() uint64 { return cfg.Epoch },
 		Notify:            notify,
+		DurableLSN:        w.DurableLSN,
 		RetransmitTimeout: cfg.RetransmitTimeout,
 		MaxBackoff:        10 * cfg.RetransmitTimeout,
 		PollInterval:      time.Millisecond,
