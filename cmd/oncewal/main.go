@@ -1,15 +1,166 @@
-// Command oncewal runs the oncewal demo and tools.
+// Command oncewal is oncewal's command-line tool: a self-verifying demo of
+// exactly-once replication, a WAL dumper in the spirit of pg_waldump, a
+// read-only inspector for follower stores, and the benchmark suite.
+//
+// Every subcommand is a func runX(args []string, stdout, stderr io.Writer) int
+// returning the exit status, so tests run them in-process. Exit status: 0
+// success, 1 the command ran and found a problem (corrupt WAL, not a store,
+// verification failed, I/O error), 2 bad usage.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 )
 
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands is in the order usage lists them.
+var commands = []command{
+	{"demo", "run leader → faulty transport → follower in one process and verify it against an oracle", runDemo},
+	{"waldump", "print the batches and events of a WAL segment file or directory", runWaldump},
+	{"inspect", "print a follower store's position, window and sessions (opens it read-only)", runInspect},
+	{"bench", "run the benchmark suite and print each figure beside its reference", runBench},
+}
+
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: oncewal demo")
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
 	}
-	fmt.Println("oncewal demo: not yet implemented")
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return runHelp(rest, stdout, stderr)
+	}
+	if c := lookup(name); c != nil {
+		return c.run(rest, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "oncewal: unknown command %q\n\n", name)
+	usage(stderr)
+	return exitUsage
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// runHelp prints the overview, or a subcommand's own help (its -h output).
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stdout)
+		return exitOK
+	}
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(stderr, "oncewal help: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	// Asked-for help goes to stdout, so `oncewal help waldump | less` works.
+	c.run([]string{"-h"}, stdout, stdout)
+	return exitOK
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `oncewal — exactly-once session replication over a write-ahead log
+
+Usage:
+  oncewal <command> [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s  %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `  help      show this text, or "oncewal help <command>" for a command's flags
+
+Examples:
+  oncewal demo
+  oncewal waldump DIR/leader --json --from 100
+  oncewal inspect DIR/follower
+`)
+}
+
+// newFlagSet returns a FlagSet that reports errors instead of exiting and
+// prints its help, headed by synopsis, to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: oncewal %s\n", synopsis)
+		var any bool
+		fs.VisitAll(func(*flag.Flag) { any = true })
+		if any {
+			fmt.Fprintln(stderr, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseArgs parses flags that may come before, between or after positional
+// arguments ("waldump PATH --json" as well as "waldump --json PATH"); the
+// standard flag package stops at the first positional argument, so parsing
+// resumes after each one. A "--" ends flag parsing: everything after it is
+// positional. It returns the positional arguments in order.
+//
+// The returned exit status is meaningful only when ok is false: exitOK for
+// -h/--help (usage was printed), exitUsage for a bad flag.
+func parseArgs(fs *flag.FlagSet, args []string) (pos []string, status int, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false // flag already printed the error and usage
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints msg and the subcommand's usage, and returns exitUsage.
+func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "oncewal %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fs.Usage()
+	return exitUsage
+}
+
+// quote renders user bytes for human output: Go-quoted, cut at max bytes with
+// the full length noted, so one huge value cannot flood a terminal.
+func quote(b []byte, max int) string {
+	if len(b) <= max {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%q… (%d B)", b[:max], len(b))
 }

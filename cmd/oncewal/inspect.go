@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+)
+
+const inspectSynopsis = `inspect DIR [--json]
+
+Prints a follower store's applied position and epoch, WAL clock, window size,
+and per session its HWM, closed flag and state. The store is opened read-only
+and never changed, so it is safe on a copy, a crashed store, or one a stopped
+follower left; a running follower holds the store's lock, so inspect a copy.
+--json: one object {"epoch", "applied_lsn", "window", "sessions": [{"id",
+"hwm", "closed", "state": {base64 key: base64 value}}, ...]} (plus
+"wal_clock", "journal_keys", and per session "tracked" and "last_ts").`
+
+// errNotStore is the refusal of a directory that is not a follower store.
+var errNotStore = errors.New("not an oncewal follower store")
+
+func runInspect(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("inspect", inspectSynopsis, stderr)
+	jsonOut := fs.Bool("json", false, "print one JSON object")
+	pos, status, ok := parseArgs(fs, args)
+	if !ok {
+		return status
+	}
+	if len(pos) != 1 {
+		return usageError(fs, stderr, "want exactly one DIR, got %d arguments", len(pos))
+	}
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	err := inspect(pos[0], *jsonOut, out, stderr)
+	if ferr := out.Flush(); err == nil && ferr != nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "oncewal inspect: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// openReadOnly opens dir as a Pebble store without changing a byte of it.
+//
+// Pebble is given readOnlyFS, which refuses every write, and a directory is
+// first checked to look like a Pebble store (a MANIFEST and a LOCK file), so
+// that a stray directory gets a clear refusal; ErrorIfNotExists backs that up.
+func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s: %w: not a directory", dir, errNotStore)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var manifest, lock bool
+	for _, e := range ents {
+		switch {
+		case strings.HasPrefix(e.Name(), "MANIFEST-"):
+			manifest = true
+		case e.Name() == "LOCK":
+			lock = true
+		}
+	}
+	if !manifest {
+		return nil, fmt.Errorf("%s: %w: no Pebble store in it (no MANIFEST file)", dir, errNotStore)
+	}
+	if !lock {
+		return nil, fmt.Errorf("%s: %w: Pebble store without a LOCK file (inspect will not create one; copy the whole directory)", dir, errNotStore)
+	}
+	// A Pebble fatal error is reported through Logger.Fatalf, whose default
+	// exits; turn it into an error instead.
+	defer func() {
+		if p := recover(); p != nil {
+			fe, ok := p.(*replication.FatalError)
+			if !ok {
+				panic(p)
+			}
+			db, err = nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, fe)
+		}
+	}()
+	db, err = pebble.Open(dir, &pebble.Options{
+		FS:                 readOnlyFS{vfs.Default},
+		ReadOnly:           true,
+		ErrorIfNotExists:   true,
+		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
+		Logger:             inspectLogger{w: stderr},
+	})
+	switch {
+	case errors.Is(err, pebble.ErrDBDoesNotExist):
+		return nil, fmt.Errorf("%s: %w: no Pebble store in it", dir, errNotStore)
+	case err != nil && strings.Contains(err.Error(), "lock"):
+		return nil, fmt.Errorf("%s: the store is locked — is a follower running on it? (%w)", dir, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, err)
+	}
+	return db, nil
+}
+
+// inspectLogger keeps Pebble's info lines (WAL replay, …) out of inspect's
+// output, passes its errors on, and turns a fatal error into a panic that
+// openReadOnly recovers, where Pebble's default logger would exit.
+type inspectLogger struct{ w io.Writer }
+
+func (l inspectLogger) Infof(string, ...any) {}
+
+func (l inspectLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(l.w, "oncewal inspect: pebble: %s\n", fmt.Sprintf(format, args...))
+}
+
+func (l inspectLogger) Fatalf(format string, args ...any) {
+	panic(&replication.FatalError{Msg: fmt.Sprintf(format, args...)})
+}
+
+// inspectSession is one session of inspect --json.
+type inspectSession struct {
+	ID      string            `json:"id"`
+	HWM     uint64            `json:"hwm"`
+	Closed  bool              `json:"closed"`
+	Tracked bool              `json:"tracked"` // has an HWM record (false: state only, e.g. after GC)
+	LastTS  int64             `json:"last_ts"` // last activity on the WAL clock; 0 when untracked
+	State   map[string]string `json:"state"`
+}
+
+func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
+	db, err := openReadOnly(dir, stderr)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	applied, epoch, ok, err := replication.ReadMeta(db)
+	if err != nil {
+		return fmt.Errorf("%s: reading metadata: %w", dir, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata (%s)", dir, errNotStore, replication.KeyFormat)
+	}
+	clock, err := walClock(db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	journal, err := replication.JournalKeys(db)
+	if err != nil {
+		return fmt.Errorf("%s: reading the window journal: %w", dir, err)
+	}
+	// The store does not record the window capacity the follower ran with;
+	// a follower opened with the default would start with this many keys.
+	window := min(journal, idempotency.DefaultCapacity)
+
+	state := session.NewState(db)
+	stateIDs, err := state.Sessions()
+	if err != nil {
+		return fmt.Errorf("%s: listing session state: %w", dir, err)
+	}
+
+	if jsonOut {
+		fmt.Fprintf(out, `{"epoch":%d,"applied_lsn":%d,"wal_clock":%d,"window":%d,"journal_keys":%d,"sessions":[`,
+			epoch, applied, clock, window, journal)
+	} else {
+		fmt.Fprintf(out, "store:        %s\n", filepath.Clean(dir))
+		fmt.Fprintf(out, "applied lsn:  %d\n", applied)
+		fmt.Fprintf(out, "epoch:        %d\n", epoch)
+		fmt.Fprintf(out, "wal clock:    %s\n", fmtTS(clock))
+		fmt.Fprintf(out, "window:       %d keys (journal holds %d; capacity assumed %d)\n", window, journal, idempotency.DefaultCapacity)
+	}
+
+	// Sessions are the union of those with an HWM record and those with
+	// state, merged in ID order as both sources are sorted by ID.
+	n := 0
+	emit := func(id session.ID, hwm session.SeqNo, closed, tracked bool, lastTS int64) error {
+		kv, err := state.Keys(id)
+		if err != nil {
+			return fmt.Errorf("%s: reading state of session %s: %w", dir, id, err)
+		}
+		if jsonOut {
+			s := inspectSession{ID: hex.EncodeToString(id[:]), HWM: uint64(hwm), Closed: closed, Tracked: tracked,
+				LastTS: lastTS, State: make(map[string]string, len(kv))}
+			for k, v := range kv {
+				s.State[base64.StdEncoding.EncodeToString([]byte(k))] = base64.StdEncoding.EncodeToString(v)
+			}
+			b, err := json.Marshal(&s)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				out.WriteByte(',')
+			}
+			out.Write(b)
+		} else {
+			printSession(out, id, hwm, closed, tracked, lastTS, kv)
+		}
+		n++
+		return nil
+	}
+	if !jsonOut {
+		fmt.Fprintln(out)
+	}
+	err = session.ScanHWMs(db, func(id session.ID, hwm session.SeqNo, closed bool, lastTS int64) error {
+		for len(stateIDs) > 0 && idLess(stateIDs[0], id) {
+			if err := emit(stateIDs[0], 0, false, false, 0); err != nil {
+				return err
+			}
+			stateIDs = stateIDs[1:]
+		}
+		if len(stateIDs) > 0 && stateIDs[0] == id {
+			stateIDs = stateIDs[1:]
+		}
+		return emit(id, hwm, closed, true, lastTS)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: scanning HWM records: %w", dir, err)
+	}
+	for _, id := range stateIDs {
+		if err := emit(id, 0, false, false, 0); err != nil {
+			return err
+		}
+	}
+	if jsonOut {
+		out.WriteString("]}\n")
+	} else {
+		fmt.Fprintf(out, "%d sessions\n", n)
+	}
+	return nil
+}
+
+func idLess(a, b session.ID) bool { return string(a[:]) < string(b[:]) }
+
+// walClock reads the tracker's persisted WAL clock through the session
+// package, so the record format stays in one place. OpenTracker only reads.
+func walClock(db *pebble.DB) (int64, error) {
+	t, err := session.OpenTracker(db, &session.TrackerOptions{CacheSize: 1})
+	if err != nil {
+		return 0, fmt.Errorf("reading the WAL clock: %w", err)
+	}
+	return t.Clock(), nil
+}
+
+func printSession(out *bufio.Writer, id session.ID, hwm session.SeqNo, closed, tracked bool, lastTS int64, kv map[string][]byte) {
+	switch {
+	case !tracked:
+		fmt.Fprintf(out, "session %s  hwm -  (no HWM record: collected or never advanced)  keys %d\n", id, len(kv))
+	default:
+		status := "open"
+		if closed {
+			status = "closed"
+		}
+		fmt.Fprintf(out, "session %s  hwm %d  %s  last %s  keys %d\n", id, hwm, status, fmtTS(lastTS), len(kv))
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := kv[k]
+		fmt.Fprintf(out, "  %s = %s", quote([]byte(k), maxShown), quote(v, maxShown))
+		if len(v) == 8 {
+			fmt.Fprintf(out, "  (as int64: %d)", int64(binary.LittleEndian.Uint64(v)))
+		}
+		out.WriteByte('\n')
+	}
+}
+
+func fmtTS(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%d)", time.Unix(0, ns).UTC().Format(time.RFC3339Nano), ns)
+}
