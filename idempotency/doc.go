@@ -47,18 +47,20 @@
 // entry's list neighbours (assembly prefetch of links read without
 // synchronisation, used only as prefetch addresses), and the current LRU
 // tail and the entry after it. The locked section then mostly hits cache,
-// and two goroutines overlap their cache misses. The lock is a sync.Mutex
-// taken by polling TryLock a bounded number of times before Lock: a
-// contended Lock parks and must be woken (microseconds), while a pure spin
-// lock collapsed when the machine was oversubscribed.
+// and two goroutines overlap their cache misses.
 //
-// What that buys (2 vCPU, best of alternating runs on a shared, noisy
-// machine; bench.BenchmarkWindowScaling): recording new keys with eviction
-// — the follower's steady state, where most of the cost is misses taken
-// outside the lock — scales about 1.3–1.7× on two goroutines. Duplicate
-// hits do not scale (about 0.8–0.9×): each one rewrites the MRU end of the
-// single recency order, so both cores pass the lock line and the old head
-// entry back and forth, and that transfer costs as much as the whole hit.
+// Measured (2 vCPU, shared noisy machine, best of alternating 150 ms runs;
+// bench.BenchmarkWindowScaling): that is not enough. Two goroutines get
+// about the throughput of one for new keys with eviction (0.9–1.1×) and
+// less for duplicate hits (0.7–0.85×), short of the 1.6× target. Every
+// operation rewrites the MRU end of the single recency order and takes the
+// one lock, so both cores pass the lock line and the old head entry back
+// and forth, and that transfer costs about as much as a whole operation.
+// (Polling TryLock before parking and a pure spin lock were tried; neither
+// changed this measurably, and the spin lock collapsed when the machine was
+// oversubscribed.) Concurrent callers are safe and linearizable, not
+// faster.
+//
 // This is the price of exactness: any exact LRU serialises every recency
 // update through one order. Sharding can at best batch that serialisation
 // (per-shard lists ordered by a global stamp, a bounded "young" budget

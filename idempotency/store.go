@@ -189,7 +189,7 @@ func (s *Store) removeIdx(i int32) {
 func (s *Store) CheckAndRecord(k Key) bool {
 	h := s.hash32(&k)
 	s.warm(&k, h)
-	s.lock()
+	s.mu.Lock()
 	slot, i := s.find(&k, h)
 	if i != nilIdx {
 		if i != s.head {
@@ -227,33 +227,13 @@ func (s *Store) CheckAndRecord(k Key) bool {
 	return true
 }
 
-// lockSpins bounds how long lock polls before parking: a few hundred
-// nanoseconds, several times the locked section.
-const lockSpins = 128
-
-// lock takes s.mu, polling with TryLock first. A contended sync.Mutex.Lock
-// parks the goroutine after a brief spin and the unlocker must wake it —
-// microseconds, against a locked section of tens of nanoseconds, which made
-// two goroutines slower than one. TryLock reads the state before its CAS,
-// so the poll waits on a shared cache line without bouncing it. If the
-// holder was descheduled (an oversubscribed machine), the poll gives up and
-// Lock parks instead of burning the time slice.
-func (s *Store) lock() {
-	for range lockSpins {
-		if s.mu.TryLock() {
-			return
-		}
-	}
-	s.mu.Lock()
-}
-
 // warm runs before taking the lock and pulls into cache the lines the
 // locked section will need for k: its probe slots and, if k is resident,
-// its entry. Cache misses are most of an operation's cost; taking them
-// outside the lock lets two goroutines overlap them, which is what makes
-// the one-lock store scale. The table is read with atomic loads (its
-// writers store atomically) and the result is only a hint: everything is
-// looked up again under the lock.
+// its entry and neighbours, and the LRU tail. Cache misses are most of an
+// operation's cost; taking them outside the lock keeps the locked section
+// short (see the package doc for what that does and does not buy). The
+// table is read with atomic loads (its writers store atomically) and the
+// result is only a hint: everything is looked up again under the lock.
 func (s *Store) warm(k *Key, h uint32) {
 	// A miss records k and, when full, evicts the tail: warm the tail and
 	// the entry that becomes the next tail.
@@ -294,7 +274,7 @@ func (s *Store) prefetchVictim() {
 func (s *Store) Contains(k Key) bool {
 	h := s.hash32(&k)
 	s.warm(&k, h)
-	s.lock()
+	s.mu.Lock()
 	_, i := s.find(&k, h)
 	s.mu.Unlock()
 	return i != nilIdx
@@ -306,7 +286,7 @@ func (s *Store) Contains(k Key) bool {
 func (s *Store) Release(k Key) {
 	h := s.hash32(&k)
 	s.warm(&k, h)
-	s.lock()
+	s.mu.Lock()
 	slot, i := s.find(&k, h)
 	if i != nilIdx {
 		s.deleteSlot(slot)
@@ -320,7 +300,7 @@ func (s *Store) Release(k Key) {
 
 // Len returns the number of keys in the window (<= Capacity).
 func (s *Store) Len() int {
-	s.lock()
+	s.mu.Lock()
 	n := s.n
 	s.mu.Unlock()
 	return int(n)
@@ -334,7 +314,7 @@ func (s *Store) Capacity() int { return int(s.capacity) }
 // CheckAndRecord into an empty store of the same capacity restores the same
 // window (same keys, same eviction order).
 func (s *Store) Keys(dst []Key) []Key {
-	s.lock()
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	dst = slices.Grow(dst, int(s.n))
 	for i := s.tail; i != nilIdx; i = s.entries[i].prev {

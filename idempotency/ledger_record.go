@@ -1,0 +1,266 @@
+package idempotency
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Limits of a ledger entry's identity and outcome. They bound what a client
+// can make the ledger store and log, and keep every record well inside one
+// WAL event (wal.MaxPayloadSize).
+const (
+	// MaxRequestKeyLen bounds a request key in bytes.
+	MaxRequestKeyLen = 200
+	// MaxScopeLen bounds a scope in bytes. A scope may be empty.
+	MaxScopeLen = 200
+	// MaxOutcomeSize bounds the outcome bytes recorded by Complete or Fail.
+	MaxOutcomeSize = 1 << 20
+)
+
+// Ledger record errors.
+var (
+	// ErrInvalidKey: a request key that is empty after trimming white space or
+	// longer than MaxRequestKeyLen bytes, or a scope longer than MaxScopeLen.
+	// The call changed nothing.
+	ErrInvalidKey = errors.New("idempotency: invalid request key")
+	// ErrOutcomeTooLarge: an outcome above MaxOutcomeSize. Nothing changed.
+	ErrOutcomeTooLarge = errors.New("idempotency: outcome too large")
+	// ErrBadRecord: bytes that are not a canonical ledger record (wrong
+	// version, non-minimal varint, trailing bytes, bad key, ...).
+	ErrBadRecord = errors.New("idempotency: bad ledger record")
+)
+
+// RecordKind is what a ledger record does to its entry. The numeric values
+// are part of the record format; package wal maps each kind to its own op.
+type RecordKind uint8
+
+// Record kinds.
+const (
+	RecordClaim    RecordKind = 1 // a caller took the key: in-flight entry with a lease
+	RecordComplete RecordKind = 2 // the operation succeeded: outcome kept for the replay window
+	RecordRelease  RecordKind = 3 // the operation did not happen: the key is free again
+	RecordFail     RecordKind = 4 // the operation failed reproducibly: failure cached briefly
+)
+
+var kindNames = [...]string{RecordClaim: "claim", RecordComplete: "complete", RecordRelease: "release", RecordFail: "fail"}
+
+// Valid reports whether k is an assigned kind.
+func (k RecordKind) Valid() bool { return k >= RecordClaim && k <= RecordFail }
+
+// String returns claim|complete|release|fail or "kind(N)".
+func (k RecordKind) String() string {
+	if k.Valid() {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Token identifies one claim: 128 random bits chosen by the leader that
+// granted it. Complete, Release and Fail name the claim they settle, so a
+// record can never settle somebody else's claim.
+type Token [16]byte
+
+// NewToken returns a random token.
+func NewToken() Token {
+	var t Token
+	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return t
+}
+
+// String returns the token as 32 hex characters.
+func (t Token) String() string { return hex.EncodeToString(t[:]) }
+
+// Fingerprint is BLAKE3-256 of a request's payload. A key reused with a
+// different fingerprint is a conflict, not a retry.
+type Fingerprint [32]byte
+
+// FingerprintOf returns BLAKE3-256(payload). It allocates nothing and never
+// starts goroutines (unlike blake3.Sum256 on inputs over 1 KiB).
+func FingerprintOf(payload []byte) Fingerprint {
+	w := sum(nil, payload)
+	var f Fingerprint
+	for i, x := range w {
+		binary.LittleEndian.PutUint32(f[4*i:], x)
+	}
+	return f
+}
+
+// String returns the first 8 bytes in hex, enough to tell fingerprints apart
+// in messages.
+func (f Fingerprint) String() string { return hex.EncodeToString(f[:8]) }
+
+// ValidateRequest checks a (scope, request key) pair: the key must be
+// non-empty after trimming white space and at most MaxRequestKeyLen bytes; the
+// scope at most MaxScopeLen bytes. Errors wrap ErrInvalidKey.
+func ValidateRequest(scope, key string) error {
+	switch {
+	case strings.TrimSpace(key) == "":
+		return fmt.Errorf("%w: empty request key", ErrInvalidKey)
+	case len(key) > MaxRequestKeyLen:
+		return fmt.Errorf("%w: request key is %d bytes, limit %d", ErrInvalidKey, len(key), MaxRequestKeyLen)
+	case len(scope) > MaxScopeLen:
+		return fmt.Errorf("%w: scope is %d bytes, limit %d", ErrInvalidKey, len(scope), MaxScopeLen)
+	}
+	return nil
+}
+
+// Record is one ledger decision as it travels through the WAL: a leader's
+// Ledger emits it, every node applies it to its ledger table (LedgerTx.Apply).
+//
+// Which fields are meaningful depends on Kind:
+//
+//	claim:    Token, Time, Expires (lease end), Fingerprint, Scope, Key
+//	complete: Token, Time, Expires (end of replay), Fingerprint, Scope, Key, Outcome
+//	fail:     same as complete (Expires: end of the cached failure)
+//	release:  Token, Time, Scope, Key
+//
+// Time is the decision's WAL-clock timestamp (leader unix nanos). It is not
+// part of the encoded body: a WAL carries it as the event's Time.
+type Record struct {
+	Kind        RecordKind
+	Token       Token
+	Time        int64
+	Expires     int64
+	Fingerprint Fingerprint
+	Scope       string
+	Key         string
+	Outcome     []byte
+}
+
+// recordVersion is the first byte of every encoded record body.
+const recordVersion = 1
+
+func (k RecordKind) hasFingerprint() bool { return k != RecordRelease }
+func (k RecordKind) hasOutcome() bool     { return k == RecordComplete || k == RecordFail }
+
+// Validate checks that r can be encoded canonically: a valid kind and
+// request, no fields the kind does not carry, an outcome within bounds.
+func (r *Record) Validate() error {
+	if !r.Kind.Valid() {
+		return fmt.Errorf("%w: %s", ErrBadRecord, r.Kind)
+	}
+	if err := ValidateRequest(r.Scope, r.Key); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRecord, err)
+	}
+	if !r.Kind.hasFingerprint() && (r.Expires != 0 || r.Fingerprint != (Fingerprint{})) {
+		return fmt.Errorf("%w: release carries expiry or fingerprint", ErrBadRecord)
+	}
+	if !r.Kind.hasOutcome() && len(r.Outcome) != 0 {
+		return fmt.Errorf("%w: %s carries an outcome", ErrBadRecord, r.Kind)
+	}
+	if len(r.Outcome) > MaxOutcomeSize {
+		return fmt.Errorf("%w: %w: %d bytes", ErrBadRecord, ErrOutcomeTooLarge, len(r.Outcome))
+	}
+	return nil
+}
+
+// AppendBody appends r's canonical body encoding (everything but Kind and
+// Time) to dst. Layout, integers little-endian:
+//
+//	version u8 (1) | token 16 | [expires i64 | fingerprint 32]   (not release)
+//	| uvarint len + scope | uvarint len + key | [uvarint len + outcome] (complete, fail)
+//
+// Varints are minimal; decoding rejects anything else, so a body has exactly
+// one encoding. AppendBody does not validate r (see Validate).
+func (r *Record) AppendBody(dst []byte) []byte {
+	dst = append(dst, recordVersion)
+	dst = append(dst, r.Token[:]...)
+	if r.Kind.hasFingerprint() {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Expires))
+		dst = append(dst, r.Fingerprint[:]...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(r.Scope)))
+	dst = append(dst, r.Scope...)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Key)))
+	dst = append(dst, r.Key...)
+	if r.Kind.hasOutcome() {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Outcome)))
+		dst = append(dst, r.Outcome...)
+	}
+	return dst
+}
+
+// BodySize is len(r.AppendBody(nil)).
+func (r *Record) BodySize() int {
+	n := 1 + len(Token{})
+	if r.Kind.hasFingerprint() {
+		n += 8 + len(Fingerprint{})
+	}
+	n += uvarintSize(uint64(len(r.Scope))) + len(r.Scope) + uvarintSize(uint64(len(r.Key))) + len(r.Key)
+	if r.Kind.hasOutcome() {
+		n += uvarintSize(uint64(len(r.Outcome))) + len(r.Outcome)
+	}
+	return n
+}
+
+func uvarintSize(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// DecodeRecord decodes a record body of the given kind and time. It is
+// strict: wrong version, non-minimal varints, lengths beyond the limits,
+// trailing bytes and invalid requests are ErrBadRecord, so decode(encode(r))
+// == r and nothing else decodes. Outcome aliases body.
+func DecodeRecord(kind RecordKind, time int64, body []byte) (Record, error) {
+	r := Record{Kind: kind, Time: time}
+	if !kind.Valid() {
+		return Record{}, fmt.Errorf("%w: %s", ErrBadRecord, kind)
+	}
+	if len(body) < 1+len(r.Token) || body[0] != recordVersion {
+		return Record{}, fmt.Errorf("%w: short body or unknown version", ErrBadRecord)
+	}
+	off := 1 + copy(r.Token[:], body[1:])
+	if kind.hasFingerprint() {
+		if len(body)-off < 8+len(r.Fingerprint) {
+			return Record{}, fmt.Errorf("%w: short body", ErrBadRecord)
+		}
+		r.Expires = int64(binary.LittleEndian.Uint64(body[off:]))
+		off += 8
+		off += copy(r.Fingerprint[:], body[off:])
+	}
+	field := func(limit int) ([]byte, error) {
+		n, w := binary.Uvarint(body[off:])
+		if w <= 0 || w != uvarintSize(n) {
+			return nil, fmt.Errorf("%w: bad length varint", ErrBadRecord)
+		}
+		if n > uint64(limit) || n > uint64(len(body)-off-w) {
+			return nil, fmt.Errorf("%w: field length %d", ErrBadRecord, n)
+		}
+		b := body[off+w : off+w+int(n) : off+w+int(n)]
+		off += w + int(n)
+		return b, nil
+	}
+	scope, err := field(MaxScopeLen)
+	if err != nil {
+		return Record{}, err
+	}
+	key, err := field(MaxRequestKeyLen)
+	if err != nil {
+		return Record{}, err
+	}
+	r.Scope, r.Key = string(scope), string(key)
+	if kind.hasOutcome() {
+		if r.Outcome, err = field(MaxOutcomeSize); err != nil {
+			return Record{}, err
+		}
+		if len(r.Outcome) == 0 {
+			r.Outcome = nil
+		}
+	}
+	if off != len(body) {
+		return Record{}, fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, len(body)-off)
+	}
+	if err := r.Validate(); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
