@@ -30,6 +30,12 @@ type PipelineConfig struct {
 	RetransmitTimeout time.Duration // default 20ms
 	Progress          func(applied, total uint64)
 	Timeout           time.Duration // default 2 minutes
+	// Transport, if set, makes the link between shipper and follower: it
+	// returns the leader's Listener, the follower's Dialer and a func that
+	// closes both (called once at the end). Faults is then ignored and
+	// PipelineResult.Transport stays zero. Default: an InProcess transport
+	// injecting Faults.
+	Transport func() (replication.Listener, replication.Dialer, func() error, error)
 }
 
 // PipelineResult is what happened in a run.
@@ -76,11 +82,21 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 
 	tr := replication.NewInProcess(cfg.Faults, cfg.Seed)
 	defer tr.Close()
+	var listener replication.Listener = tr
+	var dialer replication.Dialer = tr
+	if cfg.Transport != nil {
+		l, d, closeFn, err := cfg.Transport()
+		if err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+		defer closeFn()
+		listener, dialer = l, d
+	}
 	notify := make(chan struct{}, 1)
 	ship, err := replication.NewShipper(replication.ShipperOptions{
 		WALDir:            filepath.Join(cfg.Dir, "leader"),
 		Shard:             cfg.Shard,
-		Listener:          tr,
+		Listener:          listener,
 		Epoch:             func() uint64 { return cfg.Epoch },
 		Notify:            notify,
 		DurableLSN:        w.DurableLSN,
@@ -126,7 +142,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 		serveCtx, stopServe := context.WithCancel(ctx)
 		served := make(chan struct{})
 		var serveErr error
-		go func() { serveErr = f.Serve(serveCtx, tr); close(served) }()
+		go func() { serveErr = f.Serve(serveCtx, dialer); close(served) }()
 
 		// Restart when the follower reaches a random point of its share.
 		restart := incarnation < cfg.Restarts
