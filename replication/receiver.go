@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
@@ -108,6 +109,7 @@ type Receiver struct {
 	epoch   uint64 // highest epoch committed
 	failed  error  // sticky after a fatal store error
 	commits uint64
+	pos     atomic.Pointer[position] // published copy of applied/epoch, read without mu
 
 	// Scratch reused across batches; guarded by mu.
 	events  []wal.Event
@@ -144,15 +146,18 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if r.journal, err = loadJournal(db, window, o.Logf); err != nil {
 		return nil, err
 	}
+	r.pos.Store(&position{r.applied, r.epoch})
 	return r, nil
 }
 
 // Position returns the highest applied LSN and the highest committed epoch.
+// It does not wait for a batch being applied.
 func (r *Receiver) Position() (appliedLSN, epoch uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.applied, r.epoch
+	p := r.pos.Load()
+	return p.applied, p.epoch
 }
+
+type position struct{ applied, epoch uint64 }
 
 // Err returns the sticky store failure (wrapping ErrStoreFailed), or nil.
 func (r *Receiver) Err() error {
@@ -326,6 +331,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	}
 	r.journal.committed()
 	r.applied, r.epoch = h.LastLSN(), epoch
+	r.pos.Store(&position{r.applied, r.epoch})
 	r.stats.add(&c, len(keep))
 	r.stats.committed.Add(1)
 	res.Committed = true
