@@ -1,6 +1,7 @@
 // Package idempotency is oncewal's second dedup layer: 128-bit idempotency
 // keys and the bounded window of recently seen keys a follower checks
-// before applying an event.
+// before applying an event; and the request ledger that makes client
+// requests idempotent across retries and failover.
 //
 // # Keys
 //
@@ -70,6 +71,53 @@
 // The behaviour is checked against github.com/hashicorp/golang-lru/v2 as a
 // reference model by a differential test. golang-lru itself is not used
 // because it holds ~115 B/entry fresh and ~220 B/entry after churn.
+//
+// # The request ledger (Ledger)
+//
+// The window and the HWMs stop a replicated event from applying twice. The
+// Ledger gives clients the request-level guarantee on top: a request retried
+// under the same (scope, request key) takes effect at most once, and the
+// retry gets the original outcome back. Keys are validated (non-empty after
+// trimming, ≤ 200 bytes; scope ≤ 200 bytes) or refused with ErrInvalidKey
+// and no state change. Claim fingerprints the payload (BLAKE3-256) and
+// answers exactly one of Fresh (the caller owns the key: an in-flight entry
+// with a lease), Replay (the completed or cached-failure outcome, verbatim),
+// InFlight (another caller owns it; retry later) or a *ConflictError
+// (ErrConflict: same key, different fingerprint). Complete records the
+// outcome for the replay window (TTL, default 24h); Release frees the key so
+// a retry re-executes; Fail caches a reproducible failure briefly (default
+// 10s). A claim's lease (default 1 minute) frees a key whose owner crashed.
+//
+// Every decision is a Record (claim, complete, release, fail) that the
+// Ledger hands to its LogFunc before answering. The LogFunc makes it durable
+// and applies it to the LedgerTable; on a replicated leader it is a WAL
+// append (package replication), and an operation's effects and its complete
+// record travel in the same WAL batch, so every node records the outcome
+// atomically with the effect. Followers apply the same records to their own
+// table in the same Pebble batch as the effects, which is why a promoted
+// follower answers for requests its dead leader completed.
+//
+// Ledger invariants:
+//
+//  1. Decisions about one key are serialized (a per-key turn held across the
+//     log call), so of concurrent Claims of a free key exactly one is Fresh;
+//     a log error changes nothing.
+//  2. A settling record names its claim's token; it is logged only while no
+//     other claim holds the key live, so two executions of one request can
+//     never both complete. A claim whose lease ended may still settle if no
+//     other claim took the key meanwhile (no other execution can exist).
+//  3. Expiry uses the WAL clock (leader timestamps in the records), never a
+//     node's own clock: an entry past its expiry, or a release tombstone,
+//     counts as absent on every node whether or not it has been swept.
+//  4. The table changes only by applying records (LedgerTx.Apply), with
+//     rules that make re-applying any record, or a stale one, harmless.
+//     Sweeps delete expired entries through an expiry index, at most once
+//     per SweepInterval of WAL time, inside an ordinary table transaction.
+//
+// The limit of the guarantee is the replay window: a retry later than TTL
+// after the completion re-executes. Entries also live in Pebble under the
+// l/ prefix (see LedgerPrefix in ledger_table.go for the layout). A test-only
+// Ledger.Reset exists in export_test.go and is compiled into no binary.
 //
 // Long tests: ONCEWAL_LONG=1 raises the churn of the memory test to the
 // 10 million inserts of the requirement (default 1M; 200K under -race) and
