@@ -1,0 +1,425 @@
+package grpctransport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/replication"
+)
+
+// DialerOptions configures the follower side. Exactly one of TLS and
+// Insecure must be set.
+type DialerOptions struct {
+	// TLS is the follower's mutual-TLS configuration (ClientTLSConfig or
+	// LoadClientTLS): RootCAs to verify the leader, a client certificate to
+	// present. MinVersion is raised to TLS 1.3.
+	TLS *tls.Config
+	// Insecure dials plaintext. Only for tests and loopback experiments.
+	Insecure bool
+	// Logger receives connection-level log lines. Default slog.Default().
+	Logger *slog.Logger
+	// ConnectTimeout bounds one TCP connect + TLS handshake. Default 10s.
+	ConnectTimeout time.Duration
+	// KeepaliveTime is the idle time after which the follower pings the
+	// leader (gRPC enforces at least 10s); KeepaliveTimeout how long it waits
+	// for the answer before dropping the connection. Defaults 20s and 10s.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// RecvBuffer is the number of received batches queued ahead of Recv.
+	// Default 4.
+	RecvBuffer int
+}
+
+// EnsureDefaults fills unset fields with their defaults and returns o.
+func (o *DialerOptions) EnsureDefaults() *DialerOptions {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.KeepaliveTime <= 0 {
+		o.KeepaliveTime = 20 * time.Second
+	}
+	if o.KeepaliveTimeout <= 0 {
+		o.KeepaliveTimeout = 10 * time.Second
+	}
+	if o.RecvBuffer <= 0 {
+		o.RecvBuffer = 4
+	}
+	return o
+}
+
+func (o *DialerOptions) creds() (credentials.TransportCredentials, error) {
+	switch {
+	case o.TLS != nil && o.Insecure:
+		return nil, fmt.Errorf("%w: both TLS and Insecure set", ErrBadOptions)
+	case o.Insecure:
+		return insecure.NewCredentials(), nil
+	case o.TLS == nil:
+		return nil, fmt.Errorf("%w: TLS is required (set Insecure only for tests/loopback)", ErrBadOptions)
+	}
+	cfg, err := checkClientTLS(o.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadOptions, err)
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// DialerStats counts what a Dialer did.
+type DialerStats struct {
+	Dials           uint64 // Dial calls
+	DialFailures    uint64 // Dials that did not produce a connection
+	BadFrames       uint64 // streams ended for a malformed or oversized frame
+	BatchesReceived uint64
+	BytesReceived   uint64
+	AcksSent        uint64
+}
+
+type dialerCounters struct {
+	dials, failures, badFrames, batches, bytes, acks atomic.Uint64
+}
+
+// Dialer is the follower side of the gRPC transport; it implements
+// replication.Dialer. Every Dial makes a fresh gRPC client connection (TCP +
+// TLS handshake) and one stream on it, so each reconnect re-verifies the
+// leader and re-reads nothing cached; the follower's own backoff paces
+// redials.
+type Dialer struct {
+	addr  string
+	opts  DialerOptions
+	creds credentials.TransportCredentials
+	stats dialerCounters
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[*followerConn]struct{}
+	lastLog string
+	lastAt  time.Time
+}
+
+var _ replication.Dialer = (*Dialer)(nil)
+
+// NewDialer returns a Dialer for the leader at addr (host:port).
+func NewDialer(addr string, opts *DialerOptions) (*Dialer, error) {
+	d := &Dialer{addr: addr, conns: make(map[*followerConn]struct{})}
+	if opts != nil {
+		d.opts = *opts
+	}
+	d.opts.EnsureDefaults()
+	var err error
+	if d.creds, err = d.opts.creds(); err != nil {
+		return nil, err
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty leader address", ErrBadOptions)
+	}
+	return d, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Dialer) Stats() DialerStats {
+	c := &d.stats
+	return DialerStats{Dials: c.dials.Load(), DialFailures: c.failures.Load(), BadFrames: c.badFrames.Load(),
+		BatchesReceived: c.batches.Load(), BytesReceived: c.bytes.Load(), AcksSent: c.acks.Load()}
+}
+
+// Close ends every connection the Dialer made (they return ErrClosed) and
+// makes further Dials fail with ErrClosed. Idempotent.
+func (d *Dialer) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	conns := make([]*followerConn, 0, len(d.conns))
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+// logDialError logs a failed dial at Warn, once per distinct reason per
+// 30s, so a follower redialling a leader that refuses it says why without
+// flooding the log.
+func (d *Dialer) logDialError(err error) {
+	msg := err.Error()
+	d.mu.Lock()
+	repeat := msg == d.lastLog && time.Since(d.lastAt) < 30*time.Second
+	if !repeat {
+		d.lastLog, d.lastAt = msg, time.Now()
+	}
+	d.mu.Unlock()
+	level := slog.LevelWarn
+	if repeat {
+		level = slog.LevelDebug
+	}
+	reason := "connection failed"
+	if strings.Contains(msg, "handshake") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") {
+		reason = "TLS handshake failed"
+	}
+	d.opts.Logger.Log(context.Background(), level, "oncewal follower: cannot reach leader: "+reason, "leader", d.addr, "err", msg)
+}
+
+// Dial implements replication.Dialer. It returns once the leader accepted
+// the stream (its Listener's Accept took it), or with ctx.Err(), or with an
+// error wrapping replication.ErrDisconnected (connect, TLS or stream
+// failure; the caller retries) or replication.ErrClosed.
+func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
+	d.stats.dials.Add(1)
+	c, err := d.dial(ctx, hello)
+	if err != nil {
+		d.stats.failures.Add(1)
+		if ctx.Err() == nil && !errors.Is(err, replication.ErrClosed) {
+			d.logDialError(err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := &d.opts
+	cc, err := grpc.NewClient("passthrough:///"+d.addr,
+		grpc.WithTransportCredentials(d.creds),
+		grpc.WithDefaultCallOptions(
+			grpc.ForceCodecV2(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(MaxBatchFrame),
+			grpc.MaxCallSendMsgSize(maxControlFrame),
+		),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
+		// One connection per Dial: no reconnect loop inside gRPC, the
+		// follower's backoff decides when to try again.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: o.ConnectTimeout}),
+		grpc.WithDisableRetry(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: grpctransport: %v", ErrBadOptions, err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	c := &followerConn{
+		d: d, cc: cc, cancel: cancel,
+		batches: make(chan []byte, o.RecvBuffer),
+		done:    make(chan struct{}),
+	}
+	fail := func(err error) (*followerConn, error) {
+		cancel()
+		cc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	// The dial ctx bounds the handshake only; the stream lives on sctx.
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	cs, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: streamName, ServerStreams: true, ClientStreams: true}, fullMethod)
+	if err != nil {
+		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+	}
+	c.cs = cs
+	if err := cs.SendMsg(&frame{encodeHello(hello)}); err != nil {
+		if err == io.EOF {
+			err = cs.RecvMsg(&frame{})
+		}
+		return fail(fmt.Errorf("%w: dial %s: hello: %v", replication.ErrDisconnected, d.addr, err))
+	}
+	md, err := cs.Header()
+	if err == nil && md == nil {
+		// The stream ended without headers: RecvMsg has the reason.
+		err = cs.RecvMsg(&frame{})
+		if err == nil || err == io.EOF {
+			err = errors.New("stream ended before the leader accepted it")
+		}
+	}
+	if err != nil {
+		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+	}
+	if !stop() {
+		return fail(ctx.Err()) // ctx ended just now and cancelled the stream
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fail(fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed))
+	}
+	d.conns[c] = struct{}{}
+	d.mu.Unlock()
+	c.wg.Add(1)
+	go c.recvLoop()
+	return c, nil
+}
+
+// followerConn is the follower's end of one stream; implements
+// replication.FollowerConn.
+type followerConn struct {
+	d       *Dialer
+	cc      *grpc.ClientConn
+	cs      grpc.ClientStream
+	cancel  context.CancelFunc
+	batches chan []byte
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	err   error
+	local bool
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (c *followerConn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	close(c.done)
+	c.cancel()
+}
+
+func (c *followerConn) ended() error {
+	select {
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// streamErr turns a stream error into the transport's error vocabulary.
+func (c *followerConn) streamErr(err error) error {
+	c.mu.Lock()
+	local := c.local
+	c.mu.Unlock()
+	if local {
+		return fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+	}
+	if status.Code(err) == codes.ResourceExhausted {
+		return fmt.Errorf("%w: %w: %v", replication.ErrDisconnected, ErrFrameTooLarge, err)
+	}
+	if err == io.EOF {
+		err = errors.New("leader ended the stream")
+	}
+	return fmt.Errorf("%w: %v", replication.ErrDisconnected, err)
+}
+
+func (c *followerConn) recvLoop() {
+	defer c.wg.Done()
+	for {
+		var f frame
+		if err := c.cs.RecvMsg(&f); err != nil {
+			err = c.streamErr(err)
+			if errors.Is(err, ErrFrameTooLarge) {
+				c.d.stats.badFrames.Add(1)
+				c.d.opts.Logger.Warn("oncewal follower: closing stream: oversized frame from leader", "leader", c.d.addr, "err", err)
+			}
+			c.fail(err)
+			return
+		}
+		b, err := decodeBatchFrame(f.b)
+		if err != nil {
+			c.d.stats.badFrames.Add(1)
+			c.d.opts.Logger.Warn("oncewal follower: closing stream: bad frame from leader", "leader", c.d.addr, "err", err)
+			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
+			return
+		}
+		c.d.stats.batches.Add(1)
+		c.d.stats.bytes.Add(uint64(len(b)))
+		select {
+		case c.batches <- b:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// Recv implements replication.FollowerConn. The returned slice is the
+// caller's. Batches already queued are delivered before a broken link is
+// reported.
+func (c *followerConn) Recv(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-c.batches:
+		return b, nil
+	default:
+	}
+	select {
+	case b := <-c.batches:
+		return b, nil
+	case <-c.done:
+		return nil, fmt.Errorf("grpctransport: recv: %w", c.ended())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Send implements replication.FollowerConn. A ctx that ends while SendMsg is
+// blocked (flow control) ends the stream, as the Transport contract allows.
+func (c *followerConn) Send(ctx context.Context, ack replication.Ack) error {
+	if err := c.ended(); err != nil {
+		return fmt.Errorf("grpctransport: send: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.fail(fmt.Errorf("%w: send cancelled", replication.ErrDisconnected)) })
+	err := c.cs.SendMsg(&frame{encodeAck(ack)})
+	if !stop() {
+		return ctx.Err()
+	}
+	if err != nil {
+		// SendMsg reports io.EOF for a stream that ended; the reason comes
+		// from the receive side.
+		c.fail(c.streamErr(err))
+		return fmt.Errorf("grpctransport: send: %w", c.ended())
+	}
+	c.d.stats.acks.Add(1)
+	return nil
+}
+
+// Close implements replication.FollowerConn: it ends the stream and the
+// client connection (the leader sees ErrDisconnected) and waits for the
+// connection's goroutine. Idempotent.
+func (c *followerConn) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		if c.err == nil {
+			c.local = true
+		}
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("grpctransport: %w", replication.ErrClosed))
+		c.wg.Wait()
+		c.cc.Close()
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+	})
+	return nil
+}

@@ -1,0 +1,169 @@
+package grpctransport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/mem"
+
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Wire format. Every gRPC message on the stream is one frame: a type byte and
+// a payload. No protobuf: the batch already is a self-checking wal encoding,
+// and the two control frames are fixed-size little-endian records.
+//
+//	hello  (follower → leader, first message): 0x01 | version u8 | shard u32 | epoch u64 | applied u64
+//	ack    (follower → leader, then):          0x02 | flags u8   | shard u32 | epoch u64 | applied u64
+//	batch  (leader → follower):                0x03 | wal batch bytes (header + body, as wal.AppendBatch made them)
+//
+// Ack flags: bit 0 = Refused; the other bits must be zero.
+const (
+	frameHello byte = 0x01
+	frameAck   byte = 0x02
+	frameBatch byte = 0x03
+
+	// ProtocolVersion is carried in the hello; a leader refuses other values.
+	ProtocolVersion = 1
+
+	controlFrameSize = 1 + 1 + 4 + 8 + 8
+
+	// MaxBatchFrame is the largest frame the follower accepts: a type byte
+	// and the largest batch wal can encode. gRPC rejects a longer message
+	// before reading it into memory.
+	MaxBatchFrame = 1 + wal.HeaderSize + wal.MaxBodySize
+	// maxControlFrame bounds what the leader accepts from a follower: control
+	// frames only, so a misbehaving peer cannot make it buffer megabytes.
+	maxControlFrame = 256
+)
+
+// Errors of the wire protocol. A stream that carries a bad frame is ended;
+// the errors returned for it wrap both ErrBadFrame and
+// replication.ErrDisconnected, so callers simply reconnect.
+var (
+	// ErrBadFrame: the peer sent a frame that is not valid where it appeared
+	// (unknown type, wrong length, batch header that does not decode, a
+	// second hello, …).
+	ErrBadFrame = errors.New("grpctransport: malformed frame")
+	// ErrFrameTooLarge: a batch above MaxBatchFrame (sent or received).
+	ErrFrameTooLarge = errors.New("grpctransport: frame too large")
+)
+
+func appendControl(dst []byte, typ, b1 byte, a replication.Ack) []byte {
+	dst = append(dst, typ, b1)
+	dst = binary.LittleEndian.AppendUint32(dst, a.Shard)
+	dst = binary.LittleEndian.AppendUint64(dst, a.Epoch)
+	dst = binary.LittleEndian.AppendUint64(dst, a.AppliedLSN)
+	return dst
+}
+
+func encodeHello(a replication.Ack) []byte {
+	return appendControl(make([]byte, 0, controlFrameSize), frameHello, ProtocolVersion, a)
+}
+
+func encodeAck(a replication.Ack) []byte {
+	var flags byte
+	if a.Refused {
+		flags = 1
+	}
+	return appendControl(make([]byte, 0, controlFrameSize), frameAck, flags, a)
+}
+
+func decodeControl(f []byte, want byte) (replication.Ack, byte, error) {
+	if len(f) == 0 {
+		return replication.Ack{}, 0, fmt.Errorf("%w: empty frame", ErrBadFrame)
+	}
+	if f[0] != want {
+		return replication.Ack{}, 0, fmt.Errorf("%w: frame type %#x, want %#x", ErrBadFrame, f[0], want)
+	}
+	if len(f) != controlFrameSize {
+		return replication.Ack{}, 0, fmt.Errorf("%w: control frame of %d bytes, want %d", ErrBadFrame, len(f), controlFrameSize)
+	}
+	return replication.Ack{
+		Shard:      binary.LittleEndian.Uint32(f[2:]),
+		Epoch:      binary.LittleEndian.Uint64(f[6:]),
+		AppliedLSN: binary.LittleEndian.Uint64(f[14:]),
+	}, f[1], nil
+}
+
+func decodeHello(f []byte) (replication.Ack, error) {
+	a, v, err := decodeControl(f, frameHello)
+	if err != nil {
+		return a, err
+	}
+	if v != ProtocolVersion {
+		return replication.Ack{}, fmt.Errorf("%w: hello for protocol version %d, this leader speaks %d", ErrBadFrame, v, ProtocolVersion)
+	}
+	return a, nil
+}
+
+func decodeAck(f []byte) (replication.Ack, error) {
+	a, flags, err := decodeControl(f, frameAck)
+	if err != nil {
+		return a, err
+	}
+	if flags&^1 != 0 {
+		return replication.Ack{}, fmt.Errorf("%w: unknown ack flags %#x", ErrBadFrame, flags)
+	}
+	a.Refused = flags&1 != 0
+	return a, nil
+}
+
+// decodeBatchFrame checks a batch frame's type, header and length and returns
+// the batch bytes (a subslice of f). The body checksum is the receiver's to
+// verify: a corrupt body is refused there, with an ack, like any bad batch.
+func decodeBatchFrame(f []byte) ([]byte, error) {
+	if len(f) == 0 {
+		return nil, fmt.Errorf("%w: empty frame", ErrBadFrame)
+	}
+	if f[0] != frameBatch {
+		return nil, fmt.Errorf("%w: frame type %#x, want batch", ErrBadFrame, f[0])
+	}
+	if len(f) > MaxBatchFrame {
+		return nil, fmt.Errorf("%w: %d bytes > %d", ErrFrameTooLarge, len(f), MaxBatchFrame)
+	}
+	b := f[1:]
+	h, err := wal.DecodeHeader(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch header: %w", ErrBadFrame, err)
+	}
+	if h.Size() != len(b) {
+		return nil, fmt.Errorf("%w: batch header says %d bytes, frame carries %d", ErrBadFrame, h.Size(), len(b))
+	}
+	return b, nil
+}
+
+// rawCodec moves frames as they are. It is forced on both ends (never
+// registered globally), so it cannot affect other gRPC services in the process.
+type rawCodec struct{}
+
+// codecName is the content-subtype on the wire ("application/grpc+oncewal-raw").
+const codecName = "oncewal-raw"
+
+// frame is the message type of every SendMsg and RecvMsg of this package.
+type frame struct{ b []byte }
+
+func (rawCodec) Name() string { return codecName }
+
+// Marshal hands the frame's bytes to gRPC without copying: every frame is a
+// fresh slice that nobody touches after SendMsg.
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	f, ok := v.(*frame)
+	if !ok {
+		return nil, fmt.Errorf("grpctransport: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
+}
+
+// Unmarshal copies out of gRPC's pooled buffers (freed when it returns) into
+// one slice that then belongs to the receiver of the frame.
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	f, ok := v.(*frame)
+	if !ok {
+		return fmt.Errorf("grpctransport: cannot unmarshal into %T", v)
+	}
+	f.b = data.Materialize()
+	return nil
+}

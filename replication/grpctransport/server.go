@@ -1,0 +1,475 @@
+package grpctransport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/replication"
+)
+
+const (
+	serviceName = "oncewal.replication.v1.Replication"
+	streamName  = "Stream"
+	fullMethod  = "/" + serviceName + "/" + streamName
+)
+
+// ServerOptions configures the leader side. Exactly one of TLS and Insecure
+// must be set.
+type ServerOptions struct {
+	// TLS is the leader's mutual-TLS configuration (ServerTLSConfig or
+	// LoadServerTLS). It must require and verify client certificates against
+	// ClientCAs; MinVersion is raised to TLS 1.3.
+	TLS *tls.Config
+	// Insecure serves plaintext. Only for tests and loopback experiments:
+	// anyone who can reach the port can then read the log and pose as a
+	// follower.
+	Insecure bool
+	// Logger receives connection-level log lines (refused handshakes, bad
+	// frames). Default slog.Default().
+	Logger *slog.Logger
+	// SendBuffer is the number of batches a connection queues ahead of gRPC
+	// flow control. The Shipper's MaxInFlight bounds what is outstanding;
+	// this only smooths bursts. Default 8.
+	SendBuffer int
+	// HelloTimeout bounds the wait for a new stream's hello. Default 10s.
+	HelloTimeout time.Duration
+	// KeepaliveTime is the idle time after which the leader pings a
+	// follower; KeepaliveTimeout how long it waits for the answer before
+	// dropping the connection. Defaults 30s and 10s. The enforcement policy
+	// lets followers ping every 5s at most.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+}
+
+// EnsureDefaults fills unset fields with their defaults and returns o.
+func (o *ServerOptions) EnsureDefaults() *ServerOptions {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SendBuffer <= 0 {
+		o.SendBuffer = 8
+	}
+	if o.HelloTimeout <= 0 {
+		o.HelloTimeout = 10 * time.Second
+	}
+	if o.KeepaliveTime <= 0 {
+		o.KeepaliveTime = 30 * time.Second
+	}
+	if o.KeepaliveTimeout <= 0 {
+		o.KeepaliveTimeout = 10 * time.Second
+	}
+	return o
+}
+
+func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCredentials, error) {
+	switch {
+	case o.TLS != nil && o.Insecure:
+		return nil, fmt.Errorf("%w: both TLS and Insecure set", ErrBadOptions)
+	case o.Insecure:
+		return insecure.NewCredentials(), nil
+	case o.TLS == nil:
+		return nil, fmt.Errorf("%w: TLS is required (set Insecure only for tests/loopback)", ErrBadOptions)
+	}
+	cfg, err := checkServerTLS(o.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadOptions, err)
+	}
+	return loggedCreds{credentials.NewTLS(cfg), o.Logger, refused}, nil
+}
+
+// ServerStats counts what a Server did.
+type ServerStats struct {
+	Streams      uint64 // streams opened by followers (TLS passed)
+	Accepted     uint64 // streams handed to Accept
+	RefusedTLS   uint64 // connections whose TLS handshake failed
+	BadFrames    uint64 // streams ended for a malformed or oversized frame
+	BatchesSent  uint64
+	BytesSent    uint64
+	AcksReceived uint64
+	Disconnects  uint64 // accepted streams that ended other than by a local Close
+}
+
+type serverCounters struct {
+	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects atomic.Uint64
+}
+
+// Server is the leader side of the gRPC transport: a gRPC server whose one
+// bidirectional streaming method carries a follower connection. It
+// implements replication.Listener.
+type Server struct {
+	opts    ServerOptions
+	lis     net.Listener
+	gs      *grpc.Server
+	acceptq chan *leaderConn
+	closed  chan struct{}
+	once    sync.Once
+	serve   chan struct{} // closed when gs.Serve returned
+	wg      sync.WaitGroup
+	stats   serverCounters
+}
+
+var _ replication.Listener = (*Server)(nil)
+
+// Listen listens on the TCP address addr and serves followers on it until
+// Close.
+func Listen(addr string, opts *ServerOptions) (*Server, error) {
+	var o ServerOptions
+	if opts != nil {
+		o = *opts
+	}
+	// Validate before binding: bad options must not leave a port open.
+	var probe atomic.Uint64
+	if _, err := o.EnsureDefaults().creds(&probe); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("grpctransport: %w", err)
+	}
+	s, err := NewServer(lis, &o)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewServer serves followers on lis until Close (which closes lis).
+func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
+	s := &Server{
+		lis:     lis,
+		acceptq: make(chan *leaderConn),
+		closed:  make(chan struct{}),
+		serve:   make(chan struct{}),
+	}
+	if opts != nil {
+		s.opts = *opts
+	}
+	o := s.opts.EnsureDefaults()
+	creds, err := o.creds(&s.stats.refused)
+	if err != nil {
+		return nil, err
+	}
+	s.gs = grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.MaxRecvMsgSize(maxControlFrame),
+		grpc.MaxSendMsgSize(MaxBatchFrame),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	)
+	s.gs.RegisterService(&grpc.ServiceDesc{
+		ServiceName: serviceName,
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    streamName,
+			Handler:       func(_ any, ss grpc.ServerStream) error { return s.handle(ss) },
+			ServerStreams: true,
+			ClientStreams: true,
+		}},
+	}, struct{}{})
+	go func() {
+		defer close(s.serve)
+		_ = s.gs.Serve(lis)
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() ServerStats {
+	c := &s.stats
+	return ServerStats{
+		Streams: c.streams.Load(), Accepted: c.accepted.Load(), RefusedTLS: c.refused.Load(),
+		BadFrames: c.badFrames.Load(), BatchesSent: c.batches.Load(), BytesSent: c.bytes.Load(),
+		AcksReceived: c.acks.Load(), Disconnects: c.disconnects.Load(),
+	}
+}
+
+// Accept implements replication.Listener.
+func (s *Server) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
+	select {
+	case c := <-s.acceptq:
+		return c, c.hello, nil
+	case <-ctx.Done():
+		return nil, replication.Ack{}, ctx.Err()
+	case <-s.closed:
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrClosed)
+	}
+}
+
+// Close stops the server: the listener is closed, every connection ends
+// (followers see ErrDisconnected, local LeaderConns ErrClosed), and Close
+// returns once every goroutine of the server has exited. Idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		close(s.closed)
+		s.gs.Stop() // WaitForHandlers: returns after every handler returned
+		<-s.serve
+		s.wg.Wait()
+	})
+	return nil
+}
+
+func (s *Server) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// handle runs one follower stream. The handler goroutine is the only one
+// that calls SendMsg (batches come to it through sendq), so nothing sends
+// after the handler returned; a helper goroutine reads acks.
+func (s *Server) handle(ss grpc.ServerStream) error {
+	ctx := ss.Context()
+	s.stats.streams.Add(1)
+	remote := "?"
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+	}
+	c := &leaderConn{
+		s:      s,
+		remote: remote,
+		ss:     ss,
+		sendq:  make(chan []byte, s.opts.SendBuffer),
+		acks:   make(chan replication.Ack, 64),
+		helloc: make(chan replication.Ack, 1),
+		done:   make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); c.recvLoop(ctx) }()
+	local := false
+	defer func() {
+		if s.isClosed() {
+			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+		} else {
+			c.fail(fmt.Errorf("%w: stream to %s ended", replication.ErrDisconnected, remote))
+		}
+		if !local {
+			s.stats.disconnects.Add(1)
+		}
+	}()
+
+	timer := time.NewTimer(s.opts.HelloTimeout)
+	defer timer.Stop()
+	select {
+	case c.hello = <-c.helloc:
+	case <-c.done:
+		return c.status()
+	case <-timer.C:
+		s.opts.Logger.Warn("oncewal leader: no hello from follower", "remote", remote, "timeout", s.opts.HelloTimeout)
+		return status.Error(codes.DeadlineExceeded, "oncewal: no hello within timeout")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closed:
+		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
+	}
+	select {
+	case s.acceptq <- c:
+		s.stats.accepted.Add(1)
+	case <-c.done:
+		return c.status()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closed:
+		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
+	}
+	// The header tells the follower's Dial that the leader took the stream.
+	if err := ss.SendHeader(metadata.Pairs("oncewal-accepted", "1")); err != nil {
+		return err
+	}
+	for {
+		select {
+		case b := <-c.sendq:
+			if err := ss.SendMsg(&frame{b}); err != nil {
+				return err
+			}
+			s.stats.batches.Add(1)
+			s.stats.bytes.Add(uint64(len(b) - 1))
+		case <-c.done:
+			local = c.closedLocally()
+			return c.status()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closed:
+			return status.Error(codes.Unavailable, "oncewal: leader shutting down")
+		}
+	}
+}
+
+// leaderConn is the leader's end of one stream; implements replication.LeaderConn.
+type leaderConn struct {
+	s      *Server
+	remote string
+	ss     grpc.ServerStream
+	hello  replication.Ack
+	helloc chan replication.Ack
+	sendq  chan []byte
+	acks   chan replication.Ack
+
+	mu    sync.Mutex
+	err   error // why the connection ended; set once, before done closes
+	local bool  // ended by Close
+	done  chan struct{}
+}
+
+func (c *leaderConn) recvLoop(ctx context.Context) {
+	first := true
+	for {
+		var f frame
+		err := c.ss.RecvMsg(&f)
+		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted {
+				c.badFrame(fmt.Errorf("%w: %v", ErrFrameTooLarge, err))
+				return
+			}
+			if err == io.EOF {
+				err = errors.New("follower closed the stream")
+			}
+			c.fail(fmt.Errorf("%w: %v", replication.ErrDisconnected, err))
+			return
+		}
+		if first {
+			first = false
+			h, err := decodeHello(f.b)
+			if err != nil {
+				c.badFrame(err)
+				return
+			}
+			c.helloc <- h
+			continue
+		}
+		a, err := decodeAck(f.b)
+		if err != nil {
+			c.badFrame(err)
+			return
+		}
+		c.s.stats.acks.Add(1)
+		select {
+		case c.acks <- a:
+		case <-c.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *leaderConn) badFrame(err error) {
+	c.s.stats.badFrames.Add(1)
+	c.s.opts.Logger.Warn("oncewal leader: closing stream: bad frame from follower", "remote", c.remote, "err", err)
+	c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
+}
+
+// fail ends the connection with err unless it already ended.
+func (c *leaderConn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	close(c.done)
+}
+
+func (c *leaderConn) closedLocally() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local
+}
+
+// status is what the handler returns for the ended connection: the follower
+// reads it as the reason its stream ended.
+func (c *leaderConn) status() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.local:
+		return status.Error(codes.Aborted, "oncewal: leader closed the stream")
+	case errors.Is(c.err, ErrBadFrame) || errors.Is(c.err, ErrFrameTooLarge):
+		return status.Error(codes.InvalidArgument, "oncewal: "+c.err.Error())
+	default:
+		return status.Error(codes.Unavailable, c.err.Error())
+	}
+}
+
+func (c *leaderConn) ended() error {
+	select {
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Send implements replication.LeaderConn. It copies batch into a frame and
+// queues it for the stream; it blocks while the queue is full (gRPC flow
+// control pushing back), bounded by ctx, which leaves the connection usable.
+func (c *leaderConn) Send(ctx context.Context, batch []byte) error {
+	if 1+len(batch) > MaxBatchFrame {
+		return fmt.Errorf("%w: batch of %d bytes", ErrFrameTooLarge, len(batch))
+	}
+	if err := c.ended(); err != nil {
+		return fmt.Errorf("grpctransport: send: %w", err)
+	}
+	b := make([]byte, 1+len(batch))
+	b[0] = frameBatch
+	copy(b[1:], batch)
+	select {
+	case c.sendq <- b:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("grpctransport: send: %w", c.ended())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Recv implements replication.LeaderConn.
+func (c *leaderConn) Recv(ctx context.Context) (replication.Ack, error) {
+	select {
+	case a := <-c.acks:
+		return a, nil
+	case <-c.done:
+		return replication.Ack{}, fmt.Errorf("grpctransport: recv: %w", c.ended())
+	case <-ctx.Done():
+		return replication.Ack{}, ctx.Err()
+	}
+}
+
+// Close implements replication.LeaderConn: the stream ends with status
+// Aborted, which the follower sees as ErrDisconnected. Idempotent.
+func (c *leaderConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.local = true
+		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+		close(c.done)
+	}
+	return nil
+}

@@ -1,0 +1,358 @@
+package grpctransport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+var testCerts = sync.OnceValues(func() (*Certs, error) { return GenerateCerts(nil, 24*time.Hour) })
+
+func certs(t testing.TB) *Certs {
+	t.Helper()
+	c, err := testCerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// mtls returns a TLS server on 127.0.0.1 and a Dialer for it.
+func mtls(t testing.TB, log *slog.Logger) (*Server, *Dialer) {
+	t.Helper()
+	c := certs(t)
+	st, err := c.ServerTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := c.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log == nil {
+		log = quietLogger()
+	}
+	srv, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	d, err := NewDialer(srv.Addr().String(), &DialerOptions{TLS: ct, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return srv, d
+}
+
+func testBatch(t testing.TB, shard uint32, first uint64, n int) []byte {
+	t.Helper()
+	id := session.ID{1}
+	evs := make([]wal.Event, n)
+	for i := range evs {
+		evs[i] = wal.Event{Op: wal.OpPut, Session: id, Seq: session.SeqNo(first + uint64(i)), Time: 1, Key: []byte("k"), Value: bytes.Repeat([]byte{'v'}, 100)}
+	}
+	b, err := wal.AppendBatch(nil, shard, 1, first, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type connPair struct {
+	l replication.LeaderConn
+	f replication.FollowerConn
+}
+
+func connect(t testing.TB, ctx context.Context, srv *Server, d *Dialer, hello replication.Ack) connPair {
+	t.Helper()
+	type res struct {
+		c   replication.LeaderConn
+		h   replication.Ack
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, h, err := srv.Accept(ctx)
+		ch <- res{c, h, err}
+	}()
+	fc, err := d.Dial(ctx, hello)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("accept: %v", r.err)
+	}
+	if r.h != hello {
+		t.Fatalf("hello = %+v, want %+v", r.h, hello)
+	}
+	return connPair{r.c, fc}
+}
+
+func TestRoundTripMTLS(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, d := mtls(t, nil)
+	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41}
+	p := connect(t, ctx, srv, d, hello)
+
+	b := testBatch(t, 3, 42, 10)
+	sent := bytes.Clone(b)
+	if err := p.l.Send(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	clear(b) // Send must not retain the slice
+	got, err := p.f.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, sent) {
+		t.Fatal("batch changed in transit")
+	}
+	for _, a := range []replication.Ack{{Shard: 3, Epoch: 7, AppliedLSN: 51}, {Shard: 3, Epoch: 7, AppliedLSN: 51, Refused: true}} {
+		if err := p.f.Send(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		ga, err := p.l.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ga != a {
+			t.Fatalf("ack = %+v, want %+v", ga, a)
+		}
+	}
+
+	// Cancellation: blocked calls return ctx.Err() and the link stays usable.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := p.f.Recv(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("follower Recv on cancelled ctx: %v", err)
+	}
+	if _, err := p.l.Recv(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("leader Recv on cancelled ctx: %v", err)
+	}
+	if err := p.l.Send(ctx, testBatch(t, 3, 52, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.f.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Leader closes: follower sees ErrDisconnected, leader ErrClosed.
+	p.l.Close()
+	p.l.Close()
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
+		t.Fatalf("follower Recv after leader Close: %v", err)
+	}
+	if err := p.l.Send(ctx, sent); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("leader Send after Close: %v", err)
+	}
+	p.f.Close()
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) && !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("follower Recv after both closed: %v", err)
+	}
+
+	// Follower closes: leader sees ErrDisconnected, follower ErrClosed.
+	p = connect(t, ctx, srv, d, hello)
+	p.f.Close()
+	if _, err := p.l.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
+		t.Fatalf("leader Recv after follower Close: %v", err)
+	}
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("follower Recv after own Close: %v", err)
+	}
+	if err := p.f.Send(ctx, hello); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("follower Send after own Close: %v", err)
+	}
+	p.l.Close()
+
+	// Server Close: Accept and live connections return ErrClosed, the
+	// follower ErrDisconnected; the Dialer's Close ends its connections.
+	p = connect(t, ctx, srv, d, hello)
+	srv.Close()
+	if _, _, err := srv.Accept(ctx); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+	if _, err := p.l.Recv(ctx); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("leader Recv after server Close: %v", err)
+	}
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
+		t.Fatalf("follower Recv after server Close: %v", err)
+	}
+	if _, err := d.Dial(ctx, hello); !errors.Is(err, replication.ErrDisconnected) {
+		t.Fatalf("Dial to a closed server: %v", err)
+	}
+	d.Close()
+	if _, err := d.Dial(ctx, hello); !errors.Is(err, replication.ErrClosed) {
+		t.Fatalf("Dial after Dialer Close: %v", err)
+	}
+}
+
+func TestDialWaitsForAccept(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, d := mtls(t, nil)
+	// Nobody Accepts: Dial blocks until its ctx ends.
+	dctx, dcancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.Dial(dctx, replication.Ack{})
+		errc <- err
+	}()
+	waitFor(t, ctx, "stream to reach the server", func() bool { return srv.Stats().Streams == 1 })
+	select {
+	case err := <-errc:
+		t.Fatalf("Dial returned before Accept: %v", err)
+	default:
+	}
+	dcancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial after ctx cancel: %v", err)
+	}
+	// The abandoned stream ends on the server too and does not reach a
+	// later Accept. (Before the server notices, an Accept may still take
+	// it; that connection then fails at once and the Shipper accepts again.)
+	waitFor(t, ctx, "server to drop the abandoned stream", func() bool { return srv.Stats().Disconnects == 1 })
+	p := connect(t, ctx, srv, d, replication.Ack{AppliedLSN: 5})
+	p.f.Close()
+	p.l.Close()
+}
+
+func TestBackpressureSendHonoursCtx(t *testing.T) {
+	checkGoroutines(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, d := mtls(t, nil)
+	p := connect(t, ctx, srv, d, replication.Ack{})
+	// The follower never reads: Sends pile up in gRPC flow-control windows
+	// and the send queue until Send blocks; ctx bounds it.
+	big := testBatch(t, 0, 1, 5000) // ~600 KB
+	sctx, scancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if err := p.l.Send(sctx, big); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	waitFor(t, ctx, "Send to block", func() bool {
+		// Blocked: the server stopped sending and nothing errored.
+		s1 := srv.Stats().BatchesSent
+		time.Sleep(50 * time.Millisecond)
+		return srv.Stats().BatchesSent == s1 && len(errc) == 0
+	})
+	scancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("blocked Send: %v", err)
+	}
+	// Still usable: the follower drains and gets whole batches.
+	for range 3 {
+		b, err := p.f.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, big) {
+			t.Fatal("batch changed")
+		}
+	}
+	p.f.Close()
+	p.l.Close()
+}
+
+func TestOptionsValidation(t *testing.T) {
+	c := certs(t)
+	st, _ := c.ServerTLS()
+	ct, _ := c.ClientTLS()
+	noMutual := st.Clone()
+	noMutual.ClientAuth = tls.VerifyClientCertIfGiven
+	noCA := st.Clone()
+	noCA.ClientCAs = nil
+	for name, o := range map[string]*ServerOptions{
+		"nothing": {}, "both": {TLS: st, Insecure: true}, "not mutual": {TLS: noMutual}, "no client CA": {TLS: noCA},
+	} {
+		if _, err := Listen("127.0.0.1:0", o); !errors.Is(err, ErrBadOptions) {
+			t.Errorf("server %s: %v, want ErrBadOptions", name, err)
+		}
+	}
+	skip := ct.Clone()
+	skip.InsecureSkipVerify = true
+	noCert := ct.Clone()
+	noCert.Certificates = nil
+	for name, o := range map[string]*DialerOptions{
+		"nothing": {}, "both": {TLS: ct, Insecure: true}, "skip verify": {TLS: skip}, "no client cert": {TLS: noCert},
+	} {
+		if _, err := NewDialer("127.0.0.1:1", o); !errors.Is(err, ErrBadOptions) {
+			t.Errorf("dialer %s: %v, want ErrBadOptions", name, err)
+		}
+	}
+	// The caller's config is not modified (it is cloned, then hardened).
+	st.MinVersion = tls.VersionTLS12
+	s, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MinVersion != tls.VersionTLS12 {
+		t.Error("server TLS config modified")
+	}
+	s.Close()
+}
+
+func TestFrameCodec(t *testing.T) {
+	a := replication.Ack{Shard: 9, Epoch: 1 << 40, AppliedLSN: 1<<63 + 5, Refused: true}
+	if got, err := decodeAck(encodeAck(a)); err != nil || got != a {
+		t.Fatalf("ack round trip: %+v %v", got, err)
+	}
+	a.Refused = false
+	if got, err := decodeHello(encodeHello(a)); err != nil || got != a {
+		t.Fatalf("hello round trip: %+v %v", got, err)
+	}
+	b := testBatch(t, 0, 1, 3)
+	good := append([]byte{frameBatch}, b...)
+	if got, err := decodeBatchFrame(good); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("batch frame: %v", err)
+	}
+	badHelloVersion := encodeHello(a)
+	badHelloVersion[1] = 2
+	badFlags := encodeAck(a)
+	badFlags[1] = 0x80
+	bad := map[string]struct {
+		f   []byte
+		dec func([]byte) error
+	}{
+		"empty ack":       {nil, func(f []byte) error { _, err := decodeAck(f); return err }},
+		"short ack":       {encodeAck(a)[:10], func(f []byte) error { _, err := decodeAck(f); return err }},
+		"long ack":        {append(encodeAck(a), 0), func(f []byte) error { _, err := decodeAck(f); return err }},
+		"hello as ack":    {encodeHello(a), func(f []byte) error { _, err := decodeAck(f); return err }},
+		"ack as hello":    {encodeAck(a), func(f []byte) error { _, err := decodeHello(f); return err }},
+		"hello version":   {badHelloVersion, func(f []byte) error { _, err := decodeHello(f); return err }},
+		"ack flags":       {badFlags, func(f []byte) error { _, err := decodeAck(f); return err }},
+		"empty batch":     {nil, func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"ack as batch":    {encodeAck(a), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"truncated batch": {good[:len(good)-1], func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"trailing bytes":  {append(bytes.Clone(good), 0), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"header only":     {good[:1+wal.HeaderSize-1], func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"corrupt header":  {func() []byte { g := bytes.Clone(good); g[5] ^= 1; return g }(), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+	}
+	for name, c := range bad {
+		if err := c.dec(c.f); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s: %v, want ErrBadFrame", name, err)
+		}
+	}
+}
