@@ -43,6 +43,10 @@ type DialerOptions struct {
 	// RecvBuffer is the number of received batches queued ahead of Recv.
 	// Default 4.
 	RecvBuffer int
+	// MaxBatchSize is the largest batch (header + body) accepted from the
+	// leader; a larger message ends the stream unread (ErrFrameTooLarge).
+	// Default and maximum wal.HeaderSize + wal.MaxBodySize.
+	MaxBatchSize int
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -61,6 +65,9 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 	}
 	if o.RecvBuffer <= 0 {
 		o.RecvBuffer = 4
+	}
+	if o.MaxBatchSize <= 0 || o.MaxBatchSize > MaxBatchFrame-1 {
+		o.MaxBatchSize = MaxBatchFrame - 1
 	}
 	return o
 }
@@ -209,7 +216,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		grpc.WithTransportCredentials(d.creds),
 		grpc.WithDefaultCallOptions(
 			grpc.ForceCodecV2(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(MaxBatchFrame),
+			grpc.MaxCallRecvMsgSize(1+o.MaxBatchSize),
 			grpc.MaxCallSendMsgSize(maxControlFrame),
 		),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),

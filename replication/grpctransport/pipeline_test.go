@@ -62,10 +62,10 @@ var proxyPresets = map[string]proxyFaults{
 // restarts and kills, verified against the oracle.
 func TestExactlyOnceOverGRPC(t *testing.T) {
 	checkGoroutines(t)
-	seeds := 3
-	events := 1500
+	seeds := 6
+	events := 2000
 	if long() {
-		seeds, events = 30, 10_000
+		seeds, events = 50, 20_000
 	}
 	for _, preset := range []string{"clean", "light", "heavy"} {
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
