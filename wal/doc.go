@@ -49,15 +49,26 @@
 //	+----+------+-----------------+-----------------+---------+-------------+---------+
 //
 // Event fields:
-//   - op: 1 open, 2 put, 3 delete, 4 add, 5 close. 0 and 6–255 are rejected
-//     with ErrCorrupt (6–15 reserved for future core ops, 16–255 for
-//     extension ops).
+//   - op: 1 open, 2 put, 3 delete, 4 add, 5 close; request-ledger records 6
+//     claim, 7 complete, 8 release, 9 fail. 0 and 10–255 are rejected with
+//     ErrCorrupt (10–15 reserved for future core ops, 16–255 for extension
+//     ops).
 //   - flags: bit 0 = idempotency key present. An explicit flag, never "zero key
 //     means absent". Bits 1–7 reserved, must be 0.
 //   - seq: session SeqNo (0 = no seqno), minimal uvarint.
 //   - payload: open, close: nothing. put: uvarint keylen, key, uvarint vallen,
 //     value. delete: uvarint keylen, key. add: uvarint keylen, key, zigzag
-//     varint delta. keylen+vallen ≤ MaxPayloadSize (16 MiB).
+//     varint delta. claim, complete, release, fail: uvarint length + the
+//     idempotency.Record body (Record.AppendBody), which must itself be
+//     canonical (idempotency.CheckRecord; a bad body is ErrCorrupt, and
+//     ErrInvalidEvent when encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
+//
+// Ledger events carry the decision's WAL time as the event time, session ID
+// zero, SeqNo 0 and an idempotency key derived from their op bytes
+// (LedgerEvent): a follower dedups them by position and window, and the
+// ledger table's apply rules make a redelivered record harmless anyway. A
+// leader puts an operation's data events and its complete record in one
+// batch, so every node records the outcome atomically with the effect.
 //
 // Varints must be minimal (an overlong encoding is ErrCorrupt), so every event
 // has exactly one encoding. The events must fill the body exactly. op followed

@@ -10,10 +10,11 @@ import (
 
 // Op is the kind of a session event.
 //
-// Values 1–5 are assigned. 0 is never valid, so a zeroed event is caught. 6–15
-// are reserved for future core ops and 16–255 for future extension ops; until
-// a decoder knows them it rejects them with ErrCorrupt (an op it cannot apply
-// must stop the follower, not be skipped).
+// Values 1–9 are assigned: 1–5 session ops, 6–9 request-ledger records. 0 is
+// never valid, so a zeroed event is caught. 10–15 are reserved for future
+// core ops and 16–255 for future extension ops; until a decoder knows them it
+// rejects them with ErrCorrupt (an op it cannot apply must stop the follower,
+// not be skipped).
 type Op uint8
 
 // Op kinds. The numeric values are part of the on-disk and wire format.
@@ -23,14 +24,46 @@ const (
 	OpDelete Op = 3 // delete key
 	OpAdd    Op = 4 // key += delta (int64); not idempotent, so a double apply is visible
 	OpClose  Op = 5 // session closed; no key/value/delta
+
+	// Request-ledger records (idempotency.Record): Value holds the record
+	// body (Record.AppendBody), Time the decision's WAL time; no Key, no
+	// Delta. The body is validated strictly when encoding and decoding.
+	OpClaim    Op = 6 // idempotency.RecordClaim
+	OpComplete Op = 7 // idempotency.RecordComplete
+	OpRelease  Op = 8 // idempotency.RecordRelease
+	OpFail     Op = 9 // idempotency.RecordFail
+
+	lastOp = OpFail
 )
 
-var opNames = [...]string{OpOpen: "open", OpPut: "put", OpDelete: "delete", OpAdd: "add", OpClose: "close"}
+var opNames = [...]string{OpOpen: "open", OpPut: "put", OpDelete: "delete", OpAdd: "add", OpClose: "close",
+	OpClaim: "claim", OpComplete: "complete", OpRelease: "release", OpFail: "fail"}
 
 // Valid reports whether o is an assigned op kind.
-func (o Op) Valid() bool { return o >= OpOpen && o <= OpClose }
+func (o Op) Valid() bool { return o >= OpOpen && o <= lastOp }
 
-// String returns open|put|delete|add|close, or "op(N)" for other values.
+// IsLedger reports whether o is a request-ledger record op (claim, complete,
+// release, fail).
+func (o Op) IsLedger() bool { return o >= OpClaim && o <= OpFail }
+
+// RecordKind is the ledger record kind of a ledger op (0 for other ops).
+func (o Op) RecordKind() idempotency.RecordKind {
+	if !o.IsLedger() {
+		return 0
+	}
+	return idempotency.RecordKind(o - OpClaim + 1)
+}
+
+// LedgerOp is the op that carries records of kind k (0 for an invalid kind).
+func LedgerOp(k idempotency.RecordKind) Op {
+	if !k.Valid() {
+		return 0
+	}
+	return OpClaim + Op(k-idempotency.RecordClaim)
+}
+
+// String returns open|put|delete|add|close|claim|complete|release|fail, or
+// "op(N)" for other values.
 func (o Op) String() string {
 	if o.Valid() {
 		return opNames[o]
@@ -40,7 +73,7 @@ func (o Op) String() string {
 
 // ParseOp is the inverse of Op.String for assigned ops.
 func ParseOp(s string) (Op, error) {
-	for o := OpOpen; o <= OpClose; o++ {
+	for o := OpOpen; o <= lastOp; o++ {
 		if opNames[o] == s {
 			return o, nil
 		}
@@ -48,9 +81,30 @@ func ParseOp(s string) (Op, error) {
 	return 0, fmt.Errorf("%w: unknown op %q", ErrInvalidEvent, s)
 }
 
-// Event is one session event. Which of Key, Value and Delta are meaningful
-// depends on Op: put uses Key+Value, delete Key, add Key+Delta, open and close
-// none. The encoder rejects fields that do not belong to the op (ErrInvalidEvent),
+// LedgerEvent returns the WAL event that logs rec: op by kind, Time =
+// rec.Time, Value = the record body. It carries no session and no SeqNo, so
+// on a follower it passes the position gate and the window (IdemKey, derived
+// from the op bytes: the record's token makes it unique) but not the HWM.
+func LedgerEvent(rec *idempotency.Record) Event {
+	e := Event{Op: LedgerOp(rec.Kind), Time: rec.Time, Value: rec.AppendBody(nil)}
+	e.HasIdemKey = true
+	var buf [256]byte
+	e.IdemKey = idempotency.DeriveKey(session.ID{}, 0, e.AppendOpBytes(buf[:0]))
+	return e
+}
+
+// LedgerRecord decodes the ledger record of a ledger event. Outcome aliases
+// e.Value.
+func (e *Event) LedgerRecord() (idempotency.Record, error) {
+	if !e.Op.IsLedger() {
+		return idempotency.Record{}, fmt.Errorf("%w: %s is not a ledger op", ErrInvalidEvent, e.Op)
+	}
+	return idempotency.DecodeRecord(e.Op.RecordKind(), e.Time, e.Value)
+}
+
+// Event is one session event or ledger record. Which of Key, Value and Delta
+// are meaningful depends on Op: put uses Key+Value, delete Key, add
+// Key+Delta, open and close none, ledger ops Value (the record body). The encoder rejects fields that do not belong to the op (ErrInvalidEvent),
 // so decode(encode(e)) == e and the op bytes are canonical.
 type Event struct {
 	// LSN is the event's position in the log: Header.FirstLSN + index in its
@@ -101,6 +155,13 @@ func (e *Event) validate() error {
 		if len(e.Value) != 0 {
 			return fmt.Errorf("%w: add carries value", ErrInvalidEvent)
 		}
+	default: // ledger ops
+		if len(e.Key) != 0 || e.Delta != 0 {
+			return fmt.Errorf("%w: %s carries key/delta", ErrInvalidEvent, e.Op)
+		}
+		if err := idempotency.CheckRecord(e.Op.RecordKind(), e.Value); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidEvent, e.Op, err)
+		}
 	}
 	if uint64(len(e.Key))+uint64(len(e.Value)) > MaxPayloadSize {
 		return fmt.Errorf("%w: event payload %d bytes > %d", ErrTooLarge, len(e.Key)+len(e.Value), MaxPayloadSize)
@@ -133,6 +194,9 @@ func (e *Event) appendPayload(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
 		dst = append(dst, e.Key...)
 		dst = binary.AppendVarint(dst, e.Delta)
+	case OpClaim, OpComplete, OpRelease, OpFail:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
+		dst = append(dst, e.Value...)
 	}
 	return dst
 }
@@ -253,6 +317,15 @@ func decodeEvent(b []byte, e *Event) (int, error) {
 			}
 			e.Delta = int64(z>>1) ^ -int64(z&1) // zigzag, as binary.AppendVarint
 			off += w
+		}
+	case OpClaim, OpComplete, OpRelease, OpFail:
+		e.Value, w, err = bytesField(b[off:], MaxPayloadSize, "ledger record")
+		if err != nil {
+			return 0, err
+		}
+		off += w
+		if err := idempotency.CheckRecord(e.Op.RecordKind(), e.Value); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 	}
 	return off, nil

@@ -26,6 +26,10 @@ func fuzzSeedBatches(t testing.TB) [][]byte {
 		}
 	}
 	add(testEvents(20, 1), 1<<40)
+	add(goldenLedgerEvents(), 4096)
+	for _, e := range ledgerEvents() {
+		add([]Event{e}, 1)
+	}
 	return seeds
 }
 

@@ -34,12 +34,20 @@ type WriterOptions struct {
 	SegmentSize int64
 	// Sync is the sync policy. Default SyncEveryBatch.
 	Sync SyncPolicy
+	// FirstLSN is the LSN of the first event of a log that has no segments
+	// yet. A follower promoted to leader continues its applied position: its
+	// new log starts at applied LSN + 1. Ignored when segments exist.
+	// Default 1.
+	FirstLSN uint64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
 func (o *WriterOptions) EnsureDefaults() {
 	if o.SegmentSize <= 0 {
 		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.FirstLSN == 0 {
+		o.FirstLSN = 1
 	}
 }
 
@@ -65,8 +73,9 @@ type Writer struct {
 // OpenWriter opens (creating if needed) the log of opts.Shard in dir and
 // recovers it: it verifies the segments as described in the package doc,
 // truncates a torn tail of the last segment, and positions after the last
-// valid batch. A log with no segments starts at LSN 1. Corruption that is not
-// a torn tail fails with a typed error and changes nothing on disk.
+// valid batch. A log with no segments starts at opts.FirstLSN (default 1).
+// Corruption that is not a torn tail fails with a typed error and changes
+// nothing on disk.
 func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
@@ -81,11 +90,11 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 		return nil, err
 	}
 	if len(segs) == 0 {
-		if err := w.createSegment(1); err != nil {
+		if err := w.createSegment(w.opts.FirstLSN); err != nil {
 			return nil, err
 		}
-		w.next.Store(1)
-		w.durable.Store(0)
+		w.next.Store(w.opts.FirstLSN)
+		w.durable.Store(w.opts.FirstLSN - 1)
 		return w, nil
 	}
 	var scratch []byte
