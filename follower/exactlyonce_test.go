@@ -58,6 +58,7 @@ func encodeLog(t testing.TB, w *testutil.Workload, shard uint32, epoch uint64) [
 // simNet is a seeded, single-goroutine model of an at-least-once shipper on a
 // faulty link. It tracks what the follower acked, like the real Shipper.
 type simNet struct {
+	shard    uint32
 	rng      *rand.Rand
 	log      [][]byte
 	first    []uint64 // first LSN of each batch
@@ -130,6 +131,20 @@ func (s *simFollower) crash(rng *rand.Rand) {
 	s.open()
 }
 
+// simTarget is what the simulation drives: one follower, or a node serving
+// several shards (node_test.go).
+type simTarget interface {
+	Apply(raw []byte) (replication.Result, error)
+	Position(shard uint32) uint64
+	Restart()
+	Crash(rng *rand.Rand)
+}
+
+func (s *simFollower) Apply(raw []byte) (replication.Result, error) { return s.f.Apply(raw) }
+func (s *simFollower) Position(uint32) uint64                       { lsn, _ := s.f.Position(); return lsn }
+func (s *simFollower) Restart()                                     { s.restart() }
+func (s *simFollower) Crash(rng *rand.Rand)                         { s.crash(rng) }
+
 // runSim drives one seed to completion and checks the invariant.
 func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool) (*simNet, replication.Stats) {
 	cfg.Seed = seed
@@ -140,10 +155,26 @@ func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool)
 	sf.open()
 	defer func() { _ = sf.f.Close() }()
 
-	deliver := func(i int) {
-		res, err := sf.f.Apply(net.log[i])
+	simulate(t, seed, sf, []*simNet{net}, nil, faults)
+	if err := w.Oracle.Verify(sf.f.State()); err != nil {
+		t.Fatalf("seed %d: follower state differs from the oracle: %v (replay: ONCEWAL_SEED=%d go test ./follower -run TestExactlyOnceSeeds)", seed, err, seed)
+	}
+	sf.retire()
+	st := sf.total
+	require.Equal(t, st.Events, st.Accounted(), "seed %d: counters do not account for every delivered event: %+v", seed, st)
+	return net, st
+}
+
+// simulate delivers every net's log to tgt through its own seeded faults
+// until every shard's position reaches its last LSN. With several nets (one
+// per shard), sched picks which shard takes the next step, so the shards'
+// fault streams stay independent of each other; restarts and crashes hit the
+// whole target, after which every shard's shipper rewinds to its handshake.
+func simulate(t testing.TB, seed uint64, tgt simTarget, nets []*simNet, sched *rand.Rand, faults bool) {
+	deliver := func(net *simNet, i int) {
+		res, err := tgt.Apply(net.log[i])
 		if err != nil && !errors.Is(err, replication.ErrOutOfOrder) && !errors.Is(err, replication.ErrSeqGap) {
-			t.Fatalf("seed %d: batch %d: unexpected error %v", seed, i, err)
+			t.Fatalf("seed %d: shard %d batch %d: unexpected error %v", seed, net.shard, i, err)
 		}
 		if res.Ack.Refused {
 			net.rewind(res.Ack.AppliedLSN)
@@ -151,11 +182,26 @@ func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool)
 			net.acked = res.Ack.AppliedLSN
 		}
 	}
+	limit := 1000 * len(nets)
+	for _, net := range nets {
+		limit += 100 * len(net.log)
+	}
+	pending := make([]*simNet, 0, len(nets))
 	for steps := 0; ; steps++ {
-		if lsn, _ := sf.f.Position(); lsn == net.lastLSN {
-			break
+		pending = pending[:0]
+		for _, net := range nets {
+			if tgt.Position(net.shard) < net.lastLSN {
+				pending = append(pending, net)
+			}
 		}
-		require.Less(t, steps, 100*len(net.log)+1000, "seed %d: no progress", seed)
+		if len(pending) == 0 {
+			return
+		}
+		require.Less(t, steps, limit, "seed %d: no progress", seed)
+		net := pending[0]
+		if len(pending) > 1 {
+			net = pending[sched.IntN(len(pending))]
+		}
 		if net.next >= len(net.log) {
 			// Everything sent; a retransmit timer fires.
 			net.rewind(net.acked)
@@ -164,40 +210,36 @@ func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool)
 		r := net.rng.Float64()
 		switch {
 		case !faults || r < 0.55:
-			deliver(net.next)
+			deliver(net, net.next)
 			net.next++
 		case r < 0.65: // dropped in transit
 			net.next++
 		case r < 0.75: // duplicated
-			deliver(net.next)
-			deliver(net.next)
+			deliver(net, net.next)
+			deliver(net, net.next)
 			net.next++
 		case r < 0.83: // reordered: a later batch overtakes
 			if j := net.next + 1 + net.rng.IntN(3); j < len(net.log) {
-				deliver(j)
+				deliver(net, j)
 			}
 		case r < 0.96: // an old batch redelivered late
-			deliver(net.rng.IntN(net.next + 1))
+			deliver(net, net.rng.IntN(net.next+1))
 		case r < 0.98:
-			sf.restart()
+			tgt.Restart()
 			net.restarts++
-			lsn, _ := sf.f.Position()
-			net.rewind(lsn) // handshake
+			for _, n := range nets {
+				n.rewind(tgt.Position(n.shard)) // handshake
+			}
 		default:
-			sf.crash(net.rng)
+			tgt.Crash(net.rng)
 			net.crashes++
-			lsn, _ := sf.f.Position()
-			net.acked = min(net.acked, lsn)
-			net.rewind(lsn)
+			for _, n := range nets {
+				lsn := tgt.Position(n.shard)
+				n.acked = min(n.acked, lsn)
+				n.rewind(lsn)
+			}
 		}
 	}
-	if err := w.Oracle.Verify(sf.f.State()); err != nil {
-		t.Fatalf("seed %d: follower state differs from the oracle: %v (replay: ONCEWAL_SEED=%d go test ./follower -run TestExactlyOnceSeeds)", seed, err, seed)
-	}
-	sf.retire()
-	st := sf.total
-	require.Equal(t, st.Events, st.Accounted(), "seed %d: counters do not account for every delivered event: %+v", seed, st)
-	return net, st
 }
 
 func seedCount(t *testing.T, def int) (first uint64, n int) {

@@ -1,0 +1,472 @@
+package follower
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// ErrBadNodeOptions: OpenNode was given an unusable shard list or options.
+var ErrBadNodeOptions = errors.New("follower: bad node options")
+
+// ErrNodeServing: Serve was called while another Serve of the node runs.
+var ErrNodeServing = errors.New("follower: node already serving")
+
+// NodeOptions configures a Node.
+type NodeOptions struct {
+	// Follower is the template for every shard's Options (Shard is set per
+	// shard). Its defaults are Options' defaults; WindowCapacity bounds each
+	// shard's window, so the node's total is WindowCapacity × shards.
+	Follower Options
+	// PerShard, if set, adjusts one shard's options after the template was
+	// copied (a different FS or Applier per shard, …).
+	PerShard func(shard uint32, o *Options)
+	// ReopenBackoff is the first wait before reopening a shard whose store
+	// failed; it doubles up to 32× while reopening keeps failing. Default
+	// 100ms.
+	ReopenBackoff time.Duration
+}
+
+// EnsureDefaults fills unset fields with their documented defaults.
+func (o *NodeOptions) EnsureDefaults() *NodeOptions {
+	o.Follower.EnsureDefaults()
+	if o.ReopenBackoff <= 0 {
+		o.ReopenBackoff = 100 * time.Millisecond
+	}
+	return o
+}
+
+// ShardDir is the directory of shard's store inside a node directory.
+func ShardDir(nodeDir string, shard uint32) string {
+	return filepath.Join(nodeDir, shardDirName(shard))
+}
+
+func shardDirName(shard uint32) string { return fmt.Sprintf("shard-%04d", shard) }
+
+// parseShardDirName is the strict inverse of shardDirName.
+func parseShardDirName(name string) (uint32, bool) {
+	digits, ok := strings.CutPrefix(name, "shard-")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || shardDirName(uint32(v)) != name {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// NodeShards lists the shards that have a store directory in nodeDir (on fs;
+// nil means the OS filesystem), sorted. Other entries are ignored.
+func NodeShards(fs vfs.FS, nodeDir string) ([]uint32, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	names, err := fs.List(nodeDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint32
+	for _, name := range names {
+		if s, ok := parseShardDirName(name); ok {
+			if st, err := fs.Stat(fs.PathJoin(nodeDir, name)); err == nil && st.IsDir() {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Node is one follower process serving many shards: one Follower (store,
+// HWM tracker, window, receiver) per shard in ShardDir(dir, shard). Shards
+// share nothing but the process, so they apply in parallel and a shard
+// whose link stalls or whose store fails does not stop the others.
+type Node struct {
+	dir    string
+	opts   NodeOptions
+	shards []*nodeShard // sorted by shard
+	byID   map[uint32]*nodeShard
+
+	wrongShard atomic.Uint64 // batches for a shard the node does not serve
+	corrupt    atomic.Uint64 // batches whose header did not decode
+
+	serving atomic.Bool
+	ctx     context.Context // cancelled by Close/Kill
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// nodeShard holds one shard's current Follower. mu is held for reading by
+// every use of f and for writing while f is replaced (store failure →
+// reopen), so a replaced Follower is never used after its Close.
+type nodeShard struct {
+	shard uint32
+	dir   string
+	opts  Options
+
+	mu      sync.RWMutex
+	f       *Follower
+	retired replication.Stats // counters of earlier incarnations
+	reopens int
+	lastErr error
+}
+
+// OpenNode opens (or creates) the store of every shard in shards under dir
+// and recovers each from its own position, epoch, HWMs and window journal.
+// Shards are opened in parallel; if any fails, the others are closed again.
+func OpenNode(dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
+	var o NodeOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	var errs []error
+	if len(shards) == 0 {
+		errs = append(errs, errors.New("no shards"))
+	}
+	sorted := slices.Clone(shards)
+	slices.Sort(sorted)
+	if len(slices.Compact(slices.Clone(sorted))) != len(sorted) {
+		errs = append(errs, fmt.Errorf("duplicate shard in %v", shards))
+	}
+	if o.ReopenBackoff < 0 {
+		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
+	}
+	if err := o.Follower.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrBadNodeOptions, errors.Join(errs...))
+	}
+	if err := o.Follower.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
+	}
+	n := &Node{dir: dir, opts: o, byID: make(map[uint32]*nodeShard, len(sorted))}
+	for _, s := range sorted {
+		so := o.Follower
+		so.Shard = s
+		if o.PerShard != nil {
+			o.PerShard(s, &so)
+			so.Shard = s
+		}
+		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so}
+		n.shards = append(n.shards, ns)
+		n.byID[s] = ns
+	}
+	openErrs := make([]error, len(n.shards))
+	var wg sync.WaitGroup
+	for i, ns := range n.shards {
+		wg.Go(func() {
+			f, err := Open(ns.dir, &ns.opts)
+			if err != nil {
+				openErrs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
+				return
+			}
+			ns.f = f
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(openErrs...); err != nil {
+		for _, ns := range n.shards {
+			if ns.f != nil {
+				_ = ns.f.Close()
+			}
+		}
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Shards returns the shards the node serves, sorted.
+func (n *Node) Shards() []uint32 {
+	out := make([]uint32, len(n.shards))
+	for i, ns := range n.shards {
+		out[i] = ns.shard
+	}
+	return out
+}
+
+// Dir is the node directory.
+func (n *Node) Dir() string { return n.dir }
+
+func (n *Node) lookup(shard uint32) (*nodeShard, error) {
+	ns := n.byID[shard]
+	if ns == nil {
+		return nil, fmt.Errorf("%w: node does not serve shard %d (serves %v)", replication.ErrWrongShard, shard, n.Shards())
+	}
+	return ns, nil
+}
+
+// Apply applies one shipped batch to the shard named in its header (see
+// Follower.Apply). A batch for a shard the node does not serve is refused
+// with replication.ErrWrongShard and touches no store; a batch whose header
+// does not decode gets the wal error. Batches of different shards may be
+// applied concurrently.
+func (n *Node) Apply(batch []byte) (replication.Result, error) {
+	h, err := wal.DecodeHeader(batch)
+	if err != nil {
+		n.corrupt.Add(1)
+		return replication.Result{Ack: replication.Ack{Refused: true}}, err
+	}
+	ns, err := n.lookup(h.Shard)
+	if err != nil {
+		n.wrongShard.Add(1)
+		return replication.Result{Ack: replication.Ack{Shard: h.Shard, Refused: true}}, err
+	}
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	if ns.f == nil {
+		return replication.Result{Ack: replication.Ack{Shard: h.Shard, Refused: true}}, ns.err()
+	}
+	return ns.f.Apply(batch)
+}
+
+func (ns *nodeShard) err() error {
+	if ns.lastErr != nil {
+		return ns.lastErr
+	}
+	return ErrClosed
+}
+
+// Follower calls fn with shard's current Follower, which stays valid (not
+// closed or replaced) until fn returns. It returns replication.ErrWrongShard
+// for a shard the node does not serve, and the store error while a failed
+// shard is being reopened.
+func (n *Node) Follower(shard uint32, fn func(*Follower) error) error {
+	ns, err := n.lookup(shard)
+	if err != nil {
+		return err
+	}
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	if ns.f == nil {
+		return ns.err()
+	}
+	return fn(ns.f)
+}
+
+// Position returns shard's applied LSN and epoch.
+func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
+	err = n.Follower(shard, func(f *Follower) error {
+		appliedLSN, epoch = f.Position()
+		return nil
+	})
+	return appliedLSN, epoch, err
+}
+
+// Serve serves every shard concurrently, shard s through dial(s), until ctx
+// ends or the node is closed; it returns nil then. Each shard redials on its
+// own (Follower.Serve). When a shard's store fails
+// (replication.ErrStoreFailed) only that shard stops: the node closes its
+// Follower and reopens it from disk, retrying with backoff
+// (NodeOptions.ReopenBackoff) until the store opens, then resumes serving it
+// from its durable position. The other shards are not touched.
+func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
+	if n.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if !n.serving.CompareAndSwap(false, true) {
+		return ErrNodeServing
+	}
+	defer n.serving.Store(false)
+	n.wg.Add(1)
+	defer n.wg.Done()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-n.ctx.Done():
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, ns := range n.shards {
+		d := dial(ns.shard)
+		wg.Go(func() { n.serveShard(ctx, ns, d) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dialer) {
+	log := ns.opts.Logger
+	for ctx.Err() == nil {
+		ns.mu.RLock()
+		f := ns.f
+		ns.mu.RUnlock()
+		if f != nil {
+			// Serve runs without the lock: the follower is replaced only
+			// here, after Serve returned.
+			err := f.Serve(ctx, d)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
+			ns.mu.Lock()
+			ns.retire(err)
+			ns.mu.Unlock()
+		}
+		n.reopen(ctx, ns)
+	}
+}
+
+// retire closes the current follower after a failure. Caller holds ns.mu.
+func (ns *nodeShard) retire(cause error) {
+	if ns.f == nil {
+		return
+	}
+	ns.retired = ns.retired.Add(ns.f.Stats().Receiver)
+	_ = ns.f.Close() // returns the store failure again; the store is wedged
+	ns.f = nil
+	ns.lastErr = cause
+}
+
+// reopen opens ns's store again, retrying with backoff until it opens or
+// ctx ends.
+func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
+	backoff := n.opts.ReopenBackoff
+	for ctx.Err() == nil {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		f, err := Open(ns.dir, &ns.opts)
+		ns.mu.Lock()
+		if err == nil {
+			ns.f, ns.lastErr = f, nil
+			ns.reopens++
+			ns.mu.Unlock()
+			return
+		}
+		ns.lastErr = err
+		ns.mu.Unlock()
+		ns.opts.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
+		backoff = min(2*backoff, 32*n.opts.ReopenBackoff)
+	}
+}
+
+// ShardStats is one shard's part of NodeStats.
+type ShardStats struct {
+	Shard      uint32
+	AppliedLSN uint64
+	Epoch      uint64
+	// Stats are the counters of the current incarnation plus every earlier
+	// one (a shard reopened after a store failure keeps its history).
+	Stats
+	WindowBytes int64 // memory the shard's window holds (allocated up front)
+	Reopens     int   // times the store was reopened after a failure
+	Err         error // non-nil while the shard is down (failed, reopening)
+}
+
+// NodeStats is a node's readable state: per shard and totals.
+type NodeStats struct {
+	Shards []ShardStats // sorted by shard
+	// Totals over all shards. The window bound holds per shard; the node's
+	// window memory is the sum.
+	Total          replication.Stats
+	WindowLen      int
+	WindowCapacity int
+	WindowBytes    int64
+	Down           int    // shards currently failed
+	WrongShard     uint64 // batches refused: shard not served by this node
+	Corrupt        uint64 // batches whose header did not decode (Node.Apply)
+}
+
+// Stats returns a snapshot of every shard and the totals.
+func (n *Node) Stats() NodeStats {
+	st := NodeStats{WrongShard: n.wrongShard.Load(), Corrupt: n.corrupt.Load()}
+	for _, ns := range n.shards {
+		ns.mu.RLock()
+		ss := ShardStats{Shard: ns.shard, Reopens: ns.reopens, Err: ns.lastErr}
+		ss.Receiver = ns.retired
+		ss.WindowCapacity = ns.opts.WindowCapacity
+		if ns.f != nil {
+			fs := ns.f.Stats()
+			ss.Receiver = ss.Receiver.Add(fs.Receiver)
+			ss.WindowLen, ss.WindowCapacity = fs.WindowLen, fs.WindowCapacity
+			ss.AppliedLSN, ss.Epoch = ns.f.Position()
+		} else {
+			st.Down++
+		}
+		ns.mu.RUnlock()
+		ss.WindowBytes = WindowBytes(ss.WindowCapacity)
+		st.Shards = append(st.Shards, ss)
+		st.Total = st.Total.Add(ss.Receiver)
+		st.WindowLen += ss.WindowLen
+		st.WindowCapacity += ss.WindowCapacity
+		st.WindowBytes += ss.WindowBytes
+	}
+	return st
+}
+
+// WindowBytes is the memory an idempotency window of the given capacity
+// holds, all of it allocated when the window is created (see
+// idempotency.NewStore): 24 B per entry plus one 8 B table slot per
+// power-of-two slot, at least two slots per entry.
+func WindowBytes(capacity int) int64 {
+	if capacity <= 0 {
+		return 0
+	}
+	slots := max(int64(1)<<bits.Len(uint(2*capacity-1)), 8)
+	return 24*int64(capacity) + 8*slots
+}
+
+// Close stops Serve, waits for it, and closes every shard's store (in
+// parallel, each as Follower.Close). It returns the joined errors of shards
+// that failed to close cleanly. Close is idempotent.
+func (n *Node) Close() error { return n.shutdown(true) }
+
+// Kill stops the node as a killed process stops (see Follower.Kill).
+func (n *Node) Kill() error { return n.shutdown(false) }
+
+func (n *Node) shutdown(clean bool) error {
+	n.closeOnce.Do(func() {
+		n.cancel()
+		n.wg.Wait()
+		errs := make([]error, len(n.shards))
+		var wg sync.WaitGroup
+		for i, ns := range n.shards {
+			wg.Go(func() {
+				ns.mu.Lock()
+				defer ns.mu.Unlock()
+				if ns.f == nil {
+					return
+				}
+				var err error
+				if clean {
+					err = ns.f.Close()
+				} else {
+					err = ns.f.Kill()
+				}
+				ns.retired = ns.retired.Add(ns.f.Stats().Receiver)
+				ns.f = nil
+				ns.lastErr = ErrClosed
+				if err != nil {
+					errs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
+				}
+			})
+		}
+		wg.Wait()
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}

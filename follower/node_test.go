@@ -1,0 +1,421 @@
+package follower_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/wal"
+	"github.com/stretchr/testify/require"
+)
+
+// simNode is the simulation's multi-shard target: a follower.Node on a
+// crashable in-memory filesystem holding every shard's store, so a crash
+// clone is a power failure of the whole node.
+type simNode struct {
+	t      testing.TB
+	fs     *vfs.MemFS
+	shards []uint32
+	node   *follower.Node
+	total  replication.Stats
+	opts   follower.NodeOptions
+}
+
+func (s *simNode) open() {
+	o := s.opts
+	o.Follower.FS = s.fs
+	n, err := follower.OpenNode("/node", s.shards, &o)
+	require.NoError(s.t, err)
+	s.node = n
+}
+
+func (s *simNode) retire() { s.total = s.total.Add(s.node.Stats().Total) }
+
+func (s *simNode) Apply(raw []byte) (replication.Result, error) { return s.node.Apply(raw) }
+
+func (s *simNode) Position(shard uint32) uint64 {
+	lsn, _, err := s.node.Position(shard)
+	require.NoError(s.t, err)
+	return lsn
+}
+
+func (s *simNode) Restart() {
+	s.retire()
+	require.NoError(s.t, s.node.Close())
+	s.open()
+}
+
+func (s *simNode) Crash(rng *rand.Rand) {
+	s.retire()
+	clone := s.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+	_ = s.node.Close()
+	s.fs = clone
+	s.open()
+}
+
+// runShardedSim is runSim for a node serving every shard of a deployment:
+// the workload is routed by session (replication.ShardRouter), each shard's
+// log gets its own fault stream (seeded independently per shard), and
+// restarts and power-failure crashes hit the whole node.
+func runShardedSim(t testing.TB, seed uint64, shards int, cfg testutil.WorkloadConfig) (restarts, crashes int, st replication.Stats) {
+	cfg.Seed = seed
+	w := testutil.GenerateWorkload(cfg)
+	router, err := replication.NewShardRouter(shards)
+	require.NoError(t, err)
+	logs := make([]*testutil.Workload, shards)
+	for s := range logs {
+		logs[s] = &testutil.Workload{}
+	}
+	var split [][]wal.Event
+	for _, evs := range w.Batches {
+		split = router.Split(evs, split)
+		for s, part := range split {
+			if len(part) > 0 {
+				logs[s].Batches = append(logs[s].Batches, append([]wal.Event(nil), part...))
+			}
+		}
+	}
+	ids := make([]uint32, shards)
+	nets := make([]*simNet, shards)
+	for s := range nets {
+		ids[s] = uint32(s)
+		nets[s] = newSimNet(testutil.ShardSeed(seed, uint32(s)), encodeLog(t, logs[s], uint32(s), 1))
+		nets[s].shard = uint32(s)
+	}
+	sn := &simNode{t: t, fs: vfs.NewCrashableMem(), shards: ids,
+		opts: follower.NodeOptions{Follower: *testOptions(nil)}}
+	sn.opts.Follower.WindowCapacity = 4096
+	sn.open()
+	defer func() { _ = sn.node.Close() }()
+
+	simulate(t, seed, sn, nets, rand.New(rand.NewPCG(seed, 0x73686172)), true)
+	if err := w.Oracle.Verify(testutil.RoutedState{Router: router, Node: sn.node}); err != nil {
+		t.Fatalf("seed %d, %d shards: node state differs from the oracle: %v (replay: ONCEWAL_SEED=%d go test ./follower -run TestNodeExactlyOnceSeeds)", seed, shards, err, seed)
+	}
+	for _, ss := range sn.node.Stats().Shards {
+		lsn := ss.AppliedLSN
+		require.Equal(t, nets[ss.Shard].lastLSN, lsn, "seed %d shard %d", seed, ss.Shard)
+	}
+	sn.retire()
+	require.Equal(t, sn.total.Events, sn.total.Accounted(), "seed %d: counters do not account for every delivered event: %+v", seed, sn.total)
+	for _, n := range nets {
+		restarts += n.restarts
+		crashes += n.crashes
+	}
+	return restarts, crashes, sn.total
+}
+
+// TestNodeExactlyOnceSeeds is the deterministic simulation over 2, 3 and 4
+// shards with independent faults per shard, whole-node restarts and power
+// failures: 20 seeds by default (the race detector makes each ~0.6 s),
+// ONCEWAL_LONG=1 for 500, ONCEWAL_SEEDS=n for n, ONCEWAL_SEED=n to replay one.
+func TestNodeExactlyOnceSeeds(t *testing.T) {
+	def := 20
+	if os.Getenv("ONCEWAL_LONG") != "" {
+		def = 500
+	}
+	first, n := seedCount(t, def)
+	cfg := testutil.WorkloadConfig{Sessions: 10, Events: 200, DupRate: 0.1, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
+	var total replication.Stats
+	restarts, crashes := 0, 0
+	for seed := first; seed < first+uint64(n); seed++ {
+		r, c, st := runShardedSim(t, seed, 2+int(seed%3), cfg)
+		total = total.Add(st)
+		restarts += r
+		crashes += c
+	}
+	t.Logf("%d seeds × 2–4 shards: %d restarts, %d crashes; events delivered %d, applied %d, discarded position %d / HWM %d / window %d / in-batch %d, closed %d, refused %d (out of order %d)",
+		n, restarts, crashes, total.Events, total.Applied, total.DiscardedPosition, total.DiscardedHWM,
+		total.DiscardedWindow, total.DiscardedInBatch, total.SkippedClosed, total.RefusedEvents, total.OutOfOrder)
+	if n >= 20 {
+		require.NotZero(t, total.DiscardedHWM)
+		require.NotZero(t, total.DiscardedWindow)
+		require.NotZero(t, total.OutOfOrder)
+		require.NotZero(t, crashes)
+		require.NotZero(t, restarts)
+	}
+}
+
+// TestNodeShardedPipeline runs the real moving parts for several shards:
+// replication.Leader (a WAL and a Shipper per shard) on disk, one InProcess
+// transport per shard with its own fault seed, a follower.Node on disk
+// restarted and killed along the way.
+func TestNodeShardedPipeline(t *testing.T) {
+	seeds := 1
+	if os.Getenv("ONCEWAL_LONG") != "" {
+		seeds = 40
+	}
+	for _, p := range []struct {
+		name   string
+		faults replication.FaultConfig
+	}{{"light", replication.FaultsLight}, {"heavy", replication.FaultsHeavy}} {
+		t.Run(p.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+				shards := 4 - 2*int(seed%2) // 2, 4, 2, …
+				res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
+					PipelineConfig: testutil.PipelineConfig{
+						Dir:      t.TempDir(),
+						Seed:     seed,
+						Workload: testutil.WorkloadConfig{Sessions: 16, Events: 1200, DupRate: 0.05, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
+						Faults:   p.faults,
+						Restarts: 3,
+						Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+						Timeout:  time.Minute,
+					},
+					Shards: shards,
+				})
+				require.NoError(t, err, "seed %d", seed)
+				require.True(t, res.Verified, "seed %d: %v", seed, res.VerifyErr)
+				require.Equal(t, uint64(res.Workload.Logged), res.LastLSN, "seed %d: every logged event is in exactly one shard", seed)
+				require.Len(t, res.Shards, shards)
+				for _, sr := range res.Shards {
+					require.NotZero(t, sr.Sessions, "seed %d shard %d got no sessions", seed, sr.Shard)
+					require.Equal(t, sr.LastLSN, res.Node.Shards[sr.Shard].AppliedLSN)
+				}
+			}
+		})
+	}
+}
+
+// TestNodeWrongShard: a batch for a shard the node does not serve is refused
+// with replication.ErrWrongShard and touches no store; so is a batch whose
+// header does not decode (with its wal error).
+func TestNodeWrongShard(t *testing.T) {
+	dir := t.TempDir()
+	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	require.NoError(t, err)
+	defer n.Close()
+	require.Equal(t, []uint32{1, 3}, n.Shards())
+
+	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 1, Events: 40})
+	good := encodeLog(t, w, 3, 1)
+	_, err = n.Apply(good[0])
+	require.NoError(t, err)
+
+	snapshot := func() map[uint32]map[string]string {
+		out := map[uint32]map[string]string{}
+		for _, s := range n.Shards() {
+			require.NoError(t, n.Follower(s, func(f *follower.Follower) error {
+				snap, err := testutil.SnapshotDB(f.DB())
+				out[s] = snap
+				return err
+			}))
+		}
+		return out
+	}
+	before := snapshot()
+	for _, shard := range []uint32{0, 2, 4, 1 << 20} {
+		res, err := n.Apply(encodeLog(t, w, shard, 1)[0])
+		require.ErrorIs(t, err, replication.ErrWrongShard, "shard %d", shard)
+		require.True(t, res.Ack.Refused)
+		require.Equal(t, shard, res.Ack.Shard)
+	}
+	bad := append([]byte(nil), good[1]...)
+	bad[3] ^= 0xff // magic
+	_, err = n.Apply(bad)
+	require.ErrorIs(t, err, wal.ErrCorrupt)
+	require.Equal(t, before, snapshot(), "a refused batch changed a store")
+
+	st := n.Stats()
+	require.Equal(t, uint64(4), st.WrongShard)
+	require.Equal(t, uint64(1), st.Corrupt)
+	require.Len(t, st.Shards, 2)
+	require.Equal(t, uint64(len(w.Batches[0])), st.Shards[1].AppliedLSN)
+	require.Zero(t, st.Shards[0].AppliedLSN)
+
+	require.ErrorIs(t, n.Follower(2, func(*follower.Follower) error { return nil }), replication.ErrWrongShard)
+	_, _, err = n.Position(7)
+	require.ErrorIs(t, err, replication.ErrWrongShard)
+
+	// Reopening finds each shard's position in its own directory.
+	require.NoError(t, n.Close())
+	got, err := follower.NodeShards(nil, dir)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1, 3}, got)
+	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	require.NoError(t, err)
+	lsn, _, err := n.Position(3)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(w.Batches[0])), lsn)
+	require.NoError(t, n.Close())
+}
+
+func TestNodeBadOptions(t *testing.T) {
+	for _, shards := range [][]uint32{nil, {}, {1, 2, 1}} {
+		_, err := follower.OpenNode(t.TempDir(), shards, nil)
+		require.ErrorIs(t, err, follower.ErrBadNodeOptions, "%v", shards)
+	}
+	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{WindowCapacity: -1}})
+	require.ErrorIs(t, err, follower.ErrBadNodeOptions)
+	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
+}
+
+// TestNodeWindowBoundPerShard: every shard's window holds at most its own
+// capacity, and the node reports the sum.
+func TestNodeWindowBoundPerShard(t *testing.T) {
+	const capacity = 50
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{
+		Follower: follower.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}})
+	require.NoError(t, err)
+	defer n.Close()
+	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 5, Events: 400})
+	for s := range uint32(3) {
+		for _, raw := range encodeLog(t, w, s, 1) {
+			_, err := n.Apply(raw)
+			require.NoError(t, err)
+		}
+	}
+	st := n.Stats()
+	for _, ss := range st.Shards {
+		require.Equal(t, capacity, ss.WindowLen, "shard %d", ss.Shard)
+		require.Equal(t, capacity, ss.WindowCapacity)
+	}
+	require.Equal(t, 3*capacity, st.WindowLen)
+	require.Equal(t, 3*capacity, st.WindowCapacity)
+	require.Equal(t, 3*follower.WindowBytes(capacity), st.WindowBytes)
+}
+
+// stallDialer is a link that never connects: Dial blocks until ctx ends.
+type stallDialer struct{}
+
+func (stallDialer) Dial(ctx context.Context, _ replication.Ack) (replication.FollowerConn, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestNodeStalledShard: one shard's transport never delivers anything; the
+// other shards of the node still finish, restarts included.
+func TestNodeStalledShard(t *testing.T) {
+	res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
+		PipelineConfig: testutil.PipelineConfig{
+			Dir:      t.TempDir(),
+			Seed:     3,
+			Workload: testutil.WorkloadConfig{Sessions: 12, Events: 800, BatchSize: 30},
+			Faults:   replication.FaultsLight,
+			Restarts: 2,
+			Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+			Timeout:  time.Minute,
+		},
+		Shards: 3,
+		Wrap: func(s uint32, d replication.Dialer) replication.Dialer {
+			if s == 1 {
+				return stallDialer{}
+			}
+			return d
+		},
+		Skip: func(s uint32) bool { return s == 1 },
+	})
+	require.NoError(t, err)
+	require.True(t, res.Verified, "%v", res.VerifyErr)
+	require.NotZero(t, res.Shards[1].LastLSN)
+	require.Zero(t, res.Node.Shards[1].AppliedLSN, "the stalled shard got nothing")
+	for _, s := range []int{0, 2} {
+		require.Equal(t, res.Shards[s].LastLSN, res.Node.Shards[s].AppliedLSN)
+	}
+}
+
+// TestNodeFailingShard: one shard's store fails every WAL write
+// (replication.ErrStoreFailed). The other shards finish while it is down;
+// once the fault clears, the node reopens the failed shard on its own and it
+// catches up, exactly once.
+func TestNodeFailingShard(t *testing.T) {
+	const shards, bad = 3, 2
+	dir := t.TempDir()
+	var failing atomic.Bool
+	var injected atomic.Int64
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, ".log") {
+			injected.Add(1)
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	trs := make([]*replication.InProcess, shards)
+	for s := range trs {
+		trs[s] = replication.NewInProcess(replication.FaultsLight, testutil.ShardSeed(9, uint32(s)))
+		defer trs[s].Close()
+	}
+	leader, err := replication.OpenLeader(replication.LeaderOptions{
+		Dir: filepath.Join(dir, "leader"), Shards: shards,
+		Listener: func(s uint32) replication.Listener { return trs[s] },
+		Shipper:  replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer leader.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { _ = leader.Run(ctx) }()
+
+	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 9, Sessions: 12, Events: 800, DupRate: 0.05, RetryRate: 0.05, BatchSize: 30})
+	var split [][]wal.Event
+	last := make([]uint64, shards)
+	for _, evs := range w.Batches {
+		split = leader.Router().Split(evs, split)
+		for s, part := range split {
+			if len(part) > 0 {
+				h, err := leader.Append(uint32(s), part)
+				require.NoError(t, err)
+				last[s] = h.LastLSN()
+			}
+		}
+	}
+
+	failing.Store(true)
+	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
+		Follower:      follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		ReopenBackoff: 5 * time.Millisecond,
+		PerShard: func(s uint32, o *follower.Options) {
+			if s == bad {
+				o.FS = errorfs.Wrap(vfs.Default, inj)
+			}
+		},
+	})
+	require.NoError(t, err)
+	defer n.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = n.Serve(ctx, func(s uint32) replication.Dialer { return trs[s] })
+	}()
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s: %+v", what, n.Stats())
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}
+	at := func(s uint32) bool {
+		lsn, _, err := n.Position(s)
+		return err == nil && lsn == last[s]
+	}
+	waitFor("healthy shards to finish", func() bool { return at(0) && at(1) })
+	waitFor("the failing shard to fail", func() bool { return injected.Load() > 0 && n.Stats().Down == 1 })
+	st := n.Stats()
+	require.ErrorIs(t, st.Shards[bad].Err, replication.ErrStoreFailed)
+	require.Less(t, st.Shards[bad].AppliedLSN, last[bad])
+
+	failing.Store(false)
+	waitFor("the failed shard to recover and catch up", func() bool { return at(bad) })
+	st = n.Stats()
+	require.GreaterOrEqual(t, st.Shards[bad].Reopens, 1)
+	require.Zero(t, st.Down)
+	require.NoError(t, w.Oracle.Verify(testutil.RoutedState{Router: leader.Router(), Node: n}))
+	require.Equal(t, st.Total.Events, st.Total.Accounted())
+	cancel()
+	<-served
+	require.NoError(t, n.Close())
+}
