@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+)
+
+const followerSynopsis = `follower --dir DIR --leader ADDR --shard N [--tls-ca F --tls-cert F --tls-key F | --insecure]
+
+Replicates shard N from the leader at ADDR (gRPC, mutual TLS unless
+--insecure) into the follower store in DIR (created if missing): every
+distinct event is applied exactly once, across reconnects and restarts of
+either side. Stops cleanly on SIGINT/SIGTERM (the store is flushed and
+closed); logs its stats every --stats-interval.`
+
+func runFollower(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("follower", followerSynopsis, stderr)
+	dir := fs.String("dir", "", "follower store directory")
+	leader := fs.String("leader", "", "leader address host:port (with TLS, the host must be named in the leader's certificate)")
+	shard := fs.Uint("shard", 0, "shard replicated")
+	tf := addTLSFlags(fs, "follower")
+	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
+	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
+	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
+	debug := fs.Bool("debug", false, "debug logging (includes every redial)")
+	pos, status, ok := parseArgs(fs, args)
+	if !ok {
+		return status
+	}
+	if len(pos) > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	if *dir == "" || *leader == "" {
+		return usageError(fs, stderr, "--dir and --leader are required")
+	}
+	if *shard > 1<<32-1 {
+		return usageError(fs, stderr, "--shard out of range")
+	}
+	tlsCfg, msg, err := tf.load(false)
+	if msg != "" {
+		return usageError(fs, stderr, "%s", msg)
+	}
+	log := newLogger(stderr, *debug)
+	if err != nil {
+		log.Error("oncewal follower: TLS", "err", err)
+		return exitFailure
+	}
+	if tlsCfg != nil {
+		tlsCfg.ServerName = *serverName
+	} else {
+		log.Warn("oncewal follower: --insecure: plaintext, unauthenticated; use only on loopback for tests")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveFollower(ctx, log, followerConfig{
+		dir: *dir, leader: *leader, shard: uint32(*shard), tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery,
+	}); err != nil {
+		log.Error("oncewal follower: stopped", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+type followerConfig struct {
+	dir, leader string
+	shard       uint32
+	tls         *tls.Config // nil: insecure
+	noSync      bool
+	statsEvery  time.Duration
+	opened      func(*follower.Follower) // tests
+}
+
+func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err error) {
+	d, err := grpctransport.NewDialer(c.leader, &grpctransport.DialerOptions{TLS: c.tls, Insecure: c.tls == nil, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	f, err := follower.Open(c.dir, &follower.Options{
+		Shard: c.shard, NoSync: c.noSync, Logger: log,
+		// Redial every 100ms at first, backing off to 3.2s while the leader
+		// is away.
+		ReconnectBackoff: 100 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Close waits for Serve, flushes the memtable and closes the store.
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		lsn, epoch := f.Position()
+		log.Info("oncewal follower: closed", "applied_lsn", lsn, "epoch", epoch)
+	}()
+	if c.opened != nil {
+		c.opened(f)
+	}
+	logStats := func() {
+		s, t := f.Stats(), d.Stats()
+		lsn, epoch := f.Position()
+		r := s.Receiver
+		log.Info("oncewal follower: stats", "applied_lsn", lsn, "epoch", epoch,
+			"batches", r.Batches, "events", r.Events, "applied", r.Applied,
+			"discarded_position", r.DiscardedPosition, "discarded_hwm", r.DiscardedHWM,
+			"discarded_window", r.DiscardedWindow, "discarded_in_batch", r.DiscardedInBatch,
+			"skipped_closed", r.SkippedClosed, "gaps_refused", r.SeqGaps+r.OutOfOrder,
+			"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "bytes_received", t.BytesReceived)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { every(c.statsEvery, done, logStats) })
+	log.Info("oncewal follower: replicating", "leader", c.leader, "dir", c.dir, "shard", c.shard, "mtls", c.tls != nil)
+	err = f.Serve(ctx, d)
+	close(done)
+	wg.Wait()
+	logStats()
+	return err
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/oncewal/oncewal/replication/grpctransport"
+)
+
+// tlsFlags are the transport-security flags shared by leader and follower.
+type tlsFlags struct {
+	ca, cert, key *string
+	insecure      *bool
+}
+
+func addTLSFlags(fs *flag.FlagSet, role string) *tlsFlags {
+	return &tlsFlags{
+		ca:       fs.String("tls-ca", "", "PEM file of the CA that "+map[string]string{"leader": "followers'", "follower": "the leader's"}[role]+" certificates must chain to"),
+		cert:     fs.String("tls-cert", "", "PEM file of this "+role+"'s certificate"),
+		key:      fs.String("tls-key", "", "PEM file of this "+role+"'s private key"),
+		insecure: fs.Bool("insecure", false, "plaintext, no authentication: ONLY for tests on loopback (anyone who reaches the port can read the log or pose as a peer)"),
+	}
+}
+
+// load returns the TLS config, or nil with insecure set; a usage problem is
+// returned as a message.
+func (f *tlsFlags) load(server bool) (*tls.Config, string, error) {
+	given := *f.ca != "" || *f.cert != "" || *f.key != ""
+	switch {
+	case *f.insecure && given:
+		return nil, "--insecure excludes --tls-ca/--tls-cert/--tls-key", nil
+	case *f.insecure:
+		return nil, "", nil
+	case *f.ca == "" || *f.cert == "" || *f.key == "":
+		return nil, "mutual TLS needs --tls-ca, --tls-cert and --tls-key (make them with `oncewal gencerts DIR`), or --insecure for loopback tests", nil
+	}
+	var cfg *tls.Config
+	var err error
+	if server {
+		cfg, err = grpctransport.LoadServerTLS(*f.ca, *f.cert, *f.key)
+	} else {
+		cfg, err = grpctransport.LoadClientTLS(*f.ca, *f.cert, *f.key)
+	}
+	return cfg, "", err
+}
+
+func newLogger(w io.Writer, debug bool) *slog.Logger {
+	level := slog.LevelInfo
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// every calls fn every d until done is closed (d <= 0: never).
+func every(d time.Duration, done <-chan struct{}, fn func()) {
+	if d <= 0 {
+		<-done
+		return
+	}
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			fn()
+		case <-done:
+			return
+		}
+	}
+}
+
+// validate checks a parsed flag value and returns a message if it is bad.
+func positive(name string, v int) string {
+	if v <= 0 {
+		return fmt.Sprintf("--%s must be > 0", name)
+	}
+	return ""
+}
