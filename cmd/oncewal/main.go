@@ -34,6 +34,9 @@ var commands = []command{
 	{"waldump", "print the batches and events of a WAL segment file or directory", runWaldump},
 	{"inspect", "print a follower store's position, window and sessions (opens it read-only)", runInspect},
 	{"bench", "run the benchmark suite and print each figure beside its reference", runBench},
+	{"leader", "serve a WAL to followers over gRPC with mutual TLS (optionally generating a workload)", runLeader},
+	{"follower", "replicate a shard from a leader over gRPC with mutual TLS into a follower store", runFollower},
+	{"gencerts", "write a CA, a leader and a follower certificate for trying mutual TLS locally", runGencerts},
 }
 
 func main() {
