@@ -72,6 +72,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	restarts := fs.Int("restarts", 4, "follower restarts during the run (every second one is a kill)")
 	seed := fs.Uint64("seed", 1, "seed for the workload and every fault decision")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process transport; --faults is then ignored")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -115,10 +116,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			Sessions: *sessions, Events: *events, DupRate: *dupRate, RetryRate: *retryRate,
 			CloseRate: 0.002, BatchSize: 512,
 		},
-		Faults:   fc,
-		Restarts: *restarts,
-		Follower: follower.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		Progress: progress,
+		Faults:    fc,
+		Restarts:  *restarts,
+		Follower:  follower.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Progress:  progress,
+		Transport: loopbackTransport(*network),
 	})
 	if progress != nil {
 		fmt.Fprintln(stderr)
@@ -146,6 +148,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	if res.VerifyErr != nil {
 		rep.Error = res.VerifyErr.Error()
+	}
+	if *network {
+		rep.Faults = "none (gRPC, mutual TLS, 127.0.0.1)"
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

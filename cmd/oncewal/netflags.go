@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
@@ -80,4 +81,38 @@ func positive(name string, v int) string {
 		return fmt.Sprintf("--%s must be > 0", name)
 	}
 	return ""
+}
+
+// loopbackTransport returns, when on, a testutil.PipelineConfig.Transport
+// that runs the demo over the real network transport: a gRPC server on
+// 127.0.0.1 with mutual TLS, certificates generated in memory.
+func loopbackTransport(on bool) func() (replication.Listener, replication.Dialer, func() error, error) {
+	if !on {
+		return nil
+	}
+	return func() (replication.Listener, replication.Dialer, func() error, error) {
+		certs, err := grpctransport.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		st, err := certs.ServerTLS()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ct, err := certs.ClientTLS()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		d, err := grpctransport.NewDialer(srv.Addr().String(), &grpctransport.DialerOptions{TLS: ct, Logger: quiet})
+		if err != nil {
+			srv.Close()
+			return nil, nil, nil, err
+		}
+		return srv, d, func() error { d.Close(); return srv.Close() }, nil
+	}
 }
