@@ -28,6 +28,9 @@ Prints a follower store's applied position and epoch, WAL clock, window size,
 and per session its HWM, closed flag and state. The store is opened read-only
 and never changed, so it is safe on a copy, a crashed store, or one a stopped
 follower left; a running follower holds the store's lock, so inspect a copy.
+A follower node directory (one store per shard, DIR/shard-NNNN) prints one
+row per shard: applied LSN, epoch, sessions, journal keys, WAL clock (--json:
+{"node", "shards": [{"shard", "dir", "applied_lsn", "epoch", ...}]}).
 --json: one object {"epoch", "applied_lsn", "window", "sessions": [{"id",
 "hwm", "closed", "state": {base64 key: base64 value}}, ...]} (plus
 "wal_clock", "journal_keys", and per session "tracked" and "last_ts").`
@@ -144,6 +147,9 @@ type inspectSession struct {
 }
 
 func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
+	if shards := nodeShardsOf(dir); len(shards) > 0 {
+		return inspectNode(dir, shards, jsonOut, out, stderr)
+	}
 	db, err := openReadOnly(dir, stderr)
 	if err != nil {
 		return err
