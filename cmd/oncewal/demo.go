@@ -28,35 +28,48 @@ they match.
 
 // demoReport is the --json output.
 type demoReport struct {
-	Verified        bool    `json:"verified"`
-	Error           string  `json:"error,omitempty"`
-	Seed            uint64  `json:"seed"`
-	Faults          string  `json:"faults"`
-	Sessions        int     `json:"sessions"`
-	Logged          int     `json:"logged"`
-	Distinct        int     `json:"distinct"`
-	Reappended      int     `json:"reappended"`
-	Retries         int     `json:"retries"`
-	LateWrites      int     `json:"late_writes"`
-	Batches         int     `json:"batches"`
-	BatchesShipped  uint64  `json:"batches_shipped"`
-	BatchesResent   uint64  `json:"batches_resent"`
-	Delivered       uint64  `json:"delivered"`
-	Applied         uint64  `json:"applied"`
-	DiscardedPos    uint64  `json:"discarded_position"`
-	DiscardedHWM    uint64  `json:"discarded_hwm"`
-	DiscardedWindow uint64  `json:"discarded_window"`
-	DiscardedBatch  uint64  `json:"discarded_in_batch"`
-	SkippedClosed   uint64  `json:"skipped_closed"`
-	Refused         uint64  `json:"refused_events"`
-	GapsRefused     uint64  `json:"gaps_refused"`
-	Restarts        int     `json:"restarts"`
-	Crashes         int     `json:"kills"`
-	TransportDups   uint64  `json:"transport_duplicates"`
-	TransportDrops  uint64  `json:"transport_drops"`
-	Disconnects     uint64  `json:"disconnects"`
-	Seconds         float64 `json:"seconds"`
-	EventsPerSec    float64 `json:"events_per_sec"`
+	Verified        bool        `json:"verified"`
+	Error           string      `json:"error,omitempty"`
+	Seed            uint64      `json:"seed"`
+	Faults          string      `json:"faults"`
+	Sessions        int         `json:"sessions"`
+	Logged          int         `json:"logged"`
+	Distinct        int         `json:"distinct"`
+	Reappended      int         `json:"reappended"`
+	Retries         int         `json:"retries"`
+	LateWrites      int         `json:"late_writes"`
+	Batches         int         `json:"batches"`
+	BatchesShipped  uint64      `json:"batches_shipped"`
+	BatchesResent   uint64      `json:"batches_resent"`
+	Delivered       uint64      `json:"delivered"`
+	Applied         uint64      `json:"applied"`
+	DiscardedPos    uint64      `json:"discarded_position"`
+	DiscardedHWM    uint64      `json:"discarded_hwm"`
+	DiscardedWindow uint64      `json:"discarded_window"`
+	DiscardedBatch  uint64      `json:"discarded_in_batch"`
+	SkippedClosed   uint64      `json:"skipped_closed"`
+	Refused         uint64      `json:"refused_events"`
+	GapsRefused     uint64      `json:"gaps_refused"`
+	Restarts        int         `json:"restarts"`
+	Crashes         int         `json:"kills"`
+	TransportDups   uint64      `json:"transport_duplicates"`
+	TransportDrops  uint64      `json:"transport_drops"`
+	Disconnects     uint64      `json:"disconnects"`
+	Seconds         float64     `json:"seconds"`
+	EventsPerSec    float64     `json:"events_per_sec"`
+	Shards          []demoShard `json:"shards,omitempty"` // with --shards > 1
+}
+
+// demoShard is one shard's row of a sharded demo (--shards).
+type demoShard struct {
+	Shard     uint32 `json:"shard"`
+	Sessions  int    `json:"sessions"`
+	Batches   int    `json:"batches"`
+	LastLSN   uint64 `json:"last_lsn"`
+	Applied   uint64 `json:"applied"`
+	Discarded uint64 `json:"discarded"`
+	Shipped   uint64 `json:"batches_shipped"`
+	Faults    uint64 `json:"transport_faults"`
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
@@ -73,6 +86,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "seed for the workload and every fault decision")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process transport; --faults is then ignored")
+	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs and shippers, one follower node serves all N (faults seeded per shard; not with --network)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,8 +97,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fc, ok := map[string]replication.FaultConfig{
 		"none": replication.FaultsNone, "light": replication.FaultsLight, "heavy": replication.FaultsHeavy,
 	}[*faults]
-	if !ok || *sessions <= 0 || *events <= 0 || *dupRate < 0 || *retryRate < 0 || *dupRate+*retryRate >= 1 || *restarts < 0 {
-		fmt.Fprintln(stderr, "oncewal demo: invalid flags: need --faults none|light|heavy, --sessions/--events > 0, --restarts >= 0, 0 <= dup-rate + retry-rate < 1")
+	if !ok || *sessions <= 0 || *events <= 0 || *dupRate < 0 || *retryRate < 0 || *dupRate+*retryRate >= 1 || *restarts < 0 || *shards < 1 || *shards > replication.MaxShards || (*shards > 1 && *network) {
+		fmt.Fprintln(stderr, "oncewal demo: invalid flags: need --faults none|light|heavy, --sessions/--events > 0, --restarts >= 0, --shards 1..65536 (1 with --network), 0 <= dup-rate + retry-rate < 1")
 		return 2
 	}
 
@@ -109,7 +123,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	res, err := testutil.RunPipeline(context.Background(), testutil.PipelineConfig{
+	pcfg := testutil.PipelineConfig{
 		Dir:  root,
 		Seed: *seed,
 		Workload: testutil.WorkloadConfig{
@@ -121,7 +135,19 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		Follower:  follower.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		Progress:  progress,
 		Transport: loopbackTransport(*network),
-	})
+	}
+	var res *testutil.PipelineResult
+	var shardRes []testutil.ShardResult
+	var err error
+	if *shards > 1 {
+		var sres *testutil.ShardedPipelineResult
+		sres, err = testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{PipelineConfig: pcfg, Shards: *shards})
+		if err == nil {
+			res, shardRes = &sres.PipelineResult, sres.Shards
+		}
+	} else {
+		res, err = testutil.RunPipeline(context.Background(), pcfg)
+	}
 	if progress != nil {
 		fmt.Fprintln(stderr)
 	}
@@ -148,6 +174,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	if res.VerifyErr != nil {
 		rep.Error = res.VerifyErr.Error()
+	}
+	for _, sr := range shardRes {
+		rep.Shards = append(rep.Shards, demoShard{
+			Shard: sr.Shard, Sessions: sr.Sessions, Batches: sr.Batches, LastLSN: sr.LastLSN,
+			Applied: sr.Follower.Applied, Discarded: sr.Follower.Discarded(), Shipped: sr.Shipper.BatchesSent,
+			Faults: sr.Transport.BatchesDuplicated + sr.Transport.BatchesDropped + sr.Transport.Disconnects,
+		})
 	}
 	if *network {
 		rep.Faults = "none (gRPC, mutual TLS, 127.0.0.1)"
@@ -184,6 +217,15 @@ func printDemo(w io.Writer, r *demoReport) {
 	row("follower restarts", r.Restarts+r.Crashes, fmt.Sprintf("%d clean, %d killed", r.Restarts, r.Crashes))
 	row("events/s delivered", fmt.Sprintf("%.0f", r.EventsPerSec), fmt.Sprintf("over %.2f s", r.Seconds))
 	tw.Flush()
+	if len(r.Shards) > 0 {
+		fmt.Fprintf(w, "\n%d shards (leader: one WAL and shipper each; one follower node, one store each):\n", len(r.Shards))
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  shard\tsessions\tbatches\tlast LSN\tapplied\tdiscarded\tshipped\tfaults\t")
+		for _, s := range r.Shards {
+			fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", s.Shard, s.Sessions, s.Batches, s.LastLSN, s.Applied, s.Discarded, s.Shipped, s.Faults)
+		}
+		tw.Flush()
+	}
 	if r.Verified {
 		fmt.Fprintln(w, "\nverified: follower state matches the oracle (every distinct event applied exactly once)")
 	} else {

@@ -95,3 +95,30 @@ func TestShardedDirs(t *testing.T) {
 		t.Fatalf("inspect shard dir exit %d: %s", code, stdout)
 	}
 }
+
+func TestDemoShards(t *testing.T) {
+	stdout, stderr, code := runCmd(t, "demo", "--shards", "3", "--events", "2000", "--sessions", "12", "--faults", "heavy", "--restarts", "2", "--json")
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
+	}
+	var rep demoReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verified || len(rep.Shards) != 3 {
+		t.Fatalf("demo --shards 3: verified %v, %d shard rows", rep.Verified, len(rep.Shards))
+	}
+	var applied uint64
+	for _, s := range rep.Shards {
+		applied += s.Applied
+	}
+	if applied != rep.Applied || applied != uint64(rep.Distinct) {
+		t.Fatalf("shards applied %d in total, demo reports %d applied, %d distinct", applied, rep.Applied, rep.Distinct)
+	}
+	if _, _, code := runCmd(t, "demo", "--shards", "0"); code != 2 {
+		t.Fatalf("--shards 0: exit %d, want 2", code)
+	}
+	if _, _, code := runCmd(t, "demo", "--shards", "2", "--network"); code != 2 {
+		t.Fatalf("--shards 2 --network: exit %d, want 2", code)
+	}
+}
