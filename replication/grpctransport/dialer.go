@@ -224,6 +224,8 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		// follower's backoff decides when to try again.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: o.ConnectTimeout}),
 		grpc.WithDisableRetry(),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(streamWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("%w: grpctransport: %v", ErrBadOptions, err)

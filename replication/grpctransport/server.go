@@ -28,6 +28,8 @@ const (
 	serviceName = "oncewal.replication.v1.Replication"
 	streamName  = "Stream"
 	fullMethod  = "/" + serviceName + "/" + streamName
+
+	streamWindow = 4 << 20
 )
 
 // ServerOptions configures the leader side. Exactly one of TLS and Insecure
@@ -174,6 +176,10 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
+		// Static 4 MiB windows: a batch stream is one long bulk transfer;
+		// gRPC's 64 KiB default (BDP-probed upward) throttles it on loopback.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(streamWindow),
 	)
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
