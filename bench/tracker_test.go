@@ -3,34 +3,11 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/session"
 )
-
-// trackerQuietLogger drops Pebble's informational logs so benchmark output stays
-// readable; errors still reach the test log through the failing call.
-type trackerQuietLogger struct{}
-
-func (trackerQuietLogger) Infof(string, ...any)  {}
-func (trackerQuietLogger) Errorf(string, ...any) {}
-func (trackerQuietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
-}
-
-// trackerCPUNanos is the process's user+system CPU time. The shared 2-vCPU
-// machine is noisy (other jobs steal the CPU), so the Tracker benchmarks also
-// report cpu-ns/op: CPU this process spent per event, Pebble's background
-// work included, which wall-clock ns/op inflates when the host is loaded.
-func trackerCPUNanos() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
 
 // trackerRig is a Pebble store with `sessions` HWM rows (flushed to sstables,
 // so a cache miss is a real point read) and a Tracker over it.
@@ -45,7 +22,7 @@ type trackerRig struct {
 
 func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: trackerQuietLogger{}, CacheSize: 64 << 20})
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}, CacheSize: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +92,7 @@ func (r *trackerRig) run(b *testing.B, batchSize, run int, flushEach, pebbleComm
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := trackerCPUNanos()
+	cpu0 := cpuNanos()
 	for n := 0; n < b.N; {
 		s := r.rng.IntN(len(r.ids))
 		for k := 0; k < run && n < b.N; k, n = k+1, n+1 {
@@ -141,7 +118,7 @@ func (r *trackerRig) run(b *testing.B, batchSize, run int, flushEach, pebbleComm
 	}
 	commit()
 	b.StopTimer()
-	b.ReportMetric(float64(trackerCPUNanos()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N), "cpu-ns/op")
 	batch.Close()
 }
 
@@ -216,7 +193,7 @@ func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 			tx := r.tr.Begin(batch)
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := trackerCPUNanos()
+			cpu0 := cpuNanos()
 			for n := range b.N {
 				if n%1000 == 999 {
 					tx.Abort()
@@ -229,7 +206,7 @@ func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(trackerCPUNanos()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
