@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestBenchArgs(t *testing.T) {
+	_, errOut, code := runCmd(t, "bench", "extra")
+	if code != exitUsage || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("positional argument: code %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runCmd(t, "bench", "--fast")
+	if code != exitUsage || !strings.Contains(errOut, "flag provided but not defined") {
+		t.Errorf("unknown flag: code %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runCmd(t, "bench", "-h")
+	if code != exitOK || !strings.Contains(errOut, "usage: oncewal bench [--json] [--quick]") {
+		t.Errorf("-h: code %d, stderr %q", code, errOut)
+	}
+}
+
+// TestBenchTable checks the table and the JSON built from known samples.
+func TestBenchTable(t *testing.T) {
+	samples := map[string][]float64{
+		"raw_ingest": {1e6, 2e6, 1.5e6}, "fresh": {1.2e6, 1.3e6, 1.25e6},
+		"dup100": {6e6}, "naive_dup100": {1e6}, "dup30": {1.4e6}, "naive_fresh": {5e5},
+		"window_heap_fresh": {24}, "window_heap_lru_fresh": {115},
+		"derive64": {200}, "derive64_sum256": {300},
+		"window_dup": {50}, "window_dup_lru": {100},
+		// window_heap_churned, window_new, burst_* missing: their rows are left out.
+	}
+	rep := &benchReport{Machine: benchMachine{OS: "linux", Arch: "amd64", CPUs: 2, CPUModel: "Test CPU", Go: "go1.26"},
+		Rounds: 3, Seconds: 12, Samples: samples, Rows: benchRows(samples)}
+	var out bytes.Buffer
+	printBenchTable(&out, rep)
+	text := out.String()
+	for _, want := range []string{
+		"linux/amd64, 2 CPUs, Test CPU, go1.26; 3 rounds, medians",
+		"fresh apply (1000-event batches, Sync)",
+		"1.25M ev/s", "1.5M ev/s", "0.83x", ">= 0.8x raw ingest (met)",
+		"6M ev/s", ">= 5M events/s (met)",
+		"24.0 B", "115.0 B", "0.21x",
+		"200.0 ns", "300.0 ns", "0.67x",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("table lacks %q:\n%s", want, text)
+		}
+	}
+	for _, absent := range []string{"after churn", "new key", "bursts"} {
+		if strings.Contains(text, absent) {
+			t.Errorf("table has a row %q without samples:\n%s", absent, text)
+		}
+	}
+
+	// Every data line lines up: the ratio column starts at the same offset.
+	lines := strings.Split(text, "\n")
+	header := lines[2]
+	col := strings.Index(header, "ratio")
+	if col < 0 {
+		t.Fatalf("no header line:\n%s", text)
+	}
+	for _, l := range lines[3 : 3+len(rep.Rows)] {
+		if r := []rune(l); len(r) < col || r[col-1] != ' ' {
+			t.Errorf("misaligned line %q", l)
+		}
+	}
+
+	rows := benchRows(map[string][]float64{"fresh": {1}, "raw_ingest": {2}})
+	if len(rows) != 1 || rows[0].TargetMet == nil || *rows[0].TargetMet {
+		t.Errorf("missed target not reported: %+v", rows)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Errorf("median = %v", m)
+	}
+}
+
+// TestBenchQuickJSON runs the real quick suite in-process. It takes about
+// half a minute, so it runs only with ONCEWAL_LONG=1.
+func TestBenchQuickJSON(t *testing.T) {
+	if os.Getenv("ONCEWAL_LONG") == "" {
+		t.Skip("set ONCEWAL_LONG=1 to run the benchmark suite")
+	}
+	out, errOut, code := runCmd(t, "bench", "--quick", "--json")
+	if code != exitOK {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	if !rep.Quick || rep.Machine.CPUs == 0 || rep.Machine.Go == "" || len(rep.Failed) > 0 {
+		t.Errorf("report: %+v", rep)
+	}
+	names := map[string]bool{}
+	for _, r := range rep.Rows {
+		names[r.Name] = true
+		if !(r.Value > 0) || (r.RefName != "" && !(r.RefValue > 0)) {
+			t.Errorf("row without a figure: %+v", r)
+		}
+	}
+	for _, want := range []string{"fresh apply (1000-event batches, Sync)", "100%-duplicate batches", "30%-duplicate mix",
+		"naive dedup, every key in Pebble (fresh)", "window heap, freshly filled (100K keys)", "window heap, after churn",
+		"DeriveKey, 64-byte op", "window check, duplicate", "window check, new key (evicts)"} {
+		if !names[want] {
+			t.Errorf("no row %q", want)
+		}
+	}
+}
