@@ -44,8 +44,14 @@ type Options struct {
 	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
 	NoSync bool
 	// Applier is the state machine events are applied to. Default: the
-	// session state machine (session.State via replication.SessionApplier).
+	// session state machine and the request-ledger table
+	// (replication.SessionApplier with State and Ledger). A custom Applier
+	// must apply ledger ops to LedgerTable() itself if the follower is to be
+	// promoted with its requests' outcomes.
 	Applier replication.Applier
+	// Ledger configures the request-ledger table (sweep interval and limit,
+	// on the WAL clock). Default: idempotency.TableOptions defaults.
+	Ledger idempotency.TableOptions
 	// Logger receives the follower's log lines. Default slog.Default().
 	Logger *slog.Logger
 	// FS is the filesystem Pebble uses. Default vfs.Default (the OS). Tests
@@ -112,6 +118,7 @@ type Follower struct {
 	tracker *session.Tracker
 	window  *idempotency.Store
 	state   *session.State
+	ledger  *idempotency.LedgerTable
 	recv    *replication.Receiver
 
 	ctx    context.Context // cancelled by Close; parents every Serve
@@ -167,9 +174,12 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 		window: idempotency.NewStore(o.WindowCapacity),
 		state:  session.NewState(db),
 	}
+	if f.ledger, err = idempotency.OpenLedgerTable(db, &o.Ledger); err != nil {
+		return nil, fmt.Errorf("follower: %w", err)
+	}
 	applier := o.Applier
 	if applier == nil {
-		applier = replication.SessionApplier{State: f.state}
+		applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
 	}
 	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
 		Shard:  o.Shard,
@@ -272,6 +282,10 @@ func (f *Follower) Stats() Stats {
 // State is the read API of the default session state machine (valid when
 // Options.Applier was left nil).
 func (f *Follower) State() *session.State { return f.state }
+
+// LedgerTable is the replicated request-ledger table (read-only use; see
+// Promote for serving requests from it).
+func (f *Follower) LedgerTable() *idempotency.LedgerTable { return f.ledger }
 
 // Tracker exposes the session HWMs (read-only use: Get, Clock).
 func (f *Follower) Tracker() *session.Tracker { return f.tracker }

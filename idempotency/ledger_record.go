@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -211,56 +212,77 @@ func uvarintSize(x uint64) int {
 // trailing bytes and invalid requests are ErrBadRecord, so decode(encode(r))
 // == r and nothing else decodes. Outcome aliases body.
 func DecodeRecord(kind RecordKind, time int64, body []byte) (Record, error) {
-	r := Record{Kind: kind, Time: time}
+	var p parsedRecord
+	if err := parseRecord(kind, body, &p); err != nil {
+		return Record{}, err
+	}
+	r := Record{Kind: kind, Time: time, Token: p.token, Expires: p.expires, Fingerprint: p.fp,
+		Scope: string(p.scope), Key: string(p.key), Outcome: p.outcome}
+	return r, nil
+}
+
+// CheckRecord reports whether body is a canonical record body of kind, as
+// DecodeRecord would, without allocating.
+func CheckRecord(kind RecordKind, body []byte) error {
+	var p parsedRecord
+	return parseRecord(kind, body, &p)
+}
+
+type parsedRecord struct {
+	token               Token
+	expires             int64
+	fp                  Fingerprint
+	scope, key, outcome []byte
+}
+
+func parseRecord(kind RecordKind, body []byte, p *parsedRecord) error {
 	if !kind.Valid() {
-		return Record{}, fmt.Errorf("%w: %s", ErrBadRecord, kind)
+		return fmt.Errorf("%w: %s", ErrBadRecord, kind)
 	}
-	if len(body) < 1+len(r.Token) || body[0] != recordVersion {
-		return Record{}, fmt.Errorf("%w: short body or unknown version", ErrBadRecord)
+	if len(body) < 1+len(p.token) || body[0] != recordVersion {
+		return fmt.Errorf("%w: short body or unknown version", ErrBadRecord)
 	}
-	off := 1 + copy(r.Token[:], body[1:])
+	off := 1 + copy(p.token[:], body[1:])
 	if kind.hasFingerprint() {
-		if len(body)-off < 8+len(r.Fingerprint) {
-			return Record{}, fmt.Errorf("%w: short body", ErrBadRecord)
+		if len(body)-off < 8+len(p.fp) {
+			return fmt.Errorf("%w: short body", ErrBadRecord)
 		}
-		r.Expires = int64(binary.LittleEndian.Uint64(body[off:]))
+		p.expires = int64(binary.LittleEndian.Uint64(body[off:]))
 		off += 8
-		off += copy(r.Fingerprint[:], body[off:])
+		off += copy(p.fp[:], body[off:])
 	}
-	field := func(limit int) ([]byte, error) {
+	field := func(limit int, what string) ([]byte, error) {
 		n, w := binary.Uvarint(body[off:])
 		if w <= 0 || w != uvarintSize(n) {
-			return nil, fmt.Errorf("%w: bad length varint", ErrBadRecord)
+			return nil, fmt.Errorf("%w: bad %s length varint", ErrBadRecord, what)
 		}
 		if n > uint64(limit) || n > uint64(len(body)-off-w) {
-			return nil, fmt.Errorf("%w: field length %d", ErrBadRecord, n)
+			return nil, fmt.Errorf("%w: %s length %d", ErrBadRecord, what, n)
 		}
 		b := body[off+w : off+w+int(n) : off+w+int(n)]
 		off += w + int(n)
+		if n == 0 {
+			b = nil
+		}
 		return b, nil
 	}
-	scope, err := field(MaxScopeLen)
-	if err != nil {
-		return Record{}, err
+	var err error
+	if p.scope, err = field(MaxScopeLen, "scope"); err != nil {
+		return err
 	}
-	key, err := field(MaxRequestKeyLen)
-	if err != nil {
-		return Record{}, err
+	if p.key, err = field(MaxRequestKeyLen, "key"); err != nil {
+		return err
 	}
-	r.Scope, r.Key = string(scope), string(key)
+	if len(bytes.TrimSpace(p.key)) == 0 {
+		return fmt.Errorf("%w: %w: empty request key", ErrBadRecord, ErrInvalidKey)
+	}
 	if kind.hasOutcome() {
-		if r.Outcome, err = field(MaxOutcomeSize); err != nil {
-			return Record{}, err
-		}
-		if len(r.Outcome) == 0 {
-			r.Outcome = nil
+		if p.outcome, err = field(MaxOutcomeSize, "outcome"); err != nil {
+			return err
 		}
 	}
 	if off != len(body) {
-		return Record{}, fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, len(body)-off)
+		return fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, len(body)-off)
 	}
-	if err := r.Validate(); err != nil {
-		return Record{}, err
-	}
-	return r, nil
+	return nil
 }

@@ -168,6 +168,10 @@ type LedgerTable struct {
 	opts TableOptions
 
 	sweeps, swept, applied, stale atomic.Uint64
+	// sweepHint is the WAL time of the last sweep staged by this process.
+	// It only lets Finish skip reading l/sweep while no sweep can be due; a
+	// hint from a batch that never committed merely delays the next sweep.
+	sweepHint atomic.Int64
 }
 
 // OpenLedgerTable returns the ledger table stored in db.
@@ -405,12 +409,14 @@ func (tx *LedgerTx) Finish() error {
 	if err := tx.load(); err != nil {
 		return err
 	}
-	if tx.t.opts.SweepInterval > 0 {
+	if iv := int64(tx.t.opts.SweepInterval); iv > 0 && tx.clock-tx.t.sweepHint.Load() >= iv {
 		last, err := readI64(tx.t.db, ledgerSweepKey)
 		if err != nil {
 			return err
 		}
-		if tx.clock-last >= int64(tx.t.opts.SweepInterval) {
+		tx.t.sweepHint.Store(last)
+		if tx.clock-last >= iv {
+			tx.t.sweepHint.Store(tx.clock)
 			if err := tx.sweep(); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -26,15 +27,25 @@ type Applier interface {
 }
 
 // SessionApplier is the default Applier: session-scoped put / delete / add on
-// keys, stored by session.State. Open and close events change no state rows
+// keys, stored by session.State, and — when Ledger is set — the request-ledger
+// records (wal.OpClaim … wal.OpFail), applied to the node's ledger table in
+// the same Pebble batch, so an operation's effect and its recorded outcome
+// commit together on every node. Open and close events change no state rows
 // (the Tracker records the close).
 type SessionApplier struct {
 	State *session.State
+	// Ledger receives ledger records. nil: a ledger op fails the batch
+	// (ErrApply), because skipping it would lose request outcomes.
+	Ledger *idempotency.LedgerTable
 }
 
 // Apply implements Applier.
 func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 	tx := a.State.Begin(b)
+	var ltx *idempotency.LedgerTx
+	if a.Ledger != nil {
+		ltx = a.Ledger.Begin(b)
+	}
 	for i := range events {
 		ev := &events[i]
 		var err error
@@ -46,12 +57,26 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 		case wal.OpAdd:
 			err = tx.Add(ev.Session, ev.Key, ev.Delta)
 		case wal.OpOpen, wal.OpClose:
+		case wal.OpClaim, wal.OpComplete, wal.OpRelease, wal.OpFail:
+			if ltx == nil {
+				return fmt.Errorf("replication: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
+			}
+			var rec idempotency.Record
+			if rec, err = ev.LedgerRecord(); err == nil {
+				err = ltx.Apply(&rec)
+			}
 		default:
 			err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
+		}
+		if err == nil && ltx != nil {
+			err = ltx.Observe(ev.Time)
 		}
 		if err != nil {
 			return err
 		}
+	}
+	if ltx != nil {
+		return ltx.Finish()
 	}
 	return nil
 }

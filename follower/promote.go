@@ -1,0 +1,79 @@
+package follower
+
+import (
+	"fmt"
+
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
+)
+
+// PromoteOptions configures Promote.
+type PromoteOptions struct {
+	// WALDir is where the new leader writes its log. Required. It must be
+	// empty or hold this store's own leader log (a leader restarting).
+	WALDir string
+	// Epoch is the new leader epoch; it must exceed every epoch ever handed
+	// to a leader of this shard, which only whoever decides the failover can
+	// know. Default: the highest epoch this store has committed + 1 (1 for a
+	// fresh store) — enough only if this follower has applied a batch of the
+	// current leader (a follower that received nothing has never seen its
+	// epoch). A leader restarting on its own store passes its current epoch.
+	Epoch uint64
+	// Ledger configures the request ledger (TTL, Lease, FailureTTL).
+	Ledger idempotency.LedgerOptions
+	// Wall is the wall clock (unix nanos). Default time.Now. The WAL clock
+	// never goes below the largest time already applied.
+	Wall func() int64
+	// SegmentSize is the new log's segment size (wal default when 0).
+	SegmentSize int64
+}
+
+// Promote turns the follower into the leader of its shard: it stops
+// applying shipped batches (Serve returns, Apply answers ErrClosed),
+// persists the new epoch — from then on this store refuses batches of the
+// old leader (replication.ErrStaleEpoch) — and returns a LedgerLog whose log
+// continues at the applied LSN + 1 and whose Ledger answers from the
+// replicated ledger table: requests the old leader completed replay, claims
+// it left in flight free themselves when their leases end on the WAL clock.
+//
+// A fresh, empty follower promoted with epoch 1 is how a first leader
+// starts. Close the LedgerLog before the Follower (the store is the
+// Follower's).
+func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) {
+	if f.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	f.cancel() // stop Serve and Apply: this store now follows its own log
+	f.wg.Wait()
+	if err := f.recv.Err(); err != nil {
+		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)
+	}
+	epoch := opts.Epoch
+	if epoch == 0 {
+		_, stored := f.recv.Position()
+		epoch = stored + 1
+	}
+	logf := func(format string, args ...any) { f.opts.Logger.Info(fmt.Sprintf(format, args...)) }
+	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
+		WALDir:      opts.WALDir,
+		Shard:       f.opts.Shard,
+		Epoch:       epoch,
+		DB:          f.db,
+		Tracker:     f.tracker,
+		Window:      f.window,
+		Table:       f.ledger,
+		Applier:     f.opts.Applier,
+		State:       f.state,
+		Ledger:      opts.Ledger,
+		Wall:        opts.Wall,
+		SegmentSize: opts.SegmentSize,
+		Logf:        logf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follower: promote: %w", err)
+	}
+	lsn, _ := l.Position()
+	f.opts.Logger.Info("oncewal follower promoted to leader", "dir", f.dir, "shard", f.opts.Shard, "epoch", epoch,
+		"applied_lsn", lsn, "wal", opts.WALDir)
+	return l, nil
+}

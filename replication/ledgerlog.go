@@ -1,0 +1,381 @@
+package replication
+
+// LedgerLog (notes for doc.go)
+//
+// A LedgerLog is the leader side of request-level idempotency for one shard:
+// a wal.Writer, the node's own Pebble store kept current by applying every
+// appended batch locally through a Receiver (the same code a follower runs),
+// and an idempotency.Ledger whose decisions are logged as WAL events.
+//
+//   - Every Ledger decision (claim, complete, release, fail) is a ledger
+//     event appended to the WAL (synced) and applied to the local store
+//     before the Ledger answers. Commit puts an operation's data events and
+//     its complete record in ONE batch: on the leader and on every follower
+//     the outcome commits atomically with the effect.
+//   - The local store is a materialisation of the WAL. Its receiver commits
+//     without fsync (the WAL is already synced); after a crash OpenLedgerLog
+//     re-applies the WAL beyond the store's position.
+//   - A promoted follower is the same thing: OpenLedgerLog over the
+//     follower's store with a higher epoch. The new log starts at the
+//     store's applied LSN + 1 (wal.WriterOptions.FirstLSN), the higher epoch
+//     is persisted before anything else (so the deposed leader's batches are
+//     refused from then on: ErrStaleEpoch, and its Shipper gets ErrFenced
+//     from any follower that has seen the new epoch), and the Ledger answers
+//     from the replicated ledger table.
+//   - The WAL clock continues: Now is the wall clock kept strictly increasing
+//     and never below the largest time the store has applied, so leases and
+//     TTLs granted by the old leader run out on the new one as they would
+//     have on the old.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// ErrLogFailed: a LedgerLog whose WAL or local apply failed refuses all
+// further appends; reopen it (OpenLedgerLog recovers from the WAL).
+var ErrLogFailed = errors.New("replication: ledger log failed")
+
+// ErrBadEvent: an event given to LedgerLog.Append or Commit that the log
+// must stamp itself (an explicit SeqNo, a ledger op).
+var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
+
+// LedgerLogConfig configures OpenLedgerLog.
+type LedgerLogConfig struct {
+	// WALDir is the leader's WAL directory. Required.
+	WALDir string
+	// Shard is the shard whose log this is. Default 0.
+	Shard uint32
+	// Epoch is the leader epoch. It must be at least the epoch the store has
+	// committed (ErrStaleEpoch otherwise); a higher one is persisted at once.
+	// Default: the store's epoch, or 1 for a fresh store. Promotion passes
+	// the store's epoch + 1.
+	Epoch uint64
+	// DB, Tracker, Window and Table are the node's store and its layers
+	// (follower.Follower owns them). Required.
+	DB      *pebble.DB
+	Tracker *session.Tracker
+	Window  *idempotency.Store
+	Table   *idempotency.LedgerTable
+	// Applier applies batches to the local store. Default
+	// SessionApplier{State: State, Ledger: Table}; a custom Applier must
+	// apply ledger ops to Table.
+	Applier Applier
+	// State is the session state machine of the default Applier.
+	State *session.State
+	// Ledger configures the Ledger (TTL, Lease, FailureTTL, NewToken); Now
+	// and Log are set by the LedgerLog.
+	Ledger idempotency.LedgerOptions
+	// Wall is the wall clock in unix nanos. Default time.Now().UnixNano.
+	Wall func() int64
+	// SegmentSize is the WAL segment size (wal default when 0). Batches are
+	// always synced before they are applied or answered.
+	SegmentSize int64
+	// Logf receives rare diagnostic lines. Default: discard.
+	Logf func(format string, args ...any)
+}
+
+// LedgerLog is a leader for one shard with a request ledger. It is safe for
+// concurrent use; appends are serialized.
+type LedgerLog struct {
+	cfg    LedgerLogConfig
+	epoch  uint64
+	w      *wal.Writer
+	recv   *Receiver
+	ledger *idempotency.Ledger
+	seqs   *session.Sequencer
+	notify chan struct{}
+
+	clockMu sync.Mutex
+	last    int64
+
+	mu     sync.Mutex // serializes append: WAL order = local apply order
+	buf    []byte
+	evs    []wal.Event
+	failed error
+	closed bool
+}
+
+// OpenLedgerLog opens the leader: it fences older epochs, opens (recovering)
+// the WAL, brings the local store up to the end of the WAL, and opens the
+// Ledger over the store's ledger table.
+func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
+	if cfg.WALDir == "" || cfg.DB == nil || cfg.Tracker == nil || cfg.Window == nil || cfg.Table == nil {
+		return nil, errors.New("replication: OpenLedgerLog needs WALDir, DB, Tracker, Window and Table")
+	}
+	if cfg.Applier == nil {
+		if cfg.State == nil {
+			return nil, errors.New("replication: OpenLedgerLog needs State or an Applier")
+		}
+		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
+	}
+	if cfg.Wall == nil {
+		cfg.Wall = func() int64 { return time.Now().UnixNano() }
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	applied, err := readMetaU64(cfg.DB, KeyPosition)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := readMetaU64(cfg.DB, KeyEpoch)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = max(stored, 1)
+	}
+	if cfg.Epoch < stored {
+		return nil, fmt.Errorf("%w: leader epoch %d, store has committed epoch %d", ErrStaleEpoch, cfg.Epoch, stored)
+	}
+	if cfg.Epoch > stored {
+		// Fence first: from now on this store refuses the old epoch.
+		b := cfg.DB.NewBatch()
+		v := binary.LittleEndian.AppendUint64([]byte{metaVersion}, cfg.Epoch)
+		err := b.Set(KeyEpoch, v, nil)
+		if err == nil {
+			if _, _, ok, _ := ReadMeta(cfg.DB); !ok {
+				err = b.Set(KeyFormat, binary.LittleEndian.AppendUint64([]byte{metaVersion}, StoreFormat), nil)
+			}
+		}
+		if err == nil {
+			err = commit(b, true)
+		}
+		_ = b.Close()
+		if err != nil {
+			return nil, fmt.Errorf("replication: persisting epoch %d: %w", cfg.Epoch, err)
+		}
+	}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
+	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1})
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*LedgerLog, error) {
+		_ = l.w.Close()
+		return nil, err
+	}
+	if end := l.w.NextLSN() - 1; end < applied {
+		return fail(fmt.Errorf("replication: store applied LSN %d but the WAL in %s ends at %d: not this store's log", applied, cfg.WALDir, end))
+	}
+	// The WAL is synced before anything is applied, so the store needs no
+	// fsync of its own: a crash loses at most a suffix, re-applied below.
+	l.recv, err = NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logf: cfg.Logf})
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.catchUp(applied); err != nil {
+		return fail(err)
+	}
+	clock, err := cfg.Table.Clock()
+	if err != nil {
+		return fail(err)
+	}
+	l.last = max(clock, cfg.Tracker.Clock())
+	lo := cfg.Ledger
+	lo.Now, lo.Log = l.Now, l.logRecords
+	if l.ledger, err = idempotency.OpenLedger(cfg.Table, &lo); err != nil {
+		return fail(err)
+	}
+	return l, nil
+}
+
+// catchUp applies the WAL from applied+1 to its end to the local store.
+func (l *LedgerLog) catchUp(applied uint64) error {
+	if l.w.NextLSN()-1 == applied {
+		return nil
+	}
+	r, err := wal.OpenReader(l.cfg.WALDir, l.cfg.Shard)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.Seek(applied + 1); err != nil {
+		return err
+	}
+	for {
+		_, raw, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := l.recv.Apply(raw); err != nil {
+			return fmt.Errorf("replication: re-applying own WAL: %w", err)
+		}
+	}
+	if lsn, _ := l.recv.Position(); lsn != l.w.NextLSN()-1 {
+		return fmt.Errorf("replication: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)
+	}
+	return nil
+}
+
+// Now returns the WAL clock for the next record: the wall clock, strictly
+// increasing, never below what the store has applied.
+func (l *LedgerLog) Now() int64 {
+	l.clockMu.Lock()
+	defer l.clockMu.Unlock()
+	l.last = max(l.last+1, l.cfg.Wall())
+	return l.last
+}
+
+// Ledger returns the request ledger; its decisions are logged through this
+// log.
+func (l *LedgerLog) Ledger() *idempotency.Ledger { return l.ledger }
+
+// Epoch is the leader epoch stamped on every batch.
+func (l *LedgerLog) Epoch() uint64 { return l.epoch }
+
+// Writer is the WAL writer (for a Shipper's DurableLSN).
+func (l *LedgerLog) Writer() *wal.Writer { return l.w }
+
+// WALDir is the WAL directory (for a Shipper's WALDir).
+func (l *LedgerLog) WALDir() string { return l.cfg.WALDir }
+
+// Notify is signalled after every append (for ShipperOptions.Notify).
+func (l *LedgerLog) Notify() <-chan struct{} { return l.notify }
+
+// Position is the local store's applied LSN and epoch.
+func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Position() }
+
+// logRecords is the Ledger's LogFunc.
+func (l *LedgerLog) logRecords(recs []idempotency.Record) error {
+	evs := make([]wal.Event, len(recs))
+	for i := range recs {
+		evs[i] = wal.LedgerEvent(&recs[i])
+	}
+	_, err := l.append(evs, 0, len(evs))
+	return err
+}
+
+// Append logs data events as one batch (synced, then applied locally). The
+// log stamps them: Time is the WAL clock; an event with a session gets the
+// session's next SeqNo (continuing from the store's HWM) and, unless it has
+// one, an idempotency key derived from it. Events must come with Seq 0 and
+// must not be ledger ops (ErrBadEvent). The events slice is not retained.
+func (l *LedgerLog) Append(events ...wal.Event) (wal.Header, error) {
+	return l.append(events, l.Now(), 0)
+}
+
+// Commit completes claim c with outcome and logs the operation's data
+// events (stamped as in Append) and the complete record in ONE batch, so
+// the effect and the outcome are durable — here and on every follower —
+// together or not at all. If c no longer owns its key (idempotency.ErrNotOwner)
+// or the log fails, nothing is logged and the effect did not happen.
+func (l *LedgerLog) Commit(c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
+	var h wal.Header
+	err := l.ledger.CompleteWith(c, outcome, func(rec idempotency.Record) error {
+		evs := make([]wal.Event, 0, len(events)+1)
+		evs = append(evs, events...)
+		evs = append(evs, wal.LedgerEvent(&rec))
+		var err error
+		h, err = l.append(evs, rec.Time, 1)
+		return err
+	})
+	return h, err
+}
+
+// append stamps the data events with ts (ledger events keep their decision
+// time), appends them as one synced batch and applies it locally. The last
+// ledgerTail events are ledger records made by the Ledger; no others may be.
+func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.Header, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return wal.Header{}, wal.ErrClosed
+	}
+	if l.failed != nil {
+		return wal.Header{}, l.failed
+	}
+	evs := append(l.evs[:0], events...)
+	l.evs = evs[:0]
+	var stamped []session.ID // sessions whose SeqNo this call took, to undo on refusal
+	undo := func() {
+		for _, id := range stamped {
+			l.seqs.Forget(id) // re-seeded from the tracker on next use
+		}
+	}
+	for i := range evs {
+		ev := &evs[i]
+		if isTail := i >= len(evs)-ledgerTail; ev.Op.IsLedger() != isTail {
+			undo()
+			return wal.Header{}, fmt.Errorf("%w: event %d: %s; ledger records are logged by the Ledger", ErrBadEvent, i, ev.Op)
+		} else if isTail {
+			continue
+		}
+		if ev.Seq != 0 {
+			undo()
+			return wal.Header{}, fmt.Errorf("%w: event %d has SeqNo %d; the log assigns SeqNos", ErrBadEvent, i, ev.Seq)
+		}
+		ev.Time = ts
+		if ev.Session == (session.ID{}) {
+			continue
+		}
+		if l.seqs.Last(ev.Session) == 0 {
+			hwm, _, _, err := l.cfg.Tracker.Get(ev.Session)
+			if err != nil {
+				undo()
+				return wal.Header{}, err
+			}
+			l.seqs.Observe(ev.Session, hwm)
+		}
+		ev.Seq = l.seqs.Next(ev.Session)
+		stamped = append(stamped, ev.Session)
+		if !ev.HasIdemKey {
+			var op [64]byte
+			ev.HasIdemKey, ev.IdemKey = true, idempotency.DeriveKey(ev.Session, ev.Seq, ev.AppendOpBytes(op[:0]))
+		}
+	}
+	h, err := l.w.Append(l.epoch, evs)
+	if err != nil {
+		undo()
+		if errors.Is(err, wal.ErrInvalidEvent) || errors.Is(err, wal.ErrTooLarge) {
+			return wal.Header{}, err // nothing was written
+		}
+		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
+		return wal.Header{}, l.failed
+	}
+	l.buf, err = wal.AppendBatch(l.buf[:0], l.cfg.Shard, l.epoch, h.FirstLSN, evs)
+	if err == nil {
+		_, err = l.recv.Apply(l.buf)
+	}
+	if err != nil {
+		// The batch is in the WAL but not in the store: stop, so nothing is
+		// answered from a store that disagrees with the log. Reopening
+		// re-applies the WAL.
+		l.failed = fmt.Errorf("%w: local apply of LSN %d: %w", ErrLogFailed, h.FirstLSN, err)
+		return wal.Header{}, l.failed
+	}
+	if cap(l.buf) > 4<<20 {
+		l.buf = nil
+	}
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+	return h, nil
+}
+
+// Close closes the Ledger and the WAL writer (not the store, which belongs
+// to the caller). Idempotent.
+func (l *LedgerLog) Close() error {
+	_ = l.ledger.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	return l.w.Close()
+}
