@@ -86,6 +86,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "seed for the workload and every fault decision")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process transport; --faults is then ignored")
+	failover := fs.Bool("failover", false, "request-level demo instead: client requests with idempotency keys against leader A, A killed at random points, follower B promoted, retries against B; verifies exactly-once and original outcomes (see failover.go)")
 	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs and shippers, one follower node serves all N (faults seeded per shard; not with --network)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -111,6 +112,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 		defer os.RemoveAll(tmp)
 		root = tmp
+	}
+	if *failover {
+		return runFailoverDemo(root, *seed, *asJSON, stdout, stderr)
 	}
 
 	var progress func(applied, total uint64)
