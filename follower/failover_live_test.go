@@ -42,7 +42,11 @@ func liveFailover(t *testing.T, seed uint64) {
 	now := func() int64 { return wall.Load() }
 	dir := t.TempDir()
 	fsA, fsB := vfs.NewMem(), vfs.NewMem()
-	opts := func(fs vfs.FS) *follower.Options { o := testOptions(fs); o.ReconnectBackoff = time.Millisecond; return o }
+	opts := func(fs vfs.FS) *follower.Options {
+		o := testOptions(fs)
+		o.ReconnectBackoff = time.Millisecond
+		return o
+	}
 
 	a, err := follower.Open("a", opts(fsA))
 	require.NoError(t, err)
