@@ -26,6 +26,19 @@
 // recently seen keys — when such an event's SeqNo was fresh the HWM still
 // advances, so the next SeqNo is not a gap. Survivors go to the Applier.
 //
+// # Shards
+//
+// A deployment has a fixed number of shards. ShardRouter maps a session to
+// its shard with a pure function every node computes alike —
+// JumpHash(first 8 bytes of BLAKE3-256(session ID) as u64 LE, shards) — so
+// all of a session's events land in one shard and its SeqNos stay contiguous
+// in one WAL and one follower HWM (router.go explains the choice; a golden
+// test pins it). Leader opens one wal.Writer and one Shipper per shard in
+// one directory (segment names carry the shard) and runs the Shippers
+// concurrently and independently. On the follower side each shard has its
+// own Receiver (see follower.Node); a batch for a shard a receiver or node
+// does not serve is refused with ErrWrongShard.
+//
 // # Invariants
 //
 //  1. One Pebble batch per shipped batch holds the applied state, the HWM
