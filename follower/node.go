@@ -246,7 +246,7 @@ func (ns *nodeShard) err() error {
 }
 
 // Follower calls fn with shard's current Follower, which stays valid (not
-// closed or replaced) until fn returns. It returns replication.ErrWrongShard
+// closed or replaced) until fn returns; fn must not call back into the node. It returns replication.ErrWrongShard
 // for a shard the node does not serve, and the store error while a failed
 // shard is being reopened.
 func (n *Node) Follower(shard uint32, fn func(*Follower) error) error {
@@ -272,7 +272,8 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 }
 
 // Serve serves every shard concurrently, shard s through dial(s), until ctx
-// ends or the node is closed; it returns nil then. Each shard redials on its
+// ends or the node is closed; it returns nil then. A shard for which dial
+// returns nil is not served (its batches can still be given to Apply). Each shard redials on its
 // own (Follower.Serve). When a shard's store fails
 // (replication.ErrStoreFailed) only that shard stops: the node closes its
 // Follower and reopens it from disk, retrying with backoff
@@ -281,6 +282,9 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
+	}
+	if dial == nil {
+		return fmt.Errorf("%w: Serve needs a dial function", ErrBadNodeOptions)
 	}
 	if !n.serving.CompareAndSwap(false, true) {
 		return ErrNodeServing
@@ -300,6 +304,9 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 	var wg sync.WaitGroup
 	for _, ns := range n.shards {
 		d := dial(ns.shard)
+		if d == nil {
+			continue
+		}
 		wg.Go(func() { n.serveShard(ctx, ns, d) })
 	}
 	wg.Wait()

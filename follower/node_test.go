@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -418,4 +419,44 @@ func TestNodeFailingShard(t *testing.T) {
 	cancel()
 	<-served
 	require.NoError(t, n.Close())
+}
+
+// TestNodeCloseStopsServe: Close stops a running Serve (every shard's loop)
+// and leaves no goroutine behind; a shard whose dialer is nil is not served.
+func TestNodeCloseStopsServe(t *testing.T) {
+	before := runtime.NumGoroutine()
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	require.NoError(t, err)
+	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadNodeOptions)
+	done := make(chan error, 1)
+	dialed := make(chan uint32, 3)
+	go func() {
+		done <- n.Serve(context.Background(), func(s uint32) replication.Dialer {
+			if s == 1 {
+				return nil
+			}
+			dialed <- s
+			return stallDialer{}
+		})
+	}()
+	<-dialed
+	<-dialed
+	require.ErrorIs(t, n.Serve(context.Background(), func(uint32) replication.Dialer { return nil }), follower.ErrNodeServing)
+	require.NoError(t, n.Close())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+	require.NoError(t, n.Close(), "Close is idempotent")
+	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrClosed)
+	_, err = n.Apply(nil)
+	require.Error(t, err)
+	require.NoError(t, tr.Close())
+	for i := 0; runtime.NumGoroutine() > before; i++ {
+		require.Less(t, i, 500, "goroutines leaked: %d before, %d after", before, runtime.NumGoroutine())
+		time.Sleep(10 * time.Millisecond)
+	}
 }
