@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
@@ -146,6 +147,10 @@ func Open(dir string, opts *Options) (*Follower, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             replication.FatalLogger{Logf: logf},
 	}
+	// HWM reads on a cache miss are point lookups of keys that often do not
+	// exist (a new session); bloom filters keep them from visiting every
+	// table. Later levels inherit the policy.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if o.PebbleOptions != nil {
 		o.PebbleOptions(po)
 	}

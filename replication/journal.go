@@ -36,8 +36,9 @@ type journalEntry struct {
 }
 
 type journal struct {
-	entries []journalEntry // oldest first
-	total   int            // keys across entries
+	entries []journalEntry // entries[head:] are live, oldest first
+	head    int            // pruned entries are skipped, not copied away
+	total   int            // keys across live entries
 
 	// Staged by the batch being composed; folded in by committed().
 	staged      journalEntry
@@ -106,7 +107,7 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, cap
 	}
 	j.staged = journalEntry{lsn: lsn, n: len(keys)}
 	total := j.total + len(keys)
-	for _, e := range j.entries {
+	for _, e := range j.entries[j.head:] {
 		if total-e.n < capacity {
 			break
 		}
@@ -121,10 +122,16 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, cap
 
 // committed folds the staged entry and deletions in after the batch committed.
 func (j *journal) committed() {
-	for _, e := range j.entries[:j.stagedPrune] {
+	for _, e := range j.entries[j.head : j.head+j.stagedPrune] {
 		j.total -= e.n
 	}
-	j.entries = append(j.entries[:0], j.entries[j.stagedPrune:]...)
+	j.head += j.stagedPrune
+	// Compact only when the dead prefix dominates, so a commit costs O(1)
+	// amortised even when every batch carries a single key.
+	if j.head > 1024 && j.head > len(j.entries)/2 {
+		j.entries = append(j.entries[:0], j.entries[j.head:]...)
+		j.head = 0
+	}
 	if j.staged.n > 0 {
 		j.entries = append(j.entries, j.staged)
 		j.total += j.staged.n

@@ -275,3 +275,40 @@ func FuzzReceiver(f *testing.F) {
 		require.Equal(t, st.Events, st.Accounted())
 	})
 }
+
+// TestWindowJournalRestoresWindow checks that a receiver opened on the same
+// store rebuilds exactly the window the previous one had — same keys, same
+// recency order — and that the journal stays bounded by the capacity.
+func TestWindowJournalRestoresWindow(t *testing.T) {
+	r := newRig(t, nil)
+	r.window = idempotency.NewStore(8)
+	var err error
+	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+	require.NoError(t, err)
+	id := session.NewID()
+	seq := session.SeqNo(1)
+	for b := 0; b < 300; b++ {
+		var evs []wal.Event
+		for i := 0; i <= b%3; i++ { // 1–3 keyed events per batch
+			k := idempotency.Key{byte(b), byte(i), 0xee}
+			if b%5 == 0 && b > 0 {
+				k = idempotency.Key{byte(b - 1), 0, 0xee} // a window hit refreshes recency
+			}
+			evs = append(evs, add(id, seq, 1, &k))
+			seq++
+		}
+		_, err := r.recv.Apply(r.batch(evs...))
+		require.NoError(t, err)
+	}
+	want := r.window.Keys(nil)
+	require.Len(t, want, 8)
+
+	fresh := idempotency.NewStore(8)
+	_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
+	require.NoError(t, err)
+	require.Equal(t, want, fresh.Keys(nil))
+
+	n, err := replication.JournalKeys(r.db)
+	require.NoError(t, err)
+	require.Less(t, n, 8+3, "journal not pruned: %d keys for a window of 8", n)
+}
