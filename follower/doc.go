@@ -89,56 +89,60 @@
 //
 // The alternative was one shared store with a shard prefix on every key
 // (h/, s/, m/, w/ per shard). Measured on this machine (2 cores, virtio disk,
-// on disk in t.TempDir, Sync per batch; raw Pebble, no oncewal code; median
-// of 10 runs, taken while other jobs loaded the machine, so single runs vary
-// ±50%):
+// ext4, in t.TempDir, Sync per batch; raw Pebble, no oncewal code; median
+// of 3 runs while the machine was quiet, load ≈ 3):
 //
-//	go test ./follower -run '^$' -bench StoreLayout -benchtime 300x -count 5
+//	go test ./follower -run '^$' -bench StoreLayout -benchtime 300x -count 3
 //
 //	synced 1000-key batches, N goroutines   1 store (shared)   N stores
-//	N=1                                        207k keys/s     265k keys/s
-//	N=2                                        230k keys/s     304k keys/s
-//	N=4                                        257k keys/s     428k keys/s
-//	N=8                                        295k keys/s     506k keys/s
+//	N=1                                        835k keys/s     815k keys/s
+//	N=2                                        910k keys/s     923k keys/s
+//	N=4                                        755k keys/s    1169k keys/s
+//	N=8                                        911k keys/s    1250k keys/s
 //
-// (At N=1 both layouts are the same single store; the difference there is
-// noise, and it bounds what the other rows can claim.) The shared store
-// serialises every shard's commits through one WAL and one commit pipeline,
-// so concurrent shards queue behind each other's write and fsync; group
-// commit recovers only a little of it (+40% from 1 to 8 writers). Separate
-// stores write and fsync their WALs independently, so the device overlaps
-// them (+90% from 1 to 8). Beyond speed, a store per shard is what lets a
-// failing shard fail alone: Pebble wedges a whole store on a WAL error, so a
-// shared store would take every shard down with it, and one shard's
-// compaction debt or corruption would be every shard's. It also reuses the
-// single-shard Follower as it is — no shard prefix threaded through the
-// session and replication key spaces — and a shard can be moved to another
-// node by moving its directory. The cost is per-store overhead: a memtable
-// (4 MiB default), a block cache and background goroutines per shard, which
-// is why a node should serve tens of shards, not thousands.
+// (At N=1 both layouts are the same single store; the gap there is noise.
+// Earlier runs under load ≈ 8 gave the same ranking: 207k/230k/257k/295k
+// shared vs 265k/304k/428k/506k per shard, median of 10.) The shared store
+// funnels every shard's commits through one WAL and one commit pipeline, so
+// writers queue behind each other; separate stores write and sync their WALs
+// independently (+37–55% at 4–8 shards). Beyond speed, a store per shard is
+// what lets a failing shard fail alone: Pebble wedges a whole store on a WAL
+// error, so a shared store would take every shard down with it, and one
+// shard's compaction debt or corruption would be every shard's. It also
+// reuses the single-shard Follower as it is — no shard prefix threaded
+// through the session and replication key spaces — and a shard moves to
+// another node by moving its directory. The cost is per-store overhead: a
+// memtable (4 MiB by default), caches and background goroutines per shard,
+// so a node should serve tens of shards, not thousands.
 //
 // # Throughput with many shards
 //
-//	go test ./follower -run '^$' -bench NodeApply -benchtime 300x -count 5
+//	go test ./follower -run '^$' -bench NodeApply -benchtime 300x -count 3
 //
-//	fresh 1000-event batches, Sync per batch, on disk, one goroutine per shard
-//	shards=1   251k events/s      shards=4   220k events/s
-//	shards=2   272k events/s      shards=8   272k events/s
-//	(median of 10 runs; sync=no: 292k, 247k, 243k, 291k)
+//	fresh 1000-event batches, one goroutine per shard, on disk, total events/s
+//	(median of 3, load ≈ 3; cpu = process CPU per wall second, 2000 = both cores)
+//	shards   Sync per batch        NoSync
+//	1        660k  (cpu 1140)      481k  (cpu  970)
+//	2        541k  (cpu 1050)      882k  (cpu 1710)
+//	4        514k  (cpu 1030)      818k  (cpu 1860)
+//	8        559k  (cpu 1110)      991k  (cpu 1820)
 //
-// Throughput does not grow with shards on this machine, and the benchmark's
-// cpu-ms/s metric says why: applying costs about 2 µs of CPU per event
-// (decode, HWM and window checks, the state rows, Pebble's memtable insert,
-// WAL write and background flushes), and the process got about half a core
-// throughout (cpu-ms/s ≈ 430–590 at every shard count, with other jobs
-// running). With fsync waits not the limit (sync=no is no faster), extra
-// shards can only add parallelism the CPU cannot supply. What shards do buy
-// is overlap: a single shard alternates CPU work with its fsync wait, while
-// with two or more each shard's fsync hides behind another shard's CPU work,
-// so on an otherwise idle 2-core machine one would expect at most ~2× from 1
-// to 2 shards (not measured here: the machine was never idle) and nothing
-// beyond the core count. Scaling further needs cores (or more nodes), not
-// shards.
+// Applying costs about 1.7–2 µs of CPU per event (decode, HWM and window
+// checks, the state rows, Pebble's memtable insert, WAL write and background
+// flushes), so two cores bound a node at roughly 1M events/s whatever the
+// shard count. Without Sync, shards get there: one shard keeps about one core
+// busy (its apply goroutine plus Pebble's background work), two or more use
+// both cores, and throughput roughly doubles from 1 to 2 shards and stays
+// there. With Sync per batch the total stays at 0.5–0.66M events/s and the
+// process at about one core for every shard count: the synced commits of
+// separate stores do not overlap as well as the raw-Pebble benchmark above
+// suggests (raw fsync is not the limit: BenchmarkFsync does 7–12k 64 KiB
+// syncs/s), and pinning down where the synced path serialises is left open.
+// Under heavy load from other jobs (load ≈ 8, half a core for this process)
+// all shard counts measured 0.22–0.27M events/s with Sync. In short: on 2
+// cores, shards buy fault isolation and ordering independence, and up to ~2×
+// throughput only when commits are not synced per batch; more apply
+// throughput needs more cores or more nodes, not more shards.
 //
 // # Invariants
 //
