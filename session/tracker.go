@@ -356,21 +356,45 @@ func (tx *TrackerTx) live(e *txEntry) bool {
 	return e.exists && e.rec.lastTS >= tx.t.cutoff(tx.clock)
 }
 
-func (tx *TrackerTx) check(id ID, seq SeqNo) (*txEntry, error) {
+func (tx *TrackerTx) usable(seq SeqNo) error {
 	if tx.done {
-		return nil, ErrTxDone
+		return ErrTxDone
 	}
 	if tx.b == nil {
-		return nil, ErrNilBatch
+		return ErrNilBatch
 	}
 	if seq == 0 {
-		return nil, ErrZeroSeq
+		return ErrZeroSeq
+	}
+	return nil
+}
+
+func (tx *TrackerTx) check(id ID, seq SeqNo) (*txEntry, error) {
+	if err := tx.usable(seq); err != nil {
+		return nil, err
 	}
 	i, err := tx.lookup(id)
 	if err != nil {
 		return nil, err
 	}
 	return &tx.ents[i], nil
+}
+
+// view is lookup for Check: a session found only in the cache is not added
+// to the tx, because most checked events are duplicates that never reach
+// Advance, and indexing them was a fifth of the duplicate path's cost.
+func (tx *TrackerTx) view(id ID) (txEntry, error) {
+	if i, ok := tx.idx[id]; ok {
+		return tx.ents[i], nil
+	}
+	if r, ok := tx.t.cache.Peek(id); ok {
+		return txEntry{id: id, rec: r, exists: true}, nil
+	}
+	i, err := tx.lookup(id) // a Pebble read: keep it for the Advance that likely follows
+	if err != nil {
+		return txEntry{}, err
+	}
+	return tx.ents[i], nil
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
@@ -380,11 +404,14 @@ func (tx *TrackerTx) check(id ID, seq SeqNo) (*txEntry, error) {
 // A closed session answers Duplicate for seq <= HWM (it was applied) and
 // Closed above; both mean "skip".
 func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
-	e, err := tx.check(id, seq)
+	if err := tx.usable(seq); err != nil {
+		return 0, err
+	}
+	e, err := tx.view(id)
 	if err != nil {
 		return 0, err
 	}
-	if !tx.live(e) {
+	if !tx.live(&e) {
 		switch {
 		case ts < tx.t.cutoff(tx.clock):
 			return TooOld, nil
