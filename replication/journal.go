@@ -14,13 +14,22 @@ import (
 // client retry that the leader logged again under a fresh SeqNo with the same
 // idempotency key is caught only by the window. An in-memory window that is
 // empty after a crash would apply such a retry twice. So every committed batch
-// also writes the keys it recorded in the window, in recording order, as one
-// Pebble value under JournalPrefix + big-endian last LSN of the batch — in the
-// same Pebble batch as the state, so the journal is exactly as durable as
-// the state it guards. Entries older than the newest `capacity` keys are
-// deleted in the same batch that pushes them out. Opening replays the newest
-// `capacity` keys oldest-first, which rebuilds the window the follower had.
-// Cost: one extra Pebble key and 16 bytes per keyed event.
+// also writes the keys it recorded in the window — new keys and window hits
+// (which refresh recency) alike, in recording order — as one Pebble value
+// under JournalPrefix + big-endian last LSN of the batch, in the same Pebble
+// batch as the state, so the journal is exactly as durable as the state it
+// guards. Opening replays every entry, oldest first, into an empty window.
+//
+// Why the replay is exact: an LRU's contents and order depend only on the
+// order of each key's last access, and the journal holds every access since
+// its oldest entry. To keep it bounded, once it holds more than twice the
+// capacity in keys, the next batch writes a compacted entry — the whole
+// window as it stands (oldest to newest) followed by the batch's own keys —
+// and deletes every older entry in the same Pebble batch. Pruning by key count
+// alone would be wrong: a key recorded many times counts many times but
+// occupies one window slot, so a count-pruned journal rebuilds a smaller
+// window than the live one. Cost: one extra Pebble key and 16 bytes per keyed
+// event, plus a capacity×16-byte snapshot every ~capacity keys.
 //
 // A journal entry that does not decode is skipped with a log line: the HWM
 // still guarantees exactly-once for every (session, SeqNo) redelivery.
@@ -37,13 +46,14 @@ type journalEntry struct {
 
 type journal struct {
 	entries []journalEntry // entries[head:] are live, oldest first
-	head    int            // pruned entries are skipped, not copied away
+	head    int            // dropped entries are skipped, not copied away
 	total   int            // keys across live entries
 
 	// Staged by the batch being composed; folded in by committed().
-	staged      journalEntry
-	stagedPrune int
-	buf         []byte
+	staged    journalEntry
+	compacted bool // the staged entry replaces every live entry
+	buf       []byte
+	snap      []idempotency.Key
 }
 
 func journalKey(lsn uint64) []byte {
@@ -53,8 +63,7 @@ func journalKey(lsn uint64) []byte {
 	return k
 }
 
-// loadJournal reads the journal and records its newest window.Capacity() keys,
-// oldest first, into window.
+// loadJournal reads the journal and replays it, oldest first, into window.
 func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...any)) (*journal, error) {
 	j := &journal{}
 	upper := append([]byte(nil), JournalPrefix...)
@@ -63,7 +72,6 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...
 	if err != nil {
 		return nil, err
 	}
-	var keys []idempotency.Key
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != len(JournalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
@@ -74,7 +82,7 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...
 		for i := 0; i < n; i++ {
 			var key idempotency.Key
 			copy(key[:], v[1+16*i:])
-			keys = append(keys, key)
+			window.CheckAndRecord(key)
 		}
 		j.entries = append(j.entries, journalEntry{lsn: binary.BigEndian.Uint64(k[len(JournalPrefix):]), n: n})
 		j.total += n
@@ -82,59 +90,51 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...
 	if err := it.Close(); err != nil {
 		return nil, err
 	}
-	if c := window.Capacity(); len(keys) > c {
-		keys = keys[len(keys)-c:]
-	}
-	for _, k := range keys {
-		window.CheckAndRecord(k)
-	}
 	return j, nil
 }
 
-// stage writes this batch's recorded keys and the deletion of entries they
-// push out of the newest `capacity` keys into b.
-func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, capacity int) error {
-	j.staged, j.stagedPrune = journalEntry{}, 0
-	if len(keys) == 0 {
+// stage writes this batch's recorded keys into b; when the journal has grown
+// past twice the window's capacity, the entry is a compacted one (see above).
+// window must still hold its state from before this batch.
+func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, window *idempotency.Store) error {
+	j.staged, j.compacted = journalEntry{}, false
+	compact := j.total+len(keys) > 2*window.Capacity()
+	if len(keys) == 0 && !compact {
 		return nil
 	}
 	j.buf = append(j.buf[:0], journalVersion)
+	n := len(keys)
+	if compact {
+		j.snap = window.Keys(j.snap[:0])
+		for i := range j.snap {
+			j.buf = append(j.buf, j.snap[i][:]...)
+		}
+		n += len(j.snap)
+	}
 	for i := range keys {
 		j.buf = append(j.buf, keys[i][:]...)
 	}
-	if err := b.Set(journalKey(lsn), j.buf, nil); err != nil {
-		return err
-	}
-	j.staged = journalEntry{lsn: lsn, n: len(keys)}
-	total := j.total + len(keys)
-	for _, e := range j.entries[j.head:] {
-		if total-e.n < capacity {
-			break
-		}
-		if err := b.Delete(journalKey(e.lsn), nil); err != nil {
+	key := journalKey(lsn)
+	if compact {
+		if err := b.DeleteRange(JournalPrefix, key, nil); err != nil {
 			return err
 		}
-		total -= e.n
-		j.stagedPrune++
 	}
+	if err := b.Set(key, j.buf, nil); err != nil {
+		return err
+	}
+	j.staged, j.compacted = journalEntry{lsn: lsn, n: n}, compact
 	return nil
 }
 
-// committed folds the staged entry and deletions in after the batch committed.
+// committed folds the staged entry in after the batch committed.
 func (j *journal) committed() {
-	for _, e := range j.entries[j.head : j.head+j.stagedPrune] {
-		j.total -= e.n
-	}
-	j.head += j.stagedPrune
-	// Compact only when the dead prefix dominates, so a commit costs O(1)
-	// amortised even when every batch carries a single key.
-	if j.head > 1024 && j.head > len(j.entries)/2 {
-		j.entries = append(j.entries[:0], j.entries[j.head:]...)
-		j.head = 0
+	if j.compacted {
+		j.entries, j.head, j.total = j.entries[:0], 0, 0
 	}
 	if j.staged.n > 0 {
 		j.entries = append(j.entries, j.staged)
 		j.total += j.staged.n
 	}
-	j.staged, j.stagedPrune = journalEntry{}, 0
+	j.staged, j.compacted = journalEntry{}, false
 }

@@ -5,19 +5,17 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 )
 
-// JournalKeys returns how many idempotency keys the window journal in db
-// holds, counting only entries that decode (the ones a Receiver would replay).
-// A follower opened on db with window capacity c starts with min(n, c) keys in
-// its window; the journal may hold slightly more than c because an entry is
-// pruned only once every one of its keys has been pushed out.
+// JournalWindow replays the window journal in db into a window of the given
+// capacity, exactly as a Receiver opening db would, and returns how many keys
+// the rebuilt window holds and how many key records the journal holds (a key
+// recorded again, as a window hit, counts once per record).
 //
 // It only reads, so it works on a store opened ReadOnly (oncewal inspect).
-func JournalKeys(db *pebble.DB) (int, error) {
-	// Reuse loadJournal so the decode rule lives in one place; a window of
-	// capacity 1 keeps the replay it performs from costing memory.
-	j, err := loadJournal(db, idempotency.NewStore(1), func(string, ...any) {})
+func JournalWindow(db *pebble.DB, capacity int) (window, records int, err error) {
+	w := idempotency.NewStore(capacity)
+	j, err := loadJournal(db, w, func(string, ...any) {})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return j.total, nil
+	return w.Len(), j.total, nil
 }

@@ -308,7 +308,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 			return refuse(&r.stats.applyErrors, fmt.Errorf("%w: session GC: %v", ErrStoreFailed, err))
 		}
 	}
-	if err := r.journal.stage(b, h.LastLSN(), record, r.window.Capacity()); err != nil {
+	if err := r.journal.stage(b, h.LastLSN(), record, r.window); err != nil {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
 	}
 	epoch := max(r.epoch, h.Epoch)

@@ -308,7 +308,37 @@ func TestWindowJournalRestoresWindow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, fresh.Keys(nil))
 
-	n, err := replication.JournalKeys(r.db)
+	_, n, err := replication.JournalWindow(r.db, 8)
 	require.NoError(t, err)
-	require.Less(t, n, 8+3, "journal not pruned: %d keys for a window of 8", n)
+	require.LessOrEqual(t, n, 2*8+3, "journal not compacted: %d key records for a window of 8", n)
+}
+
+// TestWindowJournalRepeatedKeys is the review's counterexample to pruning the
+// journal by key count: window hits record a key again, so a count-pruned
+// journal rebuilt a window of 1 key where the live one held 3, and a retry of
+// A would have applied again after a restart.
+func TestWindowJournalRepeatedKeys(t *testing.T) {
+	for _, capacity := range []int{3, 4, 7} {
+		r := newRig(t, nil)
+		r.window = idempotency.NewStore(capacity)
+		var err error
+		r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+		require.NoError(t, err)
+		id := session.NewID()
+		seq := session.SeqNo(1)
+		keys := []idempotency.Key{{0xa}, {0xb}, {0xc}}
+		for i := 0; i < 40; i++ {
+			k := keys[min(i, 2)] // A, B, then C over and over
+			if i%13 == 12 {
+				k = idempotency.Key{byte(i), 0xd} // now and then a new key
+			}
+			_, err := r.recv.Apply(r.batch(add(id, seq, 1, &k)))
+			require.NoError(t, err)
+			seq++
+			fresh := idempotency.NewStore(capacity)
+			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
+			require.NoError(t, err)
+			require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "capacity %d after batch %d", capacity, i)
+		}
+	}
 }

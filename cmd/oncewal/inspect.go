@@ -167,13 +167,12 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	journal, err := replication.JournalKeys(db)
+	// The store does not record the window capacity the follower ran with;
+	// this is the window a follower opened with the default would start with.
+	window, journal, err := replication.JournalWindow(db, idempotency.DefaultCapacity)
 	if err != nil {
 		return fmt.Errorf("%s: reading the window journal: %w", dir, err)
 	}
-	// The store does not record the window capacity the follower ran with;
-	// a follower opened with the default would start with this many keys.
-	window := min(journal, idempotency.DefaultCapacity)
 
 	state := session.NewState(db)
 	stateIDs, err := state.Sessions()

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
@@ -106,7 +107,7 @@ func readNodeShard(row *inspectNodeShard, stderr io.Writer) error {
 	if row.WALClock, err = walClock(db); err != nil {
 		return err
 	}
-	if row.JournalKeys, err = replication.JournalKeys(db); err != nil {
+	if _, row.JournalKeys, err = replication.JournalWindow(db, idempotency.DefaultCapacity); err != nil {
 		return fmt.Errorf("reading the window journal: %w", err)
 	}
 	return session.ScanHWMs(db, func(session.ID, session.SeqNo, bool, int64) error {
