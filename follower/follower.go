@@ -124,7 +124,13 @@ type Follower struct {
 
 	ctx    context.Context // cancelled by Close; parents every Serve
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // running Serves
+
+	// life orders Apply and the start of Serve against stop (Close, Kill,
+	// Promote): they hold it shared; stop takes it exclusively to set
+	// stopped, so after stop no Apply is in flight and no Serve can start.
+	life    sync.RWMutex
+	stopped bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,10 +210,25 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 // Apply applies one shipped batch (see replication.Receiver.Apply). Embedders
 // with their own transport call it directly and send back the returned ack.
 func (f *Follower) Apply(batch []byte) (replication.Result, error) {
-	if f.ctx.Err() != nil {
+	f.life.RLock()
+	defer f.life.RUnlock()
+	if f.stopped {
 		return replication.Result{Ack: f.recv.Hello()}, ErrClosed
 	}
 	return f.recv.Apply(batch)
+}
+
+// stop cancels every Serve, waits for in-flight Applies, forbids new ones and
+// new Serves, and waits for the Serves to return. It reports false if the
+// follower was already stopped.
+func (f *Follower) stop() bool {
+	f.cancel()
+	f.life.Lock()
+	already := f.stopped
+	f.stopped = true
+	f.life.Unlock()
+	f.wg.Wait()
+	return !already
 }
 
 // Serve connects through d and applies what the leader ships until ctx ends,
@@ -216,10 +237,13 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 // whenever the link drops, each time stating its durable position in the
 // handshake. It returns nil when stopped by ctx or Close.
 func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
-	if f.ctx.Err() != nil {
+	f.life.RLock()
+	if f.stopped {
+		f.life.RUnlock()
 		return ErrClosed
 	}
 	f.wg.Add(1)
+	f.life.RUnlock()
 	defer f.wg.Done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -320,8 +344,7 @@ func (f *Follower) Kill() error {
 
 func (f *Follower) shutdown(flush bool) error {
 	f.closeOnce.Do(func() {
-		f.cancel()
-		f.wg.Wait()
+		f.stop()
 		if failed := f.recv.Err(); failed != nil {
 			_ = guard(f.db.Close) // best effort on a wedged store
 			f.closeErr = failed

@@ -323,8 +323,8 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 			// Serve runs without the lock: the follower is replaced only
 			// here, after Serve returned.
 			err := f.Serve(ctx, d)
-			if err == nil || ctx.Err() != nil {
-				return
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return // stopped, or the node is closing this follower
 			}
 			log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
 			ns.mu.Lock()

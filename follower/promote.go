@@ -40,11 +40,10 @@ type PromoteOptions struct {
 // starts. Close the LedgerLog before the Follower (the store is the
 // Follower's).
 func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) {
-	if f.ctx.Err() != nil {
+	// Stop Serve and Apply for good: this store now follows its own log.
+	if !f.stop() {
 		return nil, ErrClosed
 	}
-	f.cancel() // stop Serve and Apply: this store now follows its own log
-	f.wg.Wait()
 	if err := f.recv.Err(); err != nil {
 		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)
 	}

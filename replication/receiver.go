@@ -56,11 +56,15 @@ type ReceiverOptions struct {
 	// Shard is the only shard this receiver accepts. Default 0.
 	Shard uint32
 	// NoSync commits batches without waiting for fsync. Default false: every
-	// batch that changes state is synced before it is acknowledged, so an ack
-	// always means durable. With NoSync an ack may cover a batch that a power
-	// failure loses; the follower then reports its real position at the next
-	// handshake and the leader resends, so exactly-once still holds, but the
-	// ack no longer proves durability.
+	// batch that changes state (or raises the epoch) is synced before it is
+	// acknowledged. A batch whose events were all discarded changes only the
+	// position and is committed without fsync: a crash may lose that position
+	// advance, after which the follower reports the lower position in its
+	// handshake and the batch is redelivered and discarded again. With
+	// NoSync an ack may cover any batch a power failure loses; the follower
+	// then reports its real position at the next handshake and the leader
+	// resends, so exactly-once still holds, but the ack no longer proves
+	// durability.
 	NoSync bool
 	// GCEvery runs session garbage collection (see session.Tracker) inside
 	// every GCEvery-th committed batch. Default 64; negative disables.
@@ -302,8 +306,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	if err := ttx.Flush(); err != nil {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM flush: %v", ErrStoreFailed, err))
 	}
-	r.commits++
-	if r.opts.GCEvery > 0 && r.commits%uint64(r.opts.GCEvery) == 0 {
+	if r.opts.GCEvery > 0 && (r.commits+1)%uint64(r.opts.GCEvery) == 0 {
 		if _, err := ttx.CollectGarbage(r.opts.GCLimit); err != nil {
 			return refuse(&r.stats.applyErrors, fmt.Errorf("%w: session GC: %v", ErrStoreFailed, err))
 		}
@@ -316,13 +319,15 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
 	}
 	// A batch that changed nothing but the position need not wait for fsync:
-	// if a crash loses it, the batch is redelivered and discarded again.
-	sync := !r.opts.NoSync && (len(keep) > 0 || advanced)
+	// if a crash loses it, the batch is redelivered and discarded again. A
+	// raised epoch is always synced: the fence it sets must survive a crash.
+	sync := !r.opts.NoSync && (len(keep) > 0 || advanced || epoch != r.epoch)
 	if err := commit(b, sync); err != nil {
 		r.failed = fmt.Errorf("%w: %v", ErrStoreFailed, err)
 		return refuse(&r.stats.applyErrors, r.failed)
 	}
 	committed = true
+	r.commits++
 
 	// Invariant 4: memory follows the store, never leads it.
 	ttx.Commit()
