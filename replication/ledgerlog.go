@@ -49,6 +49,11 @@ var ErrLogFailed = errors.New("replication: ledger log failed")
 // must stamp itself (an explicit SeqNo, a ledger op).
 var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 
+// ErrSessionExpired: an event for a session idle longer than the retention
+// horizon (on the WAL clock). Followers have forgotten the session, so its
+// next SeqNo could never apply; the client must open a new session.
+var ErrSessionExpired = errors.New("replication: session expired")
+
 // LedgerLogConfig configures OpenLedgerLog.
 type LedgerLogConfig struct {
 	// WALDir is the leader's WAL directory. Required.
@@ -321,6 +326,16 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 		ev.Time = ts
 		if ev.Session == (session.ID{}) {
 			continue
+		}
+		expired, err := l.cfg.Tracker.Expired(ev.Session, ts)
+		if err != nil {
+			undo()
+			return wal.Header{}, err
+		}
+		if expired {
+			undo()
+			l.seqs.Forget(ev.Session)
+			return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionExpired, i, ev.Session)
 		}
 		if l.seqs.Last(ev.Session) == 0 {
 			hwm, _, _, err := l.cfg.Tracker.Get(ev.Session)

@@ -271,3 +271,36 @@ func TestLedgerLogWALClockContinues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Fresh, in.Status)
 }
+
+// TestLedgerLogRefusesExpiredSession: a session idle past the retention
+// horizon is forgotten by every follower, so logging its next SeqNo would
+// wedge the log (found in review: the local apply refused it as a gap, and so
+// did every reopen). The log refuses the event before writing anything.
+func TestLedgerLogRefusesExpiredSession(t *testing.T) {
+	a := openNode(t, vfs.NewMem())
+	defer a.db.Close()
+	walDir := t.TempDir()
+	wall := newWall()
+	l, err := a.leader(walDir, 1, wall.Now)
+	require.NoError(t, err)
+	x, y := session.ID{0x58}, session.ID{0x59}
+	put := func(id session.ID) wal.Event {
+		return wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k"), Value: []byte("v")}
+	}
+	_, err = l.Append(put(x))
+	require.NoError(t, err)
+	wall.Advance(25 * time.Hour) // past the default 24 h horizon
+	_, err = l.Append(put(y))
+	require.NoError(t, err)
+	before, _ := l.Position()
+	_, err = l.Append(put(x))
+	require.ErrorIs(t, err, replication.ErrSessionExpired)
+	after, _ := l.Position()
+	require.Equal(t, before, after, "nothing logged for the expired session")
+	_, err = l.Append(put(y)) // the log is not wedged
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l, err = a.leader(walDir, 2, wall.Now) // and it reopens
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+}

@@ -208,6 +208,23 @@ func (t *Tracker) Get(id ID) (hwm SeqNo, closed bool, found bool, err error) {
 	return r.hwm, r.closed, true, nil
 }
 
+// Expired reports whether the session has a committed row whose last activity
+// is older than the retention horizon as of WAL time at (the tracker's clock
+// raised to at). Followers treat such a session as unknown, so its next SeqNo
+// (> 1) would be a gap forever: a leader must not log another event for it
+// (session/doc.go, invariant 6). The check is at least as strict as any
+// follower's, whose clock for the event is at most max(Clock(), at).
+func (t *Tracker) Expired(id ID, at int64) (bool, error) {
+	r, ok := t.cache.Peek(id)
+	if !ok {
+		var err error
+		if r, ok, err = t.read(id); err != nil || !ok {
+			return false, err
+		}
+	}
+	return r.lastTS < t.cutoff(max(t.Clock(), at)), nil
+}
+
 func (t *Tracker) read(id ID) (record, bool, error) {
 	var kb [hwmKeyLen]byte
 	val, closer, err := t.db.Get(hwmKey(&kb, id))
