@@ -55,8 +55,12 @@ func liveFailover(t *testing.T, seed uint64) {
 	tr := replication.NewInProcess(replication.FaultsLight, seed)
 	defer tr.Close()
 	newShipper := func(l *replication.LedgerLog, epoch uint64, walDir string, durable func() uint64, notify <-chan struct{}) *replication.Shipper {
+		var start uint64
+		if l != nil {
+			start = l.EpochStartLSN()
+		}
 		s, err := replication.NewShipper(replication.ShipperOptions{WALDir: walDir, Listener: tr,
-			Epoch: func() uint64 { return epoch }, Notify: notify, DurableLSN: durable,
+			Epoch: func() uint64 { return epoch }, Notify: notify, DurableLSN: durable, EpochStartLSN: start,
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond})
 		require.NoError(t, err)
 		return s

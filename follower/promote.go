@@ -36,6 +36,13 @@ type PromoteOptions struct {
 // replicated ledger table: requests the old leader completed replay, claims
 // it left in flight free themselves when their leases end on the WAL clock.
 //
+// Only the most advanced follower may be promoted: another follower that
+// applied more of the old leader's log holds entries the new log rewrites.
+// Such a follower is refused, not silently patched — by its receiver
+// (replication.ErrDiverged) and by a Shipper given the new epoch's start
+// (ShipperOptions.EpochStartLSN = LedgerLog.EpochStartLSN()) — and must be
+// rebuilt. The same holds for the deposed leader's own store.
+//
 // A fresh, empty follower promoted with epoch 1 is how a first leader
 // starts. Close the LedgerLog before the Follower (the store is the
 // Follower's).

@@ -92,13 +92,14 @@ type LedgerLogConfig struct {
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
 // concurrent use; appends are serialized.
 type LedgerLog struct {
-	cfg    LedgerLogConfig
-	epoch  uint64
-	w      *wal.Writer
-	recv   *Receiver
-	ledger *idempotency.Ledger
-	seqs   *session.Sequencer
-	notify chan struct{}
+	cfg        LedgerLogConfig
+	epoch      uint64
+	epochStart uint64 // first LSN of this epoch's history (0: unknown)
+	w          *wal.Writer
+	recv       *Receiver
+	ledger     *idempotency.Ledger
+	seqs       *session.Sequencer
+	notify     chan struct{}
 
 	clockMu sync.Mutex
 	last    int64
@@ -149,6 +150,11 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 		v := binary.LittleEndian.AppendUint64([]byte{metaVersion}, cfg.Epoch)
 		err := b.Set(KeyEpoch, v, nil)
 		if err == nil {
+			// Where this epoch's history starts: a follower that applied
+			// this LSN or later under an older epoch has diverged.
+			err = b.Set(KeyEpochStart, binary.LittleEndian.AppendUint64([]byte{metaVersion}, applied+1), nil)
+		}
+		if err == nil {
 			if _, _, ok, _ := ReadMeta(cfg.DB); !ok {
 				err = b.Set(KeyFormat, binary.LittleEndian.AppendUint64([]byte{metaVersion}, StoreFormat), nil)
 			}
@@ -161,7 +167,11 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 			return nil, fmt.Errorf("replication: persisting epoch %d: %w", cfg.Epoch, err)
 		}
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
+	epochStart, err := readMetaU64(cfg.DB, KeyEpochStart)
+	if err != nil {
+		return nil, err
+	}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1})
 	if err != nil {
 		return nil, err
@@ -253,6 +263,12 @@ func (l *LedgerLog) Notify() <-chan struct{} { return l.notify }
 
 // Position is the local store's applied LSN and epoch.
 func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Position() }
+
+// EpochStartLSN is the first LSN this leader's epoch wrote (0 if the store
+// does not know, e.g. a store older than this record). Give it to the
+// Shipper (ShipperOptions.EpochStartLSN) so a follower that applied a deposed
+// leader's entries at or beyond it is refused instead of silently diverging.
+func (l *LedgerLog) EpochStartLSN() uint64 { return l.epochStart }
 
 // logRecords is the Ledger's LogFunc.
 func (l *LedgerLog) logRecords(recs []idempotency.Record) error {

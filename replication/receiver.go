@@ -28,6 +28,12 @@ var (
 	// ErrOutOfOrder: the batch starts beyond the applied position + 1; an earlier
 	// batch has not arrived (dropped or reordered in transit).
 	ErrOutOfOrder = errors.New("replication: batch ahead of applied position")
+	// ErrDiverged: a batch from a newer epoch overlaps LSNs this follower
+	// already applied under an older epoch. A promoted leader rewrites the
+	// log from its own applied position, so the follower holds entries of a
+	// deposed leader that the new history does not have: it must be rebuilt
+	// from the new leader (or a snapshot), never patched by skipping.
+	ErrDiverged = errors.New("replication: follower history diverged from the leader's")
 	// ErrApply: the Applier returned an error; the batch was not committed.
 	ErrApply = errors.New("replication: applier failed")
 	// ErrStoreFailed: the Pebble commit failed. Pebble treats a failed WAL
@@ -42,6 +48,9 @@ var (
 	KeyPosition = []byte("m/position") // version byte + applied LSN (u64 LE)
 	KeyEpoch    = []byte("m/epoch")    // version byte + highest committed epoch (u64 LE)
 	KeyFormat   = []byte("m/format")   // version byte + store format (u64 LE)
+	// KeyEpochStart is written by a promoted leader (LedgerLog) when it
+	// raises the epoch: version byte + first LSN of the new epoch (u64 LE).
+	KeyEpochStart = []byte("m/epoch_start")
 )
 
 const metaVersion = 1
@@ -220,6 +229,10 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	}
 	if h.Epoch < r.epoch {
 		return refuse(&r.stats.staleEpochs, fmt.Errorf("%w: batch epoch %d < %d", ErrStaleEpoch, h.Epoch, r.epoch))
+	}
+	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
+		return refuse(&r.stats.staleEpochs, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
+			ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
 	}
 	if len(events) == 0 || h.LastLSN() <= r.applied {
 		r.stats.duplicateBatches.Add(1)

@@ -342,3 +342,26 @@ func TestWindowJournalRepeatedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiverRefusesDivergedHistory is the review's promotion scenario: this
+// follower applied LSN 1–2 from the epoch-5 leader; the follower promoted at
+// epoch 6 had only LSN 1 and wrote its own LSN 2. Skipping LSN 2 as a
+// "duplicate" would keep the deposed leader's event and lose the new one.
+func TestReceiverRefusesDivergedHistory(t *testing.T) {
+	r := newRig(t, nil)
+	id := session.NewID()
+	_, err := r.recv.Apply(r.batchAt(3, 5, add(id, 1, 1, nil), add(id, 2, 1, nil)))
+	require.NoError(t, err)
+	before := r.snapshot()
+	r.nextLSN = 2
+	res, err := r.recv.Apply(r.batchAt(3, 6, add(id, 2, 100, nil), add(id, 3, 100, nil)))
+	require.ErrorIs(t, err, replication.ErrDiverged)
+	require.True(t, res.Ack.Refused)
+	require.Equal(t, before, r.snapshot())
+	// A newer epoch that starts right after the applied position is fine.
+	r.nextLSN = 3
+	_, err = r.recv.Apply(r.batchAt(3, 6, add(id, 3, 1, nil)))
+	require.NoError(t, err)
+	st := r.recv.Stats()
+	require.Equal(t, st.Events, st.Accounted())
+}

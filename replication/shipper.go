@@ -89,6 +89,12 @@ type ShipperOptions struct {
 	// (signal it after every append; a buffered channel of 1 with a
 	// non-blocking send is enough).
 	Notify <-chan struct{}
+	// EpochStartLSN, if set, is the first LSN of the leader's current epoch
+	// (LedgerLog.EpochStartLSN after a promotion). A follower whose hello
+	// shows an older epoch and an applied LSN at or beyond it applied a
+	// deposed leader's entries that this log does not have; it is refused
+	// (logged, counted in BadHellos) instead of being shipped on top of them.
+	EpochStartLSN uint64
 	// DurableLSN, if set, bounds what is shipped to the leader's synced log
 	// (e.g. (*wal.Writer).DurableLSN): a batch the leader has written but
 	// not synced is held back, so a leader crash cannot leave a follower
@@ -475,6 +481,13 @@ func (l *shipLoop) startConn(ctx context.Context, a accepted) error {
 	if a.hello.Shard != l.o.Shard {
 		l.s.stats.badHellos.Add(1)
 		l.o.Logf("replication: shipper: %v: hello for shard %d, serving %d", ErrBadHello, a.hello.Shard, l.o.Shard)
+		a.conn.Close()
+		return nil
+	}
+	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && a.hello.Epoch < l.o.Epoch() && a.hello.AppliedLSN >= l.o.EpochStartLSN {
+		l.s.stats.badHellos.Add(1)
+		l.o.Logf("replication: shipper: %v: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
+			ErrDiverged, a.hello.AppliedLSN, a.hello.Epoch, l.o.Epoch(), l.o.EpochStartLSN)
 		a.conn.Close()
 		return nil
 	}

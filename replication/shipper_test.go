@@ -727,3 +727,40 @@ func TestShipperRefusalStorm(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestShipperRefusesDivergedFollower: after a promotion at epoch 6 whose
+// history starts at LSN 3, a follower that applied LSN 3 under epoch 5 (from
+// the deposed leader) is refused; one that stopped at LSN 2 is served.
+func TestShipperRefusesDivergedFollower(t *testing.T) {
+	ctx := context.Background()
+	m := newMemLog(2)
+	m.append(t, 6, 1)
+	tr := NewInProcess(FaultsNone, 1)
+	defer tr.Close()
+	o := testShipperOptions(tr, m)
+	o.Epoch = func() uint64 { return 6 }
+	o.EpochStartLSN = 1
+	s, _ := NewShipper(o)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- s.Run(cctx) }()
+	fc, err := tr.Dial(ctx, Ack{Shard: 2, Epoch: 5, AppliedLSN: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("diverged follower: %v", err)
+	}
+	fc, err = tr.Dial(ctx, Ack{Shard: 2, Epoch: 5, AppliedLSN: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if st := s.Stats(); st.BadHellos != 1 || st.Connections != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

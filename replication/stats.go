@@ -28,7 +28,7 @@ type Stats struct {
 
 	SeqGaps     uint64 // batches refused: SeqNo gap
 	OutOfOrder  uint64 // batches refused: ahead of the applied position
-	StaleEpochs uint64 // batches refused: stale leader epoch
+	StaleEpochs uint64 // batches refused: stale leader epoch, or history diverged (ErrDiverged)
 	WrongShard  uint64 // batches refused: wrong shard
 	Corrupt     uint64 // batches refused: failed to decode (checksum, truncation, …)
 	ApplyErrors uint64 // batches refused: applier or store failure
