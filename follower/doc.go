@@ -15,9 +15,11 @@
 // LSN and the leader epoch. Reopening the directory therefore resumes from a
 // consistent cut: the position and epoch come from the m/ keys, HWMs are read
 // through from h/ on demand, and the window is rebuilt from the journal (w/j/),
-// after a clean Close and after a crash alike. No snapshot is needed: the
-// journal is written with each batch, so the window a follower restarts with
-// is exactly the window it had at its last commit.
+// after a clean Close and after a crash alike. The journal is written with
+// each batch and compacted into a snapshot of the window every ~2× capacity
+// keys, so the window a follower restarts with is exactly the window it had
+// at its last commit (replication/journal.go explains why the replay is
+// exact).
 //
 // # Store failure
 //
@@ -41,7 +43,10 @@
 //	m/position                     applied LSN, u64 LE
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
-//	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys
+//	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
+//	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys, in
+//	                               recording order (a compacted entry starts with
+//	                               the whole window)
 //	l/r/<len u8><scope><key>       request-ledger entry (package idempotency)
 //	l/x/<expires:8 BE><len><scope><key>  ledger expiry index, for the sweep
 //	l/clock, l/sweep, l/probe      ledger WAL clock, last sweep time, probe
