@@ -9,7 +9,9 @@ import "sync/atomic"
 //	Events == Applied + DiscardedPosition + DiscardedHWM + DiscardedWindow +
 //	          DiscardedInBatch + SkippedClosed + SkippedTooOld + RefusedEvents
 //
-// so an outsider can check that nothing vanished.
+// so an outsider can check that nothing vanished. The identity holds whenever
+// no batch is being applied; a snapshot taken during Apply may see a batch's
+// events counted before its outcome.
 type Stats struct {
 	Batches          uint64 // batches offered to Apply (including undecodable ones)
 	BatchesCommitted uint64 // batches committed to Pebble
