@@ -112,18 +112,7 @@ func RunShardedPipeline(ctx context.Context, cfg ShardedPipelineConfig) (*Sharde
 	if cfg.Shards <= 0 {
 		cfg.Shards = 1
 	}
-	if cfg.Workload.Seed == 0 {
-		cfg.Workload.Seed = cfg.Seed
-	}
-	if cfg.Epoch == 0 {
-		cfg.Epoch = 1
-	}
-	if cfg.RetransmitTimeout == 0 {
-		cfg.RetransmitTimeout = 20 * time.Millisecond
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Minute
-	}
+	cfg.PipelineConfig.ensureDefaults()
 	if cfg.Skip == nil {
 		cfg.Skip = func(uint32) bool { return false }
 	}
@@ -321,6 +310,8 @@ func shipperOf(l *replication.Leader, s uint32) (replication.ShipperStats, error
 }
 
 // waitUntil polls done until it reports true, ctx ends or served closes.
+// waitUntil polls done (which reports the applied position and whether the
+// target is reached) until it is, ctx ends, or Serve returns (served).
 func waitUntil(ctx context.Context, done func() (uint64, bool), served <-chan struct{}, progress func(uint64, uint64), total uint64) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -334,9 +325,9 @@ func waitUntil(ctx context.Context, done func() (uint64, bool), served <-chan st
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node stuck at %d of %d applied events: %w", pos, total, ctx.Err())
+			return fmt.Errorf("follower stuck at applied position %d of %d: %w", pos, total, ctx.Err())
 		case <-served:
-			return errors.New("node: Serve returned early")
+			return errors.New("follower: Serve returned early")
 		case <-tick.C:
 		}
 	}

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -55,20 +54,25 @@ type PipelineResult struct {
 	VerifyErr error
 }
 
+// ensureDefaults fills the zero fields with the defaults their comments name.
+func (c *PipelineConfig) ensureDefaults() {
+	if c.Workload.Seed == 0 {
+		c.Workload.Seed = c.Seed
+	}
+	if c.Epoch == 0 {
+		c.Epoch = 1
+	}
+	if c.RetransmitTimeout == 0 {
+		c.RetransmitTimeout = 20 * time.Millisecond
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 2 * time.Minute
+	}
+}
+
 // RunPipeline runs cfg to completion: every logged batch applied, then verified.
 func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, error) {
-	if cfg.Workload.Seed == 0 {
-		cfg.Workload.Seed = cfg.Seed
-	}
-	if cfg.Epoch == 0 {
-		cfg.Epoch = 1
-	}
-	if cfg.RetransmitTimeout == 0 {
-		cfg.RetransmitTimeout = 20 * time.Millisecond
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Minute
-	}
+	cfg.ensureDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 
@@ -151,7 +155,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 			from, _ := f.Position()
 			target = from + 1 + rng.Uint64N(max(1, (lastLSN-from)/uint64(cfg.Restarts-incarnation+1)))
 		}
-		err = waitPosition(ctx, f, target, served, cfg.Progress, lastLSN)
+		err = waitUntil(ctx, func() (uint64, bool) { lsn, _ := f.Position(); return lsn, lsn >= target }, served, cfg.Progress, lastLSN)
 		stopServe()
 		<-served
 		if err == nil && serveErr != nil {
@@ -192,25 +196,4 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 	}
 	res.Verified = res.VerifyErr == nil
 	return res, nil
-}
-
-func waitPosition(ctx context.Context, f *follower.Follower, target uint64, served <-chan struct{}, progress func(uint64, uint64), total uint64) error {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		lsn, _ := f.Position()
-		if progress != nil {
-			progress(lsn, total)
-		}
-		if lsn >= target {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("follower stuck at LSN %d of %d: %w", lsn, target, ctx.Err())
-		case <-served:
-			return errors.New("follower: Serve returned early")
-		case <-tick.C:
-		}
-	}
 }
