@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -73,19 +72,7 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 }
 
 func (o *DialerOptions) creds() (credentials.TransportCredentials, error) {
-	switch {
-	case o.TLS != nil && o.Insecure:
-		return nil, fmt.Errorf("%w: both TLS and Insecure set", ErrBadOptions)
-	case o.Insecure:
-		return insecure.NewCredentials(), nil
-	case o.TLS == nil:
-		return nil, fmt.Errorf("%w: TLS is required (set Insecure only for tests/loopback)", ErrBadOptions)
-	}
-	cfg, err := checkClientTLS(o.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadOptions, err)
-	}
-	return credentials.NewTLS(cfg), nil
+	return transportCreds(o.TLS, o.Insecure, checkClientTLS)
 }
 
 // DialerStats counts what a Dialer did.

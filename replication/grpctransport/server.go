@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -80,19 +79,11 @@ func (o *ServerOptions) EnsureDefaults() *ServerOptions {
 }
 
 func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCredentials, error) {
-	switch {
-	case o.TLS != nil && o.Insecure:
-		return nil, fmt.Errorf("%w: both TLS and Insecure set", ErrBadOptions)
-	case o.Insecure:
-		return insecure.NewCredentials(), nil
-	case o.TLS == nil:
-		return nil, fmt.Errorf("%w: TLS is required (set Insecure only for tests/loopback)", ErrBadOptions)
+	c, err := transportCreds(o.TLS, o.Insecure, checkServerTLS)
+	if err != nil || o.Insecure {
+		return c, err
 	}
-	cfg, err := checkServerTLS(o.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadOptions, err)
-	}
-	return loggedCreds{credentials.NewTLS(cfg), o.Logger, refused}, nil
+	return loggedCreds{c, o.Logger, refused}, nil
 }
 
 // ServerStats counts what a Server did.

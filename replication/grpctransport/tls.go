@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ErrBadOptions: ServerOptions or DialerOptions are unusable (see Validate).
@@ -119,6 +120,24 @@ func checkClientTLS(c *tls.Config) (*tls.Config, error) {
 // loggedCreds logs every refused server handshake: a follower with a
 // certificate from another CA, an expired one, none at all, or a plaintext
 // client all end here, before any stream (and so any batch) exists.
+// transportCreds picks a side's credentials: plaintext only when insecure is
+// asked for, otherwise TLS after check (the side's mutual-TLS rules) passes.
+func transportCreds(t *tls.Config, insecureOK bool, check func(*tls.Config) (*tls.Config, error)) (credentials.TransportCredentials, error) {
+	switch {
+	case t != nil && insecureOK:
+		return nil, fmt.Errorf("%w: both TLS and Insecure set", ErrBadOptions)
+	case insecureOK:
+		return insecure.NewCredentials(), nil
+	case t == nil:
+		return nil, fmt.Errorf("%w: TLS is required (set Insecure only for tests/loopback)", ErrBadOptions)
+	}
+	cfg, err := check(t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadOptions, err)
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
 type loggedCreds struct {
 	credentials.TransportCredentials
 	log     *slog.Logger
