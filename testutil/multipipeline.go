@@ -258,13 +258,7 @@ func RunShardedPipeline(ctx context.Context, cfg ShardedPipelineConfig) (*Sharde
 			}
 			break
 		}
-		if incarnation%2 == 1 {
-			res.Crashes++
-			err = node.Kill()
-		} else {
-			res.Restarts++
-			err = node.Close()
-		}
+		err = res.stopForRestart(node, incarnation)
 		for _, ss := range node.Stats().Shards {
 			retired[ss.Shard] = retired[ss.Shard].Add(ss.Receiver)
 		}

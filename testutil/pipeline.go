@@ -54,6 +54,20 @@ type PipelineResult struct {
 	VerifyErr error
 }
 
+// stopForRestart stops a follower (or node) between incarnations of a run:
+// every second restart is a kill, the others a clean Close.
+func (res *PipelineResult) stopForRestart(f interface {
+	Close() error
+	Kill() error
+}, incarnation int) error {
+	if incarnation%2 == 1 {
+		res.Crashes++
+		return f.Kill()
+	}
+	res.Restarts++
+	return f.Close()
+}
+
 // ensureDefaults fills the zero fields with the defaults their comments name.
 func (c *PipelineConfig) ensureDefaults() {
 	if c.Workload.Seed == 0 {
@@ -174,14 +188,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 			}
 			break
 		}
-		if incarnation%2 == 1 {
-			res.Crashes++
-			err = f.Kill()
-		} else {
-			res.Restarts++
-			err = f.Close()
-		}
-		if err != nil {
+		if err := res.stopForRestart(f, incarnation); err != nil {
 			return nil, err
 		}
 	}
