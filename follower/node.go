@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -427,14 +427,12 @@ func (n *Node) Stats() NodeStats {
 
 // WindowBytes is the memory an idempotency window of the given capacity
 // holds, all of it allocated when the window is created (see
-// idempotency.NewStore): 24 B per entry plus one 8 B table slot per
-// power-of-two slot, at least two slots per entry.
+// idempotency.StoreBytes); 0 for a capacity <= 0.
 func WindowBytes(capacity int) int64 {
 	if capacity <= 0 {
 		return 0
 	}
-	slots := max(int64(1)<<bits.Len(uint(2*capacity-1)), 8)
-	return 24*int64(capacity) + 8*slots
+	return idempotency.StoreBytes(capacity)
 }
 
 // Close stops Serve, waits for it, and closes every shard's store (in

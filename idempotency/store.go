@@ -75,10 +75,7 @@ func NewStore(capacity int) *Store {
 		capacity = DefaultCapacity
 	}
 	capacity = min(capacity, MaxCapacity)
-	slots := 1 << bits.Len(uint(2*capacity-1)) // power of two >= 2*capacity
-	if slots < 8 {
-		slots = 8
-	}
+	slots := tableSlots(capacity)
 	return &Store{
 		capacity: int32(capacity),
 		head:     nilIdx,
@@ -94,6 +91,22 @@ func NewStore(capacity int) *Store {
 		table:   make([]uint64, slots),
 		entries: make([]entry, capacity),
 	}
+}
+
+// tableSlots is the hash table size for a capacity: a power of two of at
+// least 2*capacity (and 8), so probe sequences stay short when full.
+func tableSlots(capacity int) int {
+	return max(1<<bits.Len(uint(2*capacity-1)), 8)
+}
+
+// StoreBytes is the memory NewStore(capacity) allocates — all a window ever
+// holds: 24 B per entry plus 8 B per table slot.
+func StoreBytes(capacity int) int64 {
+	if capacity <= 0 {
+		capacity = DefaultCapacity
+	}
+	capacity = min(capacity, MaxCapacity)
+	return int64(unsafe.Sizeof(entry{}))*int64(capacity) + 8*int64(tableSlots(capacity))
 }
 
 // hash32 mixes the whole key with the store's seed (a wyhash-style

@@ -1,6 +1,8 @@
 package idempotency
 
 import (
+	"unsafe"
+
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -440,5 +442,15 @@ func TestStoreMemoryBound(t *testing.T) {
 	}
 	if s.Len() != DefaultCapacity {
 		t.Fatalf("len %d", s.Len())
+	}
+}
+
+func TestStoreBytesMatchesAllocation(t *testing.T) {
+	for _, c := range []int{1, 3, 100, 100_000} {
+		s := NewStore(c)
+		want := int64(unsafe.Sizeof(entry{}))*int64(len(s.entries)) + 8*int64(len(s.table))
+		if got := StoreBytes(c); got != want {
+			t.Fatalf("StoreBytes(%d) = %d, NewStore allocated %d", c, got, want)
+		}
 	}
 }
