@@ -133,9 +133,20 @@
 // The Writer serializes Appends with a mutex, so it may be shared by
 // goroutines; each Append is one batch with consecutive LSNs. After a failed
 // write or sync it refuses further work (an fsync error cannot be retried
-// safely); reopening recovers. Only one Writer may have a shard's log open at
-// a time (not enforced by a lock file). Epochs are recorded, not checked: the
-// caller fences stale leaders.
+// safely); reopening recovers. Epochs are recorded, not checked: the caller
+// fences stale leaders.
+//
+// # Lock
+//
+// Only one Writer may have a shard's log open at a time. OpenWriter takes an
+// exclusive lock (vfs.FS.Lock: fcntl on Unix) on the shard's lock file in the
+// directory, LockName(shard) = "SSSSSSSSSS.lock", and holds it until Close.
+// A second OpenWriter of the same shard and directory — from this process,
+// under any spelling of the path, or from another process — fails at once
+// with ErrLocked naming the directory and shard; it never waits. Shards
+// sharing a directory lock independently. A failed OpenWriter releases the
+// lock. The lock file is never removed (removing it could let two openers
+// lock two different files of one name). Readers do not lock.
 //
 // # Readers tailing a live writer
 //

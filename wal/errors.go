@@ -25,6 +25,10 @@ var (
 	// format cannot represent canonically (unknown op, fields that do not
 	// belong to the op, empty batch).
 	ErrInvalidEvent = errors.New("wal: invalid event")
+	// ErrLocked: another Writer — in this process or another — holds the
+	// log of the shard in the directory (see LockName). The message names
+	// the directory and the shard.
+	ErrLocked = errors.New("wal: log locked by another writer")
 	// ErrClosed: the Writer or Reader was closed.
 	ErrClosed = errors.New("wal: closed")
 )

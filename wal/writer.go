@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // SyncPolicy says when the Writer makes appended batches durable.
@@ -65,6 +67,7 @@ type Writer struct {
 	buf     []byte
 	err     error // sticky
 	closed  bool
+	lock    *dirLock
 
 	next    atomic.Uint64 // LSN of the next appended event
 	durable atomic.Uint64 // highest LSN known synced
@@ -76,7 +79,11 @@ type Writer struct {
 // valid batch. A log with no segments starts at opts.FirstLSN (default 1).
 // Corruption that is not a torn tail fails with a typed error and changes
 // nothing on disk.
-func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
+//
+// The Writer holds the shard's lock file in dir (LockName) until Close; a
+// second OpenWriter of the same shard and directory, in this process or
+// another, fails at once with ErrLocked.
+func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
 		w.opts = *opts
@@ -85,23 +92,41 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	if w.lock, err = lockShard(vfs.Default, dir, w.opts.Shard); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if w.f != nil {
+				_ = w.f.Close()
+			}
+			_ = w.lock.release()
+		}
+	}()
+	return w, w.recover()
+}
+
+// recover scans the log under the lock and positions the Writer after its
+// last valid batch (see OpenWriter).
+func (w *Writer) recover() error {
+	dir := w.dir
 	segs, err := listSegments(dir, w.opts.Shard)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(segs) == 0 {
 		if err := w.createSegment(w.opts.FirstLSN); err != nil {
-			return nil, err
+			return err
 		}
 		w.next.Store(w.opts.FirstLSN)
 		w.durable.Store(w.opts.FirstLSN - 1)
-		return w, nil
+		return nil
 	}
 	var scratch []byte
 	next := segs[0].first
 	for i, seg := range segs {
 		if seg.first != next {
-			return nil, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
+			return fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
 				seg.name, ErrCorrupt, seg.first, next)
 		}
 		last := i == len(segs)-1
@@ -111,7 +136,7 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 		}
 		f, err := os.OpenFile(segPath(dir, seg.name), flag, 0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		res, err := scanSegment(f, seg, w.opts.Shard, last, &scratch)
 		if err == nil && res.torn {
@@ -128,7 +153,7 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 				err = cerr
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 		next = res.next
@@ -138,7 +163,7 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	}
 	w.next.Store(next)
 	w.durable.Store(next - 1)
-	return w, nil
+	return nil
 }
 
 // createSegment creates and switches to a new empty segment starting at first.
@@ -250,7 +275,8 @@ func (w *Writer) NextLSN() uint64 { return w.next.Load() }
 // lose should stop here.
 func (w *Writer) DurableLSN() uint64 { return w.durable.Load() }
 
-// Close syncs and closes the Writer. A second Close returns ErrClosed.
+// Close syncs and closes the Writer and releases the shard's lock. A second
+// Close returns ErrClosed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -258,18 +284,18 @@ func (w *Writer) Close() error {
 		return ErrClosed
 	}
 	w.closed = true
-	if w.f == nil {
-		return w.err
-	}
 	var err error
-	if w.err == nil {
-		err = syncData(w.f)
-		if err == nil {
-			w.durable.Store(w.next.Load() - 1)
+	if w.f != nil {
+		if w.err == nil {
+			err = syncData(w.f)
+			if err == nil {
+				w.durable.Store(w.next.Load() - 1)
+			}
 		}
+		err = errors.Join(err, w.f.Close())
+		w.f = nil
 	}
-	err = errors.Join(err, w.f.Close())
-	w.f = nil
+	err = errors.Join(err, w.lock.release())
 	if w.err != nil {
 		return w.err
 	}
