@@ -148,6 +148,31 @@
 // lock. The lock file is never removed (removing it could let two openers
 // lock two different files of one name). Readers do not lock.
 //
+// # Retention
+//
+// A log need not start at LSN 1: it starts at the first LSN of its oldest
+// segment (Writer.FirstLSN), either because it was created there
+// (WriterOptions.FirstLSN) or because Writer.DeleteBelow deleted older
+// segments. DeleteBelow(lsn) removes whole segments all of whose LSNs are
+// below lsn, oldest first, never the active (last) segment, and syncs the
+// directory after each removal, so a crash or an error part-way leaves a
+// contiguous suffix of the log. Writer.RetainedBytes is the size of all
+// retained segments.
+//
+// Nothing below the first retained LSN is ever skipped silently: a Reader
+// asked for such an LSN (Seek, or Next from such a position) returns
+// ErrCompacted; Seek(0) means "from the oldest retained batch". A Reader
+// reading a segment that is deleted under it keeps reading that segment (an
+// open file stays readable on Unix) and continues into the next one if it is
+// still there; a Reader that must open a deleted segment returns
+// ErrCompacted.
+//
+// A batch's identity is its Header: the header CRC (Header.HeaderCRC)
+// covers shard, epoch, LSNs, count, length and body CRC. Reader.BatchEndingAt
+// finds the batch that ends at an LSN by headers alone (ErrNoBatchBoundary
+// when none does), so a leader can check that a follower's last applied
+// batch is in its log.
+//
 // # Readers tailing a live writer
 //
 // A Reader returns io.EOF when the bytes after its position are an incomplete

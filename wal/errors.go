@@ -29,6 +29,13 @@ var (
 	// log of the shard in the directory (see LockName). The message names
 	// the directory and the shard.
 	ErrLocked = errors.New("wal: log locked by another writer")
+	// ErrCompacted: the LSN asked for is below the first one the log still
+	// retains (deleted by Writer.DeleteBelow, or the log starts above it);
+	// a Reader never skips ahead silently.
+	ErrCompacted = errors.New("wal: LSN compacted")
+	// ErrNoBatchBoundary: no batch of the log ends exactly at the LSN asked
+	// for (Reader.BatchEndingAt).
+	ErrNoBatchBoundary = errors.New("wal: no batch ends at LSN")
 	// ErrClosed: the Writer or Reader was closed.
 	ErrClosed = errors.New("wal: closed")
 )

@@ -20,13 +20,14 @@ type Reader struct {
 	off    int64  // offset of the next batch in f
 	size   int64  // size of f last observed
 	expect uint64 // FirstLSN the batch at off must have
-	target uint64 // Next skips batches that end before this LSN
+	target uint64 // Next skips batches that end before this LSN; 0: from the oldest retained
 	buf    []byte
 	closed bool
 }
 
 // OpenReader opens a Reader positioned at the start of the log of shard in
-// dir (an existing directory; it may hold no segment yet).
+// dir (an existing directory; it may hold no segment yet): the first Next
+// returns the oldest retained batch.
 func OpenReader(dir string, shard uint32) (*Reader, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -38,18 +39,20 @@ func OpenReader(dir string, shard uint32) (*Reader, error) {
 	if _, err := listSegments(dir, shard); err != nil {
 		return nil, err
 	}
-	return &Reader{dir: dir, shard: shard, target: 1}, nil
+	return &Reader{dir: dir, shard: shard}, nil
 }
 
 // Seek positions the Reader so that the next batch returned contains lsn, or
-// is the first batch starting after it (when lsn precedes the oldest segment).
-// It picks the segment from the names and then skips whole batches by their
-// headers, without reading or decoding bodies.
+// is the first batch starting after it. It picks the segment from the names
+// and then skips whole batches by their headers, without reading or decoding
+// bodies. An lsn below the first retained one (DeleteBelow, or a log that
+// starts above it) is ErrCompacted, here or, if the log has no segment yet,
+// from Next. Seek(0) positions at the oldest retained batch.
 func (r *Reader) Seek(lsn uint64) error {
 	if r.closed {
 		return ErrClosed
 	}
-	r.target = max(lsn, 1)
+	r.target = lsn
 	r.closeFile()
 	err := r.position()
 	if errors.Is(err, io.EOF) {
@@ -74,6 +77,13 @@ func (r *Reader) position() error {
 	if len(segs) == 0 {
 		return io.EOF
 	}
+	if r.target == 0 {
+		return r.open(segs[0])
+	}
+	if r.target < segs[0].first {
+		return fmt.Errorf("%w: LSN %d of shard %d in %s: the log starts at LSN %d",
+			ErrCompacted, r.target, r.shard, r.dir, segs[0].first)
+	}
 	i, found := slices.BinarySearchFunc(segs, r.target, func(s segment, lsn uint64) int {
 		switch {
 		case s.first < lsn:
@@ -84,13 +94,18 @@ func (r *Reader) position() error {
 		return 0
 	})
 	if !found {
-		i = max(i-1, 0) // last segment starting before target, or the oldest
+		i-- // the last segment starting before target; i > 0 since segs[0].first < target
 	}
 	return r.open(segs[i])
 }
 
+// open switches to seg. A listed segment that no longer exists was deleted
+// by retention in the meantime: what it held is compacted.
 func (r *Reader) open(seg segment) error {
 	f, err := os.Open(segPath(r.dir, seg.name))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: segment %s of %s was deleted: %w", ErrCompacted, seg.name, r.dir, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -143,88 +158,142 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 	return h, true, nil
 }
 
-// nextSegment returns the segment following the current one, or ok=false if
-// there is none yet.
-func (r *Reader) nextSegment() (segment, bool, error) {
+// nextSegment returns the segment following the current one, or ok=false
+// if there is none yet, and the first LSN of the oldest segment.
+func (r *Reader) nextSegment() (next segment, ok bool, oldest uint64, err error) {
 	segs, err := listSegments(r.dir, r.shard)
-	if err != nil {
-		return segment{}, false, err
+	if err != nil || len(segs) == 0 {
+		return segment{}, false, 0, err
 	}
 	for _, s := range segs {
 		if s.first > r.seg.first {
-			return s, true, nil
+			return s, true, segs[0].first, nil
 		}
 	}
-	return segment{}, false, nil
+	return segment{}, false, segs[0].first, nil
 }
 
-// Next returns the next batch: its header and its raw bytes (header and
-// body, body CRC verified, events not decoded). The bytes are valid until the
-// next call. At the end of the log, or at a batch not yet completely written,
-// it returns io.EOF; call again later to continue. Other errors are typed
-// (ErrCorrupt, ErrChecksum, ErrTruncated, ...) and wrap segment and offset.
-func (r *Reader) Next() (Header, []byte, error) {
-	if r.closed {
-		return Header{}, nil, ErrClosed
-	}
+// advance moves to the first complete batch that ends at or after r.target
+// and returns its header, or io.EOF when there is none yet. It reads headers
+// only.
+func (r *Reader) advance() (Header, error) {
 	if r.f == nil {
 		if err := r.position(); err != nil {
-			return Header{}, nil, err
+			return Header{}, err
 		}
 	}
 	for {
 		h, ok, err := r.peek()
 		if err != nil {
-			return Header{}, nil, err
+			return Header{}, err
 		}
 		if !ok {
-			seg, more, err := r.nextSegment()
-			if err != nil || !more {
-				if err == nil {
-					err = io.EOF
-				}
-				return Header{}, nil, err
-			}
 			// The Writer creates the next segment only after finishing this
-			// one, so what is here now is all there will be. Look again: the
-			// batch may have completed since peek.
+			// one, so once a next segment exists, what is here now is all
+			// there will be. Look again: the batch may have completed since
+			// peek.
+			seg, more, oldest, err := r.nextSegment()
+			if err != nil {
+				return Header{}, err
+			}
+			if !more {
+				return Header{}, io.EOF
+			}
 			if h, ok, err = r.peek(); err != nil {
-				return Header{}, nil, err
+				return Header{}, err
 			}
 			if !ok {
 				if r.size != r.off {
-					return Header{}, nil, r.errAt(fmt.Errorf("%w: incomplete batch at end of non-last segment", ErrTruncated))
+					return Header{}, r.errAt(fmt.Errorf("%w: incomplete batch at end of non-last segment", ErrTruncated))
 				}
 				if seg.first != r.expect {
-					return Header{}, nil, r.errAt(fmt.Errorf("%w: next segment %s starts at LSN %d, want %d",
+					if oldest > r.expect {
+						// The segment we read was deleted under us, and
+						// the one after it too.
+						return Header{}, fmt.Errorf("%w: LSN %d of shard %d in %s: the log now starts at LSN %d",
+							ErrCompacted, r.expect, r.shard, r.dir, oldest)
+					}
+					return Header{}, r.errAt(fmt.Errorf("%w: next segment %s starts at LSN %d, want %d",
 						ErrCorrupt, seg.name, seg.first, r.expect))
 				}
 				if err := r.open(seg); err != nil {
-					return Header{}, nil, err
+					return Header{}, err
 				}
 				continue
 			}
 		}
-		if h.LastLSN() < r.target {
-			r.off += int64(h.Size())
-			r.expect = h.LastLSN() + 1
-			continue
+		if h.LastLSN() >= r.target {
+			return h, nil
 		}
-		// peek checked that the file holds h.Size() bytes, and BodyLen ≤
-		// MaxBodySize: this allocation is bounded by real data.
-		n := h.Size()
-		r.buf = slices.Grow(r.buf[:0], n)[:n]
-		if _, err := r.f.ReadAt(r.buf, r.off); err != nil {
-			return Header{}, nil, r.errAt(err)
-		}
-		b, err := checkBody(h, r.buf)
-		if err != nil {
-			return Header{}, nil, r.errAt(err)
-		}
-		r.off += int64(n)
-		r.expect = h.LastLSN() + 1
-		return h, b, nil
+		r.skip(h)
 	}
+}
+
+// skip moves past the batch with header h at r.off.
+func (r *Reader) skip(h Header) {
+	r.off += int64(h.Size())
+	r.expect = h.LastLSN() + 1
+}
+
+// Next returns the next batch: its header and its raw bytes (header and
+// body, body CRC verified, events not decoded). The bytes are valid until the
+// next call. At the end of the log, or at a batch not yet completely written,
+// it returns io.EOF; call again later to continue. A position below the
+// first retained LSN is ErrCompacted. Other errors are typed (ErrCorrupt,
+// ErrChecksum, ErrTruncated, ...) and wrap segment and offset.
+func (r *Reader) Next() (Header, []byte, error) {
+	if r.closed {
+		return Header{}, nil, ErrClosed
+	}
+	h, err := r.advance()
+	if err != nil {
+		return Header{}, nil, err
+	}
+	// advance checked that the file holds h.Size() bytes, and BodyLen ≤
+	// MaxBodySize: this allocation is bounded by real data.
+	n := h.Size()
+	r.buf = slices.Grow(r.buf[:0], n)[:n]
+	if _, err := r.f.ReadAt(r.buf, r.off); err != nil {
+		return Header{}, nil, r.errAt(err)
+	}
+	b, err := checkBody(h, r.buf)
+	if err != nil {
+		return Header{}, nil, r.errAt(err)
+	}
+	r.skip(h)
+	return h, b, nil
+}
+
+// BatchEndingAt returns the header of the batch whose last LSN is lsn — the
+// identity (Header, HeaderCRC included) a leader compares with a follower's
+// last applied batch — reading headers only. On success the Reader is
+// positioned after that batch: Next returns the batch starting at lsn+1.
+//
+// Errors: ErrCompacted when lsn is below the first retained LSN (the batch
+// ending at the LSN just before it is gone too); ErrNoBatchBoundary when a
+// retained batch contains lsn but does not end there, or lsn is 0; io.EOF
+// when the log does not reach lsn yet. After an error, Seek before reading
+// on.
+func (r *Reader) BatchEndingAt(lsn uint64) (Header, error) {
+	if r.closed {
+		return Header{}, ErrClosed
+	}
+	if lsn == 0 {
+		return Header{}, fmt.Errorf("%w: LSN 0 is never used", ErrNoBatchBoundary)
+	}
+	if err := r.Seek(lsn); err != nil {
+		return Header{}, err
+	}
+	h, err := r.advance()
+	if err != nil {
+		return Header{}, err
+	}
+	if h.LastLSN() != lsn {
+		return Header{}, fmt.Errorf("%w: LSN %d of shard %d is inside batch %d..%d",
+			ErrNoBatchBoundary, lsn, r.shard, h.FirstLSN, h.LastLSN())
+	}
+	r.skip(h)
+	return h, nil
 }
 
 // Close releases the Reader's file.

@@ -214,11 +214,19 @@ func TestSegmentRollingAndSeek(t *testing.T) {
 	_, _, err = r.Next()
 	require.ErrorIs(t, err, io.EOF)
 
-	// Old segments removed (log trimmed): Seek before the oldest starts at it.
+	// Old segments removed (log trimmed): Seek before the oldest is
+	// ErrCompacted, never a silent skip; Seek(0) starts at the oldest.
 	for _, s := range segs[:2] {
 		require.NoError(t, os.Remove(filepath.Join(dir, s.name)))
 	}
-	require.NoError(t, r.Seek(1))
+	for _, lsn := range []uint64{1, segs[2].first - 1} {
+		require.ErrorIs(t, r.Seek(lsn), ErrCompacted)
+	}
+	require.NoError(t, r.Seek(0))
+	h, _, err = r.Next()
+	require.NoError(t, err)
+	require.Equal(t, segs[2].first, h.FirstLSN)
+	require.NoError(t, r.Seek(segs[2].first))
 	h, _, err = r.Next()
 	require.NoError(t, err)
 	require.Equal(t, segs[2].first, h.FirstLSN)
@@ -337,12 +345,12 @@ func buildLog(t *testing.T, lastBatchEvents int) (dir, lastPath string, lastOff 
 		require.NoError(t, err)
 		want = append(want, evs...)
 	}
-	lastPath = filepath.Join(dir, w.segName)
+	lastPath = filepath.Join(dir, w.seg.name)
 	lastOff = w.size
 	evs := testEvents(lastBatchEvents, 20)
 	h, err := w.Append(2, evs)
 	require.NoError(t, err)
-	require.Equal(t, lastPath, filepath.Join(dir, w.segName))
+	require.Equal(t, lastPath, filepath.Join(dir, w.seg.name))
 	want = append(want, evs...)
 	require.NoError(t, w.Close())
 	segs, err := listSegments(dir, 0)

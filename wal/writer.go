@@ -62,15 +62,24 @@ type Writer struct {
 	dir     string
 	opts    WriterOptions
 	f       *os.File // active (last) segment
-	segName string
-	size    int64 // bytes in the active segment; next batch goes here
+	seg     segment  // the active segment
+	size    int64    // bytes in the active segment; next batch goes here
+	old     []sizedSegment // retained segments before the active one, oldest first
 	buf     []byte
 	err     error // sticky
 	closed  bool
 	lock    *dirLock
 
-	next    atomic.Uint64 // LSN of the next appended event
-	durable atomic.Uint64 // highest LSN known synced
+	next     atomic.Uint64 // LSN of the next appended event
+	durable  atomic.Uint64 // highest LSN known synced
+	first    atomic.Uint64 // first retained LSN
+	retained atomic.Int64  // bytes in all retained segments
+}
+
+// sizedSegment is a finished segment and its size.
+type sizedSegment struct {
+	segment
+	size int64
 }
 
 // OpenWriter opens (creating if needed) the log of opts.Shard in dir and
@@ -120,6 +129,7 @@ func (w *Writer) recover() error {
 		}
 		w.next.Store(w.opts.FirstLSN)
 		w.durable.Store(w.opts.FirstLSN - 1)
+		w.noteRetention()
 		return nil
 	}
 	var scratch []byte
@@ -158,12 +168,29 @@ func (w *Writer) recover() error {
 		}
 		next = res.next
 		if last {
-			w.f, w.segName, w.size = f, seg.name, res.end
+			w.f, w.seg, w.size = f, seg, res.end
+		} else {
+			w.old = append(w.old, sizedSegment{seg, res.end})
 		}
 	}
 	w.next.Store(next)
 	w.durable.Store(next - 1)
+	w.noteRetention()
 	return nil
+}
+
+// noteRetention publishes FirstLSN and RetainedBytes after the set of
+// segments changed.
+func (w *Writer) noteRetention() {
+	first, bytes := w.seg.first, w.size
+	if len(w.old) > 0 {
+		first = w.old[0].first
+	}
+	for _, s := range w.old {
+		bytes += s.size
+	}
+	w.first.Store(first)
+	w.retained.Store(bytes)
 }
 
 // createSegment creates and switches to a new empty segment starting at first.
@@ -177,7 +204,7 @@ func (w *Writer) createSegment(first uint64) error {
 		_ = f.Close()
 		return err
 	}
-	w.f, w.segName, w.size = f, name, 0
+	w.f, w.seg, w.size = f, segment{name: name, first: first}, 0
 	return nil
 }
 
@@ -220,6 +247,7 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 		return Header{}, w.fail(err)
 	}
 	w.size += int64(len(buf))
+	w.retained.Add(int64(len(buf)))
 	w.next.Store(h.LastLSN() + 1)
 	if w.opts.Sync == SyncEveryBatch {
 		if err := syncData(w.f); err != nil {
@@ -244,9 +272,11 @@ func (w *Writer) roll(first uint64) error {
 		return w.fail(err)
 	}
 	w.f = nil
+	w.old = append(w.old, sizedSegment{w.seg, w.size})
 	if err := w.createSegment(first); err != nil {
 		return w.fail(err)
 	}
+	w.noteRetention()
 	return nil
 }
 
@@ -274,6 +304,55 @@ func (w *Writer) NextLSN() uint64 { return w.next.Load() }
 // see batches beyond it; a shipper that must not ship what a crash could
 // lose should stop here.
 func (w *Writer) DurableLSN() uint64 { return w.durable.Load() }
+
+// FirstLSN is the first LSN the log still retains: the first LSN of its
+// oldest segment. It is NextLSN when the log holds no batch yet.
+func (w *Writer) FirstLSN() uint64 { return w.first.Load() }
+
+// RetainedBytes is the size of all retained segments, the active one
+// included.
+func (w *Writer) RetainedBytes() int64 { return w.retained.Load() }
+
+// DeleteBelow deletes, oldest first, every segment all of whose LSNs are
+// below lsn, except the active (last) segment, which is never deleted; it
+// returns how many it deleted. The directory is synced after each removal,
+// so a crash or an error part-way leaves a contiguous suffix of the log,
+// which reopens and reads normally. Readers asking for a deleted LSN get
+// ErrCompacted. An error here does not fail the Writer: appends go on and a
+// later DeleteBelow retries.
+func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	defer w.noteRetention()
+	for len(w.old) > 0 {
+		// The next segment's first LSN bounds this one's last.
+		nextFirst := w.seg.first
+		if len(w.old) > 1 {
+			nextFirst = w.old[1].first
+		}
+		if nextFirst > lsn {
+			break
+		}
+		if err := os.Remove(segPath(w.dir, w.old[0].name)); err != nil {
+			return removed, fmt.Errorf("wal: deleting segment %s: %w", w.old[0].name, err)
+		}
+		w.old = w.old[1:]
+		removed++
+		// Made durable before the next removal: a crash must not keep an
+		// older segment while losing a newer one's removal, which would
+		// leave a gap.
+		if err := syncDir(w.dir); err != nil {
+			return removed, fmt.Errorf("wal: syncing %s after deleting segments: %w", w.dir, err)
+		}
+	}
+	return removed, nil
+}
 
 // Close syncs and closes the Writer and releases the shard's lock. A second
 // Close returns ErrClosed.
