@@ -44,6 +44,9 @@
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
+//	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
+//	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
+//	                               sent in the hello; absent or for another LSN = unknown)
 //	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys, in
 //	                               recording order (a compacted entry starts with
 //	                               the whole window)

@@ -31,6 +31,12 @@ type Options struct {
 	// Shard is the shard this follower serves; batches of other shards are
 	// refused with replication.ErrWrongShard. Default 0.
 	Shard uint32
+	// ID is the follower's stable name, sent in every hello; a leader that
+	// ships to several followers of a shard (replication.Fanout) tells them
+	// apart by it and serves only the IDs it has registered. 1..64 bytes of
+	// [A-Za-z0-9._-] (replication.ValidFollowerID). Default "" (anonymous:
+	// served only by a single-follower replication.Shipper).
+	ID string
 	// WindowCapacity is the number of idempotency keys remembered.
 	// Default idempotency.DefaultCapacity (100,000).
 	WindowCapacity int
@@ -103,6 +109,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ReconnectBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))
+	}
+	if err := replication.ValidFollowerID(o.ID); err != nil {
+		errs = append(errs, fmt.Errorf("ID: %w", err))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -193,9 +202,10 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 		applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
 	}
 	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
-		Shard:  o.Shard,
-		NoSync: o.NoSync,
-		Logf:   logf,
+		Shard:      o.Shard,
+		FollowerID: o.ID,
+		NoSync:     o.NoSync,
+		Logf:       logf,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
