@@ -108,7 +108,9 @@ func encodeEntry(dst []byte, e *Entry) []byte {
 }
 
 func decodeEntry(v []byte) (Entry, error) {
-	bad := func() (Entry, error) { return Entry{}, fmt.Errorf("%w: ledger entry %x", ErrBadRecord, v[:min(len(v), 8)]) }
+	bad := func() (Entry, error) {
+		return Entry{}, fmt.Errorf("%w: ledger entry %x", ErrBadRecord, v[:min(len(v), 8)])
+	}
 	if len(v) < entryFixed || (v[0] != ledgerValueVersion && v[0] != entryVersionAction) ||
 		v[1] < byte(StateInFlight) || v[1] > byte(StateReleased) {
 		return bad()
