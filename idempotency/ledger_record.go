@@ -151,11 +151,9 @@ const (
 	recordVersionAction = 2
 )
 
-func (k RecordKind) hasExpires() bool { return k != RecordRelease }
-func (k RecordKind) hasFingerprint() bool {
-	return k == RecordClaim || k == RecordComplete || k == RecordFail
-}
-func (k RecordKind) hasOutcome() bool { return k == RecordComplete || k == RecordFail }
+func (k RecordKind) hasExpires() bool     { return k != RecordRelease }
+func (k RecordKind) hasFingerprint() bool { return k != RecordRelease && k != RecordExtend }
+func (k RecordKind) hasOutcome() bool     { return k == RecordComplete || k == RecordFail }
 
 // Validate checks that r can be encoded canonically: a valid kind and
 // request, no fields the kind does not carry, an outcome within bounds.
