@@ -193,7 +193,7 @@ func TestLedgerWaitingClaimEnds(t *testing.T) {
 		w := waitClaim(context.Background(), e.l, "k", "p")
 		parked(t, e.l, 1)
 		e.clock.Advance(time.Minute - time.Second) // (each recheck ticks the test clock by 1ns)
-		for range 5 { // the waiter rechecks the WAL clock and sleeps on
+		for range 5 {                              // the waiter rechecks the WAL clock and sleeps on
 			parked(t, e.l, 1)
 			time.Sleep(2 * time.Millisecond)
 		}
