@@ -192,8 +192,10 @@ func TestLedgerWaitingClaimEnds(t *testing.T) {
 		owner := e.claim("k", "p") // its caller crashes: nobody settles or extends
 		w := waitClaim(context.Background(), e.l, "k", "p")
 		parked(t, e.l, 1)
-		e.clock.Advance(time.Minute - time.Second) // (each recheck ticks the test clock by 1ns)
-		for range 5 {                              // the waiter rechecks the WAL clock and sleeps on
+		// The waiter rechecks the WAL clock and sleeps on (each recheck
+		// ticks the test clock by 1ns).
+		e.clock.Advance(time.Minute - time.Second)
+		for range 5 {
 			parked(t, e.l, 1)
 			time.Sleep(2 * time.Millisecond)
 		}
