@@ -319,7 +319,11 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 				}
 			}
 		}
-		if ev.HasIdemKey {
+		// Ledger records never enter the window: the position gate admits
+		// each once and re-applying one is harmless, and the window's slots
+		// are promised to operations ("the last Capacity distinct
+		// operations"). Leaders before wal.OpExtend gave them keys; ignored.
+		if ev.HasIdemKey && !ev.Op.IsLedger() {
 			if _, dup := r.inBatch[ev.IdemKey]; dup {
 				c.inBatch++
 				continue

@@ -140,7 +140,7 @@ func encodedEventSize(e *Event) int {
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key)
 	case OpAdd:
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Delta<<1)^uint64(e.Delta>>63))
-	case OpClaim, OpComplete, OpRelease, OpFail:
+	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
 		n += uvarintLen(uint64(len(e.Value))) + len(e.Value)
 	}
 	return n
