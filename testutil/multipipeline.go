@@ -233,7 +233,7 @@ func RunShardedPipeline(ctx context.Context, cfg ShardedPipelineConfig) (*Sharde
 		target := want
 		if restart {
 			from := applied(node)
-			target = from + 1 + rng.Uint64N(max(1, (want-from)/uint64(cfg.Restarts-incarnation+1)))
+			target = restartTarget(rng, from, want, cfg.Restarts-incarnation)
 		}
 		err = waitUntil(ctx, func() (uint64, bool) { a := applied(node); return a, a >= target }, served, cfg.Progress, want)
 		stopServe()

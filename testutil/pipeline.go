@@ -68,6 +68,20 @@ func (res *PipelineResult) stopForRestart(f interface {
 	return f.Close()
 }
 
+// restartTarget picks the applied position at which an incarnation that
+// opened at from is restarted: a random point of its share of what is left
+// (left restarts to go), never past last. A follower can open already at
+// last: the waiter polls the position, and while it waits to be scheduled the
+// previous incarnation keeps applying past its target — on a loaded machine
+// to the end of the log. The target is then last itself; from+1 would never
+// be reached.
+func restartTarget(rng *rand.Rand, from, last uint64, left int) uint64 {
+	if from >= last {
+		return last
+	}
+	return from + 1 + rng.Uint64N(max(1, (last-from)/uint64(left+1)))
+}
+
 // ensureDefaults fills the zero fields with the defaults their comments name.
 func (c *PipelineConfig) ensureDefaults() {
 	if c.Workload.Seed == 0 {
@@ -167,7 +181,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig) (*PipelineResult, erro
 		target := lastLSN
 		if restart {
 			from, _ := f.Position()
-			target = from + 1 + rng.Uint64N(max(1, (lastLSN-from)/uint64(cfg.Restarts-incarnation+1)))
+			target = restartTarget(rng, from, lastLSN, cfg.Restarts-incarnation)
 		}
 		err = waitUntil(ctx, func() (uint64, bool) { lsn, _ := f.Position(); return lsn, lsn >= target }, served, cfg.Progress, lastLSN)
 		stopServe()
