@@ -54,6 +54,11 @@ var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("replication: session expired")
 
+// ErrSessionClosed: an event for a session that was closed (its OpClose is
+// logged). Followers skip a closed session's later events, so the log
+// refuses them instead of logging what would never apply.
+var ErrSessionClosed = errors.New("replication: session closed")
+
 // LedgerLogConfig configures OpenLedgerLog.
 type LedgerLogConfig struct {
 	// WALDir is the leader's WAL directory. Required.
@@ -87,6 +92,11 @@ type LedgerLogConfig struct {
 	SegmentSize int64
 	// Logf receives rare diagnostic lines. Default: discard.
 	Logf func(format string, args ...any)
+	// OnAppend, if set, is called after every append with the batch's header
+	// and encoded bytes, synced and applied locally, in log order, under the
+	// log's append lock (a shipper's cache of recent batches). raw is only
+	// valid during the call.
+	OnAppend func(h wal.Header, raw []byte)
 }
 
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
@@ -321,7 +331,8 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	}
 	evs := append(l.evs[:0], events...)
 	l.evs = evs[:0]
-	var stamped []session.ID // sessions whose SeqNo this call took, to undo on refusal
+	var stamped []session.ID        // sessions whose SeqNo this call took, to undo on refusal
+	var closing map[session.ID]bool // sessions an earlier event of this batch closes
 	undo := func() {
 		for _, id := range stamped {
 			l.seqs.Forget(id) // re-seeded from the tracker on next use
@@ -354,12 +365,26 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 			return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionExpired, i, ev.Session)
 		}
 		if l.seqs.Last(ev.Session) == 0 {
-			hwm, _, _, err := l.cfg.Tracker.Get(ev.Session)
+			hwm, closed, _, err := l.cfg.Tracker.Get(ev.Session)
 			if err != nil {
 				undo()
 				return wal.Header{}, err
 			}
+			if closed {
+				undo()
+				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionClosed, i, ev.Session)
+			}
 			l.seqs.Observe(ev.Session, hwm)
+		}
+		if closing[ev.Session] {
+			undo()
+			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", ErrSessionClosed, i, ev.Session)
+		}
+		if ev.Op == wal.OpClose {
+			if closing == nil {
+				closing = make(map[session.ID]bool)
+			}
+			closing[ev.Session] = true
 		}
 		ev.Seq = l.seqs.Next(ev.Session)
 		stamped = append(stamped, ev.Session)
@@ -387,6 +412,12 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 		// re-applies the WAL.
 		l.failed = fmt.Errorf("%w: local apply of LSN %d: %w", ErrLogFailed, h.FirstLSN, err)
 		return wal.Header{}, l.failed
+	}
+	for id := range closing {
+		l.seqs.Forget(id) // the tracker now answers "closed" for it
+	}
+	if l.cfg.OnAppend != nil {
+		l.cfg.OnAppend(h, l.buf)
 	}
 	if cap(l.buf) > 4<<20 {
 		l.buf = nil
