@@ -93,8 +93,14 @@
 // shard as 10 decimal digits and the LSN of its first batch as 20 decimal
 // digits (both the full range of their types), so names of one shard sort by
 // LSN and several shards can share a directory. ParseSegmentName accepts only
-// that exact form (ErrBadSegmentName). Files without the ".wal" suffix are
-// ignored; a ".wal" file with a malformed name is an error, not a guess.
+// that exact form (ErrBadSegmentName).
+//
+// A WAL directory holds segments and lock files (LockName, below) and
+// nothing else. A ".wal" file with a malformed name is ErrBadSegmentName, not
+// a guess; any other entry makes it a non-WAL directory, and OpenWriter,
+// OpenReader and ListShards refuse it with ErrNotWAL, as they refuse a
+// regular file, so a misconfigured path is never written into or served.
+// ListShards tells which shards' segments a directory holds.
 //
 // Segment invariants: the first batch of a segment starts at the LSN in its
 // name; each batch starts at the LSN after the previous batch; the next
@@ -128,7 +134,16 @@
 // Anything else is corruption and OpenWriter fails with a typed error naming
 // the segment and offset: a bad batch followed by more data, a complete batch
 // with a bad CRC and no sign of a torn write, any defect in a non-last
-// segment, a gap or overlap in LSNs, a foreign shard.
+// segment, a gap or overlap in LSNs, a batch of another shard than the
+// segment's name says (ErrShardMismatch, with ErrCorrupt).
+//
+// OpenWriter validates all of this read-only before it creates the lock file
+// or cuts anything, so a refused open (ErrNotWAL, ErrBadSegmentName,
+// corruption) leaves the directory byte for byte as it was. Under the lock it
+// scans again only if the log changed in between (segment names or the last
+// segment's size) or had a torn tail. OpenReader checks the directory and
+// the first batch header of every segment (decodes, shard, LSN in the name);
+// defects further in surface from Next.
 //
 // The Writer serializes Appends with a mutex, so it may be shared by
 // goroutines; each Append is one batch with consecutive LSNs. After a failed

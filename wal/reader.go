@@ -28,18 +28,58 @@ type Reader struct {
 // OpenReader opens a Reader positioned at the start of the log of shard in
 // dir (an existing directory; it may hold no segment yet): the first Next
 // returns the oldest retained batch.
+//
+// It validates what it can cheaply, without a lock: that dir is a WAL
+// directory (ErrNotWAL, ErrBadSegmentName) and that the first batch header
+// of every segment of the shard decodes, carries the shard
+// (ErrShardMismatch) and starts at the LSN in the segment's name. Defects
+// further into a segment surface from Next. Only the last segment may be
+// shorter than a header (a Writer may be creating it).
 func OpenReader(dir string, shard uint32) (*Reader, error) {
-	st, err := os.Stat(dir)
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	segs, err := listSegments(dir, shard)
 	if err != nil {
 		return nil, err
 	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("wal: %s is not a directory", dir)
-	}
-	if _, err := listSegments(dir, shard); err != nil {
-		return nil, err
+	for i, seg := range segs {
+		if err := checkSegmentStart(dir, seg, shard, i == len(segs)-1); err != nil {
+			return nil, err
+		}
 	}
 	return &Reader{dir: dir, shard: shard}, nil
+}
+
+// checkSegmentStart checks the first batch header of seg.
+func checkSegmentStart(dir string, seg segment, shard uint32, last bool) error {
+	f, err := os.Open(segPath(dir, seg.name))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var hdr [HeaderSize]byte
+	n, err := f.ReadAt(hdr[:], 0)
+	errAt := func(err error) error { return fmt.Errorf("wal: segment %s offset 0: %w", seg.name, err) }
+	if n < HeaderSize {
+		if last && errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: %d bytes, less than a batch header, in a non-last segment", ErrTruncated, n)
+		}
+		return errAt(err)
+	}
+	h, err := DecodeHeader(hdr[:])
+	switch {
+	case err != nil:
+		return errAt(err)
+	case h.Shard != shard:
+		return errAt(shardMismatch(h.Shard, shard))
+	case h.FirstLSN != seg.first:
+		return errAt(fmt.Errorf("%w: batch starts at LSN %d, the segment's name says %d", ErrCorrupt, h.FirstLSN, seg.first))
+	}
+	return nil
 }
 
 // Seek positions the Reader so that the next batch returned contains lsn, or
@@ -147,7 +187,7 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 		return Header{}, false, r.errAt(err)
 	}
 	if h.Shard != r.shard {
-		return Header{}, false, r.errAt(fmt.Errorf("%w: batch of shard %d, want %d", ErrCorrupt, h.Shard, r.shard))
+		return Header{}, false, r.errAt(shardMismatch(h.Shard, r.shard))
 	}
 	if h.FirstLSN != r.expect {
 		return Header{}, false, r.errAt(fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, r.expect))

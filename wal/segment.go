@@ -1,9 +1,11 @@
 package wal
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,41 +66,83 @@ type segment struct {
 	first uint64
 }
 
-// listSegments returns shard's segments in dir ordered by first LSN. Files
-// without the .wal suffix are not ours and are ignored; a .wal file whose name
-// does not parse is an error, since guessing could skip or misorder data.
-func listSegments(dir string, shard uint32) ([]segment, error) {
+// dirListing is what a WAL directory holds: the segments of each shard,
+// ordered by first LSN.
+type dirListing map[uint32][]segment
+
+// listDir lists a WAL directory. Segments (of any shard) and lock files are
+// WAL files; a ".wal" file whose name does not parse is ErrBadSegmentName,
+// since guessing could skip or misorder data; anything else means this is
+// not a WAL directory (ErrNotWAL), so the caller does not write into, or
+// serve, someone else's files.
+func listDir(dir string) (dirListing, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var segs []segment
+	l := dirListing{}
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), segSuffix) {
-			continue
-		}
-		sh, first, err := ParseSegmentName(e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("wal: directory %s: %w", dir, err)
-		}
-		if sh == shard {
-			segs = append(segs, segment{name: e.Name(), first: first})
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, segSuffix):
+			sh, first, err := ParseSegmentName(name)
+			if err != nil {
+				return nil, fmt.Errorf("wal: directory %s: %w", dir, err)
+			}
+			l[sh] = append(l[sh], segment{name: name, first: first})
+		case isLockName(name):
+		default:
+			return nil, fmt.Errorf("%w: directory %s holds %q, which is neither a segment nor a lock file", ErrNotWAL, dir, name)
 		}
 	}
-	slices.SortFunc(segs, func(a, b segment) int {
-		switch {
-		case a.first < b.first:
-			return -1
-		case a.first > b.first:
-			return 1
-		}
-		return 0
-	})
-	return segs, nil
+	for _, segs := range l {
+		slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.first, b.first) })
+	}
+	return l, nil
+}
+
+// listSegments returns shard's segments in dir ordered by first LSN (see
+// listDir for what else the directory may hold).
+func listSegments(dir string, shard uint32) ([]segment, error) {
+	l, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return l[shard], nil
+}
+
+// ListShards returns, in increasing order, the shards whose segments dir
+// holds. Like OpenWriter and OpenReader it refuses a directory holding
+// anything but segments and lock files (ErrNotWAL) and malformed segment
+// names (ErrBadSegmentName). A leader uses it to refuse a directory with
+// segments of shards it does not own.
+func ListShards(dir string) ([]uint32, error) {
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	l, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(l)), nil
+}
+
+// checkDir checks that dir is an existing directory (a regular file there
+// is ErrNotWAL).
+func checkDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrNotWAL, dir)
+	}
+	return nil
 }
 
 // scanResult describes the valid prefix of a segment.
 type scanResult struct {
+	size int64  // file size when scanned
 	end  int64  // offset just past the last valid batch
 	next uint64 // LSN after the last valid batch (seg.first if none)
 	torn bool   // bytes after end are a torn tail (only for the last segment)
@@ -115,7 +159,7 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 		return scanResult{}, err
 	}
 	size := st.Size()
-	res := scanResult{next: seg.first}
+	res := scanResult{size: size, next: seg.first}
 	var hdr [HeaderSize]byte
 	errAt := func(off int64, err error) error {
 		return fmt.Errorf("wal: segment %s offset %d: %w", seg.name, off, err)
@@ -147,7 +191,7 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 			return res, errAt(off, err)
 		}
 		if h.Shard != shard {
-			return res, errAt(off, fmt.Errorf("%w: batch of shard %d in a segment of shard %d", ErrCorrupt, h.Shard, shard))
+			return res, errAt(off, shardMismatch(h.Shard, shard))
 		}
 		if h.FirstLSN != res.next {
 			return res, errAt(off, fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, res.next))
@@ -178,6 +222,11 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 		res.end, res.next = off, h.LastLSN()+1
 	}
 	return res, nil
+}
+
+// shardMismatch is the error for a batch of shard got in shard want's log.
+func shardMismatch(got, want uint32) error {
+	return fmt.Errorf("%w: %w: batch of shard %d in the log of shard %d", ErrCorrupt, ErrShardMismatch, got, want)
 }
 
 // checkBody verifies the body CRC of a whole batch b with header h.

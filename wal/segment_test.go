@@ -485,14 +485,13 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 		d := copyDir(t, dir)
 		require.NoError(t, os.WriteFile(filepath.Join(d, filepath.Base(path)), b, 0o644))
 		requireOpenFails(t, d, target, what)
-		// The reader reports it too, rather than stopping quietly.
+		// The reader reports it too, at open or when it gets there,
+		// rather than stopping quietly.
 		r, err := OpenReader(d, 0)
-		require.NoError(t, err)
-		defer r.Close()
-		for {
-			_, _, err = r.Next()
-			if err != nil {
-				break
+		if err == nil {
+			defer r.Close()
+			for err == nil {
+				_, _, err = r.Next()
 			}
 		}
 		require.ErrorIs(t, err, target, "%s: reader", what)
@@ -545,12 +544,12 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	requireOpenFails(t, d, ErrBadSegmentName, "bad name")
 	_, err = OpenReader(d, 0)
 	require.ErrorIs(t, err, ErrBadSegmentName)
-	// Other files are ignored.
+	// Any other file makes it a non-WAL directory.
 	d = copyDir(t, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(d, "LOCK"), nil, 0o644))
-	w, err := OpenWriter(d, nil)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
+	requireOpenFails(t, d, ErrNotWAL, "foreign file")
+	_, err = OpenReader(d, 0)
+	require.ErrorIs(t, err, ErrNotWAL)
 }
 
 func TestOpenReaderMissingDir(t *testing.T) {

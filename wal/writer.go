@@ -86,19 +86,33 @@ type sizedSegment struct {
 // recovers it: it verifies the segments as described in the package doc,
 // truncates a torn tail of the last segment, and positions after the last
 // valid batch. A log with no segments starts at opts.FirstLSN (default 1).
-// Corruption that is not a torn tail fails with a typed error and changes
-// nothing on disk.
 //
 // The Writer holds the shard's lock file in dir (LockName) until Close; a
 // second OpenWriter of the same shard and directory, in this process or
 // another, fails at once with ErrLocked.
+//
+// A path that is not a WAL directory (ErrNotWAL), a malformed segment name,
+// and corruption that is not a torn tail fail with a typed error and change
+// nothing on disk: the log is validated before the lock file is created.
 func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
 		w.opts = *opts
 	}
 	w.opts.EnsureDefaults()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := checkDir(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	// Validate before locking, so that a refused directory is left as it
+	// was; then scan again under the lock only if the log may have changed
+	// in between (a Writer that held the lock until a moment ago).
+	var scratch []byte
+	scan, err := scanLog(dir, w.opts.Shard, &scratch)
+	if err != nil {
 		return nil, err
 	}
 	if w.lock, err = lockShard(vfs.Default, dir, w.opts.Shard); err != nil {
@@ -112,18 +126,91 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 			_ = w.lock.release()
 		}
 	}()
-	return w, w.recover()
+	if fresh, err := scan.current(dir, w.opts.Shard); err != nil {
+		return nil, err
+	} else if !fresh {
+		if scan, err = scanLog(dir, w.opts.Shard, &scratch); err != nil {
+			return nil, err
+		}
+	}
+	return w, w.recover(scan)
 }
 
-// recover scans the log under the lock and positions the Writer after its
-// last valid batch (see OpenWriter).
-func (w *Writer) recover() error {
-	dir := w.dir
-	segs, err := listSegments(dir, w.opts.Shard)
+// logScan is the result of validating a shard's log read-only.
+type logScan struct {
+	segs     []sizedSegment // size: end of the last valid batch
+	lastSize int64          // file size of the last segment when scanned
+	next     uint64         // LSN after the last valid batch
+	torn     bool           // the last segment has a torn tail after segs[last].size
+}
+
+// scanLog validates the log of shard in dir without changing anything: the
+// directory listing, the headers of every segment, the bodies of the last,
+// and the classification of what follows its last valid batch.
+func scanLog(dir string, shard uint32, scratch *[]byte) (logScan, error) {
+	segs, err := listSegments(dir, shard)
+	if err != nil || len(segs) == 0 {
+		return logScan{}, err
+	}
+	var scan logScan
+	next := segs[0].first
+	for i, seg := range segs {
+		if seg.first != next {
+			return logScan{}, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
+				seg.name, ErrCorrupt, seg.first, next)
+		}
+		last := i == len(segs)-1
+		f, err := os.Open(segPath(dir, seg.name))
+		if err != nil {
+			return logScan{}, err
+		}
+		res, err := scanSegment(f, seg, shard, last, scratch)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return logScan{}, err
+		}
+		scan.segs = append(scan.segs, sizedSegment{seg, res.end})
+		scan.lastSize, scan.next, scan.torn = res.size, res.next, res.torn
+		next = res.next
+	}
+	return scan, nil
+}
+
+// current reports whether the log still is as scanned. A Writer only
+// appends to the last segment, creates segments after it, deletes old ones
+// and cuts torn tails, so the same segment names and the same last-segment
+// size mean the same valid log — unless there was a torn tail, whose bytes
+// another Writer may have replaced with a batch of the same length.
+func (s *logScan) current(dir string, shard uint32) (bool, error) {
+	segs, err := listSegments(dir, shard)
 	if err != nil {
-		return err
+		return false, err
+	}
+	if s.torn || len(segs) != len(s.segs) {
+		return false, nil
+	}
+	for i := range segs {
+		if segs[i] != s.segs[i].segment {
+			return false, nil
+		}
 	}
 	if len(segs) == 0 {
+		return true, nil
+	}
+	st, err := os.Stat(segPath(dir, segs[len(segs)-1].name))
+	if err != nil {
+		return false, err
+	}
+	return st.Size() == s.lastSize, nil
+}
+
+// recover opens the scanned log for appending, under the lock: it cuts a
+// torn tail, syncs the last segment and positions the Writer after the last
+// valid batch; an empty log gets its first segment.
+func (w *Writer) recover(scan logScan) error {
+	if len(scan.segs) == 0 {
 		if err := w.createSegment(w.opts.FirstLSN); err != nil {
 			return err
 		}
@@ -132,49 +219,28 @@ func (w *Writer) recover() error {
 		w.noteRetention()
 		return nil
 	}
-	var scratch []byte
-	next := segs[0].first
-	for i, seg := range segs {
-		if seg.first != next {
-			return fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
-				seg.name, ErrCorrupt, seg.first, next)
-		}
-		last := i == len(segs)-1
-		flag := os.O_RDONLY
-		if last {
-			flag = os.O_RDWR
-		}
-		f, err := os.OpenFile(segPath(dir, seg.name), flag, 0)
-		if err != nil {
-			return err
-		}
-		res, err := scanSegment(f, seg, w.opts.Shard, last, &scratch)
-		if err == nil && res.torn {
-			// Only a never-acknowledged append is cut: see the torn-tail rule.
-			err = f.Truncate(res.end)
-		}
-		if err == nil && last {
-			// What a crashed process wrote may sit only in the page cache;
-			// sync so that DurableLSN below is true.
-			err = syncData(f)
-		}
-		if err != nil || !last {
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		}
-		next = res.next
-		if last {
-			w.f, w.seg, w.size = f, seg, res.end
-		} else {
-			w.old = append(w.old, sizedSegment{seg, res.end})
-		}
+	last := scan.segs[len(scan.segs)-1]
+	f, err := os.OpenFile(segPath(w.dir, last.name), os.O_RDWR, 0)
+	if err != nil {
+		return err
 	}
-	w.next.Store(next)
-	w.durable.Store(next - 1)
+	if scan.torn {
+		// Only a never-acknowledged append is cut: see the torn-tail rule.
+		err = f.Truncate(last.size)
+	}
+	if err == nil {
+		// What a crashed process wrote may sit only in the page cache;
+		// sync so that DurableLSN below is true.
+		err = syncData(f)
+	}
+	if err != nil {
+		_ = f.Close()
+		return err
+	}
+	w.f, w.seg, w.size = f, last.segment, last.size
+	w.old = scan.segs[:len(scan.segs)-1]
+	w.next.Store(scan.next)
+	w.durable.Store(scan.next - 1)
 	w.noteRetention()
 	return nil
 }
