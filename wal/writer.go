@@ -58,17 +58,17 @@ func (o *WriterOptions) EnsureDefaults() {
 // is failed: every later call returns that error (a failed write or fsync
 // leaves the file in an unknown state; reopening recovers it).
 type Writer struct {
-	mu      sync.Mutex
-	dir     string
-	opts    WriterOptions
-	f       *os.File // active (last) segment
-	seg     segment  // the active segment
-	size    int64    // bytes in the active segment; next batch goes here
-	old     []sizedSegment // retained segments before the active one, oldest first
-	buf     []byte
-	err     error // sticky
-	closed  bool
-	lock    *dirLock
+	mu     sync.Mutex
+	dir    string
+	opts   WriterOptions
+	f      *os.File       // active (last) segment
+	seg    segment        // the active segment
+	size   int64          // bytes in the active segment; next batch goes here
+	old    []sizedSegment // retained segments before the active one, oldest first
+	buf    []byte
+	err    error // sticky
+	closed bool
+	lock   *dirLock
 
 	next     atomic.Uint64 // LSN of the next appended event
 	durable  atomic.Uint64 // highest LSN known synced
