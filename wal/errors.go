@@ -42,6 +42,11 @@ var (
 	// ErrNoBatchBoundary: no batch of the log ends exactly at the LSN asked
 	// for (Reader.BatchEndingAt).
 	ErrNoBatchBoundary = errors.New("wal: no batch ends at LSN")
+	// ErrWriterFailed: an earlier write or sync of the Writer failed. The
+	// Writer refuses all further work with the same error, which also wraps
+	// the I/O error that caused it; reopening recovers (an fsync cannot be
+	// retried safely: the kernel may have dropped the unsynced pages).
+	ErrWriterFailed = errors.New("wal: writer failed (reopen to recover)")
 	// ErrClosed: the Writer or Reader was closed.
 	ErrClosed = errors.New("wal: closed")
 )

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -114,7 +115,7 @@ func TestOpenRefusesRandomSegment(t *testing.T) {
 		// As the last segment of a good log, and as a middle one.
 		dir = t.TempDir()
 		writeLog(t, dir, 0)
-		segs, err := listSegments(dir, 0)
+		segs, err := listSegments(vfs.Default, dir, 0)
 		require.NoError(t, err)
 		require.Greater(t, len(segs), 2)
 		for _, victim := range []segment{segs[len(segs)-1], segs[1]} {
@@ -139,12 +140,12 @@ func TestOpenRefusesForeignShard(t *testing.T) {
 	// Shard 2's log, renamed to shard 1's names.
 	src := t.TempDir()
 	writeLog(t, src, 2)
-	segs, err := listSegments(src, 2)
+	segs, err := listSegments(vfs.Default, src, 2)
 	require.NoError(t, err)
 	for _, victim := range []int{0, len(segs) - 1} {
 		dir := t.TempDir()
 		writeLog(t, dir, 1)
-		mine, err := listSegments(dir, 1)
+		mine, err := listSegments(vfs.Default, dir, 1)
 		require.NoError(t, err)
 		require.Equal(t, len(segs), len(mine), "same workload, same segmentation")
 		b, err := os.ReadFile(filepath.Join(src, segs[victim].name))
