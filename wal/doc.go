@@ -93,8 +93,15 @@
 // shard as 10 decimal digits and the LSN of its first batch as 20 decimal
 // digits (both the full range of their types), so names of one shard sort by
 // LSN and several shards can share a directory. ParseSegmentName accepts only
-// that exact form (ErrBadSegmentName). Files without the ".wal" suffix are
-// ignored; a ".wal" file with a malformed name is an error, not a guess.
+// that exact form (ErrBadSegmentName).
+//
+// A WAL directory holds segments, lock files (LockName, below) and, after a
+// crash during recovery, a segment's temporary copy (the segment's name plus
+// ".tmp", removed by the next OpenWriter of its shard), and nothing else. A ".wal" file with a malformed name is ErrBadSegmentName, not
+// a guess; any other entry makes it a non-WAL directory, and OpenWriter,
+// OpenReader and ListShards refuse it with ErrNotWAL, as they refuse a
+// regular file, so a misconfigured path is never written into or served.
+// ListShards tells which shards' segments a directory holds.
 //
 // Segment invariants: the first batch of a segment starts at the LSN in its
 // name; each batch starts at the LSN after the previous batch; the next
@@ -123,18 +130,61 @@
 //   - the remaining bytes are exactly one batch whose header is valid but whose
 //     body CRC fails and which contains an all-zero 512-byte sector at a
 //     sector-aligned file offset (a write that reached the file size but not
-//     all its pages: etcd's torn-write rule).
+//     all its pages: etcd's torn-write rule), or
+//   - the header at the end of the last valid batch does not decode, the
+//     remaining bytes are no longer than one batch (HeaderSize+MaxBodySize),
+//     they show pages that never reached the disk — they start with zeros up
+//     to a sector boundary, or contain an all-zero sector-aligned 512-byte
+//     sector — and no valid header of a later batch of this log (the shard,
+//     first LSN above the expected one) appears anywhere in them (the same
+//     torn write, with the page holding its header lost; a later batch would
+//     mean the damaged one had been acknowledged).
+//
+// With SyncEveryBatch only one append can be unsynced at a crash, so these
+// rules cover every crash image (proved by a crash sweep with Pebble's
+// crashable MemFS at every file operation of a workload with rolls,
+// retention and reopens, and at every operation of the recovery itself).
+// Under SyncManual several unsynced appends may have holes, and a crash image
+// can be refused as corrupt.
+//
+// The tail is cut by copying the valid prefix to the segment's temporary
+// file, syncing it, renaming it over the segment and syncing the directory
+// (vfs.File has no Truncate): a crash at any point leaves the old segment,
+// cut again on the next open, or the new one.
 //
 // Anything else is corruption and OpenWriter fails with a typed error naming
 // the segment and offset: a bad batch followed by more data, a complete batch
 // with a bad CRC and no sign of a torn write, any defect in a non-last
-// segment, a gap or overlap in LSNs, a foreign shard.
+// segment, a gap or overlap in LSNs, a batch of another shard than the
+// segment's name says (ErrShardMismatch, with ErrCorrupt).
+//
+// OpenWriter validates all of this read-only before it creates the lock file
+// or cuts anything, so a refused open (ErrNotWAL, ErrBadSegmentName,
+// corruption) leaves the directory byte for byte as it was. Under the lock it
+// scans again only if the log changed in between (segment names or the last
+// segment's size) or had a torn tail. OpenReader checks the directory and
+// the first batch header of every segment (decodes, shard, LSN in the name);
+// defects further in surface from Next.
 //
 // The Writer serializes Appends with a mutex, so it may be shared by
 // goroutines; each Append is one batch with consecutive LSNs. After a failed
-// write or sync it refuses further work (an fsync error cannot be retried
-// safely); reopening recovers. Epochs are recorded, not checked: the caller
-// fences stale leaders.
+// write, sync or segment creation it refuses all further work with the same
+// error, which wraps ErrWriterFailed and the cause (an fsync error cannot be
+// retried safely); Close returns it too and still releases the lock. What
+// part of a failed append reached the file is a torn tail: a Reader stops
+// there with io.EOF, and the reopen that recovers cuts it (or keeps the
+// batch, if it is whole: it was never acknowledged, but is valid). Epochs are
+// recorded, not checked: the caller fences stale leaders.
+//
+// # Filesystem
+//
+// Every file operation — segment create, open, read, write, sync, rename,
+// remove, directory listing and sync, lock — goes through a Pebble vfs.FS
+// (WriterOptions.FS, OpenReaderFS, ListShardsFS; default vfs.Default), so
+// tests crash the log with vfs.NewCrashableMem and CrashClone and inject I/O
+// errors with vfs/errorfs. OpenWriter syncs the parent of every directory it
+// creates. Segment data is made durable with File.SyncData (fdatasync on
+// Linux: the file size, needed to read appended data, is flushed with it).
 //
 // # Lock
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -18,6 +20,16 @@ const lockSuffix = ".lock"
 // "0000000003.lock").
 func LockName(shard uint32) string {
 	return fmt.Sprintf("%0*d%s", segShardDigit, shard, lockSuffix)
+}
+
+// isLockName reports whether name is LockName of some shard.
+func isLockName(name string) bool {
+	digits, ok := strings.CutSuffix(name, lockSuffix)
+	if !ok || len(digits) != segShardDigit {
+		return false
+	}
+	_, err := strconv.ParseUint(digits, 10, 32)
+	return err == nil // ParseUint takes no sign
 }
 
 // dirLock is a held shard lock: the FS lock plus this process's claim.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"slices"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Reader iterates the raw batches of one shard's log in a directory, across
@@ -13,9 +15,10 @@ import (
 // or the end of the log Next returns io.EOF and a later Next resumes at the
 // same place. Not safe for concurrent use.
 type Reader struct {
+	fs     vfs.FS
 	dir    string
 	shard  uint32
-	f      *os.File
+	f      vfs.File
 	seg    segment
 	off    int64  // offset of the next batch in f
 	size   int64  // size of f last observed
@@ -28,18 +31,63 @@ type Reader struct {
 // OpenReader opens a Reader positioned at the start of the log of shard in
 // dir (an existing directory; it may hold no segment yet): the first Next
 // returns the oldest retained batch.
+//
+// It validates what it can cheaply, without a lock: that dir is a WAL
+// directory (ErrNotWAL, ErrBadSegmentName) and that the first batch header
+// of every segment of the shard decodes, carries the shard
+// (ErrShardMismatch) and starts at the LSN in the segment's name. Defects
+// further into a segment surface from Next. Only the last segment may be
+// shorter than a header (a Writer may be creating it).
 func OpenReader(dir string, shard uint32) (*Reader, error) {
-	st, err := os.Stat(dir)
+	return OpenReaderFS(vfs.Default, dir, shard)
+}
+
+// OpenReaderFS is OpenReader on the filesystem fs.
+func OpenReaderFS(fs vfs.FS, dir string, shard uint32) (*Reader, error) {
+	if err := checkDir(fs, dir); err != nil {
+		return nil, err
+	}
+	segs, err := listSegments(fs, dir, shard)
 	if err != nil {
 		return nil, err
 	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("wal: %s is not a directory", dir)
+	for i, seg := range segs {
+		if err := checkSegmentStart(fs, dir, seg, shard, i == len(segs)-1); err != nil {
+			return nil, err
+		}
 	}
-	if _, err := listSegments(dir, shard); err != nil {
-		return nil, err
+	return &Reader{fs: fs, dir: dir, shard: shard}, nil
+}
+
+// checkSegmentStart checks the first batch header of seg.
+func checkSegmentStart(fs vfs.FS, dir string, seg segment, shard uint32, last bool) error {
+	f, err := fs.Open(fs.PathJoin(dir, seg.name))
+	if err != nil {
+		return err
 	}
-	return &Reader{dir: dir, shard: shard}, nil
+	defer f.Close()
+	var hdr [HeaderSize]byte
+	n, err := f.ReadAt(hdr[:], 0)
+	errAt := func(err error) error { return fmt.Errorf("wal: segment %s offset 0: %w", seg.name, err) }
+	if n < HeaderSize {
+		if last && errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: %d bytes, less than a batch header, in a non-last segment", ErrTruncated, n)
+		}
+		return errAt(err)
+	}
+	h, err := DecodeHeader(hdr[:])
+	switch {
+	case err != nil:
+		return errAt(err)
+	case h.Shard != shard:
+		return errAt(shardMismatch(h.Shard, shard))
+	case h.FirstLSN != seg.first:
+		return errAt(fmt.Errorf("%w: batch starts at LSN %d, the segment's name says %d", ErrCorrupt, h.FirstLSN, seg.first))
+	}
+	return nil
 }
 
 // Seek positions the Reader so that the next batch returned contains lsn, or
@@ -70,7 +118,7 @@ func (r *Reader) closeFile() {
 
 // position opens the segment that holds r.target (io.EOF: no segments yet).
 func (r *Reader) position() error {
-	segs, err := listSegments(r.dir, r.shard)
+	segs, err := listSegments(r.fs, r.dir, r.shard)
 	if err != nil {
 		return err
 	}
@@ -102,7 +150,7 @@ func (r *Reader) position() error {
 // open switches to seg. A listed segment that no longer exists was deleted
 // by retention in the meantime: what it held is compacted.
 func (r *Reader) open(seg segment) error {
-	f, err := os.Open(segPath(r.dir, seg.name))
+	f, err := r.fs.Open(r.fs.PathJoin(r.dir, seg.name))
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: segment %s of %s was deleted: %w", ErrCompacted, seg.name, r.dir, err)
 	}
@@ -147,7 +195,7 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 		return Header{}, false, r.errAt(err)
 	}
 	if h.Shard != r.shard {
-		return Header{}, false, r.errAt(fmt.Errorf("%w: batch of shard %d, want %d", ErrCorrupt, h.Shard, r.shard))
+		return Header{}, false, r.errAt(shardMismatch(h.Shard, r.shard))
 	}
 	if h.FirstLSN != r.expect {
 		return Header{}, false, r.errAt(fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, r.expect))
@@ -161,7 +209,7 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 // nextSegment returns the segment following the current one, or ok=false
 // if there is none yet, and the first LSN of the oldest segment.
 func (r *Reader) nextSegment() (next segment, ok bool, oldest uint64, err error) {
-	segs, err := listSegments(r.dir, r.shard)
+	segs, err := listSegments(r.fs, r.dir, r.shard)
 	if err != nil || len(segs) == 0 {
 		return segment{}, false, 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,7 +30,7 @@ func buildSegments(t *testing.T, dir string, batches int) (*Writer, []Header) {
 
 // diskBytes is the size of shard 1's segment files in dir.
 func diskBytes(t *testing.T, dir string) (n int64) {
-	segs, err := listSegments(dir, 1)
+	segs, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	for _, s := range segs {
 		st, err := os.Stat(filepath.Join(dir, s.name))
@@ -42,7 +43,7 @@ func diskBytes(t *testing.T, dir string) (n int64) {
 func TestDeleteBelow(t *testing.T) {
 	dir := t.TempDir()
 	w, hs := buildSegments(t, dir, 60)
-	segs, err := listSegments(dir, 1)
+	segs, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	require.Greater(t, len(segs), 6)
 	require.Equal(t, uint64(1), w.FirstLSN())
@@ -65,7 +66,7 @@ func TestDeleteBelow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, segs[3].first, w.FirstLSN())
-	left, err := listSegments(dir, 1)
+	left, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	require.Equal(t, segs[3:], left)
 
@@ -91,7 +92,7 @@ func TestDeleteBelow(t *testing.T) {
 	n, err = w.DeleteBelow(math.MaxUint64)
 	require.NoError(t, err)
 	require.Equal(t, len(segs)-4, n)
-	left, err = listSegments(dir, 1)
+	left, err = listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	require.Equal(t, segs[len(segs)-1:], left)
 	require.Equal(t, segs[len(segs)-1].first, w.FirstLSN())
@@ -126,7 +127,7 @@ func TestReaderSegmentDeletedUnderIt(t *testing.T) {
 	dir := t.TempDir()
 	w, hs := buildSegments(t, dir, 60)
 	defer w.Close()
-	segs, err := listSegments(dir, 1)
+	segs, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	require.Greater(t, len(segs), 4)
 
@@ -232,7 +233,7 @@ func TestBatchEndingAt(t *testing.T) {
 
 	// Below the retained range: ErrCompacted, including the LSN just
 	// before the first retained one.
-	segs, err := listSegments(dir, 1)
+	segs, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
 	_, err = w.DeleteBelow(segs[2].first)
 	require.NoError(t, err)

@@ -41,10 +41,17 @@ type WriterOptions struct {
 	// new log starts at applied LSN + 1. Ignored when segments exist.
 	// Default 1.
 	FirstLSN uint64
+	// FS is the filesystem every file operation goes through (tests inject
+	// crashes and I/O errors with vfs.NewCrashableMem and vfs/errorfs).
+	// Default vfs.Default.
+	FS vfs.FS
 }
 
 // EnsureDefaults fills zero fields with their defaults.
 func (o *WriterOptions) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	if o.SegmentSize <= 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
@@ -58,17 +65,18 @@ func (o *WriterOptions) EnsureDefaults() {
 // is failed: every later call returns that error (a failed write or fsync
 // leaves the file in an unknown state; reopening recovers it).
 type Writer struct {
-	mu      sync.Mutex
-	dir     string
-	opts    WriterOptions
-	f       *os.File // active (last) segment
-	seg     segment  // the active segment
-	size    int64    // bytes in the active segment; next batch goes here
-	old     []sizedSegment // retained segments before the active one, oldest first
-	buf     []byte
-	err     error // sticky
-	closed  bool
-	lock    *dirLock
+	mu     sync.Mutex
+	dir    string
+	opts   WriterOptions
+	fs     vfs.FS
+	f      vfs.File       // active (last) segment
+	seg    segment        // the active segment
+	size   int64          // bytes in the active segment; next batch goes here
+	old    []sizedSegment // retained segments before the active one, oldest first
+	buf    []byte
+	err    error // sticky
+	closed bool
+	lock   *dirLock
 
 	next     atomic.Uint64 // LSN of the next appended event
 	durable  atomic.Uint64 // highest LSN known synced
@@ -86,22 +94,37 @@ type sizedSegment struct {
 // recovers it: it verifies the segments as described in the package doc,
 // truncates a torn tail of the last segment, and positions after the last
 // valid batch. A log with no segments starts at opts.FirstLSN (default 1).
-// Corruption that is not a torn tail fails with a typed error and changes
-// nothing on disk.
 //
 // The Writer holds the shard's lock file in dir (LockName) until Close; a
 // second OpenWriter of the same shard and directory, in this process or
 // another, fails at once with ErrLocked.
+//
+// A path that is not a WAL directory (ErrNotWAL), a malformed segment name,
+// and corruption that is not a torn tail fail with a typed error and change
+// nothing on disk: the log is validated before the lock file is created.
 func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
 		w.opts = *opts
 	}
 	w.opts.EnsureDefaults()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	w.fs = w.opts.FS
+	if err := checkDir(w.fs, dir); errors.Is(err, os.ErrNotExist) {
+		if err := mkdirAllSynced(w.fs, dir); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
 	}
-	if w.lock, err = lockShard(vfs.Default, dir, w.opts.Shard); err != nil {
+	// Validate before locking, so that a refused directory is left as it
+	// was; then scan again under the lock only if the log may have changed
+	// in between (a Writer that held the lock until a moment ago).
+	var scratch []byte
+	scan, err := scanLog(w.fs, dir, w.opts.Shard, &scratch)
+	if err != nil {
+		return nil, err
+	}
+	if w.lock, err = lockShard(w.fs, dir, w.opts.Shard); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -112,18 +135,94 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 			_ = w.lock.release()
 		}
 	}()
-	return w, w.recover()
+	if fresh, err := scan.current(w.fs, dir, w.opts.Shard); err != nil {
+		return nil, err
+	} else if !fresh {
+		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
+			return nil, err
+		}
+	}
+	if err := removeTemps(w.fs, dir, w.opts.Shard); err != nil {
+		return nil, err
+	}
+	return w, w.recover(scan, scratch)
 }
 
-// recover scans the log under the lock and positions the Writer after its
-// last valid batch (see OpenWriter).
-func (w *Writer) recover() error {
-	dir := w.dir
-	segs, err := listSegments(dir, w.opts.Shard)
+// logScan is the result of validating a shard's log read-only.
+type logScan struct {
+	segs     []sizedSegment // size: end of the last valid batch
+	lastSize int64          // file size of the last segment when scanned
+	next     uint64         // LSN after the last valid batch
+	torn     bool           // the last segment has a torn tail after segs[last].size
+}
+
+// scanLog validates the log of shard in dir without changing anything: the
+// directory listing, the headers of every segment, the bodies of the last,
+// and the classification of what follows its last valid batch.
+func scanLog(fs vfs.FS, dir string, shard uint32, scratch *[]byte) (logScan, error) {
+	segs, err := listSegments(fs, dir, shard)
+	if err != nil || len(segs) == 0 {
+		return logScan{}, err
+	}
+	var scan logScan
+	next := segs[0].first
+	for i, seg := range segs {
+		if seg.first != next {
+			return logScan{}, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
+				seg.name, ErrCorrupt, seg.first, next)
+		}
+		last := i == len(segs)-1
+		f, err := fs.Open(fs.PathJoin(dir, seg.name))
+		if err != nil {
+			return logScan{}, err
+		}
+		res, err := scanSegment(f, seg, shard, last, scratch)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return logScan{}, err
+		}
+		scan.segs = append(scan.segs, sizedSegment{seg, res.end})
+		scan.lastSize, scan.next, scan.torn = res.size, res.next, res.torn
+		next = res.next
+	}
+	return scan, nil
+}
+
+// current reports whether the log still is as scanned. A Writer only
+// appends to the last segment, creates segments after it, deletes old ones
+// and cuts torn tails, so the same segment names and the same last-segment
+// size mean the same valid log — unless there was a torn tail, whose bytes
+// another Writer may have replaced with a batch of the same length.
+func (s *logScan) current(fs vfs.FS, dir string, shard uint32) (bool, error) {
+	segs, err := listSegments(fs, dir, shard)
 	if err != nil {
-		return err
+		return false, err
+	}
+	if s.torn || len(segs) != len(s.segs) {
+		return false, nil
+	}
+	for i := range segs {
+		if segs[i] != s.segs[i].segment {
+			return false, nil
+		}
 	}
 	if len(segs) == 0 {
+		return true, nil
+	}
+	st, err := fs.Stat(fs.PathJoin(dir, segs[len(segs)-1].name))
+	if err != nil {
+		return false, err
+	}
+	return st.Size() == s.lastSize, nil
+}
+
+// recover opens the scanned log for appending, under the lock: it cuts a
+// torn tail, syncs the last segment and positions the Writer after the last
+// valid batch; an empty log gets its first segment.
+func (w *Writer) recover(scan logScan, scratch []byte) error {
+	if len(scan.segs) == 0 {
 		if err := w.createSegment(w.opts.FirstLSN); err != nil {
 			return err
 		}
@@ -132,49 +231,27 @@ func (w *Writer) recover() error {
 		w.noteRetention()
 		return nil
 	}
-	var scratch []byte
-	next := segs[0].first
-	for i, seg := range segs {
-		if seg.first != next {
-			return fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
-				seg.name, ErrCorrupt, seg.first, next)
-		}
-		last := i == len(segs)-1
-		flag := os.O_RDONLY
-		if last {
-			flag = os.O_RDWR
-		}
-		f, err := os.OpenFile(segPath(dir, seg.name), flag, 0)
-		if err != nil {
+	last := scan.segs[len(scan.segs)-1]
+	if scan.torn {
+		// Only a never-acknowledged append is cut: see the torn-tail rule.
+		if err := cutTail(w.fs, w.dir, last, scratch); err != nil {
 			return err
 		}
-		res, err := scanSegment(f, seg, w.opts.Shard, last, &scratch)
-		if err == nil && res.torn {
-			// Only a never-acknowledged append is cut: see the torn-tail rule.
-			err = f.Truncate(res.end)
-		}
-		if err == nil && last {
-			// What a crashed process wrote may sit only in the page cache;
-			// sync so that DurableLSN below is true.
-			err = syncData(f)
-		}
-		if err != nil || !last {
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		}
-		next = res.next
-		if last {
-			w.f, w.seg, w.size = f, seg, res.end
-		} else {
-			w.old = append(w.old, sizedSegment{seg, res.end})
-		}
 	}
-	w.next.Store(next)
-	w.durable.Store(next - 1)
+	f, err := w.fs.OpenReadWrite(w.fs.PathJoin(w.dir, last.name), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	// What a crashed process wrote may sit only in the page cache; sync so
+	// that DurableLSN below is true.
+	if err := f.SyncData(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	w.f, w.seg, w.size = f, last.segment, last.size
+	w.old = scan.segs[:len(scan.segs)-1]
+	w.next.Store(scan.next)
+	w.durable.Store(scan.next - 1)
 	w.noteRetention()
 	return nil
 }
@@ -196,11 +273,11 @@ func (w *Writer) noteRetention() {
 // createSegment creates and switches to a new empty segment starting at first.
 func (w *Writer) createSegment(first uint64) error {
 	name := SegmentName(w.opts.Shard, first)
-	f, err := os.OpenFile(segPath(w.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := w.fs.Create(w.fs.PathJoin(w.dir, name), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	if err := syncDir(w.dir); err != nil {
+	if err := syncDir(w.fs, w.dir); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -208,9 +285,9 @@ func (w *Writer) createSegment(first uint64) error {
 	return nil
 }
 
-// fail records a sticky I/O error.
+// fail records the sticky I/O error that every later call returns.
 func (w *Writer) fail(err error) error {
-	w.err = fmt.Errorf("wal: writer failed (reopen to recover): %w", err)
+	w.err = fmt.Errorf("%w: %w", ErrWriterFailed, err)
 	return w.err
 }
 
@@ -241,16 +318,15 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 		}
 	}
 	if _, err := w.f.WriteAt(buf, w.size); err != nil {
-		// Try to cut the partial batch so a reader does not stall on it;
-		// the writer stays failed either way.
-		_ = w.f.Truncate(w.size)
+		// What part of the batch reached the file is a torn tail: a Reader
+		// stops there (io.EOF) and the reopen that recovers cuts it.
 		return Header{}, w.fail(err)
 	}
 	w.size += int64(len(buf))
 	w.retained.Add(int64(len(buf)))
 	w.next.Store(h.LastLSN() + 1)
 	if w.opts.Sync == SyncEveryBatch {
-		if err := syncData(w.f); err != nil {
+		if err := w.f.SyncData(); err != nil {
 			return Header{}, w.fail(err)
 		}
 		w.durable.Store(h.LastLSN())
@@ -264,7 +340,7 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 // roll syncs and closes the active segment and starts one at first. The old
 // segment is synced first so that only the last segment can ever be torn.
 func (w *Writer) roll(first uint64) error {
-	if err := syncData(w.f); err != nil {
+	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
 	w.durable.Store(first - 1)
@@ -290,7 +366,7 @@ func (w *Writer) Sync() error {
 	if w.err != nil {
 		return w.err
 	}
-	if err := syncData(w.f); err != nil {
+	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
 	w.durable.Store(w.next.Load() - 1)
@@ -339,7 +415,7 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 		if nextFirst > lsn {
 			break
 		}
-		if err := os.Remove(segPath(w.dir, w.old[0].name)); err != nil {
+		if err := w.fs.Remove(w.fs.PathJoin(w.dir, w.old[0].name)); err != nil {
 			return removed, fmt.Errorf("wal: deleting segment %s: %w", w.old[0].name, err)
 		}
 		w.old = w.old[1:]
@@ -347,7 +423,7 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 		// Made durable before the next removal: a crash must not keep an
 		// older segment while losing a newer one's removal, which would
 		// leave a gap.
-		if err := syncDir(w.dir); err != nil {
+		if err := syncDir(w.fs, w.dir); err != nil {
 			return removed, fmt.Errorf("wal: syncing %s after deleting segments: %w", w.dir, err)
 		}
 	}
@@ -366,7 +442,7 @@ func (w *Writer) Close() error {
 	var err error
 	if w.f != nil {
 		if w.err == nil {
-			err = syncData(w.f)
+			err = w.f.SyncData()
 			if err == nil {
 				w.durable.Store(w.next.Load() - 1)
 			}
