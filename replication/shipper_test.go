@@ -92,8 +92,10 @@ func (r *memReader) Close() error { return nil }
 // fakeFollower applies a batch only if it starts right after its position,
 // acks duplicates, refuses the rest: the position gate of the Receiver.
 type fakeFollower struct {
-	shard uint32
-	epoch uint64
+	shard   uint32
+	epoch   uint64
+	id      string
+	backoff time.Duration // pause before redialling after a disconnect
 
 	mu      sync.Mutex
 	applied uint64
@@ -122,7 +124,7 @@ func (f *fakeFollower) crash(lsn uint64) {
 func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 	for {
 		f.mu.Lock()
-		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
+		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied, FollowerID: f.id}
 		f.dials++
 		f.mu.Unlock()
 		c, err := d.Dial(ctx, hello)
@@ -140,7 +142,16 @@ func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 		if !errors.Is(err, ErrDisconnected) {
 			return err
 		}
+		if f.backoff > 0 && !sleepCtx(ctx, f.backoff) {
+			return nil
+		}
 	}
+}
+
+func (f *fakeFollower) dialCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
 }
 
 func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {
