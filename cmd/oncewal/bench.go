@@ -112,7 +112,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench", "bench [--json] [--quick]", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	quick := fs.Bool("quick", false, "one short round (under 30 s) instead of three longer ones")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}

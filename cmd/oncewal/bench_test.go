@@ -17,9 +17,9 @@ func TestBenchArgs(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "flag provided but not defined") {
 		t.Errorf("unknown flag: code %d, stderr %q", code, errOut)
 	}
-	_, errOut, code = runCmd(t, "bench", "-h")
-	if code != exitOK || !strings.Contains(errOut, "usage: oncewal bench [--json] [--quick]") {
-		t.Errorf("-h: code %d, stderr %q", code, errOut)
+	out, _, code := runCmd(t, "bench", "-h")
+	if code != exitOK || !strings.Contains(out, "usage: oncewal bench [--json] [--quick]") {
+		t.Errorf("-h: code %d, stdout %q", code, out)
 	}
 }
 

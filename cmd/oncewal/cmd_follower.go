@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"sync"
@@ -33,18 +34,24 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
 	debug := fs.Bool("debug", false, "debug logging (includes every redial)")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
+	var c flagCheck
 	if *dir == "" || *leader == "" {
-		return usageError(fs, stderr, "--dir and --leader are required")
+		c.failf("--dir and --leader are required")
 	}
-	if *shard > 1<<32-1 {
-		return usageError(fs, stderr, "--shard out of range")
+	if *leader != "" {
+		hostPort(&c, "leader", *leader, true)
+	}
+	inRange(&c, "shard", *shard, 0, math.MaxUint32)
+	atLeast(&c, "stats-interval", *statsEvery, 0)
+	if code, bad := c.refuse(fs, stderr); bad {
+		return code
 	}
 	tlsCfg, msg, err := tf.load(false)
 	if msg != "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,15 +15,21 @@ import (
 	"github.com/oncewal/oncewal/testutil"
 )
 
-const demoUsage = `usage: oncewal demo [flags]
+const demoSynopsis = `demo [flags]
 
 Runs a leader (WAL on disk) -> in-process transport with seeded faults ->
 follower (embedded Pebble, on disk) in one process, restarts and kills the
 follower along the way, then checks the follower's state against an oracle
 that applies every distinct operation exactly once. Exit status 0 only if
-they match.
+they match.`
 
-`
+// Upper bounds of the demo's sizes: far beyond a demonstration, short of
+// exhausting memory (the workload and its oracle are held in memory).
+const (
+	maxDemoSessions = 1_000_000
+	maxDemoEvents   = 50_000_000
+	maxDemoRestarts = 1000
+)
 
 // demoReport is the --json output.
 type demoReport struct {
@@ -73,9 +78,7 @@ type demoShard struct {
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
+	fs := newFlagSet("demo", demoSynopsis, stderr)
 	dir := fs.String("dir", "", "keep the leader WAL in DIR/leader and the follower store in DIR/follower (default: a temp dir removed at exit)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions")
 	events := fs.Int("events", 100_000, "client operations to log")
@@ -88,19 +91,33 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process transport; --faults is then ignored")
 	failover := fs.Bool("failover", false, "request-level demo instead: client requests with idempotency keys against leader A, A killed at random points, follower B promoted, retries against B; verifies exactly-once and original outcomes (see failover.go)")
 	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs and shippers, one follower node serves all N (faults seeded per shard; not with --network)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, status, ok := parseArgs(fs, args, stdout)
+	if !ok {
+		return status
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "oncewal demo: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if len(pos) > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	fc, ok := map[string]replication.FaultConfig{
+	fc, known := map[string]replication.FaultConfig{
 		"none": replication.FaultsNone, "light": replication.FaultsLight, "heavy": replication.FaultsHeavy,
 	}[*faults]
-	if !ok || *sessions <= 0 || *events <= 0 || *dupRate < 0 || *retryRate < 0 || *dupRate+*retryRate >= 1 || *restarts < 0 || *shards < 1 || *shards > replication.MaxShards || (*shards > 1 && *network) {
-		fmt.Fprintln(stderr, "oncewal demo: invalid flags: need --faults none|light|heavy, --sessions/--events > 0, --restarts >= 0, --shards 1..65536 (1 with --network), 0 <= dup-rate + retry-rate < 1")
-		return 2
+	var c flagCheck
+	if !known {
+		c.failf("--faults %q: want none, light or heavy", *faults)
+	}
+	inRange(&c, "sessions", *sessions, 1, maxDemoSessions)
+	inRange(&c, "events", *events, 1, maxDemoEvents)
+	dupOK := inRange(&c, "dup-rate", *dupRate, 0, 1)
+	if inRange(&c, "retry-rate", *retryRate, 0, 1) && dupOK && *dupRate+*retryRate >= 1 {
+		c.failf("--dup-rate + --retry-rate must be < 1 (some appends must be fresh operations)")
+	}
+	inRange(&c, "restarts", *restarts, 0, maxDemoRestarts)
+	inRange(&c, "shards", *shards, 1, replication.MaxShards)
+	if *shards > 1 && *network {
+		c.failf("--shards > 1 does not combine with --network")
+	}
+	if code, bad := c.refuse(fs, stderr); bad {
+		return code
 	}
 
 	root := *dir

@@ -17,28 +17,39 @@ P-256): ca.pem (+ ca-key.pem), leader.pem/leader-key.pem (a server
 certificate for --hosts) and follower.pem/follower-key.pem (a client
 certificate). Keys are written 0600. Existing files are never overwritten.`
 
+// maxCertDays bounds --days: a hundred years is beyond any local trial, and
+// days×24h must fit a time.Duration (it overflows past 106,751 days, which
+// once made --days 99999999 a certificate expiring in 2246).
+const maxCertDays = 36_500
+
 func runGencerts(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("gencerts", gencertsSynopsis, stderr)
 	hosts := fs.String("hosts", strings.Join(grpctransport.DefaultHosts, ","), "names and IPs the leader certificate is valid for")
 	days := fs.Int("days", 365, "validity in days")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}
 	if len(pos) != 1 {
 		return usageError(fs, stderr, "need exactly one DIR")
 	}
-	if *days <= 0 {
-		return usageError(fs, stderr, "--days must be > 0")
-	}
+	var check flagCheck
+	inRange(&check, "days", *days, 1, maxCertDays)
 	var hs []string
 	for _, h := range strings.Split(*hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			hs = append(hs, h)
 		}
 	}
+	if len(hs) == 0 {
+		check.failf("--hosts names no host")
+	}
+	if code, bad := check.refuse(fs, stderr); bad {
+		return code
+	}
 	dir := pos[0]
-	c, err := grpctransport.GenerateCerts(hs, time.Duration(*days)*24*time.Hour)
+	validFor := time.Duration(*days) * 24 * time.Hour
+	c, err := grpctransport.GenerateCerts(hs, validFor)
 	if err == nil {
 		err = c.WriteDir(dir)
 	}
@@ -51,7 +62,7 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 		p(grpctransport.FileCA), p(grpctransport.FileCAKey), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey),
 		p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
 	fmt.Fprintf(stdout, "leader certificate valid for %s until %s\n\n", strings.Join(hs, ", "),
-		time.Now().Add(time.Duration(*days)*24*time.Hour).Format(time.DateOnly))
+		time.Now().Add(validFor).Format(time.DateOnly))
 	fmt.Fprintf(stdout, "  oncewal leader --wal /tmp/oncewal/leader --listen 127.0.0.1:7070 --generate 5000 \\\n"+
 		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(grpctransport.FileCA), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey))
 	fmt.Fprintf(stdout, "  oncewal follower --dir /tmp/oncewal/follower --leader localhost:7070 --shard 0 \\\n"+

@@ -41,7 +41,7 @@ var errNotStore = errors.New("not an oncewal follower store")
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("inspect", inspectSynopsis, stderr)
 	jsonOut := fs.Bool("json", false, "print one JSON object")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}

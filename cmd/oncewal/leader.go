@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"sync"
@@ -31,33 +32,47 @@ non-idempotent adds, each with an idempotency key) and ships only what it has
 synced. Without --generate it ships what is already in DIR. Stops cleanly on
 SIGINT/SIGTERM; logs its stats every --stats-interval.`
 
+// Bounds of the generated workload. A batch of maxGenerateBatch generated
+// events stays far below wal.MaxBodySize; more sessions than
+// maxGenerateSessions only cost memory.
+const (
+	maxGenerateRate     = 10_000_000
+	maxGenerateSessions = 1_000_000
+	maxGenerateBatch    = 100_000
+)
+
 func runLeader(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("leader", leaderSynopsis, stderr)
 	walDir := fs.String("wal", "", "leader WAL directory (created with --generate)")
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve followers on")
 	shard := fs.Uint("shard", 0, "shard served")
-	epoch := fs.Uint64("epoch", 1, "leader epoch written into batches (fencing)")
+	epoch := fs.Uint64("epoch", 1, "leader epoch written into batches (fencing); >= 1")
 	tf := addTLSFlags(fs, "leader")
 	rate := fs.Int("generate", 0, "append a generated workload at this many events/s (0: serve only)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	debug := fs.Bool("debug", false, "debug logging")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
+	var c flagCheck
 	if *walDir == "" {
-		return usageError(fs, stderr, "--wal is required")
+		c.failf("--wal is required")
 	}
-	if *shard > 1<<32-1 {
-		return usageError(fs, stderr, "--shard out of range")
-	}
-	if *rate < 0 || (*rate > 0 && (positive("sessions", *sessions) != "" || positive("batch", *batch) != "")) {
-		return usageError(fs, stderr, "--generate must be >= 0; with it, --sessions and --batch > 0")
+	hostPort(&c, "listen", *listen, false)
+	inRange(&c, "shard", *shard, 0, math.MaxUint32)
+	atLeast(&c, "epoch", *epoch, 1)
+	inRange(&c, "generate", *rate, 0, maxGenerateRate)
+	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
+	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
+	atLeast(&c, "stats-interval", *statsEvery, 0)
+	if code, bad := c.refuse(fs, stderr); bad {
+		return code
 	}
 	tlsCfg, msg, err := tf.load(true)
 	if msg != "" {

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,6 +38,7 @@ var commands = []command{
 	{"leader", "serve a WAL to followers over gRPC with mutual TLS (optionally generating a workload)", runLeader},
 	{"follower", "replicate a shard from a leader over gRPC with mutual TLS into a follower store", runFollower},
 	{"gencerts", "write a CA, a leader and a follower certificate for trying mutual TLS locally", runGencerts},
+	{"version", "print the module version and VCS revision this binary was built from", runVersion},
 }
 
 func main() {
@@ -52,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch name {
 	case "help", "-h", "-help", "--help":
 		return runHelp(rest, stdout, stderr)
+	case "-version", "--version":
+		return runVersion(rest, stdout, stderr)
 	}
 	if c := lookup(name); c != nil {
 		return c.run(rest, stdout, stderr)
@@ -108,16 +112,17 @@ Examples:
 }
 
 // newFlagSet returns a FlagSet that reports errors instead of exiting and
-// prints its help, headed by synopsis, to stderr.
+// prints its help, headed by synopsis, to its output: stderr, except while
+// parseArgs answers -h (then stdout).
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: oncewal %s\n", synopsis)
+		fmt.Fprintf(fs.Output(), "usage: oncewal %s\n", synopsis)
 		var any bool
 		fs.VisitAll(func(*flag.Flag) { any = true })
 		if any {
-			fmt.Fprintln(stderr, "\nflags:")
+			fmt.Fprintln(fs.Output(), "\nflags:")
 			fs.PrintDefaults()
 		}
 	}
@@ -131,14 +136,25 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 // positional. It returns the positional arguments in order.
 //
 // The returned exit status is meaningful only when ok is false: exitOK for
-// -h/--help (usage was printed), exitUsage for a bad flag.
-func parseArgs(fs *flag.FlagSet, args []string) (pos []string, status int, ok bool) {
+// -h/--help (usage was printed to stdout: asked-for help is output, so
+// `oncewal demo -h | less` works), exitUsage for a bad flag (the error and
+// usage went to the FlagSet's output, stderr).
+func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string, status int, ok bool) {
+	// The flag package prints usage before it returns, not knowing yet
+	// whether it was asked for; hold the text until the outcome says where
+	// it goes.
+	stderr := fs.Output()
+	var held bytes.Buffer
+	fs.SetOutput(&held)
+	defer fs.SetOutput(stderr)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				_, _ = held.WriteTo(stdout)
 				return nil, exitOK, false
 			}
-			return nil, exitUsage, false // flag already printed the error and usage
+			_, _ = held.WriteTo(stderr)
+			return nil, exitUsage, false
 		}
 		rest := fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {

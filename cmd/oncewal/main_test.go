@@ -51,9 +51,9 @@ func TestHelpSubcommand(t *testing.T) {
 		if code != exitOK || !strings.Contains(out, "usage: oncewal "+tc.cmd) || !strings.Contains(out, tc.want) {
 			t.Errorf("help %s: code %d, stdout:\n%s", tc.cmd, code, out)
 		}
-		_, errOut, code := runCmd(t, tc.cmd, "-h")
-		if code != exitOK || !strings.Contains(errOut, "usage: oncewal "+tc.cmd) {
-			t.Errorf("%s -h: code %d, stderr:\n%s", tc.cmd, code, errOut)
+		out, errOut, code := runCmd(t, tc.cmd, "-h")
+		if code != exitOK || !strings.Contains(out, "usage: oncewal "+tc.cmd) || errOut != "" {
+			t.Errorf("%s -h: code %d, stdout:\n%s\nstderr:\n%s", tc.cmd, code, out, errOut)
 		}
 		_, errOut, code = runCmd(t, tc.cmd, "--no-such-flag", "x")
 		if code != exitUsage || !strings.Contains(errOut, "no-such-flag") {
@@ -90,7 +90,7 @@ func TestParseArgsInterleaved(t *testing.T) {
 		fs.SetOutput(io.Discard)
 		j := fs.Bool("json", false, "")
 		from := fs.Uint64("from", 0, "")
-		pos, _, ok := parseArgs(fs, tc.args)
+		pos, _, ok := parseArgs(fs, tc.args, io.Discard)
 		if !ok || !slices.Equal(pos, tc.pos) || *j != tc.json || *from != tc.from {
 			t.Errorf("parseArgs(%q) = %q ok=%v json=%v from=%d; want %q json=%v from=%d",
 				tc.args, pos, ok, *j, *from, tc.pos, tc.json, tc.from)

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -73,14 +72,6 @@ func every(d time.Duration, done <-chan struct{}, fn func()) {
 			return
 		}
 	}
-}
-
-// validate checks a parsed flag value and returns a message if it is bad.
-func positive(name string, v int) string {
-	if v <= 0 {
-		return fmt.Sprintf("--%s must be > 0", name)
-	}
-	return ""
 }
 
 // loopbackTransport returns, when on, a testutil.PipelineConfig.Transport

@@ -29,6 +29,9 @@ them), delta (add).
 A corrupt or incomplete batch is reported on stderr with its LSN, where it is,
 and the typed error (e.g. wal.ErrChecksum); the exit status is then 1.`
 
+// errNotSegment is the refusal of a file that cannot be a WAL segment.
+var errNotSegment = errors.New("not a WAL segment")
+
 // maxShown bounds how many bytes of a key or value human output prints.
 const maxShown = 64
 
@@ -37,7 +40,7 @@ func runWaldump(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "JSON Lines output, one object per event")
 	from := fs.Uint64("from", 0, "start at the batch holding this `LSN` and print events from it on (0: from the start)")
 	shard := fs.Int64("shard", -1, "only this shard `N` (directories; for a file it must match the file's shard); -1: all")
-	pos, status, ok := parseArgs(fs, args)
+	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
 	}
@@ -59,7 +62,7 @@ func runWaldump(args []string, stdout, stderr io.Writer) int {
 	if st.IsDir() {
 		err = d.dumpDir(path)
 	} else {
-		err = d.dumpFile(path)
+		err = d.dumpFile(path, st)
 	}
 	if ferr := out.Flush(); err == nil && ferr != nil {
 		err = ferr
@@ -291,13 +294,24 @@ func (d *dumper) checkTail(shard uint32, segs []segment, last uint64) error {
 // dumpFile dumps one segment file, read directly: it need not sit in a WAL
 // directory or carry a segment name (a copy under another name is read too,
 // with the continuity checks the name would add left out).
-func (d *dumper) dumpFile(path string) error {
+//
+// A segment has no file header, so an empty file is a WAL segment only by
+// its name (a writer that crashed right after rolling leaves one); an empty
+// file under another name, or anything but a regular file (/dev/null, a
+// pipe), is refused with errNotSegment rather than dumped as "no batches".
+func (d *dumper) dumpFile(path string, st os.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: %w: not a regular file (mode %v)", path, errNotSegment, st.Mode().Type())
+	}
 	var seg *segment
-	if shard, first, err := wal.ParseSegmentName(filepath.Base(path)); err == nil {
+	shard, first, nameErr := wal.ParseSegmentName(filepath.Base(path))
+	if nameErr == nil {
 		seg = &segment{path: path, shard: shard, firstLSN: first}
 		if d.shard >= 0 && uint32(d.shard) != shard {
 			return fmt.Errorf("%s: segment of shard %d, not of --shard %d", path, shard, d.shard)
 		}
+	} else if st.Size() == 0 {
+		return fmt.Errorf("%s: %w: empty, and its name is not a segment name (%v)", path, errNotSegment, nameErr)
 	}
 	d.startShard()
 	if _, err := d.scanSegment(path, seg, true); err != nil {

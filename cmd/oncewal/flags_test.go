@@ -1,0 +1,152 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/oncewal/oncewal/wal"
+)
+
+// TestHelpEveryCommand: asked-for help is output — stdout, exit 0, nothing
+// on stderr — for every subcommand, however it is asked for.
+func TestHelpEveryCommand(t *testing.T) {
+	for _, c := range commands {
+		for _, args := range [][]string{{c.name, "-h"}, {c.name, "--help"}, {"help", c.name}} {
+			out, errOut, code := runCmd(t, args...)
+			if code != exitOK || errOut != "" || !strings.HasPrefix(out, "usage: oncewal "+c.name) {
+				t.Errorf("%q: exit %d, stderr %q, stdout:\n%s", args, code, errOut, out)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		out, errOut, code := runCmd(t, args...)
+		if code != exitOK || errOut != "" || !strings.HasPrefix(out, "oncewal ") ||
+			!strings.Contains(out, "(revision ") || !strings.Contains(out, runtime.Version()) {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", args, code, errOut, out)
+		}
+	}
+	if _, _, code := runCmd(t, "version", "extra"); code != exitUsage {
+		t.Errorf("version with an argument: exit %d", code)
+	}
+
+	bi := &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Path: "github.com/oncewal/oncewal", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-20T10:00:00Z"},
+			{Key: "vcs.modified", Value: "true"}}}
+	if got, want := versionLine(bi), "oncewal v1.2.3 (revision 0123abcd+dirty, 2026-11-20T10:00:00Z) go1.99"; got != want {
+		t.Errorf("versionLine = %q, want %q", got, want)
+	}
+	if got, want := versionLine(nil), "oncewal (devel) (revision unknown) "+runtime.Version(); got != want {
+		t.Errorf("versionLine(nil) = %q, want %q", got, want)
+	}
+}
+
+// TestFlagsRefusedAtStart: every numeric or address flag out of its range
+// is a usage error (exit 2) naming the flag, before the command creates or
+// opens anything.
+func TestFlagsRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	demo := []string{"demo", "--dir", target}
+	gencerts := []string{"gencerts", target}
+	leader := []string{"leader", "--wal", target, "--insecure", "--listen", "127.0.0.1:0", "--generate", "100"}
+	follower := []string{"follower", "--dir", target, "--insecure", "--leader", "127.0.0.1:7070"}
+	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
+	for _, tc := range []struct {
+		args []string
+		want []string // in stderr
+	}{
+		{with(demo, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range [0, 1]"}},
+		{with(demo, "--dup-rate", "+Inf"), []string{"--dup-rate +Inf is out of range"}},
+		{with(demo, "--dup-rate", "-0.1"), []string{"--dup-rate -0.1 is out of range"}},
+		{with(demo, "--retry-rate", "1.5"), []string{"--retry-rate 1.5 is out of range"}},
+		{with(demo, "--dup-rate", "0.5", "--retry-rate", "0.5"), []string{"--dup-rate + --retry-rate must be < 1"}},
+		{with(demo, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
+		{with(demo, "--events", "-5"), []string{"--events -5 is out of range"}},
+		{with(demo, "--events", "99999999999"), []string{"--events 99999999999 is out of range"}},
+		{with(demo, "--restarts", "-1"), []string{"--restarts -1 is out of range"}},
+		{with(demo, "--shards", "0"), []string{"--shards 0 is out of range"}},
+		{with(demo, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
+		{with(demo, "--shards", "2", "--network"), []string{"does not combine with --network"}},
+		{with(demo, "--faults", "medium"), []string{`--faults "medium"`}},
+		// Every problem named in one error.
+		{with(demo, "--retry-rate", "NaN", "--sessions", "0", "--restarts", "-2"),
+			[]string{"--retry-rate NaN", "--sessions 0", "--restarts -2"}},
+
+		{with(gencerts, "--days", "99999999"), []string{"--days 99999999 is out of range [1, 36500]"}},
+		{with(gencerts, "--days", "0"), []string{"--days 0 is out of range"}},
+		{with(gencerts, "--hosts", " , "), []string{"--hosts names no host"}},
+
+		{with(leader, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
+		{with(leader, "--epoch", "0"), []string{"--epoch 0 must be >= 1"}},
+		{with(leader, "--generate", "-1"), []string{"--generate -1 is out of range"}},
+		{with(leader, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
+		{with(leader, "--batch", "0"), []string{"--batch 0 is out of range"}},
+		{with(leader, "--batch", "1000000"), []string{"--batch 1000000 is out of range"}},
+		{with(leader, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(leader, "--listen", "127.0.0.1"), []string{`--listen "127.0.0.1" is not host:port`}},
+		{with(leader, "--listen", "127.0.0.1:65536"), []string{`port "65536" is not a number`}},
+
+		{with(follower, "--leader", "127.0.0.1"), []string{`--leader "127.0.0.1" is not host:port`}},
+		{with(follower, "--leader", ":7070"), []string{`--leader ":7070" names no host`}},
+		{with(follower, "--leader", "localhost:0"), []string{`port "0" is not a number in 1..65535`}},
+		{with(follower, "--leader", "localhost:grpc"), []string{`port "grpc" is not a number`}},
+		{with(follower, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
+		{with(follower, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+	} {
+		out, errOut, code := runCmd(t, tc.args...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d; stderr:\n%s", tc.args, code, exitUsage, errOut)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, errOut)
+			}
+		}
+		if !strings.Contains(errOut, "usage: oncewal "+tc.args[0]) || out != "" {
+			t.Errorf("%q: want the usage on stderr and nothing on stdout; stdout %q", tc.args, out)
+		}
+		if _, err := os.Stat(target); !os.IsNotExist(err) {
+			t.Fatalf("%q created %s before refusing its flags", tc.args, target)
+		}
+	}
+}
+
+// TestWaldumpNotASegment: a file that cannot be a segment is an error (exit
+// 1, errNotSegment named), not "no batches"; an empty file named as a
+// segment is a real (empty) segment.
+func TestWaldumpNotASegment(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.bin")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{empty}
+	if st, err := os.Stat(os.DevNull); err == nil && !st.Mode().IsRegular() {
+		paths = append(paths, os.DevNull)
+	}
+	for _, p := range paths {
+		for _, args := range [][]string{{"waldump", p}, {"waldump", "--json", p}} {
+			out, errOut, code := runCmd(t, args...)
+			if code != exitFailure || !strings.Contains(errOut, "not a WAL segment") || out != "" {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+			}
+		}
+	}
+
+	seg := filepath.Join(dir, wal.SegmentName(0, 1))
+	if err := os.WriteFile(seg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCmd(t, "waldump", seg)
+	if code != exitOK || !strings.Contains(out, "no batches") {
+		t.Errorf("empty named segment: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
