@@ -18,9 +18,11 @@ type retentionPlan struct {
 	Retained    int64    // bytes the log keeps after the pass
 }
 
-// planRetention decides one retention pass, purely. The log must keep every
-// LSN above the lowest live slot (a registered follower still needs it) and
-// above local (the leader's own store re-applies the log beyond its durable
+// planRetention decides one retention pass, purely. The log keeps every LSN
+// from the lowest live slot's acknowledged position on — the follower needs
+// what follows it, and the batch ending at it lets the leader verify the
+// follower's hello against the log (replication.CheckHello) — and from
+// local on (the leader's own store re-applies the log beyond its durable
 // position after a crash). When that keeps more than maxBytes (> 0), the
 // lowest live slots are dropped, one at a time, until the log fits or no
 // slot below local is left: one dead follower cannot fill the disk. segs
@@ -36,9 +38,9 @@ func planRetention(slots []slot, local uint64, segs []segment, maxBytes int64) r
 	slices.SortStableFunc(live, func(a, b slot) int { return cmp.Compare(a.Acked, b.Acked) })
 	var p retentionPlan
 	for {
-		need := local + 1
+		need := local
 		if len(live) > 0 {
-			need = min(need, live[0].Acked+1)
+			need = min(need, live[0].Acked)
 		}
 		p.DeleteBelow, p.Retained = need, retainedFrom(segs, need)
 		if maxBytes <= 0 || p.Retained <= maxBytes || len(live) == 0 || live[0].Acked >= local {
