@@ -62,8 +62,9 @@ func (o *WriterOptions) EnsureDefaults() {
 
 // Writer appends batches to the log of one shard in a directory. It is safe
 // for concurrent use; appends are serialized. After an I/O error the Writer
-// is failed: every later call returns that error (a failed write or fsync
-// leaves the file in an unknown state; reopening recovers it).
+// is failed: every later call returns that error, which wraps
+// ErrWriterFailed and the cause (a failed write or fsync leaves the file in
+// an unknown state; reopening recovers it).
 type Writer struct {
 	mu     sync.Mutex
 	dir    string
