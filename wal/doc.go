@@ -158,10 +158,13 @@
 // segment, a gap or overlap in LSNs, a batch of another shard than the
 // segment's name says (ErrShardMismatch, with ErrCorrupt).
 //
-// OpenWriter validates all of this read-only before it creates the lock file
-// or cuts anything, so a refused open (ErrNotWAL, ErrBadSegmentName,
-// corruption) leaves the directory byte for byte as it was. Under the lock it
-// scans again only if the log changed in between (segment names or the last
+// OpenWriter validates all of this before it creates the lock file or cuts
+// anything, so a refused open (ErrNotWAL, ErrBadSegmentName, corruption)
+// leaves the directory byte for byte as it was. Where the shard's lock file
+// already exists it takes the lock first (so a held lock is ErrLocked at
+// once, without reading the log) and validates under it; where it does not,
+// it validates read-only, creates the lock file and takes the lock, and scans
+// again only if the log changed in between (segment names or the last
 // segment's size) or had a torn tail. OpenReader checks the directory and
 // the first batch header of every segment (decodes, shard, LSN in the name);
 // defects further in surface from Next.

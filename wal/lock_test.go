@@ -91,6 +91,12 @@ func TestWriterLockSameProcess(t *testing.T) {
 	// The refused opens did not disturb the holder's lock or its log.
 	_, err = w.Append(1, testEvents(2, 2))
 	require.NoError(t, err)
+	// With the lock file present the lock is tried before the log is read:
+	// whatever the log looks like meanwhile, a held lock is ErrLocked.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk"), nil, 0o644))
+	_, err = OpenWriter(dir, &WriterOptions{Shard: 3})
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, os.Remove(filepath.Join(dir, "junk")))
 
 	// A different shard in the same directory is a different lock.
 	w7, err := OpenWriter(dir, &WriterOptions{Shard: 7})
