@@ -105,8 +105,12 @@ func crashAt(k int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
 // workload wrote (all: the uncrashed run's headers), byte-identical by
 // header; it holds every acknowledged batch not below the retention floor;
 // the Writer continues after the last batch it holds.
-func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, what string) {
+func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, what string) (torn bool) {
 	t.Helper()
+	var buf []byte
+	if scan, err := scanLog(fs, crashDir, 0, &buf); err == nil {
+		torn = scan.torn
+	}
 	w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10})
 	require.NoError(t, err, "%s: reopen", what)
 	got := readAllFS(t, fs, what)
@@ -136,6 +140,7 @@ func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, what 
 	require.NoError(t, w.Close(), what)
 	got2 := readAllFS(t, fs, what)
 	require.Equal(t, h, got2[len(got2)-1], what)
+	return torn
 }
 
 // readAllFS returns the headers of every batch of shard 0's log in fs,
@@ -161,8 +166,9 @@ func readAllFS(t *testing.T, fs vfs.FS, what string) []Header {
 // TestCrashSweep crashes the leader's WAL before every FS operation of an
 // append workload (rolls, retention, a reopen included) with some of the
 // unsynced data surviving, and checks that every crash image reopens with
-// every acknowledged batch and nothing after a torn one. Every tenth image
-// is crashed again at every operation of its own recovery.
+// every acknowledged batch and nothing after a torn one. Every image with a
+// torn tail, and every tenth other one, is crashed again at every operation
+// of its own recovery (cutting the tail included).
 func TestCrashSweep(t *testing.T) {
 	var all []Header
 	{
@@ -178,19 +184,21 @@ func TestCrashSweep(t *testing.T) {
 	if os.Getenv("ONCEWAL_LONG") == "1" {
 		nestedEvery = 1
 	}
-	images, nested := 0, 0
+	images, nested, torn := 0, 0, 0
 	for k := int64(0); ; k++ {
 		for _, pct := range []int{0, 30, 60, 90, 100} {
 			rng := rand.New(rand.NewPCG(uint64(k), uint64(pct)))
 			img, st := crashAt(k, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
 			if img == nil {
-				t.Logf("%d crash images, %d crashed recoveries", images, nested)
+				t.Logf("%d crash images, %d crashed recoveries; %d of these had a torn tail to cut", images, nested, torn)
 				require.Greater(t, images, 1000)
 				return
 			}
 			images++
 			what := fmt.Sprintf("crash before op %d, %d%% unsynced kept", k, pct)
-			if k%nestedEvery == 0 && pct == 60 {
+			var buf []byte
+			scan, _ := scanLog(img, crashDir, 0, &buf) // an error here (no directory yet) means no torn tail
+			if scan.torn || (k%nestedEvery == 0 && pct == 60) {
 				// Crash the recovery of this image at each of its operations.
 				for j := int64(0); ; j++ {
 					pristine := img.CrashClone(vfs.CrashCloneCfg{}) // exact copy: a clone holds only synced data
@@ -210,10 +218,14 @@ func TestCrashSweep(t *testing.T) {
 						break
 					}
 					nested++
-					checkCrashImage(t, img2, st, all, fmt.Sprintf("%s, then before recovery op %d", what, j))
+					if checkCrashImage(t, img2, st, all, fmt.Sprintf("%s, then before recovery op %d", what, j)) {
+						torn++
+					}
 				}
 			}
-			checkCrashImage(t, img, st, all, what)
+			if checkCrashImage(t, img, st, all, what) {
+				torn++
+			}
 		}
 	}
 }

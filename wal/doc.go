@@ -97,11 +97,12 @@
 //
 // A WAL directory holds segments, lock files (LockName, below) and, after a
 // crash during recovery, a segment's temporary copy (the segment's name plus
-// ".tmp", removed by the next OpenWriter of its shard), and nothing else. A ".wal" file with a malformed name is ErrBadSegmentName, not
-// a guess; any other entry makes it a non-WAL directory, and OpenWriter,
-// OpenReader and ListShards refuse it with ErrNotWAL, as they refuse a
-// regular file, so a misconfigured path is never written into or served.
-// ListShards tells which shards' segments a directory holds.
+// ".tmp", removed by the next OpenWriter of its shard), and nothing else. A
+// ".wal" file with a malformed name is ErrBadSegmentName, not a guess; any
+// other entry makes it a non-WAL directory, and OpenWriter, OpenReader and
+// ListShards refuse it with ErrNotWAL, as they refuse a regular file, so a
+// misconfigured path is never written into or served. ListShards tells which
+// shards' segments a directory holds.
 //
 // Segment invariants: the first batch of a segment starts at the LSN in its
 // name; each batch starts at the LSN after the previous batch; the next
@@ -121,7 +122,7 @@
 // verifies the last segment fully, body CRCs included. After the last valid
 // batch of the last segment, the remaining bytes are a torn tail — an append
 // that the crash cut short, which was never acknowledged (SyncEveryBatch) —
-// and are truncated, iff:
+// and are cut, iff:
 //
 //   - fewer than HeaderSize bytes remain (a partial header), or
 //   - a valid header announces a batch that runs past the end of the file, or
@@ -158,10 +159,13 @@
 // segment, a gap or overlap in LSNs, a batch of another shard than the
 // segment's name says (ErrShardMismatch, with ErrCorrupt).
 //
-// OpenWriter validates all of this read-only before it creates the lock file
-// or cuts anything, so a refused open (ErrNotWAL, ErrBadSegmentName,
-// corruption) leaves the directory byte for byte as it was. Under the lock it
-// scans again only if the log changed in between (segment names or the last
+// OpenWriter validates all of this before it creates the lock file or cuts
+// anything, so a refused open (ErrNotWAL, ErrBadSegmentName, corruption)
+// leaves the directory byte for byte as it was. Where the shard's lock file
+// already exists it takes the lock first (so a held lock is ErrLocked at
+// once, without reading the log) and validates under it; where it does not,
+// it validates read-only, creates the lock file and takes the lock, and scans
+// again only if the log changed in between (segment names or the last
 // segment's size) or had a torn tail. OpenReader checks the directory and
 // the first batch header of every segment (decodes, shard, LSN in the name);
 // defects further in surface from Next.
@@ -238,6 +242,7 @@
 // # Long tests
 //
 // Set ONCEWAL_LONG=1 to run the exhaustive bit-flip and torn-tail tests on
-// larger batches. Fuzz longer with, e.g.,
+// larger batches and to crash the recovery of every crash image of the
+// crash sweep. Fuzz longer with, e.g.,
 // go test -fuzz FuzzDecodeBatch -fuzztime 5m ./wal/
 package wal

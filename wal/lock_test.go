@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,6 +91,12 @@ func TestWriterLockSameProcess(t *testing.T) {
 	// The refused opens did not disturb the holder's lock or its log.
 	_, err = w.Append(1, testEvents(2, 2))
 	require.NoError(t, err)
+	// With the lock file present the lock is tried before the log is read:
+	// whatever the log looks like meanwhile, a held lock is ErrLocked.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk"), nil, 0o644))
+	_, err = OpenWriter(dir, &WriterOptions{Shard: 3})
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, os.Remove(filepath.Join(dir, "junk")))
 
 	// A different shard in the same directory is a different lock.
 	w7, err := OpenWriter(dir, &WriterOptions{Shard: 7})
@@ -138,7 +147,31 @@ func TestWriterLockReleasedAfterFailedOpen(t *testing.T) {
 	_, err = w.Append(1, testEvents(3, 1))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	// Corrupt the only segment: recovery fails after the lock was taken.
+	// Fail the first operation after the lock is taken, on the real FS.
+	var locked atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpLock {
+			locked.Store(true)
+		} else if locked.Load() {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	for i := 0; i < 2; i++ {
+		locked.Store(false)
+		_, err = OpenWriter(dir, &WriterOptions{FS: fs})
+		require.ErrorIs(t, err, errorfs.ErrInjected, "attempt %d fails on the injected error, not as locked", i)
+		require.True(t, locked.Load())
+	}
+	// Released for another process and for this one.
+	require.Equal(t, "opened: append err=<nil> close err=<nil>", lockFromChild(t, dir))
+	w, err = OpenWriter(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), w.NextLSN())
+	require.NoError(t, w.Close())
+
+	// A corrupt log is refused before the lock is taken: as corrupt, every
+	// time, never as locked.
 	path := filepath.Join(dir, SegmentName(0, 1))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -146,7 +179,7 @@ func TestWriterLockReleasedAfterFailedOpen(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, append(b, 1, 2, 3), 0o644))
 	for i := 0; i < 2; i++ {
 		_, err = OpenWriter(dir, nil)
-		require.ErrorIs(t, err, ErrChecksum, "attempt %d is refused as corrupt, not as locked", i)
+		require.ErrorIs(t, err, ErrChecksum, "attempt %d", i)
 	}
 	out := lockFromChild(t, dir)
 	require.True(t, strings.HasPrefix(out, "error: "), out)

@@ -198,3 +198,36 @@ func TestLockName(t *testing.T) {
 	_, _, err := ParseSegmentName(LockName(3))
 	require.ErrorIs(t, err, ErrBadSegmentName, "a lock file never parses as a segment")
 }
+
+// A segment's temporary copy left by a crash during recovery belongs to the
+// WAL: listing skips it, a refused open keeps it, and the next OpenWriter of
+// its shard removes it (and only its own shard's).
+func TestStaleTempFile(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, 0)
+	writeLog(t, dir, 1)
+	tmp0 := filepath.Join(dir, SegmentName(0, 1)+tmpSuffix)
+	tmp1 := filepath.Join(dir, SegmentName(1, 1)+tmpSuffix)
+	require.NoError(t, os.WriteFile(tmp0, []byte("partial copy"), 0o644))
+	require.NoError(t, os.WriteFile(tmp1, []byte("partial copy"), 0o644))
+	got, err := ListShards(dir)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{0, 1}, got)
+	hs, _ := readAll(t, dir, 0, 0)
+	require.NotEmpty(t, hs)
+
+	// Refused (a foreign file): the temporary copies stay.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk"), nil, 0o644))
+	requireRefused(t, dir, 0, ErrNotWAL, "junk beside a temp file")
+	require.NoError(t, os.Remove(filepath.Join(dir, "junk")))
+
+	w, err := OpenWriter(dir, &WriterOptions{Shard: 0})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	_, err = os.Stat(tmp0)
+	require.ErrorIs(t, err, os.ErrNotExist, "shard 0's stale copy removed")
+	_, err = os.Stat(tmp1)
+	require.NoError(t, err, "shard 1's copy is shard 1's business")
+	require.True(t, isTempName(filepath.Base(tmp1)))
+	require.False(t, isTempName("x.wal.tmp"))
+}

@@ -62,8 +62,9 @@ func (o *WriterOptions) EnsureDefaults() {
 
 // Writer appends batches to the log of one shard in a directory. It is safe
 // for concurrent use; appends are serialized. After an I/O error the Writer
-// is failed: every later call returns that error (a failed write or fsync
-// leaves the file in an unknown state; reopening recovers it).
+// is failed: every later call returns that error, which wraps
+// ErrWriterFailed and the cause (a failed write or fsync leaves the file in
+// an unknown state; reopening recovers it).
 type Writer struct {
 	mu     sync.Mutex
 	dir    string
@@ -116,12 +117,20 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	} else if err != nil {
 		return nil, err
 	}
-	// Validate before locking, so that a refused directory is left as it
-	// was; then scan again under the lock only if the log may have changed
-	// in between (a Writer that held the lock until a moment ago).
+	// Where a lock file exists, taking the lock changes nothing on disk:
+	// lock first, so that a held lock is ErrLocked at once, then validate.
+	// Where none exists yet, validate before creating it, so that a refused
+	// directory is left as it was; then scan again under the lock only if
+	// the log may have changed in between.
 	var scratch []byte
-	scan, err := scanLog(w.fs, dir, w.opts.Shard, &scratch)
-	if err != nil {
+	var scan logScan
+	_, err = w.fs.Stat(w.fs.PathJoin(dir, LockName(w.opts.Shard)))
+	validated := errors.Is(err, os.ErrNotExist)
+	if validated {
+		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	if w.lock, err = lockShard(w.fs, dir, w.opts.Shard); err != nil {
@@ -135,9 +144,13 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 			_ = w.lock.release()
 		}
 	}()
-	if fresh, err := scan.current(w.fs, dir, w.opts.Shard); err != nil {
-		return nil, err
-	} else if !fresh {
+	fresh := false
+	if validated {
+		if fresh, err = scan.current(w.fs, dir, w.opts.Shard); err != nil {
+			return nil, err
+		}
+	}
+	if !fresh {
 		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
 			return nil, err
 		}
