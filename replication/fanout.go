@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Fanout errors.
@@ -174,6 +176,7 @@ type FollowerStats struct {
 	ID        string
 	Connected bool          // a connection is in service
 	Refused   HelloRefusals // this follower's refused connections (BadHellos is their total)
+	DiskReads uint64        // batches its stream read from the WAL, not the cache
 	ShipperStats
 }
 
@@ -182,6 +185,7 @@ type FanoutStats struct {
 	Accepted  uint64          // connections accepted from the Listener
 	Refused   HelloRefusals   // every refused connection, unknown IDs included
 	Followers []FollowerStats // registered followers, by ID
+	Cache     CacheStats
 }
 
 // Fanout ships one shard's WAL to every registered follower. Create it
@@ -192,8 +196,11 @@ type Fanout struct {
 	single  *peer // Shipper mode: the one stream every hello goes to
 	running atomic.Bool
 
-	accepted atomic.Uint64
-	refused  refusalCounters
+	accepted   atomic.Uint64
+	refused    refusalCounters
+	cache      *batchCache // nil when disabled
+	sentEvents atomic.Uint64
+	list       atomic.Pointer[[]*peer] // the registered peers, for wakeAll (copied on change)
 
 	mu     sync.Mutex
 	peers  map[string]*peer
@@ -204,11 +211,12 @@ type Fanout struct {
 
 // peer is one follower: its counters and the hand-off to its stream.
 type peer struct {
-	id      string
-	stats   shipperCounters
-	refused refusalCounters
-	connCh  chan struct{} // signalled when pending is set
-	wake    chan struct{} // signalled by Notify
+	id        string
+	stats     shipperCounters
+	refused   refusalCounters
+	diskReads atomic.Uint64
+	connCh    chan struct{} // signalled when pending is set
+	wake      chan struct{} // signalled by Notify and Appended
 
 	// Guarded by Fanout.mu.
 	acked     uint64
@@ -249,7 +257,40 @@ func newFanout(opts FanoutOptions, single bool) *Fanout {
 	for _, id := range opts.Followers {
 		f.peers[id] = newPeer(id)
 	}
+	if opts.CacheBytes > 0 {
+		f.cache = newBatchCache(opts.CacheBytes)
+	}
+	f.listLocked()
 	return f
+}
+
+// listLocked publishes the peer set for wakeAll.
+func (f *Fanout) listLocked() {
+	l := make([]*peer, 0, len(f.peers))
+	for _, p := range f.peers {
+		l = append(l, p)
+	}
+	f.list.Store(&l)
+}
+
+// Appended hands the Fanout a batch the leader appended: its header and
+// encoded bytes (raw is copied; the caller may reuse it). Call it for every
+// batch, in log order, once the batch is synced — e.g. from
+// LedgerLog's OnAppend — to feed the cache every stream reads first, and to
+// wake the streams waiting at the end of the log. A batch that is not of
+// this shard or whose length disagrees with its header is ignored (logged).
+// Safe for concurrent use; calls out of log order only cost WAL reads (the
+// cache restarts at a batch that does not continue it).
+func (f *Fanout) Appended(h wal.Header, raw []byte) {
+	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
+		f.opts.Logf("replication: shipper: shard %d: Appended ignored a batch of shard %d, %d events, %d bytes (header says %d)",
+			f.opts.Shard, h.Shard, h.Count, len(raw), h.Size())
+		return
+	}
+	if f.cache != nil {
+		f.cache.add(h, raw)
+	}
+	f.wakeAll()
 }
 
 func newPeer(id string) *peer {
@@ -278,6 +319,7 @@ func (f *Fanout) registerLocked(id string) *peer {
 	}
 	p := newPeer(id)
 	f.peers[id] = p
+	f.listLocked()
 	if f.run != nil {
 		f.startLocked(p)
 	}
@@ -296,6 +338,7 @@ func (f *Fanout) Unregister(id string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownFollower, id)
 	}
 	delete(f.peers, id)
+	f.listLocked()
 	pending := p.pending
 	p.pending = nil
 	if p.stop != nil {
@@ -401,9 +444,7 @@ func (f *Fanout) notifyLoop(ctx context.Context) {
 
 // wakeAll wakes every stream waiting at the end of the log.
 func (f *Fanout) wakeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.peers {
+	for _, p := range *f.list.Load() {
 		signal(p.wake)
 	}
 }
@@ -606,6 +647,9 @@ func (f *Fanout) Stats() FanoutStats {
 	f.mu.Unlock()
 	slices.SortFunc(ps, func(a, b *peer) int { return strings.Compare(a.id, b.id) })
 	st := FanoutStats{Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
+	if f.cache != nil {
+		st.Cache = f.cache.stats()
+	}
 	for _, p := range ps {
 		st.Followers = append(st.Followers, f.followerStats(p))
 	}
@@ -617,7 +661,7 @@ func (f *Fanout) followerStats(p *peer) FollowerStats {
 	f.mu.Lock()
 	acked, connected := p.acked, p.connected
 	f.mu.Unlock()
-	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot()}
+	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot(), DiskReads: p.diskReads.Load()}
 	st.ShipperStats = ShipperStats{
 		Connections: c.connections.Load(), BadHellos: st.Refused.Total(),
 		BatchesSent: c.sent.Load(), BatchesResent: c.resent.Load(), BytesSent: c.bytes.Load(),
