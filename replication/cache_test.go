@@ -83,12 +83,15 @@ func TestBatchCache(t *testing.T) {
 
 // cacheRig is a fanoutRig whose log is fed to the Fanout through Appended,
 // as a leader does, and that no Notify or poll wakes: only Appended does.
-func newCacheRig(t *testing.T, ids []string, cacheBytes int64) *fanoutRig {
+func newCacheRig(t *testing.T, ids []string, cacheBytes int64, more ...func(*FanoutOptions)) *fanoutRig {
 	return newFanoutRig(t, ids, nil, 1, func(o *FanoutOptions) {
 		o.Notify = nil
 		o.PollInterval = time.Hour
 		o.RetransmitTimeout = time.Hour
 		o.CacheBytes = cacheBytes
+		for _, m := range more {
+			m(o)
+		}
 	})
 }
 

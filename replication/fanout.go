@@ -59,6 +59,12 @@ type FanoutOptions struct {
 	// the listed and Registered followers are served (see the package notes
 	// for why). An empty ID is refused either way.
 	AutoRegister bool
+	// OnAcked, if set, is called whenever a follower's acknowledged position
+	// changes (its hello, then every ack that moves it), from that
+	// follower's stream goroutine; it must not block. A leader records the
+	// positions there and persists them at its own pace, e.g. as retention
+	// slots. The position can move back (see AckedLSN).
+	OnAcked func(id string, ackedLSN uint64)
 }
 
 // validate returns every problem of o.
@@ -177,11 +183,19 @@ type FollowerStats struct {
 	Connected bool          // a connection is in service
 	Refused   HelloRefusals // this follower's refused connections (BadHellos is their total)
 	DiskReads uint64        // batches its stream read from the WAL, not the cache
+	// LagEvents is EndLSN - AckedLSN: the events appended that the follower
+	// has not acknowledged. LagBytes is their size in the log: exact while
+	// AckedLSN is within the cache, estimated from the mean event size
+	// below it.
+	LagEvents, LagBytes uint64
 	ShipperStats
 }
 
 // FanoutStats is a snapshot of a Fanout's figures.
 type FanoutStats struct {
+	// EndLSN is the end of the log as the Fanout knows it: the last LSN
+	// handed to Appended, synced (DurableLSN) or sent, whichever is highest.
+	EndLSN    uint64
 	Accepted  uint64          // connections accepted from the Listener
 	Refused   HelloRefusals   // every refused connection, unknown IDs included
 	Followers []FollowerStats // registered followers, by ID
@@ -570,9 +584,12 @@ func (f *Fanout) setConn(p *peer, abort context.CancelFunc) {
 
 func (f *Fanout) setAcked(p *peer, lsn uint64) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	p.acked = lsn
 	f.ackChangedLocked()
+	f.mu.Unlock()
+	if f.opts.OnAcked != nil && p != f.single {
+		f.opts.OnAcked(p.id, lsn)
+	}
 }
 
 func (f *Fanout) ackChangedLocked() {
@@ -646,7 +663,7 @@ func (f *Fanout) Stats() FanoutStats {
 	}
 	f.mu.Unlock()
 	slices.SortFunc(ps, func(a, b *peer) int { return strings.Compare(a.id, b.id) })
-	st := FanoutStats{Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
+	st := FanoutStats{EndLSN: f.endLSN(), Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
 	if f.cache != nil {
 		st.Cache = f.cache.stats()
 	}
@@ -656,12 +673,55 @@ func (f *Fanout) Stats() FanoutStats {
 	return st
 }
 
+// endLSN is the highest LSN the Fanout knows the log holds.
+func (f *Fanout) endLSN() uint64 {
+	var end uint64
+	if f.cache != nil {
+		end = f.cache.lastLSN()
+	}
+	if f.opts.DurableLSN != nil {
+		end = max(end, f.opts.DurableLSN())
+	}
+	for _, p := range *f.list.Load() {
+		end = max(end, p.stats.sentLSN.Load())
+	}
+	return end
+}
+
+// lag is how far a follower at acked is behind end, in events and bytes.
+func (f *Fanout) lag(acked, end uint64) (events, bytes uint64) {
+	if acked >= end {
+		return 0, 0
+	}
+	events = end - acked
+	if f.cache != nil && f.cache.lastLSN() == end {
+		if b, ok := f.cache.bytesAfter(acked); ok {
+			return events, b
+		}
+	}
+	var sumBytes, sumEvents uint64
+	if f.cache != nil {
+		sumBytes, sumEvents = f.cache.mean()
+	}
+	if sumEvents == 0 {
+		for _, p := range *f.list.Load() {
+			sumBytes += p.stats.bytes.Load()
+		}
+		sumEvents = f.sentEvents.Load()
+	}
+	if sumEvents > 0 {
+		bytes = events * sumBytes / sumEvents
+	}
+	return events, bytes
+}
+
 func (f *Fanout) followerStats(p *peer) FollowerStats {
 	c := &p.stats
 	f.mu.Lock()
 	acked, connected := p.acked, p.connected
 	f.mu.Unlock()
 	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot(), DiskReads: p.diskReads.Load()}
+	st.LagEvents, st.LagBytes = f.lag(acked, f.endLSN())
 	st.ShipperStats = ShipperStats{
 		Connections: c.connections.Load(), BadHellos: st.Refused.Total(),
 		BatchesSent: c.sent.Load(), BatchesResent: c.resent.Load(), BytesSent: c.bytes.Load(),
