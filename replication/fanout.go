@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Fanout errors.
@@ -57,6 +59,12 @@ type FanoutOptions struct {
 	// the listed and Registered followers are served (see the package notes
 	// for why). An empty ID is refused either way.
 	AutoRegister bool
+	// OnAcked, if set, is called whenever a follower's acknowledged position
+	// changes (its hello, then every ack that moves it), from that
+	// follower's stream goroutine; it must not block. A leader records the
+	// positions there and persists them at its own pace, e.g. as retention
+	// slots. The position can move back (see AckedLSN).
+	OnAcked func(id string, ackedLSN uint64)
 }
 
 // validate returns every problem of o.
@@ -174,14 +182,24 @@ type FollowerStats struct {
 	ID        string
 	Connected bool          // a connection is in service
 	Refused   HelloRefusals // this follower's refused connections (BadHellos is their total)
+	DiskReads uint64        // batches its stream read from the WAL, not the cache
+	// LagEvents is EndLSN - AckedLSN: the events appended that the follower
+	// has not acknowledged. LagBytes is their size in the log: exact while
+	// AckedLSN is within the cache, estimated from the mean event size
+	// below it.
+	LagEvents, LagBytes uint64
 	ShipperStats
 }
 
 // FanoutStats is a snapshot of a Fanout's figures.
 type FanoutStats struct {
+	// EndLSN is the end of the log as the Fanout knows it: the last LSN
+	// handed to Appended, synced (DurableLSN) or sent, whichever is highest.
+	EndLSN    uint64
 	Accepted  uint64          // connections accepted from the Listener
 	Refused   HelloRefusals   // every refused connection, unknown IDs included
 	Followers []FollowerStats // registered followers, by ID
+	Cache     CacheStats
 }
 
 // Fanout ships one shard's WAL to every registered follower. Create it
@@ -192,8 +210,11 @@ type Fanout struct {
 	single  *peer // Shipper mode: the one stream every hello goes to
 	running atomic.Bool
 
-	accepted atomic.Uint64
-	refused  refusalCounters
+	accepted   atomic.Uint64
+	refused    refusalCounters
+	cache      *batchCache // nil when disabled
+	sentEvents atomic.Uint64
+	list       atomic.Pointer[[]*peer] // the registered peers, for wakeAll (copied on change)
 
 	mu     sync.Mutex
 	peers  map[string]*peer
@@ -204,11 +225,12 @@ type Fanout struct {
 
 // peer is one follower: its counters and the hand-off to its stream.
 type peer struct {
-	id      string
-	stats   shipperCounters
-	refused refusalCounters
-	connCh  chan struct{} // signalled when pending is set
-	wake    chan struct{} // signalled by Notify
+	id        string
+	stats     shipperCounters
+	refused   refusalCounters
+	diskReads atomic.Uint64
+	connCh    chan struct{} // signalled when pending is set
+	wake      chan struct{} // signalled by Notify and Appended
 
 	// Guarded by Fanout.mu.
 	acked     uint64
@@ -249,7 +271,40 @@ func newFanout(opts FanoutOptions, single bool) *Fanout {
 	for _, id := range opts.Followers {
 		f.peers[id] = newPeer(id)
 	}
+	if opts.CacheBytes > 0 {
+		f.cache = newBatchCache(opts.CacheBytes)
+	}
+	f.listLocked()
 	return f
+}
+
+// listLocked publishes the peer set for wakeAll.
+func (f *Fanout) listLocked() {
+	l := make([]*peer, 0, len(f.peers))
+	for _, p := range f.peers {
+		l = append(l, p)
+	}
+	f.list.Store(&l)
+}
+
+// Appended hands the Fanout a batch the leader appended: its header and
+// encoded bytes (raw is copied; the caller may reuse it). Call it for every
+// batch, in log order, once the batch is synced — e.g. from
+// LedgerLog's OnAppend — to feed the cache every stream reads first, and to
+// wake the streams waiting at the end of the log. A batch that is not of
+// this shard or whose length disagrees with its header is ignored (logged).
+// Safe for concurrent use; calls out of log order only cost WAL reads (the
+// cache restarts at a batch that does not continue it).
+func (f *Fanout) Appended(h wal.Header, raw []byte) {
+	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
+		f.opts.Logf("replication: shipper: shard %d: Appended ignored a batch of shard %d, %d events, %d bytes (header says %d)",
+			f.opts.Shard, h.Shard, h.Count, len(raw), h.Size())
+		return
+	}
+	if f.cache != nil {
+		f.cache.add(h, raw)
+	}
+	f.wakeAll()
 }
 
 func newPeer(id string) *peer {
@@ -278,6 +333,7 @@ func (f *Fanout) registerLocked(id string) *peer {
 	}
 	p := newPeer(id)
 	f.peers[id] = p
+	f.listLocked()
 	if f.run != nil {
 		f.startLocked(p)
 	}
@@ -296,6 +352,7 @@ func (f *Fanout) Unregister(id string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownFollower, id)
 	}
 	delete(f.peers, id)
+	f.listLocked()
 	pending := p.pending
 	p.pending = nil
 	if p.stop != nil {
@@ -401,9 +458,7 @@ func (f *Fanout) notifyLoop(ctx context.Context) {
 
 // wakeAll wakes every stream waiting at the end of the log.
 func (f *Fanout) wakeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.peers {
+	for _, p := range *f.list.Load() {
 		signal(p.wake)
 	}
 }
@@ -529,9 +584,12 @@ func (f *Fanout) setConn(p *peer, abort context.CancelFunc) {
 
 func (f *Fanout) setAcked(p *peer, lsn uint64) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	p.acked = lsn
 	f.ackChangedLocked()
+	f.mu.Unlock()
+	if f.opts.OnAcked != nil && p != f.single {
+		f.opts.OnAcked(p.id, lsn)
+	}
 }
 
 func (f *Fanout) ackChangedLocked() {
@@ -605,11 +663,56 @@ func (f *Fanout) Stats() FanoutStats {
 	}
 	f.mu.Unlock()
 	slices.SortFunc(ps, func(a, b *peer) int { return strings.Compare(a.id, b.id) })
-	st := FanoutStats{Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
+	st := FanoutStats{EndLSN: f.endLSN(), Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
+	if f.cache != nil {
+		st.Cache = f.cache.stats()
+	}
 	for _, p := range ps {
 		st.Followers = append(st.Followers, f.followerStats(p))
 	}
 	return st
+}
+
+// endLSN is the highest LSN the Fanout knows the log holds.
+func (f *Fanout) endLSN() uint64 {
+	var end uint64
+	if f.cache != nil {
+		end = f.cache.lastLSN()
+	}
+	if f.opts.DurableLSN != nil {
+		end = max(end, f.opts.DurableLSN())
+	}
+	for _, p := range *f.list.Load() {
+		end = max(end, p.stats.sentLSN.Load())
+	}
+	return end
+}
+
+// lag is how far a follower at acked is behind end, in events and bytes.
+func (f *Fanout) lag(acked, end uint64) (events, bytes uint64) {
+	if acked >= end {
+		return 0, 0
+	}
+	events = end - acked
+	if f.cache != nil && f.cache.lastLSN() == end {
+		if b, ok := f.cache.bytesAfter(acked); ok {
+			return events, b
+		}
+	}
+	var sumBytes, sumEvents uint64
+	if f.cache != nil {
+		sumBytes, sumEvents = f.cache.mean()
+	}
+	if sumEvents == 0 {
+		for _, p := range *f.list.Load() {
+			sumBytes += p.stats.bytes.Load()
+		}
+		sumEvents = f.sentEvents.Load()
+	}
+	if sumEvents > 0 {
+		bytes = events * sumBytes / sumEvents
+	}
+	return events, bytes
 }
 
 func (f *Fanout) followerStats(p *peer) FollowerStats {
@@ -617,7 +720,8 @@ func (f *Fanout) followerStats(p *peer) FollowerStats {
 	f.mu.Lock()
 	acked, connected := p.acked, p.connected
 	f.mu.Unlock()
-	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot()}
+	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot(), DiskReads: p.diskReads.Load()}
+	st.LagEvents, st.LagBytes = f.lag(acked, f.endLSN())
 	st.ShipperStats = ShipperStats{
 		Connections: c.connections.Load(), BadHellos: st.Refused.Total(),
 		BatchesSent: c.sent.Load(), BatchesResent: c.resent.Load(), BytesSent: c.bytes.Load(),

@@ -123,6 +123,11 @@ type ShipperOptions struct {
 	DurableLSN func() uint64
 	// OpenReader opens a WAL reader. Default: wal.OpenReader(WALDir, Shard).
 	OpenReader func() (LogReader, error)
+	// CacheBytes bounds the memory of the cache of recent batches that
+	// Appended feeds and every stream reads before it reads the WAL (see
+	// the package notes). Default DefaultCacheBytes (64 MiB); negative
+	// disables the cache.
+	CacheBytes int64
 	// Logf receives rare diagnostic lines. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -143,6 +148,9 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 10 * time.Millisecond
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
 	}
 	if o.OpenReader == nil && o.WALDir != "" {
 		dir, shard := o.WALDir, o.Shard
@@ -241,6 +249,10 @@ func (s *Shipper) WaitAcked(ctx context.Context, lsn uint64) error {
 // Listener is closed (errors.Is(err, ErrClosed)). Run may be called again
 // after it returned, not concurrently (ErrShipperRunning).
 func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
+
+// Appended hands the Shipper a batch the leader appended (see
+// Fanout.Appended).
+func (s *Shipper) Appended(h wal.Header, raw []byte) { s.f.Appended(h, raw) }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -354,9 +366,6 @@ func (l *shipLoop) run(ctx context.Context) error {
 		if l.conn == nil {
 			continue
 		}
-		if l.needSeek && !time.Now().Before(l.seekRetry) {
-			l.position()
-		}
 		if err := l.fill(ctx); err != nil {
 			return err
 		}
@@ -374,7 +383,7 @@ func (l *shipLoop) run(ctx context.Context) error {
 		if len(l.inflight) > 0 {
 			earliest(l.progressAt.Add(l.rto))
 		}
-		if l.needSeek {
+		if l.needSeek && !l.seekRetry.IsZero() {
 			earliest(l.seekRetry)
 		} else if l.atEOF && len(l.inflight) < l.o.MaxInFlight {
 			earliest(time.Now().Add(l.o.PollInterval))
@@ -477,7 +486,8 @@ func (l *shipLoop) dropConn() {
 	l.f.setConn(l.p, nil)
 }
 
-// seekTo makes lsn the next position to send from.
+// seekTo makes lsn the next position to send from. The WAL reader is
+// positioned when a batch is not in the cache.
 func (l *shipLoop) seekTo(lsn uint64) {
 	if lsn < l.next {
 		l.p.stats.rewinds.Add(1)
@@ -487,7 +497,7 @@ func (l *shipLoop) seekTo(lsn uint64) {
 	l.progressAt = time.Now()
 	l.needSeek = true
 	l.seekRetry = time.Time{}
-	l.position()
+	l.atEOF = false
 }
 
 // rewind goes back to the follower's position (go-back-N).
@@ -499,7 +509,6 @@ func (l *shipLoop) rewind() {
 // position (re)opens the reader if needed and seeks it to next. On failure
 // it schedules a retry with backoff.
 func (l *shipLoop) position() {
-	l.atEOF = false
 	err := func() error {
 		if l.reader == nil {
 			r, err := l.o.OpenReader()
@@ -517,6 +526,7 @@ func (l *shipLoop) position() {
 	if err == nil {
 		l.needSeek = false
 		l.seekWait = 0
+		l.seekRetry = time.Time{}
 		return
 	}
 	l.p.stats.readerErrors.Add(1)
@@ -583,12 +593,52 @@ func (l *shipLoop) onAck(a Ack) error {
 	return nil
 }
 
+// errNotPositioned: the WAL reader could not be positioned; read again
+// after seekRetry.
+var errNotPositioned = errors.New("replication: WAL reader not positioned")
+
+// read returns the next batch to send (the one holding next, or a later
+// one): from the cache when it holds it, io.EOF when next is the cache's
+// end (not appended yet), else from this stream's WAL reader. fromDisk says
+// which.
+func (l *shipLoop) read() (h wal.Header, raw []byte, fromDisk bool, err error) {
+	if c := l.f.cache; c != nil {
+		h, raw, ok, atEnd := c.get(l.next)
+		if ok || atEnd {
+			if l.reader != nil { // rejoined the cache: the reader's position is stale
+				l.closeReader()
+			}
+			l.needSeek = true
+			if atEnd {
+				return h, nil, false, io.EOF
+			}
+			return h, raw, false, nil
+		}
+	}
+	if l.needSeek {
+		if time.Now().Before(l.seekRetry) {
+			return h, nil, true, errNotPositioned
+		}
+		if l.position(); l.needSeek {
+			return h, nil, true, errNotPositioned
+		}
+	}
+	h, raw, err = l.reader.Next()
+	if err == nil {
+		l.p.diskReads.Add(1)
+	}
+	return h, raw, true, err
+}
+
 // fill sends batches while the window has room and the WAL has data.
 func (l *shipLoop) fill(ctx context.Context) error {
-	for l.conn != nil && !l.needSeek && !l.atEOF && len(l.inflight) < l.o.MaxInFlight {
-		h, buf, err := l.reader.Next()
+	for l.conn != nil && !l.atEOF && len(l.inflight) < l.o.MaxInFlight {
+		h, buf, fromDisk, err := l.read()
 		if err == io.EOF {
 			l.atEOF = true
+			return nil
+		}
+		if err == errNotPositioned {
 			return nil
 		}
 		if err != nil {
@@ -608,10 +658,11 @@ func (l *shipLoop) fill(ctx context.Context) error {
 		}
 		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
 			// Written but not yet synced by the leader: a leader crash could
-			// still lose it, so a follower must not apply it yet. Re-read it
-			// once the writer has synced (Notify or the next poll).
-			l.needSeek = true
-			l.position()
+			// still lose it, so a follower must not apply it yet. Read it
+			// again once the writer has synced (Notify or the next poll).
+			if fromDisk {
+				l.needSeek = true
+			}
 			l.atEOF = true
 			return nil
 		}
@@ -626,6 +677,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 		c := &l.p.stats
 		c.sent.Add(1)
 		c.bytes.Add(uint64(len(buf)))
+		l.f.sentEvents.Add(uint64(h.Count))
 		if h.LastLSN() <= l.maxSent {
 			c.resent.Add(1)
 		} else {
