@@ -272,6 +272,14 @@ func (l *Leader) openShard(s uint32) (*Shard, error) {
 		Ledger:      l.opts.Ledger,
 		Wall:        l.opts.Wall,
 		SegmentSize: l.opts.SegmentSize,
+		// Every follower stream reads recent batches from the Fanout's
+		// cache instead of each re-reading the WAL (set before any append:
+		// ship is assigned below, before Open returns).
+		OnAppend: func(h wal.Header, raw []byte) {
+			if sh.ship != nil {
+				sh.ship.fan.Appended(h, raw)
+			}
+		},
 	})
 	if err != nil {
 		_ = f.Close()
