@@ -1,7 +1,6 @@
 package leader
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,7 +68,39 @@ type Options struct {
 	SegmentSize int64
 	// Logger receives the leader's log lines. Default slog.Default().
 	Logger *slog.Logger
+
+	// Listener returns the listener shard's followers connect to; it is
+	// called once per shard by Open. nil: the leader does not ship (Run and
+	// WaitAcked return ErrNotShipping) — an embedder that ships the WAL by
+	// other means.
+	Listener func(shard uint32) replication.Listener
+	// Followers are the registered followers of every shard (stable IDs,
+	// replication.ValidFollowerID, sent in each follower's hello). Each gets
+	// one shipping stream per shard, counts towards WaitAcked's policies and
+	// has a replication slot that pins the WAL it still needs. A hello with
+	// another ID is refused (replication.ErrUnknownFollower). This is the
+	// exact set: Open deletes the slots of followers no longer listed.
+	Followers []string
+	// Shipping is the template of every follower stream's options
+	// (MaxInFlight, timeouts); the WAL, shard, listener, epoch, durability
+	// bound and hello check are set per shard. Default: the
+	// replication.ShipperOptions defaults.
+	Shipping replication.ShipperOptions
+	// MaxRetainedBytes bounds each shard's WAL: when the segments its slots
+	// pin exceed it, the most lagging followers are dropped from retention
+	// (and refused with replication.ErrBehindRetention once what they need
+	// is deleted, until they are rebuilt). Default 4 GiB.
+	MaxRetainedBytes int64
+	// RetentionInterval is how often Run advances the slots and deletes
+	// segments no slot needs. Default 1s.
+	RetentionInterval time.Duration
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxRetainedBytes  = 4 << 30
+	DefaultRetentionInterval = time.Second
+)
 
 // EnsureDefaults fills unset fields with their documented defaults and
 // returns o.
@@ -83,6 +114,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.SegmentSize == 0 {
 		o.SegmentSize = wal.DefaultSegmentSize
+	}
+	if o.MaxRetainedBytes == 0 {
+		o.MaxRetainedBytes = DefaultMaxRetainedBytes
+	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = DefaultRetentionInterval
 	}
 	return o
 }
@@ -98,6 +135,24 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Store.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.MaxRetainedBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetainedBytes %d is negative", o.MaxRetainedBytes))
+	}
+	if o.RetentionInterval < 0 {
+		errs = append(errs, fmt.Errorf("RetentionInterval %v is negative", o.RetentionInterval))
+	}
+	for i, id := range o.Followers {
+		if id == "" {
+			errs = append(errs, fmt.Errorf("Followers[%d] is empty", i))
+		} else if err := replication.ValidFollowerID(id); err != nil {
+			errs = append(errs, fmt.Errorf("Followers[%d]: %w", i, err))
+		} else if slices.Index(o.Followers, id) != i {
+			errs = append(errs, fmt.Errorf("Followers: %q listed twice", id))
+		}
+	}
+	if len(o.Followers) > 0 && o.Listener == nil {
+		errs = append(errs, errors.New("Followers without a Listener: nothing would ship to them"))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -122,9 +177,11 @@ type Leader struct {
 
 // Shard is one shard of a Leader: its local store, its log and its ledger.
 type Shard struct {
-	id    uint32
-	store *follower.Follower
-	log   *replication.LedgerLog
+	id     uint32
+	walDir string
+	store  *follower.Follower
+	log    *replication.LedgerLog
+	ship   *shipping // nil without a Listener
 }
 
 // Open opens (creating if needed) the leader of opts.Shards shards in dir:
@@ -185,7 +242,7 @@ func checkLayout(dir string, shards int) error {
 	if _, err := os.Stat(walDir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	logs, err := walShards(walDir) // TODO(merge): wal.ListShards
+	logs, err := wal.ListShards(walDir)
 	if err != nil {
 		return err
 	}
@@ -208,18 +265,34 @@ func (l *Leader) openShard(s uint32) (*Shard, error) {
 		_, stored := f.Position()
 		epoch = max(stored, 1)
 	}
-	log, err := f.Promote(follower.PromoteOptions{
-		WALDir:      filepath.Join(l.dir, WALDirName),
+	sh := &Shard{id: s, walDir: l.WALDir(), store: f}
+	sh.log, err = f.Promote(follower.PromoteOptions{
+		WALDir:      sh.walDir,
 		Epoch:       epoch,
 		Ledger:      l.opts.Ledger,
 		Wall:        l.opts.Wall,
 		SegmentSize: l.opts.SegmentSize,
+		// Every follower stream reads recent batches from the Fanout's
+		// cache instead of each re-reading the WAL (set before any append:
+		// ship is assigned below, before Open returns).
+		OnAppend: func(h wal.Header, raw []byte) {
+			if sh.ship != nil {
+				sh.ship.fan.Appended(h, raw)
+			}
+		},
 	})
 	if err != nil {
 		_ = f.Close()
 		return nil, err
 	}
-	return &Shard{id: s, store: f, log: log}, nil
+	if l.opts.Listener != nil {
+		if err := l.openShipping(sh); err != nil {
+			_ = sh.log.Close()
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	return sh, nil
 }
 
 // Router is the deployment's session → shard mapping.
@@ -337,21 +410,4 @@ func (l *Leader) Close() error {
 		l.closeErr = errors.Join(errs...)
 	})
 	return l.closeErr
-}
-
-var _ = context.Background
-
-func walShards(dir string) ([]uint32, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []uint32
-	for _, e := range ents {
-		if s, _, err := wal.ParseSegmentName(e.Name()); err == nil && !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }

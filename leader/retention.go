@@ -3,13 +3,9 @@ package leader
 import (
 	"cmp"
 	"slices"
-)
 
-// segment is what the retention decision needs to know of one WAL segment.
-type segment struct {
-	FirstLSN uint64
-	Size     int64
-}
+	"github.com/oncewal/oncewal/wal"
+)
 
 // retentionPlan is the decision of one retention pass.
 type retentionPlan struct {
@@ -28,7 +24,7 @@ type retentionPlan struct {
 // slot below local is left: one dead follower cannot fill the disk. segs
 // are the log's segments in LSN order; the last one is being written and is
 // never deleted.
-func planRetention(slots []slot, local uint64, segs []segment, maxBytes int64) retentionPlan {
+func planRetention(slots []slot, local uint64, segs []wal.SegmentInfo, maxBytes int64) retentionPlan {
 	live := make([]slot, 0, len(slots))
 	for _, s := range slots {
 		if !s.Dropped {
@@ -54,7 +50,7 @@ func planRetention(slots []slot, local uint64, segs []segment, maxBytes int64) r
 // retainedFrom is the size of the segments that hold an LSN at or above
 // need (segment i holds FirstLSN_i .. FirstLSN_{i+1}-1), plus the last one
 // always.
-func retainedFrom(segs []segment, need uint64) int64 {
+func retainedFrom(segs []wal.SegmentInfo, need uint64) int64 {
 	var n int64
 	for i, s := range segs {
 		if i == len(segs)-1 || segs[i+1].FirstLSN > need {

@@ -3,12 +3,13 @@ package leader
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
 func TestPlanRetention(t *testing.T) {
 	// Four segments of 100 bytes: LSNs 1-10, 11-20, 21-30, 31-(active).
-	segs := []segment{{1, 100}, {11, 100}, {21, 100}, {31, 100}}
+	segs := []wal.SegmentInfo{{FirstLSN: 1, Size: 100}, {FirstLSN: 11, Size: 100}, {FirstLSN: 21, Size: 100}, {FirstLSN: 31, Size: 100}}
 	for _, tc := range []struct {
 		name     string
 		slots    []slot

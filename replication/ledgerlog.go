@@ -104,7 +104,8 @@ type LedgerLogConfig struct {
 type LedgerLog struct {
 	cfg        LedgerLogConfig
 	epoch      uint64
-	epochStart uint64 // first LSN of this epoch's history (0: unknown)
+	epochStart uint64   // first LSN of this epoch's history (0: unknown)
+	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
 	recv       *Receiver
 	ledger     *idempotency.Ledger
@@ -165,6 +166,14 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 			err = b.Set(KeyEpochStart, binary.LittleEndian.AppendUint64([]byte{metaVersion}, applied+1), nil)
 		}
 		if err == nil {
+			// And which batch the epoch continues, so that a follower
+			// stopped exactly there can be verified (CheckHello).
+			var prev BatchRef
+			if prev, err = readLastBatch(cfg.DB, applied); err == nil {
+				err = b.Set(KeyEpochPrev, appendLastBatch(nil, applied, prev), nil)
+			}
+		}
+		if err == nil {
 			if _, _, ok, _ := ReadMeta(cfg.DB); !ok {
 				err = b.Set(KeyFormat, binary.LittleEndian.AppendUint64([]byte{metaVersion}, StoreFormat), nil)
 			}
@@ -181,7 +190,13 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
+	var epochPrev BatchRef
+	if epochStart > 0 {
+		if epochPrev, err = readBatchRef(cfg.DB, KeyEpochPrev, epochStart-1); err != nil {
+			return nil, err
+		}
+	}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1})
 	if err != nil {
 		return nil, err
@@ -279,6 +294,12 @@ func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Positi
 // Shipper (ShipperOptions.EpochStartLSN) so a follower that applied a deposed
 // leader's entries at or beyond it is refused instead of silently diverging.
 func (l *LedgerLog) EpochStartLSN() uint64 { return l.epochStart }
+
+// Boundary is where this leader's epoch starts in its history, for
+// CheckHello.
+func (l *LedgerLog) Boundary() EpochBoundary {
+	return EpochBoundary{Epoch: l.epoch, StartLSN: l.epochStart, Prev: l.epochPrev}
+}
 
 // logRecords is the Ledger's LogFunc.
 func (l *LedgerLog) logRecords(recs []idempotency.Record) error {

@@ -58,6 +58,10 @@ var (
 	// advanced the position without writing this key: such a value, like a
 	// missing key, means unknown.
 	KeyLastBatch = []byte("m/last_batch")
+	// KeyEpochPrev is written with KeyEpochStart: the identity of the batch
+	// ending just before the epoch's first LSN (KeyLastBatch's encoding),
+	// the EpochBoundary.Prev a promoted leader checks hellos against.
+	KeyEpochPrev = []byte("m/epoch_prev")
 )
 
 const metaVersion = 1
@@ -428,18 +432,25 @@ func appendLastBatch(dst []byte, lsn uint64, ref BatchRef) []byte {
 // ending at applied, or the zero BatchRef when the store does not know it
 // (no key, or a key written for another position).
 func readLastBatch(db *pebble.DB, applied uint64) (BatchRef, error) {
-	v, closer, err := db.Get(KeyLastBatch)
+	return readBatchRef(db, KeyLastBatch, applied)
+}
+
+// readBatchRef reads a batch identity recorded at key (KeyLastBatch's
+// encoding) for the batch ending at lsn; the zero BatchRef when there is
+// none or it was recorded for another LSN.
+func readBatchRef(db *pebble.DB, key []byte, lsn uint64) (BatchRef, error) {
+	v, closer, err := db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return BatchRef{}, nil
 	}
 	if err != nil {
-		return BatchRef{}, fmt.Errorf("replication: reading %s: %w", KeyLastBatch, err)
+		return BatchRef{}, fmt.Errorf("replication: reading %s: %w", key, err)
 	}
 	defer closer.Close()
 	if len(v) != lastBatchSize || v[0] != metaVersion {
-		return BatchRef{}, fmt.Errorf("replication: %s: unrecognised value %x", KeyLastBatch, v)
+		return BatchRef{}, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
 	}
-	if binary.LittleEndian.Uint64(v[1:]) != applied {
+	if binary.LittleEndian.Uint64(v[1:]) != lsn {
 		return BatchRef{}, nil
 	}
 	return BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil

@@ -402,6 +402,25 @@ func (w *Writer) FirstLSN() uint64 { return w.first.Load() }
 // included.
 func (w *Writer) RetainedBytes() int64 { return w.retained.Load() }
 
+// SegmentInfo describes one retained segment: it holds LSNs FirstLSN up to
+// the next segment's FirstLSN - 1 (the last segment: up to NextLSN - 1).
+type SegmentInfo struct {
+	FirstLSN uint64
+	Size     int64
+}
+
+// Segments lists the retained segments, oldest first; the last is the active
+// one. A retention policy reads it to know what DeleteBelow would free.
+func (w *Writer) Segments() []SegmentInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]SegmentInfo, 0, len(w.old)+1)
+	for _, s := range w.old {
+		out = append(out, SegmentInfo{FirstLSN: s.first, Size: s.size})
+	}
+	return append(out, SegmentInfo{FirstLSN: w.seg.first, Size: w.size})
+}
+
 // DeleteBelow deletes, oldest first, every segment all of whose LSNs are
 // below lsn, except the active (last) segment, which is never deleted; it
 // returns how many it deleted. The directory is synced after each removal,
