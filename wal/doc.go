@@ -50,23 +50,24 @@
 //
 // Event fields:
 //   - op: 1 open, 2 put, 3 delete, 4 add, 5 close; request-ledger records 6
-//     claim, 7 complete, 8 release, 9 fail. 0 and 10–255 are rejected with
-//     ErrCorrupt (10–15 reserved for future core ops, 16–255 for extension
-//     ops).
+//     claim, 7 complete, 8 release, 9 fail, 10 extend. 0 and 11–255 are
+//     rejected with ErrCorrupt (11–15 reserved for future core ops, 16–255
+//     for extension ops).
 //   - flags: bit 0 = idempotency key present. An explicit flag, never "zero key
 //     means absent". Bits 1–7 reserved, must be 0.
 //   - seq: session SeqNo (0 = no seqno), minimal uvarint.
 //   - payload: open, close: nothing. put: uvarint keylen, key, uvarint vallen,
 //     value. delete: uvarint keylen, key. add: uvarint keylen, key, zigzag
-//     varint delta. claim, complete, release, fail: uvarint length + the
+//     varint delta. claim, complete, release, fail, extend: uvarint length + the
 //     idempotency.Record body (Record.AppendBody), which must itself be
 //     canonical (idempotency.CheckRecord; a bad body is ErrCorrupt, and
 //     ErrInvalidEvent when encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
 //
 // Ledger events carry the decision's WAL time as the event time, session ID
-// zero, SeqNo 0 and an idempotency key derived from their op bytes
-// (LedgerEvent): a follower dedups them by position and window, and the
-// ledger table's apply rules make a redelivered record harmless anyway. A
+// zero, SeqNo 0 and no idempotency key (LedgerEvent): a follower admits them
+// by position only, the ledger table's apply rules make a redelivered record
+// harmless, and the window's slots stay for operations (keys on ledger
+// events written by older leaders are ignored by the receiver). A
 // leader puts an operation's data events and its complete record in one
 // batch, so every node records the outcome atomically with the effect.
 //
