@@ -3,6 +3,7 @@ package leader
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
@@ -33,6 +35,11 @@ var (
 	// ErrClosed: the leader was closed.
 	ErrClosed = errors.New("leader: closed")
 )
+
+// LockFileName is the file a Leader locks in its directory for as long as
+// it is open: a second Leader on the directory, in this process or another,
+// fails at once with wal.ErrLocked.
+const LockFileName = "LEADER.lock"
 
 // WALDirName is the directory, inside a leader's directory, that holds every
 // shard's WAL segments (segment names carry the shard).
@@ -170,6 +177,7 @@ type Leader struct {
 	opts   Options
 	router replication.ShardRouter
 	shards []*Shard
+	lock   io.Closer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -186,7 +194,9 @@ type Shard struct {
 
 // Open opens (creating if needed) the leader of opts.Shards shards in dir:
 // per shard a local store in follower.ShardDir(dir, shard) and a WAL in
-// dir/wal. It refuses a directory holding other shards, recovers each log
+// dir/wal. It refuses a directory holding other shards or a log it cannot
+// read (before it changes anything), locks the directory (wal.ErrLocked if
+// another Leader holds it), recovers each log
 // (repairing a torn tail), re-applies to each store what its log has beyond
 // it, restores every session's SeqNo from there, and persists a raised epoch
 // before anything is appended.
@@ -206,7 +216,14 @@ func Open(dir string, opts *Options) (*Leader, error) {
 	if err := checkLayout(dir, o.Shards); err != nil {
 		return nil, err
 	}
-	l := &Leader{dir: dir, opts: o, router: router}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := wal.LockFile(vfs.Default, dir, LockFileName)
+	if err != nil {
+		return nil, err
+	}
+	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
 	for s := range uint32(o.Shards) {
 		sh, err := l.openShard(s)
 		if err != nil {
@@ -249,6 +266,14 @@ func checkLayout(dir string, shards int) error {
 	if i := slices.IndexFunc(logs, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
 		return fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
 			ErrForeignShard, walDir, logs[i], shards-1)
+	}
+	// Every log is validated before any store is opened: opening a Pebble
+	// store writes (its own recovery), and a refused leader must leave the
+	// directory as it found it.
+	for _, s := range logs {
+		if err := wal.Check(walDir, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -406,6 +431,9 @@ func (l *Leader) Close() error {
 			if err := sh.store.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("shard %d: store: %w", sh.id, err))
 			}
+		}
+		if err := l.lock.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		l.closeErr = errors.Join(errs...)
 	})

@@ -47,7 +47,7 @@ type dirLock struct {
 // another spelling of the same directory (relative path, symlink).
 type lockClaim struct {
 	dev, ino uint64
-	shard    uint32
+	name     string // the lock file's name in that directory
 }
 
 var processLocks struct {
@@ -59,9 +59,34 @@ var processLocks struct {
 // lock file if needed. A lock held by anyone — this process or another — is
 // ErrLocked.
 func lockShard(fs vfs.FS, dir string, shard uint32) (*dirLock, error) {
-	path := fs.PathJoin(dir, LockName(shard))
+	l, err := lockFile(fs, dir, LockName(shard))
+	if errors.Is(err, ErrLocked) {
+		err = fmt.Errorf("%w (shard %d)", err, shard)
+	}
+	return l, err
+}
+
+// LockFile takes an exclusive lock on the file name in dir (created if
+// needed) for a process that owns more than a log in a directory (a leader
+// node: its stores and its WAL), with the Writer's semantics: a lock held by
+// anyone — this process or another — fails at once with ErrLocked naming the
+// directory. Close releases it; the file stays.
+func LockFile(fs vfs.FS, dir, name string) (io.Closer, error) {
+	l, err := lockFile(fs, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return closerFunc(l.release), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func lockFile(fs vfs.FS, dir, name string) (*dirLock, error) {
+	path := fs.PathJoin(dir, name)
 	locked := func(cause error) error {
-		return fmt.Errorf("%w: directory %s, shard %d (lock file %s): %w", ErrLocked, dir, shard, path, cause)
+		return fmt.Errorf("%w: directory %s (lock file %s): %w", ErrLocked, dir, path, cause)
 	}
 	l := &dirLock{}
 	st, err := fs.Stat(dir)
@@ -69,7 +94,7 @@ func lockShard(fs vfs.FS, dir string, shard uint32) (*dirLock, error) {
 		return nil, err
 	}
 	if dev, ino, ok := fileID(st); ok {
-		l.claim, l.claimed = lockClaim{dev: dev, ino: ino, shard: shard}, true
+		l.claim, l.claimed = lockClaim{dev: dev, ino: ino, name: name}, true
 		processLocks.Lock()
 		defer processLocks.Unlock()
 		if processLocks.held[l.claim] {

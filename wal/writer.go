@@ -161,6 +161,21 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	return w, w.recover(scan, scratch)
 }
 
+// Check validates the log of shard in dir as OpenWriter does, read-only and
+// without taking the lock: it returns the error OpenWriter would (ErrCorrupt,
+// ErrNotWAL, ErrShardMismatch, …) for a log it would refuse, and nil for a
+// log it would open, a torn tail included (OpenWriter cuts it). A caller that
+// opens other state beside the log (a leader's stores) checks first, so that
+// a refused log leaves everything untouched.
+func Check(dir string, shard uint32) error { return CheckFS(vfs.Default, dir, shard) }
+
+// CheckFS is Check on fs.
+func CheckFS(fs vfs.FS, dir string, shard uint32) error {
+	var scratch []byte
+	_, err := scanLog(fs, dir, shard, &scratch)
+	return err
+}
+
 // logScan is the result of validating a shard's log read-only.
 type logScan struct {
 	segs     []sizedSegment // size: end of the last valid batch
