@@ -15,6 +15,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // ErrClosed is returned by methods of a closed Follower.
@@ -168,6 +169,12 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if o.PebbleOptions != nil {
 		o.PebbleOptions(po)
+	}
+	// Pebble creates a missing directory without syncing its parent, and a
+	// store whose directory a power failure takes loses every batch it
+	// acknowledged.
+	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
+		return nil, fmt.Errorf("follower: creating store directory %s: %w", dir, err)
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {

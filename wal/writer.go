@@ -111,7 +111,7 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	w.opts.EnsureDefaults()
 	w.fs = w.opts.FS
 	if err := checkDir(w.fs, dir); errors.Is(err, os.ErrNotExist) {
-		if err := mkdirAllSynced(w.fs, dir); err != nil {
+		if err := MkdirAllSynced(w.fs, dir); err != nil {
 			return nil, err
 		}
 	} else if err != nil {

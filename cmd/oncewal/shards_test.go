@@ -11,31 +11,31 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 )
 
-// TestShardedDirs runs a small sharded deployment (replication.Leader with
-// three WALs in one directory, a follower.Node with three stores) and checks
-// that waldump reads every shard of the leader's WAL directory and inspect
-// reports every shard's position of the node directory.
+// TestShardedDirs runs a small sharded deployment (a leader with three
+// shards, their WALs in one directory, and a follower node with three
+// stores; sim.Run) and checks that waldump reads every shard of the
+// leader's WAL directory and inspect reports every shard's position of the
+// node directory.
 func TestShardedDirs(t *testing.T) {
 	dir := t.TempDir()
-	res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
-		PipelineConfig: testutil.PipelineConfig{
-			Dir: dir, Seed: 4,
-			Workload: testutil.WorkloadConfig{Sessions: 9, Events: 300, BatchSize: 20},
-			Follower: follower.Options{Logger: slog.New(slog.DiscardHandler)},
-			Timeout:  time.Minute,
-		},
-		Shards: 3,
+	res, err := sim.Run(context.Background(), sim.Config{
+		Dir: dir, Seed: 4,
+		Workload: sim.WorkloadConfig{Sessions: 9, Requests: 300, BatchSize: 20},
+		Follower: follower.Options{Logger: slog.New(slog.DiscardHandler)},
+		Timeout:  time.Minute,
+		Shards:   3,
 	})
 	if err != nil || !res.Verified {
-		t.Fatalf("pipeline: %v / %v", err, res.VerifyErr)
+		t.Fatalf("run: %v / %v", err, res)
 	}
 
 	// waldump: every shard's events, each shard's LSNs 1..LastLSN.
-	stdout, stderr, code := runCmd(t, "waldump", "--json", filepath.Join(dir, "leader"))
+	stdout, stderr, code := runCmd(t, "waldump", "--json", filepath.Join(dir, "leader", leader.WALDirName))
 	if code != 0 {
 		t.Fatalf("waldump exit %d: %s", code, stderr)
 	}
@@ -59,7 +59,7 @@ func TestShardedDirs(t *testing.T) {
 	}
 
 	// inspect on the node directory: one row per shard.
-	node := filepath.Join(dir, "follower")
+	node := filepath.Join(dir, res.Followers[0].ID)
 	stdout, stderr, code = runCmd(t, "inspect", "--json", node)
 	if code != 0 {
 		t.Fatalf("inspect exit %d: %s", code, stderr)
@@ -120,5 +120,42 @@ func TestDemoShards(t *testing.T) {
 	}
 	if _, _, code := runCmd(t, "demo", "--shards", "2", "--network"); code != 2 {
 		t.Fatalf("--shards 2 --network: exit %d, want 2", code)
+	}
+}
+
+// TestDemoFollowers: three followers per shard of two shards, each on its
+// own faulty links with restarts, a leader restart and a promotion; one row
+// and one --json entry per follower, every one accounted for.
+func TestDemoFollowers(t *testing.T) {
+	stdout, stderr, code := runCmd(t, "demo", "--followers", "3", "--shards", "2", "--events", "1500", "--sessions", "12",
+		"--faults", "heavy", "--restarts", "3", "--leader-restarts", "1", "--promote", "--json")
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
+	}
+	var rep demoReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verified || len(rep.Followers) != 3 || rep.Promoted == "" {
+		t.Fatalf("demo --followers 3 --promote: verified %v, %d follower entries, promoted %q", rep.Verified, len(rep.Followers), rep.Promoted)
+	}
+	promoted := 0
+	for _, f := range rep.Followers {
+		switch {
+		case f.Promoted:
+			promoted++
+		case len(f.Refused) == 0 && !f.Verified:
+			t.Fatalf("follower %s neither verified nor refused: %+v", f.ID, f)
+		}
+		if len(f.LSNs) != 2 || f.Delivered == 0 {
+			t.Fatalf("follower %s: %+v", f.ID, f)
+		}
+	}
+	if promoted != 1 {
+		t.Fatalf("%d followers promoted", promoted)
+	}
+	stdout, _, code = runCmd(t, "demo", "--followers", "2", "--events", "500", "--sessions", "5")
+	if code != 0 || !strings.Contains(stdout, "f1 ") || !strings.Contains(stdout, "f2 ") || !strings.Contains(stdout, "verified: every follower") {
+		t.Fatalf("demo --followers 2 exit %d:\n%s", code, stdout)
 	}
 }
