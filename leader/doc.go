@@ -13,10 +13,11 @@
 // dir/shard-NNNN is shard N's local store (the same Pebble store a follower
 // keeps, see package follower) and dir/wal holds every shard's WAL segments
 // (segment names carry the shard). Open refuses a directory holding a store
-// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a WAL
-// directory another process writes (wal.ErrLocked), and a log it cannot read
-// (wal.ErrCorrupt and friends); a torn tail is repaired as package wal
-// describes.
+// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a directory
+// another leader has open (wal.ErrLocked, naming dir/wal: Open takes the WAL
+// directory's lock, wal.LockDir, before it opens any store or log), and a
+// log it cannot read (wal.ErrCorrupt and friends); a torn tail is repaired
+// as package wal describes.
 //
 // # One stamping path
 //

@@ -3,6 +3,7 @@ package leader
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -169,6 +170,7 @@ type Leader struct {
 	dir    string
 	opts   Options
 	router replication.ShardRouter
+	lock   io.Closer // the WAL directory's lock (wal.LockDir), held until Close
 	shards []*Shard
 
 	closeOnce sync.Once
@@ -206,7 +208,14 @@ func Open(dir string, opts *Options) (*Leader, error) {
 	if err := checkLayout(dir, o.Shards); err != nil {
 		return nil, err
 	}
-	l := &Leader{dir: dir, opts: o, router: router}
+	// The directory lock comes before any store or log is opened: a second
+	// leader on the directory fails here, with wal.ErrLocked naming it,
+	// instead of on whichever shard store it happened to open first.
+	lock, err := wal.LockDir(filepath.Join(dir, WALDirName))
+	if err != nil {
+		return nil, fmt.Errorf("leader: %w", err)
+	}
+	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
 	for s := range uint32(o.Shards) {
 		sh, err := l.openShard(s)
 		if err != nil {
@@ -406,6 +415,9 @@ func (l *Leader) Close() error {
 			if err := sh.store.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("shard %d: store: %w", sh.id, err))
 			}
+		}
+		if err := l.lock.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the WAL directory lock: %w", err))
 		}
 		l.closeErr = errors.Join(errs...)
 	})

@@ -147,6 +147,40 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 }
 
+// TestOpenTwiceLocked: a second leader on a directory another leader has
+// open fails at once with wal.ErrLocked naming the WAL directory — the
+// directory lock is taken before any shard store is opened, so it is never
+// a Pebble lock error of whichever store came first — and the first leader
+// is not disturbed. A corrupt log is refused with its typed error.
+func TestOpenTwiceLocked(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, &leader.Options{Shards: 2})
+	id := sid(rand.New(rand.NewPCG(1, 2)))
+	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})
+	require.NoError(t, err)
+
+	_, err = leader.Open(dir, &leader.Options{Shards: 2, Store: *quiet()})
+	require.ErrorIs(t, err, wal.ErrLocked)
+	require.Contains(t, err.Error(), filepath.Join(dir, leader.WALDirName))
+	_, err = l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k"), Value: []byte("v")})
+	require.NoError(t, err, "the refused open disturbed the running leader")
+	require.NoError(t, l.Close())
+
+	l = open(t, dir, &leader.Options{Shards: 2})
+	require.NoError(t, l.Close())
+
+	// Flip a byte inside the last batch: corruption, not a torn tail.
+	shard := l.Router().Shard(id)
+	walDir := filepath.Join(dir, leader.WALDirName)
+	path := filepath.Join(walDir, wal.SegmentName(shard, 1))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	b[wal.HeaderSize+2] ^= 0xff
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	_, err = leader.Open(dir, &leader.Options{Shards: 2, Store: *quiet()})
+	require.ErrorIs(t, err, wal.ErrChecksum)
+}
+
 func TestClosedSessionRefused(t *testing.T) {
 	l := open(t, t.TempDir(), &leader.Options{Shards: 1})
 	defer l.Close()

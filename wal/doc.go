@@ -95,14 +95,15 @@
 // LSN and several shards can share a directory. ParseSegmentName accepts only
 // that exact form (ErrBadSegmentName).
 //
-// A WAL directory holds segments, lock files (LockName, below) and, after a
-// crash during recovery, a segment's temporary copy (the segment's name plus
-// ".tmp", removed by the next OpenWriter of its shard), and nothing else. A
-// ".wal" file with a malformed name is ErrBadSegmentName, not a guess; any
-// other entry makes it a non-WAL directory, and OpenWriter, OpenReader and
-// ListShards refuse it with ErrNotWAL, as they refuse a regular file, so a
-// misconfigured path is never written into or served. ListShards tells which
-// shards' segments a directory holds.
+// A WAL directory holds segments, lock files (LockName and DirLockName,
+// below) and, after a crash during recovery, a segment's temporary copy (the
+// segment's name plus ".tmp", removed by the next OpenWriter of its shard),
+// and nothing else. A ".wal" file with a malformed name is
+// ErrBadSegmentName, not a guess; any other entry makes it a non-WAL
+// directory, and OpenWriter, OpenReader, ListShards and LockDir refuse it
+// with ErrNotWAL, as they refuse a regular file, so a misconfigured path is
+// never written into or served. ListShards tells which shards' segments a
+// directory holds.
 //
 // Segment invariants: the first batch of a segment starts at the LSN in its
 // name; each batch starts at the LSN after the previous batch; the next
@@ -201,6 +202,13 @@
 // sharing a directory lock independently. A failed OpenWriter releases the
 // lock. The lock file is never removed (removing it could let two openers
 // lock two different files of one name). Readers do not lock.
+//
+// A process that writes several shards' logs in one directory (a leader
+// node) also takes the directory's lock, LockDir (the file DirLockName),
+// before it opens anything else, so that a second such process fails at
+// once with ErrLocked naming the directory instead of on whatever it opens
+// first. The directory lock is the same mechanism and independent of the
+// shard locks.
 //
 // # Retention
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,8 +23,15 @@ func LockName(shard uint32) string {
 	return fmt.Sprintf("%0*d%s", segShardDigit, shard, lockSuffix)
 }
 
-// isLockName reports whether name is LockName of some shard.
+// DirLockName is the name of the lock file LockDir holds in a WAL directory:
+// the lock of the directory as a whole, beside the shards' lock files.
+const DirLockName = "wal" + lockSuffix
+
+// isLockName reports whether name is LockName of some shard or DirLockName.
 func isLockName(name string) bool {
+	if name == DirLockName {
+		return true
+	}
 	digits, ok := strings.CutSuffix(name, lockSuffix)
 	if !ok || len(digits) != segShardDigit {
 		return false
@@ -32,14 +40,15 @@ func isLockName(name string) bool {
 	return err == nil // ParseUint takes no sign
 }
 
-// dirLock is a held shard lock: the FS lock plus this process's claim.
+// dirLock is a held lock (a shard's or a directory's): the FS lock plus
+// this process's claim.
 type dirLock struct {
 	fs      io.Closer
 	claim   lockClaim
 	claimed bool // claim is registered in processLocks
 }
 
-// lockClaim identifies a (directory, shard) pair within this process. The
+// lockClaim identifies a lock file (directory and name) within this process. The
 // FS lock (fcntl on Unix) is owned by the process, not the descriptor, so a
 // second lock of the same file by this process would succeed, and closing
 // it would release the first. Pebble's default FS catches a second Lock of
@@ -47,7 +56,7 @@ type dirLock struct {
 // another spelling of the same directory (relative path, symlink).
 type lockClaim struct {
 	dev, ino uint64
-	shard    uint32
+	name     string
 }
 
 var processLocks struct {
@@ -59,9 +68,59 @@ var processLocks struct {
 // lock file if needed. A lock held by anyone — this process or another — is
 // ErrLocked.
 func lockShard(fs vfs.FS, dir string, shard uint32) (*dirLock, error) {
-	path := fs.PathJoin(dir, LockName(shard))
+	return lockFile(fs, dir, LockName(shard), fmt.Sprintf("directory %s, shard %d", dir, shard))
+}
+
+// LockDir takes the exclusive lock of the WAL directory dir as a whole, for
+// a process that writes the logs of several shards there (a leader node)
+// and must find out that another process does before it opens anything
+// else: a second LockDir of the directory — in this process, under any
+// spelling of the path, or in another process — fails at once with
+// ErrLocked naming the directory. The lock file is DirLockName. LockDir
+// creates dir if it does not exist; a path that is not a WAL directory is
+// refused (ErrNotWAL) before the lock file is created. The directory lock
+// is independent of the shard locks: the holder still opens its Writers,
+// which take theirs. Close releases it (idempotent).
+func LockDir(dir string) (io.Closer, error) { return LockDirFS(vfs.Default, dir) }
+
+// LockDirFS is LockDir on the filesystem fs.
+func LockDirFS(fs vfs.FS, dir string) (io.Closer, error) {
+	if err := checkDir(fs, dir); errors.Is(err, os.ErrNotExist) {
+		if err := mkdirAllSynced(fs, dir); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if _, err := listDir(fs, dir); err != nil {
+		return nil, err
+	}
+	l, err := lockFile(fs, dir, DirLockName, "directory "+dir)
+	if err != nil {
+		return nil, err
+	}
+	return &heldDirLock{l: l}, nil
+}
+
+// heldDirLock is LockDir's io.Closer: Close releases once.
+type heldDirLock struct {
+	once sync.Once
+	l    *dirLock
+	err  error
+}
+
+func (h *heldDirLock) Close() error {
+	h.once.Do(func() { h.err = h.l.release() })
+	return h.err
+}
+
+// lockFile takes the exclusive lock of the file name in dir, creating it if
+// needed; what names the lock in ErrLocked. A lock held by anyone — this
+// process or another — is ErrLocked.
+func lockFile(fs vfs.FS, dir, name, what string) (*dirLock, error) {
+	path := fs.PathJoin(dir, name)
 	locked := func(cause error) error {
-		return fmt.Errorf("%w: directory %s, shard %d (lock file %s): %w", ErrLocked, dir, shard, path, cause)
+		return fmt.Errorf("%w: %s (lock file %s): %w", ErrLocked, what, path, cause)
 	}
 	l := &dirLock{}
 	st, err := fs.Stat(dir)
@@ -69,7 +128,7 @@ func lockShard(fs vfs.FS, dir string, shard uint32) (*dirLock, error) {
 		return nil, err
 	}
 	if dev, ino, ok := fileID(st); ok {
-		l.claim, l.claimed = lockClaim{dev: dev, ino: ino, shard: shard}, true
+		l.claim, l.claimed = lockClaim{dev: dev, ino: ino, name: name}, true
 		processLocks.Lock()
 		defer processLocks.Unlock()
 		if processLocks.held[l.claim] {
