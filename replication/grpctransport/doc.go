@@ -16,6 +16,21 @@
 // and TLS handshake, so the follower's own backoff paces reconnects and a
 // rotated certificate is picked up at the next one.
 //
+// One server serves one shard (the Server is the Listener) or every shard
+// of a leader node: Server.Listener(shard) returns a Listener per shard and
+// the server routes each stream by its hello's shard, so one address and one
+// TLS identity serve them all. A routed server refuses a stream for a shard
+// no Listener serves at once, with the reason.
+//
+// A leader that will not serve a follower (an unknown ID, a diverged or
+// behind-retention follower: a Fanout's refusals) ends its stream with
+// LeaderConn.Refuse (replication.RefusingConn): the stream's status carries
+// the reason, the follower's Recv or Dial returns an error wrapping
+// ErrRefused and replication.ErrDisconnected with that reason, and the
+// Dialer logs it at Warn, once per reason per 30 s. The follower redials
+// with its backoff as after any disconnect: a refusal may end (the follower
+// is registered, the log is repaired) without anyone restarting it.
+//
 // # Wire format
 //
 // No generated code: a raw codec (forced per server/call, never registered

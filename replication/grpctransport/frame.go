@@ -56,6 +56,12 @@ var (
 	ErrBadFrame = errors.New("grpctransport: malformed frame")
 	// ErrFrameTooLarge: a batch above MaxBatchFrame (sent or received).
 	ErrFrameTooLarge = errors.New("grpctransport: frame too large")
+	// ErrRefused: the leader refused the follower's stream and said why
+	// (the error carries the reason: an unknown follower ID, a diverged or
+	// behind-retention follower, a shard the leader does not serve). Always
+	// wrapped with replication.ErrDisconnected: the follower keeps
+	// redialling with backoff, and the Dialer logs the reason.
+	ErrRefused = errors.New("grpctransport: refused by the leader")
 )
 
 func appendControl(dst []byte, typ, b1 byte, a replication.Ack) []byte {
