@@ -120,7 +120,9 @@ func startLeader(t *testing.T, c leaderConfig) *runningLeader {
 
 // dialAddr is the leader's address as a follower dials it: the
 // certificate names localhost.
-func (r *runningLeader) dialAddr() string { return strings.Replace(r.addr, "127.0.0.1", "localhost", 1) }
+func (r *runningLeader) dialAddr() string {
+	return strings.Replace(r.addr, "127.0.0.1", "localhost", 1)
+}
 
 // ends returns each shard's last LSN.
 func (r *runningLeader) ends() []uint64 {

@@ -37,9 +37,9 @@ type genShardStats struct {
 // (idempotency.ClientKey of its request ID), so a request sent again after
 // a "lost answer" is the same request to the followers' windows.
 type generator struct {
-	l   *leader.Leader
-	c   genConfig
-	rng *mrand.Rand
+	l     *leader.Leader
+	c     genConfig
+	rng   *mrand.Rand
 	runID string // request IDs are unique to this run of the generator
 
 	ids     []session.ID
@@ -57,10 +57,10 @@ func newGenerator(l *leader.Leader, c genConfig) *generator {
 	_, _ = rand.Read(seed[:])
 	return &generator{
 		l: l, c: c,
-		rng: mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0)),
+		rng:   mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 		runID: fmt.Sprintf("%x", seed),
-		ids: make([]session.ID, c.sessions),
-		per: make([]genShardStats, l.Shards()),
+		ids:   make([]session.ID, c.sessions),
+		per:   make([]genShardStats, l.Shards()),
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 
 // inspectNodeShard is one shard of inspect --json on a node directory.
 type inspectNodeShard struct {
-	Shard       uint32 `json:"shard"`
-	Dir         string `json:"dir"`
+	Shard       uint32         `json:"shard"`
+	Dir         string         `json:"dir"`
 	AppliedLSN  uint64         `json:"applied_lsn"`
 	Epoch       uint64         `json:"epoch"`
 	LastBatch   *lastBatchJSON `json:"last_batch"`

@@ -129,7 +129,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if err := serveLeader(ctx, log, leaderConfig{
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
 		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize,
-		gen: genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
+		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
 		statsEvery: *statsEvery,
 	}); err != nil {
 		log.Error("oncewal leader: stopped", "dir", *dir, "err", err)
