@@ -156,11 +156,14 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		closeFn = f.Close
 	}
 	defer func() {
-		// Close waits for Serve, flushes every memtable and closes the stores.
+		// Close waits for Serve, flushes every memtable and closes the
+		// stores; nothing applies after Serve returned, so the positions
+		// read before Close are final.
+		final := rows()
 		if cerr := closeFn(); err == nil {
 			err = cerr
 		}
-		for _, s := range rows() {
+		for _, s := range final {
 			log.Info("oncewal follower: closed", "shard", s.Shard, "applied_lsn", s.AppliedLSN, "epoch", s.Epoch)
 		}
 	}()

@@ -27,9 +27,13 @@
 // LeaderConn.Refuse (replication.RefusingConn): the stream's status carries
 // the reason, the follower's Recv or Dial returns an error wrapping
 // ErrRefused and replication.ErrDisconnected with that reason, and the
-// Dialer logs it at Warn, once per reason per 30 s. The follower redials
-// with its backoff as after any disconnect: a refusal may end (the follower
-// is registered, the log is repaired) without anyone restarting it.
+// Dialer logs it at Warn, once per reason per 30 s. The follower keeps
+// redialling, as after any disconnect — a refusal may end (the follower is
+// registered, the log is repaired) without anyone restarting it — but the
+// Dialer spaces a refused shard's dials by DialerOptions.RefusalBackoff,
+// doubling up to 32× until a stream delivers a batch: the stream was
+// accepted before it was refused, so the follower's own backoff restarts
+// at its shortest each time.
 //
 // # Wire format
 //

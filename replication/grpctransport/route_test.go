@@ -117,13 +117,31 @@ func TestRefuseCarriesReason(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	log, rec := newLogRecorder()
-	srv, d := mtls(t, log)
+	srv, _ := mtls(t, log)
+	const backoff = 20 * time.Millisecond
+	ct, err := certs(t).ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDialer(srv.Addr().String(), &DialerOptions{TLS: ct, Logger: log, RefusalBackoff: backoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
 	reason := fmt.Errorf("%w: follower's batch ending at LSN 9 is epoch 1, this log's is epoch 2", replication.ErrDiverged)
-	for range 3 {
+	var refusedAt time.Time
+	for i := range 3 {
 		res := dialAsync(ctx, d, replication.Ack{FollowerID: "x", AppliedLSN: 9})
 		lc, _, err := srv.Accept(ctx)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A refused follower redials no sooner than its refusal backoff,
+		// doubled at each refusal in a row.
+		if i > 0 {
+			if waited, min := time.Since(refusedAt), backoff<<(i-1); waited < min {
+				t.Fatalf("redial %d after %v, want at least %v", i, waited, min)
+			}
 		}
 		r := <-res
 		if r.err != nil {
@@ -141,8 +159,33 @@ func TestRefuseCarriesReason(t *testing.T) {
 		if !errors.Is(err, ErrRefused) || !errors.Is(err, replication.ErrDisconnected) || !strings.Contains(err.Error(), reason.Error()) {
 			t.Fatalf("follower saw %v", err)
 		}
+		refusedAt = time.Now()
 		r.c.Close()
 	}
+	// A stream that delivers a batch ends the backoff.
+	res := dialAsync(ctx, d, replication.Ack{FollowerID: "x", AppliedLSN: 9})
+	lc, _, err := srv.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := lc.Send(ctx, testBatch(t, 0, 10, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	left := len(d.refusals)
+	d.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("a served stream left the refusal backoff in place: %d shards", left)
+	}
+	r.c.Close()
+	lc.Close()
 	if st, dst := srv.Stats(), d.Stats(); st.Refused != 3 || dst.Refused != 3 {
 		t.Fatalf("server %+v, dialer %+v", st, dst)
 	}
