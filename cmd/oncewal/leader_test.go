@@ -13,6 +13,7 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -285,5 +286,30 @@ func TestLeaderFollowerUsage(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%q: exit %d, want %d with %q:\n%s", tc.args, code, exitUsage, tc.want, errOut)
 		}
+	}
+}
+
+// TestGencerts: gencerts writes the keys 0600, prints commands that use
+// them, and refuses to overwrite.
+func TestGencerts(t *testing.T) {
+	certDir := filepath.Join(t.TempDir(), "certs")
+	out, errOut, code := runCmd(t, "gencerts", certDir)
+	if code != exitOK {
+		t.Fatalf("gencerts: %d %s", code, errOut)
+	}
+	if !strings.Contains(out, "oncewal follower --dir") || !strings.Contains(out, "oncewal leader --dir") {
+		t.Errorf("gencerts output: %s", out)
+	}
+	for _, k := range []string{grpctransport.FileCAKey, grpctransport.FileLeaderKey, grpctransport.FileFollowerKey} {
+		fi, err := os.Stat(filepath.Join(certDir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", k, fi.Mode().Perm())
+		}
+	}
+	if _, _, code := runCmd(t, "gencerts", certDir); code != exitFailure {
+		t.Errorf("gencerts over existing files: exit %d, want %d", code, exitFailure)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/oncewal/oncewal/follower"
@@ -210,8 +209,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 		}
 		tw.Flush()
 		if best != "" {
-			fmt.Fprintf(out, "\nmost advanced: %s (promote it: oncewal promote --dir %s --peers %s)\n", best, best,
-				strings.Join(slices.DeleteFunc(slices.Clone(dirs), func(d string) bool { return d == best }), ","))
+			fmt.Fprintf(out, "\nmost advanced: %s\n", best)
 		} else {
 			fmt.Fprintln(out, "\nmost advanced: none (no directory is ahead on every shard, or a store could not be read)")
 		}

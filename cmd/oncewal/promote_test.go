@@ -195,6 +195,19 @@ func TestPromoteSingleStore(t *testing.T) {
 	if _, errOut, code := runCmd(t, "promote", "--dir", store); code != exitFailure || !strings.Contains(errOut, "give --out") {
 		t.Fatalf("promote a store without --out: exit %d: %s", code, errOut)
 	}
+	// A store and a node directory do not compare (a store does not record
+	// its shard).
+	oldDir := filepath.Join(dir, "old")
+	if _, errOut, code := runCmd(t, "inspect", store, oldDir); code != exitFailure || !strings.Contains(errOut, errMixedLayouts.Error()) {
+		t.Fatalf("inspect store node: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := runCmd(t, "promote", "--dir", store, "--out", out, "--peers", oldDir); code != exitFailure ||
+		!strings.Contains(errOut, errMixedLayouts.Error()) {
+		t.Fatalf("promote with a node peer: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a refused promotion created %s", out)
+	}
 	stdout, errOut, code := runCmd(t, "promote", "--dir", store, "--out", out)
 	if code != exitOK || !strings.Contains(stdout, "moved "+store+" to "+follower.ShardDir(out, 0)) {
 		t.Fatalf("promote --out: exit %d\n%s\n%s", code, stdout, errOut)
