@@ -543,14 +543,16 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 // (also for p, if the follower is known) and logs it, once per follower and
 // reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
+	// Counted before the connection ends: whoever sees it end finds the
+	// refusal in Stats.
+	reason := f.refused.count(err)
+	if p != nil {
+		p.refused.count(err)
+	}
 	if rc, ok := c.(RefusingConn); ok {
 		rc.Refuse(err)
 	} else {
 		c.Close()
-	}
-	reason := f.refused.count(err)
-	if p != nil {
-		p.refused.count(err)
 	}
 	key := hello.FollowerID + "\x00" + reason
 	now := time.Now()

@@ -132,8 +132,7 @@ var _ replication.Dialer = (*Dialer)(nil)
 
 // NewDialer returns a Dialer for the leader at addr (host:port).
 func NewDialer(addr string, opts *DialerOptions) (*Dialer, error) {
-	d := &Dialer{addr: addr, conns: make(map[*followerConn]struct{}), done: make(chan struct{}),
-		refusals: make(map[uint32]refusalWait)}
+	d := &Dialer{addr: addr, conns: make(map[*followerConn]struct{}), done: make(chan struct{})}
 	if opts != nil {
 		d.opts = *opts
 	}
@@ -161,7 +160,9 @@ func (d *Dialer) Close() error {
 	d.mu.Lock()
 	if !d.closed {
 		d.closed = true
-		close(d.done)
+		if d.done != nil {
+			close(d.done)
+		}
 	}
 	conns := make([]*followerConn, 0, len(d.conns))
 	for c := range d.conns {
@@ -227,6 +228,9 @@ func (d *Dialer) waitRefusal(ctx context.Context, shard uint32) error {
 func (d *Dialer) noteRefusal(shard uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.refusals == nil {
+		d.refusals = make(map[uint32]refusalWait)
+	}
 	r := d.refusals[shard]
 	r.until = time.Now().Add(d.opts.RefusalBackoff << min(r.n, 5))
 	r.n++

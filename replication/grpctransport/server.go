@@ -597,12 +597,12 @@ func (c *leaderConn) end(refusal error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
-		c.local, c.refusal = true, refusal
-		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
-		close(c.done)
 		if refusal != nil {
 			c.s.stats.refusedHello.Add(1)
 		}
+		c.local, c.refusal = true, refusal
+		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+		close(c.done)
 	}
 	return nil
 }
