@@ -19,6 +19,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/wal"
 )
 
 const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
@@ -74,7 +75,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	tf := addTLSFlags(fs, "leader")
 	maxRetained := fs.Int64("max-retained-bytes", leader.DefaultMaxRetainedBytes, "per shard: WAL bytes the followers' slots may pin before the most lagging is dropped")
 	retainEvery := fs.Duration("retention-interval", leader.DefaultRetentionInterval, "how often slots advance and unneeded segments are deleted")
-	segSize := fs.Int64("segment-size", 64<<20, "WAL segment size in bytes")
+	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "WAL segment size in bytes")
 	rate := fs.Int("generate", 0, "run a generated client workload at this many events/s (0: none)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")

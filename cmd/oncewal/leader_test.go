@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +313,40 @@ func TestGencerts(t *testing.T) {
 	if _, _, code := runCmd(t, "gencerts", certDir); code != exitFailure {
 		t.Errorf("gencerts over existing files: exit %d, want %d", code, exitFailure)
 	}
+}
+
+// TestLeaderRetentionFlags: with small segments and a small
+// --max-retained-bytes, retention deletes segments the live follower no
+// longer needs, drops the registered follower that never came, and refuses
+// it as behind retention when it does come — and it says why.
+func TestLeaderRetentionFlags(t *testing.T) {
+	dir := t.TempDir()
+	const maxRetained = 32 << 10
+	lc := leaderConfig{dir: filepath.Join(dir, "leader"), followers: []string{"live", "late"},
+		segmentSize: minSegmentSize, maxRetained: maxRetained, retainEvery: 10 * time.Millisecond,
+		gen: genConfig{rate: 5000, sessions: 8, batch: 16}}
+	l := startLeader(t, lc)
+	live := startFollower(t, followerConfig{dir: filepath.Join(dir, "live"), leader: l.addr, id: "live"})
+	var st leader.ShardStats
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st = l.l.Stats()[0]
+		dropped := slices.ContainsFunc(st.Retention.Slots, func(s leader.SlotStats) bool { return s.ID == "late" && s.Dropped })
+		if dropped && st.Retention.SegmentsDeleted > 0 && st.Retention.FirstLSN > 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retention: %+v", st.Retention)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	late := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: l.addr, id: "late"})
+	waitLog(t, late.log, "refused this follower", replication.ErrBehindRetention.Error())
+	must(t, late.stop())
+	must(t, live.stop())
+	must(t, l.stop())
+	if !strings.Contains(l.log.String(), "follower dropped from WAL retention") {
+		t.Errorf("no log line for the dropped follower:\n%s", l.log)
+	}
+	t.Logf("retention %+v", st.Retention)
 }
