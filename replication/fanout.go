@@ -20,6 +20,9 @@ package replication
 // process must not change what "all followers" means, or fill the disk.
 // An anonymous follower (empty ID) is refused even then: two of them could
 // not be told apart, which is the stream stealing this type exists to end.
+// A refused connection ends with RefusingConn.Refuse where the transport
+// has it (grpctransport does), so the follower learns the reason; else
+// with Close.
 
 import (
 	"context"
