@@ -163,12 +163,20 @@ func BenchmarkTracker(b *testing.B) {
 	}
 }
 
-// warm loads every session into the cache through a tx (Get does not fill it).
+// warm loads every session into the cache through txs of 1000 checks (Get
+// does not fill it; a tx keeps what it read from Pebble, and the tracker
+// keeps the last tx's buffers, so one tx for all would hold a second copy).
 func (r *trackerRig) warm(b *testing.B) {
 	batch := r.db.NewBatch()
 	defer batch.Close()
-	tx := r.tr.Begin(batch)
+	var tx *session.TrackerTx
 	for i, id := range r.ids {
+		if i%1000 == 0 {
+			if tx != nil {
+				tx.Abort()
+			}
+			tx = r.tr.Begin(batch)
+		}
 		if _, err := tx.Check(id, r.hwm[i]+1, r.base); err != nil {
 			b.Fatal(err)
 		}
@@ -177,36 +185,91 @@ func (r *trackerRig) warm(b *testing.B) {
 }
 
 // BenchmarkTrackerCheckDuplicate measures the redelivery path: Check of an
-// already applied event, warm cache, one tx per 1000 checks (aborted).
+// already applied event of a random session, one tx per 1000 checks
+// (aborted). warm: 100K sessions, cache 1M, filled; cold: cache 1K.
+// prefetch=yes calls Prefetch for the tx's 1000 sessions before checking
+// them, as a receiver can for a batch.
 func BenchmarkTrackerCheckDuplicate(b *testing.B) {
+	const perTx = 1000
 	for _, c := range []struct {
 		name  string
 		cache int
 	}{{"warm", 1 << 20}, {"cold", 1000}} {
-		b.Run(c.name, func(b *testing.B) {
-			r := newTrackerRig(b, 100_000, c.cache)
-			if c.name == "warm" {
-				r.warm(b)
-			}
-			batch := r.db.NewBatch()
-			defer batch.Close()
-			tx := r.tr.Begin(batch)
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuNanos()
-			for n := range b.N {
-				if n%1000 == 999 {
+		for _, prefetch := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/prefetch=%s", c.name, yesNo(prefetch)), func(b *testing.B) {
+				r := newTrackerRig(b, 100_000, c.cache)
+				if c.name == "warm" {
+					r.warm(b)
+				}
+				batch := r.db.NewBatch()
+				defer batch.Close()
+				picks := make([]int, perTx)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := cpuNanos()
+				for n := 0; n < b.N; n += perTx {
+					for i := range picks {
+						picks[i] = r.rng.IntN(len(r.ids))
+					}
+					tx := r.tr.Begin(batch)
+					if prefetch {
+						for _, s := range picks {
+							tx.Prefetch(r.ids[s])
+						}
+					}
+					for _, s := range picks[:min(perTx, b.N-n)] {
+						d, err := tx.Check(r.ids[s], 1, r.base)
+						if err != nil || d != session.Duplicate {
+							b.Fatalf("check: %v %v", d, err)
+						}
+					}
 					tx.Abort()
-					tx = r.tr.Begin(batch)
 				}
+				b.StopTimer()
+				b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
+
+// BenchmarkTrackerCacheMemory reports the live heap the Tracker's HWM cache
+// holds per cached session: 100K sessions in the default 1M cache, filled by
+// a warm pass (B/session-fresh), then a cache of 100K churned by 1M lookups
+// over 200K sessions, every other one a miss that fills and evicts
+// (B/session-churned). The whole-process heap is measured, so nothing else
+// may run concurrently; one iteration is the experiment: -benchtime=1x.
+func BenchmarkTrackerCacheMemory(b *testing.B) {
+	var fresh, churned float64
+	for range b.N {
+		r := newTrackerRig(b, 100_000, 1<<20)
+		before := liveHeap()
+		r.warm(b)
+		fresh = float64(liveHeap()-before) / float64(r.tr.CachedLen())
+
+		r = newTrackerRig(b, 200_000, 100_000)
+		before = liveHeap()
+		batch := r.db.NewBatch()
+		for n := 0; n < 1_000_000; n += 1000 {
+			tx := r.tr.Begin(batch)
+			for range 1000 {
 				s := r.rng.IntN(len(r.ids))
-				d, err := tx.Check(r.ids[s], 1, r.base)
-				if err != nil || d != session.Duplicate {
-					b.Fatalf("check: %v %v", d, err)
+				if _, err := tx.Check(r.ids[s], r.hwm[s], r.base); err != nil {
+					b.Fatal(err)
 				}
 			}
-			b.StopTimer()
-			b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N), "cpu-ns/op")
-		})
+			tx.Abort()
+		}
+		batch.Close()
+		churned = float64(liveHeap()-before) / float64(r.tr.CachedLen())
 	}
+	b.ReportMetric(fresh, "B/session-fresh")
+	b.ReportMetric(churned, "B/session-churned")
+	b.ReportMetric(0, "ns/op")
 }

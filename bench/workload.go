@@ -178,7 +178,8 @@ func (g *generator) encode(dst []byte) []byte {
 // LE, key, value), the state rows that applying the current events writes,
 // laid out as session.State lays them out. With writeSet it adds what the
 // receiver writes besides: one HWM row per session (HWMPrefix + ID → 18 B),
-// the window journal value (one 16-byte key per event) and the position.
+// the window journal value (one 16-byte key per event), the position and the
+// last batch's identity.
 func (g *generator) rows(dst []byte, writeSet bool) []byte {
 	dst = dst[:0]
 	row := func(kl, vl int) {
@@ -224,5 +225,13 @@ func (g *generator) rows(dst []byte, writeSet bool) []byte {
 	dst = append(dst, replication.KeyPosition...)
 	dst = append(dst, 1)
 	dst = binary.LittleEndian.AppendUint64(dst, g.lsn)
+	// The identity of the batch ending at the position (epoch 1; the CRC's
+	// value does not change the cost).
+	row(len(replication.KeyLastBatch), 21)
+	dst = append(dst, replication.KeyLastBatch...)
+	dst = append(dst, 1)
+	dst = binary.LittleEndian.AppendUint64(dst, g.lsn)
+	dst = binary.LittleEndian.AppendUint64(dst, 1)
+	dst = binary.LittleEndian.AppendUint32(dst, 0)
 	return dst
 }

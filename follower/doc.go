@@ -57,6 +57,9 @@
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
+//	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
+//	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
+//	                               sent in the hello; absent or for another LSN = unknown)
 //	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys, in
 //	                               recording order (a compacted entry starts with
 //	                               the whole window)
@@ -67,20 +70,23 @@
 // # Request ledger and promotion
 //
 // The default applier also applies the request-ledger records a leader logs
-// (wal ops claim, complete, release, fail) into the l/ table, in the same
+// (wal ops claim, complete, release, fail, extend) into the l/ table, in the same
 // Pebble batch as the effects they travel with. Promote turns a follower into
 // its shard's leader (replication.LedgerLog) with a higher epoch: its log
 // continues at the applied LSN + 1, the new epoch is persisted first (the old
 // leader's batches are refused from then on), and its Ledger answers from the
 // replicated table — requests completed on the old leader replay, claims it
-// left in flight free themselves when their leases end on the WAL clock. A
+// left in flight free themselves when their leases (as last extended) end
+// on the WAL clock, and waiting claims on the new leader wait for that. A
 // request the old leader completed but never shipped is lost with it, effect
 // included, so its retry executes once on the new leader; with asynchronous
 // replication the client may have seen the lost answer (the replay window of
 // request-level idempotency is therefore bounded by what was replicated, and
 // by the ledger's TTL). TestFailoverRequestsExactlyOnce proves this over 120
-// seeds; ONCEWAL_LONG=1 runs 2000, ONCEWAL_FAILOVER_SEEDS=n runs n,
-// ONCEWAL_FAILOVER_SEED=n replays one.
+// seeds, with slow owners extending their leases and waiting duplicates,
+// and checks every seed's client history with the porcupine
+// linearizability checker; ONCEWAL_LONG=1 runs 2000, ONCEWAL_FAILOVER_SEEDS=n
+// runs n, ONCEWAL_FAILOVER_SEED=n replays one.
 //
 // # Many shards in one process: Node
 //

@@ -7,15 +7,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -24,9 +27,12 @@ import (
 // and the InProcess transport with light faults (drops, duplicates,
 // reorders, disconnects): A answers a request only once the Shipper reports
 // B's ack covering it (WaitAcked), A is killed at a random request and
-// phase, B is promoted, unanswered requests are retried against B. Same
-// invariant as TestFailoverRequestsExactlyOnce (synchronous mode), plus:
-// A's Shipper, restarted against B's store, is fenced (ErrFenced).
+// phase, B is promoted, unanswered requests are retried against B — half of
+// them as waiting claims, which block on a claim inherited from A until its
+// lease ends on the WAL clock. Same invariant as
+// TestFailoverRequestsExactlyOnce (synchronous mode), the client history
+// checked by porcupine against the request model, plus: A's Shipper,
+// restarted against B's store, is fenced (ErrFenced).
 func TestFailoverLiveShipper(t *testing.T) {
 	for seed := range uint64(12) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { liveFailover(t, seed) })
@@ -50,7 +56,7 @@ func liveFailover(t *testing.T, seed uint64) {
 
 	a, err := follower.Open("a", opts(fsA))
 	require.NoError(t, err)
-	la, err := a.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now})
+	la, err := a.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
 	require.NoError(t, err)
 	tr := replication.NewInProcess(replication.FaultsLight, seed)
 	defer tr.Close()
@@ -82,11 +88,28 @@ func liveFailover(t *testing.T, seed uint64) {
 		payload []byte
 		seen    []byte
 		final   []byte
+		op      int // the client operation A left unanswered (-1: none)
 	}
 	sid := session.ID{0x11, byte(seed)}
+	var (
+		histMu sync.Mutex
+		hist   []testutil.ClientOp
+		ticks  atomic.Int64
+	)
+	call := func(r *req) int {
+		histMu.Lock()
+		defer histMu.Unlock()
+		hist = append(hist, testutil.ClientOp{Client: len(hist), Key: r.key, Counter: r.counter, Delta: r.delta, Call: ticks.Add(1)})
+		return len(hist) - 1
+	}
+	ret := func(op int, outcome []byte) {
+		histMu.Lock()
+		defer histMu.Unlock()
+		hist[op].Return, hist[op].Outcome = ticks.Add(1), bytes.Clone(outcome)
+	}
 	reqs := make([]req, 20)
 	for i := range reqs {
-		reqs[i] = req{key: fmt.Sprintf("req-%d", i), counter: rng.IntN(3), delta: 1 + rng.Int64N(50)}
+		reqs[i] = req{key: fmt.Sprintf("req-%d", i), counter: rng.IntN(3), delta: 1 + rng.Int64N(50), op: -1}
 		reqs[i].payload = fmt.Appendf(nil, "add %d to c%d", reqs[i].delta, reqs[i].counter)
 	}
 	execute := func(l *replication.LedgerLog, f *follower.Follower, i int, c *idempotency.Claim) ([]byte, wal.Header) {
@@ -94,7 +117,7 @@ func liveFailover(t *testing.T, seed uint64) {
 		ckey := fmt.Appendf(nil, "c%d", r.counter)
 		cur, err := f.State().Counter(sid, ckey)
 		require.NoError(t, err)
-		out := fmt.Appendf(nil, "%s: c%d=%d", r.key, r.counter, cur+r.delta)
+		out := testutil.FailoverOutcome(r.key, r.counter, r.delta, cur)
 		h, err := l.Commit(c, out, wal.Event{Op: wal.OpAdd, Session: sid, Key: ckey, Delta: r.delta})
 		require.NoError(t, err)
 		return out, h
@@ -102,6 +125,8 @@ func liveFailover(t *testing.T, seed uint64) {
 	killAt, phase := rng.IntN(len(reqs)), rng.IntN(3) // after claim, before the ack, after the answer
 	for i := range reqs {
 		wall.Add(int64(time.Millisecond))
+		op := call(&reqs[i])
+		reqs[i].op = op
 		c, err := la.Ledger().Claim("client", reqs[i].key, reqs[i].payload)
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Fresh, c.Status)
@@ -117,6 +142,8 @@ func liveFailover(t *testing.T, seed uint64) {
 		require.NoError(t, ship.WaitAcked(wctx, h.LastLSN()), "B never acked LSN %d", h.LastLSN())
 		wcancel()
 		reqs[i].seen = out
+		ret(op, out)
+		reqs[i].op = -1
 		if i == killAt {
 			break
 		}
@@ -127,7 +154,7 @@ func liveFailover(t *testing.T, seed uint64) {
 	require.NoError(t, la.Close())
 	require.NoError(t, a.Kill())
 
-	lb, err := b.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2})
+	lb, err := b.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
 	require.NoError(t, err)
 	require.NoError(t, <-serveDone)
 	for i := range reqs {
@@ -135,6 +162,42 @@ func liveFailover(t *testing.T, seed uint64) {
 		if r.seen != nil && rng.IntN(2) == 0 {
 			r.final = r.seen
 			continue // the client does not retry what it saw; the check below replays it anyway
+		}
+		op := r.op
+		if op < 0 {
+			op = call(r)
+		}
+		if rng.IntN(2) == 0 { // a waiting claim
+			wall.Add(int64(time.Millisecond))
+			e, inFlight, err := lb.Ledger().Lookup("client", r.key)
+			require.NoError(t, err)
+			got := make(chan *idempotency.Claim, 1)
+			go func() {
+				c, err := lb.Ledger().ClaimWith(ctx, "client", r.key, r.payload, idempotency.ClaimOptions{Wait: true})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- c
+			}()
+			if inFlight && e.State == idempotency.StateInFlight {
+				for lb.Ledger().Waiting() < 1 {
+					time.Sleep(50 * time.Microsecond)
+				}
+				wall.Store(e.Expires) // the claim A left behind frees itself on the WAL clock
+			}
+			c := <-got
+			require.NotNil(t, c)
+			if c.Status == idempotency.Replay {
+				r.final = c.Outcome
+			} else {
+				require.Equal(t, idempotency.Fresh, c.Status)
+				r.final, _ = execute(lb, b, i, c)
+			}
+			ret(op, r.final)
+			if r.seen != nil {
+				require.Equal(t, string(r.seen), string(r.final), "%s: A's answer must replay verbatim on B", r.key)
+			}
+			continue
 		}
 		for attempt := 0; ; attempt++ {
 			wall.Add(int64(time.Millisecond))
@@ -153,6 +216,7 @@ func liveFailover(t *testing.T, seed uint64) {
 			}
 			break
 		}
+		ret(op, r.final)
 		if r.seen != nil {
 			require.Equal(t, string(r.seen), string(r.final), "%s: A's answer must replay verbatim on B", r.key)
 		}
@@ -161,11 +225,14 @@ func liveFailover(t *testing.T, seed uint64) {
 	for i := range reqs {
 		r := &reqs[i]
 		want[r.counter] += r.delta
+		op := call(r)
 		c, err := lb.Ledger().Claim("client", r.key, r.payload)
 		require.NoError(t, err)
+		ret(op, c.Outcome)
 		require.Equal(t, idempotency.Replay, c.Status)
 		require.True(t, bytes.Equal(r.final, c.Outcome))
 	}
+	require.Equal(t, porcupine.Ok, checkHistory(t, hist), "client history not linearizable against the request model")
 	for j, w := range want {
 		got, err := b.State().Counter(sid, fmt.Appendf(nil, "c%d", j))
 		require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -31,6 +32,19 @@ import (
 //     but with a new outcome. That is the window asynchronous replication
 //     leaves; nothing else is lost;
 //   - A, coming back, is fenced: B's store refuses A's epoch.
+//
+// The run also has slow owners that extend their lease past the default
+// (B keeps the extended lease end when A dies mid-request), duplicate
+// deliveries that wait on A for the owner's outcome, and waiting claims on
+// B — concurrent pairs among them — that block on a claim inherited from A
+// until its lease ends on the WAL clock. A's owner, coming back after the
+// promotion, can neither extend nor complete its claim on B.
+//
+// Beyond the run's own checks, every seed's client history (each request's
+// call and final answer, across the kill and the promotion) is checked by
+// porcupine, a linearizability checker, against the sequential model of
+// the request API (requestModel: the first execution of a key happens once,
+// every later answer replays it).
 //
 // Every seed alternates sync/async and draws its kill point. The default run
 // covers 120 seeds; ONCEWAL_LONG=1 runs 2000, ONCEWAL_FAILOVER_SEEDS=n runs n,
@@ -66,7 +80,16 @@ func TestFailoverRequestsExactlyOnce(t *testing.T) {
 				seed, seed%2 == 0, res.KilledAt, testutil.KillPhaseName(res.KillPhase), res.VerifyErr, seed)
 		}
 		require.True(t, res.Fenced)
+		if r := checkHistory(t, res.History); r != porcupine.Ok {
+			t.Fatalf("seed %d: client history not linearizable against the request model (%s)\nreplay: ONCEWAL_FAILOVER_SEED=%d go test -run TestFailoverRequestsExactlyOnce ./follower/",
+				seed, r, seed)
+		}
 		phases[res.KillPhase]++
+		total.Extensions += res.Extensions
+		total.ExtendedInherited += res.ExtendedInherited
+		total.WaitingOnA += res.WaitingOnA
+		total.WaitingOnB += res.WaitingOnB
+		total.History = append(total.History, res.History...)
 		total.Retried += res.Retried
 		total.Replayed += res.Replayed
 		total.Reexecuted += res.Reexecuted
@@ -75,8 +98,10 @@ func TestFailoverRequestsExactlyOnce(t *testing.T) {
 		total.Duplicates += res.Duplicates
 		total.SeenOnA += res.SeenOnA
 	}
-	t.Logf("%d seeds: kill phases %v; %d answers seen on A, %d retries on B: %d replayed, %d re-executed, %d in-flight waits, %d async answers lost, %d duplicate deliveries discarded",
+	t.Logf("%d seeds: kill phases %v; %d answers seen on A, %d requests to B: %d replayed, %d re-executed, %d in-flight waits, %d async answers lost, %d duplicate deliveries discarded",
 		len(seeds), phases, total.SeenOnA, total.Retried, total.Replayed, total.Reexecuted, total.InFlightWaits, total.LostAnswers, total.Duplicates)
+	t.Logf("%d lease extensions, %d extended leases inherited by B, %d waiting duplicates on A, %d waiting claims on B; %d client operations checked linearizable",
+		total.Extensions, total.ExtendedInherited, total.WaitingOnA, total.WaitingOnB, len(total.History))
 	if len(seeds) >= 100 {
 		// The run must have exercised every path it claims to cover.
 		require.Len(t, phases, 4)
@@ -85,5 +110,9 @@ func TestFailoverRequestsExactlyOnce(t *testing.T) {
 		require.Positive(t, total.InFlightWaits)
 		require.Positive(t, total.LostAnswers)
 		require.Positive(t, total.Duplicates)
+		require.Positive(t, total.Extensions)
+		require.Positive(t, total.ExtendedInherited)
+		require.Positive(t, total.WaitingOnA)
+		require.Positive(t, total.WaitingOnB)
 	}
 }

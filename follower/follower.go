@@ -32,6 +32,12 @@ type Options struct {
 	// Shard is the shard this follower serves; batches of other shards are
 	// refused with replication.ErrWrongShard. Default 0.
 	Shard uint32
+	// ID is the follower's stable name, sent in every hello; a leader that
+	// ships to several followers of a shard (replication.Fanout) tells them
+	// apart by it and serves only the IDs it has registered. 1..64 bytes of
+	// [A-Za-z0-9._-] (replication.ValidFollowerID). Default "" (anonymous:
+	// served only by a single-follower replication.Shipper).
+	ID string
 	// WindowCapacity is the number of idempotency keys remembered.
 	// Default idempotency.DefaultCapacity (100,000).
 	WindowCapacity int
@@ -135,6 +141,9 @@ func (o *Options) Validate() error {
 	if !(o.ReconnectJitter <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("ReconnectJitter %v is above 1", o.ReconnectJitter))
 	}
+	if err := replication.ValidFollowerID(o.ID); err != nil {
+		errs = append(errs, fmt.Errorf("ID: %w", err))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -224,9 +233,10 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 		applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
 	}
 	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
-		Shard:  o.Shard,
-		NoSync: o.NoSync,
-		Logf:   logf,
+		Shard:      o.Shard,
+		FollowerID: o.ID,
+		NoSync:     o.NoSync,
+		Logf:       logf,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)

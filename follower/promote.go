@@ -5,6 +5,7 @@ import (
 
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // PromoteOptions configures Promote.
@@ -26,6 +27,8 @@ type PromoteOptions struct {
 	Wall func() int64
 	// SegmentSize is the new log's segment size (wal default when 0).
 	SegmentSize int64
+	// OnAppend is replication.LedgerLogConfig.OnAppend.
+	OnAppend func(h wal.Header, raw []byte)
 }
 
 // Promote turns the follower into the leader of its shard: it stops
@@ -74,6 +77,7 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		Wall:        opts.Wall,
 		SegmentSize: opts.SegmentSize,
 		Logf:        logf,
+		OnAppend:    opts.OnAppend,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: promote: %w", err)

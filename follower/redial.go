@@ -61,10 +61,12 @@ type linkStreak struct {
 }
 
 // permanent reports whether err is a refusal that only an operator can fix
-// (wrong shard, fenced or diverged follower, a hello the leader rejects).
+// (wrong shard, fenced, diverged or unknown follower, a follower behind the
+// leader's retained log, a hello the leader rejects).
 func permanent(err error) bool {
 	for _, target := range []error{replication.ErrWrongShard, replication.ErrFenced, replication.ErrDiverged,
-		replication.ErrBadHello, replication.ErrStaleEpoch} {
+		replication.ErrBadHello, replication.ErrStaleEpoch, replication.ErrBehindRetention,
+		replication.ErrUnknownFollower, replication.ErrBadFollowerID} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"unsafe"
 
+	"lukechampine.com/blake3"
 	"lukechampine.com/blake3/guts"
 
 	"github.com/oncewal/oncewal/session"
@@ -129,4 +130,22 @@ func chunk(head, op []byte, start, end int, counter uint64) guts.Node {
 		n.CV = guts.ChainingValue(n)
 		n.Flags &^= guts.FlagChunkStart
 	}
+}
+
+// clientKeyContext is the BLAKE3 derive-key context of ClientKey: a
+// different BLAKE3 mode from DeriveKey's plain hash, so no request ID can
+// produce the key of a derived (session, SeqNo, op) and vice versa.
+const clientKeyContext = "oncewal 2026-11-23 client request ID to idempotency key v1"
+
+// ClientKey turns a client's request ID (any bytes the client reuses when it
+// retries, such as an Idempotency-Key header) into the 16-byte window key to
+// put on the event (wal.Event.IdemKey with HasIdemKey) of that request and of
+// each of its retries: the leader logs a retry under a fresh SeqNo, and the
+// followers' window recognises the key and discards it. It is the first 16
+// bytes of BLAKE3's derive-key mode over requestID with a fixed context.
+// Distinct request IDs collide with probability ~2^-128.
+func ClientKey(requestID []byte) Key {
+	var k Key
+	blake3.DeriveKey(k[:], clientKeyContext, requestID)
+	return k
 }

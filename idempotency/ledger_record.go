@@ -20,6 +20,8 @@ const (
 	MaxScopeLen = 200
 	// MaxOutcomeSize bounds the outcome bytes recorded by Complete or Fail.
 	MaxOutcomeSize = 1 << 20
+	// MaxActionLen bounds the action a claim records (ClaimOptions.Action).
+	MaxActionLen = 200
 )
 
 // Ledger record errors.
@@ -44,15 +46,19 @@ const (
 	RecordClaim    RecordKind = 1 // a caller took the key: in-flight entry with a lease
 	RecordComplete RecordKind = 2 // the operation succeeded: outcome kept for the replay window
 	RecordRelease  RecordKind = 3 // the operation did not happen: the key is free again
-	RecordFail     RecordKind = 4 // the operation failed reproducibly: failure cached briefly
+	RecordFail     RecordKind = 4 // the operation failed reproducibly: failure kept for its retention
+	RecordExtend   RecordKind = 5 // the owner renewed its lease: the in-flight entry's lease ends later
+
+	lastRecordKind = RecordExtend
 )
 
-var kindNames = [...]string{RecordClaim: "claim", RecordComplete: "complete", RecordRelease: "release", RecordFail: "fail"}
+var kindNames = [...]string{RecordClaim: "claim", RecordComplete: "complete", RecordRelease: "release", RecordFail: "fail",
+	RecordExtend: "extend"}
 
 // Valid reports whether k is an assigned kind.
-func (k RecordKind) Valid() bool { return k >= RecordClaim && k <= RecordFail }
+func (k RecordKind) Valid() bool { return k >= RecordClaim && k <= lastRecordKind }
 
-// String returns claim|complete|release|fail or "kind(N)".
+// String returns claim|complete|release|fail|extend or "kind(N)".
 func (k RecordKind) String() string {
 	if k.Valid() {
 		return kindNames[k]
@@ -61,8 +67,8 @@ func (k RecordKind) String() string {
 }
 
 // Token identifies one claim: 128 random bits chosen by the leader that
-// granted it. Complete, Release and Fail name the claim they settle, so a
-// record can never settle somebody else's claim.
+// granted it. Complete, Release, Fail and Extend name the claim they act on,
+// so a record can never settle or renew somebody else's claim.
 type Token [16]byte
 
 // NewToken returns a random token.
@@ -114,10 +120,11 @@ func ValidateRequest(scope, key string) error {
 //
 // Which fields are meaningful depends on Kind:
 //
-//	claim:    Token, Time, Expires (lease end), Fingerprint, Scope, Key
+//	claim:    Token, Time, Expires (lease end), Fingerprint, Scope, Key, Action (may be empty)
 //	complete: Token, Time, Expires (end of replay), Fingerprint, Scope, Key, Outcome
-//	fail:     same as complete (Expires: end of the cached failure)
+//	fail:     same as complete (Expires: end of the failure's retention)
 //	release:  Token, Time, Scope, Key
+//	extend:   Token, Time, Expires (the new lease end), Scope, Key
 //
 // Time is the decision's WAL-clock timestamp (leader unix nanos). It is not
 // part of the encoded body: a WAL carries it as the event's Time.
@@ -130,12 +137,22 @@ type Record struct {
 	Scope       string
 	Key         string
 	Outcome     []byte
+	// Action is what the claimed request does, as its caller described it
+	// (ClaimOptions.Action): a later conflict on the key names it.
+	Action string
 }
 
-// recordVersion is the first byte of every encoded record body.
-const recordVersion = 1
+// Record body versions: the first byte of every encoded body. Version 2 is
+// a claim that carries an action; every other body, a claim without one
+// included, is version 1, so each record has exactly one encoding and
+// bodies written before actions existed decode unchanged.
+const (
+	recordVersion       = 1
+	recordVersionAction = 2
+)
 
-func (k RecordKind) hasFingerprint() bool { return k != RecordRelease }
+func (k RecordKind) hasExpires() bool     { return k != RecordRelease }
+func (k RecordKind) hasFingerprint() bool { return k != RecordRelease && k != RecordExtend }
 func (k RecordKind) hasOutcome() bool     { return k == RecordComplete || k == RecordFail }
 
 // Validate checks that r can be encoded canonically: a valid kind and
@@ -147,11 +164,20 @@ func (r *Record) Validate() error {
 	if err := ValidateRequest(r.Scope, r.Key); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRecord, err)
 	}
-	if !r.Kind.hasFingerprint() && (r.Expires != 0 || r.Fingerprint != (Fingerprint{})) {
-		return fmt.Errorf("%w: release carries expiry or fingerprint", ErrBadRecord)
+	if !r.Kind.hasExpires() && r.Expires != 0 {
+		return fmt.Errorf("%w: %s carries an expiry", ErrBadRecord, r.Kind)
+	}
+	if !r.Kind.hasFingerprint() && r.Fingerprint != (Fingerprint{}) {
+		return fmt.Errorf("%w: %s carries a fingerprint", ErrBadRecord, r.Kind)
 	}
 	if !r.Kind.hasOutcome() && len(r.Outcome) != 0 {
 		return fmt.Errorf("%w: %s carries an outcome", ErrBadRecord, r.Kind)
+	}
+	if r.Kind != RecordClaim && r.Action != "" {
+		return fmt.Errorf("%w: %s carries an action", ErrBadRecord, r.Kind)
+	}
+	if len(r.Action) > MaxActionLen {
+		return fmt.Errorf("%w: action is %d bytes, limit %d", ErrBadRecord, len(r.Action), MaxActionLen)
 	}
 	if len(r.Outcome) > MaxOutcomeSize {
 		return fmt.Errorf("%w: %w: %d bytes", ErrBadRecord, ErrOutcomeTooLarge, len(r.Outcome))
@@ -162,16 +188,27 @@ func (r *Record) Validate() error {
 // AppendBody appends r's canonical body encoding (everything but Kind and
 // Time) to dst. Layout, integers little-endian:
 //
-//	version u8 (1) | token 16 | [expires i64 | fingerprint 32]   (not release)
-//	| uvarint len + scope | uvarint len + key | [uvarint len + outcome] (complete, fail)
+//	version u8 (2: a claim with an action; else 1) | token 16
+//	| [expires i64]     (all but release)
+//	| [fingerprint 32]  (claim, complete, fail)
+//	| uvarint len + scope | uvarint len + key
+//	| [uvarint len + outcome] (complete, fail) | [uvarint len + action] (version 2)
 //
-// Varints are minimal; decoding rejects anything else, so a body has exactly
-// one encoding. AppendBody does not validate r (see Validate).
+// Varints are minimal; decoding rejects anything else (and a version 2 body
+// with an empty action), so a body has exactly one encoding. AppendBody does
+// not validate r (see Validate).
 func (r *Record) AppendBody(dst []byte) []byte {
-	dst = append(dst, recordVersion)
+	withAction := r.Kind == RecordClaim && r.Action != ""
+	if withAction {
+		dst = append(dst, recordVersionAction)
+	} else {
+		dst = append(dst, recordVersion)
+	}
 	dst = append(dst, r.Token[:]...)
-	if r.Kind.hasFingerprint() {
+	if r.Kind.hasExpires() {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Expires))
+	}
+	if r.Kind.hasFingerprint() {
 		dst = append(dst, r.Fingerprint[:]...)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(r.Scope)))
@@ -182,18 +219,28 @@ func (r *Record) AppendBody(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(r.Outcome)))
 		dst = append(dst, r.Outcome...)
 	}
+	if withAction {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Action)))
+		dst = append(dst, r.Action...)
+	}
 	return dst
 }
 
 // BodySize is len(r.AppendBody(nil)).
 func (r *Record) BodySize() int {
 	n := 1 + len(Token{})
+	if r.Kind.hasExpires() {
+		n += 8
+	}
 	if r.Kind.hasFingerprint() {
-		n += 8 + len(Fingerprint{})
+		n += len(Fingerprint{})
 	}
 	n += uvarintSize(uint64(len(r.Scope))) + len(r.Scope) + uvarintSize(uint64(len(r.Key))) + len(r.Key)
 	if r.Kind.hasOutcome() {
 		n += uvarintSize(uint64(len(r.Outcome))) + len(r.Outcome)
+	}
+	if r.Kind == RecordClaim && r.Action != "" {
+		n += uvarintSize(uint64(len(r.Action))) + len(r.Action)
 	}
 	return n
 }
@@ -217,7 +264,7 @@ func DecodeRecord(kind RecordKind, time int64, body []byte) (Record, error) {
 		return Record{}, err
 	}
 	r := Record{Kind: kind, Time: time, Token: p.token, Expires: p.expires, Fingerprint: p.fp,
-		Scope: string(p.scope), Key: string(p.key), Outcome: p.outcome}
+		Scope: string(p.scope), Key: string(p.key), Outcome: p.outcome, Action: string(p.action)}
 	return r, nil
 }
 
@@ -229,26 +276,35 @@ func CheckRecord(kind RecordKind, body []byte) error {
 }
 
 type parsedRecord struct {
-	token               Token
-	expires             int64
-	fp                  Fingerprint
-	scope, key, outcome []byte
+	token                       Token
+	expires                     int64
+	fp                          Fingerprint
+	scope, key, outcome, action []byte
 }
 
 func parseRecord(kind RecordKind, body []byte, p *parsedRecord) error {
 	if !kind.Valid() {
 		return fmt.Errorf("%w: %s", ErrBadRecord, kind)
 	}
-	if len(body) < 1+len(p.token) || body[0] != recordVersion {
-		return fmt.Errorf("%w: short body or unknown version", ErrBadRecord)
+	if len(body) < 1+len(p.token) {
+		return fmt.Errorf("%w: short body", ErrBadRecord)
+	}
+	withAction := body[0] == recordVersionAction && kind == RecordClaim
+	if body[0] != recordVersion && !withAction {
+		return fmt.Errorf("%w: version %d of a %s body", ErrBadRecord, body[0], kind)
 	}
 	off := 1 + copy(p.token[:], body[1:])
-	if kind.hasFingerprint() {
-		if len(body)-off < 8+len(p.fp) {
+	if kind.hasExpires() {
+		if len(body)-off < 8 {
 			return fmt.Errorf("%w: short body", ErrBadRecord)
 		}
 		p.expires = int64(binary.LittleEndian.Uint64(body[off:]))
 		off += 8
+	}
+	if kind.hasFingerprint() {
+		if len(body)-off < len(p.fp) {
+			return fmt.Errorf("%w: short body", ErrBadRecord)
+		}
 		off += copy(p.fp[:], body[off:])
 	}
 	field := func(limit int, what string) ([]byte, error) {
@@ -279,6 +335,14 @@ func parseRecord(kind RecordKind, body []byte, p *parsedRecord) error {
 	if kind.hasOutcome() {
 		if p.outcome, err = field(MaxOutcomeSize, "outcome"); err != nil {
 			return err
+		}
+	}
+	if withAction {
+		if p.action, err = field(MaxActionLen, "action"); err != nil {
+			return err
+		}
+		if len(p.action) == 0 {
+			return fmt.Errorf("%w: version 2 claim without an action", ErrBadRecord)
 		}
 	}
 	if off != len(body) {

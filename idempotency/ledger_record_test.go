@@ -23,6 +23,12 @@ func sampleRecords() []idempotency.Record {
 		{Kind: idempotency.RecordFail, Token: tok, Time: 6, Expires: 16, Fingerprint: fp, Scope: "a", Key: "k", Outcome: []byte("no")},
 		{Kind: idempotency.RecordFail, Token: tok, Time: 6, Expires: 16, Fingerprint: fp, Scope: "a", Key: "k"},
 		{Kind: idempotency.RecordRelease, Token: tok, Time: 7, Scope: "a", Key: " k "},
+		{Kind: idempotency.RecordExtend, Token: tok, Time: 8, Expires: 68, Scope: "a", Key: "k"},
+		{Kind: idempotency.RecordExtend, Token: tok, Time: math.MaxInt64, Expires: math.MinInt64, Scope: "", Key: long},
+		{Kind: idempotency.RecordClaim, Token: tok, Time: 9, Expires: 69, Fingerprint: fp, Scope: "ops", Key: "req-2",
+			Action: "POST /v1/transfers"},
+		{Kind: idempotency.RecordClaim, Token: tok, Time: 9, Expires: 69, Fingerprint: fp, Scope: "ops", Key: "req-2",
+			Action: strings.Repeat("a", idempotency.MaxActionLen)},
 	}
 }
 
@@ -51,7 +57,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		_, err = idempotency.DecodeRecord(r.Kind, r.Time, append(bytes.Clone(body), 0))
 		require.ErrorIs(t, err, idempotency.ErrBadRecord)
 		// Under another kind the layout does not fit.
-		for k := idempotency.RecordKind(0); k < 6; k++ {
+		for k := idempotency.RecordKind(0); k < 7; k++ {
 			if k == r.Kind || (k == idempotency.RecordComplete && r.Kind == idempotency.RecordFail) ||
 				(k == idempotency.RecordFail && r.Kind == idempotency.RecordComplete) {
 				continue
@@ -91,6 +97,33 @@ func TestRecordStrict(t *testing.T) {
 	cl := sampleRecords()[0]
 	cl.Outcome = []byte("x")
 	require.ErrorIs(t, cl.Validate(), idempotency.ErrBadRecord)
+	ext := sampleRecords()[7]
+	ext.Fingerprint[0] = 1
+	require.ErrorIs(t, ext.Validate(), idempotency.ErrBadRecord, "an extend carries no fingerprint")
+	for _, r := range sampleRecords()[2:9] {
+		r.Action = "x"
+		require.ErrorIs(t, r.Validate(), idempotency.ErrBadRecord, "only a claim records an action")
+	}
+	long := sampleRecords()[10]
+	long.Action += "a"
+	require.ErrorIs(t, long.Validate(), idempotency.ErrBadRecord)
+	_, err = idempotency.DecodeRecord(long.Kind, 0, long.AppendBody(nil))
+	require.ErrorIs(t, err, idempotency.ErrBadRecord)
+	// A claim without an action is a version 1 body, byte for byte as
+	// before actions existed; version 2 with an empty action is not
+	// canonical, and version 2 is refused for every other kind.
+	plain := sampleRecords()[0].AppendBody(nil)
+	require.Equal(t, byte(1), plain[0])
+	v2 := append([]byte{2}, plain[1:]...)
+	v2 = append(v2, 0) // empty action
+	_, err = idempotency.DecodeRecord(idempotency.RecordClaim, 0, v2)
+	require.ErrorIs(t, err, idempotency.ErrBadRecord)
+	withAction := sampleRecords()[9].AppendBody(nil)
+	require.Equal(t, byte(2), withAction[0])
+	comp := sampleRecords()[2].AppendBody(nil)
+	comp[0] = 2
+	_, err = idempotency.DecodeRecord(idempotency.RecordComplete, 0, comp)
+	require.ErrorIs(t, err, idempotency.ErrBadRecord)
 	big := sampleRecords()[2]
 	big.Outcome = make([]byte, idempotency.MaxOutcomeSize+1)
 	require.ErrorIs(t, big.Validate(), idempotency.ErrOutcomeTooLarge)

@@ -13,9 +13,9 @@ import (
 )
 
 // Pebble keys of the ledger table. Every value starts with the format
-// version byte 1.
+// version byte 1, except an entry that records an action (version 2).
 //
-//	l/r/<scope len u8><scope><key>            entry: state, token, time, expires, fingerprint, outcome
+//	l/r/<scope len u8><scope><key>            entry: state, token, time, expires, fingerprint, [action,] outcome
 //	l/x/<expires u64 BE, sign-flipped><scope len u8><scope><key>   expiry index (value: version byte)
 //	l/clock                                   ledger WAL clock: max event time applied (i64 LE)
 //	l/sweep                                   WAL-clock time of the last sweep (i64 LE)
@@ -32,7 +32,10 @@ var (
 	ledgerProbeKey = []byte("l/probe")
 )
 
-const ledgerValueVersion = 1
+const (
+	ledgerValueVersion = 1
+	entryVersionAction = 2 // an entry with an action: uvarint len + action before the outcome
+)
 
 // EntryState is the state of a live ledger entry.
 type EntryState uint8
@@ -71,6 +74,10 @@ type Entry struct {
 	Expires     int64 // WAL time at which the entry stops counting (lease end or end of replay)
 	Fingerprint Fingerprint
 	Outcome     []byte
+	// Action is what the request that claimed the key does, as its caller
+	// described it (ClaimOptions.Action); it stays with the entry through
+	// extensions and the outcome, so a conflict can name it.
+	Action string
 }
 
 // Live reports whether e counts at WAL time now: it is not a release
@@ -81,26 +88,49 @@ func (e *Entry) Live(now int64) bool { return e.State != StateReleased && now < 
 
 const entryFixed = 1 + 1 + 16 + 8 + 8 + 32
 
+// encodeEntry writes version 1 (no action) or 2 (uvarint len + action after
+// the fixed part), so entries without an action keep the original layout.
 func encodeEntry(dst []byte, e *Entry) []byte {
-	dst = append(dst, ledgerValueVersion, byte(e.State))
+	version := byte(ledgerValueVersion)
+	if e.Action != "" {
+		version = entryVersionAction
+	}
+	dst = append(dst, version, byte(e.State))
 	dst = append(dst, e.Token[:]...)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Time))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Expires))
 	dst = append(dst, e.Fingerprint[:]...)
+	if e.Action != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(e.Action)))
+		dst = append(dst, e.Action...)
+	}
 	return append(dst, e.Outcome...)
 }
 
 func decodeEntry(v []byte) (Entry, error) {
-	if len(v) < entryFixed || v[0] != ledgerValueVersion || v[1] < byte(StateInFlight) || v[1] > byte(StateReleased) {
+	bad := func() (Entry, error) {
 		return Entry{}, fmt.Errorf("%w: ledger entry %x", ErrBadRecord, v[:min(len(v), 8)])
+	}
+	if len(v) < entryFixed || (v[0] != ledgerValueVersion && v[0] != entryVersionAction) ||
+		v[1] < byte(StateInFlight) || v[1] > byte(StateReleased) {
+		return bad()
 	}
 	e := Entry{State: EntryState(v[1])}
 	copy(e.Token[:], v[2:])
 	e.Time = int64(binary.LittleEndian.Uint64(v[18:]))
 	e.Expires = int64(binary.LittleEndian.Uint64(v[26:]))
 	copy(e.Fingerprint[:], v[34:])
-	if len(v) > entryFixed {
-		e.Outcome = bytes.Clone(v[entryFixed:])
+	rest := v[entryFixed:]
+	if v[0] == entryVersionAction {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n == 0 || n > MaxActionLen || n > uint64(len(rest)-w) {
+			return bad()
+		}
+		e.Action = string(rest[w : w+int(n)])
+		rest = rest[w+int(n):]
+	}
+	if len(rest) > 0 {
+		e.Outcome = bytes.Clone(rest)
 	}
 	return e, nil
 }
@@ -140,19 +170,30 @@ type TableOptions struct {
 	// finishes after it is due. Default 1 minute; negative disables sweeping
 	// (expired entries still count as absent).
 	SweepInterval time.Duration
-	// SweepLimit bounds the entries one sweep deletes. Default 1024.
+	// SweepLimit bounds the entries one sweep deletes. Default 1024;
+	// negative is invalid.
 	SweepLimit int
 }
 
-// EnsureDefaults fills unset fields with their defaults and returns o.
+// EnsureDefaults fills unset (zero) fields with their defaults and returns o.
 func (o *TableOptions) EnsureDefaults() *TableOptions {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = time.Minute
 	}
-	if o.SweepLimit <= 0 {
+	if o.SweepLimit == 0 {
 		o.SweepLimit = 1024
 	}
 	return o
+}
+
+// Validate reports every invalid field in one error wrapping
+// ErrInvalidOptions.
+func (o *TableOptions) Validate() error {
+	var errs []error
+	if o.SweepLimit < 0 {
+		errs = append(errs, fmt.Errorf("SweepLimit %d is negative", o.SweepLimit))
+	}
+	return invalidOptions("table", errs)
 }
 
 // LedgerTable is the durable ledger: entries keyed by (scope, request key)
@@ -183,7 +224,9 @@ func OpenLedgerTable(db *pebble.DB, opts *TableOptions) (*LedgerTable, error) {
 	if opts != nil {
 		t.opts = *opts
 	}
-	t.opts.EnsureDefaults()
+	if err := t.opts.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	if _, err := t.Clock(); err != nil {
 		return nil, err
 	}
@@ -361,7 +404,12 @@ func (tx *LedgerTx) put(rk []byte, old, e *Entry) error {
 //   - complete / fail: the entry becomes completed / failed with the outcome;
 //   - release: if the entry holds the record's token it becomes a release
 //     tombstone (absent for every decision) until the claim's lease end, when
-//     a sweep deletes it.
+//     a sweep deletes it;
+//   - extend: if the entry is in flight under the record's token, its lease
+//     now ends at the record's Expires; otherwise the record is ignored (the
+//     claim was settled or taken over, so there is no lease to renew).
+//
+// Complete, fail and extend keep the action the claim recorded.
 //
 // Whether a record was a valid decision (the key free, the claim still
 // owned) is the leader Ledger's job; the table applies what the log says.
@@ -381,23 +429,37 @@ func (tx *LedgerTx) Apply(rec *Record) error {
 		tx.t.stale.Add(1)
 		return nil
 	}
+	owned := old != nil && old.Token == rec.Token
+	if rec.Kind == RecordExtend && (!owned || old.State != StateInFlight) {
+		tx.t.stale.Add(1)
+		return nil
+	}
 	tx.t.applied.Add(1)
+	var action string
+	if owned {
+		action = old.Action
+	}
 	switch rec.Kind {
 	case RecordRelease:
-		if old == nil || old.Token != rec.Token {
+		if !owned {
 			return nil
 		}
 		return tx.put(rk, old, &Entry{State: StateReleased, Token: rec.Token, Time: rec.Time, Expires: old.Expires,
 			Fingerprint: old.Fingerprint})
 	case RecordClaim:
-		return tx.put(rk, old, &Entry{State: StateInFlight, Token: rec.Token, Time: rec.Time, Expires: rec.Expires, Fingerprint: rec.Fingerprint})
+		return tx.put(rk, old, &Entry{State: StateInFlight, Token: rec.Token, Time: rec.Time, Expires: rec.Expires,
+			Fingerprint: rec.Fingerprint, Action: rec.Action})
+	case RecordExtend:
+		e := *old
+		e.Time, e.Expires = rec.Time, rec.Expires
+		return tx.put(rk, old, &e)
 	default:
 		st := StateCompleted
 		if rec.Kind == RecordFail {
 			st = StateFailed
 		}
 		return tx.put(rk, old, &Entry{State: st, Token: rec.Token, Time: rec.Time, Expires: rec.Expires,
-			Fingerprint: rec.Fingerprint, Outcome: bytes.Clone(rec.Outcome)})
+			Fingerprint: rec.Fingerprint, Outcome: bytes.Clone(rec.Outcome), Action: action})
 	}
 }
 

@@ -210,12 +210,19 @@ func TestLedgerLeaseExpiry(t *testing.T) {
 	require.NoError(t, e.l.Complete(taker, []byte("once")))
 	require.Equal(t, "once", string(e.claim("k", "p").Outcome))
 
-	// A slow owner whose lease ended but whose key nobody took may still
-	// complete: no other execution can have happened without a claim.
+	// A slow owner whose lease ended is stale even if nobody took the key
+	// yet (a waiter may be about to): it can neither complete nor extend,
+	// and nothing is logged. Releasing is a no-op: there is nothing to free.
 	slow := e.claim("k2", "p")
 	e.clock.Advance(2 * time.Minute)
-	require.NoError(t, e.l.Complete(slow, []byte("slow")))
-	require.Equal(t, "slow", string(e.claim("k2", "p").Outcome))
+	before := snapshot(t, e.db)
+	require.ErrorIs(t, e.l.Complete(slow, []byte("slow")), idempotency.ErrNotOwner)
+	require.ErrorIs(t, e.l.Fail(slow, []byte("slow"), 0), idempotency.ErrNotOwner)
+	_, err := e.l.Extend(slow, 0)
+	require.ErrorIs(t, err, idempotency.ErrNotOwner)
+	require.Equal(t, before, snapshot(t, e.db))
+	require.NoError(t, e.l.Release(slow))
+	require.Equal(t, idempotency.Fresh, e.claim("k2", "p").Status)
 	// Survives a reopen in flight, too: the lease is on the WAL clock.
 	held := e.claim("k3", "p")
 	e.reopen()
@@ -465,6 +472,10 @@ func TestTableApplyIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		if c.Status != idempotency.Fresh {
 			continue
+		}
+		if i%4 == 0 { // a heartbeat before settling
+			_, err := l.Extend(c, time.Duration(i+1)*time.Second)
+			require.NoError(t, err)
 		}
 		switch i % 3 {
 		case 0:

@@ -28,7 +28,7 @@ type Applier interface {
 
 // SessionApplier is the default Applier: session-scoped put / delete / add on
 // keys, stored by session.State, and — when Ledger is set — the request-ledger
-// records (wal.OpClaim … wal.OpFail), applied to the node's ledger table in
+// records (wal.OpClaim … wal.OpExtend), applied to the node's ledger table in
 // the same Pebble batch, so an operation's effect and its recorded outcome
 // commit together on every node. Open and close events change no state rows
 // (the Tracker records the close).
@@ -57,7 +57,11 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 		case wal.OpAdd:
 			err = tx.Add(ev.Session, ev.Key, ev.Delta)
 		case wal.OpOpen, wal.OpClose:
-		case wal.OpClaim, wal.OpComplete, wal.OpRelease, wal.OpFail:
+		default:
+			if !ev.Op.IsLedger() {
+				err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
+				break
+			}
 			if ltx == nil {
 				return fmt.Errorf("replication: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
 			}
@@ -65,8 +69,6 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 			if rec, err = ev.LedgerRecord(); err == nil {
 				err = ltx.Apply(&rec)
 			}
-		default:
-			err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
 		}
 		if err == nil && ltx != nil {
 			err = ltx.Observe(ev.Time)

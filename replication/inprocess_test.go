@@ -60,7 +60,7 @@ func msg(i uint64) []byte { return binary.LittleEndian.AppendUint64(nil, i) }
 func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 	base := runtime.NumGoroutine()
 	tr := NewInProcess(FaultsNone, 1)
-	lc, fc := connect(t, tr, Ack{Shard: 3, Epoch: 2, AppliedLSN: 7})
+	lc, fc := connect(t, tr, Ack{Shard: 3, Epoch: 2, AppliedLSN: 7, FollowerID: "f1", LastBatch: BatchRef{Epoch: 2, CRC: 9}})
 	ctx := context.Background()
 	const n = 2000
 

@@ -54,6 +54,11 @@ var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("replication: session expired")
 
+// ErrSessionClosed: an event for a session that was closed (its OpClose is
+// logged). Followers skip a closed session's later events, so the log
+// refuses them instead of logging what would never apply.
+var ErrSessionClosed = errors.New("replication: session closed")
+
 // LedgerLogConfig configures OpenLedgerLog.
 type LedgerLogConfig struct {
 	// WALDir is the leader's WAL directory. Required.
@@ -87,6 +92,11 @@ type LedgerLogConfig struct {
 	SegmentSize int64
 	// Logf receives rare diagnostic lines. Default: discard.
 	Logf func(format string, args ...any)
+	// OnAppend, if set, is called after every append with the batch's header
+	// and encoded bytes, synced and applied locally, in log order, under the
+	// log's append lock (a shipper's cache of recent batches). raw is only
+	// valid during the call.
+	OnAppend func(h wal.Header, raw []byte)
 }
 
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
@@ -94,7 +104,8 @@ type LedgerLogConfig struct {
 type LedgerLog struct {
 	cfg        LedgerLogConfig
 	epoch      uint64
-	epochStart uint64 // first LSN of this epoch's history (0: unknown)
+	epochStart uint64   // first LSN of this epoch's history (0: unknown)
+	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
 	recv       *Receiver
 	ledger     *idempotency.Ledger
@@ -155,6 +166,14 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 			err = b.Set(KeyEpochStart, binary.LittleEndian.AppendUint64([]byte{metaVersion}, applied+1), nil)
 		}
 		if err == nil {
+			// And which batch the epoch continues, so that a follower
+			// stopped exactly there can be verified (CheckHello).
+			var prev BatchRef
+			if prev, err = readLastBatch(cfg.DB, applied); err == nil {
+				err = b.Set(KeyEpochPrev, appendLastBatch(nil, applied, prev), nil)
+			}
+		}
+		if err == nil {
 			if _, _, ok, _ := ReadMeta(cfg.DB); !ok {
 				err = b.Set(KeyFormat, binary.LittleEndian.AppendUint64([]byte{metaVersion}, StoreFormat), nil)
 			}
@@ -171,7 +190,13 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
+	var epochPrev BatchRef
+	if epochStart > 0 {
+		if epochPrev, err = readBatchRef(cfg.DB, KeyEpochPrev, epochStart-1); err != nil {
+			return nil, err
+		}
+	}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1})
 	if err != nil {
 		return nil, err
@@ -270,6 +295,12 @@ func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Positi
 // leader's entries at or beyond it is refused instead of silently diverging.
 func (l *LedgerLog) EpochStartLSN() uint64 { return l.epochStart }
 
+// Boundary is where this leader's epoch starts in its history, for
+// CheckHello.
+func (l *LedgerLog) Boundary() EpochBoundary {
+	return EpochBoundary{Epoch: l.epoch, StartLSN: l.epochStart, Prev: l.epochPrev}
+}
+
 // logRecords is the Ledger's LogFunc.
 func (l *LedgerLog) logRecords(recs []idempotency.Record) error {
 	evs := make([]wal.Event, len(recs))
@@ -321,7 +352,8 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	}
 	evs := append(l.evs[:0], events...)
 	l.evs = evs[:0]
-	var stamped []session.ID // sessions whose SeqNo this call took, to undo on refusal
+	var stamped []session.ID        // sessions whose SeqNo this call took, to undo on refusal
+	var closing map[session.ID]bool // sessions an earlier event of this batch closes
 	undo := func() {
 		for _, id := range stamped {
 			l.seqs.Forget(id) // re-seeded from the tracker on next use
@@ -354,12 +386,26 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 			return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionExpired, i, ev.Session)
 		}
 		if l.seqs.Last(ev.Session) == 0 {
-			hwm, _, _, err := l.cfg.Tracker.Get(ev.Session)
+			hwm, closed, _, err := l.cfg.Tracker.Get(ev.Session)
 			if err != nil {
 				undo()
 				return wal.Header{}, err
 			}
+			if closed {
+				undo()
+				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionClosed, i, ev.Session)
+			}
 			l.seqs.Observe(ev.Session, hwm)
+		}
+		if closing[ev.Session] {
+			undo()
+			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", ErrSessionClosed, i, ev.Session)
+		}
+		if ev.Op == wal.OpClose {
+			if closing == nil {
+				closing = make(map[session.ID]bool)
+			}
+			closing[ev.Session] = true
 		}
 		ev.Seq = l.seqs.Next(ev.Session)
 		stamped = append(stamped, ev.Session)
@@ -387,6 +433,12 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 		// re-applies the WAL.
 		l.failed = fmt.Errorf("%w: local apply of LSN %d: %w", ErrLogFailed, h.FirstLSN, err)
 		return wal.Header{}, l.failed
+	}
+	for id := range closing {
+		l.seqs.Forget(id) // the tracker now answers "closed" for it
+	}
+	if l.cfg.OnAppend != nil {
+		l.cfg.OnAppend(h, l.buf)
 	}
 	if cap(l.buf) > 4<<20 {
 		l.buf = nil

@@ -18,7 +18,8 @@ import (
 // synced WAL batch applied to the leader's store; "ledger" runs the same
 // request through Claim + Commit (claim batch, then effect + complete in one
 // batch: two synced WAL batches). The difference is the ledger's cost per
-// request. disk: WAL and store on the local disk (fsync bound); shm: WAL on
+// request. "extend" is one heartbeat of a held claim (Ledger.Extend: one
+// synced WAL batch holding the extend record). disk: WAL and store on the local disk (fsync bound); shm: WAL on
 // /dev/shm and store in memory (CPU cost alone).
 func BenchmarkLedgerLogRequest(b *testing.B) {
 	type medium struct {
@@ -39,7 +40,7 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 		}, func(b *testing.B) (vfs.FS, string) { return vfs.NewMem(), "store" }})
 	}
 	for _, m := range media {
-		for _, mode := range []string{"plain", "ledger"} {
+		for _, mode := range []string{"plain", "ledger", "extend"} {
 			b.Run(m.name+"/"+mode, func(b *testing.B) {
 				fs, dir := m.fs(b)
 				db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest,
@@ -65,9 +66,19 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 				sid := session.NewID()
 				payload := []byte(`{"op":"add","key":"balance","delta":5}`)
 				ev := wal.Event{Op: wal.OpAdd, Session: sid, Key: []byte("balance"), Delta: 5}
+				held, err := l.Ledger().Claim("ops", "held", payload)
+				if err != nil {
+					b.Fatal(err)
+				}
 				i := 0
 				for b.Loop() {
 					i++
+					if mode == "extend" {
+						if _, err := l.Ledger().Extend(held, 0); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
 					if mode == "plain" {
 						if _, err := l.Append(ev); err != nil {
 							b.Fatal(err)

@@ -51,6 +51,17 @@ var (
 	// KeyEpochStart is written by a promoted leader (LedgerLog) when it
 	// raises the epoch: version byte + first LSN of the new epoch (u64 LE).
 	KeyEpochStart = []byte("m/epoch_start")
+	// KeyLastBatch identifies the batch that ends at the applied position,
+	// written with it in every commit: version byte + that LSN (u64 LE) +
+	// the batch's BatchRef (epoch u64 LE, header CRC u32 LE). The LSN lets a
+	// reader tell a current value from one left behind by a binary that
+	// advanced the position without writing this key: such a value, like a
+	// missing key, means unknown.
+	KeyLastBatch = []byte("m/last_batch")
+	// KeyEpochPrev is written with KeyEpochStart: the identity of the batch
+	// ending just before the epoch's first LSN (KeyLastBatch's encoding),
+	// the EpochBoundary.Prev a promoted leader checks hellos against.
+	KeyEpochPrev = []byte("m/epoch_prev")
 )
 
 const metaVersion = 1
@@ -64,6 +75,9 @@ const StoreFormat = 1
 type ReceiverOptions struct {
 	// Shard is the only shard this receiver accepts. Default 0.
 	Shard uint32
+	// FollowerID is the follower's stable name, sent in its hello (see
+	// Ack.FollowerID and ValidFollowerID). Default "" (anonymous).
+	FollowerID string
 	// NoSync commits batches without waiting for fsync. Default false: every
 	// batch that changes state (or raises the epoch) is synced before it is
 	// acknowledged. A batch whose events were all discarded changes only the
@@ -118,9 +132,10 @@ type Receiver struct {
 	journal *journal
 
 	mu      sync.Mutex
-	applied uint64 // highest LSN committed; batches are applied in LSN order
-	epoch   uint64 // highest epoch committed
-	failed  error  // sticky after a fatal store error
+	applied uint64   // highest LSN committed; batches are applied in LSN order
+	epoch   uint64   // highest epoch committed
+	last    BatchRef // the batch ending at applied (zero: unknown)
+	failed  error    // sticky after a fatal store error
 	commits uint64
 	pos     atomic.Pointer[position] // published copy of applied/epoch, read without mu
 
@@ -129,7 +144,7 @@ type Receiver struct {
 	keep    []wal.Event
 	inBatch map[idempotency.Key]struct{}
 	record  []idempotency.Key
-	meta    [9]byte
+	meta    [lastBatchSize]byte
 
 	stats statsCounters
 }
@@ -144,6 +159,9 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if opts != nil {
 		o = *opts
 	}
+	if err := ValidFollowerID(o.FollowerID); err != nil {
+		return nil, fmt.Errorf("replication: NewReceiver: %w", err)
+	}
 	o.EnsureDefaults()
 	r := &Receiver{
 		db: db, tracker: tracker, window: window, applier: applier, opts: o,
@@ -156,10 +174,13 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if r.epoch, err = readMetaU64(db, KeyEpoch); err != nil {
 		return nil, err
 	}
+	if r.last, err = readLastBatch(db, r.applied); err != nil {
+		return nil, err
+	}
 	if r.journal, err = loadJournal(db, window, o.Logf); err != nil {
 		return nil, err
 	}
-	r.pos.Store(&position{r.applied, r.epoch})
+	r.pos.Store(&position{r.applied, r.epoch, r.last})
 	return r, nil
 }
 
@@ -170,7 +191,10 @@ func (r *Receiver) Position() (appliedLSN, epoch uint64) {
 	return p.applied, p.epoch
 }
 
-type position struct{ applied, epoch uint64 }
+type position struct {
+	applied, epoch uint64
+	last           BatchRef
+}
 
 // Err returns the sticky store failure (wrapping ErrStoreFailed), or nil.
 func (r *Receiver) Err() error {
@@ -179,10 +203,12 @@ func (r *Receiver) Err() error {
 	return r.failed
 }
 
-// Hello is the handshake a follower sends on (re)connect.
+// Hello is the handshake a follower sends on (re)connect: its shard, ID,
+// committed epoch, applied position and the identity of the batch that ends
+// there (zero when the store does not know it).
 func (r *Receiver) Hello() Ack {
-	lsn, epoch := r.Position()
-	return Ack{Shard: r.opts.Shard, Epoch: epoch, AppliedLSN: lsn}
+	p := r.pos.Load()
+	return Ack{Shard: r.opts.Shard, Epoch: p.epoch, AppliedLSN: p.applied, FollowerID: r.opts.FollowerID, LastBatch: p.last}
 }
 
 // Apply decodes, validates and applies one shipped batch. The returned Result
@@ -297,7 +323,11 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 				}
 			}
 		}
-		if ev.HasIdemKey {
+		// Ledger records never enter the window: the position gate admits
+		// each once and re-applying one is harmless, and the window's slots
+		// are promised to operations ("the last Capacity distinct
+		// operations"). Leaders before wal.OpExtend gave them keys; ignored.
+		if ev.HasIdemKey && !ev.Op.IsLedger() {
 			if _, dup := r.inBatch[ev.IdemKey]; dup {
 				c.inBatch++
 				continue
@@ -328,7 +358,8 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
 	}
 	epoch := max(r.epoch, h.Epoch)
-	if err := r.stageMeta(b, h.LastLSN(), epoch); err != nil {
+	last := batchRef(h, raw)
+	if err := r.stageMeta(b, h.LastLSN(), epoch, last); err != nil {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
 	}
 	// A batch that changed nothing but the position need not wait for fsync:
@@ -348,8 +379,8 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		r.window.CheckAndRecord(k)
 	}
 	r.journal.committed()
-	r.applied, r.epoch = h.LastLSN(), epoch
-	r.pos.Store(&position{r.applied, r.epoch})
+	r.applied, r.epoch, r.last = h.LastLSN(), epoch, last
+	r.pos.Store(&position{r.applied, r.epoch, r.last})
 	r.stats.add(&c, len(keep))
 	r.stats.committed.Add(1)
 	res.Committed = true
@@ -360,25 +391,83 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	return res, nil
 }
 
-func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64) error {
-	r.meta[0] = metaVersion
-	binary.LittleEndian.PutUint64(r.meta[1:], lsn)
-	if err := b.Set(KeyPosition, r.meta[:], nil); err != nil {
+func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) error {
+	u64 := r.meta[:9]
+	u64[0] = metaVersion
+	binary.LittleEndian.PutUint64(u64[1:], lsn)
+	if err := b.Set(KeyPosition, u64, nil); err != nil {
 		return err
 	}
+	// Pebble copies values into the batch, so u64 can be reused below.
+	if err := b.Set(KeyLastBatch, appendLastBatch(r.meta[:0], lsn, last), nil); err != nil {
+		return err
+	}
+	u64 = r.meta[:9]
 	if epoch != r.epoch || r.applied == 0 {
-		binary.LittleEndian.PutUint64(r.meta[1:], epoch)
-		if err := b.Set(KeyEpoch, r.meta[:], nil); err != nil {
+		binary.LittleEndian.PutUint64(u64[1:], epoch)
+		if err := b.Set(KeyEpoch, u64, nil); err != nil {
 			return err
 		}
 	}
 	if r.applied == 0 {
-		binary.LittleEndian.PutUint64(r.meta[1:], StoreFormat)
-		if err := b.Set(KeyFormat, r.meta[:], nil); err != nil {
+		binary.LittleEndian.PutUint64(u64[1:], StoreFormat)
+		if err := b.Set(KeyFormat, u64, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// lastBatchSize is the size of a KeyLastBatch value.
+const lastBatchSize = 1 + 8 + 8 + 4
+
+func appendLastBatch(dst []byte, lsn uint64, ref BatchRef) []byte {
+	dst = append(dst, metaVersion)
+	dst = binary.LittleEndian.AppendUint64(dst, lsn)
+	dst = binary.LittleEndian.AppendUint64(dst, ref.Epoch)
+	return binary.LittleEndian.AppendUint32(dst, ref.CRC)
+}
+
+// readLastBatch reads KeyLastBatch and returns the identity of the batch
+// ending at applied, or the zero BatchRef when the store does not know it
+// (no key, or a key written for another position).
+func readLastBatch(db *pebble.DB, applied uint64) (BatchRef, error) {
+	return readBatchRef(db, KeyLastBatch, applied)
+}
+
+// readBatchRef reads a batch identity recorded at key (KeyLastBatch's
+// encoding) for the batch ending at lsn; the zero BatchRef when there is
+// none or it was recorded for another LSN.
+func readBatchRef(db *pebble.DB, key []byte, lsn uint64) (BatchRef, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return BatchRef{}, nil
+	}
+	if err != nil {
+		return BatchRef{}, fmt.Errorf("replication: reading %s: %w", key, err)
+	}
+	defer closer.Close()
+	if len(v) != lastBatchSize || v[0] != metaVersion {
+		return BatchRef{}, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
+	}
+	if binary.LittleEndian.Uint64(v[1:]) != lsn {
+		return BatchRef{}, nil
+	}
+	return BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil
+}
+
+// ReadLastBatch returns the store's applied position and the identity of the
+// batch that ends there (zero when the store does not know it: nothing
+// applied, or a store written before KeyLastBatch existed). A leader promoted
+// from this store reads it before its first append: it is the boundary of
+// its epoch (EpochBoundary.Prev), which CheckHello needs to verify a
+// follower that stopped exactly where the new epoch starts.
+func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref BatchRef, err error) {
+	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
+		return 0, BatchRef{}, err
+	}
+	ref, err = readLastBatch(db, appliedLSN)
+	return appliedLSN, ref, err
 }
 
 // commit commits b, turning Pebble's fatal-commit log call (which our

@@ -1,21 +1,22 @@
 package replication
 
-// Shipper (notes for doc.go)
+// Shipping (notes for doc.go)
 //
-// The Shipper is the leader side of one shard's replication to one follower.
-// It is at-least-once by design; exactly-once is the Receiver's job.
+// A Shipper (one follower) and a Fanout (every registered follower of a
+// shard) run the same per-follower stream loop, shipLoop. It is
+// at-least-once by design; exactly-once is the Receiver's job.
 //
 //   - Position: the follower's hello says where it stands (AppliedLSN); the
-//     Shipper seeks its WAL reader to AppliedLSN+1 and streams batches from
-//     there, keeping at most MaxInFlight unacknowledged.
+//     stream reads the WAL from AppliedLSN+1 and ships from there, keeping
+//     at most MaxInFlight batches unacknowledged.
 //   - Acks are cumulative. An ack above the known position acknowledges every
 //     batch up to it. An ack below it on the same connection is stale
 //     (reordered or delayed in transit) and ignored: a live follower's
 //     position never moves back. A follower that restarted with less than it
 //     had acknowledged (NoSync, lost disk) says so in the hello of its new
-//     connection, and the Shipper starts over from there.
-//   - Go-back-N: the Shipper never keeps copies of sent batches; it rewinds
-//     the reader (Seek) to AppliedLSN+1 and resends from there when the
+//     connection, and the stream starts over from there.
+//   - Go-back-N: the stream never keeps copies of sent batches; it rewinds
+//     its read position to AppliedLSN+1 and resends from there when the
 //     follower refuses a batch, when nothing was acknowledged for a
 //     retransmit timeout, or when a new connection starts behind the send
 //     position. A refusal at the position it already rewound to is not
@@ -23,11 +24,20 @@ package replication
 //     same way); the retransmit timer covers a lost resend. The timeout
 //     doubles after every expiry without progress, up to MaxBackoff, and
 //     resets on progress.
-//   - Live tail: io.EOF from the reader means "caught up"; the Shipper waits
+//   - Live tail: io.EOF from the reader means "caught up"; the stream waits
 //     for PollInterval or a Notify signal and reads on.
-//   - Connections: one follower at a time. A newly accepted connection
-//     replaces the current one (a restarted follower may reconnect before the
-//     old link is known to be dead).
+//   - Connections: one per follower at a time. A newly accepted connection
+//     of a follower replaces that follower's current one (a restarted
+//     follower may reconnect before the old link is known to be dead). The
+//     Shipper's one follower is whoever dials; a Fanout routes each
+//     connection by its hello's FollowerID to that follower's stream, so
+//     followers never replace each other's connections.
+//   - Hello checks, before anything is shipped: the shard (ErrBadHello),
+//     the follower (Fanout: ErrUnknownFollower), fencing, EpochStartLSN
+//     (ErrDiverged) and VerifyHello. A refused connection is closed, counted
+//     by reason (HelloRefusals) and logged; a refusal of a follower's
+//     reconnect also ends its previous connection, which the accept already
+//     preempted.
 //   - Fencing: a hello or ack whose Epoch is above the leader's own epoch
 //     (ShipperOptions.Epoch) means a newer leader exists; Run returns
 //     ErrFenced.
@@ -46,13 +56,14 @@ import (
 
 // Shipper errors.
 var (
-	// ErrBadShipperOptions: NewShipper was given unusable options.
+	// ErrBadShipperOptions: NewShipper or NewFanout was given unusable
+	// options.
 	ErrBadShipperOptions = errors.New("replication: bad shipper options")
 	// ErrShipperRunning: Run was called while another Run is in progress.
 	ErrShipperRunning = errors.New("replication: shipper already running")
 )
 
-// LogReader is what the Shipper needs from a WAL reader; *wal.Reader
+// LogReader is what a stream needs from a WAL reader; *wal.Reader
 // implements it. Next's slice is only read until the following call.
 type LogReader interface {
 	Seek(lsn uint64) error
@@ -60,7 +71,8 @@ type LogReader interface {
 	Close() error
 }
 
-// ShipperOptions configures a Shipper. Zero durations and counts take the
+// ShipperOptions configures a Shipper, and every follower's stream of a
+// Fanout (FanoutOptions embeds it). Zero durations and counts take the
 // defaults documented per field.
 type ShipperOptions struct {
 	// WALDir is the leader's WAL directory, read with wal.OpenReader.
@@ -68,13 +80,13 @@ type ShipperOptions struct {
 	WALDir string
 	// Shard is the shard shipped; a hello for another shard is refused.
 	Shard uint32
-	// Listener accepts the follower's connections. Required.
+	// Listener accepts the followers' connections. Required.
 	Listener Listener
 	// Epoch reports the leader's current epoch, for fencing (see package
 	// notes). nil disables the check.
 	Epoch func() uint64
-	// MaxInFlight bounds the batches sent and not yet acknowledged.
-	// Default 32.
+	// MaxInFlight bounds the batches sent to a follower and not yet
+	// acknowledged. Default 32.
 	MaxInFlight int
 	// RetransmitTimeout: with batches in flight and no ack progress for this
 	// long, resend from the follower's position. Default 500ms.
@@ -85,7 +97,7 @@ type ShipperOptions struct {
 	// PollInterval: how long to wait at the end of the WAL before reading
 	// again. Default 10ms.
 	PollInterval time.Duration
-	// Notify, if set, wakes a Shipper waiting at the end of the WAL early
+	// Notify, if set, wakes streams waiting at the end of the WAL early
 	// (signal it after every append; a buffered channel of 1 with a
 	// non-blocking send is enough).
 	Notify <-chan struct{}
@@ -93,15 +105,29 @@ type ShipperOptions struct {
 	// (LedgerLog.EpochStartLSN after a promotion). A follower whose hello
 	// shows an older epoch and an applied LSN at or beyond it applied a
 	// deposed leader's entries that this log does not have; it is refused
-	// (logged, counted in BadHellos) instead of being shipped on top of them.
+	// (ErrDiverged) instead of being shipped on top of them. CheckHello, as
+	// VerifyHello, applies this rule and more.
 	EpochStartLSN uint64
+	// VerifyHello, if set, is called with each connection's hello before
+	// anything is shipped on it (after the shard, follower and fencing
+	// checks). A non-nil error refuses the connection: it is closed, logged
+	// and counted by reason (HelloRefusals: errors.Is on ErrDiverged,
+	// ErrBehindRetention, ErrUnknownFollower, ErrBadHello, else Other).
+	// CheckHello is the standard verifier. It runs on the follower's own
+	// stream goroutine, so a slow check delays only that follower.
+	VerifyHello func(Ack) error
 	// DurableLSN, if set, bounds what is shipped to the leader's synced log
 	// (e.g. (*wal.Writer).DurableLSN): a batch the leader has written but
 	// not synced is held back, so a leader crash cannot leave a follower
 	// holding events the leader lost. nil ships whatever the reader sees.
 	DurableLSN func() uint64
-	// OpenReader opens the WAL reader. Default: wal.OpenReader(WALDir, Shard).
+	// OpenReader opens a WAL reader. Default: wal.OpenReader(WALDir, Shard).
 	OpenReader func() (LogReader, error)
+	// CacheBytes bounds the memory of the cache of recent batches that
+	// Appended feeds and every stream reads before it reads the WAL (see
+	// the package notes). Default DefaultCacheBytes (64 MiB); negative
+	// disables the cache.
+	CacheBytes int64
 	// Logf receives rare diagnostic lines. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -123,6 +149,9 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	if o.PollInterval <= 0 {
 		o.PollInterval = 10 * time.Millisecond
 	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
 	if o.OpenReader == nil && o.WALDir != "" {
 		dir, shard := o.WALDir, o.Shard
 		o.OpenReader = func() (LogReader, error) { return wal.OpenReader(dir, shard) }
@@ -133,10 +162,34 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	return o
 }
 
-// ShipperStats is a snapshot of a Shipper's counters.
+// validate returns every problem of o.
+func (o *ShipperOptions) validate() []error {
+	var errs []error
+	if o.Listener == nil {
+		errs = append(errs, errors.New("Listener is required"))
+	}
+	if o.WALDir == "" && o.OpenReader == nil {
+		errs = append(errs, errors.New("WALDir (or OpenReader) is required"))
+	}
+	if o.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("MaxInFlight = %d < 0", o.MaxInFlight))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RetransmitTimeout", o.RetransmitTimeout}, {"MaxBackoff", o.MaxBackoff}, {"PollInterval", o.PollInterval}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s = %v < 0", d.name, d.v))
+		}
+	}
+	return errs
+}
+
+// ShipperStats is a snapshot of one follower's stream counters (a Shipper's,
+// or one follower's of a Fanout).
 type ShipperStats struct {
 	Connections   uint64 // follower connections taken into service
-	BadHellos     uint64 // connections refused: hello for another shard
+	BadHellos     uint64 // connections refused (HelloRefusals.Total)
 	BatchesSent   uint64 // every Send, resends included
 	BatchesResent uint64 // sends of batches at or below SentLSN
 	BytesSent     uint64
@@ -145,113 +198,49 @@ type ShipperStats struct {
 	Rewinds       uint64 // times the send position moved back (refusal, timeout, reconnect)
 	Timeouts      uint64 // retransmit timer expiries
 	ReaderErrors  uint64 // WAL reader failures (retried)
-	AckedLSN      uint64 // the current follower's acknowledged position
+	AckedLSN      uint64 // the follower's acknowledged position
 	SentLSN       uint64 // highest LSN ever sent
 }
 
 type shipperCounters struct {
-	connections, badHellos, sent, resent, bytes, acks, refusals, rewinds, timeouts, readerErrors atomic.Uint64
-	sentLSN                                                                                      atomic.Uint64
+	connections, sent, resent, bytes, acks, refusals, rewinds, timeouts, readerErrors atomic.Uint64
+	sentLSN                                                                           atomic.Uint64
 }
 
-// Shipper streams one shard's WAL to a follower. Create it with NewShipper
-// and start it with Run.
+// Shipper streams one shard's WAL to one follower, whoever dials (the
+// simple single-follower case; a Fanout serves several named followers).
+// Create it with NewShipper and start it with Run.
 type Shipper struct {
-	opts    ShipperOptions
-	running atomic.Bool
-	stats   shipperCounters
-
-	mu       sync.Mutex
-	acked    uint64
-	ackedCh  chan struct{} // closed when acked changes; nil until someone waits
-	curAbort context.CancelFunc
+	f *Fanout
 }
 
 // NewShipper validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Shipper.
 func NewShipper(opts ShipperOptions) (*Shipper, error) {
-	var errs []error
-	if opts.Listener == nil {
-		errs = append(errs, errors.New("Listener is required"))
-	}
-	if opts.WALDir == "" && opts.OpenReader == nil {
-		errs = append(errs, errors.New("WALDir (or OpenReader) is required"))
-	}
-	if opts.MaxInFlight < 0 {
-		errs = append(errs, fmt.Errorf("MaxInFlight = %d < 0", opts.MaxInFlight))
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"RetransmitTimeout", opts.RetransmitTimeout}, {"MaxBackoff", opts.MaxBackoff}, {"PollInterval", opts.PollInterval}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s = %v < 0", d.name, d.v))
-		}
-	}
-	if len(errs) > 0 {
+	if errs := opts.validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
 	}
-	opts.EnsureDefaults()
-	return &Shipper{opts: opts}, nil
+	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: opts}, true)}, nil
 }
 
-// Stats returns a snapshot of the counters.
-func (s *Shipper) Stats() ShipperStats {
-	c := &s.stats
-	return ShipperStats{
-		Connections: c.connections.Load(), BadHellos: c.badHellos.Load(),
-		BatchesSent: c.sent.Load(), BatchesResent: c.resent.Load(), BytesSent: c.bytes.Load(),
-		Acks: c.acks.Load(), Refusals: c.refusals.Load(), Rewinds: c.rewinds.Load(),
-		Timeouts: c.timeouts.Load(), ReaderErrors: c.readerErrors.Load(),
-		AckedLSN: s.AckedLSN(), SentLSN: c.sentLSN.Load(),
-	}
-}
+// Stats returns a snapshot of the counters. BadHellos counts every refused
+// connection, whatever the reason.
+func (s *Shipper) Stats() ShipperStats { return s.f.followerStats(s.f.single).ShipperStats }
 
 // AckedLSN returns the position the current follower has acknowledged (its
 // hello, then its acks). It can move back when a follower reconnects with
 // less than it had (see package notes).
 func (s *Shipper) AckedLSN() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.acked
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	return s.f.single.acked
 }
 
 // WaitAcked blocks until the follower has acknowledged every LSN up to and
 // including lsn, or ctx ends (ctx.Err()). It works whether or not Run is
 // running.
 func (s *Shipper) WaitAcked(ctx context.Context, lsn uint64) error {
-	for {
-		s.mu.Lock()
-		if s.acked >= lsn {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.ackedCh == nil {
-			s.ackedCh = make(chan struct{})
-		}
-		ch := s.ackedCh
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (s *Shipper) setAcked(lsn uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.acked = lsn
-	if s.ackedCh != nil {
-		close(s.ackedCh)
-		s.ackedCh = nil
-	}
-}
-
-type accepted struct {
-	conn  LeaderConn
-	hello Ack
+	return s.f.WaitAcked(ctx, lsn, AckAll)
 }
 
 // Run accepts follower connections and ships batches until ctx ends, then
@@ -259,60 +248,11 @@ type accepted struct {
 // with ErrFenced (see package notes) or with the Listener's error once the
 // Listener is closed (errors.Is(err, ErrClosed)). Run may be called again
 // after it returned, not concurrently (ErrShipperRunning).
-func (s *Shipper) Run(ctx context.Context) error {
-	if !s.running.CompareAndSwap(false, true) {
-		return ErrShipperRunning
-	}
-	defer s.running.Store(false)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	conns := make(chan accepted)
-	acceptErr := make(chan error, 1)
-	wg.Go(func() { s.acceptLoop(ctx, conns, acceptErr) })
-	l := &shipLoop{s: s, o: &s.opts, wg: &wg, rto: s.opts.RetransmitTimeout}
-	err := l.run(ctx, conns, acceptErr)
-	cancel()
-	l.dropConn()
-	wg.Wait()
-	l.closeReader()
-	return err
-}
+func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
 
-func (s *Shipper) acceptLoop(ctx context.Context, conns chan<- accepted, acceptErr chan<- error) {
-	backoff := s.opts.PollInterval
-	for {
-		c, hello, err := s.opts.Listener.Accept(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, ErrClosed) {
-				acceptErr <- err
-				return
-			}
-			s.opts.Logf("replication: shipper: accept: %v (retrying in %v)", err, backoff)
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, s.opts.MaxBackoff)
-			continue
-		}
-		backoff = s.opts.PollInterval
-		// A Send blocked on the old connection must not keep the new one
-		// waiting: abort it.
-		s.mu.Lock()
-		if s.curAbort != nil {
-			s.curAbort()
-		}
-		s.mu.Unlock()
-		select {
-		case conns <- accepted{c, hello}:
-		case <-ctx.Done():
-			c.Close()
-			return
-		}
-	}
-}
+// Appended hands the Shipper a batch the leader appended (see
+// Fanout.Appended).
+func (s *Shipper) Appended(h wal.Header, raw []byte) { s.f.Appended(h, raw) }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -364,11 +304,13 @@ func (p *ackPump) take(dst []Ack) ([]Ack, error) {
 
 type span struct{ first, last uint64 }
 
-// shipLoop is the state of one Run; only its goroutine touches it.
+// shipLoop is one follower's stream during one Run; only its goroutine
+// touches it.
 type shipLoop struct {
-	s  *Shipper
+	f  *Fanout
+	p  *peer
 	o  *ShipperOptions
-	wg *sync.WaitGroup
+	wg sync.WaitGroup // the ack pumps
 
 	// Current connection; conn == nil between connections.
 	conn   LeaderConn
@@ -392,18 +334,27 @@ type shipLoop struct {
 	maxSent    uint64
 }
 
-func (l *shipLoop) run(ctx context.Context, conns <-chan accepted, acceptErr <-chan error) error {
+func newShipLoop(f *Fanout, p *peer) *shipLoop {
+	return &shipLoop{f: f, p: p, o: &f.opts.ShipperOptions, rto: f.opts.RetransmitTimeout, maxSent: p.stats.sentLSN.Load()}
+}
+
+// run serves the follower's connections until ctx ends (nil) or the leader
+// is fenced (ErrFenced).
+func (l *shipLoop) run(ctx context.Context) error {
+	defer func() {
+		l.dropConn()
+		l.wg.Wait()
+		l.closeReader()
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		if l.conn == nil {
 			select {
-			case a := <-conns:
-				if err := l.startConn(ctx, a); err != nil {
+			case <-l.p.connCh:
+				if err := l.takeConn(ctx); err != nil {
 					return err
 				}
-			case err := <-acceptErr:
-				return fmt.Errorf("replication: shipper: listener: %w", err)
 			case <-ctx.Done():
 				return nil
 			}
@@ -414,9 +365,6 @@ func (l *shipLoop) run(ctx context.Context, conns <-chan accepted, acceptErr <-c
 		}
 		if l.conn == nil {
 			continue
-		}
-		if l.needSeek && !time.Now().Before(l.seekRetry) {
-			l.position()
 		}
 		if err := l.fill(ctx); err != nil {
 			return err
@@ -435,7 +383,7 @@ func (l *shipLoop) run(ctx context.Context, conns <-chan accepted, acceptErr <-c
 		if len(l.inflight) > 0 {
 			earliest(l.progressAt.Add(l.rto))
 		}
-		if l.needSeek {
+		if l.needSeek && !l.seekRetry.IsZero() {
 			earliest(l.seekRetry)
 		} else if l.atEOF && len(l.inflight) < l.o.MaxInFlight {
 			earliest(time.Now().Add(l.o.PollInterval))
@@ -447,24 +395,22 @@ func (l *shipLoop) run(ctx context.Context, conns <-chan accepted, acceptErr <-c
 		}
 		select {
 		case <-l.pump.wake:
-		case a := <-conns:
-			l.dropConn()
-			if err := l.startConn(ctx, a); err != nil {
+		case <-l.p.connCh:
+			if err := l.takeConn(ctx); err != nil {
 				return err
 			}
-		case err := <-acceptErr:
-			return fmt.Errorf("replication: shipper: listener: %w", err)
 		case <-timerC:
 			l.atEOF = false
 			if len(l.inflight) > 0 && !time.Now().Before(l.progressAt.Add(l.rto)) {
-				l.s.stats.timeouts.Add(1)
+				l.p.stats.timeouts.Add(1)
 				l.rto = min(2*l.rto, l.o.MaxBackoff)
 				l.rewind()
 			}
-		case <-l.o.Notify:
+		case <-l.p.wake:
 			l.atEOF = false
 		case <-l.cctx.Done():
-			// Preempted by a new connection, which arrives on conns.
+			// Preempted by a new connection of this follower, which
+			// arrives on connCh.
 			l.dropConn()
 		case <-ctx.Done():
 			return nil
@@ -477,40 +423,56 @@ func (l *shipLoop) fenced(epoch uint64) bool {
 	return l.o.Epoch != nil && epoch > l.o.Epoch()
 }
 
-func (l *shipLoop) startConn(ctx context.Context, a accepted) error {
-	if a.hello.Shard != l.o.Shard {
-		l.s.stats.badHellos.Add(1)
-		l.o.Logf("replication: shipper: %v: hello for shard %d, serving %d", ErrBadHello, a.hello.Shard, l.o.Shard)
-		a.conn.Close()
+// checkHello applies the checks that need the leader's state, in order:
+// fencing (ErrFenced, which ends Run), the epoch-start rule, VerifyHello.
+func (l *shipLoop) checkHello(h Ack) error {
+	if l.fenced(h.Epoch) {
+		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, h.Epoch, l.o.Epoch())
+	}
+	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && h.Epoch < l.o.Epoch() && h.AppliedLSN >= l.o.EpochStartLSN {
+		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
+			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN)
+	}
+	if l.o.VerifyHello != nil {
+		return l.o.VerifyHello(h)
+	}
+	return nil
+}
+
+// takeConn takes the follower's newest accepted connection into service,
+// unless its hello is refused.
+func (l *shipLoop) takeConn(ctx context.Context) error {
+	a := l.f.takePending(l.p)
+	if a == nil {
 		return nil
 	}
-	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && a.hello.Epoch < l.o.Epoch() && a.hello.AppliedLSN >= l.o.EpochStartLSN {
-		l.s.stats.badHellos.Add(1)
-		l.o.Logf("replication: shipper: %v: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
-			ErrDiverged, a.hello.AppliedLSN, a.hello.Epoch, l.o.Epoch(), l.o.EpochStartLSN)
-		a.conn.Close()
+	if err := l.checkHello(a.hello); err != nil {
+		if errors.Is(err, ErrFenced) {
+			a.conn.Close()
+			return err
+		}
+		l.f.refuse(l.p, a.hello, err, a.conn)
 		return nil
 	}
-	if l.fenced(a.hello.Epoch) {
-		a.conn.Close()
-		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, a.hello.Epoch, l.o.Epoch())
-	}
-	l.s.stats.connections.Add(1)
+	l.dropConn()
+	l.startConn(ctx, a)
+	return nil
+}
+
+func (l *shipLoop) startConn(ctx context.Context, a *accepted) {
+	l.p.stats.connections.Add(1)
 	l.conn = a.conn
 	l.cctx, l.cabort = context.WithCancel(ctx)
-	l.s.mu.Lock()
-	l.s.curAbort = l.cabort
-	l.s.mu.Unlock()
+	l.f.setConn(l.p, l.cabort)
 	l.pump = &ackPump{wake: make(chan struct{}, 1)}
 	pump, conn, cctx := l.pump, l.conn, l.cctx
 	l.wg.Go(func() { pump.run(cctx, conn) })
 
 	l.acked = a.hello.AppliedLSN
-	l.s.setAcked(l.acked)
+	l.f.setAcked(l.p, l.acked)
 	l.rto = l.o.RetransmitTimeout
 	l.rewoundTo = 0
 	l.seekTo(l.acked + 1)
-	return nil
 }
 
 func (l *shipLoop) dropConn() {
@@ -521,19 +483,21 @@ func (l *shipLoop) dropConn() {
 	l.conn.Close()
 	l.conn, l.pump = nil, nil
 	l.inflight = l.inflight[:0]
+	l.f.setConn(l.p, nil)
 }
 
-// seekTo makes lsn the next position to send from.
+// seekTo makes lsn the next position to send from. The WAL reader is
+// positioned when a batch is not in the cache.
 func (l *shipLoop) seekTo(lsn uint64) {
 	if lsn < l.next {
-		l.s.stats.rewinds.Add(1)
+		l.p.stats.rewinds.Add(1)
 	}
 	l.next = lsn
 	l.inflight = l.inflight[:0]
 	l.progressAt = time.Now()
 	l.needSeek = true
 	l.seekRetry = time.Time{}
-	l.position()
+	l.atEOF = false
 }
 
 // rewind goes back to the follower's position (go-back-N).
@@ -545,7 +509,6 @@ func (l *shipLoop) rewind() {
 // position (re)opens the reader if needed and seeks it to next. On failure
 // it schedules a retry with backoff.
 func (l *shipLoop) position() {
-	l.atEOF = false
 	err := func() error {
 		if l.reader == nil {
 			r, err := l.o.OpenReader()
@@ -563,9 +526,10 @@ func (l *shipLoop) position() {
 	if err == nil {
 		l.needSeek = false
 		l.seekWait = 0
+		l.seekRetry = time.Time{}
 		return
 	}
-	l.s.stats.readerErrors.Add(1)
+	l.p.stats.readerErrors.Add(1)
 	l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
 	l.seekRetry = time.Now().Add(l.seekWait)
 	l.o.Logf("replication: shipper: WAL reader: %v (retrying in %v)", err, l.seekWait)
@@ -588,14 +552,14 @@ func (l *shipLoop) handleAcks() error {
 		}
 	}
 	if err != nil {
-		l.o.Logf("replication: shipper: connection lost: %v", err)
+		l.o.Logf("replication: shipper: follower %q: connection lost: %v", l.p.id, err)
 		l.dropConn()
 	}
 	return nil
 }
 
 func (l *shipLoop) onAck(a Ack) error {
-	l.s.stats.acks.Add(1)
+	l.p.stats.acks.Add(1)
 	if a.Shard != l.o.Shard {
 		return nil // not ours; never happens on a connection whose hello matched
 	}
@@ -604,7 +568,7 @@ func (l *shipLoop) onAck(a Ack) error {
 	}
 	if a.AppliedLSN > l.acked {
 		l.acked = a.AppliedLSN
-		l.s.setAcked(l.acked)
+		l.f.setAcked(l.p, l.acked)
 		l.progressAt = time.Now()
 		l.rto = l.o.RetransmitTimeout
 		i := 0
@@ -619,7 +583,7 @@ func (l *shipLoop) onAck(a Ack) error {
 		}
 	}
 	if a.Refused {
-		l.s.stats.refusals.Add(1)
+		l.p.stats.refusals.Add(1)
 		// A refusal below the known position is stale; one at the position
 		// already rewound to belongs to the window sent before the rewind.
 		if a.AppliedLSN == l.acked && l.next > l.acked+1 && l.rewoundTo != l.acked+1 {
@@ -629,16 +593,56 @@ func (l *shipLoop) onAck(a Ack) error {
 	return nil
 }
 
+// errNotPositioned: the WAL reader could not be positioned; read again
+// after seekRetry.
+var errNotPositioned = errors.New("replication: WAL reader not positioned")
+
+// read returns the next batch to send (the one holding next, or a later
+// one): from the cache when it holds it, io.EOF when next is the cache's
+// end (not appended yet), else from this stream's WAL reader. fromDisk says
+// which.
+func (l *shipLoop) read() (h wal.Header, raw []byte, fromDisk bool, err error) {
+	if c := l.f.cache; c != nil {
+		h, raw, ok, atEnd := c.get(l.next)
+		if ok || atEnd {
+			if l.reader != nil { // rejoined the cache: the reader's position is stale
+				l.closeReader()
+			}
+			l.needSeek = true
+			if atEnd {
+				return h, nil, false, io.EOF
+			}
+			return h, raw, false, nil
+		}
+	}
+	if l.needSeek {
+		if time.Now().Before(l.seekRetry) {
+			return h, nil, true, errNotPositioned
+		}
+		if l.position(); l.needSeek {
+			return h, nil, true, errNotPositioned
+		}
+	}
+	h, raw, err = l.reader.Next()
+	if err == nil {
+		l.p.diskReads.Add(1)
+	}
+	return h, raw, true, err
+}
+
 // fill sends batches while the window has room and the WAL has data.
 func (l *shipLoop) fill(ctx context.Context) error {
-	for l.conn != nil && !l.needSeek && !l.atEOF && len(l.inflight) < l.o.MaxInFlight {
-		h, buf, err := l.reader.Next()
+	for l.conn != nil && !l.atEOF && len(l.inflight) < l.o.MaxInFlight {
+		h, buf, fromDisk, err := l.read()
 		if err == io.EOF {
 			l.atEOF = true
 			return nil
 		}
+		if err == errNotPositioned {
+			return nil
+		}
 		if err != nil {
-			l.s.stats.readerErrors.Add(1)
+			l.p.stats.readerErrors.Add(1)
 			l.o.Logf("replication: shipper: WAL read at %d: %v", l.next, err)
 			l.closeReader()
 			l.needSeek = true
@@ -654,10 +658,11 @@ func (l *shipLoop) fill(ctx context.Context) error {
 		}
 		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
 			// Written but not yet synced by the leader: a leader crash could
-			// still lose it, so a follower must not apply it yet. Re-read it
-			// once the writer has synced (Notify or the next poll).
-			l.needSeek = true
-			l.position()
+			// still lose it, so a follower must not apply it yet. Read it
+			// again once the writer has synced (Notify or the next poll).
+			if fromDisk {
+				l.needSeek = true
+			}
 			l.atEOF = true
 			return nil
 		}
@@ -665,13 +670,14 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.o.Logf("replication: shipper: send: %v", err)
+			l.o.Logf("replication: shipper: follower %q: send: %v", l.p.id, err)
 			l.dropConn()
 			return nil
 		}
-		c := &l.s.stats
+		c := &l.p.stats
 		c.sent.Add(1)
 		c.bytes.Add(uint64(len(buf)))
+		l.f.sentEvents.Add(uint64(h.Count))
 		if h.LastLSN() <= l.maxSent {
 			c.resent.Add(1)
 		} else {

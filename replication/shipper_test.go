@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // tails it; memReader follows the wal.Reader contract (Seek to the batch
 // containing lsn or the first after it; io.EOF at the end, then more later).
 type memLog struct {
+	opens   atomic.Int64 // readers opened
 	mu      sync.Mutex
 	shard   uint32
 	batches [][]byte
@@ -36,6 +38,12 @@ func newMemLog(shard uint32) *memLog {
 
 // append adds a batch of n events and returns its last LSN.
 func (m *memLog) append(t testing.TB, epoch uint64, n int) uint64 {
+	h, _ := m.appendBatch(t, epoch, n)
+	return h.LastLSN()
+}
+
+// appendBatch adds a batch of n events and returns it.
+func (m *memLog) appendBatch(t testing.TB, epoch uint64, n int) (wal.Header, []byte) {
 	evs := make([]wal.Event, n)
 	for i := range evs {
 		evs[i] = wal.Event{Op: wal.OpPut, Seq: 1, Key: []byte("k"), Value: []byte(fmt.Sprint(i))}
@@ -54,7 +62,7 @@ func (m *memLog) append(t testing.TB, epoch uint64, n int) uint64 {
 	m.heads = append(m.heads, h)
 	m.next = h.LastLSN() + 1
 	signal(m.notify)
-	return h.LastLSN()
+	return h, b
 }
 
 func (m *memLog) lastLSN() uint64 {
@@ -68,7 +76,10 @@ type memReader struct {
 	idx int
 }
 
-func (m *memLog) open() (LogReader, error) { return &memReader{m: m}, nil }
+func (m *memLog) open() (LogReader, error) {
+	m.opens.Add(1)
+	return &memReader{m: m}, nil
+}
 
 func (r *memReader) Seek(lsn uint64) error {
 	r.m.mu.Lock()
@@ -92,8 +103,10 @@ func (r *memReader) Close() error { return nil }
 // fakeFollower applies a batch only if it starts right after its position,
 // acks duplicates, refuses the rest: the position gate of the Receiver.
 type fakeFollower struct {
-	shard uint32
-	epoch uint64
+	shard   uint32
+	epoch   uint64
+	id      string
+	backoff time.Duration // pause before redialling after a disconnect
 
 	mu      sync.Mutex
 	applied uint64
@@ -122,7 +135,7 @@ func (f *fakeFollower) crash(lsn uint64) {
 func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 	for {
 		f.mu.Lock()
-		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
+		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied, FollowerID: f.id}
 		f.dials++
 		f.mu.Unlock()
 		c, err := d.Dial(ctx, hello)
@@ -140,7 +153,16 @@ func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 		if !errors.Is(err, ErrDisconnected) {
 			return err
 		}
+		if f.backoff > 0 && !sleepCtx(ctx, f.backoff) {
+			return nil
+		}
 	}
+}
+
+func (f *fakeFollower) dialCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
 }
 
 func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {

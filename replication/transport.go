@@ -43,7 +43,11 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Transport errors.
@@ -58,7 +62,62 @@ var (
 	// ErrFenced: the follower has committed a leader epoch higher than this
 	// leader's; this leader was deposed and must stop shipping.
 	ErrFenced = errors.New("replication: leader fenced by a higher epoch")
+	// ErrBadFollowerID: a follower ID that is not 1..MaxFollowerIDLen bytes
+	// of [A-Za-z0-9._-] (see ValidFollowerID).
+	ErrBadFollowerID = errors.New("replication: bad follower ID")
 )
+
+// MaxFollowerIDLen bounds a follower ID, so that it fits a fixed-size hello.
+const MaxFollowerIDLen = 64
+
+// ValidFollowerID reports whether id can name a follower: "" (anonymous) or
+// 1..MaxFollowerIDLen bytes of [A-Za-z0-9._-]. The alphabet keeps IDs safe in
+// file names, metric labels and log lines without quoting. The error wraps
+// ErrBadFollowerID.
+func ValidFollowerID(id string) error {
+	if len(id) > MaxFollowerIDLen {
+		return fmt.Errorf("%w: %d bytes > %d", ErrBadFollowerID, len(id), MaxFollowerIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q: byte %#x at %d is not in [A-Za-z0-9._-]", ErrBadFollowerID, id, c, i)
+		}
+	}
+	return nil
+}
+
+// BatchRef identifies a batch of a shard's log: the epoch of the leader that
+// wrote it and its header CRC (wal/doc.go: hdrcrc, the CRC-32C of header
+// bytes 0–39, which hold the shard, epoch, first LSN, count, body length and
+// body CRC, so it commits to the whole batch). Two logs holding batches with
+// equal BatchRefs ending at the same LSN hold the same batch there. The zero
+// BatchRef means unknown.
+type BatchRef struct {
+	Epoch uint64
+	CRC   uint32
+}
+
+// IsZero reports whether r is the zero (unknown) BatchRef.
+func (r BatchRef) IsZero() bool { return r == BatchRef{} }
+
+func (r BatchRef) String() string { return fmt.Sprintf("epoch %d crc %08x", r.Epoch, r.CRC) }
+
+// BatchRefOf returns the identity of an encoded batch after checking its
+// header (wal.DecodeHeader: magic, version, header CRC, …).
+func BatchRefOf(raw []byte) (BatchRef, error) {
+	h, err := wal.DecodeHeader(raw)
+	if err != nil {
+		return BatchRef{}, err
+	}
+	return batchRef(h, raw), nil
+}
+
+// batchRef reads the header CRC of raw, whose header h was decoded from it
+// (so the stored CRC is verified): the last 4 bytes of the header.
+func batchRef(h wal.Header, raw []byte) BatchRef {
+	return BatchRef{Epoch: h.Epoch, CRC: binary.LittleEndian.Uint32(raw[wal.HeaderSize-4 : wal.HeaderSize])}
+}
 
 // Ack is the follower's message to the leader: the hello on (re)connect and
 // the answer to each batch.
@@ -75,6 +134,18 @@ type Ack struct {
 	// AppliedLSN+1, has a SeqNo gap, comes from a stale epoch, …): resend from
 	// AppliedLSN+1. Always false in a hello.
 	Refused bool
+
+	// The fields below are sent in the hello only; they are zero in acks.
+
+	// FollowerID is the follower's stable name (ValidFollowerID); "" is an
+	// anonymous follower, which only a Shipper serves. A Fanout routes each
+	// connection to that follower's own stream by it.
+	FollowerID string
+	// LastBatch identifies the batch that ends at AppliedLSN in the
+	// follower's history (zero: unknown, e.g. a store written before this
+	// field existed, or nothing applied). The leader compares it with its own
+	// log (CheckHello), as Raft compares prevLogIndex/prevLogTerm.
+	LastBatch BatchRef
 }
 
 // Listener is the leader side of a Transport: it accepts follower connections.

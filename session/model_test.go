@@ -71,18 +71,25 @@ func (m *modelTracker) close(id ID, ts int64) {
 
 // TestTrackerAgainstModel drives the Tracker (tiny cache, random aborts,
 // never-committed batches, GC, reopen) and the model with the same random
-// events and requires identical decisions and stored HWMs.
+// events and requires identical decisions and stored HWMs. After every event
+// and batch it also checks the cache (requireCacheCommitted): whatever it
+// evicted, it holds only committed records — a tx's pending changes never
+// reach it before Commit, and an aborted or never-committed tx leaves none.
+// Cache sizes: 1 and 4 evict constantly (12 sessions), 64 never does.
 // ONCEWAL_LONG=1 runs 50x more batches.
 func TestTrackerAgainstModel(t *testing.T) {
 	batches := 400
 	if os.Getenv("ONCEWAL_LONG") != "" {
 		batches = 20_000
 	}
-	for seed := uint64(1); seed <= 3; seed++ {
-		rng := rand.New(rand.NewPCG(seed, 99))
+	for seed, cacheSize := range []int{1: 4, 2: 4, 3: 4, 4: 1, 5: 64} {
+		if cacheSize == 0 {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(uint64(seed), 99))
 		fs := vfs.NewMem()
 		db := openDB(t, fs)
-		opts := &TrackerOptions{CacheSize: 4, RetentionHorizon: 50 * time.Second}
+		opts := &TrackerOptions{CacheSize: cacheSize, RetentionHorizon: 50 * time.Second}
 		tr := openTracker(t, db, opts)
 		model := &modelTracker{rows: map[ID]record{}, horizon: int64(opts.RetentionHorizon)}
 		ids := make([]ID, 12)
@@ -90,6 +97,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 			ids[i] = NewID()
 		}
 		now := int64(1000 * time.Second)
+		fullest := 0
 		for range batches {
 			b := db.NewBatch()
 			tx := tr.Begin(b)
@@ -123,6 +131,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 					require.Error(t, tx.Advance(id, seq, ts), "advance must refuse a %v", got)
 				}
 				require.Equal(t, pending.clock, max(tx.Clock(), 0))
+				requireCacheCommitted(t, tr, model)
 			}
 			if rng.IntN(5) == 0 {
 				_, err := tx.CollectGarbage(rng.IntN(6))
@@ -146,6 +155,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 				tr = openTracker(t, db, opts)
 			}
 			require.Equal(t, model.clock, tr.Clock())
+			fullest = max(fullest, requireCacheCommitted(t, tr, model))
 			for _, id := range ids {
 				hwm, closed, found, err := tr.Get(id)
 				require.NoError(t, err)
@@ -159,8 +169,25 @@ func TestTrackerAgainstModel(t *testing.T) {
 				}
 			}
 		}
+		if cacheSize < len(ids) {
+			require.Equal(t, cacheSize, fullest, "seed %d: the cache never filled up", seed)
+		}
 		require.NoError(t, db.Close())
 	}
+}
+
+// requireCacheCommitted checks the cache's structure and that every session
+// it holds has exactly its committed record (the model's row), and returns
+// how many it holds.
+func requireCacheCommitted(t *testing.T, tr *Tracker, model *modelTracker) int {
+	t.Helper()
+	ids, recs := checkCache(t, tr.cache)
+	for i, id := range ids {
+		r, ok := model.rows[id]
+		require.True(t, ok, "cached session %s has no committed row", id)
+		require.Equal(t, r, recs[i], "cached session %s", id)
+	}
+	return len(ids)
 }
 
 // TestTrackerConcurrentReaders runs txs on one goroutine while others read

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // Key layout of the Tracker (all values start with formatVersion):
@@ -139,7 +138,7 @@ type Tracker struct {
 	db      *pebble.DB
 	opts    TrackerOptions
 	horizon int64
-	cache   *lru.Cache[ID, record]
+	cache   *hwmCache
 	clock   atomic.Int64
 
 	mu       sync.Mutex
@@ -162,11 +161,7 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 		o = *opts
 	}
 	o.EnsureDefaults()
-	cache, err := lru.New[ID, record](o.CacheSize)
-	if err != nil {
-		return nil, err
-	}
-	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: cache}
+	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: newHWMCache(o.CacheSize)}
 	val, closer, err := db.Get([]byte(ClockKey))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -191,14 +186,14 @@ func (t *Tracker) Options() TrackerOptions { return t.opts }
 func (t *Tracker) Clock() int64 { return t.clock.Load() }
 
 // CachedLen returns the number of sessions in the in-memory cache.
-func (t *Tracker) CachedLen() int { return t.cache.Len() }
+func (t *Tracker) CachedLen() int { return t.cache.len() }
 
 // Get returns the committed HWM of a session and whether it is closed. found is
 // false when the session has no row (never seen or collected). Get does not
 // apply expiry and does not fill the cache (a concurrent commit could otherwise
 // be overwritten with the older value Get read).
 func (t *Tracker) Get(id ID) (hwm SeqNo, closed bool, found bool, err error) {
-	if r, ok := t.cache.Peek(id); ok {
+	if r, ok := t.cache.get(&id); ok {
 		return r.hwm, r.closed, true, nil
 	}
 	r, ok, err := t.read(id)
@@ -215,7 +210,7 @@ func (t *Tracker) Get(id ID) (hwm SeqNo, closed bool, found bool, err error) {
 // (session/doc.go, invariant 6). The check is at least as strict as any
 // follower's, whose clock for the event is at most max(Clock(), at).
 func (t *Tracker) Expired(id ID, at int64) (bool, error) {
-	r, ok := t.cache.Peek(id)
+	r, ok := t.cache.get(&id)
 	if !ok {
 		var err error
 		if r, ok, err = t.read(id); err != nil || !ok {
@@ -312,6 +307,7 @@ type TrackerTx struct {
 	gcMoved  bool
 
 	done bool
+	sink uint64 // Prefetch's loads land here
 	kbuf [hwmKeyLen]byte
 	vbuf [hwmValLen]byte
 }
@@ -332,16 +328,15 @@ func (tx *TrackerTx) Clock() int64 { return tx.clock }
 
 // lookup returns the session as this tx sees it: pending changes first, then
 // the cache, then Pebble (filling the cache with the committed record, which is
-// safe because txs are serialized). The cache is read with Peek: a recency
-// update is a random write into the LRU list, which costs more than the lookup
-// itself at 100K+ sessions. Recency is refreshed when Commit re-adds a session
-// it advanced, so the cache keeps the sessions that are writing.
+// safe because txs are serialized). A lookup does not refresh recency (see
+// hwmCache); Commit does, for the sessions it writes.
 func (tx *TrackerTx) lookup(id ID) (int32, error) {
 	if i, ok := tx.idx[id]; ok {
 		return i, nil
 	}
 	e := txEntry{id: id}
-	if r, ok := tx.t.cache.Peek(id); ok {
+	c := tx.t.cache
+	if r, ok := c.peek(&id); ok {
 		e.rec, e.exists = r, true
 	} else {
 		r, ok, err := tx.t.read(id)
@@ -349,7 +344,9 @@ func (tx *TrackerTx) lookup(id ID) (int32, error) {
 			return -1, err
 		}
 		if ok {
-			tx.t.cache.Add(id, r)
+			c.mu.Lock()
+			c.put(&id, r)
+			c.mu.Unlock()
 			e.rec, e.exists = r, true
 		}
 	}
@@ -404,7 +401,7 @@ func (tx *TrackerTx) view(id ID) (txEntry, error) {
 	if i, ok := tx.idx[id]; ok {
 		return tx.ents[i], nil
 	}
-	if r, ok := tx.t.cache.Peek(id); ok {
+	if r, ok := tx.t.cache.peek(&id); ok {
 		return txEntry{id: id, rec: r, exists: true}, nil
 	}
 	i, err := tx.lookup(id) // a Pebble read: keep it for the Advance that likely follows
@@ -412,6 +409,15 @@ func (tx *TrackerTx) view(id ID) (txEntry, error) {
 		return txEntry{}, err
 	}
 	return tx.ents[i], nil
+}
+
+// Prefetch warms the cache lines a later Check, Advance or MarkClosed of id
+// in this tx will read. A follower checking a whole batch calls it for every
+// session of the batch first: the cache misses of independent prefetches
+// overlap, where the checks that follow would take them one after another.
+// It is only a hint: it changes nothing and reads no Pebble.
+func (tx *TrackerTx) Prefetch(id ID) {
+	tx.sink += tx.t.cache.prefetch(&id)
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
@@ -555,19 +561,22 @@ func (tx *TrackerTx) Commit() {
 	}
 	tx.done = true
 	t := tx.t
+	c := t.cache
+	c.mu.Lock()
 	for i := range tx.ents {
 		e := &tx.ents[i]
 		switch {
 		case e.state == entWritten && e.exists:
-			t.cache.Add(e.id, e.rec)
+			c.put(&e.id, e.rec)
 		case e.state == entWritten:
-			t.cache.Remove(e.id) // collected
+			c.remove(&e.id) // collected
 		case e.state == entDirty:
 			// Never flushed, so not in the committed batch (or only an earlier
 			// flushed version is): let the next lookup read the disk.
-			t.cache.Remove(e.id)
+			c.remove(&e.id)
 		}
 	}
+	c.mu.Unlock()
 	if tx.flushedClock > t.clock.Load() {
 		t.clock.Store(tx.flushedClock)
 	}

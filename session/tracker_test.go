@@ -372,6 +372,34 @@ func TestCacheEvictionFallsBackToPebble(t *testing.T) {
 	for _, id := range ids {
 		requireHWM(t, tr, id, 7, false)
 	}
+	// The fills of a tx evict, but only committed records: pending advances
+	// stay in the tx, never in the cache, and an abort leaves none behind.
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	for _, id := range ids {
+		require.NoError(t, tx.Advance(id, 8, base))
+		_, recs := checkCache(t, tr.cache)
+		for _, r := range recs {
+			require.Equal(t, SeqNo(7), r.hwm, "an uncommitted advance reached the cache")
+		}
+	}
+	for _, id := range ids {
+		require.Equal(t, Duplicate, mustCheck(t, tx, id, 8, base), "the tx lost a pending advance to eviction")
+	}
+	tx.Abort()
+	_, recs := checkCache(t, tr.cache)
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		require.Equal(t, SeqNo(7), r.hwm)
+	}
+}
+
+func mustCheck(t *testing.T, tx *TrackerTx, id ID, seq SeqNo, ts int64) Decision {
+	t.Helper()
+	d, err := tx.Check(id, seq, ts)
+	require.NoError(t, err)
+	return d
 }
 
 func TestGCOnWALClock(t *testing.T) {

@@ -225,6 +225,15 @@ func (o *Oracle) apply(ev *wal.Event) {
 	}
 }
 
+// Apply applies one operation to the oracle (the caller applies each distinct
+// operation once: that is the point of an oracle).
+func (o *Oracle) Apply(ev *wal.Event) {
+	o.apply(ev)
+	if ev.Op == wal.OpClose {
+		o.closed[ev.Session] = true
+	}
+}
+
 // Sessions returns every session the workload opened, sorted.
 func (o *Oracle) Sessions() []session.ID {
 	ids := make([]session.ID, 0, len(o.state))

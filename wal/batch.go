@@ -37,6 +37,12 @@ type Header struct {
 	Count    uint32 // events in the batch; ≥ 1
 	BodyLen  uint32
 	BodyCRC  uint32 // CRC-32C (Castagnoli) of the body
+	// HeaderCRC is the CRC-32C of header bytes 0–39 (set by DecodeHeader
+	// and by encoding). It covers every other field, body CRC included, so
+	// two batches with equal Headers are, short of a CRC collision, the same
+	// batch: a leader compares a follower's last applied batch with its own
+	// log's (Reader.BatchEndingAt) by comparing Headers.
+	HeaderCRC uint32
 }
 
 // LastLSN is the LSN of the batch's last event.
@@ -45,6 +51,7 @@ func (h Header) LastLSN() uint64 { return h.FirstLSN + uint64(h.Count) - 1 }
 // Size is the encoded size of the whole batch: header plus body.
 func (h Header) Size() int { return HeaderSize + int(h.BodyLen) }
 
+// putHeader encodes h into b and sets h.HeaderCRC.
 func putHeader(b []byte, h *Header) {
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], magic)
@@ -56,7 +63,8 @@ func putHeader(b []byte, h *Header) {
 	le.PutUint32(b[28:], h.Count)
 	le.PutUint32(b[32:], h.BodyLen)
 	le.PutUint32(b[36:], h.BodyCRC)
-	le.PutUint32(b[40:], crc32.Checksum(b[:40], castagnoli))
+	h.HeaderCRC = crc32.Checksum(b[:40], castagnoli)
+	le.PutUint32(b[40:], h.HeaderCRC)
 }
 
 // AppendBatch encodes one batch of events, appends it to dst and returns the
@@ -132,7 +140,7 @@ func encodedEventSize(e *Event) int {
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key)
 	case OpAdd:
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Delta<<1)^uint64(e.Delta>>63))
-	case OpClaim, OpComplete, OpRelease, OpFail:
+	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
 		n += uvarintLen(uint64(len(e.Value))) + len(e.Value)
 	}
 	return n
@@ -159,6 +167,7 @@ func DecodeHeader(buf []byte) (Header, error) {
 	if got, want := crc32.Checksum(buf[:40], castagnoli), le.Uint32(buf[40:]); got != want {
 		return Header{}, fmt.Errorf("%w: header crc %#08x, stored %#08x", ErrChecksum, got, want)
 	}
+	h.HeaderCRC = le.Uint32(buf[40:])
 	if f := le.Uint16(buf[6:]); f != 0 {
 		return Header{}, fmt.Errorf("%w: reserved header flags %#x", ErrCorrupt, f)
 	}

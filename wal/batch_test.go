@@ -103,7 +103,7 @@ func TestRoundTripAllCombos(t *testing.T) {
 	h, got, err := DecodeBatch(buf, nil)
 	require.NoError(t, err)
 	require.Equal(t, Header{Version: Version, Shard: 7, Epoch: 3, FirstLSN: 100, Count: uint32(len(evs)),
-		BodyLen: uint32(len(buf) - HeaderSize), BodyCRC: h.BodyCRC}, h)
+		BodyLen: uint32(len(buf) - HeaderSize), BodyCRC: h.BodyCRC, HeaderCRC: binary.LittleEndian.Uint32(buf[40:])}, h)
 	require.Equal(t, uint64(100+len(evs)-1), h.LastLSN())
 	require.Equal(t, len(buf), h.Size())
 	require.Equal(t, withLSNs(evs, 100), got)

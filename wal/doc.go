@@ -50,23 +50,24 @@
 //
 // Event fields:
 //   - op: 1 open, 2 put, 3 delete, 4 add, 5 close; request-ledger records 6
-//     claim, 7 complete, 8 release, 9 fail. 0 and 10–255 are rejected with
-//     ErrCorrupt (10–15 reserved for future core ops, 16–255 for extension
-//     ops).
+//     claim, 7 complete, 8 release, 9 fail, 10 extend. 0 and 11–255 are
+//     rejected with ErrCorrupt (11–15 reserved for future core ops, 16–255
+//     for extension ops).
 //   - flags: bit 0 = idempotency key present. An explicit flag, never "zero key
 //     means absent". Bits 1–7 reserved, must be 0.
 //   - seq: session SeqNo (0 = no seqno), minimal uvarint.
 //   - payload: open, close: nothing. put: uvarint keylen, key, uvarint vallen,
 //     value. delete: uvarint keylen, key. add: uvarint keylen, key, zigzag
-//     varint delta. claim, complete, release, fail: uvarint length + the
+//     varint delta. claim, complete, release, fail, extend: uvarint length + the
 //     idempotency.Record body (Record.AppendBody), which must itself be
 //     canonical (idempotency.CheckRecord; a bad body is ErrCorrupt, and
 //     ErrInvalidEvent when encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
 //
 // Ledger events carry the decision's WAL time as the event time, session ID
-// zero, SeqNo 0 and an idempotency key derived from their op bytes
-// (LedgerEvent): a follower dedups them by position and window, and the
-// ledger table's apply rules make a redelivered record harmless anyway. A
+// zero, SeqNo 0 and no idempotency key (LedgerEvent): a follower admits them
+// by position only, the ledger table's apply rules make a redelivered record
+// harmless, and the window's slots stay for operations (keys on ledger
+// events written by older leaders are ignored by the receiver). A
 // leader puts an operation's data events and its complete record in one
 // batch, so every node records the outcome atomically with the effect.
 //
@@ -93,8 +94,16 @@
 // shard as 10 decimal digits and the LSN of its first batch as 20 decimal
 // digits (both the full range of their types), so names of one shard sort by
 // LSN and several shards can share a directory. ParseSegmentName accepts only
-// that exact form (ErrBadSegmentName). Files without the ".wal" suffix are
-// ignored; a ".wal" file with a malformed name is an error, not a guess.
+// that exact form (ErrBadSegmentName).
+//
+// A WAL directory holds segments, lock files (LockName, below) and, after a
+// crash during recovery, a segment's temporary copy (the segment's name plus
+// ".tmp", removed by the next OpenWriter of its shard), and nothing else. A
+// ".wal" file with a malformed name is ErrBadSegmentName, not a guess; any
+// other entry makes it a non-WAL directory, and OpenWriter, OpenReader and
+// ListShards refuse it with ErrNotWAL, as they refuse a regular file, so a
+// misconfigured path is never written into or served. ListShards tells which
+// shards' segments a directory holds.
 //
 // Segment invariants: the first batch of a segment starts at the LSN in its
 // name; each batch starts at the LSN after the previous batch; the next
@@ -114,7 +123,7 @@
 // verifies the last segment fully, body CRCs included. After the last valid
 // batch of the last segment, the remaining bytes are a torn tail — an append
 // that the crash cut short, which was never acknowledged (SyncEveryBatch) —
-// and are truncated, iff:
+// and are cut, iff:
 //
 //   - fewer than HeaderSize bytes remain (a partial header), or
 //   - a valid header announces a batch that runs past the end of the file, or
@@ -123,19 +132,101 @@
 //   - the remaining bytes are exactly one batch whose header is valid but whose
 //     body CRC fails and which contains an all-zero 512-byte sector at a
 //     sector-aligned file offset (a write that reached the file size but not
-//     all its pages: etcd's torn-write rule).
+//     all its pages: etcd's torn-write rule), or
+//   - the header at the end of the last valid batch does not decode, the
+//     remaining bytes are no longer than one batch (HeaderSize+MaxBodySize),
+//     they show pages that never reached the disk — they start with zeros up
+//     to a sector boundary, or contain an all-zero sector-aligned 512-byte
+//     sector — and no valid header of a later batch of this log (the shard,
+//     first LSN above the expected one) appears anywhere in them (the same
+//     torn write, with the page holding its header lost; a later batch would
+//     mean the damaged one had been acknowledged).
+//
+// With SyncEveryBatch only one append can be unsynced at a crash, so these
+// rules cover every crash image (proved by a crash sweep with Pebble's
+// crashable MemFS at every file operation of a workload with rolls,
+// retention and reopens, and at every operation of the recovery itself).
+// Under SyncManual several unsynced appends may have holes, and a crash image
+// can be refused as corrupt.
+//
+// The tail is cut by copying the valid prefix to the segment's temporary
+// file, syncing it, renaming it over the segment and syncing the directory
+// (vfs.File has no Truncate): a crash at any point leaves the old segment,
+// cut again on the next open, or the new one.
 //
 // Anything else is corruption and OpenWriter fails with a typed error naming
 // the segment and offset: a bad batch followed by more data, a complete batch
 // with a bad CRC and no sign of a torn write, any defect in a non-last
-// segment, a gap or overlap in LSNs, a foreign shard.
+// segment, a gap or overlap in LSNs, a batch of another shard than the
+// segment's name says (ErrShardMismatch, with ErrCorrupt).
+//
+// OpenWriter validates all of this before it creates the lock file or cuts
+// anything, so a refused open (ErrNotWAL, ErrBadSegmentName, corruption)
+// leaves the directory byte for byte as it was. Where the shard's lock file
+// already exists it takes the lock first (so a held lock is ErrLocked at
+// once, without reading the log) and validates under it; where it does not,
+// it validates read-only, creates the lock file and takes the lock, and scans
+// again only if the log changed in between (segment names or the last
+// segment's size) or had a torn tail. OpenReader checks the directory and
+// the first batch header of every segment (decodes, shard, LSN in the name);
+// defects further in surface from Next.
 //
 // The Writer serializes Appends with a mutex, so it may be shared by
 // goroutines; each Append is one batch with consecutive LSNs. After a failed
-// write or sync it refuses further work (an fsync error cannot be retried
-// safely); reopening recovers. Only one Writer may have a shard's log open at
-// a time (not enforced by a lock file). Epochs are recorded, not checked: the
-// caller fences stale leaders.
+// write, sync or segment creation it refuses all further work with the same
+// error, which wraps ErrWriterFailed and the cause (an fsync error cannot be
+// retried safely); Close returns it too and still releases the lock. What
+// part of a failed append reached the file is a torn tail: a Reader stops
+// there with io.EOF, and the reopen that recovers cuts it (or keeps the
+// batch, if it is whole: it was never acknowledged, but is valid). Epochs are
+// recorded, not checked: the caller fences stale leaders.
+//
+// # Filesystem
+//
+// Every file operation — segment create, open, read, write, sync, rename,
+// remove, directory listing and sync, lock — goes through a Pebble vfs.FS
+// (WriterOptions.FS, OpenReaderFS, ListShardsFS; default vfs.Default), so
+// tests crash the log with vfs.NewCrashableMem and CrashClone and inject I/O
+// errors with vfs/errorfs. OpenWriter syncs the parent of every directory it
+// creates. Segment data is made durable with File.SyncData (fdatasync on
+// Linux: the file size, needed to read appended data, is flushed with it).
+//
+// # Lock
+//
+// Only one Writer may have a shard's log open at a time. OpenWriter takes an
+// exclusive lock (vfs.FS.Lock: fcntl on Unix) on the shard's lock file in the
+// directory, LockName(shard) = "SSSSSSSSSS.lock", and holds it until Close.
+// A second OpenWriter of the same shard and directory — from this process,
+// under any spelling of the path, or from another process — fails at once
+// with ErrLocked naming the directory and shard; it never waits. Shards
+// sharing a directory lock independently. A failed OpenWriter releases the
+// lock. The lock file is never removed (removing it could let two openers
+// lock two different files of one name). Readers do not lock.
+//
+// # Retention
+//
+// A log need not start at LSN 1: it starts at the first LSN of its oldest
+// segment (Writer.FirstLSN), either because it was created there
+// (WriterOptions.FirstLSN) or because Writer.DeleteBelow deleted older
+// segments. DeleteBelow(lsn) removes whole segments all of whose LSNs are
+// below lsn, oldest first, never the active (last) segment, and syncs the
+// directory after each removal, so a crash or an error part-way leaves a
+// contiguous suffix of the log. Writer.RetainedBytes is the size of all
+// retained segments.
+//
+// Nothing below the first retained LSN is ever skipped silently: a Reader
+// asked for such an LSN (Seek, or Next from such a position) returns
+// ErrCompacted; Seek(0) means "from the oldest retained batch". A Reader
+// reading a segment that is deleted under it keeps reading that segment (an
+// open file stays readable on Unix) and continues into the next one if it is
+// still there; a Reader that must open a deleted segment returns
+// ErrCompacted.
+//
+// A batch's identity is its Header: the header CRC (Header.HeaderCRC)
+// covers shard, epoch, LSNs, count, length and body CRC. Reader.BatchEndingAt
+// finds the batch that ends at an LSN by headers alone (ErrNoBatchBoundary
+// when none does), so a leader can check that a follower's last applied
+// batch is in its log.
 //
 // # Readers tailing a live writer
 //
@@ -152,6 +243,7 @@
 // # Long tests
 //
 // Set ONCEWAL_LONG=1 to run the exhaustive bit-flip and torn-tail tests on
-// larger batches. Fuzz longer with, e.g.,
+// larger batches and to crash the recovery of every crash image of the
+// crash sweep. Fuzz longer with, e.g.,
 // go test -fuzz FuzzDecodeBatch -fuzztime 5m ./wal/
 package wal

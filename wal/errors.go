@@ -25,6 +25,28 @@ var (
 	// format cannot represent canonically (unknown op, fields that do not
 	// belong to the op, empty batch).
 	ErrInvalidEvent = errors.New("wal: invalid event")
+	// ErrNotWAL: the path is not a WAL directory: a regular file, or a
+	// directory holding files that are neither segments nor lock files.
+	ErrNotWAL = errors.New("wal: not a WAL directory")
+	// ErrShardMismatch: a segment named for one shard holds a batch of
+	// another. Always joined with ErrCorrupt.
+	ErrShardMismatch = errors.New("wal: shard mismatch")
+	// ErrLocked: another Writer — in this process or another — holds the
+	// log of the shard in the directory (see LockName). The message names
+	// the directory and the shard.
+	ErrLocked = errors.New("wal: log locked by another writer")
+	// ErrCompacted: the LSN asked for is below the first one the log still
+	// retains (deleted by Writer.DeleteBelow, or the log starts above it);
+	// a Reader never skips ahead silently.
+	ErrCompacted = errors.New("wal: LSN compacted")
+	// ErrNoBatchBoundary: no batch of the log ends exactly at the LSN asked
+	// for (Reader.BatchEndingAt).
+	ErrNoBatchBoundary = errors.New("wal: no batch ends at LSN")
+	// ErrWriterFailed: an earlier write or sync of the Writer failed. The
+	// Writer refuses all further work with the same error, which also wraps
+	// the I/O error that caused it; reopening recovers (an fsync cannot be
+	// retried safely: the kernel may have dropped the unsynced pages).
+	ErrWriterFailed = errors.New("wal: writer failed (reopen to recover)")
 	// ErrClosed: the Writer or Reader was closed.
 	ErrClosed = errors.New("wal: closed")
 )

@@ -10,11 +10,12 @@ import (
 
 // Op is the kind of a session event.
 //
-// Values 1–9 are assigned: 1–5 session ops, 6–9 request-ledger records. 0 is
-// never valid, so a zeroed event is caught. 10–15 are reserved for future
+// Values 1–10 are assigned: 1–5 session ops, 6–10 request-ledger records. 0
+// is never valid, so a zeroed event is caught. 11–15 are reserved for future
 // core ops and 16–255 for future extension ops; until a decoder knows them it
 // rejects them with ErrCorrupt (an op it cannot apply must stop the follower,
-// not be skipped).
+// not be skipped). Hence followers must run a version that knows every op
+// before their leader logs it (extend, 10, came after 6–9).
 type Op uint8
 
 // Op kinds. The numeric values are part of the on-disk and wire format.
@@ -27,24 +28,26 @@ const (
 
 	// Request-ledger records (idempotency.Record): Value holds the record
 	// body (Record.AppendBody), Time the decision's WAL time; no Key, no
-	// Delta. The body is validated strictly when encoding and decoding.
-	OpClaim    Op = 6 // idempotency.RecordClaim
-	OpComplete Op = 7 // idempotency.RecordComplete
-	OpRelease  Op = 8 // idempotency.RecordRelease
-	OpFail     Op = 9 // idempotency.RecordFail
+	// Delta. The body is validated strictly when encoding and decoding. Op
+	// = OpClaim + record kind - 1.
+	OpClaim    Op = 6  // idempotency.RecordClaim
+	OpComplete Op = 7  // idempotency.RecordComplete
+	OpRelease  Op = 8  // idempotency.RecordRelease
+	OpFail     Op = 9  // idempotency.RecordFail
+	OpExtend   Op = 10 // idempotency.RecordExtend
 
-	lastOp = OpFail
+	lastOp = OpExtend
 )
 
 var opNames = [...]string{OpOpen: "open", OpPut: "put", OpDelete: "delete", OpAdd: "add", OpClose: "close",
-	OpClaim: "claim", OpComplete: "complete", OpRelease: "release", OpFail: "fail"}
+	OpClaim: "claim", OpComplete: "complete", OpRelease: "release", OpFail: "fail", OpExtend: "extend"}
 
 // Valid reports whether o is an assigned op kind.
 func (o Op) Valid() bool { return o >= OpOpen && o <= lastOp }
 
 // IsLedger reports whether o is a request-ledger record op (claim, complete,
-// release, fail).
-func (o Op) IsLedger() bool { return o >= OpClaim && o <= OpFail }
+// release, fail, extend).
+func (o Op) IsLedger() bool { return o >= OpClaim && o <= OpExtend }
 
 // RecordKind is the ledger record kind of a ledger op (0 for other ops).
 func (o Op) RecordKind() idempotency.RecordKind {
@@ -62,8 +65,8 @@ func LedgerOp(k idempotency.RecordKind) Op {
 	return OpClaim + Op(k-idempotency.RecordClaim)
 }
 
-// String returns open|put|delete|add|close|claim|complete|release|fail, or
-// "op(N)" for other values.
+// String returns open|put|delete|add|close|claim|complete|release|fail|extend,
+// or "op(N)" for other values.
 func (o Op) String() string {
 	if o.Valid() {
 		return opNames[o]
@@ -82,15 +85,14 @@ func ParseOp(s string) (Op, error) {
 }
 
 // LedgerEvent returns the WAL event that logs rec: op by kind, Time =
-// rec.Time, Value = the record body. It carries no session and no SeqNo, so
-// on a follower it passes the position gate and the window (IdemKey, derived
-// from the op bytes: the record's token makes it unique) but not the HWM.
+// rec.Time, Value = the record body. It carries no session, no SeqNo and no
+// idempotency key: on a follower the position gate alone admits it, and
+// applying a record again is harmless (idempotency.LedgerTx.Apply), so it
+// needs neither the HWM nor the window — and takes no window slot, which
+// belongs to operations. (Leaders before this change gave ledger events a
+// key; receivers ignore it.)
 func LedgerEvent(rec *idempotency.Record) Event {
-	e := Event{Op: LedgerOp(rec.Kind), Time: rec.Time, Value: rec.AppendBody(nil)}
-	e.HasIdemKey = true
-	var buf [256]byte
-	e.IdemKey = idempotency.DeriveKey(session.ID{}, 0, e.AppendOpBytes(buf[:0]))
-	return e
+	return Event{Op: LedgerOp(rec.Kind), Time: rec.Time, Value: rec.AppendBody(nil)}
 }
 
 // LedgerRecord decodes the ledger record of a ledger event. Outcome aliases
@@ -194,7 +196,7 @@ func (e *Event) appendPayload(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
 		dst = append(dst, e.Key...)
 		dst = binary.AppendVarint(dst, e.Delta)
-	case OpClaim, OpComplete, OpRelease, OpFail:
+	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
 		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
 		dst = append(dst, e.Value...)
 	}
@@ -318,7 +320,7 @@ func decodeEvent(b []byte, e *Event) (int, error) {
 			e.Delta = int64(z>>1) ^ -int64(z&1) // zigzag, as binary.AppendVarint
 			off += w
 		}
-	case OpClaim, OpComplete, OpRelease, OpFail:
+	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
 		e.Value, w, err = bytesField(b[off:], MaxPayloadSize, "ledger record")
 		if err != nil {
 			return 0, err

@@ -25,6 +25,9 @@ func ledgerRecords() []idempotency.Record {
 		{Kind: idempotency.RecordRelease, Token: tok, Time: ts + 2, Scope: "", Key: "req-2"},
 		{Kind: idempotency.RecordFail, Token: tok, Time: ts + 3, Expires: ts + 3 + 10e9, Fingerprint: fp, Scope: "webhooks", Key: strings.Repeat("k", 200), Outcome: []byte("bad")},
 		{Kind: idempotency.RecordComplete, Token: tok, Time: -1, Expires: 0, Fingerprint: fp, Scope: strings.Repeat("s", 200), Key: "x"},
+		{Kind: idempotency.RecordExtend, Token: tok, Time: ts + 4, Expires: ts + 4 + 60e9, Scope: "ops", Key: "req-1"},
+		{Kind: idempotency.RecordClaim, Token: tok, Time: ts + 5, Expires: ts + 5 + 60e9, Fingerprint: fp, Scope: "ops", Key: "req-3",
+			Action: "POST /v1/transfers"},
 	}
 }
 
@@ -37,7 +40,7 @@ func ledgerEvents() []Event {
 }
 
 func TestLedgerOps(t *testing.T) {
-	for k := idempotency.RecordClaim; k <= idempotency.RecordFail; k++ {
+	for k := idempotency.RecordClaim; k <= idempotency.RecordExtend; k++ {
 		op := LedgerOp(k)
 		require.True(t, op.Valid())
 		require.True(t, op.IsLedger())
@@ -47,13 +50,14 @@ func TestLedgerOps(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, op, got)
 	}
-	require.Equal(t, []Op{6, 7, 8, 9}, []Op{OpClaim, OpComplete, OpRelease, OpFail}, "format constants")
+	require.Equal(t, []Op{6, 7, 8, 9, 10}, []Op{OpClaim, OpComplete, OpRelease, OpFail, OpExtend}, "format constants")
 	require.Equal(t, Op(0), LedgerOp(0))
-	require.Equal(t, Op(0), LedgerOp(5))
+	require.Equal(t, Op(0), LedgerOp(6))
 	require.False(t, OpAdd.IsLedger())
+	require.False(t, Op(11).IsLedger())
 	require.Equal(t, idempotency.RecordKind(0), OpPut.RecordKind())
-	require.False(t, Op(10).Valid())
-	require.Equal(t, "op(10)", Op(10).String())
+	require.False(t, Op(11).Valid())
+	require.Equal(t, "op(11)", Op(11).String())
 }
 
 func TestLedgerEventsRoundTrip(t *testing.T) {
@@ -73,13 +77,7 @@ func TestLedgerEventsRoundTrip(t *testing.T) {
 		}
 		require.Equal(t, want, r)
 		require.Equal(t, encodedEventSize(&e), len(appendEvent(nil, &e)))
-		require.True(t, e.HasIdemKey)
-	}
-	// Distinct records get distinct window keys.
-	seen := map[idempotency.Key]bool{}
-	for _, e := range got[len(goldenEvents()):] {
-		require.False(t, seen[e.IdemKey])
-		seen[e.IdemKey] = true
+		require.False(t, e.HasIdemKey, "ledger records take no window slot")
 	}
 	_, err = (&got[0]).LedgerRecord()
 	require.ErrorIs(t, err, ErrInvalidEvent)
@@ -121,21 +119,40 @@ func TestLedgerEventsRejected(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
-// goldenLedgerEvents is the fixed input of the golden ledger batch.
+// goldenLedgerEvents is the fixed input of the golden ledger batch: every
+// record kind, a claim with an action, and an effect in its complete's batch.
 func goldenLedgerEvents() []Event {
-	sid := session.ID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
-	recs := ledgerRecords()[:4]
-	evs := []Event{LedgerEvent(&recs[0]),
-		{Op: OpAdd, Session: sid, Seq: 1, Time: recs[1].Time, Key: []byte("n"), Delta: 5}, // the effect, same batch as its complete
-		LedgerEvent(&recs[1]), LedgerEvent(&recs[2]), LedgerEvent(&recs[3])}
-	return evs
+	evs := keyedLedgerEvents()
+	for i := range evs {
+		evs[i].HasIdemKey, evs[i].IdemKey = false, idempotency.Key{}
+	}
+	recs := ledgerRecords()
+	return append(evs, LedgerEvent(&recs[5]), LedgerEvent(&recs[6]))
 }
 
-func TestGoldenLedgerBatch(t *testing.T) {
-	buf, err := AppendBatch(nil, 3, 7, 4096, goldenLedgerEvents())
-	require.NoError(t, err)
-	path := filepath.Join("testdata", "golden_ledger_batch.hex")
-	if os.Getenv("ONCEWAL_UPDATE_GOLDEN") == "1" {
+// keyedLedgerEvents is the input of golden_ledger_batch_keyed.hex, written
+// when LedgerEvent still gave ledger records an idempotency key (derived
+// from the op bytes) and the effect had none.
+func keyedLedgerEvents() []Event {
+	sid := session.ID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
+	recs := ledgerRecords()[:4]
+	keyed := func(r *idempotency.Record) Event {
+		e := LedgerEvent(r)
+		e.HasIdemKey = true
+		var buf [256]byte
+		e.IdemKey = idempotency.DeriveKey(session.ID{}, 0, e.AppendOpBytes(buf[:0]))
+		return e
+	}
+	return []Event{keyed(&recs[0]),
+		{Op: OpAdd, Session: sid, Seq: 1, Time: recs[1].Time, Key: []byte("n"), Delta: 5}, // the effect, same batch as its complete
+		keyed(&recs[1]), keyed(&recs[2]), keyed(&recs[3])}
+}
+
+// readGolden reads (or, with ONCEWAL_UPDATE_GOLDEN=1, first writes) a hex
+// golden file.
+func readGolden(t *testing.T, name string, buf []byte) []byte {
+	path := filepath.Join("testdata", name)
+	if buf != nil && os.Getenv("ONCEWAL_UPDATE_GOLDEN") == "1" {
 		var sb strings.Builder
 		for off := 0; off < len(buf); off += 32 {
 			sb.WriteString(hex.EncodeToString(buf[off:min(off+32, len(buf))]))
@@ -147,6 +164,35 @@ func TestGoldenLedgerBatch(t *testing.T) {
 	require.NoError(t, err)
 	want, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(raw)), "\n", ""))
 	require.NoError(t, err)
+	return want
+}
+
+// TestGoldenLedgerBatchKeyed: a batch logged before ledger records lost their
+// window key still decodes, to the same records, and re-encodes to itself.
+func TestGoldenLedgerBatchKeyed(t *testing.T) {
+	want := readGolden(t, "golden_ledger_batch_keyed.hex", nil)
+	_, evs, err := DecodeBatch(want, nil)
+	require.NoError(t, err)
+	require.Equal(t, withLSNs(keyedLedgerEvents(), 4096), evs)
+	var recs []idempotency.Record
+	for _, e := range evs {
+		if e.Op.IsLedger() {
+			require.True(t, e.HasIdemKey)
+			r, err := e.LedgerRecord()
+			require.NoError(t, err)
+			recs = append(recs, r)
+		}
+	}
+	require.Equal(t, ledgerRecords()[:4], recs)
+	re, err := AppendBatch(nil, 3, 7, 4096, evs)
+	require.NoError(t, err)
+	require.Equal(t, want, re)
+}
+
+func TestGoldenLedgerBatch(t *testing.T) {
+	buf, err := AppendBatch(nil, 3, 7, 4096, goldenLedgerEvents())
+	require.NoError(t, err)
+	want := readGolden(t, "golden_ledger_batch.hex", buf)
 	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(buf), "ledger record format drifted")
 	require.Equal(t, byte(OpClaim), want[HeaderSize])
 	_, evs, err := DecodeBatch(want, nil)
@@ -180,7 +226,9 @@ func TestWriterFirstLSN(t *testing.T) {
 	r, err := OpenReader(dir, 2)
 	require.NoError(t, err)
 	defer r.Close()
-	require.NoError(t, r.Seek(1))
+	// The log starts at 1001: below it is compacted, not skipped.
+	require.ErrorIs(t, r.Seek(1), ErrCompacted)
+	require.NoError(t, r.Seek(1001))
 	rh, raw, err := r.Next()
 	require.NoError(t, err)
 	require.Equal(t, h, rh)

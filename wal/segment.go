@@ -1,14 +1,18 @@
 package wal
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 const (
@@ -64,41 +68,85 @@ type segment struct {
 	first uint64
 }
 
-// listSegments returns shard's segments in dir ordered by first LSN. Files
-// without the .wal suffix are not ours and are ignored; a .wal file whose name
-// does not parse is an error, since guessing could skip or misorder data.
-func listSegments(dir string, shard uint32) ([]segment, error) {
-	ents, err := os.ReadDir(dir)
+// dirListing is what a WAL directory holds: the segments of each shard,
+// ordered by first LSN.
+type dirListing map[uint32][]segment
+
+// listDir lists a WAL directory. Segments (of any shard) and lock files are
+// WAL files; a ".wal" file whose name does not parse is ErrBadSegmentName,
+// since guessing could skip or misorder data; anything else means this is
+// not a WAL directory (ErrNotWAL), so the caller does not write into, or
+// serve, someone else's files.
+func listDir(fs vfs.FS, dir string) (dirListing, error) {
+	names, err := fs.List(dir)
 	if err != nil {
 		return nil, err
 	}
-	var segs []segment
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), segSuffix) {
-			continue
-		}
-		sh, first, err := ParseSegmentName(e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("wal: directory %s: %w", dir, err)
-		}
-		if sh == shard {
-			segs = append(segs, segment{name: e.Name(), first: first})
+	l := dirListing{}
+	for _, name := range names {
+		switch {
+		case strings.HasSuffix(name, segSuffix):
+			sh, first, err := ParseSegmentName(name)
+			if err != nil {
+				return nil, fmt.Errorf("wal: directory %s: %w", dir, err)
+			}
+			l[sh] = append(l[sh], segment{name: name, first: first})
+		case isLockName(name), isTempName(name):
+		default:
+			return nil, fmt.Errorf("%w: directory %s holds %q, which is neither a segment nor a lock file", ErrNotWAL, dir, name)
 		}
 	}
-	slices.SortFunc(segs, func(a, b segment) int {
-		switch {
-		case a.first < b.first:
-			return -1
-		case a.first > b.first:
-			return 1
-		}
-		return 0
-	})
-	return segs, nil
+	for _, segs := range l {
+		slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.first, b.first) })
+	}
+	return l, nil
+}
+
+// listSegments returns shard's segments in dir ordered by first LSN (see
+// listDir for what else the directory may hold).
+func listSegments(fs vfs.FS, dir string, shard uint32) ([]segment, error) {
+	l, err := listDir(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	return l[shard], nil
+}
+
+// ListShards returns, in increasing order, the shards whose segments dir
+// holds. Like OpenWriter and OpenReader it refuses a directory holding
+// anything but segments and lock files (ErrNotWAL) and malformed segment
+// names (ErrBadSegmentName). A leader uses it to refuse a directory with
+// segments of shards it does not own.
+func ListShards(dir string) ([]uint32, error) { return ListShardsFS(vfs.Default, dir) }
+
+// ListShardsFS is ListShards on the filesystem fs.
+func ListShardsFS(fs vfs.FS, dir string) ([]uint32, error) {
+	if err := checkDir(fs, dir); err != nil {
+		return nil, err
+	}
+	l, err := listDir(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(l)), nil
+}
+
+// checkDir checks that dir is an existing directory (a regular file there
+// is ErrNotWAL).
+func checkDir(fs vfs.FS, dir string) error {
+	st, err := fs.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrNotWAL, dir)
+	}
+	return nil
 }
 
 // scanResult describes the valid prefix of a segment.
 type scanResult struct {
+	size int64  // file size when scanned
 	end  int64  // offset just past the last valid batch
 	next uint64 // LSN after the last valid batch (seg.first if none)
 	torn bool   // bytes after end are a torn tail (only for the last segment)
@@ -109,13 +157,13 @@ type scanResult struct {
 // exactly after a batch. For the last segment it also verifies body CRCs and
 // classifies what follows the last valid batch: a torn tail (see the package
 // doc for the exact rule) or corruption. buf is scratch space.
-func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) (scanResult, error) {
+func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) (scanResult, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return scanResult{}, err
 	}
 	size := st.Size()
-	res := scanResult{next: seg.first}
+	res := scanResult{size: size, next: seg.first}
 	var hdr [HeaderSize]byte
 	errAt := func(off int64, err error) error {
 		return fmt.Errorf("wal: segment %s offset %d: %w", seg.name, off, err)
@@ -135,11 +183,11 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 		h, err := DecodeHeader(hdr[:])
 		if err != nil {
 			if last {
-				zero, zerr := allZero(f, off, size)
-				if zerr != nil {
-					return res, errAt(off, zerr)
+				torn, terr := tornAppend(f, off, size, shard, res.next, buf)
+				if terr != nil {
+					return res, errAt(off, terr)
 				}
-				if zero {
+				if torn {
 					res.torn = true
 					return res, nil
 				}
@@ -147,7 +195,7 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 			return res, errAt(off, err)
 		}
 		if h.Shard != shard {
-			return res, errAt(off, fmt.Errorf("%w: batch of shard %d in a segment of shard %d", ErrCorrupt, h.Shard, shard))
+			return res, errAt(off, shardMismatch(h.Shard, shard))
 		}
 		if h.FirstLSN != res.next {
 			return res, errAt(off, fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, res.next))
@@ -180,6 +228,11 @@ func scanSegment(f *os.File, seg segment, shard uint32, last bool, buf *[]byte) 
 	return res, nil
 }
 
+// shardMismatch is the error for a batch of shard got in shard want's log.
+func shardMismatch(got, want uint32) error {
+	return fmt.Errorf("%w: %w: batch of shard %d in the log of shard %d", ErrCorrupt, ErrShardMismatch, got, want)
+}
+
 // checkBody verifies the body CRC of a whole batch b with header h.
 func checkBody(h Header, b []byte) ([]byte, error) {
 	if got := crc32Castagnoli(b[HeaderSize:h.Size()]); got != h.BodyCRC {
@@ -189,21 +242,74 @@ func checkBody(h Header, b []byte) ([]byte, error) {
 }
 
 // allZero reports whether f[off:size] is all zero bytes.
-func allZero(f *os.File, off, size int64) (bool, error) {
+func allZero(f vfs.File, off, size int64) (bool, error) {
 	var chunk [32 << 10]byte
 	for off < size {
 		n := min(int64(len(chunk)), size-off)
 		if _, err := f.ReadAt(chunk[:n], off); err != nil && !errors.Is(err, io.EOF) {
 			return false, err
 		}
-		for _, c := range chunk[:n] {
-			if c != 0 {
-				return false, nil
-			}
+		if !allZeroBytes(chunk[:n]) {
+			return false, nil
 		}
 		off += n
 	}
 	return true, nil
+}
+
+// tornAppend reports whether f[off:size], which follows the last valid batch
+// of the last segment and does not start with a valid header, is what an
+// interrupted append leaves: all zero bytes; or, at most one batch long, it
+// starts with zeros up to a sector boundary or holds a zero sector (pages
+// that never reached the disk) and holds no header of a later batch of the
+// log (shard, first LSN after next) — a later batch would mean the damaged
+// one was acknowledged.
+func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
+	zero, err := allZero(f, off, size)
+	if err != nil || zero {
+		return zero, err
+	}
+	n := size - off
+	if n > HeaderSize+MaxBodySize {
+		return false, nil
+	}
+	b := slices.Grow((*buf)[:0], int(n))[:n]
+	*buf = b
+	if _, err := f.ReadAt(b, off); err != nil {
+		return false, err
+	}
+	lead := min(sectorSize-off%sectorSize, n) // up to the next sector boundary
+	if !allZeroBytes(b[:lead]) && !hasZeroSector(b, off) {
+		return false, nil
+	}
+	return !hasLaterHeader(b, shard, next), nil
+}
+
+// hasLaterHeader reports whether a valid header of shard's batch starting
+// after LSN next appears in b at an offset > 0.
+func hasLaterHeader(b []byte, shard uint32, next uint64) bool {
+	var m [4]byte
+	binary.LittleEndian.PutUint32(m[:], magic)
+	for i := 1; i < len(b); i++ {
+		j := bytes.Index(b[i:], m[:])
+		if j < 0 {
+			return false
+		}
+		i += j
+		if h, err := DecodeHeader(b[i:]); err == nil && h.Shard == shard && h.FirstLSN > next {
+			return true
+		}
+	}
+	return false
+}
+
+func allZeroBytes(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // hasZeroSector reports whether b, which lies at file offset off, contains an
@@ -212,31 +318,9 @@ func allZero(f *os.File, off, size int64) (bool, error) {
 func hasZeroSector(b []byte, off int64) bool {
 	start := (sectorSize - off%sectorSize) % sectorSize
 	for s := start; s+sectorSize <= int64(len(b)); s += sectorSize {
-		zero := true
-		for _, c := range b[s : s+sectorSize] {
-			if c != 0 {
-				zero = false
-				break
-			}
-		}
-		if zero {
+		if allZeroBytes(b[s : s+sectorSize]) {
 			return true
 		}
 	}
 	return false
 }
-
-// syncDir makes file creations in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func segPath(dir, name string) string { return filepath.Join(dir, name) }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/session"
@@ -178,7 +179,7 @@ func TestSegmentRollingAndSeek(t *testing.T) {
 	require.Equal(t, w.NextLSN()-1, w.DurableLSN())
 	require.NoError(t, w.Close())
 
-	segs, err := listSegments(dir, 2)
+	segs, err := listSegments(vfs.Default, dir, 2)
 	require.NoError(t, err)
 	require.Greater(t, len(segs), 5)
 	require.Equal(t, uint64(1), segs[0].first)
@@ -214,11 +215,19 @@ func TestSegmentRollingAndSeek(t *testing.T) {
 	_, _, err = r.Next()
 	require.ErrorIs(t, err, io.EOF)
 
-	// Old segments removed (log trimmed): Seek before the oldest starts at it.
+	// Old segments removed (log trimmed): Seek before the oldest is
+	// ErrCompacted, never a silent skip; Seek(0) starts at the oldest.
 	for _, s := range segs[:2] {
 		require.NoError(t, os.Remove(filepath.Join(dir, s.name)))
 	}
-	require.NoError(t, r.Seek(1))
+	for _, lsn := range []uint64{1, segs[2].first - 1} {
+		require.ErrorIs(t, r.Seek(lsn), ErrCompacted)
+	}
+	require.NoError(t, r.Seek(0))
+	h, _, err = r.Next()
+	require.NoError(t, err)
+	require.Equal(t, segs[2].first, h.FirstLSN)
+	require.NoError(t, r.Seek(segs[2].first))
 	h, _, err = r.Next()
 	require.NoError(t, err)
 	require.Equal(t, segs[2].first, h.FirstLSN)
@@ -337,15 +346,15 @@ func buildLog(t *testing.T, lastBatchEvents int) (dir, lastPath string, lastOff 
 		require.NoError(t, err)
 		want = append(want, evs...)
 	}
-	lastPath = filepath.Join(dir, w.segName)
+	lastPath = filepath.Join(dir, w.seg.name)
 	lastOff = w.size
 	evs := testEvents(lastBatchEvents, 20)
 	h, err := w.Append(2, evs)
 	require.NoError(t, err)
-	require.Equal(t, lastPath, filepath.Join(dir, w.segName))
+	require.Equal(t, lastPath, filepath.Join(dir, w.seg.name))
 	want = append(want, evs...)
 	require.NoError(t, w.Close())
-	segs, err := listSegments(dir, 0)
+	segs, err := listSegments(vfs.Default, dir, 0)
 	require.NoError(t, err)
 	require.Greater(t, len(segs), 2)
 	return dir, lastPath, lastOff, want, h.FirstLSN
@@ -440,6 +449,40 @@ func TestTornTailZeroFilled(t *testing.T) {
 	require.NoError(t, w.Close())
 }
 
+// A torn append whose header never reached the disk (its first pages are
+// zero, later pages arrived) is cut; the same damage followed by a later
+// batch is an acknowledged batch gone bad, and is refused.
+func TestTornTailHeaderLost(t *testing.T) {
+	dir, lastPath, lastOff, want, lastFirst := buildLog(t, 60)
+	full, err := os.ReadFile(lastPath)
+	require.NoError(t, err)
+	name := filepath.Base(lastPath)
+	boundary := (lastOff/sectorSize + 1) * sectorSize // first sector boundary after the header starts
+	for _, zeroTo := range []int64{boundary, boundary + sectorSize, (lastOff/4096 + 1) * 4096} {
+		if zeroTo <= lastOff || zeroTo >= int64(len(full)) {
+			continue
+		}
+		d := copyDir(t, dir)
+		z := slices.Clone(full)
+		clear(z[lastOff:zeroTo])
+		require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
+		checkRecovered(t, d, want, lastFirst, fmt.Sprintf("zero from %d to %d", lastOff, zeroTo))
+
+		// The same, but a complete later batch follows: not a torn append.
+		d = copyDir(t, dir)
+		next, err := AppendBatch(nil, 0, 2, uint64(len(want)+1), testEvents(2, 9))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(d, name), append(slices.Clone(z), next...), 0o644))
+		requireOpenFails(t, d, ErrCorrupt, fmt.Sprintf("zero from %d to %d, then a batch", lastOff, zeroTo))
+	}
+	// Damage that is not zeros (a flipped magic byte) is corruption.
+	d := copyDir(t, dir)
+	z := slices.Clone(full)
+	z[lastOff] ^= 0x01
+	require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
+	requireOpenFails(t, d, ErrCorrupt, "flipped magic")
+}
+
 // requireOpenFails checks that OpenWriter refuses dir with err and leaves the
 // files untouched.
 func requireOpenFails(t *testing.T, dir string, target error, what string) {
@@ -467,7 +510,7 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	full, err := os.ReadFile(lastPath)
 	require.NoError(t, err)
 	name := filepath.Base(lastPath)
-	segs, err := listSegments(dir, 0)
+	segs, err := listSegments(vfs.Default, dir, 0)
 	require.NoError(t, err)
 	firstPath := filepath.Join(dir, segs[0].name)
 	first, err := os.ReadFile(firstPath)
@@ -477,14 +520,13 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 		d := copyDir(t, dir)
 		require.NoError(t, os.WriteFile(filepath.Join(d, filepath.Base(path)), b, 0o644))
 		requireOpenFails(t, d, target, what)
-		// The reader reports it too, rather than stopping quietly.
+		// The reader reports it too, at open or when it gets there,
+		// rather than stopping quietly.
 		r, err := OpenReader(d, 0)
-		require.NoError(t, err)
-		defer r.Close()
-		for {
-			_, _, err = r.Next()
-			if err != nil {
-				break
+		if err == nil {
+			defer r.Close()
+			for err == nil {
+				_, _, err = r.Next()
 			}
 		}
 		require.ErrorIs(t, err, target, "%s: reader", what)
@@ -537,12 +579,12 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	requireOpenFails(t, d, ErrBadSegmentName, "bad name")
 	_, err = OpenReader(d, 0)
 	require.ErrorIs(t, err, ErrBadSegmentName)
-	// Other files are ignored.
+	// Any other file makes it a non-WAL directory.
 	d = copyDir(t, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(d, "LOCK"), nil, 0o644))
-	w, err := OpenWriter(d, nil)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
+	requireOpenFails(t, d, ErrNotWAL, "foreign file")
+	_, err = OpenReader(d, 0)
+	require.ErrorIs(t, err, ErrNotWAL)
 }
 
 func TestOpenReaderMissingDir(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // SyncPolicy says when the Writer makes appended batches durable.
@@ -39,10 +41,17 @@ type WriterOptions struct {
 	// new log starts at applied LSN + 1. Ignored when segments exist.
 	// Default 1.
 	FirstLSN uint64
+	// FS is the filesystem every file operation goes through (tests inject
+	// crashes and I/O errors with vfs.NewCrashableMem and vfs/errorfs).
+	// Default vfs.Default.
+	FS vfs.FS
 }
 
 // EnsureDefaults fills zero fields with their defaults.
 func (o *WriterOptions) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	if o.SegmentSize <= 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
@@ -53,112 +62,245 @@ func (o *WriterOptions) EnsureDefaults() {
 
 // Writer appends batches to the log of one shard in a directory. It is safe
 // for concurrent use; appends are serialized. After an I/O error the Writer
-// is failed: every later call returns that error (a failed write or fsync
-// leaves the file in an unknown state; reopening recovers it).
+// is failed: every later call returns that error, which wraps
+// ErrWriterFailed and the cause (a failed write or fsync leaves the file in
+// an unknown state; reopening recovers it).
 type Writer struct {
-	mu      sync.Mutex
-	dir     string
-	opts    WriterOptions
-	f       *os.File // active (last) segment
-	segName string
-	size    int64 // bytes in the active segment; next batch goes here
-	buf     []byte
-	err     error // sticky
-	closed  bool
+	mu     sync.Mutex
+	dir    string
+	opts   WriterOptions
+	fs     vfs.FS
+	f      vfs.File       // active (last) segment
+	seg    segment        // the active segment
+	size   int64          // bytes in the active segment; next batch goes here
+	old    []sizedSegment // retained segments before the active one, oldest first
+	buf    []byte
+	err    error // sticky
+	closed bool
+	lock   *dirLock
 
-	next    atomic.Uint64 // LSN of the next appended event
-	durable atomic.Uint64 // highest LSN known synced
+	next     atomic.Uint64 // LSN of the next appended event
+	durable  atomic.Uint64 // highest LSN known synced
+	first    atomic.Uint64 // first retained LSN
+	retained atomic.Int64  // bytes in all retained segments
+}
+
+// sizedSegment is a finished segment and its size.
+type sizedSegment struct {
+	segment
+	size int64
 }
 
 // OpenWriter opens (creating if needed) the log of opts.Shard in dir and
 // recovers it: it verifies the segments as described in the package doc,
 // truncates a torn tail of the last segment, and positions after the last
 // valid batch. A log with no segments starts at opts.FirstLSN (default 1).
-// Corruption that is not a torn tail fails with a typed error and changes
-// nothing on disk.
-func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
+//
+// The Writer holds the shard's lock file in dir (LockName) until Close; a
+// second OpenWriter of the same shard and directory, in this process or
+// another, fails at once with ErrLocked.
+//
+// A path that is not a WAL directory (ErrNotWAL), a malformed segment name,
+// and corruption that is not a torn tail fail with a typed error and change
+// nothing on disk: the log is validated before the lock file is created.
+func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
 		w.opts = *opts
 	}
 	w.opts.EnsureDefaults()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	segs, err := listSegments(dir, w.opts.Shard)
-	if err != nil {
-		return nil, err
-	}
-	if len(segs) == 0 {
-		if err := w.createSegment(w.opts.FirstLSN); err != nil {
+	w.fs = w.opts.FS
+	if err := checkDir(w.fs, dir); errors.Is(err, os.ErrNotExist) {
+		if err := mkdirAllSynced(w.fs, dir); err != nil {
 			return nil, err
 		}
-		w.next.Store(w.opts.FirstLSN)
-		w.durable.Store(w.opts.FirstLSN - 1)
-		return w, nil
+	} else if err != nil {
+		return nil, err
 	}
+	// Where a lock file exists, taking the lock changes nothing on disk:
+	// lock first, so that a held lock is ErrLocked at once, then validate.
+	// Where none exists yet, validate before creating it, so that a refused
+	// directory is left as it was; then scan again under the lock only if
+	// the log may have changed in between.
 	var scratch []byte
+	var scan logScan
+	_, err = w.fs.Stat(w.fs.PathJoin(dir, LockName(w.opts.Shard)))
+	validated := errors.Is(err, os.ErrNotExist)
+	if validated {
+		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if w.lock, err = lockShard(w.fs, dir, w.opts.Shard); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if w.f != nil {
+				_ = w.f.Close()
+			}
+			_ = w.lock.release()
+		}
+	}()
+	fresh := false
+	if validated {
+		if fresh, err = scan.current(w.fs, dir, w.opts.Shard); err != nil {
+			return nil, err
+		}
+	}
+	if !fresh {
+		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
+			return nil, err
+		}
+	}
+	if err := removeTemps(w.fs, dir, w.opts.Shard); err != nil {
+		return nil, err
+	}
+	return w, w.recover(scan, scratch)
+}
+
+// logScan is the result of validating a shard's log read-only.
+type logScan struct {
+	segs     []sizedSegment // size: end of the last valid batch
+	lastSize int64          // file size of the last segment when scanned
+	next     uint64         // LSN after the last valid batch
+	torn     bool           // the last segment has a torn tail after segs[last].size
+}
+
+// scanLog validates the log of shard in dir without changing anything: the
+// directory listing, the headers of every segment, the bodies of the last,
+// and the classification of what follows its last valid batch.
+func scanLog(fs vfs.FS, dir string, shard uint32, scratch *[]byte) (logScan, error) {
+	segs, err := listSegments(fs, dir, shard)
+	if err != nil || len(segs) == 0 {
+		return logScan{}, err
+	}
+	var scan logScan
 	next := segs[0].first
 	for i, seg := range segs {
 		if seg.first != next {
-			return nil, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
+			return logScan{}, fmt.Errorf("wal: segment %s: %w: starts at LSN %d, previous segment ends before LSN %d",
 				seg.name, ErrCorrupt, seg.first, next)
 		}
 		last := i == len(segs)-1
-		flag := os.O_RDONLY
-		if last {
-			flag = os.O_RDWR
-		}
-		f, err := os.OpenFile(segPath(dir, seg.name), flag, 0)
+		f, err := fs.Open(fs.PathJoin(dir, seg.name))
 		if err != nil {
-			return nil, err
+			return logScan{}, err
 		}
-		res, err := scanSegment(f, seg, w.opts.Shard, last, &scratch)
-		if err == nil && res.torn {
-			// Only a never-acknowledged append is cut: see the torn-tail rule.
-			err = f.Truncate(res.end)
+		res, err := scanSegment(f, seg, shard, last, scratch)
+		if cerr := f.Close(); err == nil {
+			err = cerr
 		}
-		if err == nil && last {
-			// What a crashed process wrote may sit only in the page cache;
-			// sync so that DurableLSN below is true.
-			err = syncData(f)
+		if err != nil {
+			return logScan{}, err
 		}
-		if err != nil || !last {
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
+		scan.segs = append(scan.segs, sizedSegment{seg, res.end})
+		scan.lastSize, scan.next, scan.torn = res.size, res.next, res.torn
 		next = res.next
-		if last {
-			w.f, w.segName, w.size = f, seg.name, res.end
+	}
+	return scan, nil
+}
+
+// current reports whether the log still is as scanned. A Writer only
+// appends to the last segment, creates segments after it, deletes old ones
+// and cuts torn tails, so the same segment names and the same last-segment
+// size mean the same valid log — unless there was a torn tail, whose bytes
+// another Writer may have replaced with a batch of the same length.
+func (s *logScan) current(fs vfs.FS, dir string, shard uint32) (bool, error) {
+	segs, err := listSegments(fs, dir, shard)
+	if err != nil {
+		return false, err
+	}
+	if s.torn || len(segs) != len(s.segs) {
+		return false, nil
+	}
+	for i := range segs {
+		if segs[i] != s.segs[i].segment {
+			return false, nil
 		}
 	}
-	w.next.Store(next)
-	w.durable.Store(next - 1)
-	return w, nil
+	if len(segs) == 0 {
+		return true, nil
+	}
+	st, err := fs.Stat(fs.PathJoin(dir, segs[len(segs)-1].name))
+	if err != nil {
+		return false, err
+	}
+	return st.Size() == s.lastSize, nil
+}
+
+// recover opens the scanned log for appending, under the lock: it cuts a
+// torn tail, syncs the last segment and positions the Writer after the last
+// valid batch; an empty log gets its first segment.
+func (w *Writer) recover(scan logScan, scratch []byte) error {
+	if len(scan.segs) == 0 {
+		if err := w.createSegment(w.opts.FirstLSN); err != nil {
+			return err
+		}
+		w.next.Store(w.opts.FirstLSN)
+		w.durable.Store(w.opts.FirstLSN - 1)
+		w.noteRetention()
+		return nil
+	}
+	last := scan.segs[len(scan.segs)-1]
+	if scan.torn {
+		// Only a never-acknowledged append is cut: see the torn-tail rule.
+		if err := cutTail(w.fs, w.dir, last, scratch); err != nil {
+			return err
+		}
+	}
+	f, err := w.fs.OpenReadWrite(w.fs.PathJoin(w.dir, last.name), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	// What a crashed process wrote may sit only in the page cache; sync so
+	// that DurableLSN below is true.
+	if err := f.SyncData(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	w.f, w.seg, w.size = f, last.segment, last.size
+	w.old = scan.segs[:len(scan.segs)-1]
+	w.next.Store(scan.next)
+	w.durable.Store(scan.next - 1)
+	w.noteRetention()
+	return nil
+}
+
+// noteRetention publishes FirstLSN and RetainedBytes after the set of
+// segments changed.
+func (w *Writer) noteRetention() {
+	first, bytes := w.seg.first, w.size
+	if len(w.old) > 0 {
+		first = w.old[0].first
+	}
+	for _, s := range w.old {
+		bytes += s.size
+	}
+	w.first.Store(first)
+	w.retained.Store(bytes)
 }
 
 // createSegment creates and switches to a new empty segment starting at first.
 func (w *Writer) createSegment(first uint64) error {
 	name := SegmentName(w.opts.Shard, first)
-	f, err := os.OpenFile(segPath(w.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := w.fs.Create(w.fs.PathJoin(w.dir, name), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	if err := syncDir(w.dir); err != nil {
+	if err := syncDir(w.fs, w.dir); err != nil {
 		_ = f.Close()
 		return err
 	}
-	w.f, w.segName, w.size = f, name, 0
+	w.f, w.seg, w.size = f, segment{name: name, first: first}, 0
 	return nil
 }
 
-// fail records a sticky I/O error.
+// fail records the sticky I/O error that every later call returns.
 func (w *Writer) fail(err error) error {
-	w.err = fmt.Errorf("wal: writer failed (reopen to recover): %w", err)
+	w.err = fmt.Errorf("%w: %w", ErrWriterFailed, err)
 	return w.err
 }
 
@@ -189,15 +331,15 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 		}
 	}
 	if _, err := w.f.WriteAt(buf, w.size); err != nil {
-		// Try to cut the partial batch so a reader does not stall on it;
-		// the writer stays failed either way.
-		_ = w.f.Truncate(w.size)
+		// What part of the batch reached the file is a torn tail: a Reader
+		// stops there (io.EOF) and the reopen that recovers cuts it.
 		return Header{}, w.fail(err)
 	}
 	w.size += int64(len(buf))
+	w.retained.Add(int64(len(buf)))
 	w.next.Store(h.LastLSN() + 1)
 	if w.opts.Sync == SyncEveryBatch {
-		if err := syncData(w.f); err != nil {
+		if err := w.f.SyncData(); err != nil {
 			return Header{}, w.fail(err)
 		}
 		w.durable.Store(h.LastLSN())
@@ -211,7 +353,7 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 // roll syncs and closes the active segment and starts one at first. The old
 // segment is synced first so that only the last segment can ever be torn.
 func (w *Writer) roll(first uint64) error {
-	if err := syncData(w.f); err != nil {
+	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
 	w.durable.Store(first - 1)
@@ -219,9 +361,11 @@ func (w *Writer) roll(first uint64) error {
 		return w.fail(err)
 	}
 	w.f = nil
+	w.old = append(w.old, sizedSegment{w.seg, w.size})
 	if err := w.createSegment(first); err != nil {
 		return w.fail(err)
 	}
+	w.noteRetention()
 	return nil
 }
 
@@ -235,7 +379,7 @@ func (w *Writer) Sync() error {
 	if w.err != nil {
 		return w.err
 	}
-	if err := syncData(w.f); err != nil {
+	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
 	w.durable.Store(w.next.Load() - 1)
@@ -250,7 +394,76 @@ func (w *Writer) NextLSN() uint64 { return w.next.Load() }
 // lose should stop here.
 func (w *Writer) DurableLSN() uint64 { return w.durable.Load() }
 
-// Close syncs and closes the Writer. A second Close returns ErrClosed.
+// FirstLSN is the first LSN the log still retains: the first LSN of its
+// oldest segment. It is NextLSN when the log holds no batch yet.
+func (w *Writer) FirstLSN() uint64 { return w.first.Load() }
+
+// RetainedBytes is the size of all retained segments, the active one
+// included.
+func (w *Writer) RetainedBytes() int64 { return w.retained.Load() }
+
+// SegmentInfo describes one retained segment: it holds LSNs FirstLSN up to
+// the next segment's FirstLSN - 1 (the last segment: up to NextLSN - 1).
+type SegmentInfo struct {
+	FirstLSN uint64
+	Size     int64
+}
+
+// Segments lists the retained segments, oldest first; the last is the active
+// one. A retention policy reads it to know what DeleteBelow would free.
+func (w *Writer) Segments() []SegmentInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]SegmentInfo, 0, len(w.old)+1)
+	for _, s := range w.old {
+		out = append(out, SegmentInfo{FirstLSN: s.first, Size: s.size})
+	}
+	return append(out, SegmentInfo{FirstLSN: w.seg.first, Size: w.size})
+}
+
+// DeleteBelow deletes, oldest first, every segment all of whose LSNs are
+// below lsn, except the active (last) segment, which is never deleted; it
+// returns how many it deleted. The directory is synced after each removal,
+// so a crash or an error part-way leaves a contiguous suffix of the log,
+// which reopens and reads normally. Readers asking for a deleted LSN get
+// ErrCompacted. An error here does not fail the Writer: appends go on and a
+// later DeleteBelow retries.
+func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	defer w.noteRetention()
+	for len(w.old) > 0 {
+		// The next segment's first LSN bounds this one's last.
+		nextFirst := w.seg.first
+		if len(w.old) > 1 {
+			nextFirst = w.old[1].first
+		}
+		if nextFirst > lsn {
+			break
+		}
+		if err := w.fs.Remove(w.fs.PathJoin(w.dir, w.old[0].name)); err != nil {
+			return removed, fmt.Errorf("wal: deleting segment %s: %w", w.old[0].name, err)
+		}
+		w.old = w.old[1:]
+		removed++
+		// Made durable before the next removal: a crash must not keep an
+		// older segment while losing a newer one's removal, which would
+		// leave a gap.
+		if err := syncDir(w.fs, w.dir); err != nil {
+			return removed, fmt.Errorf("wal: syncing %s after deleting segments: %w", w.dir, err)
+		}
+	}
+	return removed, nil
+}
+
+// Close syncs and closes the Writer and releases the shard's lock. A second
+// Close returns ErrClosed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -258,18 +471,18 @@ func (w *Writer) Close() error {
 		return ErrClosed
 	}
 	w.closed = true
-	if w.f == nil {
-		return w.err
-	}
 	var err error
-	if w.err == nil {
-		err = syncData(w.f)
-		if err == nil {
-			w.durable.Store(w.next.Load() - 1)
+	if w.f != nil {
+		if w.err == nil {
+			err = w.f.SyncData()
+			if err == nil {
+				w.durable.Store(w.next.Load() - 1)
+			}
 		}
+		err = errors.Join(err, w.f.Close())
+		w.f = nil
 	}
-	err = errors.Join(err, w.f.Close())
-	w.f = nil
+	err = errors.Join(err, w.lock.release())
 	if w.err != nil {
 		return w.err
 	}

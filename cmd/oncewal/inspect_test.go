@@ -2,12 +2,10 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -24,6 +22,7 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -145,35 +144,7 @@ func buildFollower(t *testing.T, dir string, kill bool) wantStore {
 	return w
 }
 
-// treeDigest maps every file under dir to a digest of its content and mode.
-func treeDigest(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if e.IsDir() {
-			m[rel] = "dir " + info.Mode().String()
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		m[rel] = fmt.Sprintf("%x %s %d", sha256.Sum256(b), info.Mode(), info.ModTime().UnixNano())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func treeDigest(t *testing.T, dir string) map[string]string { return testutil.TreeDigest(t, dir) }
 
 func TestInspectMatchesFollower(t *testing.T) {
 	for _, kill := range []bool{false, true} {

@@ -223,7 +223,10 @@ func (d *dumper) dumpShard(dir string, shard uint32, segs []segment) error {
 	}
 	defer r.Close()
 	if d.from > 0 {
-		if err := r.Seek(d.from); err != nil {
+		// --from is a lower bound: a log whose older segments were deleted
+		// by retention (or that starts later) is dumped from its first
+		// retained LSN; the Reader itself refuses an LSN below it.
+		if err := r.Seek(max(d.from, segs[0].firstLSN)); err != nil {
 			return &corruptError{shard: shard, lsn: d.from, expected: true, where: "seeking", err: err}
 		}
 	}

@@ -273,6 +273,25 @@ func TestWaldumpSeveralSegments(t *testing.T) {
 		all = append(all, parseJSONLines(t, out)...)
 	}
 	diffEvents(t, all, want)
+
+	// After retention deleted the oldest segments, --from below the first
+	// retained LSN dumps from that LSN (not an error).
+	w, err := wal.OpenWriter(dir, &wal.WriterOptions{SegmentSize: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.DeleteBelow(want[len(want)/2].LSN); err != nil || n < 2 {
+		t.Fatalf("DeleteBelow: %d, %v", n, err)
+	}
+	first := w.FirstLSN()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCmd(t, "waldump", dir, "--json", "--from", "1")
+	if code != exitOK {
+		t.Fatalf("--from 1 after retention: code %d, stderr %q", code, errOut)
+	}
+	diffEvents(t, parseJSONLines(t, out), want[first-1:])
 }
 
 func TestWaldumpShardsAndFrom(t *testing.T) {

@@ -52,6 +52,7 @@ func TestBadFramesFromFollower(t *testing.T) {
 	defer srv.Close()
 	addr := srv.Addr().String()
 	hello := replication.Ack{Shard: 1, AppliedLSN: 3}
+	named := replication.Ack{Shard: 1, AppliedLSN: 3, FollowerID: "replica-1", LastBatch: replication.BatchRef{Epoch: 1, CRC: 7}}
 
 	expectEnd := func(cs grpc.ClientStream, code codes.Code) {
 		t.Helper()
@@ -68,14 +69,19 @@ func TestBadFramesFromFollower(t *testing.T) {
 	}
 	expectEnd(cs, codes.InvalidArgument)
 
-	// Old protocol version.
-	cs = rogueStream(t, ctx, addr)
-	h := encodeHello(hello)
-	h[1] = 0
-	if err := cs.SendMsg(&frame{h}); err != nil {
-		t.Fatal(err)
+	// Old protocol version (a version-1 hello as the previous release sent
+	// it), and a hello whose follower ID breaks the rules: refused before
+	// Accept.
+	for _, h := range [][]byte{
+		appendControl(nil, frameHello, 1, hello),
+		func() []byte { h := mustHello(t, replication.Ack{FollowerID: "abc"}); h[len(h)-1] = ' '; return h }(),
+	} {
+		cs = rogueStream(t, ctx, addr)
+		if err := cs.SendMsg(&frame{h}); err != nil {
+			t.Fatal(err)
+		}
+		expectEnd(cs, codes.InvalidArgument)
 	}
-	expectEnd(cs, codes.InvalidArgument)
 
 	// Malformed ack after a good hello: the accepted connection breaks.
 	for _, bad := range []struct {
@@ -84,15 +90,15 @@ func TestBadFramesFromFollower(t *testing.T) {
 		want error
 	}{
 		{encodeAck(hello)[:5], codes.InvalidArgument, ErrBadFrame},
-		{encodeHello(hello), codes.InvalidArgument, ErrBadFrame},
+		{mustHello(t, hello), codes.InvalidArgument, ErrBadFrame},
 		{bytes.Repeat([]byte{frameAck}, 4096), codes.ResourceExhausted, ErrFrameTooLarge},
 	} {
 		cs = rogueStream(t, ctx, addr)
-		if err := cs.SendMsg(&frame{encodeHello(hello)}); err != nil {
+		if err := cs.SendMsg(&frame{mustHello(t, named)}); err != nil {
 			t.Fatal(err)
 		}
 		lc, got, err := srv.Accept(ctx)
-		if err != nil || got != hello {
+		if err != nil || got != named {
 			t.Fatalf("accept: %v %+v", err, got)
 		}
 		if _, err := cs.Header(); err != nil {
@@ -120,8 +126,8 @@ func TestBadFramesFromFollower(t *testing.T) {
 		expectEnd(cs, bad.code)
 		lc.Close()
 	}
-	if n := srv.Stats().BadFrames; n != 4 && n != 5 {
-		t.Errorf("BadFrames = %d, want 5 (4 when the oversized frame is seen only as a disconnect)", n)
+	if n := srv.Stats().BadFrames; n != 5 && n != 6 {
+		t.Errorf("BadFrames = %d, want 6 (5 when the oversized frame is seen only as a disconnect)", n)
 	}
 	if _, ok := rec.find("bad frame from follower"); !ok {
 		t.Errorf("no log line for the bad frames: %q", rec.Lines())

@@ -174,7 +174,9 @@ func (d *Dialer) logDialError(err error) {
 // Dial implements replication.Dialer. It returns once the leader accepted
 // the stream (its Listener's Accept took it), or with ctx.Err(), or with an
 // error wrapping replication.ErrDisconnected (connect, TLS or stream
-// failure; the caller retries) or replication.ErrClosed.
+// failure; the caller retries), replication.ErrClosed, or
+// replication.ErrBadFollowerID (hello.FollowerID cannot be sent; nothing
+// was dialled).
 func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
 	d.stats.dials.Add(1)
 	c, err := d.dial(ctx, hello)
@@ -197,6 +199,10 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	helloFrame, err := encodeHello(hello)
+	if err != nil {
+		return nil, fmt.Errorf("grpctransport: dial: %w", err)
 	}
 	o := &d.opts
 	cc, err := grpc.NewClient("passthrough:///"+d.addr,
@@ -239,7 +245,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
 	}
 	c.cs = cs
-	if err := cs.SendMsg(&frame{encodeHello(hello)}); err != nil {
+	if err := cs.SendMsg(&frame{helloFrame}); err != nil {
 		if err == io.EOF {
 			err = cs.RecvMsg(&frame{})
 		}

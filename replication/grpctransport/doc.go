@@ -8,7 +8,8 @@
 // The leader runs a gRPC server (Server, from Listen or NewServer) with one
 // bidirectional streaming method, /oncewal.replication.v1.Replication/Stream.
 // A follower (Dialer) opens one stream per connection: its first message is
-// the hello (shard, highest committed epoch, durable applied LSN); the leader
+// the hello (shard, follower ID, highest committed epoch, durable applied LSN
+// and the identity of the batch that ends there); the leader
 // answers with response headers once its Listener's Accept has taken the
 // stream (that is when Dial returns), then streams batches; the follower's
 // acks flow back on the same stream. Each Dial makes a fresh TCP connection
@@ -19,9 +20,14 @@
 //
 // No generated code: a raw codec (forced per server/call, never registered
 // globally) carries frames of one type byte and a payload. Batches are the
-// wal batch bytes unchanged (0x03 | header | body); hello (0x01) and ack
-// (0x02) are fixed 22-byte records (type, version-or-flags, shard u32, epoch
-// u64, applied LSN u64, little-endian). See frame.go.
+// wal batch bytes unchanged (0x03 | header | body); an ack (0x02) is a fixed
+// 22-byte record (type, flags, shard u32, epoch u64, applied LSN u64,
+// little-endian); a hello (0x01) is the same record with the protocol
+// version in place of the flags, followed by the last batch's epoch u64 and
+// header CRC u32 and the length-prefixed follower ID (35 bytes + the ID).
+// ProtocolVersion is 2; a leader refuses a hello of any other version (the
+// 22-byte version-1 hello included) and a version-1 leader refuses version 2,
+// so a leader and its followers are upgraded together. See frame.go.
 //
 // # Limits and bad input
 //

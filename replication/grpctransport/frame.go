@@ -13,12 +13,16 @@ import (
 
 // Wire format. Every gRPC message on the stream is one frame: a type byte and
 // a payload. No protobuf: the batch already is a self-checking wal encoding,
-// and the two control frames are fixed-size little-endian records.
+// and the control frames are little-endian records of fixed layout.
 //
-//	hello  (follower → leader, first message): 0x01 | version u8 | shard u32 | epoch u64 | applied u64
-//	ack    (follower → leader, then):          0x02 | flags u8   | shard u32 | epoch u64 | applied u64
+//	hello  (follower → leader, first message):
+//	       0x01 | version u8 | shard u32 | epoch u64 | applied u64 |
+//	       last batch epoch u64 | last batch header CRC u32 | id length u8 | follower ID
+//	ack    (follower → leader, then):          0x02 | flags u8 | shard u32 | epoch u64 | applied u64
 //	batch  (leader → follower):                0x03 | wal batch bytes (header + body, as wal.AppendBatch made them)
 //
+// The hello is 35 bytes plus the follower ID (0..replication.MaxFollowerIDLen
+// bytes of [A-Za-z0-9._-]); its length must match the ID length exactly.
 // Ack flags: bit 0 = Refused; the other bits must be zero.
 const (
 	frameHello byte = 0x01
@@ -26,9 +30,12 @@ const (
 	frameBatch byte = 0x03
 
 	// ProtocolVersion is carried in the hello; a leader refuses other values.
-	ProtocolVersion = 1
+	// Version 2 added the follower ID and the last batch's identity.
+	ProtocolVersion = 2
 
 	controlFrameSize = 1 + 1 + 4 + 8 + 8
+	helloFixedSize   = controlFrameSize + 8 + 4 + 1
+	maxHelloSize     = helloFixedSize + replication.MaxFollowerIDLen
 
 	// MaxBatchFrame is the largest frame the follower accepts: a type byte
 	// and the largest batch wal can encode. gRPC rejects a longer message
@@ -59,10 +66,19 @@ func appendControl(dst []byte, typ, b1 byte, a replication.Ack) []byte {
 	return dst
 }
 
-func encodeHello(a replication.Ack) []byte {
-	return appendControl(make([]byte, 0, controlFrameSize), frameHello, ProtocolVersion, a)
+// encodeHello encodes a's hello fields; Refused is not part of a hello.
+func encodeHello(a replication.Ack) ([]byte, error) {
+	if err := replication.ValidFollowerID(a.FollowerID); err != nil {
+		return nil, err
+	}
+	b := appendControl(make([]byte, 0, helloFixedSize+len(a.FollowerID)), frameHello, ProtocolVersion, a)
+	b = binary.LittleEndian.AppendUint64(b, a.LastBatch.Epoch)
+	b = binary.LittleEndian.AppendUint32(b, a.LastBatch.CRC)
+	b = append(b, byte(len(a.FollowerID)))
+	return append(b, a.FollowerID...), nil
 }
 
+// encodeAck encodes a's ack fields; the hello-only fields are not sent.
 func encodeAck(a replication.Ack) []byte {
 	var flags byte
 	if a.Refused {
@@ -71,6 +87,8 @@ func encodeAck(a replication.Ack) []byte {
 	return appendControl(make([]byte, 0, controlFrameSize), frameAck, flags, a)
 }
 
+// decodeControl checks the type and reads the fields common to hello and
+// ack; the caller checks the length.
 func decodeControl(f []byte, want byte) (replication.Ack, byte, error) {
 	if len(f) == 0 {
 		return replication.Ack{}, 0, fmt.Errorf("%w: empty frame", ErrBadFrame)
@@ -78,8 +96,8 @@ func decodeControl(f []byte, want byte) (replication.Ack, byte, error) {
 	if f[0] != want {
 		return replication.Ack{}, 0, fmt.Errorf("%w: frame type %#x, want %#x", ErrBadFrame, f[0], want)
 	}
-	if len(f) != controlFrameSize {
-		return replication.Ack{}, 0, fmt.Errorf("%w: control frame of %d bytes, want %d", ErrBadFrame, len(f), controlFrameSize)
+	if len(f) < controlFrameSize {
+		return replication.Ack{}, 0, fmt.Errorf("%w: control frame of %d bytes, want at least %d", ErrBadFrame, len(f), controlFrameSize)
 	}
 	return replication.Ack{
 		Shard:      binary.LittleEndian.Uint32(f[2:]),
@@ -89,12 +107,26 @@ func decodeControl(f []byte, want byte) (replication.Ack, byte, error) {
 }
 
 func decodeHello(f []byte) (replication.Ack, error) {
-	a, v, err := decodeControl(f, frameHello)
-	if err != nil {
-		return a, err
+	if len(f) >= 2 && f[0] == frameHello && f[1] != ProtocolVersion {
+		// The version decides the layout: check it before any length.
+		return replication.Ack{}, fmt.Errorf("%w: hello for protocol version %d, this leader speaks %d", ErrBadFrame, f[1], ProtocolVersion)
 	}
-	if v != ProtocolVersion {
-		return replication.Ack{}, fmt.Errorf("%w: hello for protocol version %d, this leader speaks %d", ErrBadFrame, v, ProtocolVersion)
+	a, _, err := decodeControl(f, frameHello)
+	if err != nil {
+		return replication.Ack{}, err
+	}
+	if len(f) < helloFixedSize || len(f) != helloFixedSize+int(f[helloFixedSize-1]) {
+		return replication.Ack{}, fmt.Errorf("%w: hello of %d bytes does not match its layout", ErrBadFrame, len(f))
+	}
+	a.LastBatch.Epoch = binary.LittleEndian.Uint64(f[controlFrameSize:])
+	a.LastBatch.CRC = binary.LittleEndian.Uint32(f[controlFrameSize+8:])
+	id := f[helloFixedSize:]
+	if len(id) == 0 {
+		return a, nil
+	}
+	a.FollowerID = string(id)
+	if err := replication.ValidFollowerID(a.FollowerID); err != nil {
+		return replication.Ack{}, fmt.Errorf("%w: hello: %w", ErrBadFrame, err)
 	}
 	return a, nil
 }
@@ -103,6 +135,9 @@ func decodeAck(f []byte) (replication.Ack, error) {
 	a, flags, err := decodeControl(f, frameAck)
 	if err != nil {
 		return a, err
+	}
+	if len(f) != controlFrameSize {
+		return replication.Ack{}, fmt.Errorf("%w: ack of %d bytes, want %d", ErrBadFrame, len(f), controlFrameSize)
 	}
 	if flags&^1 != 0 {
 		return replication.Ack{}, fmt.Errorf("%w: unknown ack flags %#x", ErrBadFrame, flags)

@@ -342,6 +342,13 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 				c.badFrame(fmt.Errorf("%w: %v", ErrFrameTooLarge, err))
 				return
 			}
+			if c.s.isClosed() {
+				// Close marks the server closed before stopping gRPC, so a
+				// stream that Stop cancelled ends as closed, whichever of
+				// this goroutine and the handler notices first.
+				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+				return
+			}
 			if err == io.EOF {
 				err = errors.New("follower closed the stream")
 			}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +108,11 @@ func TestRoundTripMTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, d := mtls(t, nil)
-	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41}
+	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41, FollowerID: "replica-b", LastBatch: replication.BatchRef{Epoch: 7, CRC: 0xabcdef01}}
+	// An ID that cannot be sent fails the Dial before anything is dialled.
+	if _, err := d.Dial(ctx, replication.Ack{FollowerID: "not ok"}); !errors.Is(err, replication.ErrBadFollowerID) {
+		t.Fatalf("Dial with a bad follower ID: %v", err)
+	}
 	p := connect(t, ctx, srv, d, hello)
 
 	b := testBatch(t, 3, 42, 10)
@@ -314,45 +319,90 @@ func TestOptionsValidation(t *testing.T) {
 	s.Close()
 }
 
+func mustHello(t testing.TB, a replication.Ack) []byte {
+	t.Helper()
+	f, err := encodeHello(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func TestFrameCodec(t *testing.T) {
 	a := replication.Ack{Shard: 9, Epoch: 1 << 40, AppliedLSN: 1<<63 + 5, Refused: true}
 	if got, err := decodeAck(encodeAck(a)); err != nil || got != a {
 		t.Fatalf("ack round trip: %+v %v", got, err)
 	}
+	// Acks never carry the hello-only fields.
+	withID := a
+	withID.FollowerID, withID.LastBatch = "replica-1", replication.BatchRef{Epoch: 3, CRC: 0xdeadbeef}
+	if got, err := decodeAck(encodeAck(withID)); err != nil || got != a {
+		t.Fatalf("ack with hello fields: %+v %v", got, err)
+	}
 	a.Refused = false
-	if got, err := decodeHello(encodeHello(a)); err != nil || got != a {
-		t.Fatalf("hello round trip: %+v %v", got, err)
+	for _, h := range []replication.Ack{a, {Shard: 1, FollowerID: "x"},
+		{Shard: 2, Epoch: 3, AppliedLSN: 4, FollowerID: strings.Repeat("a.b_c-9", 10)[:replication.MaxFollowerIDLen],
+			LastBatch: replication.BatchRef{Epoch: 3, CRC: 0xfeedface}}} {
+		if got, err := decodeHello(mustHello(t, h)); err != nil || got != h {
+			t.Fatalf("hello round trip: %+v %v, want %+v", got, err, h)
+		}
+	}
+	if _, err := encodeHello(replication.Ack{FollowerID: "a b"}); !errors.Is(err, replication.ErrBadFollowerID) {
+		t.Fatalf("encodeHello with a bad ID: %v", err)
 	}
 	b := testBatch(t, 0, 1, 3)
 	good := append([]byte{frameBatch}, b...)
 	if got, err := decodeBatchFrame(good); err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("batch frame: %v", err)
 	}
-	badHelloVersion := encodeHello(a)
-	badHelloVersion[1] = 2
+	named := replication.Ack{Shard: 1, FollowerID: "abc"}
+	helloWith := func(edit func(f []byte) []byte) []byte { return edit(mustHello(t, named)) }
+	// A version-1 hello as the previous release sent it: 22 bytes.
+	v1 := append(appendControl(nil, frameHello, 1, a), []byte{}...)
 	badFlags := encodeAck(a)
 	badFlags[1] = 0x80
+	hello := func(f []byte) error { _, err := decodeHello(f); return err }
+	ack := func(f []byte) error { _, err := decodeAck(f); return err }
+	batch := func(f []byte) error { _, err := decodeBatchFrame(f); return err }
 	bad := map[string]struct {
 		f   []byte
 		dec func([]byte) error
 	}{
-		"empty ack":       {nil, func(f []byte) error { _, err := decodeAck(f); return err }},
-		"short ack":       {encodeAck(a)[:10], func(f []byte) error { _, err := decodeAck(f); return err }},
-		"long ack":        {append(encodeAck(a), 0), func(f []byte) error { _, err := decodeAck(f); return err }},
-		"hello as ack":    {encodeHello(a), func(f []byte) error { _, err := decodeAck(f); return err }},
-		"ack as hello":    {encodeAck(a), func(f []byte) error { _, err := decodeHello(f); return err }},
-		"hello version":   {badHelloVersion, func(f []byte) error { _, err := decodeHello(f); return err }},
-		"ack flags":       {badFlags, func(f []byte) error { _, err := decodeAck(f); return err }},
-		"empty batch":     {nil, func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
-		"ack as batch":    {encodeAck(a), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
-		"truncated batch": {good[:len(good)-1], func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
-		"trailing bytes":  {append(bytes.Clone(good), 0), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
-		"header only":     {good[:1+wal.HeaderSize-1], func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
-		"corrupt header":  {func() []byte { g := bytes.Clone(good); g[5] ^= 1; return g }(), func(f []byte) error { _, err := decodeBatchFrame(f); return err }},
+		"empty ack":            {nil, ack},
+		"short ack":            {encodeAck(a)[:10], ack},
+		"long ack":             {append(encodeAck(a), 0), ack},
+		"hello as ack":         {mustHello(t, a), ack},
+		"ack as hello":         {encodeAck(a), hello},
+		"hello version 1":      {v1, hello},
+		"hello version 0":      {helloWith(func(f []byte) []byte { f[1] = 0; return f }), hello},
+		"hello version 3":      {helloWith(func(f []byte) []byte { f[1] = 3; return f }), hello},
+		"hello short":          {mustHello(t, a)[:helloFixedSize-1], hello},
+		"hello id cut":         {helloWith(func(f []byte) []byte { return f[:len(f)-1] }), hello},
+		"hello trailing":       {helloWith(func(f []byte) []byte { return append(f, 'x') }), hello},
+		"hello id length high": {helloWith(func(f []byte) []byte { f[helloFixedSize-1] = 200; return f }), hello},
+		"hello id bad byte":    {helloWith(func(f []byte) []byte { f[len(f)-1] = '/'; return f }), hello},
+		"hello id too long": {func() []byte {
+			f := mustHello(t, replication.Ack{})
+			f[helloFixedSize-1] = replication.MaxFollowerIDLen + 1
+			return append(f, bytes.Repeat([]byte{'a'}, replication.MaxFollowerIDLen+1)...)
+		}(), hello},
+		"ack flags":       {badFlags, ack},
+		"empty batch":     {nil, batch},
+		"ack as batch":    {encodeAck(a), batch},
+		"truncated batch": {good[:len(good)-1], batch},
+		"trailing bytes":  {append(bytes.Clone(good), 0), batch},
+		"header only":     {good[:1+wal.HeaderSize-1], batch},
+		"corrupt header":  {func() []byte { g := bytes.Clone(good); g[5] ^= 1; return g }(), batch},
 	}
 	for name, c := range bad {
 		if err := c.dec(c.f); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("%s: %v, want ErrBadFrame", name, err)
 		}
+	}
+	if err := hello(v1); err == nil || !strings.Contains(err.Error(), "protocol version 1") {
+		t.Errorf("a version-1 hello must be refused for its version: %v", err)
+	}
+	if maxHelloSize > maxControlFrame {
+		t.Errorf("largest hello %d > leader's receive limit %d", maxHelloSize, maxControlFrame)
 	}
 }

@@ -1,0 +1,65 @@
+// Package leader is the leader side of an oncewal deployment on one node: for
+// every shard it owns, the WAL writer, the stamping of every event, the
+// session-expiry decision, the request ledger, and the shipping of the log to
+// the shard's followers.
+//
+//	l, err := leader.Open(dir, &leader.Options{Shards: 4})
+//	h, err := l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: k, Value: v})
+//	sh := l.For(id)                     // the session's shard: Ledger, Commit, WaitAcked
+//	l.Close()
+//
+// # Layout
+//
+// dir/shard-NNNN is shard N's local store (the same Pebble store a follower
+// keeps, see package follower) and dir/wal holds every shard's WAL segments
+// (segment names carry the shard). Open refuses a directory holding a store
+// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a WAL
+// directory another process writes (wal.ErrLocked), and a log it cannot read
+// (wal.ErrCorrupt and friends); a torn tail is repaired as package wal
+// describes.
+//
+// # One stamping path
+//
+// Every event reaches the log through Shard.Append or Shard.Commit (the
+// request ledger's records through the shard's Ledger), which stamp it:
+//
+//   - SeqNo: the session's next, from a sequencer seeded from the shard's
+//     local store. The store applies every appended batch before Append
+//     returns, with the same receiver a follower runs, and Open re-applies
+//     whatever the WAL holds beyond it, so a restarted leader continues every
+//     session where its log left it and never reuses a SeqNo.
+//   - Idempotency key: derived from (session, SeqNo, operation bytes)
+//     (idempotency.DeriveKey), unless the caller supplies a client's key for a
+//     retry (idempotency.ClientKey turns a request ID into one). A retry
+//     logged under a fresh SeqNo with the same client key dies in the
+//     followers' window.
+//   - Time: the WAL clock, below.
+//
+// # The WAL clock
+//
+// Each shard's WAL clock is the wall clock (Options.Wall) made strictly
+// increasing: the next event's time is max(previous + 1 ns, wall), and the
+// previous time is restored from the store at Open, so the clock continues
+// across restarts and promotions. It therefore never goes back, whatever the
+// wall clock does: after a backward step the clock advances by 1 ns per
+// stamp until the wall clock catches up, and no event is ever older than one
+// logged before it — a follower never skips an event as too old.
+//
+// Session expiry is decided on the WAL clock by exactly the rule the
+// followers apply (session.Tracker.Expired): a session idle for longer than
+// the retention horizon is forgotten by every follower, so its next SeqNo
+// could never apply there. The leader checks the rule before logging and
+// refuses such an event with replication.ErrSessionExpired (and an event of a
+// closed session with replication.ErrSessionClosed): a forward step of the
+// wall clock may expire idle sessions, and their clients get a typed error
+// and open new sessions, instead of the log carrying events that every
+// follower would treat as a gap (a wedge) or skip.
+//
+// # Epochs
+//
+// Options.Epoch above the epoch a shard's store has committed is a promotion:
+// the new epoch and the LSN its history starts at are persisted in the store
+// before anything is appended, so the store refuses the deposed leader's
+// batches from then on, and followers are checked against the new history
+// when they connect.
+package leader

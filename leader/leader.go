@@ -1,0 +1,413 @@
+package leader
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Errors returned by Open and the append paths. Every refusal leaves the
+// node's directory and memory as they were.
+var (
+	// ErrBadOptions: Open was given unusable options (every problem is
+	// listed in the joined error).
+	ErrBadOptions = errors.New("leader: bad options")
+	// ErrForeignShard: the directory holds a store or WAL segments of a
+	// shard outside the deployment's 0..Shards-1 (a wrong --shards, or
+	// another deployment's directory).
+	ErrForeignShard = errors.New("leader: directory holds a shard this leader does not own")
+	// ErrCrossShard: one Append was given events of sessions that route to
+	// different shards; a batch is atomic only within one shard's log.
+	ErrCrossShard = errors.New("leader: events route to more than one shard")
+	// ErrClosed: the leader was closed.
+	ErrClosed = errors.New("leader: closed")
+)
+
+// WALDirName is the directory, inside a leader's directory, that holds every
+// shard's WAL segments (segment names carry the shard).
+const WALDirName = "wal"
+
+// Options configures a Leader. Zero fields take the defaults named in their
+// comments; Open validates the result and reports every problem at once.
+type Options struct {
+	// Shards is the deployment's fixed shard count: the leader owns shards
+	// 0..Shards-1 and routes sessions with replication.ShardRouter. Required,
+	// 1..replication.MaxShards.
+	Shards int
+	// Epoch is the leader epoch stamped on every batch. Default 0 keeps the
+	// epoch the shard stores have committed (1 for new stores). A higher
+	// epoch is a promotion: it is persisted in each shard's store before the
+	// first append, and from then on that store and every follower that sees
+	// the new epoch refuse the old one. A lower epoch than a store has
+	// committed is refused (replication.ErrStaleEpoch).
+	Epoch uint64
+	// Store is the template for every shard's local store (Shard is set per
+	// shard). The leader applies its own log to it with the same receiver a
+	// follower runs, so WindowCapacity and RetentionHorizon must equal the
+	// followers'. Default: follower.Options defaults.
+	Store follower.Options
+	// Ledger configures every shard's request ledger (TTL, lease, failure
+	// TTL). Default: idempotency.LedgerOptions defaults.
+	Ledger idempotency.LedgerOptions
+	// Wall is the wall clock in unix nanoseconds, read to advance the WAL
+	// clock (see the package doc: the WAL clock never goes back). Default
+	// time.Now().UnixNano.
+	Wall func() int64
+	// SegmentSize is the WAL segment size. Default wal.DefaultSegmentSize.
+	SegmentSize int64
+	// Logger receives the leader's log lines. Default slog.Default().
+	Logger *slog.Logger
+
+	// Listener returns the listener shard's followers connect to; it is
+	// called once per shard by Open. nil: the leader does not ship (Run and
+	// WaitAcked return ErrNotShipping) — an embedder that ships the WAL by
+	// other means.
+	Listener func(shard uint32) replication.Listener
+	// Followers are the registered followers of every shard (stable IDs,
+	// replication.ValidFollowerID, sent in each follower's hello). Each gets
+	// one shipping stream per shard, counts towards WaitAcked's policies and
+	// has a replication slot that pins the WAL it still needs. A hello with
+	// another ID is refused (replication.ErrUnknownFollower). This is the
+	// exact set: Open deletes the slots of followers no longer listed.
+	Followers []string
+	// Shipping is the template of every follower stream's options
+	// (MaxInFlight, timeouts); the WAL, shard, listener, epoch, durability
+	// bound and hello check are set per shard. Default: the
+	// replication.ShipperOptions defaults.
+	Shipping replication.ShipperOptions
+	// MaxRetainedBytes bounds each shard's WAL: when the segments its slots
+	// pin exceed it, the most lagging followers are dropped from retention
+	// (and refused with replication.ErrBehindRetention once what they need
+	// is deleted, until they are rebuilt). Default 4 GiB.
+	MaxRetainedBytes int64
+	// RetentionInterval is how often Run advances the slots and deletes
+	// segments no slot needs. Default 1s.
+	RetentionInterval time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxRetainedBytes  = 4 << 30
+	DefaultRetentionInterval = time.Second
+)
+
+// EnsureDefaults fills unset fields with their documented defaults and
+// returns o.
+func (o *Options) EnsureDefaults() *Options {
+	o.Store.EnsureDefaults()
+	if o.Wall == nil {
+		o.Wall = func() int64 { return time.Now().UnixNano() }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = wal.DefaultSegmentSize
+	}
+	if o.MaxRetainedBytes == 0 {
+		o.MaxRetainedBytes = DefaultMaxRetainedBytes
+	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = DefaultRetentionInterval
+	}
+	return o
+}
+
+// Validate reports every invalid field in one error.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := replication.NewShardRouter(o.Shards); err != nil {
+		errs = append(errs, err)
+	}
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if err := o.Store.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxRetainedBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetainedBytes %d is negative", o.MaxRetainedBytes))
+	}
+	if o.RetentionInterval < 0 {
+		errs = append(errs, fmt.Errorf("RetentionInterval %v is negative", o.RetentionInterval))
+	}
+	for i, id := range o.Followers {
+		if id == "" {
+			errs = append(errs, fmt.Errorf("Followers[%d] is empty", i))
+		} else if err := replication.ValidFollowerID(id); err != nil {
+			errs = append(errs, fmt.Errorf("Followers[%d]: %w", i, err))
+		} else if slices.Index(o.Followers, id) != i {
+			errs = append(errs, fmt.Errorf("Followers: %q listed twice", id))
+		}
+	}
+	if len(o.Followers) > 0 && o.Listener == nil {
+		errs = append(errs, errors.New("Followers without a Listener: nothing would ship to them"))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
+}
+
+// Leader is the leader of every shard of a deployment on one node. Per shard
+// it owns the WAL writer, the stamping of every event (SeqNo, idempotency
+// key, WAL clock), the session-expiry decision and the request ledger. It is
+// safe for concurrent use: appends to one shard are serialised, shards run
+// in parallel.
+type Leader struct {
+	dir    string
+	opts   Options
+	router replication.ShardRouter
+	shards []*Shard
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Shard is one shard of a Leader: its local store, its log and its ledger.
+type Shard struct {
+	id     uint32
+	walDir string
+	store  *follower.Follower
+	log    *replication.LedgerLog
+	ship   *shipping // nil without a Listener
+}
+
+// Open opens (creating if needed) the leader of opts.Shards shards in dir:
+// per shard a local store in follower.ShardDir(dir, shard) and a WAL in
+// dir/wal. It refuses a directory holding other shards, recovers each log
+// (repairing a torn tail), re-applies to each store what its log has beyond
+// it, restores every session's SeqNo from there, and persists a raised epoch
+// before anything is appended.
+func Open(dir string, opts *Options) (*Leader, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("%w: directory is required", ErrBadOptions)
+	}
+	router, _ := replication.NewShardRouter(o.Shards)
+	if err := checkLayout(dir, o.Shards); err != nil {
+		return nil, err
+	}
+	l := &Leader{dir: dir, opts: o, router: router}
+	for s := range uint32(o.Shards) {
+		sh, err := l.openShard(s)
+		if err != nil {
+			_ = l.Close()
+			return nil, fmt.Errorf("leader: shard %d: %w", s, err)
+		}
+		l.shards = append(l.shards, sh)
+	}
+	return l, nil
+}
+
+// checkLayout refuses a directory that holds stores or WAL segments of
+// shards this leader does not own, before anything is created in it.
+func checkLayout(dir string, shards int) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%w: %s is not a directory", ErrBadOptions, dir)
+	}
+	stores, err := follower.NodeShards(nil, dir)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(stores, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
+		return fmt.Errorf("%w: %s holds the store of shard %d, this leader owns shards 0..%d",
+			ErrForeignShard, dir, stores[i], shards-1)
+	}
+	walDir := filepath.Join(dir, WALDirName)
+	if _, err := os.Stat(walDir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	logs, err := wal.ListShards(walDir)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(logs, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
+		return fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
+			ErrForeignShard, walDir, logs[i], shards-1)
+	}
+	return nil
+}
+
+func (l *Leader) openShard(s uint32) (*Shard, error) {
+	so := l.opts.Store
+	so.Shard = s
+	f, err := follower.Open(follower.ShardDir(l.dir, s), &so)
+	if err != nil {
+		return nil, err
+	}
+	epoch := l.opts.Epoch
+	if epoch == 0 {
+		_, stored := f.Position()
+		epoch = max(stored, 1)
+	}
+	sh := &Shard{id: s, walDir: l.WALDir(), store: f}
+	sh.log, err = f.Promote(follower.PromoteOptions{
+		WALDir:      sh.walDir,
+		Epoch:       epoch,
+		Ledger:      l.opts.Ledger,
+		Wall:        l.opts.Wall,
+		SegmentSize: l.opts.SegmentSize,
+		// Every follower stream reads recent batches from the Fanout's
+		// cache instead of each re-reading the WAL (set before any append:
+		// ship is assigned below, before Open returns).
+		OnAppend: func(h wal.Header, raw []byte) {
+			if sh.ship != nil {
+				sh.ship.fan.Appended(h, raw)
+			}
+		},
+	})
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if l.opts.Listener != nil {
+		if err := l.openShipping(sh); err != nil {
+			_ = sh.log.Close()
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	return sh, nil
+}
+
+// Router is the deployment's session → shard mapping.
+func (l *Leader) Router() replication.ShardRouter { return l.router }
+
+// Shards is the number of shards the leader owns.
+func (l *Leader) Shards() int { return len(l.shards) }
+
+// Dir is the leader's directory.
+func (l *Leader) Dir() string { return l.dir }
+
+// WALDir is the directory holding every shard's WAL.
+func (l *Leader) WALDir() string { return filepath.Join(l.dir, WALDirName) }
+
+// Shard returns shard s (replication.ErrNoSuchShard outside 0..Shards-1).
+func (l *Leader) Shard(s uint32) (*Shard, error) {
+	if int(s) >= len(l.shards) {
+		return nil, fmt.Errorf("%w: %d (deployment has %d)", replication.ErrNoSuchShard, s, len(l.shards))
+	}
+	return l.shards[s], nil
+}
+
+// For returns the shard that owns session id.
+func (l *Leader) For(id session.ID) *Shard { return l.shards[l.router.Shard(id)] }
+
+// Append stamps events and logs them as one batch of the shard their
+// sessions route to (see Shard.Append). Events without a session go with
+// the first session's shard; events of sessions of different shards are
+// refused with ErrCrossShard (use Split, or Shard(s).Append per shard).
+func (l *Leader) Append(events ...wal.Event) (wal.Header, error) {
+	s, err := l.route(events)
+	if err != nil {
+		return wal.Header{}, err
+	}
+	return l.shards[s].Append(events...)
+}
+
+func (l *Leader) route(events []wal.Event) (uint32, error) {
+	shard, found := uint32(0), false
+	for i := range events {
+		if events[i].Session == (session.ID{}) {
+			continue
+		}
+		s := l.router.Shard(events[i].Session)
+		if found && s != shard {
+			return 0, fmt.Errorf("%w: event %d routes to shard %d, earlier events to %d", ErrCrossShard, i, s, shard)
+		}
+		shard, found = s, true
+	}
+	return shard, nil
+}
+
+// Split groups events by their session's shard, keeping their order within
+// each shard: out[s] holds shard s's events. It reuses out's slices.
+func (l *Leader) Split(events []wal.Event, out [][]wal.Event) [][]wal.Event {
+	return l.router.Split(events, out)
+}
+
+// ID is the shard number.
+func (s *Shard) ID() uint32 { return s.id }
+
+// Append stamps events and logs them as one synced batch, applied to the
+// shard's local store before it returns. Stamping is the one path every
+// event takes: Time is the WAL clock; an event with a session gets the
+// session's next SeqNo (continuing the store's HWM, so a restarted leader
+// never reuses one) and, unless the caller set one (a client's key for a
+// retry, see idempotency.ClientKey), the derived idempotency key. Events
+// must come with SeqNo 0 and must not be ledger ops
+// (replication.ErrBadEvent). A session the followers have forgotten
+// (idle past the retention horizon on the WAL clock) or closed is refused
+// (replication.ErrSessionExpired, replication.ErrSessionClosed): the client
+// must open a new session; nothing is logged.
+func (s *Shard) Append(events ...wal.Event) (wal.Header, error) { return s.log.Append(events...) }
+
+// Commit completes claim c with outcome and logs the operation's events
+// (stamped as in Append) with the ledger's complete record in one batch:
+// the effect and the outcome are durable together or not at all, here and
+// on every follower.
+func (s *Shard) Commit(c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
+	return s.log.Commit(c, outcome, events...)
+}
+
+// Ledger is the shard's request ledger; its decisions are logged through
+// the shard's WAL.
+func (s *Shard) Ledger() *idempotency.Ledger { return s.log.Ledger() }
+
+// Epoch is the epoch stamped on the shard's batches.
+func (s *Shard) Epoch() uint64 { return s.log.Epoch() }
+
+// Now is the shard's WAL clock: the time the next event will carry.
+func (s *Shard) Now() int64 { return s.log.Now() }
+
+// NextLSN is the LSN the next appended event will get.
+func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
+
+// Store is the shard's local store (read-only use: State, Tracker,
+// Position, DB).
+func (s *Shard) Store() *follower.Follower { return s.store }
+
+// Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
+func (s *Shard) Log() *replication.LedgerLog { return s.log }
+
+// Close closes every shard's log and store. Idempotent.
+func (l *Leader) Close() error {
+	l.closeOnce.Do(func() {
+		var errs []error
+		for _, sh := range l.shards {
+			if err := sh.log.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: log: %w", sh.id, err))
+			}
+			if err := sh.store.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: store: %w", sh.id, err))
+			}
+		}
+		l.closeErr = errors.Join(errs...)
+	})
+	return l.closeErr
+}

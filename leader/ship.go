@@ -1,0 +1,324 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// ErrNotShipping: Run or WaitAcked on a leader opened without a Listener.
+var ErrNotShipping = errors.New("leader: no Listener: this leader does not ship")
+
+// RetentionStats are one shard's WAL retention figures.
+type RetentionStats struct {
+	FirstLSN        uint64 // first LSN the WAL still holds
+	RetainedBytes   int64  // bytes of the retained segments
+	Passes          uint64 // retention passes run
+	SegmentsDeleted uint64 // segments deleted by retention
+	Errors          uint64 // passes that failed (retried at the next)
+	Slots           []SlotStats
+}
+
+// SlotStats is one registered follower's replication slot.
+type SlotStats struct {
+	ID      string
+	Acked   uint64 // the slot's persisted position: retention keeps the WAL from here
+	Dropped bool   // released by the retention bound (MaxRetainedBytes)
+}
+
+// ShardStats are one shard's figures: the log's extent, shipping per
+// follower, retention.
+type ShardStats struct {
+	Shard     uint32
+	Epoch     uint64
+	NextLSN   uint64
+	Shipping  replication.FanoutStats
+	Retention RetentionStats
+}
+
+// shipping is one shard's half that ships its log: the Fanout, the slots
+// and the retention pass.
+type shipping struct {
+	fan *replication.Fanout
+
+	mu    sync.Mutex // guards slots and the retention counters; one pass at a time
+	slots []slot
+	stats RetentionStats
+}
+
+// helloLog is the shard's log as replication.CheckHello sees it.
+type helloLog struct{ s *Shard }
+
+func (h helloLog) Retained() (first, last uint64) {
+	w := h.s.log.Writer()
+	return w.FirstLSN(), w.NextLSN() - 1
+}
+
+func (h helloLog) BatchEndingAt(lsn uint64) (replication.BatchRef, bool, error) {
+	r, err := wal.OpenReader(h.s.walDir, h.s.id)
+	if err != nil {
+		return replication.BatchRef{}, false, err
+	}
+	defer r.Close()
+	return replication.FindBatchEndingAt(r, lsn)
+}
+
+func (h helloLog) Boundary() replication.EpochBoundary { return h.s.log.Boundary() }
+
+// openShipping creates the shard's Fanout over its listener and loads its
+// slots: registered followers without a slot get one at the log's first
+// retained LSN - 1 (pinning everything the log holds now), slots of
+// followers no longer registered are deleted.
+func (l *Leader) openShipping(s *Shard) error {
+	so := l.opts.Shipping
+	so.WALDir, so.Shard, so.Listener = s.walDir, s.id, l.opts.Listener(s.id)
+	so.Epoch = s.log.Epoch
+	so.Notify = s.log.Notify()
+	so.DurableLSN = s.log.Writer().DurableLSN
+	so.VerifyHello = func(h replication.Ack) error { return replication.CheckHello(h, helloLog{s}) }
+	if so.Logf == nil {
+		logger := l.opts.Logger.With("shard", s.id)
+		so.Logf = func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
+	}
+	fan, err := replication.NewFanout(replication.FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
+	if err != nil {
+		return err
+	}
+	db := s.store.DB()
+	stored, err := loadSlots(db)
+	if err != nil {
+		return err
+	}
+	var keep []slot
+	var removed []string
+	for _, sl := range stored {
+		if slices.Contains(l.opts.Followers, sl.ID) {
+			keep = append(keep, sl)
+		} else {
+			removed = append(removed, sl.ID)
+		}
+	}
+	for _, id := range l.opts.Followers {
+		if !slices.ContainsFunc(keep, func(sl slot) bool { return sl.ID == id }) {
+			keep = append(keep, slot{ID: id, Acked: s.log.Writer().FirstLSN() - 1})
+		}
+	}
+	if err := saveSlots(db, keep, removed); err != nil {
+		return err
+	}
+	for _, id := range removed {
+		l.opts.Logger.Warn("oncewal leader: replication slot removed: follower no longer registered", "shard", s.id, "follower", id)
+	}
+	s.ship = &shipping{fan: fan, slots: keep}
+	return nil
+}
+
+// Run ships every shard's log to its registered followers and runs the
+// retention passes until ctx ends; it returns after everything it started
+// has stopped. A shard whose Fanout stops early (fenced by a newer epoch:
+// replication.ErrFenced; its Listener closed) stops only that shard; its
+// error, marked with the shard, is part of the joined error Run returns.
+func (l *Leader) Run(ctx context.Context) error {
+	if l.opts.Listener == nil {
+		return ErrNotShipping
+	}
+	errs := make([]error, len(l.shards))
+	var wg sync.WaitGroup
+	for i, s := range l.shards {
+		wg.Go(func() {
+			if err := s.ship.fan.Run(ctx); err != nil {
+				errs[i] = fmt.Errorf("shard %d: %w", i, err)
+			}
+		})
+		wg.Go(func() { l.retainLoop(ctx, s) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (l *Leader) retainLoop(ctx context.Context, s *Shard) {
+	t := time.NewTicker(l.opts.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := l.retain(s); err != nil {
+				l.opts.Logger.Error("oncewal leader: retention pass failed (retried)", "shard", s.id, "err", err)
+			}
+		}
+	}
+}
+
+// Retain runs one retention pass on every shard now (Run runs them every
+// RetentionInterval).
+func (l *Leader) Retain() error {
+	var errs []error
+	for _, s := range l.shards {
+		if s.ship == nil {
+			return ErrNotShipping
+		}
+		if err := l.retain(s); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", s.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// retain is one retention pass of shard s: it advances the slots to what
+// the followers have acknowledged, makes the local store durable, decides
+// (planRetention), persists the slots — the dropped ones included — and only
+// then deletes segments.
+func (l *Leader) retain(s *Shard) error {
+	sh := s.ship
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.stats.Passes++
+	err := func() error {
+		for i := range sh.slots {
+			sl := &sh.slots[i]
+			acked, err := sh.fan.AckedLSN(sl.ID)
+			if err != nil {
+				continue // unregistered meanwhile
+			}
+			if acked > sl.Acked {
+				sl.Acked = acked
+				if sl.Dropped && acked >= s.log.Writer().FirstLSN() {
+					sl.Dropped = false // caught up before what it needed was deleted
+				}
+			}
+		}
+		// The local store commits without fsync (the WAL is synced first);
+		// after a crash it re-applies the WAL beyond its durable position,
+		// so that position must be durable before the WAL below it goes.
+		local, _ := s.log.Position()
+		if err := s.store.DB().LogData(nil, pebble.Sync); err != nil {
+			return fmt.Errorf("syncing the local store: %w", err)
+		}
+		w := s.log.Writer()
+		p := planRetention(sh.slots, local, w.Segments(), l.opts.MaxRetainedBytes)
+		for i := range sh.slots {
+			if slices.Contains(p.Drop, sh.slots[i].ID) {
+				sh.slots[i].Dropped = true
+				l.opts.Logger.Warn("oncewal leader: follower dropped from WAL retention: the log it needs exceeds MaxRetainedBytes; it will be refused (behind retention) once that is deleted, until it is rebuilt",
+					"shard", s.id, "follower", sh.slots[i].ID, "acked_lsn", sh.slots[i].Acked, "max_retained_bytes", l.opts.MaxRetainedBytes)
+			}
+		}
+		if err := saveSlots(s.store.DB(), sh.slots, nil); err != nil {
+			return fmt.Errorf("persisting replication slots: %w", err)
+		}
+		n, err := w.DeleteBelow(p.DeleteBelow)
+		sh.stats.SegmentsDeleted += uint64(n)
+		return err
+	}()
+	if err != nil {
+		sh.stats.Errors++
+	}
+	return err
+}
+
+// Register adds a follower to every shard: it is served from its next
+// connection, counts towards WaitAcked, and gets a replication slot pinning
+// everything each shard's log holds now. Registering a registered ID does
+// nothing. Registration lasts for this Leader's lifetime; Options.Followers
+// is what a restart registers.
+func (l *Leader) Register(id string) error {
+	for _, s := range l.shards {
+		if s.ship == nil {
+			return ErrNotShipping
+		}
+		if err := s.ship.fan.Register(id); err != nil {
+			return err
+		}
+		sh := s.ship
+		sh.mu.Lock()
+		if !slices.ContainsFunc(sh.slots, func(sl slot) bool { return sl.ID == id }) {
+			sh.slots = append(sh.slots, slot{ID: id, Acked: s.log.Writer().FirstLSN() - 1})
+		}
+		err := saveSlots(s.store.DB(), sh.slots, nil)
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Unregister removes a follower from every shard: its stream stops, it no
+// longer counts towards WaitAcked, its slot is deleted (it no longer pins the
+// WAL) and its next hello is refused (replication.ErrUnknownFollower).
+func (l *Leader) Unregister(id string) error {
+	for _, s := range l.shards {
+		if s.ship == nil {
+			return ErrNotShipping
+		}
+		if err := s.ship.fan.Unregister(id); err != nil {
+			return err
+		}
+		sh := s.ship
+		sh.mu.Lock()
+		sh.slots = slices.DeleteFunc(sh.slots, func(sl slot) bool { return sl.ID == id })
+		err := saveSlots(s.store.DB(), nil, []string{id})
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitAcked waits until the shard's followers that policy asks for have
+// acknowledged every LSN up to and including lsn (replication.AckMajority:
+// a majority of the registered followers; the leader itself is not
+// counted), or ctx ends.
+func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.AckPolicy) error {
+	if s.ship == nil {
+		return ErrNotShipping
+	}
+	return s.ship.fan.WaitAcked(ctx, lsn, policy)
+}
+
+// WaitAcked waits until, on every shard, the followers policy asks for have
+// acknowledged everything appended before the call, or ctx ends.
+func (l *Leader) WaitAcked(ctx context.Context, policy replication.AckPolicy) error {
+	for _, s := range l.shards {
+		if err := s.WaitAcked(ctx, s.NextLSN()-1, policy); err != nil {
+			return fmt.Errorf("shard %d: %w", s.id, err)
+		}
+	}
+	return nil
+}
+
+// Stats returns the shard's figures.
+func (s *Shard) Stats() ShardStats {
+	w := s.log.Writer()
+	st := ShardStats{Shard: s.id, Epoch: s.log.Epoch(), NextLSN: w.NextLSN()}
+	if s.ship != nil {
+		st.Shipping = s.ship.fan.Stats()
+		s.ship.mu.Lock()
+		st.Retention = s.ship.stats
+		for _, sl := range s.ship.slots {
+			st.Retention.Slots = append(st.Retention.Slots, SlotStats(sl))
+		}
+		s.ship.mu.Unlock()
+	}
+	st.Retention.FirstLSN, st.Retention.RetainedBytes = w.FirstLSN(), w.RetainedBytes()
+	return st
+}
+
+// Stats returns every shard's figures, indexed by shard.
+func (l *Leader) Stats() []ShardStats {
+	out := make([]ShardStats, len(l.shards))
+	for i, s := range l.shards {
+		out[i] = s.Stats()
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+package replication
+
+// Hello verification (notes for doc.go)
+//
+// Before a leader ships to a follower it checks that the follower's history
+// is a prefix of its own log, as Raft checks prevLogIndex/prevLogTerm before
+// appending: the hello names the follower's applied position and the batch
+// that ends there (epoch and header CRC, BatchRef), and the leader looks up
+// the batch ending at that LSN in its log. Equal identities mean the same
+// batch, hence — each side having applied its log in order from the same
+// start — the same history up to there; anything else means the follower
+// holds entries this leader does not (ErrDiverged) and must be rebuilt, never
+// patched. The CRC catches what an epoch alone cannot: two histories written
+// under the same epoch (a deposed leader that kept writing, a log generated
+// elsewhere), including when the new history starts exactly after the
+// follower's position, where no batch overlaps anything the follower applied.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrBehindRetention: the follower needs LSNs the leader's log no longer
+// holds (deleted by retention, or before a promoted leader's first LSN), or
+// its position cannot be verified against what the log holds. It must be
+// rebuilt from a snapshot.
+var ErrBehindRetention = errors.New("replication: follower behind the leader's retained log")
+
+// EpochBoundary is where a leader's current epoch starts in its history.
+type EpochBoundary struct {
+	// Epoch is the leader's current epoch.
+	Epoch uint64
+	// StartLSN is the first LSN written under Epoch (0: unknown).
+	StartLSN uint64
+	// Prev identifies the batch ending at StartLSN-1 in the history the
+	// epoch continues (zero: unknown). A promoted leader whose log starts at
+	// StartLSN reads it from its store at promotion (ReadLastBatch).
+	Prev BatchRef
+}
+
+// HelloLog is what CheckHello needs to know about the leader's log.
+type HelloLog interface {
+	// Retained returns the first LSN the log holds and its last LSN (first-1
+	// when it holds none). An untrimmed log starts at 1; a promoted
+	// leader's at its epoch's start; retention moves first up.
+	Retained() (first, last uint64)
+	// BatchEndingAt returns the identity of the log's batch whose last LSN
+	// is lsn, for first ≤ lsn ≤ last; ok is false when no batch ends there.
+	BatchEndingAt(lsn uint64) (ref BatchRef, ok bool, err error)
+	// Boundary returns where the leader's current epoch starts.
+	Boundary() EpochBoundary
+}
+
+// CheckHello verifies that a follower's history, as its hello states it, is
+// a prefix of the leader's log, so that shipping from hello.AppliedLSN+1
+// continues it. Give it to ShipperOptions.VerifyHello. With first and last
+// the log's retained range and a the follower's applied LSN:
+//
+//   - a > last: ErrDiverged (the follower holds entries this log does not);
+//   - a == 0 and the log starts at 1: fine;
+//   - hello.LastBatch unknown (a store older than the field): only the epoch
+//     rule can be checked — a follower of an older epoch that applied the
+//     epoch's first LSN or beyond is ErrDiverged; then a < first-1 is
+//     ErrBehindRetention, anything else is fine;
+//   - a < first-1: ErrBehindRetention;
+//   - a == first-1: LastBatch must equal the epoch boundary's Prev when the
+//     log starts at the epoch's first LSN and Prev is known (else
+//     ErrDiverged); otherwise ErrBehindRetention (the batch is gone and
+//     nothing recorded its identity);
+//   - first ≤ a ≤ last: a batch of the log must end at a, with LastBatch's
+//     epoch and CRC; else ErrDiverged.
+//
+// An error reading the log is returned wrapped (the connection is refused
+// and the follower retries).
+func CheckHello(hello Ack, log HelloLog) error {
+	first, last := log.Retained()
+	b := log.Boundary()
+	a := hello.AppliedLSN
+	if a > last {
+		return fmt.Errorf("%w: follower applied up to LSN %d, this leader's log ends at %d", ErrDiverged, a, last)
+	}
+	if a == 0 && first <= 1 {
+		return nil
+	}
+	if hello.LastBatch.IsZero() {
+		if b.StartLSN > 0 && hello.Epoch < b.Epoch && a >= b.StartLSN {
+			return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
+				ErrDiverged, a, hello.Epoch, b.Epoch, b.StartLSN)
+		}
+		if a+1 < first {
+			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", ErrBehindRetention, a+1, first)
+		}
+		return nil
+	}
+	switch {
+	case a+1 < first:
+		return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", ErrBehindRetention, a+1, first)
+	case a+1 == first:
+		if b.StartLSN != first || b.Prev.IsZero() {
+			return fmt.Errorf("%w: follower stopped at LSN %d, just before the log's first, and no record says which batch ends there",
+				ErrBehindRetention, a)
+		}
+		if hello.LastBatch != b.Prev {
+			return fmt.Errorf("%w: follower's batch ending at LSN %d is %v, the history epoch %d continues has %v",
+				ErrDiverged, a, hello.LastBatch, b.Epoch, b.Prev)
+		}
+		return nil
+	}
+	ref, ok, err := log.BatchEndingAt(a)
+	if err != nil {
+		return fmt.Errorf("replication: checking the hello against the log at LSN %d: %w", a, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: follower's batch ends at LSN %d, no batch of this log does", ErrDiverged, a)
+	}
+	if ref != hello.LastBatch {
+		return fmt.Errorf("%w: follower's batch ending at LSN %d is %v, this log's is %v", ErrDiverged, a, hello.LastBatch, ref)
+	}
+	return nil
+}
+
+// FindBatchEndingAt positions r at lsn and reports the identity of the batch
+// ending exactly there (a helper for HelloLog.BatchEndingAt over a WAL);
+// ok is false when the batch holding lsn ends elsewhere or the log does not
+// hold lsn.
+func FindBatchEndingAt(r LogReader, lsn uint64) (ref BatchRef, ok bool, err error) {
+	if err := r.Seek(lsn); err != nil {
+		return BatchRef{}, false, err
+	}
+	for {
+		h, raw, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return BatchRef{}, false, nil
+		}
+		if err != nil {
+			return BatchRef{}, false, err
+		}
+		switch {
+		case h.LastLSN() < lsn:
+			continue // Seek may land before the batch holding lsn
+		case h.LastLSN() == lsn:
+			return batchRef(h, raw), true, nil
+		default:
+			return BatchRef{}, false, nil
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package replication
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/oncewal/oncewal/wal"
+)
+
+// memHelloLog is a HelloLog over a memLog.
+type memHelloLog struct {
+	m   *memLog
+	b   EpochBoundary
+	err error // returned by BatchEndingAt when set
+}
+
+func (l memHelloLog) Retained() (first, last uint64) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	if len(l.m.heads) == 0 {
+		return l.m.next, l.m.next - 1
+	}
+	return l.m.heads[0].FirstLSN, l.m.next - 1
+}
+
+func (l memHelloLog) BatchEndingAt(lsn uint64) (BatchRef, bool, error) {
+	if l.err != nil {
+		return BatchRef{}, false, l.err
+	}
+	r, _ := l.m.open()
+	return FindBatchEndingAt(r, lsn)
+}
+
+func (l memHelloLog) Boundary() EpochBoundary { return l.b }
+
+// refOf encodes a one-event batch ending at lsn and returns its identity;
+// value tells histories written under the same epoch apart.
+func refOf(t *testing.T, epoch, lsn uint64, value string) BatchRef {
+	t.Helper()
+	b, err := wal.AppendBatch(nil, 2, epoch, lsn, []wal.Event{{Op: wal.OpPut, Seq: 1, Key: []byte("k"), Value: []byte(value)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := BatchRefOf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// TestCheckHello: the table of CheckHello's rules, on the scenario —
+// a leader promoted at epoch 2 whose log starts at 4291, continuing a history
+// whose batch ending at 4290 was written by leader X under epoch 1 — and on
+// an untrimmed and a retention-trimmed log.
+func TestCheckHello(t *testing.T) {
+	promoted := newMemLog(2)
+	promoted.next = 4291
+	for i := 0; i < 5; i++ {
+		promoted.append(t, 2, 2) // batches ending at 4292, 4294, …, 4300
+	}
+	refAt := func(m *memLog, lsn uint64) BatchRef {
+		r, _ := m.open()
+		ref, ok, err := FindBatchEndingAt(r, lsn)
+		if err != nil || !ok {
+			t.Fatalf("no batch ends at %d: %v", lsn, err)
+		}
+		return ref
+	}
+	x4290 := refOf(t, 1, 4290, "leader X")
+	y4290 := refOf(t, 1, 4290, "deposed leader Y") // same epoch, other history
+	r4294 := refAt(promoted, 4294)
+	boundary := EpochBoundary{Epoch: 2, StartLSN: 4291, Prev: x4290}
+	atPromoted := memHelloLog{m: promoted, b: boundary}
+	unknownBoundary := memHelloLog{m: promoted, b: EpochBoundary{Epoch: 2, StartLSN: 4291}}
+
+	untrimmed := newMemLog(2)
+	for i := 0; i < 3; i++ {
+		untrimmed.append(t, 1, 2) // 1-2, 3-4, 5-6
+	}
+	atUntrimmed := memHelloLog{m: untrimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
+	trimmed := newMemLog(2)
+	trimmed.next = 100
+	trimmed.append(t, 1, 2) // 100-101; LSNs below 100 deleted by retention
+	atTrimmed := memHelloLog{m: trimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
+
+	errDisk := errors.New("disk on fire")
+	hello := func(epoch, applied uint64, last BatchRef) Ack {
+		return Ack{Shard: 2, FollowerID: "f", Epoch: epoch, AppliedLSN: applied, LastBatch: last}
+	}
+	for _, c := range []struct {
+		name  string
+		log   HelloLog
+		hello Ack
+		want  error // nil: served
+	}{
+		{"aligned boundary, same history", atPromoted, hello(1, 4290, x4290), nil},
+		{"aligned boundary, other history of the same epoch", atPromoted, hello(1, 4290, y4290), ErrDiverged},
+		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, BatchRef{Epoch: 2, CRC: x4290.CRC}), ErrDiverged},
+		{"aligned boundary, boundary unrecorded", unknownBoundary, hello(1, 4290, x4290), ErrBehindRetention},
+		{"aligned boundary, old store (epoch rule cannot see it)", atPromoted, hello(1, 4290, BatchRef{}), nil},
+		{"inside the log, same batch", atPromoted, hello(2, 4294, r4294), nil},
+		{"inside the log, at its end", atPromoted, hello(2, 4300, refAt(promoted, 4300)), nil},
+		{"inside the log, other CRC", atPromoted, hello(2, 4294, BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), ErrDiverged},
+		{"inside the log, other epoch", atPromoted, hello(2, 4294, BatchRef{Epoch: 1, CRC: r4294.CRC}), ErrDiverged},
+		{"inside the log, not at a batch end", atPromoted, hello(2, 4293, r4294), ErrDiverged},
+		{"ahead of the log", atPromoted, hello(2, 4301, r4294), ErrDiverged},
+		{"ahead of the log, old store", atPromoted, hello(2, 4301, BatchRef{}), ErrDiverged},
+		{"below the log", atPromoted, hello(1, 4289, x4290), ErrBehindRetention},
+		{"nothing applied, log starts later", atPromoted, hello(0, 0, BatchRef{}), ErrBehindRetention},
+		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, BatchRef{}), ErrDiverged},
+		{"old store, current epoch", atPromoted, hello(2, 4294, BatchRef{}), nil},
+		{"old store, below the log", atPromoted, hello(1, 4000, BatchRef{}), ErrBehindRetention},
+		{"nothing applied, log starts at 1", atUntrimmed, hello(0, 0, BatchRef{}), nil},
+		{"untrimmed, same batch", atUntrimmed, hello(1, 4, refAt(untrimmed, 4)), nil},
+		{"untrimmed, ahead", atUntrimmed, hello(1, 7, refAt(untrimmed, 6)), ErrDiverged},
+		{"trimmed, just below (nothing recorded)", atTrimmed, hello(1, 99, refOf(t, 1, 99, "v")), ErrBehindRetention},
+		{"trimmed, old store just below", atTrimmed, hello(1, 99, BatchRef{}), nil},
+		{"trimmed, inside", atTrimmed, hello(1, 101, refAt(trimmed, 101)), nil},
+	} {
+		err := CheckHello(c.hello, c.log)
+		if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	err := CheckHello(hello(2, 4294, r4294), memHelloLog{m: promoted, b: boundary, err: errDisk})
+	if !errors.Is(err, errDisk) || errors.Is(err, ErrDiverged) || errors.Is(err, ErrBehindRetention) {
+		t.Errorf("read error: %v", err)
+	}
+}
+
+func TestFindBatchEndingAt(t *testing.T) {
+	m := newMemLog(0)
+	m.append(t, 1, 3) // 1-3
+	m.append(t, 1, 2) // 4-5
+	for lsn, want := range map[uint64]bool{0: false, 1: false, 3: true, 4: false, 5: true, 6: false} {
+		r, _ := m.open()
+		ref, ok, err := FindBatchEndingAt(r, lsn)
+		if err != nil || ok != want || ok == ref.IsZero() {
+			t.Errorf("lsn %d: %v %v %v", lsn, ref, ok, err)
+		}
+	}
+	r, _ := m.open()
+	ref, _, _ := FindBatchEndingAt(r, 5)
+	if want, _ := BatchRefOf(m.batches[1]); ref != want {
+		t.Errorf("ref %v, want %v", ref, want)
+	}
+}

@@ -1,0 +1,733 @@
+package replication
+
+// Fanout (notes for doc.go)
+//
+// A Fanout ships one shard's WAL to every registered follower of the shard
+// over one Listener. Each follower has its own stream (shipLoop, the code a
+// Shipper runs): its own connection, position, window of batches in flight,
+// retransmit timer and counters. The accept loop only routes: it reads the
+// hello's FollowerID and hands the connection to that follower's stream,
+// which takes it in place of the follower's previous connection (if any).
+// So a reconnect replaces only that follower's stream, two followers never
+// take each other's, and a slow, stalled or refused follower holds up no
+// other.
+//
+// Registration: FanoutOptions.Followers at start, Register/Unregister at run
+// time. A hello with an unknown ID (or none) is refused with
+// ErrUnknownFollower unless AutoRegister is set. Refusing is the default
+// because a registered follower counts towards WaitAcked's Majority and All
+// (and, for the leader, pins WAL retention): a mistyped ID or a stray
+// process must not change what "all followers" means, or fill the disk.
+// An anonymous follower (empty ID) is refused even then: two of them could
+// not be told apart, which is the stream stealing this type exists to end.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Fanout errors.
+var (
+	// ErrUnknownFollower: a hello whose FollowerID is not registered (or is
+	// empty) at a Fanout, or a method given an unregistered ID.
+	ErrUnknownFollower = errors.New("replication: unknown follower")
+	// ErrNoFollowers: WaitAcked on a Fanout with no registered follower.
+	ErrNoFollowers = errors.New("replication: no registered followers")
+	// ErrBadAckPolicy: an AckPolicy other than AckOne, AckMajority, AckAll.
+	ErrBadAckPolicy = errors.New("replication: bad ack policy")
+)
+
+// FanoutOptions configures a Fanout.
+type FanoutOptions struct {
+	// ShipperOptions are the shipping settings of every follower's stream
+	// (WALDir, Shard, Listener, Epoch, DurableLSN, VerifyHello, timeouts, …;
+	// see ShipperOptions).
+	ShipperOptions
+	// Followers are registered from the start: each a non-empty
+	// ValidFollowerID, no duplicates. Register adds more at run time.
+	Followers []string
+	// AutoRegister registers a follower the first time its hello names it,
+	// instead of refusing it with ErrUnknownFollower. Default false: only
+	// the listed and Registered followers are served (see the package notes
+	// for why). An empty ID is refused either way.
+	AutoRegister bool
+	// OnAcked, if set, is called whenever a follower's acknowledged position
+	// changes (its hello, then every ack that moves it), from that
+	// follower's stream goroutine; it must not block. A leader records the
+	// positions there and persists them at its own pace, e.g. as retention
+	// slots. The position can move back (see AckedLSN).
+	OnAcked func(id string, ackedLSN uint64)
+}
+
+// validate returns every problem of o.
+func (o *FanoutOptions) validate() []error {
+	errs := o.ShipperOptions.validate()
+	seen := make(map[string]bool, len(o.Followers))
+	for _, id := range o.Followers {
+		if err := checkRegisteredID(id); err != nil {
+			errs = append(errs, fmt.Errorf("Followers: %w", err))
+		} else if seen[id] {
+			errs = append(errs, fmt.Errorf("Followers: %q listed twice", id))
+		}
+		seen[id] = true
+	}
+	return errs
+}
+
+// checkRegisteredID: a follower a Fanout serves has a valid, non-empty ID.
+func checkRegisteredID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty (a Fanout serves named followers only)", ErrBadFollowerID)
+	}
+	return ValidFollowerID(id)
+}
+
+// AckPolicy says how many of a shard's registered followers WaitAcked waits
+// for.
+type AckPolicy uint8
+
+const (
+	// AckOne waits for any one registered follower.
+	AckOne AckPolicy = 1 + iota
+	// AckMajority waits for a majority of the registered followers:
+	// n/2+1 of n. The leader is not counted: its own copy is the one lost
+	// when it dies, the case a quorum is for. An LSN acknowledged by a
+	// majority of followers is held by at least one follower of every
+	// majority that survives, so promoting the most advanced survivor keeps
+	// it.
+	AckMajority
+	// AckAll waits for every registered follower.
+	AckAll
+)
+
+func (p AckPolicy) String() string {
+	switch p {
+	case AckOne:
+		return "one"
+	case AckMajority:
+		return "majority"
+	case AckAll:
+		return "all"
+	}
+	return fmt.Sprintf("AckPolicy(%d)", uint8(p))
+}
+
+// need is the number of acknowledgements p requires of n followers.
+func (p AckPolicy) need(n int) int {
+	switch p {
+	case AckOne:
+		return 1
+	case AckMajority:
+		return n/2 + 1
+	default:
+		return n
+	}
+}
+
+// HelloRefusals counts refused follower connections by reason.
+type HelloRefusals struct {
+	BadHello        uint64 // wrong shard, malformed follower ID, or a VerifyHello error wrapping ErrBadHello
+	UnknownFollower uint64 // follower ID not registered, or empty
+	Diverged        uint64 // ErrDiverged: the follower's history is not a prefix of this leader's log
+	BehindRetention uint64 // ErrBehindRetention: the log no longer holds what the follower needs next
+	Other           uint64 // any other VerifyHello error (e.g. the check could not read the log)
+}
+
+// Total is the number of refused connections.
+func (r HelloRefusals) Total() uint64 {
+	return r.BadHello + r.UnknownFollower + r.Diverged + r.BehindRetention + r.Other
+}
+
+type refusalCounters struct {
+	badHello, unknown, diverged, behind, other atomic.Uint64
+}
+
+// count records a refusal and returns its reason's name.
+func (c *refusalCounters) count(err error) string {
+	switch {
+	case errors.Is(err, ErrDiverged):
+		c.diverged.Add(1)
+		return "diverged"
+	case errors.Is(err, ErrBehindRetention):
+		c.behind.Add(1)
+		return "behind retention"
+	case errors.Is(err, ErrUnknownFollower):
+		c.unknown.Add(1)
+		return "unknown follower"
+	case errors.Is(err, ErrBadHello):
+		c.badHello.Add(1)
+		return "bad hello"
+	}
+	c.other.Add(1)
+	return "other"
+}
+
+func (c *refusalCounters) snapshot() HelloRefusals {
+	return HelloRefusals{
+		BadHello: c.badHello.Load(), UnknownFollower: c.unknown.Load(), Diverged: c.diverged.Load(),
+		BehindRetention: c.behind.Load(), Other: c.other.Load(),
+	}
+}
+
+// FollowerStats are one registered follower's figures.
+type FollowerStats struct {
+	ID        string
+	Connected bool          // a connection is in service
+	Refused   HelloRefusals // this follower's refused connections (BadHellos is their total)
+	DiskReads uint64        // batches its stream read from the WAL, not the cache
+	// LagEvents is EndLSN - AckedLSN: the events appended that the follower
+	// has not acknowledged. LagBytes is their size in the log: exact while
+	// AckedLSN is within the cache, estimated from the mean event size
+	// below it.
+	LagEvents, LagBytes uint64
+	ShipperStats
+}
+
+// FanoutStats is a snapshot of a Fanout's figures.
+type FanoutStats struct {
+	// EndLSN is the end of the log as the Fanout knows it: the last LSN
+	// handed to Appended, synced (DurableLSN) or sent, whichever is highest.
+	EndLSN    uint64
+	Accepted  uint64          // connections accepted from the Listener
+	Refused   HelloRefusals   // every refused connection, unknown IDs included
+	Followers []FollowerStats // registered followers, by ID
+	Cache     CacheStats
+}
+
+// Fanout ships one shard's WAL to every registered follower. Create it
+// with NewFanout and start it with Run. Its methods are safe for concurrent
+// use.
+type Fanout struct {
+	opts    FanoutOptions
+	single  *peer // Shipper mode: the one stream every hello goes to
+	running atomic.Bool
+
+	accepted   atomic.Uint64
+	refused    refusalCounters
+	cache      *batchCache // nil when disabled
+	sentEvents atomic.Uint64
+	list       atomic.Pointer[[]*peer] // the registered peers, for wakeAll (copied on change)
+
+	mu     sync.Mutex
+	peers  map[string]*peer
+	run    *runState     // nil unless Run is running
+	ackCh  chan struct{} // closed when an acked position or the follower set changes; nil until someone waits
+	logged map[string]time.Time
+}
+
+// peer is one follower: its counters and the hand-off to its stream.
+type peer struct {
+	id        string
+	stats     shipperCounters
+	refused   refusalCounters
+	diskReads atomic.Uint64
+	connCh    chan struct{} // signalled when pending is set
+	wake      chan struct{} // signalled by Notify and Appended
+
+	// Guarded by Fanout.mu.
+	acked     uint64
+	connected bool
+	pending   *accepted          // newest accepted connection, not yet taken
+	abort     context.CancelFunc // aborts the stream's current connection
+	stop      context.CancelFunc // ends the stream (Unregister, end of Run)
+}
+
+type accepted struct {
+	conn  LeaderConn
+	hello Ack
+}
+
+type runState struct {
+	ctx   context.Context
+	wg    *sync.WaitGroup
+	fatal chan error
+}
+
+// NewFanout validates opts (every problem in one ErrBadShipperOptions
+// error) and returns a Fanout serving opts.Followers.
+func NewFanout(opts FanoutOptions) (*Fanout, error) {
+	if errs := opts.validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	}
+	return newFanout(opts, false), nil
+}
+
+func newFanout(opts FanoutOptions, single bool) *Fanout {
+	opts.EnsureDefaults()
+	opts.Followers = slices.Clone(opts.Followers)
+	f := &Fanout{opts: opts, peers: make(map[string]*peer), logged: make(map[string]time.Time)}
+	if single {
+		f.single = newPeer("")
+		f.peers[""] = f.single
+	}
+	for _, id := range opts.Followers {
+		f.peers[id] = newPeer(id)
+	}
+	if opts.CacheBytes > 0 {
+		f.cache = newBatchCache(opts.CacheBytes)
+	}
+	f.listLocked()
+	return f
+}
+
+// listLocked publishes the peer set for wakeAll.
+func (f *Fanout) listLocked() {
+	l := make([]*peer, 0, len(f.peers))
+	for _, p := range f.peers {
+		l = append(l, p)
+	}
+	f.list.Store(&l)
+}
+
+// Appended hands the Fanout a batch the leader appended: its header and
+// encoded bytes (raw is copied; the caller may reuse it). Call it for every
+// batch, in log order, once the batch is synced — e.g. from
+// LedgerLog's OnAppend — to feed the cache every stream reads first, and to
+// wake the streams waiting at the end of the log. A batch that is not of
+// this shard or whose length disagrees with its header is ignored (logged).
+// Safe for concurrent use; calls out of log order only cost WAL reads (the
+// cache restarts at a batch that does not continue it).
+func (f *Fanout) Appended(h wal.Header, raw []byte) {
+	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
+		f.opts.Logf("replication: shipper: shard %d: Appended ignored a batch of shard %d, %d events, %d bytes (header says %d)",
+			f.opts.Shard, h.Shard, h.Count, len(raw), h.Size())
+		return
+	}
+	if f.cache != nil {
+		f.cache.add(h, raw)
+	}
+	f.wakeAll()
+}
+
+func newPeer(id string) *peer {
+	return &peer{id: id, connCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+// Register adds a follower. It is served from its next connection on and
+// counts towards WaitAcked at once (with nothing acknowledged until it
+// connects). Registering a registered ID does nothing.
+func (f *Fanout) Register(id string) error {
+	if f.single != nil {
+		return fmt.Errorf("replication: a Shipper serves one anonymous follower; use a Fanout")
+	}
+	if err := checkRegisteredID(id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registerLocked(id)
+	return nil
+}
+
+func (f *Fanout) registerLocked(id string) *peer {
+	if p, ok := f.peers[id]; ok {
+		return p
+	}
+	p := newPeer(id)
+	f.peers[id] = p
+	f.listLocked()
+	if f.run != nil {
+		f.startLocked(p)
+	}
+	f.ackChangedLocked()
+	return p
+}
+
+// Unregister removes a follower: its stream stops, its connection is
+// closed, it no longer counts towards WaitAcked, and its next hello is
+// refused (ErrUnknownFollower) unless it is registered again.
+func (f *Fanout) Unregister(id string) error {
+	f.mu.Lock()
+	p, ok := f.peers[id]
+	if !ok || p == f.single {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownFollower, id)
+	}
+	delete(f.peers, id)
+	f.listLocked()
+	pending := p.pending
+	p.pending = nil
+	if p.stop != nil {
+		p.stop() // the stream closes its connection as it returns
+	}
+	f.ackChangedLocked()
+	f.mu.Unlock()
+	if pending != nil {
+		pending.conn.Close()
+	}
+	return nil
+}
+
+// Followers returns the registered follower IDs, sorted.
+func (f *Fanout) Followers() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.peers))
+	for id, p := range f.peers {
+		if p != f.single {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Run accepts follower connections and ships to every registered follower
+// until ctx ends, then returns nil after every goroutine it started has
+// stopped. It returns early with ErrFenced (a follower has seen a newer
+// epoch) or with the Listener's error once the Listener is closed
+// (errors.Is(err, ErrClosed)). Run may be called again after it returned,
+// not concurrently (ErrShipperRunning).
+func (f *Fanout) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return ErrShipperRunning
+	}
+	defer f.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := &runState{ctx: ctx, wg: &wg, fatal: make(chan error, 1)}
+	f.mu.Lock()
+	f.run = run
+	for _, p := range f.peers {
+		f.startLocked(p)
+	}
+	f.mu.Unlock()
+	wg.Go(func() { f.acceptLoop(ctx, run.fatal) })
+	if f.opts.Notify != nil {
+		wg.Go(func() { f.notifyLoop(ctx) })
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-run.fatal:
+	}
+	cancel()
+	f.mu.Lock()
+	f.run = nil // no stream starts after this
+	var pending []*accepted
+	for _, p := range f.peers {
+		if p.pending != nil {
+			pending = append(pending, p.pending)
+			p.pending = nil
+		}
+		p.stop = nil
+	}
+	f.mu.Unlock()
+	wg.Wait()
+	for _, a := range pending {
+		a.conn.Close()
+	}
+	return err
+}
+
+// startLocked starts p's stream for the current Run.
+func (f *Fanout) startLocked(p *peer) {
+	ctx, stop := context.WithCancel(f.run.ctx)
+	p.stop = stop
+	fatal := f.run.fatal
+	f.run.wg.Go(func() {
+		defer stop()
+		if err := newShipLoop(f, p).run(ctx); err != nil {
+			select {
+			case fatal <- err:
+			default:
+			}
+		}
+	})
+}
+
+func (f *Fanout) notifyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-f.opts.Notify:
+			f.wakeAll()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// wakeAll wakes every stream waiting at the end of the log.
+func (f *Fanout) wakeAll() {
+	for _, p := range *f.list.Load() {
+		signal(p.wake)
+	}
+}
+
+func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
+	backoff := f.opts.PollInterval
+	for {
+		c, hello, err := f.opts.Listener.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrClosed) {
+				select {
+				case fatal <- fmt.Errorf("replication: shipper: listener: %w", err):
+				default:
+				}
+				return
+			}
+			f.opts.Logf("replication: shipper: accept: %v (retrying in %v)", err, backoff)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, f.opts.MaxBackoff)
+			continue
+		}
+		backoff = f.opts.PollInterval
+		f.accepted.Add(1)
+		f.dispatch(c, hello)
+	}
+}
+
+// dispatch hands an accepted connection to its follower's stream, or
+// refuses it. It never blocks on a stream.
+func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
+	f.mu.Lock()
+	p, err := f.routeLocked(hello)
+	if err == nil && hello.Shard != f.opts.Shard {
+		err = fmt.Errorf("%w: hello for shard %d, serving %d", ErrBadHello, hello.Shard, f.opts.Shard)
+	}
+	if err != nil {
+		f.mu.Unlock()
+		f.refuse(p, hello, err, c)
+		return
+	}
+	old := p.pending
+	p.pending = &accepted{c, hello}
+	if p.abort != nil {
+		// A Send blocked on the old connection must not keep the new one
+		// waiting.
+		p.abort()
+	}
+	f.mu.Unlock()
+	if old != nil {
+		old.conn.Close() // superseded before its stream took it
+	}
+	signal(p.connCh)
+}
+
+// routeLocked finds the stream for hello; p is nil for an unknown follower.
+func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
+	if f.single != nil {
+		return f.single, nil
+	}
+	if err := ValidFollowerID(hello.FollowerID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadHello, err)
+	}
+	if hello.FollowerID == "" {
+		return nil, fmt.Errorf("%w: anonymous follower (no ID in its hello)", ErrUnknownFollower)
+	}
+	if p, ok := f.peers[hello.FollowerID]; ok {
+		return p, nil
+	}
+	if f.opts.AutoRegister {
+		f.opts.Logf("replication: shipper: shard %d: registered follower %q on its first hello", f.opts.Shard, hello.FollowerID)
+		return f.registerLocked(hello.FollowerID), nil
+	}
+	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
+}
+
+// refuse closes a connection whose hello was refused, counts the refusal
+// (also for p, if the follower is known) and logs it, once per follower and
+// reason per 30s.
+func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
+	c.Close()
+	reason := f.refused.count(err)
+	if p != nil {
+		p.refused.count(err)
+	}
+	key := hello.FollowerID + "\x00" + reason
+	now := time.Now()
+	f.mu.Lock()
+	last, seen := f.logged[key]
+	if !seen || now.Sub(last) >= 30*time.Second {
+		if len(f.logged) >= 1024 { // IDs come from the network: bound the map
+			clear(f.logged)
+		}
+		f.logged[key] = now
+	}
+	f.mu.Unlock()
+	if !seen || now.Sub(last) >= 30*time.Second {
+		f.opts.Logf("replication: shipper: shard %d: refused follower %q (epoch %d, applied LSN %d): %s: %v",
+			f.opts.Shard, hello.FollowerID, hello.Epoch, hello.AppliedLSN, reason, err)
+	}
+}
+
+// takePending returns p's newest accepted connection, if any.
+func (f *Fanout) takePending(p *peer) *accepted {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := p.pending
+	p.pending = nil
+	return a
+}
+
+// setConn records p's connection in service (abort non-nil) or none.
+func (f *Fanout) setConn(p *peer, abort context.CancelFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p.abort = abort
+	p.connected = abort != nil
+}
+
+func (f *Fanout) setAcked(p *peer, lsn uint64) {
+	f.mu.Lock()
+	p.acked = lsn
+	f.ackChangedLocked()
+	f.mu.Unlock()
+	if f.opts.OnAcked != nil && p != f.single {
+		f.opts.OnAcked(p.id, lsn)
+	}
+}
+
+func (f *Fanout) ackChangedLocked() {
+	if f.ackCh != nil {
+		close(f.ackCh)
+		f.ackCh = nil
+	}
+}
+
+// WaitAcked blocks until the followers policy asks for (of those registered
+// while it waits) have acknowledged every LSN up to and including lsn, or
+// ctx ends (ctx.Err()). With no registered follower it returns
+// ErrNoFollowers: no policy can be met, and waiting would hang. It works
+// whether or not Run is running.
+func (f *Fanout) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
+	if policy < AckOne || policy > AckAll {
+		return fmt.Errorf("%w: %v", ErrBadAckPolicy, policy)
+	}
+	for {
+		f.mu.Lock()
+		n := len(f.peers)
+		if n == 0 {
+			f.mu.Unlock()
+			return ErrNoFollowers
+		}
+		got := 0
+		for _, p := range f.peers {
+			if p.acked >= lsn {
+				got++
+			}
+		}
+		if got >= policy.need(n) {
+			f.mu.Unlock()
+			return nil
+		}
+		if f.ackCh == nil {
+			f.ackCh = make(chan struct{})
+		}
+		ch := f.ackCh
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// AckedLSN returns the position follower id has acknowledged (its latest
+// hello, then its acks; 0 before it first connected to this Fanout). It can
+// move back when the follower reconnects with less than it had (a NoSync
+// follower that lost unsynced batches).
+func (f *Fanout) AckedLSN(id string) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.peers[id]
+	if !ok || p == f.single {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownFollower, id)
+	}
+	return p.acked, nil
+}
+
+// Stats returns a snapshot of the figures.
+func (f *Fanout) Stats() FanoutStats {
+	f.mu.Lock()
+	ps := make([]*peer, 0, len(f.peers))
+	for _, p := range f.peers {
+		if p != f.single {
+			ps = append(ps, p)
+		}
+	}
+	f.mu.Unlock()
+	slices.SortFunc(ps, func(a, b *peer) int { return strings.Compare(a.id, b.id) })
+	st := FanoutStats{EndLSN: f.endLSN(), Accepted: f.accepted.Load(), Refused: f.refused.snapshot()}
+	if f.cache != nil {
+		st.Cache = f.cache.stats()
+	}
+	for _, p := range ps {
+		st.Followers = append(st.Followers, f.followerStats(p))
+	}
+	return st
+}
+
+// endLSN is the highest LSN the Fanout knows the log holds.
+func (f *Fanout) endLSN() uint64 {
+	var end uint64
+	if f.cache != nil {
+		end = f.cache.lastLSN()
+	}
+	if f.opts.DurableLSN != nil {
+		end = max(end, f.opts.DurableLSN())
+	}
+	for _, p := range *f.list.Load() {
+		end = max(end, p.stats.sentLSN.Load())
+	}
+	return end
+}
+
+// lag is how far a follower at acked is behind end, in events and bytes.
+func (f *Fanout) lag(acked, end uint64) (events, bytes uint64) {
+	if acked >= end {
+		return 0, 0
+	}
+	events = end - acked
+	if f.cache != nil && f.cache.lastLSN() == end {
+		if b, ok := f.cache.bytesAfter(acked); ok {
+			return events, b
+		}
+	}
+	var sumBytes, sumEvents uint64
+	if f.cache != nil {
+		sumBytes, sumEvents = f.cache.mean()
+	}
+	if sumEvents == 0 {
+		for _, p := range *f.list.Load() {
+			sumBytes += p.stats.bytes.Load()
+		}
+		sumEvents = f.sentEvents.Load()
+	}
+	if sumEvents > 0 {
+		bytes = events * sumBytes / sumEvents
+	}
+	return events, bytes
+}
+
+func (f *Fanout) followerStats(p *peer) FollowerStats {
+	c := &p.stats
+	f.mu.Lock()
+	acked, connected := p.acked, p.connected
+	f.mu.Unlock()
+	st := FollowerStats{ID: p.id, Connected: connected, Refused: p.refused.snapshot(), DiskReads: p.diskReads.Load()}
+	st.LagEvents, st.LagBytes = f.lag(acked, f.endLSN())
+	st.ShipperStats = ShipperStats{
+		Connections: c.connections.Load(), BadHellos: st.Refused.Total(),
+		BatchesSent: c.sent.Load(), BatchesResent: c.resent.Load(), BytesSent: c.bytes.Load(),
+		Acks: c.acks.Load(), Refusals: c.refusals.Load(), Rewinds: c.rewinds.Load(),
+		Timeouts: c.timeouts.Load(), ReaderErrors: c.readerErrors.Load(),
+		AckedLSN: acked, SentLSN: c.sentLSN.Load(),
+	}
+	return st
+}

@@ -1,0 +1,304 @@
+package session
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+)
+
+// hwmCache is the Tracker's bounded cache of committed HWM records: an exact
+// LRU map from session ID to record, built like the idempotency window
+// (idempotency.Store) so that a hit costs two cache lines — a slot of an
+// open-addressing table and a 32-byte entry — instead of golang-lru's walk
+// from a Go map to a heap-allocated list element.
+//
+// Layout: entries[i] holds a session's ID and record; links[i] its place in
+// the doubly linked recency list (kept apart, so a lookup never drags the
+// links into cache); table is a linear-probing table of uint64 slots, each
+// the 32-bit hash of an ID and its entry index + 1. The hash in the slot lets
+// a miss finish without touching an entry. Deletion shifts the rest of a
+// probe cluster back instead of leaving tombstones, so churn never degrades
+// probing. Nothing holds a pointer: the arrays are noscan allocations the GC
+// never traverses. They grow (entries by append, the table by doubling and
+// rehashing at half load) up to the capacity, so a follower with few
+// sessions does not pay for a large CacheSize up front.
+//
+// Recency: put (insert or update) makes a session the most recently used;
+// peek and get do not refresh it, because a recency update is a random write
+// to the list (two neighbours and the head), which costs more than the lookup
+// itself at 100K+ sessions. The Tracker puts a session when it fills it from
+// Pebble and when a commit writes it, so the cache keeps the sessions that
+// are writing. When full, put of a new session evicts the least recently put.
+//
+// Concurrency: only the goroutine running the current TrackerTx changes the
+// cache (txs are serialized), and it does so under mu; it reads without mu,
+// being the only writer. Readers on other goroutines (Tracker.Get, Expired)
+// take mu.
+//
+// The cache holds only committed records (doc.go, invariant 3): a tx's
+// pending changes live in the tx, so evicting any entry at any time loses
+// nothing but a Pebble read.
+type hwmCache struct {
+	mu sync.Mutex
+
+	table    []uint64 // 0 = empty; else uint64(hash32)<<32 | uint64(index+1)
+	entries  []cacheEntry
+	links    []cacheLinks // links[i] belongs to entries[i]
+	seed0    uint64
+	seed1    uint64
+	mask     uint32
+	shift    uint8 // home slot = hash32 >> shift
+	capacity int32
+	maxSlots int
+
+	n    int32 // live entries
+	head int32 // most recently put, or nilIdx
+	tail int32 // least recently put, or nilIdx
+	free int32 // free list (via links.next) of removed entries, or nilIdx
+}
+
+const (
+	nilIdx = -1
+	// closedBit marks a closed session in cacheEntry.hwm, so an entry is 32
+	// bytes and two fit a cache line. A record whose HWM has that bit set
+	// is never cached (put drops it): it would take 2^63 advances to reach.
+	closedBit = 1 << 63
+	// minSlots is the table's first size; it doubles from there.
+	minSlots = 1 << 10
+	// maxCacheCapacity keeps entry indexes (+1) in the 32 low bits of a slot
+	// and table sizes in int; larger CacheSizes are clamped.
+	maxCacheCapacity = 1 << 30
+)
+
+type cacheEntry struct {
+	id     ID
+	hwm    uint64 // record.hwm | closedBit if closed
+	lastTS int64
+}
+
+type cacheLinks struct {
+	prev, next int32 // prev is toward the most recently put (head)
+}
+
+func newHWMCache(capacity int) *hwmCache {
+	capacity = min(max(capacity, 1), maxCacheCapacity)
+	maxSlots := max(1<<bits.Len(uint(2*capacity-1)), 8)
+	slots := min(minSlots, maxSlots)
+	c := &hwmCache{
+		capacity: int32(capacity),
+		maxSlots: maxSlots,
+		head:     nilIdx,
+		tail:     nilIdx,
+		free:     nilIdx,
+		// IDs arrive in shipped events; a per-cache random seed keeps anyone
+		// who can choose IDs from aiming them at one probe cluster.
+		seed0: rand.Uint64(),
+		seed1: rand.Uint64() | 1,
+	}
+	c.setTable(slots)
+	return c
+}
+
+func (c *hwmCache) setTable(slots int) {
+	c.table = make([]uint64, slots)
+	c.mask = uint32(slots - 1)
+	c.shift = uint8(32 - bits.TrailingZeros(uint(slots)))
+}
+
+// hash32 mixes the whole ID with the cache's seed (a wyhash-style
+// multiply-fold, as idempotency.Store does for keys). A slot word is never 0
+// because the index part is index+1.
+func (c *hwmCache) hash32(id *ID) uint32 {
+	lo := binary.LittleEndian.Uint64(id[0:8])
+	hi := binary.LittleEndian.Uint64(id[8:16])
+	h1, h0 := bits.Mul64(lo^c.seed0, hi^c.seed1)
+	return uint32((h1 ^ h0) >> 32)
+}
+
+// find returns the table slot and entry index of id, or the empty slot where
+// the probe stopped and nilIdx.
+func (c *hwmCache) find(id *ID, h uint32) (slot uint32, idx int32) {
+	slot = h >> c.shift
+	for {
+		v := c.table[slot]
+		if v == 0 {
+			return slot, nilIdx
+		}
+		if uint32(v>>32) == h {
+			i := int32(uint32(v)) - 1
+			if c.entries[i].id == *id {
+				return slot, i
+			}
+		}
+		slot = (slot + 1) & c.mask
+	}
+}
+
+// peek returns the cached record of id without changing recency. Only the
+// goroutine that changes the cache may call it without holding mu.
+func (c *hwmCache) peek(id *ID) (record, bool) {
+	_, i := c.find(id, c.hash32(id))
+	if i == nilIdx {
+		return record{}, false
+	}
+	e := &c.entries[i]
+	return record{hwm: SeqNo(e.hwm &^ closedBit), lastTS: e.lastTS, closed: e.hwm&closedBit != 0}, true
+}
+
+// get is peek for any goroutine.
+func (c *hwmCache) get(id *ID) (record, bool) {
+	c.mu.Lock()
+	r, ok := c.peek(id)
+	c.mu.Unlock()
+	return r, ok
+}
+
+// len returns the number of cached sessions.
+func (c *hwmCache) len() int {
+	c.mu.Lock()
+	n := c.n
+	c.mu.Unlock()
+	return int(n)
+}
+
+// put caches r as id's committed record and makes it the most recently put,
+// evicting the least recently put session if the cache is full. Caller
+// holds mu.
+func (c *hwmCache) put(id *ID, r record) {
+	if uint64(r.hwm)&closedBit != 0 {
+		c.remove(id) // not representable; the session is read from Pebble
+		return
+	}
+	hwm := uint64(r.hwm)
+	if r.closed {
+		hwm |= closedBit
+	}
+	h := c.hash32(id)
+	slot, i := c.find(id, h)
+	if i != nilIdx {
+		c.entries[i].hwm, c.entries[i].lastTS = hwm, r.lastTS
+		if i != c.head {
+			c.unlink(i)
+			c.pushFront(i)
+		}
+		return
+	}
+	switch {
+	case c.n == c.capacity:
+		i = c.tail
+		c.removeIdx(i)
+		// The shift may have opened a hole earlier on id's probe path.
+		slot, _ = c.find(id, h)
+	case c.free != nilIdx:
+		i = c.free
+		c.free = c.links[i].next
+	default:
+		i = int32(len(c.entries))
+		c.entries = append(c.entries, cacheEntry{})
+		c.links = append(c.links, cacheLinks{})
+	}
+	c.entries[i] = cacheEntry{id: *id, hwm: hwm, lastTS: r.lastTS}
+	c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
+	c.pushFront(i)
+	c.n++
+	if int(c.n) > len(c.table)/2 && len(c.table) < c.maxSlots {
+		c.grow()
+	}
+}
+
+// remove drops id from the cache, if present. Caller holds mu.
+func (c *hwmCache) remove(id *ID) {
+	slot, i := c.find(id, c.hash32(id))
+	if i == nilIdx {
+		return
+	}
+	c.deleteSlot(slot)
+	c.unlink(i)
+	c.n--
+	c.entries[i] = cacheEntry{}
+	c.links[i] = cacheLinks{prev: nilIdx, next: c.free}
+	c.free = i
+}
+
+// removeIdx drops live entry i from the table and the list; the caller
+// reuses its index.
+func (c *hwmCache) removeIdx(i int32) {
+	id := &c.entries[i].id
+	slot, _ := c.find(id, c.hash32(id))
+	c.deleteSlot(slot)
+	c.unlink(i)
+	c.n--
+}
+
+// deleteSlot empties slot and shifts the rest of its cluster back so every
+// remaining ID stays reachable from its home slot.
+func (c *hwmCache) deleteSlot(hole uint32) {
+	j := hole
+	for {
+		j = (j + 1) & c.mask
+		v := c.table[j]
+		if v == 0 {
+			break
+		}
+		home := uint32(v>>32) >> c.shift
+		// Move j into the hole unless its home lies cyclically in (hole, j].
+		if (j-home)&c.mask >= (j-hole)&c.mask {
+			c.table[hole] = v
+			hole = j
+		}
+	}
+	c.table[hole] = 0
+}
+
+// grow doubles the table and reinserts every live entry.
+func (c *hwmCache) grow() {
+	c.setTable(len(c.table) * 2)
+	for i := c.head; i != nilIdx; i = c.links[i].next {
+		h := c.hash32(&c.entries[i].id)
+		slot := h >> c.shift
+		for c.table[slot] != 0 {
+			slot = (slot + 1) & c.mask
+		}
+		c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
+	}
+}
+
+func (c *hwmCache) unlink(i int32) {
+	l := c.links[i]
+	if l.prev != nilIdx {
+		c.links[l.prev].next = l.next
+	} else {
+		c.head = l.next
+	}
+	if l.next != nilIdx {
+		c.links[l.next].prev = l.prev
+	} else {
+		c.tail = l.prev
+	}
+}
+
+func (c *hwmCache) pushFront(i int32) {
+	c.links[i] = cacheLinks{prev: nilIdx, next: c.head}
+	if c.head != nilIdx {
+		c.links[c.head].prev = i
+	} else {
+		c.tail = i
+	}
+	c.head = i
+}
+
+// prefetch touches the table slot and, if the home slot holds a candidate,
+// the entry a lookup of id will read, and returns a value derived from them
+// (so the loads are not dropped). Its loads depend on nothing a caller's
+// loop computes, so the CPU overlaps the cache misses of many calls; the
+// lookups that follow then hit. Only the goroutine that changes the cache
+// may call it.
+func (c *hwmCache) prefetch(id *ID) uint64 {
+	h := c.hash32(id)
+	v := c.table[h>>c.shift]
+	if v == 0 || uint32(v>>32) != h {
+		return v
+	}
+	return c.entries[uint32(v)-1].hwm
+}

@@ -1,0 +1,231 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/require"
+)
+
+const crashDir = "/data/wal"
+
+var errCrash = errors.New("simulated crash")
+
+// crashBatch is batch i of the crash workload: puts with random values, so
+// that no sector is zero by chance, of sizes from ~100 B to ~9 KiB, so that
+// batches straddle the MemFS's 4 KiB crash blocks.
+func crashBatch(i int) []Event {
+	rng := rand.New(rand.NewPCG(uint64(i), 99))
+	n := 1 + rng.IntN(12)
+	if i%5 == 3 {
+		n = 20 + rng.IntN(20)
+	}
+	evs := make([]Event, n)
+	for j := range evs {
+		v := make([]byte, 10+rng.IntN(300))
+		for k := range v {
+			v[k] = byte(1 + rng.IntN(255))
+		}
+		evs[j] = Event{Op: OpPut, Key: []byte(fmt.Sprintf("k%d-%d", i, j)), Value: v}
+	}
+	return evs
+}
+
+// crashState is what the workload had done when the crash hit.
+type crashState struct {
+	acked []Header // batches whose Append returned nil, in order
+	floor uint64   // lsn of the last DeleteBelow started (0: none)
+}
+
+const crashBatches = 40
+
+// crashWorkload appends crashBatches batches with SyncEveryBatch and small
+// segments, deletes old segments every 8 batches and closes and reopens the
+// Writer halfway. It stops at the first error (the injected crash). st is
+// updated as it goes, so that the injector can copy it at the crash.
+func crashWorkload(fs vfs.FS, st *crashState) error {
+	opts := &WriterOptions{FS: fs, SegmentSize: 6 << 10}
+	w, err := OpenWriter(crashDir, opts)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < crashBatches; i++ {
+		if i == crashBatches/2 {
+			if err := w.Close(); err != nil {
+				return err
+			}
+			if w, err = OpenWriter(crashDir, opts); err != nil {
+				return err
+			}
+		}
+		if i > 0 && i%8 == 0 {
+			st.floor = st.acked[len(st.acked)-4].FirstLSN
+			if _, err := w.DeleteBelow(st.floor); err != nil {
+				return err
+			}
+		}
+		h, err := w.Append(1, crashBatch(i))
+		if err != nil {
+			return err
+		}
+		st.acked = append(st.acked, h)
+	}
+	return w.Close()
+}
+
+// crashAt runs the workload on a fresh crashable MemFS and returns the
+// filesystem as a crash before FS operation k would leave it (nil if the
+// workload has fewer operations), with the workload's state at that moment.
+func crashAt(k int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
+	mem := vfs.NewCrashableMem()
+	var st, atCrash crashState
+	var img *vfs.MemFS
+	var n atomic.Int64
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(errorfs.Op) error {
+		if n.Add(1)-1 == k {
+			img = mem.CrashClone(cfg)
+			atCrash = crashState{acked: append([]Header(nil), st.acked...), floor: st.floor}
+			return errCrash
+		}
+		return nil
+	}))
+	_ = crashWorkload(fs, &st)
+	return img, atCrash
+}
+
+// checkCrashImage opens the log in a crash image and checks the torn-tail
+// rule: it opens; what it holds is a contiguous run of the batches the
+// workload wrote (all: the uncrashed run's headers), byte-identical by
+// header; it holds every acknowledged batch not below the retention floor;
+// the Writer continues after the last batch it holds.
+func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, what string) (torn bool) {
+	t.Helper()
+	var buf []byte
+	if scan, err := scanLog(fs, crashDir, 0, &buf); err == nil {
+		torn = scan.torn
+	}
+	w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10})
+	require.NoError(t, err, "%s: reopen", what)
+	got := readAllFS(t, fs, what)
+	if len(got) > 0 {
+		i := 0
+		for all[i].FirstLSN != got[0].FirstLSN {
+			i++
+		}
+		require.Equal(t, all[i:i+len(got)], got, "%s: a contiguous run of what was written", what)
+		require.Equal(t, got[len(got)-1].LastLSN()+1, w.NextLSN(), what)
+		require.Equal(t, got[0].FirstLSN, w.FirstLSN(), what)
+	}
+	for _, h := range st.acked {
+		if h.LastLSN() < st.floor {
+			continue
+		}
+		require.NotEmpty(t, got, "%s: acknowledged batch %d lost", what, h.FirstLSN)
+		require.True(t, got[0].FirstLSN <= h.FirstLSN && h.LastLSN() <= got[len(got)-1].LastLSN(),
+			"%s: acknowledged batch %d..%d lost (log holds %d..%d)", what, h.FirstLSN, h.LastLSN(),
+			got[0].FirstLSN, got[len(got)-1].LastLSN())
+	}
+	// The recovered log takes appends.
+	next := w.NextLSN()
+	h, err := w.Append(2, crashBatch(1000))
+	require.NoError(t, err, what)
+	require.Equal(t, next, h.FirstLSN, what)
+	require.NoError(t, w.Close(), what)
+	got2 := readAllFS(t, fs, what)
+	require.Equal(t, h, got2[len(got2)-1], what)
+	return torn
+}
+
+// readAllFS returns the headers of every batch of shard 0's log in fs,
+// bodies verified.
+func readAllFS(t *testing.T, fs vfs.FS, what string) []Header {
+	t.Helper()
+	r, err := OpenReaderFS(fs, crashDir, 0)
+	require.NoError(t, err, what)
+	defer r.Close()
+	var hs []Header
+	for {
+		h, raw, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return hs
+		}
+		require.NoError(t, err, what)
+		_, _, err = DecodeBatch(raw, nil)
+		require.NoError(t, err, what)
+		hs = append(hs, h)
+	}
+}
+
+// TestCrashSweep crashes the leader's WAL before every FS operation of an
+// append workload (rolls, retention, a reopen included) with some of the
+// unsynced data surviving, and checks that every crash image reopens with
+// every acknowledged batch and nothing after a torn one. Every image with a
+// torn tail, and every tenth other one, is crashed again at every operation
+// of its own recovery (cutting the tail included).
+func TestCrashSweep(t *testing.T) {
+	var all []Header
+	{
+		var st crashState
+		var ops atomic.Int64
+		fs := errorfs.Wrap(vfs.NewCrashableMem(), errorfs.InjectorFunc(func(errorfs.Op) error { ops.Add(1); return nil }))
+		require.NoError(t, crashWorkload(fs, &st))
+		all = st.acked
+		require.Len(t, all, crashBatches)
+		t.Logf("%d FS operations", ops.Load())
+	}
+	nestedEvery := int64(10)
+	if os.Getenv("ONCEWAL_LONG") == "1" {
+		nestedEvery = 1
+	}
+	images, nested, torn := 0, 0, 0
+	for k := int64(0); ; k++ {
+		for _, pct := range []int{0, 30, 60, 90, 100} {
+			rng := rand.New(rand.NewPCG(uint64(k), uint64(pct)))
+			img, st := crashAt(k, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
+			if img == nil {
+				t.Logf("%d crash images, %d crashed recoveries; %d of these had a torn tail to cut", images, nested, torn)
+				require.Greater(t, images, 1000)
+				return
+			}
+			images++
+			what := fmt.Sprintf("crash before op %d, %d%% unsynced kept", k, pct)
+			var buf []byte
+			scan, _ := scanLog(img, crashDir, 0, &buf) // an error here (no directory yet) means no torn tail
+			if scan.torn || (k%nestedEvery == 0 && pct == 60) {
+				// Crash the recovery of this image at each of its operations.
+				for j := int64(0); ; j++ {
+					pristine := img.CrashClone(vfs.CrashCloneCfg{}) // exact copy: a clone holds only synced data
+					var img2 *vfs.MemFS
+					var n atomic.Int64
+					fs := errorfs.Wrap(pristine, errorfs.InjectorFunc(func(errorfs.Op) error {
+						if n.Add(1)-1 == j {
+							img2 = pristine.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng})
+							return errCrash
+						}
+						return nil
+					}))
+					if w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10}); err == nil {
+						_ = w.Close()
+					}
+					if img2 == nil {
+						break
+					}
+					nested++
+					if checkCrashImage(t, img2, st, all, fmt.Sprintf("%s, then before recovery op %d", what, j)) {
+						torn++
+					}
+				}
+			}
+			if checkCrashImage(t, img, st, all, what) {
+				torn++
+			}
+		}
+	}
+}
