@@ -21,6 +21,19 @@
 // at its last commit (replication/journal.go explains why the replay is
 // exact).
 //
+// # Redialling
+//
+// Serve redials whenever its link drops. An attempt fails when the dial
+// fails or the connection ends before it delivers a batch (a leader that
+// refuses the hello closes the stream at once, after a dial that
+// succeeded); each failure doubles the wait from Options.ReconnectBackoff
+// (100ms) up to MaxReconnectBackoff (5s), and a working connection resets
+// it. Every wait is jittered (±ReconnectJitter, 50%) so that followers that
+// lost a leader together do not redial it in step. A run of failures is
+// logged once at Warn as it starts, once at Error when it reaches the cap
+// (at once for a refusal no retry can fix, such as
+// replication.ErrWrongShard), at Info when it ends, and otherwise at Debug.
+//
 // # Store failure
 //
 // Pebble v2 treats a failed WAL write or sync as fatal and reports it through

@@ -93,12 +93,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	f, err := follower.Open(c.dir, &follower.Options{
-		Shard: c.shard, NoSync: c.noSync, Logger: log,
-		// Redial every 100ms at first, backing off to 3.2s while the leader
-		// is away.
-		ReconnectBackoff: 100 * time.Millisecond,
-	})
+	f, err := follower.Open(c.dir, &follower.Options{Shard: c.shard, NoSync: c.noSync, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -114,15 +109,8 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		c.opened(f)
 	}
 	logStats := func() {
-		s, t := f.Stats(), d.Stats()
 		lsn, epoch := f.Position()
-		r := s.Receiver
-		log.Info("oncewal follower: stats", "applied_lsn", lsn, "epoch", epoch,
-			"batches", r.Batches, "events", r.Events, "applied", r.Applied,
-			"discarded_position", r.DiscardedPosition, "discarded_hwm", r.DiscardedHWM,
-			"discarded_window", r.DiscardedWindow, "discarded_in_batch", r.DiscardedInBatch,
-			"skipped_closed", r.SkippedClosed, "gaps_refused", r.SeqGaps+r.OutOfOrder,
-			"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "bytes_received", t.BytesReceived)
+		log.Info("oncewal follower: stats", followerStatsAttrs(lsn, epoch, f.Stats(), d.Stats())...)
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -133,4 +121,20 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	wg.Wait()
 	logStats()
 	return err
+}
+
+// followerStatsAttrs is the periodic stats line. Every term of the receiver's
+// accounting identity is in it, so the line itself shows that
+// events = applied + discarded_* + skipped_closed + skipped_too_old +
+// refused_events; the batches refused are broken down by reason.
+func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.DialerStats) []any {
+	r := s.Receiver
+	return []any{"applied_lsn", lsn, "epoch", epoch,
+		"batches", r.Batches, "events", r.Events, "applied", r.Applied,
+		"discarded_position", r.DiscardedPosition, "discarded_hwm", r.DiscardedHWM,
+		"discarded_window", r.DiscardedWindow, "discarded_in_batch", r.DiscardedInBatch,
+		"skipped_closed", r.SkippedClosed, "skipped_too_old", r.SkippedTooOld, "refused_events", r.RefusedEvents,
+		"refused_gap", r.SeqGaps + r.OutOfOrder, "refused_stale_epoch", r.StaleEpochs, "refused_wrong_shard", r.WrongShard,
+		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
+		"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "bytes_received", t.BytesReceived}
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -148,5 +151,35 @@ func TestWaldumpNotASegment(t *testing.T) {
 	out, errOut, code := runCmd(t, "waldump", seg)
 	if code != exitOK || !strings.Contains(out, "no batches") {
 		t.Errorf("empty named segment: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestFollowerStatsLineAccounts: the follower's periodic stats line carries
+// every term of the accounting identity (it once lacked refused and too-old
+// events, so 14,888 events against 14,792 applied showed no cause).
+func TestFollowerStatsLineAccounts(t *testing.T) {
+	r := replication.Stats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
+		DiscardedInBatch: 4, SkippedClosed: 5, SkippedTooOld: 6, RefusedEvents: 479}
+	if r.Accounted() != r.Events {
+		t.Fatalf("fixture does not account: %d of %d", r.Accounted(), r.Events)
+	}
+	attrs := followerStatsAttrs(7, 1, follower.Stats{Receiver: r}, grpctransport.DialerStats{})
+	kv := map[string]uint64{}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		if v, ok := attrs[i+1].(uint64); ok {
+			kv[attrs[i].(string)] = v
+		}
+	}
+	var sum uint64
+	for _, k := range []string{"applied", "discarded_position", "discarded_hwm", "discarded_window",
+		"discarded_in_batch", "skipped_closed", "skipped_too_old", "refused_events"} {
+		v, ok := kv[k]
+		if !ok {
+			t.Errorf("stats line lacks %s: %v", k, attrs)
+		}
+		sum += v
+	}
+	if sum != kv["events"] {
+		t.Errorf("stats line terms sum to %d, events %d: %v", sum, kv["events"], attrs)
 	}
 }
