@@ -539,11 +539,13 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
 }
 
-// refuse closes a connection whose hello was refused, counts the refusal
-// (also for p, if the follower is known) and logs it, once per follower and
-// reason per 30s.
+// refuse closes a connection whose hello was refused (c, if not nil),
+// counts the refusal (also for p, if the follower is known) and logs it,
+// once per follower and reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
-	c.Close()
+	if c != nil {
+		c.Close()
+	}
 	reason := f.refused.count(err)
 	if p != nil {
 		p.refused.count(err)
