@@ -315,9 +315,6 @@ func newPeer(id string) *peer {
 // counts towards WaitAcked at once (with nothing acknowledged until it
 // connects). Registering a registered ID does nothing.
 func (f *Fanout) Register(id string) error {
-	if f.single != nil {
-		return fmt.Errorf("replication: a Shipper serves one anonymous follower; use a Fanout")
-	}
 	if err := checkRegisteredID(id); err != nil {
 		return err
 	}
@@ -539,11 +536,13 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
 }
 
-// refuse closes a connection whose hello was refused, counts the refusal
-// (also for p, if the follower is known) and logs it, once per follower and
-// reason per 30s.
+// refuse closes a connection whose hello was refused (c, if not nil),
+// counts the refusal (also for p, if the follower is known) and logs it,
+// once per follower and reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
-	c.Close()
+	if c != nil {
+		c.Close()
+	}
 	reason := f.refused.count(err)
 	if p != nil {
 		p.refused.count(err)
@@ -586,8 +585,9 @@ func (f *Fanout) setAcked(p *peer, lsn uint64) {
 	f.mu.Lock()
 	p.acked = lsn
 	f.ackChangedLocked()
+	registered := f.peers[p.id] == p // not a stream Unregister is stopping
 	f.mu.Unlock()
-	if f.opts.OnAcked != nil && p != f.single {
+	if f.opts.OnAcked != nil && p != f.single && registered {
 		f.opts.OnAcked(p.id, lsn)
 	}
 }

@@ -506,33 +506,41 @@ func (l *shipLoop) rewind() {
 	l.seekTo(l.acked + 1)
 }
 
-// position (re)opens the reader if needed and seeks it to next. On failure
-// it schedules a retry with backoff.
-func (l *shipLoop) position() {
-	err := func() error {
-		if l.reader == nil {
-			r, err := l.o.OpenReader()
-			if err != nil {
-				return fmt.Errorf("open: %w", err)
-			}
-			l.reader = r
+// position (re)opens the reader if needed and seeks it to next.
+func (l *shipLoop) position() error {
+	if l.reader == nil {
+		r, err := l.o.OpenReader()
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
 		}
-		if err := l.reader.Seek(l.next); err != nil {
-			l.closeReader()
-			return fmt.Errorf("seek %d: %w", l.next, err)
-		}
-		return nil
-	}()
-	if err == nil {
-		l.needSeek = false
-		l.seekWait = 0
-		l.seekRetry = time.Time{}
+		l.reader = r
+	}
+	if err := l.reader.Seek(l.next); err != nil {
+		return fmt.Errorf("seek %d: %w", l.next, err)
+	}
+	l.needSeek = false
+	l.seekWait = 0
+	l.seekRetry = time.Time{}
+	return nil
+}
+
+// readerFailed handles a failed open, seek or read of the WAL: the reader
+// is reopened after a backoff. A log that no longer holds what the follower
+// needs (an error wrapping ErrBehindRetention) ends the connection instead:
+// nothing can be shipped to it, and its next hello is checked again
+// (CheckHello refuses it until it is rebuilt). It is counted as a refusal.
+func (l *shipLoop) readerFailed(err error) {
+	l.p.stats.readerErrors.Add(1)
+	l.closeReader()
+	l.needSeek = true
+	if errors.Is(err, ErrBehindRetention) {
+		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, nil)
+		l.dropConn()
 		return
 	}
-	l.p.stats.readerErrors.Add(1)
 	l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
 	l.seekRetry = time.Now().Add(l.seekWait)
-	l.o.Logf("replication: shipper: WAL reader: %v (retrying in %v)", err, l.seekWait)
+	l.o.Logf("replication: shipper: follower %q: WAL at LSN %d: %v (retrying in %v)", l.p.id, l.next, err, l.seekWait)
 }
 
 func (l *shipLoop) closeReader() {
@@ -619,7 +627,8 @@ func (l *shipLoop) read() (h wal.Header, raw []byte, fromDisk bool, err error) {
 		if time.Now().Before(l.seekRetry) {
 			return h, nil, true, errNotPositioned
 		}
-		if l.position(); l.needSeek {
+		if err := l.position(); err != nil {
+			l.readerFailed(err)
 			return h, nil, true, errNotPositioned
 		}
 	}
@@ -642,12 +651,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			l.p.stats.readerErrors.Add(1)
-			l.o.Logf("replication: shipper: WAL read at %d: %v", l.next, err)
-			l.closeReader()
-			l.needSeek = true
-			l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
-			l.seekRetry = time.Now().Add(l.seekWait)
+			l.readerFailed(fmt.Errorf("read: %w", err))
 			return nil
 		}
 		if h.Count == 0 || h.LastLSN() < l.next {

@@ -16,6 +16,17 @@
 // and TLS handshake, so the follower's own backoff paces reconnects and a
 // rotated certificate is picked up at the next one.
 //
+// # Several followers per shard
+//
+// A Server accepts any number of streams and hands each to its Listener's
+// Accept with the follower's hello; it does not look at the follower ID.
+// Routing streams to followers is replication.Fanout's job: put one Fanout
+// per shard on the shard's Server and every registered follower gets its own
+// stream, each follower's reconnect replacing only its own. The ID is not
+// bound to the follower's certificate: any client the CA vouches for can
+// claim any registered ID (and so take that follower's stream). Issue
+// follower certificates only to the replicas of the deployment.
+//
 // # Wire format
 //
 // No generated code: a raw codec (forced per server/call, never registered
@@ -87,7 +98,10 @@
 // replication issue's invariant over this transport through a seeded
 // fault-injecting TCP proxy (connection resets, drops, stalls, refused
 // connections) with follower restarts and kills; another test restarts the
-// leader process (WAL writer, server, shipper) on the same WAL and address.
+// leader process (WAL writer, server, shipper) on the same WAL and address;
+// another runs two named followers of one shard through a Fanout, one of them
+// restarting. BenchmarkFanoutLeaderCPU measures the leader's CPU per event
+// with one and with three followers (followers in a child process).
 // ONCEWAL_LONG=1 runs more seeds and larger workloads. TLS refusal tests
 // (wrong CA either way, no client certificate, plaintext client, expired
 // certificates) assert that nothing is applied and that a log line says
