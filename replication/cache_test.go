@@ -259,6 +259,6 @@ func TestFanoutReaderBehindRetention(t *testing.T) {
 		t.Fatalf("old at %d, new at %d", r.fs["old"].position(), r.fs["new"].position())
 	}
 	if !r.logs.find(`"old"`, "behind retention") {
-		t.Fatalf("no log line: %q", r.logs.lines)
+		t.Fatalf("no log line: %s", r.logs)
 	}
 }

@@ -540,8 +540,10 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 // counts the refusal (also for p, if the follower is known) and logs it,
 // once per follower and reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
+	// Counted and logged before the follower can see the connection end, so
+	// a follower (or test) that observes the refusal finds it accounted.
 	if c != nil {
-		c.Close()
+		defer c.Close()
 	}
 	reason := f.refused.count(err)
 	if p != nil {

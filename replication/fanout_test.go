@@ -69,6 +69,14 @@ func (l *logLines) logf(format string, args ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
+// String renders the lines (for failure messages; lines may be appended
+// concurrently).
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%q", l.lines)
+}
+
 func (l *logLines) find(parts ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -348,7 +356,7 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	if !r.logs.find(`"x"`, "unknown follower") {
-		t.Fatalf("no log line for the refusal: %q", r.logs.lines)
+		t.Fatalf("no log line for the refusal: %s", r.logs)
 	}
 
 	if err := r.fo.Register("x"); err != nil {
@@ -450,7 +458,7 @@ func TestFanoutVerifyHello(t *testing.T) {
 	}
 	for _, reason := range []string{"diverged", "behind retention", "bad hello", "unknown follower", "disk on fire"} {
 		if !r.logs.find(`"a"`, reason) {
-			t.Errorf("no log line for %s: %q", reason, r.logs.lines)
+			t.Errorf("no log line for %s: %s", reason, r.logs)
 		}
 	}
 	mu.Lock()
