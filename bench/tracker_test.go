@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
 
@@ -22,7 +23,7 @@ type trackerRig struct {
 
 func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}, CacheSize: 64 << 20})
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}, CacheSize: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -187,11 +187,10 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 	po := &pebble.Options{
 		FS:                 o.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             replication.FatalLogger{Logf: logf},
+		Logger:             replication.FatalLogger{Logger: o.Logger},
 	}
 	// HWM reads on a cache miss are point lookups of keys that often do not
 	// exist (a new session); bloom filters keep them from visiting every
@@ -204,7 +203,7 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	if err != nil {
 		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
 	}
-	f, err := wire(dir, db, o, logf)
+	f, err := wire(dir, db, o)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -212,7 +211,7 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	return f, nil
 }
 
-func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Follower, error) {
+func wire(dir string, db *pebble.DB, o Options) (*Follower, error) {
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
 		CacheSize:        o.HWMCacheSize,
 		RetentionHorizon: o.RetentionHorizon,
@@ -236,7 +235,7 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 		Shard:      o.Shard,
 		FollowerID: o.ID,
 		NoSync:     o.NoSync,
-		Logf:       logf,
+		Logger:     o.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)

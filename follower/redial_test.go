@@ -180,3 +180,32 @@ func TestServeLogsPermanentRefusalOnce(t *testing.T) {
 		require.True(t, strings.HasPrefix(l, "DEBUG"), "after the first line only Debug: %q", got)
 	}
 }
+
+// TestPebbleLinesLabelled: Pebble's own lines reach the follower's logger
+// with component=pebble, its routine ones (WAL recovery at open) at Debug,
+// not at Info beside the follower's own lines.
+func TestPebbleLinesLabelled(t *testing.T) {
+	logs := &logRecords{}
+	f, err := follower.Open("f", &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var pebbleLines int
+	for _, r := range logs.recs {
+		var component string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "component" {
+				component = a.Value.String()
+			}
+			return true
+		})
+		if component == "pebble" {
+			pebbleLines++
+			require.Equal(t, slog.LevelDebug, r.Level, "routine Pebble line %q", r.Message)
+		} else {
+			require.NotContains(t, r.Message, "WALs", "a Pebble line without component=pebble")
+		}
+	}
+	require.NotZero(t, pebbleLines, "no Pebble line reached the logger")
+}

@@ -258,7 +258,7 @@ func TestFanoutReaderBehindRetention(t *testing.T) {
 	if r.fs["old"].position() != 0 || r.fs["new"].position() != 10 {
 		t.Fatalf("old at %d, new at %d", r.fs["old"].position(), r.fs["new"].position())
 	}
-	if !r.logs.find(`"old"`, "behind retention") {
+	if !r.logs.find("follower=old", "behind retention") {
 		t.Fatalf("no log line: %s", r.logs)
 	}
 }

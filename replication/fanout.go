@@ -297,8 +297,8 @@ func (f *Fanout) listLocked() {
 // cache restarts at a batch that does not continue it).
 func (f *Fanout) Appended(h wal.Header, raw []byte) {
 	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
-		f.opts.Logf("replication: shipper: shard %d: Appended ignored a batch of shard %d, %d events, %d bytes (header says %d)",
-			f.opts.Shard, h.Shard, h.Count, len(raw), h.Size())
+		f.opts.Logger.Warn("replication: shipper: Appended ignored a batch", "shard", f.opts.Shard,
+			"batch_shard", h.Shard, "events", h.Count, "bytes", len(raw), "header_bytes", h.Size())
 		return
 	}
 	if f.cache != nil {
@@ -475,7 +475,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 				}
 				return
 			}
-			f.opts.Logf("replication: shipper: accept: %v (retrying in %v)", err, backoff)
+			f.opts.Logger.Warn("replication: shipper: accept failed, retrying", "err", err, "retry_in", backoff)
 			if !sleepCtx(ctx, backoff) {
 				return
 			}
@@ -530,7 +530,7 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 		return p, nil
 	}
 	if f.opts.AutoRegister {
-		f.opts.Logf("replication: shipper: shard %d: registered follower %q on its first hello", f.opts.Shard, hello.FollowerID)
+		f.opts.Logger.Info("replication: shipper: registered a follower on its first hello", "shard", f.opts.Shard, "follower", hello.FollowerID)
 		return f.registerLocked(hello.FollowerID), nil
 	}
 	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
@@ -561,8 +561,8 @@ func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
 	}
 	f.mu.Unlock()
 	if !seen || now.Sub(last) >= 30*time.Second {
-		f.opts.Logf("replication: shipper: shard %d: refused follower %q (epoch %d, applied LSN %d): %s: %v",
-			f.opts.Shard, hello.FollowerID, hello.Epoch, hello.AppliedLSN, reason, err)
+		f.opts.Logger.Warn("replication: shipper: refused a follower", "shard", f.opts.Shard, "follower", hello.FollowerID,
+			"epoch", hello.Epoch, "applied_lsn", hello.AppliedLSN, "reason", reason, "err", err)
 	}
 }
 

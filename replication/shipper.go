@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,8 +129,9 @@ type ShipperOptions struct {
 	// the package notes). Default DefaultCacheBytes (64 MiB); negative
 	// disables the cache.
 	CacheBytes int64
-	// Logf receives rare diagnostic lines. Default: discard.
-	Logf func(format string, args ...any)
+	// Logger receives the shipper's diagnostic lines (refused hellos, lost
+	// connections, WAL read retries). Default: discard.
+	Logger *slog.Logger
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -156,8 +158,8 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 		dir, shard := o.WALDir, o.Shard
 		o.OpenReader = func() (LogReader, error) { return wal.OpenReader(dir, shard) }
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Logger == nil {
+		o.Logger = discardLogger
 	}
 	return o
 }
@@ -540,7 +542,7 @@ func (l *shipLoop) readerFailed(err error) {
 	}
 	l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
 	l.seekRetry = time.Now().Add(l.seekWait)
-	l.o.Logf("replication: shipper: follower %q: WAL at LSN %d: %v (retrying in %v)", l.p.id, l.next, err, l.seekWait)
+	l.o.Logger.Warn("replication: shipper: WAL read failed, retrying", "follower", l.p.id, "lsn", l.next, "err", err, "retry_in", l.seekWait)
 }
 
 func (l *shipLoop) closeReader() {
@@ -560,7 +562,7 @@ func (l *shipLoop) handleAcks() error {
 		}
 	}
 	if err != nil {
-		l.o.Logf("replication: shipper: follower %q: connection lost: %v", l.p.id, err)
+		l.o.Logger.Info("replication: shipper: connection lost", "follower", l.p.id, "err", err)
 		l.dropConn()
 	}
 	return nil
@@ -658,7 +660,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			continue // before the position (Seek may land on an earlier batch)
 		}
 		if h.FirstLSN > l.next {
-			l.o.Logf("replication: shipper: WAL has no LSN %d (next batch starts at %d)", l.next, h.FirstLSN)
+			l.o.Logger.Warn("replication: shipper: WAL has a gap", "missing_lsn", l.next, "next_batch_lsn", h.FirstLSN)
 		}
 		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
 			// Written but not yet synced by the leader: a leader crash could
@@ -674,7 +676,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.o.Logf("replication: shipper: follower %q: send: %v", l.p.id, err)
+			l.o.Logger.Info("replication: shipper: send failed", "follower", l.p.id, "err", err)
 			l.dropConn()
 			return nil
 		}

@@ -587,7 +587,7 @@ func TestNewShipperValidates(t *testing.T) {
 	}
 	o := (&ShipperOptions{}).EnsureDefaults()
 	if o.MaxInFlight != 32 || o.RetransmitTimeout != 500*time.Millisecond || o.MaxBackoff != 10*time.Second ||
-		o.PollInterval != 10*time.Millisecond || o.Logf == nil {
+		o.PollInterval != 10*time.Millisecond || o.Logger == nil {
 		t.Fatalf("defaults %+v", o)
 	}
 }

@@ -33,7 +33,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
-	debug := fs.Bool("debug", false, "debug logging (includes every redial)")
+	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -50,6 +50,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	}
 	inRange(&c, "shard", *shard, 0, math.MaxUint32)
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
@@ -57,7 +58,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	if msg != "" {
 		return usageError(fs, stderr, "%s", msg)
 	}
-	log := newLogger(stderr, *debug)
+	log := lf.logger(stderr)
 	if err != nil {
 		log.Error("oncewal follower: TLS", "err", err)
 		return exitFailure

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -102,6 +105,8 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(follower, "--leader", "localhost:grpc"), []string{`port "grpc" is not a number`}},
 		{with(follower, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
 		{with(follower, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(follower, "--log-format", "xml"), []string{`--log-format "xml": want text or json`}},
+		{with(leader, "--log-level", "loud"), []string{`--log-level "loud": want debug, info, warn or error`}},
 	} {
 		out, errOut, code := runCmd(t, tc.args...)
 		if code != exitUsage {
@@ -181,5 +186,52 @@ func TestFollowerStatsLineAccounts(t *testing.T) {
 	}
 	if sum != kv["events"] {
 		t.Errorf("stats line terms sum to %d, events %d: %v", sum, kv["events"], attrs)
+	}
+}
+
+// TestLogFlags: --log-format json gives one JSON object per line,
+// --log-level drops what is below it, --debug lowers it to debug.
+func TestLogFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		json      bool
+		wantLevel []string // levels of the lines written by Debug, Info, Warn, Error
+	}{
+		{nil, false, []string{"INFO", "WARN", "ERROR"}},
+		{[]string{"--log-format", "json"}, true, []string{"INFO", "WARN", "ERROR"}},
+		{[]string{"--log-format", "json", "--log-level", "warn"}, true, []string{"WARN", "ERROR"}},
+		{[]string{"--log-level", "error"}, false, []string{"ERROR"}},
+		{[]string{"--debug"}, false, []string{"DEBUG", "INFO", "WARN", "ERROR"}},
+	} {
+		fs := newFlagSet("t", "t", io.Discard)
+		lf := addLogFlags(fs)
+		if _, _, ok := parseArgs(fs, tc.args, io.Discard); !ok {
+			t.Fatalf("%q: parse failed", tc.args)
+		}
+		var c flagCheck
+		if lf.check(&c); len(c.problems) > 0 {
+			t.Fatalf("%q: %v", tc.args, c.problems)
+		}
+		var buf bytes.Buffer
+		log := lf.logger(&buf)
+		log.Debug("d")
+		log.Info("i")
+		log.Warn("w")
+		log.Error("e")
+		var levels []string
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if tc.json {
+				var rec struct{ Level string }
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("%q: not JSON: %q", tc.args, line)
+				}
+				levels = append(levels, rec.Level)
+			} else if _, after, ok := strings.Cut(line, "level="); ok {
+				levels = append(levels, strings.Fields(after)[0])
+			}
+		}
+		if strings.Join(levels, ",") != strings.Join(tc.wantLevel, ",") {
+			t.Errorf("%q: levels %q, want %q", tc.args, levels, tc.wantLevel)
+		}
 	}
 }

@@ -52,7 +52,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
-	debug := fs.Bool("debug", false, "debug logging")
+	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -71,6 +71,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
 	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
@@ -78,7 +79,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if msg != "" {
 		return usageError(fs, stderr, "%s", msg)
 	}
-	log := newLogger(stderr, *debug)
+	log := lf.logger(stderr)
 	if err != nil {
 		log.Error("oncewal leader: TLS", "err", err)
 		return exitFailure
@@ -139,7 +140,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		Epoch:      func() uint64 { return c.epoch },
 		Notify:     notify,
 		DurableLSN: durable,
-		Logf:       func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
+		Logger:     log,
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,7 +61,7 @@ func TestLeaderFollowerMTLS(t *testing.T) {
 	var leaderLog strings.Builder
 	var mu sync.Mutex
 	wg.Go(func() {
-		leaderErr = serveLeader(leaderCtx, newLogger(&lockedWriter{w: &leaderLog, mu: &mu}, false), leaderConfig{
+		leaderErr = serveLeader(leaderCtx, newLogger(&lockedWriter{w: &leaderLog, mu: &mu}, "text", slog.LevelInfo), leaderConfig{
 			walDir: filepath.Join(dir, "leader"), listen: "127.0.0.1:0", tls: st,
 			rate: 20_000, sessions: 20, batch: 128, statsEvery: 50 * time.Millisecond,
 			ready: func(a string) { addrc <- a },
@@ -74,7 +75,7 @@ func TestLeaderFollowerMTLS(t *testing.T) {
 	followerCtx, stopFollower := context.WithCancel(ctx)
 	ferr := make(chan error, 1)
 	go func() {
-		ferr <- serveFollower(followerCtx, newLogger(io.Discard, false), followerConfig{
+		ferr <- serveFollower(followerCtx, newLogger(io.Discard, "text", slog.LevelInfo), followerConfig{
 			dir: filepath.Join(dir, "follower"), leader: addr, tls: ct, statsEvery: 50 * time.Millisecond,
 			opened: func(f *follower.Follower) { fmu.Lock(); fol = f; fmu.Unlock() },
 		})
@@ -107,7 +108,7 @@ func TestLeaderFollowerMTLS(t *testing.T) {
 	if !strings.Contains(ll, "oncewal leader: stats") || !strings.Contains(ll, "mtls=true") {
 		t.Errorf("leader log lacks stats/mtls lines:\n%s", ll)
 	}
-	f, err := follower.Open(filepath.Join(dir, "follower"), &follower.Options{Logger: newLogger(io.Discard, false)})
+	f, err := follower.Open(filepath.Join(dir, "follower"), &follower.Options{Logger: newLogger(io.Discard, "text", slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
