@@ -360,7 +360,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
 	}
 	epoch := max(r.epoch, h.Epoch)
-	last := batchRef(h, raw)
+	last := batchRef(h)
 	if err := r.stageMeta(b, h.LastLSN(), epoch, last); err != nil {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
 	}

@@ -535,6 +535,9 @@ func (l *shipLoop) readerFailed(err error) {
 	l.p.stats.readerErrors.Add(1)
 	l.closeReader()
 	l.needSeek = true
+	if errors.Is(err, wal.ErrCompacted) && !errors.Is(err, ErrBehindRetention) {
+		err = fmt.Errorf("%w: %w", ErrBehindRetention, err)
+	}
 	if errors.Is(err, ErrBehindRetention) {
 		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, nil)
 		l.dropConn()
