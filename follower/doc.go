@@ -14,7 +14,8 @@
 // batch: the applied state, the HWM advances, the window journal, the applied
 // LSN and the leader epoch. Reopening the directory therefore resumes from a
 // consistent cut: the position and epoch come from the m/ keys, HWMs are read
-// through from h/ on demand, and the window is rebuilt from the journal (w/j/),
+// through from h/ on demand after the HWM log (hd/) is replayed (its sessions
+// pinned in memory), and the window is rebuilt from the journal (w/j/),
 // after a clean Close and after a crash alike. The journal is written with
 // each batch and compacted into a snapshot of the window every ~2× capacity
 // keys, so the window a follower restarts with is exactly the window it had
@@ -52,6 +53,7 @@
 //
 //	h/<session ID:16>              session HWM record (package session)
 //	h/...                          the tracker's WAL clock (package session)
+//	hd/<seq:8 BE>                  HWM log: one batch's HWM changes (package session)
 //	s/<session ID:16><user key>    session state rows (package session)
 //	m/position                     applied LSN, u64 LE
 //	m/epoch                        highest committed leader epoch, u64 LE

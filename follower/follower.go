@@ -44,6 +44,14 @@ type Options struct {
 	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
 	// Pebble. Default 1<<20 sessions.
 	HWMCacheSize int
+	// HWMLogBatches and HWMLogSessions configure the HWM log (see
+	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
+	// HWM changes as one value, and a session's row is rewritten only once
+	// its change is HWMLogBatches batches old. Defaults 128 and 1<<17;
+	// HWMLogBatches -1 turns the log off (one HWM row per changed session
+	// per batch).
+	HWMLogBatches  int
+	HWMLogSessions int
 	// RetentionHorizon is how long, on the WAL clock, a closed or idle
 	// session's HWM is kept before garbage collection. It must exceed the
 	// longest delay with which an event can be redelivered. Default 24h.
@@ -99,6 +107,12 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.HWMCacheSize == 0 {
 		o.HWMCacheSize = 1 << 20
 	}
+	if o.HWMLogBatches == 0 {
+		o.HWMLogBatches = session.DefaultLogBatches
+	}
+	if o.HWMLogSessions == 0 {
+		o.HWMLogSessions = session.DefaultLogSessions
+	}
 	if o.RetentionHorizon == 0 {
 		o.RetentionHorizon = 24 * time.Hour
 	}
@@ -128,6 +142,12 @@ func (o *Options) Validate() error {
 	}
 	if o.HWMCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("HWMCacheSize %d is negative", o.HWMCacheSize))
+	}
+	if o.HWMLogBatches < -1 {
+		errs = append(errs, fmt.Errorf("HWMLogBatches %d is below -1 (off)", o.HWMLogBatches))
+	}
+	if o.HWMLogSessions < 0 {
+		errs = append(errs, fmt.Errorf("HWMLogSessions %d is negative", o.HWMLogSessions))
 	}
 	if o.RetentionHorizon < 0 {
 		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
@@ -215,6 +235,8 @@ func wire(dir string, db *pebble.DB, o Options) (*Follower, error) {
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
 		CacheSize:        o.HWMCacheSize,
 		RetentionHorizon: o.RetentionHorizon,
+		LogBatches:       o.HWMLogBatches,
+		LogSessions:      o.HWMLogSessions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
