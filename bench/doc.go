@@ -17,6 +17,14 @@
 // cpu-ns/event (process CPU, Pebble's background work included — the
 // machines these run on are shared and noisy, so read both).
 //
+// Leader (leader.go): a leader on disk stamps and ships 1000-event batches
+// of puts to n followers over the in-process transport. LeaderShip's
+// followers acknowledge without applying, so its CPU per event is the
+// leader's own (stamping, WAL append and sync, its local store, one shipping
+// stream per follower) — compared at 1 and 3 followers; LeaderQuorum's
+// followers are real (on disk, synced) and the client waits for a majority
+// after every batch.
+//
 // Components: the idempotency window against golang-lru/v2 (check cost,
 // heap per entry fresh and churned; window.go), DeriveKey against
 // blake3.Sum256 (derive.go), and the session Tracker (tracker_test.go).
@@ -24,5 +32,6 @@
 //	go test ./bench -run '^$' -bench Receiver -count 3
 //	go test ./bench -run '^$' -bench 'Window$|DeriveKey' -count 3
 //	go test ./bench -run '^$' -bench WindowMemory -benchtime 1x
+//	go test ./bench -run '^$' -bench 'Leader' -benchtime 2s
 //	go run ./cmd/oncewal bench [--quick] [--json]
 package bench

@@ -65,16 +65,6 @@ var (
 // batch would add noise to the 100-µs duplicate batches.
 const chunk = 32
 
-// quietLogger drops Pebble's informational lines (benchmark output stays
-// readable) and panics on Fatalf like replication.FatalLogger.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
-}
-
 // cpuNanos is the process's user+system CPU time. The shared 2-vCPU
 // machines these figures come from are noisy (other jobs steal the CPU), so
 // benchmarks also report CPU per operation, Pebble's background work
@@ -89,7 +79,9 @@ func cpuNanos() int64 {
 
 // openPebble opens a plain store with the options follower.Open uses.
 func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
-	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}}
+	// A FatalLogger without a Logger drops Pebble's lines (benchmark output
+	// stays readable) and still panics on Fatalf.
+	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}}
 	for _, f := range tune {
 		f(o)
 	}

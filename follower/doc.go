@@ -14,12 +14,26 @@
 // batch: the applied state, the HWM advances, the window journal, the applied
 // LSN and the leader epoch. Reopening the directory therefore resumes from a
 // consistent cut: the position and epoch come from the m/ keys, HWMs are read
-// through from h/ on demand, and the window is rebuilt from the journal (w/j/),
+// through from h/ on demand after the HWM log (hd/) is replayed (its sessions
+// pinned in memory), and the window is rebuilt from the journal (w/j/),
 // after a clean Close and after a crash alike. The journal is written with
 // each batch and compacted into a snapshot of the window every ~2× capacity
 // keys, so the window a follower restarts with is exactly the window it had
 // at its last commit (replication/journal.go explains why the replay is
 // exact).
+//
+// # Redialling
+//
+// Serve redials whenever its link drops. An attempt fails when the dial
+// fails or the connection ends before it delivers a batch (a leader that
+// refuses the hello closes the stream at once, after a dial that
+// succeeded); each failure doubles the wait from Options.ReconnectBackoff
+// (100ms) up to MaxReconnectBackoff (5s), and a working connection resets
+// it. Every wait is jittered (±ReconnectJitter, 50%) so that followers that
+// lost a leader together do not redial it in step. A run of failures is
+// logged once at Warn as it starts, once at Error when it reaches the cap
+// (at once for a refusal no retry can fix, such as
+// replication.ErrWrongShard), at Info when it ends, and otherwise at Debug.
 //
 // # Store failure
 //
@@ -39,6 +53,7 @@
 //
 //	h/<session ID:16>              session HWM record (package session)
 //	h/...                          the tracker's WAL clock (package session)
+//	hd/<seq:8 BE>                  HWM log: one batch's HWM changes (package session)
 //	s/<session ID:16><user key>    session state rows (package session)
 //	m/position                     applied LSN, u64 LE
 //	m/epoch                        highest committed leader epoch, u64 LE

@@ -36,10 +36,17 @@ var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 // 4 MiB memtable is calloc'd at every open.
 func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 
-// testOptions are the follower options of the simulation tests.
+// testOptions are the follower options of the simulation tests. The HWM log
+// checkpoints a session two batches after its change, so the workloads'
+// dozen batches exercise logging, checkpoints, delta deletion and replay.
 func testOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable}
+	return &follower.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}
 }
+
+// logModes are the HWM log settings the seeded simulations rotate through:
+// off, checkpointing after one and three batches, and the default (which
+// these short workloads never checkpoint: log and replay only).
+var logModes = []int{-1, 1, 3, 0}
 
 // encodeLog encodes a workload into the leader's shipped batches (LSNs from 1).
 func encodeLog(t testing.TB, w *testutil.Workload, shard uint32, epoch uint64) [][]byte {
@@ -152,6 +159,7 @@ func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
 	sf := &simFollower{t: t, fs: vfs.NewCrashableMem(), opts: *testOptions(nil)}
 	sf.opts.WindowCapacity = 4096
+	sf.opts.HWMLogBatches = logModes[seed%uint64(len(logModes))]
 	sf.open()
 	defer func() { _ = sf.f.Close() }()
 

@@ -13,11 +13,11 @@
 // dir/shard-NNNN is shard N's local store (the same Pebble store a follower
 // keeps, see package follower) and dir/wal holds every shard's WAL segments
 // (segment names carry the shard). Open refuses a directory holding a store
-// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a directory
-// another leader has open (wal.ErrLocked, naming dir/wal: Open takes the WAL
-// directory's lock, wal.LockDir, before it opens any store or log), and a
-// log it cannot read (wal.ErrCorrupt and friends); a torn tail is repaired
-// as package wal describes.
+// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a log it
+// cannot read (wal.ErrCorrupt, wal.ErrNotWAL and friends, checked read-only
+// before any store is opened, so a refusal changes nothing), and a directory
+// another Leader holds (wal.ErrLocked on dir/LEADER.lock, at once); a torn
+// tail is repaired as package wal describes.
 //
 // # One stamping path
 //

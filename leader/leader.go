@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
@@ -34,6 +35,11 @@ var (
 	// ErrClosed: the leader was closed.
 	ErrClosed = errors.New("leader: closed")
 )
+
+// LockFileName is the file a Leader locks in its directory for as long as
+// it is open: a second Leader on the directory, in this process or another,
+// fails at once with wal.ErrLocked.
+const LockFileName = "LEADER.lock"
 
 // WALDirName is the directory, inside a leader's directory, that holds every
 // shard's WAL segments (segment names carry the shard).
@@ -170,8 +176,8 @@ type Leader struct {
 	dir    string
 	opts   Options
 	router replication.ShardRouter
-	lock   io.Closer // the WAL directory's lock (wal.LockDir), held until Close
 	shards []*Shard
+	lock   io.Closer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -188,7 +194,9 @@ type Shard struct {
 
 // Open opens (creating if needed) the leader of opts.Shards shards in dir:
 // per shard a local store in follower.ShardDir(dir, shard) and a WAL in
-// dir/wal. It refuses a directory holding other shards, recovers each log
+// dir/wal. It refuses a directory holding other shards or a log it cannot
+// read (before it changes anything), locks the directory (wal.ErrLocked if
+// another Leader holds it), recovers each log
 // (repairing a torn tail), re-applies to each store what its log has beyond
 // it, restores every session's SeqNo from there, and persists a raised epoch
 // before anything is appended.
@@ -208,12 +216,12 @@ func Open(dir string, opts *Options) (*Leader, error) {
 	if err := checkLayout(dir, o.Shards); err != nil {
 		return nil, err
 	}
-	// The directory lock comes before any store or log is opened: a second
-	// leader on the directory fails here, with wal.ErrLocked naming it,
-	// instead of on whichever shard store it happened to open first.
-	lock, err := wal.LockDir(filepath.Join(dir, WALDirName))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := wal.LockFile(vfs.Default, dir, LockFileName)
 	if err != nil {
-		return nil, fmt.Errorf("leader: %w", err)
+		return nil, err
 	}
 	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
 	for s := range uint32(o.Shards) {
@@ -258,6 +266,14 @@ func checkLayout(dir string, shards int) error {
 	if i := slices.IndexFunc(logs, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
 		return fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
 			ErrForeignShard, walDir, logs[i], shards-1)
+	}
+	// Every log is validated before any store is opened: opening a Pebble
+	// store writes (its own recovery), and a refused leader must leave the
+	// directory as it found it.
+	for _, s := range logs {
+		if err := wal.Check(walDir, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -417,7 +433,7 @@ func (l *Leader) Close() error {
 			}
 		}
 		if err := l.lock.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the WAL directory lock: %w", err))
+			errs = append(errs, err)
 		}
 		l.closeErr = errors.Join(errs...)
 	})

@@ -147,40 +147,6 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 }
 
-// TestOpenTwiceLocked: a second leader on a directory another leader has
-// open fails at once with wal.ErrLocked naming the WAL directory — the
-// directory lock is taken before any shard store is opened, so it is never
-// a Pebble lock error of whichever store came first — and the first leader
-// is not disturbed. A corrupt log is refused with its typed error.
-func TestOpenTwiceLocked(t *testing.T) {
-	dir := t.TempDir()
-	l := open(t, dir, &leader.Options{Shards: 2})
-	id := sid(rand.New(rand.NewPCG(1, 2)))
-	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})
-	require.NoError(t, err)
-
-	_, err = leader.Open(dir, &leader.Options{Shards: 2, Store: *quiet()})
-	require.ErrorIs(t, err, wal.ErrLocked)
-	require.Contains(t, err.Error(), filepath.Join(dir, leader.WALDirName))
-	_, err = l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k"), Value: []byte("v")})
-	require.NoError(t, err, "the refused open disturbed the running leader")
-	require.NoError(t, l.Close())
-
-	l = open(t, dir, &leader.Options{Shards: 2})
-	require.NoError(t, l.Close())
-
-	// Flip a byte inside the last batch: corruption, not a torn tail.
-	shard := l.Router().Shard(id)
-	walDir := filepath.Join(dir, leader.WALDirName)
-	path := filepath.Join(walDir, wal.SegmentName(shard, 1))
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	b[wal.HeaderSize+2] ^= 0xff
-	require.NoError(t, os.WriteFile(path, b, 0o644))
-	_, err = leader.Open(dir, &leader.Options{Shards: 2, Store: *quiet()})
-	require.ErrorIs(t, err, wal.ErrChecksum)
-}
-
 func TestClosedSessionRefused(t *testing.T) {
 	l := open(t, t.TempDir(), &leader.Options{Shards: 1})
 	defer l.Close()
@@ -304,4 +270,69 @@ func runClockSteps(t *testing.T, steps []time.Duration) {
 	require.Equal(t, st.Events, st.Applied)
 	require.NoError(t, oracle.Verify(f.State()))
 	require.NoError(t, oracle.Verify(sh.Store().State()), "the leader's own store")
+}
+
+// TestOpenValidatesLog: a leader never serves a log it cannot read. A
+// corrupt segment, a WAL directory holding foreign files, or a regular file
+// where the directory should be fail Open with a typed error and leave the
+// directory as it was; a second leader on a directory another holds fails
+// at once (the stores and the WAL are locked).
+func TestOpenValidatesLog(t *testing.T) {
+	build := func(t *testing.T) string {
+		dir := t.TempDir()
+		l := open(t, dir, &leader.Options{Shards: 1, SegmentSize: 1 << 10})
+		rng := rand.New(rand.NewPCG(8, 8))
+		for range 40 {
+			_, err := l.Append(wal.Event{Op: wal.OpPut, Session: sid(rng), Key: []byte("k"), Value: make([]byte, 64)})
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Close())
+		return dir
+	}
+	refused := func(t *testing.T, dir string, target error) {
+		t.Helper()
+		before := testutil.TreeDigest(t, dir)
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		require.ErrorIs(t, err, target)
+		require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
+	}
+	t.Run("corrupt segment", func(t *testing.T) {
+		dir := build(t)
+		segs, err := filepath.Glob(filepath.Join(dir, leader.WALDirName, "*"))
+		require.NoError(t, err)
+		var first string
+		for _, p := range segs {
+			if _, _, err := wal.ParseSegmentName(filepath.Base(p)); err == nil {
+				first = p
+				break
+			}
+		}
+		require.NotEmpty(t, first)
+		b, err := os.ReadFile(first)
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0x40
+		require.NoError(t, os.WriteFile(first, b, 0o644))
+		refused(t, dir, wal.ErrCorrupt)
+	})
+	t.Run("foreign file in the WAL directory", func(t *testing.T) {
+		dir := build(t)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, leader.WALDirName, "notes.txt"), []byte("hello"), 0o644))
+		refused(t, dir, wal.ErrNotWAL)
+	})
+	t.Run("a file instead of the directory", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "file")
+		require.NoError(t, os.WriteFile(p, []byte("not a leader"), 0o644))
+		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: *quiet()})
+		require.ErrorIs(t, err, leader.ErrBadOptions)
+	})
+	t.Run("second leader", func(t *testing.T) {
+		dir := build(t)
+		l := open(t, dir, &leader.Options{Shards: 1})
+		defer l.Close()
+		before := testutil.TreeDigest(t, dir)
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		require.ErrorIs(t, err, wal.ErrLocked)
+		require.ErrorContains(t, err, dir)
+		require.Equal(t, before, testutil.TreeDigest(t, dir))
+	})
 }

@@ -47,7 +47,7 @@ type LeaderOptions struct {
 	// Shipper is the template for every shard's ShipperOptions; WALDir,
 	// Shard, Listener, Epoch, Notify and DurableLSN (the shard writer's, so
 	// only synced batches are shipped) are set per shard, the rest
-	// (MaxInFlight, timeouts, Logf, …) is copied. Default: the Shipper
+	// (MaxInFlight, timeouts, Logger, …) is copied. Default: the Shipper
 	// defaults.
 	Shipper ShipperOptions
 }

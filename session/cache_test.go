@@ -4,52 +4,85 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/stretchr/testify/require"
 )
 
-// checkCache verifies the cache's structure — list and table agree, every
-// entry is reachable from its home slot, counts match, the bound holds — and
-// returns its contents from least to most recently put.
+// checkCache verifies the cache's structure — lists and table agree, every
+// entry is reachable from its home slot, counts match, the clean bound
+// holds, the dirty list is in delta order — and returns its clean contents
+// from least to most recently put.
 func checkCache(t testing.TB, c *hwmCache) (ids []ID, recs []record) {
+	ids, recs, _ = checkCacheAll(t, c)
+	return ids, recs
+}
+
+// checkCacheAll is checkCache that also returns the dirty entries, oldest
+// logged change first.
+func checkCacheAll(t testing.TB, c *hwmCache) (ids []ID, recs []record, dirty map[ID]loggedRecord) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ids, recs = []ID{}, []record{}
-	next := int32(nilIdx)
-	for i := c.tail; i != nilIdx; i = c.links[i].prev {
-		if c.links[i].next != next {
-			t.Fatalf("entry %d: next %d, want %d", i, c.links[i].next, next)
+	ids, recs, dirty = []ID{}, []record{}, map[ID]loggedRecord{}
+	walk := func(l cacheList, dirtyList bool, visit func(i int32)) int {
+		n := 0
+		prev := int32(nilIdx)
+		for i := l.head; i != nilIdx; i = c.links[i].next {
+			if c.links[i].prev != prev {
+				t.Fatalf("entry %d: prev %d, want %d", i, c.links[i].prev, prev)
+			}
+			if (c.logSeq[i] != 0) != dirtyList {
+				t.Fatalf("entry %d with delta %d in the wrong list", i, c.logSeq[i])
+			}
+			id := c.entries[i].id
+			if _, j := c.find(&id, c.hash32(&id)); j != i {
+				t.Fatalf("ID %s of entry %d found at %d", id, i, j)
+			}
+			visit(i)
+			prev = i
+			if n++; n > int(c.n) {
+				t.Fatal("list longer than the cache (cycle?)")
+			}
 		}
-		id := c.entries[i].id
-		if _, j := c.find(&id, c.hash32(&id)); j != i {
-			t.Fatalf("ID %s of entry %d found at %d", id, i, j)
+		if prev != l.tail {
+			t.Fatalf("tail %d, walk ended at %d", l.tail, prev)
 		}
-		r, _ := c.peek(&id)
-		ids, recs = append(ids, id), append(recs, r)
-		next = i
-		if len(ids) > int(c.capacity) {
-			t.Fatal("list longer than capacity (cycle?)")
-		}
+		return n
 	}
-	if next != c.head {
-		t.Fatalf("head %d, walk ended at %d", c.head, next)
-	}
+	nclean := walk(c.lru, false, func(i int32) {
+		r, _ := c.peek(&c.entries[i].id)
+		ids, recs = append(ids, c.entries[i].id), append(recs, r)
+	})
+	slices.Reverse(ids)
+	slices.Reverse(recs)
+	var last uint64
+	ndirty := walk(c.dirty, true, func(i int32) {
+		if c.logSeq[i] < last {
+			t.Fatalf("dirty list out of delta order: %d after %d", c.logSeq[i], last)
+		}
+		last = c.logSeq[i]
+		r, _ := c.peek(&c.entries[i].id)
+		dirty[c.entries[i].id] = loggedRecord{rec: r, exists: true, seq: c.logSeq[i]}
+	})
 	used := 0
 	for _, v := range c.table {
 		if v != 0 {
 			used++
 		}
 	}
-	if len(ids) != int(c.n) || used != int(c.n) {
-		t.Fatalf("n=%d list=%d table=%d", c.n, len(ids), used)
+	if nclean+ndirty != int(c.n) || ndirty != int(c.ndirty) || used != int(c.n) {
+		t.Fatalf("n=%d ndirty=%d lists=%d+%d table=%d", c.n, c.ndirty, nclean, ndirty, used)
 	}
-	if len(c.table) > c.maxSlots || (len(c.table) < c.maxSlots && used > len(c.table)/2) {
-		t.Fatalf("table of %d slots (max %d) holds %d", len(c.table), c.maxSlots, used)
+	if nclean > int(c.capacity) {
+		t.Fatalf("%d clean entries, capacity %d", nclean, c.capacity)
 	}
-	return ids, recs
+	if used > len(c.table)/2 {
+		t.Fatalf("table of %d slots holds %d", len(c.table), used)
+	}
+	return ids, recs, dirty
 }
 
 func cacheID(n uint64) ID {
@@ -118,7 +151,7 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	}
 	c.mu.Unlock()
 	require.Equal(t, capacity, c.len())
-	require.Equal(t, c.maxSlots, len(c.table))
+	require.Equal(t, 1<<18, len(c.table))
 	for n := range uint64(capacity) {
 		id := cacheID(n)
 		if r, ok := c.peek(&id); !ok || r != (record{hwm: SeqNo(n + 1), lastTS: int64(n)}) {

@@ -24,7 +24,7 @@ type PipelineConfig struct {
 	Restarts int // follower restarts during the run; every second one is a crash
 	Shard    uint32
 	Epoch    uint64           // leader epoch; default 1
-	Follower follower.Options // base options (FS, Logger, …)
+	Follower follower.Options // base options (FS, Logger, …); redial backoff default 5ms up to 20ms
 	// Shipper tuning for tests: short retransmit timeouts keep runs fast.
 	RetransmitTimeout time.Duration // default 20ms
 	Progress          func(applied, total uint64)
@@ -95,6 +95,14 @@ func (c *PipelineConfig) ensureDefaults() {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 2 * time.Minute
+	}
+	// Redial fast: fault-injecting transports drop links all the time, and
+	// the follower's production backoff would make a run mostly waiting.
+	if c.Follower.ReconnectBackoff == 0 {
+		c.Follower.ReconnectBackoff = 5 * time.Millisecond
+	}
+	if c.Follower.MaxReconnectBackoff == 0 {
+		c.Follower.MaxReconnectBackoff = 20 * time.Millisecond
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,15 +22,8 @@ func LockName(shard uint32) string {
 	return fmt.Sprintf("%0*d%s", segShardDigit, shard, lockSuffix)
 }
 
-// DirLockName is the name of the lock file LockDir holds in a WAL directory:
-// the lock of the directory as a whole, beside the shards' lock files.
-const DirLockName = "wal" + lockSuffix
-
-// isLockName reports whether name is LockName of some shard or DirLockName.
+// isLockName reports whether name is LockName of some shard.
 func isLockName(name string) bool {
-	if name == DirLockName {
-		return true
-	}
 	digits, ok := strings.CutSuffix(name, lockSuffix)
 	if !ok || len(digits) != segShardDigit {
 		return false
@@ -40,15 +32,14 @@ func isLockName(name string) bool {
 	return err == nil // ParseUint takes no sign
 }
 
-// dirLock is a held lock (a shard's or a directory's): the FS lock plus
-// this process's claim.
+// dirLock is a held shard lock: the FS lock plus this process's claim.
 type dirLock struct {
 	fs      io.Closer
 	claim   lockClaim
 	claimed bool // claim is registered in processLocks
 }
 
-// lockClaim identifies a lock file (directory and name) within this process. The
+// lockClaim identifies a (directory, shard) pair within this process. The
 // FS lock (fcntl on Unix) is owned by the process, not the descriptor, so a
 // second lock of the same file by this process would succeed, and closing
 // it would release the first. Pebble's default FS catches a second Lock of
@@ -56,7 +47,7 @@ type dirLock struct {
 // another spelling of the same directory (relative path, symlink).
 type lockClaim struct {
 	dev, ino uint64
-	name     string
+	name     string // the lock file's name in that directory
 }
 
 var processLocks struct {
@@ -68,59 +59,34 @@ var processLocks struct {
 // lock file if needed. A lock held by anyone — this process or another — is
 // ErrLocked.
 func lockShard(fs vfs.FS, dir string, shard uint32) (*dirLock, error) {
-	return lockFile(fs, dir, LockName(shard), fmt.Sprintf("directory %s, shard %d", dir, shard))
+	l, err := lockFile(fs, dir, LockName(shard))
+	if errors.Is(err, ErrLocked) {
+		err = fmt.Errorf("%w (shard %d)", err, shard)
+	}
+	return l, err
 }
 
-// LockDir takes the exclusive lock of the WAL directory dir as a whole, for
-// a process that writes the logs of several shards there (a leader node)
-// and must find out that another process does before it opens anything
-// else: a second LockDir of the directory — in this process, under any
-// spelling of the path, or in another process — fails at once with
-// ErrLocked naming the directory. The lock file is DirLockName. LockDir
-// creates dir if it does not exist; a path that is not a WAL directory is
-// refused (ErrNotWAL) before the lock file is created. The directory lock
-// is independent of the shard locks: the holder still opens its Writers,
-// which take theirs. Close releases it (idempotent).
-func LockDir(dir string) (io.Closer, error) { return LockDirFS(vfs.Default, dir) }
-
-// LockDirFS is LockDir on the filesystem fs.
-func LockDirFS(fs vfs.FS, dir string) (io.Closer, error) {
-	if err := checkDir(fs, dir); errors.Is(err, os.ErrNotExist) {
-		if err := mkdirAllSynced(fs, dir); err != nil {
-			return nil, err
-		}
-	} else if err != nil {
-		return nil, err
-	}
-	if _, err := listDir(fs, dir); err != nil {
-		return nil, err
-	}
-	l, err := lockFile(fs, dir, DirLockName, "directory "+dir)
+// LockFile takes an exclusive lock on the file name in dir (created if
+// needed) for a process that owns more than a log in a directory (a leader
+// node: its stores and its WAL), with the Writer's semantics: a lock held by
+// anyone — this process or another — fails at once with ErrLocked naming the
+// directory. Close releases it; the file stays.
+func LockFile(fs vfs.FS, dir, name string) (io.Closer, error) {
+	l, err := lockFile(fs, dir, name)
 	if err != nil {
 		return nil, err
 	}
-	return &heldDirLock{l: l}, nil
+	return closerFunc(l.release), nil
 }
 
-// heldDirLock is LockDir's io.Closer: Close releases once.
-type heldDirLock struct {
-	once sync.Once
-	l    *dirLock
-	err  error
-}
+type closerFunc func() error
 
-func (h *heldDirLock) Close() error {
-	h.once.Do(func() { h.err = h.l.release() })
-	return h.err
-}
+func (f closerFunc) Close() error { return f() }
 
-// lockFile takes the exclusive lock of the file name in dir, creating it if
-// needed; what names the lock in ErrLocked. A lock held by anyone — this
-// process or another — is ErrLocked.
-func lockFile(fs vfs.FS, dir, name, what string) (*dirLock, error) {
+func lockFile(fs vfs.FS, dir, name string) (*dirLock, error) {
 	path := fs.PathJoin(dir, name)
 	locked := func(cause error) error {
-		return fmt.Errorf("%w: %s (lock file %s): %w", ErrLocked, what, path, cause)
+		return fmt.Errorf("%w: directory %s (lock file %s): %w", ErrLocked, dir, path, cause)
 	}
 	l := &dirLock{}
 	st, err := fs.Stat(dir)

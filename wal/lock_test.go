@@ -21,9 +21,6 @@ import (
 // Writer on the directory it names instead of running tests.
 const lockHelperEnv = "ONCEWAL_WAL_LOCK_HELPER_DIR"
 
-// lockHelperWholeDirEnv makes the child take LockDir instead.
-const lockHelperWholeDirEnv = "ONCEWAL_WAL_LOCK_HELPER_WHOLE_DIR"
-
 // TestLockHelperProcess is the child side of the cross-process lock tests:
 // it opens a Writer of shard 0 on the directory in lockHelperEnv and prints
 // "locked", "opened" or the error. Without the variable it does nothing.
@@ -31,18 +28,6 @@ func TestLockHelperProcess(t *testing.T) {
 	dir := os.Getenv(lockHelperEnv)
 	if dir == "" {
 		t.Skip("helper process for the cross-process lock tests")
-	}
-	if os.Getenv(lockHelperWholeDirEnv) != "" {
-		l, err := LockDir(dir)
-		switch {
-		case errors.Is(err, ErrLocked):
-			fmt.Printf("locked: %v\n", err)
-		case err != nil:
-			fmt.Printf("error: %v\n", err)
-		default:
-			fmt.Printf("opened: close err=%v\n", l.Close())
-		}
-		return
 	}
 	w, err := OpenWriter(dir, nil)
 	switch {
@@ -59,12 +44,12 @@ func TestLockHelperProcess(t *testing.T) {
 // lockFromChild runs OpenWriter(dir) in a separate process and returns what
 // it printed. The deadline only catches a hang: a lock conflict must fail at
 // once, not wait.
-func lockFromChild(t *testing.T, dir string, env ...string) string {
+func lockFromChild(t *testing.T, dir string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLockHelperProcess$", "-test.v")
-	cmd.Env = append(append(os.Environ(), lockHelperEnv+"="+dir), env...)
+	cmd.Env = append(os.Environ(), lockHelperEnv+"="+dir)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, ctx.Err(), "child hung: %s", out)
 	require.NoError(t, err, "%s", out)
@@ -199,55 +184,4 @@ func TestWriterLockReleasedAfterFailedOpen(t *testing.T) {
 	out := lockFromChild(t, dir)
 	require.True(t, strings.HasPrefix(out, "error: "), out)
 	require.Contains(t, out, "checksum")
-}
-
-// TestLockDir: the directory lock a leader node takes before opening
-// anything is exclusive across processes and spellings of the path,
-// independent of the shard locks, accepted by every WAL directory check,
-// and refused on a non-WAL path before anything is created.
-func TestLockDir(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "node", "wal")
-	l, err := LockDir(dir) // creates the directory
-	require.NoError(t, err)
-	_, err = os.Stat(filepath.Join(dir, DirLockName))
-	require.NoError(t, err)
-
-	_, err = LockDir(dir)
-	require.ErrorIs(t, err, ErrLocked)
-	require.Contains(t, err.Error(), "directory "+dir)
-	link := filepath.Join(t.TempDir(), "link")
-	require.NoError(t, os.Symlink(dir, link))
-	_, err = LockDir(link)
-	require.ErrorIs(t, err, ErrLocked, "another spelling of the same directory")
-	out := lockFromChild(t, dir, lockHelperWholeDirEnv+"=1")
-	require.True(t, strings.HasPrefix(out, "locked: "), out)
-	require.Contains(t, out, dir)
-
-	// The holder still opens its shards' Writers; the lock file is no
-	// stranger to the directory checks.
-	w, err := OpenWriter(dir, &WriterOptions{Shard: 2})
-	require.NoError(t, err)
-	_, err = w.Append(1, testEvents(2, 1))
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	shards, err := ListShards(dir)
-	require.NoError(t, err)
-	require.Equal(t, []uint32{2}, shards)
-
-	require.NoError(t, l.Close())
-	require.NoError(t, l.Close(), "idempotent")
-	require.Equal(t, "opened: close err=<nil>", lockFromChild(t, dir, lockHelperWholeDirEnv+"=1"))
-	l, err = LockDir(link)
-	require.NoError(t, err)
-	require.NoError(t, l.Close())
-
-	// Not a WAL directory: refused, and no lock file appears in it.
-	other := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(other, "notes.txt"), nil, 0o644))
-	_, err = LockDir(other)
-	require.ErrorIs(t, err, ErrNotWAL)
-	_, err = os.Stat(filepath.Join(other, DirLockName))
-	require.ErrorIs(t, err, os.ErrNotExist)
-	_, err = LockDir(filepath.Join(other, "notes.txt"))
-	require.ErrorIs(t, err, ErrNotWAL)
 }

@@ -191,7 +191,6 @@ func TestLockName(t *testing.T) {
 	require.Equal(t, "0000000003.lock", LockName(3))
 	require.Equal(t, "4294967295.lock", LockName(4294967295))
 	require.True(t, isLockName(LockName(0)))
-	require.True(t, isLockName(DirLockName))
 	for _, bad := range []string{"3.lock", "+000000003.lock", "4294967296.lock", "0000000003.lock.tmp", "LOCK",
 		SegmentName(3, 1)} {
 		require.False(t, isLockName(bad), bad)

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -99,7 +100,7 @@ func startLeader(t *testing.T, c leaderConfig) *runningLeader {
 		c.gen.sessions = 20
 	}
 	done := make(chan error, 1)
-	go func() { done <- serveLeader(ctx, newLogger(r.log, false), c) }()
+	go func() { done <- serveLeader(ctx, newLogger(r.log, "text", slog.LevelInfo), c) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -150,7 +151,7 @@ func startFollower(t *testing.T, c followerConfig) *runningFollower {
 		c.statsEvery = time.Hour
 	}
 	done := make(chan error, 1)
-	go func() { done <- serveFollower(ctx, newLogger(r.log, false), c) }()
+	go func() { done <- serveFollower(ctx, newLogger(r.log, "text", slog.LevelInfo), c) }()
 	select {
 	case <-opened:
 	case err := <-done:

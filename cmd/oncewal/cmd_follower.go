@@ -46,7 +46,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
-	debug := fs.Bool("debug", false, "debug logging (includes every redial)")
+	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -75,6 +75,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
@@ -82,7 +83,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	if msg != "" {
 		return usageError(fs, stderr, "%s", msg)
 	}
-	log := newLogger(stderr, *debug)
+	log := lf.logger(stderr)
 	if err != nil {
 		log.Error("oncewal follower: TLS", "err", err)
 		return exitFailure
@@ -120,12 +121,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{
-		ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log,
-		// Redial every 100ms at first, backing off to 3.2s while the leader
-		// is away.
-		ReconnectBackoff: 100 * time.Millisecond,
-	}
+	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log}
 	var (
 		serve   func(context.Context) error
 		rows    func() []follower.ShardStats
@@ -178,17 +174,11 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		})
 	}
 	logStats := func() {
-		for _, s := range rows() {
-			r := s.Receiver
-			log.Info("oncewal follower: stats", "shard", s.Shard, "applied_lsn", s.AppliedLSN, "epoch", s.Epoch,
-				"batches", r.Batches, "events", r.Events, "applied", r.Applied,
-				"discarded_position", r.DiscardedPosition, "discarded_hwm", r.DiscardedHWM,
-				"discarded_window", r.DiscardedWindow, "discarded_in_batch", r.DiscardedInBatch,
-				"skipped_closed", r.SkippedClosed, "gaps_refused", r.SeqGaps+r.OutOfOrder, "window", s.WindowLen)
-		}
 		t := d.Stats()
-		log.Info("oncewal follower: transport", "dials", t.Dials, "dial_failures", t.DialFailures,
-			"refused", t.Refused, "bytes_received", t.BytesReceived)
+		for _, s := range rows() {
+			log.Info("oncewal follower: stats", append([]any{"shard", s.Shard},
+				followerStatsAttrs(s.AppliedLSN, s.Epoch, s.Stats, t)...)...)
+		}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -199,4 +189,23 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	wg.Wait()
 	logStats()
 	return err
+}
+
+// followerStatsAttrs is the periodic stats line. Every term of the receiver's
+// accounting identity is in it, so the line itself shows that
+// events = applied + discarded_* + skipped_closed + skipped_too_old +
+// refused_events; the batches refused are broken down by reason. The
+// transport's figures (dials, refusals by the leader, bytes) are the
+// Dialer's, shared by every shard of a node.
+func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.DialerStats) []any {
+	r := s.Receiver
+	return []any{"applied_lsn", lsn, "epoch", epoch,
+		"batches", r.Batches, "events", r.Events, "applied", r.Applied,
+		"discarded_position", r.DiscardedPosition, "discarded_hwm", r.DiscardedHWM,
+		"discarded_window", r.DiscardedWindow, "discarded_in_batch", r.DiscardedInBatch,
+		"skipped_closed", r.SkippedClosed, "skipped_too_old", r.SkippedTooOld, "refused_events", r.RefusedEvents,
+		"refused_gap", r.SeqGaps + r.OutOfOrder, "refused_stale_epoch", r.StaleEpochs, "refused_wrong_shard", r.WrongShard,
+		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
+		"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
+		"bytes_received", t.BytesReceived}
 }

@@ -42,11 +42,12 @@ type generator struct {
 	rng   *mrand.Rand
 	runID string // request IDs are unique to this run of the generator
 
-	ids     []session.ID
-	reqs    uint64      // requests made
-	opens   []wal.Event // sessions to open before the next requests
-	retries []wal.Event // requests to send again at the next tick
-	groups  [][]wal.Event
+	ids    []session.ID
+	reqs   uint64                   // requests made
+	opens  []wal.Event              // sessions to open before the next requests
+	retry  map[idempotency.Key]bool // requests whose answer the client will "lose"
+	again  []wal.Event
+	groups [][]wal.Event
 
 	mu  sync.Mutex
 	per []genShardStats
@@ -60,6 +61,7 @@ func newGenerator(l *leader.Leader, c genConfig) *generator {
 		rng:   mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 		runID: fmt.Sprintf("%x", seed),
 		ids:   make([]session.ID, c.sessions),
+		retry: map[idempotency.Key]bool{},
 		per:   make([]genShardStats, l.Shards()),
 	}
 }
@@ -87,25 +89,18 @@ func (g *generator) run(ctx context.Context) error {
 	defer t.Stop()
 	start, done := time.Now(), uint64(0)
 	var evs []wal.Event
-	again := map[idempotency.Key]bool{}
 	for {
 		evs = append(evs[:0], g.opens...)
 		g.opens = g.opens[:0]
-		evs = append(evs, g.retries...)
-		clear(again)
-		for _, ev := range g.retries {
-			again[ev.IdemKey] = true
-		}
-		g.retries = g.retries[:0]
 		due := uint64(time.Since(start).Seconds() * float64(g.c.rate))
 		for ; done < due; done++ {
 			ev := g.request(done)
 			evs = append(evs, ev)
 			if g.rng.Float64() < g.c.retryRate {
-				g.retries = append(g.retries, ev)
+				g.retry[ev.IdemKey] = true
 			}
 		}
-		if err := g.send(ctx, evs, again); err != nil || ctx.Err() != nil {
+		if err := g.send(ctx, evs); err != nil || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -141,54 +136,76 @@ func (g *generator) request(n uint64) wal.Event {
 	return ev
 }
 
-// send logs evs (those whose key is in isRetry are requests sent again)
-// batched per shard through Leader.Append, and waits for the --ack policy
-// after each batch. A batch refused because a session expired or closed
-// logged nothing: its sessions are replaced (the client opens new ones) and
-// its requests dropped, as a client told its session is gone would.
-func (g *generator) send(ctx context.Context, evs []wal.Event, isRetry map[idempotency.Key]bool) error {
+// send logs evs batched per shard through Leader.Append, and waits for the
+// --ack policy after each batch. The requests of a batch whose answer the
+// client "loses" are sent again, with the same client keys, as a batch of
+// their own right after it. A batch refused because a session expired or
+// closed logged nothing: its sessions are replaced (the client opens new
+// ones) and its requests dropped, as a client told its session is gone
+// would.
+func (g *generator) send(ctx context.Context, evs []wal.Event) error {
 	g.groups = g.l.Split(evs, g.groups)
 	for s, shardEvs := range g.groups {
 		for len(shardEvs) > 0 {
 			chunk := shardEvs[:min(len(shardEvs), g.c.batch)]
 			shardEvs = shardEvs[len(chunk):]
-			h, err := g.l.Append(chunk...)
-			if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, replication.ErrSessionClosed) {
-				g.replace(chunk)
-				g.count(s, func(st *genShardStats) { st.expired += uint64(len(chunk)) })
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			var again uint64
+			g.again = g.again[:0]
 			for _, ev := range chunk {
-				if ev.HasIdemKey && isRetry[ev.IdemKey] {
-					again++
+				if ev.HasIdemKey && g.retry[ev.IdemKey] {
+					delete(g.retry, ev.IdemKey)
+					g.again = append(g.again, ev)
 				}
 			}
-			g.count(s, func(st *genShardStats) { st.generated += uint64(len(chunk)); st.retried += again })
-			if g.c.ack == 0 {
-				continue
+			logged, err := g.log(ctx, s, chunk, false)
+			if err == nil && logged && len(g.again) > 0 {
+				_, err = g.log(ctx, s, g.again, true)
 			}
-			sh, err := g.l.Shard(uint32(s))
 			if err != nil {
 				return err
 			}
-			if err := sh.WaitAcked(ctx, h.LastLSN(), g.c.ack); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			g.count(s, func(st *genShardStats) { st.acked += uint64(len(chunk)) })
 		}
 	}
 	return nil
 }
 
-// replace gives every slot whose session appears in evs a new session and
-// forgets the retries of the old ones.
+// log appends one batch of shard s (retried: every event is a request
+// sent again) and waits for the --ack policy. logged is false when the
+// batch was refused for an expired or closed session: the client's to
+// handle (replace), the batch is dropped.
+func (g *generator) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
+	h, err := g.l.Append(b...)
+	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, replication.ErrSessionClosed) {
+		g.replace(b)
+		g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	g.count(s, func(st *genShardStats) {
+		st.generated += uint64(len(b))
+		if retried {
+			st.retried += uint64(len(b))
+		}
+	})
+	if g.c.ack == 0 {
+		return true, nil
+	}
+	sh, err := g.l.Shard(uint32(s))
+	if err != nil {
+		return true, err
+	}
+	if err := sh.WaitAcked(ctx, h.LastLSN(), g.c.ack); err != nil {
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		return true, err
+	}
+	g.count(s, func(st *genShardStats) { st.acked += uint64(len(b)) })
+	return true, nil
+}
+
+// replace gives every slot whose session appears in evs a new session.
 func (g *generator) replace(evs []wal.Event) {
 	gone := map[session.ID]bool{}
 	for _, ev := range evs {
@@ -199,11 +216,4 @@ func (g *generator) replace(evs []wal.Event) {
 			g.openSession(i)
 		}
 	}
-	kept := g.retries[:0]
-	for _, ev := range g.retries {
-		if !gone[ev.Session] {
-			kept = append(kept, ev)
-		}
-	}
-	g.retries = kept
 }

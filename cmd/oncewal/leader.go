@@ -82,7 +82,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	retryRate := fs.Float64("retry-rate", 0.01, "share of generated requests sent twice with the same client key")
 	ack := fs.String("ack", "none", "generator: wait for this many followers per batch: none, one, majority, all")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
-	debug := fs.Bool("debug", false, "debug logging")
+	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -109,6 +109,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 		c.failf("--ack %q is not one of none, one, majority, all", *ack)
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
@@ -116,7 +117,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if msg != "" {
 		return usageError(fs, stderr, "%s", msg)
 	}
-	log := newLogger(stderr, *debug)
+	log := lf.logger(stderr)
 	if err != nil {
 		log.Error("oncewal leader: TLS", "err", err)
 		return exitFailure

@@ -153,7 +153,7 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 	}
 	lc2.listen = l2.addr
 	fb = startFollower(t, fcfg("b", bDir, l2))
-	waitLog(t, fb.log, "refused this follower", replication.ErrBehindRetention.Error())
+	waitLog(t, fb.log, "level=ERROR", "refused by the leader", replication.ErrBehindRetention.Error())
 	must(t, fb.stop())
 	must(t, os.RemoveAll(bDir))
 	copyTree(t, rebuild, bDir)

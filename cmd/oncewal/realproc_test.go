@@ -173,7 +173,7 @@ func TestRealProcessesKilled(t *testing.T) {
 	start := time.Now()
 	_, e, err := run(append(leaderArgs(0), "--listen", "127.0.0.1:0")...)
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailure || time.Since(start) > 10*time.Second ||
-		!strings.Contains(e, filepath.Join(leaderDir, leader.WALDirName)) || !strings.Contains(e, wal.ErrLocked.Error()) {
+		!strings.Contains(e, filepath.Join(leaderDir, leader.LockFileName)) || !strings.Contains(e, wal.ErrLocked.Error()) {
 		t.Fatalf("second leader: %v after %v:\n%s", err, time.Since(start), e)
 	}
 

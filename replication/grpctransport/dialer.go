@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,14 +47,6 @@ type DialerOptions struct {
 	// leader; a larger message ends the stream unread (ErrFrameTooLarge).
 	// Default and maximum wal.HeaderSize + wal.MaxBodySize.
 	MaxBatchSize int
-	// RefusalBackoff is how long Dial waits before dialling again for a
-	// shard whose last stream the leader refused (ErrRefused): a refused
-	// follower's stream is accepted before it is refused, so the
-	// follower's own backoff, which a successful Dial resets, would redial
-	// at its shortest interval forever. The wait doubles with each refusal
-	// in a row, up to 32×, and ends when a stream of the shard delivers a
-	// batch. Default 1s.
-	RefusalBackoff time.Duration
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -75,9 +68,6 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 	}
 	if o.MaxBatchSize <= 0 || o.MaxBatchSize > MaxBatchFrame-1 {
 		o.MaxBatchSize = MaxBatchFrame - 1
-	}
-	if o.RefusalBackoff <= 0 {
-		o.RefusalBackoff = time.Second
 	}
 	return o
 }
@@ -112,27 +102,18 @@ type Dialer struct {
 	creds credentials.TransportCredentials
 	stats dialerCounters
 
-	mu       sync.Mutex
-	closed   bool
-	done     chan struct{} // closed by Close
-	conns    map[*followerConn]struct{}
-	lastLog  string
-	lastAt   time.Time
-	refusals map[uint32]refusalWait // per shard: refused streams in a row
-}
-
-// refusalWait is how long a shard waits before its next Dial after n
-// refusals in a row.
-type refusalWait struct {
-	n     int
-	until time.Time
+	mu      sync.Mutex
+	closed  bool
+	conns   map[*followerConn]struct{}
+	lastLog string
+	lastAt  time.Time
 }
 
 var _ replication.Dialer = (*Dialer)(nil)
 
 // NewDialer returns a Dialer for the leader at addr (host:port).
 func NewDialer(addr string, opts *DialerOptions) (*Dialer, error) {
-	d := &Dialer{addr: addr, conns: make(map[*followerConn]struct{}), done: make(chan struct{})}
+	d := &Dialer{addr: addr, conns: make(map[*followerConn]struct{})}
 	if opts != nil {
 		d.opts = *opts
 	}
@@ -158,12 +139,7 @@ func (d *Dialer) Stats() DialerStats {
 // makes further Dials fail with ErrClosed. Idempotent.
 func (d *Dialer) Close() error {
 	d.mu.Lock()
-	if !d.closed {
-		d.closed = true
-		if d.done != nil {
-			close(d.done)
-		}
-	}
+	d.closed = true
 	conns := make([]*followerConn, 0, len(d.conns))
 	for c := range d.conns {
 		conns = append(conns, c)
@@ -203,80 +179,38 @@ func (d *Dialer) logDialError(err error) {
 	d.opts.Logger.Log(context.Background(), level, what, "leader", d.addr, "err", msg)
 }
 
-// waitRefusal waits out the refusal backoff of shard (see
-// DialerOptions.RefusalBackoff).
-func (d *Dialer) waitRefusal(ctx context.Context, shard uint32) error {
-	d.mu.Lock()
-	wait := time.Until(d.refusals[shard].until)
-	d.mu.Unlock()
-	if wait <= 0 {
-		return nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-d.done:
-		return fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed)
-	}
-}
-
-// noteRefusal records a refused stream of shard: its next Dial waits.
-func (d *Dialer) noteRefusal(shard uint32) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.refusals == nil {
-		d.refusals = make(map[uint32]refusalWait)
-	}
-	r := d.refusals[shard]
-	r.until = time.Now().Add(d.opts.RefusalBackoff << min(r.n, 5))
-	r.n++
-	d.refusals[shard] = r
-}
-
-// clearRefusal ends shard's refusal backoff: a stream delivered a batch.
-func (d *Dialer) clearRefusal(shard uint32) {
-	d.mu.Lock()
-	delete(d.refusals, shard)
-	d.mu.Unlock()
-}
-
 // refusal turns a stream status that carries the leader's refusal (see
-// leaderConn.Refuse) into an error wrapping ErrRefused and
-// replication.ErrDisconnected; ok is false for any other error.
+// leaderConn.Refuse) into an error wrapping ErrRefused,
+// replication.ErrDisconnected and the refusal's sentinel; ok is false for
+// any other error.
 func refusal(err error) (_ error, ok bool) {
 	st, isStatus := status.FromError(err)
 	if !isStatus {
 		return nil, false
 	}
-	reason, found := strings.CutPrefix(st.Message(), refusedPrefix)
+	msg, found := strings.CutPrefix(st.Message(), refusedPrefix)
 	if !found {
 		return nil, false
 	}
-	return fmt.Errorf("%w: %w: %s", replication.ErrDisconnected, ErrRefused, reason), true
+	kind, reason, _ := strings.Cut(msg, ": ")
+	if k := slices.IndexFunc(refusalKinds, func(k refusalKind) bool { return k.name == kind }); k >= 0 {
+		sentinel := refusalKinds[k].err
+		reason = strings.TrimPrefix(reason, sentinel.Error()+": ") // the text led with it
+		return fmt.Errorf("%w: %w: %w: %s", replication.ErrDisconnected, ErrRefused, sentinel, reason), true
+	}
+	return fmt.Errorf("%w: %w: %s", replication.ErrDisconnected, ErrRefused, msg), true
 }
 
-// Dial implements replication.Dialer. After the leader refused the last
-// stream of hello.Shard it first waits (DialerOptions.RefusalBackoff). It
-// returns once the leader accepted the stream (its Listener's Accept took
-// it), or with ctx.Err(), or with an
+// Dial implements replication.Dialer. It returns once the leader accepted
+// the stream (its Listener's Accept took it), or with ctx.Err(), or with an
 // error wrapping replication.ErrDisconnected (connect, TLS or stream
 // failure; the caller retries), replication.ErrClosed, or
 // replication.ErrBadFollowerID (hello.FollowerID cannot be sent; nothing
 // was dialled).
 func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
-	if err := d.waitRefusal(ctx, hello.Shard); err != nil {
-		return nil, err
-	}
 	d.stats.dials.Add(1)
 	c, err := d.dial(ctx, hello)
 	if err != nil {
-		if errors.Is(err, ErrRefused) {
-			d.noteRefusal(hello.Shard)
-		}
 		d.stats.failures.Add(1)
 		if ctx.Err() == nil && !errors.Is(err, replication.ErrClosed) {
 			d.logDialError(err)
@@ -321,7 +255,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	c := &followerConn{
-		d: d, cc: cc, cancel: cancel, shard: hello.Shard,
+		d: d, cc: cc, cancel: cancel,
 		batches: make(chan []byte, o.RecvBuffer),
 		done:    make(chan struct{}),
 	}
@@ -380,8 +314,6 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 // replication.FollowerConn.
 type followerConn struct {
 	d       *Dialer
-	shard   uint32 // of the hello
-	served  bool   // a batch arrived (recvLoop only)
 	cc      *grpc.ClientConn
 	cs      grpc.ClientStream
 	cancel  context.CancelFunc
@@ -448,8 +380,8 @@ func (c *followerConn) recvLoop() {
 				c.d.opts.Logger.Warn("oncewal follower: closing stream: oversized frame from leader", "leader", c.d.addr, "err", err)
 			}
 			if errors.Is(err, ErrRefused) {
-				c.d.noteRefusal(c.shard)
-				c.d.logDialError(err)
+				// Counted here; the follower's redial loop logs it.
+				c.d.stats.refused.Add(1)
 			}
 			c.fail(err)
 			return
@@ -463,10 +395,7 @@ func (c *followerConn) recvLoop() {
 		}
 		c.d.stats.batches.Add(1)
 		c.d.stats.bytes.Add(uint64(len(b)))
-		if !c.served {
-			c.served = true
-			c.d.clearRefusal(c.shard)
-		}
+
 		select {
 		case c.batches <- b:
 		case <-c.done:

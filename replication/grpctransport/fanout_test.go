@@ -64,7 +64,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		ShipperOptions: replication.ShipperOptions{
 			WALDir: walDir, Listener: srv, DurableLSN: w.DurableLSN, Epoch: func() uint64 { return 1 },
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,
-			Logf: func(f string, args ...any) { log.Info("fanout", "line", f, "args", args) },
+			Logger: log,
 		},
 		Followers: []string{"a", "b"},
 	})

@@ -380,9 +380,10 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 		q, routed, served, ok := s.queueFor(c.hello.Shard)
 		if !ok {
 			s.stats.unserved.Add(1)
-			why := fmt.Sprintf("leader serves no shard %d (it serves shards %v)", c.hello.Shard, served)
-			s.opts.Logger.Warn("oncewal leader: refused stream: "+why, "remote", remote, "follower", c.hello.FollowerID)
-			return status.Error(codes.NotFound, refusedPrefix+why)
+			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v)", replication.ErrWrongShard, c.hello.Shard, served)
+			s.opts.Logger.Warn("oncewal leader: refused a stream for a shard it does not serve", "remote", remote,
+				"follower", c.hello.FollowerID, "err", why)
+			return status.Error(codes.NotFound, refusalMessage(why))
 		}
 		select {
 		case q <- c:
@@ -440,9 +441,35 @@ type leaderConn struct {
 
 var _ replication.RefusingConn = (*leaderConn)(nil)
 
-// refusedPrefix starts the status message of a refused stream; the
-// follower's Dialer recognises it (ErrRefused) and logs the rest.
+// refusedPrefix starts the status message of a refused stream: then the
+// refusal's kind (refusalKinds, or "other"), ": " and its text. The
+// follower's Dialer turns it back into ErrRefused and the kind's sentinel.
 const refusedPrefix = "oncewal: refused: "
+
+// refusalKind names a refusal's sentinel on the wire.
+type refusalKind struct {
+	name string
+	err  error
+}
+
+var refusalKinds = []refusalKind{
+	{"unknown-follower", replication.ErrUnknownFollower},
+	{"diverged", replication.ErrDiverged},
+	{"behind-retention", replication.ErrBehindRetention},
+	{"bad-hello", replication.ErrBadHello},
+	{"wrong-shard", replication.ErrWrongShard},
+	{"fenced", replication.ErrFenced},
+	{"stale-epoch", replication.ErrStaleEpoch},
+}
+
+// refusalMessage is the status message of a stream refused with reason.
+func refusalMessage(reason error) string {
+	kind := "other"
+	if k := slices.IndexFunc(refusalKinds, func(k refusalKind) bool { return errors.Is(reason, k.err) }); k >= 0 {
+		kind = refusalKinds[k].name
+	}
+	return refusedPrefix + kind + ": " + reason.Error()
+}
 
 func (c *leaderConn) recvLoop(ctx context.Context) {
 	first := true
@@ -523,7 +550,7 @@ func (c *leaderConn) status() error {
 	defer c.mu.Unlock()
 	switch {
 	case c.refusal != nil:
-		return status.Error(codes.FailedPrecondition, refusedPrefix+c.refusal.Error())
+		return status.Error(codes.FailedPrecondition, refusalMessage(c.refusal))
 	case c.local:
 		return status.Error(codes.Aborted, "oncewal: leader closed the stream")
 	case errors.Is(c.err, ErrBadFrame) || errors.Is(c.err, ErrFrameTooLarge):
