@@ -205,6 +205,7 @@ func (c *hwmCache) set(id *ID, r record, seq uint64) {
 		}
 		c.unlink(i)
 		c.link(i, seq)
+		c.evictOverCapacity()
 		return
 	}
 	switch {
@@ -241,6 +242,12 @@ func (c *hwmCache) markClean(id *ID) {
 	}
 	c.unlink(i)
 	c.link(i, 0)
+	c.evictOverCapacity()
+}
+
+// evictOverCapacity evicts clean entries, least recently put first, while
+// there are more than capacity (a logged entry that turned clean adds one).
+func (c *hwmCache) evictOverCapacity() {
 	for c.n-c.ndirty > c.capacity {
 		t := c.lru.tail
 		c.removeIdx(t)
