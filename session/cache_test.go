@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/stretchr/testify/require"
 )
@@ -216,22 +217,32 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	checkCache(t, c)
 }
 
-// TestHWMCacheUnrepresentableHWM: the top HWM bit holds the closed flag, so a
-// record using it is not cached (it is read from Pebble instead) and an
-// older cached value of that session is dropped, never left stale.
-func TestHWMCacheUnrepresentableHWM(t *testing.T) {
-	c := newHWMCache(4)
-	id := cacheID(1)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 7, closed: true, lastTS: -3})
-	c.mu.Unlock()
-	r, ok := c.peek(&id)
-	require.True(t, ok)
-	require.Equal(t, record{hwm: 7, closed: true, lastTS: -3}, r)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 1 << 63})
-	c.mu.Unlock()
-	_, ok = c.peek(&id)
-	require.False(t, ok)
-	checkCache(t, c)
+// TestMaxSeqNo: the cache keeps the closed flag in the HWM's top bit, so
+// no record may use it: Advance stops at MaxSeqNo and a stored row or delta
+// beyond it is corrupt.
+func TestMaxSeqNo(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 4})
+	id := NewID()
+	base := 100 * hour
+	var kb [hwmKeyLen]byte
+	var vb [hwmValLen]byte
+	require.NoError(t, db.Set(hwmKey(&kb, id), encodeRecord(&vb, record{hwm: MaxSeqNo - 1, lastTS: base}), pebble.Sync))
+	require.Equal(t, []Decision{Apply}, applyBatch(t, db, tr, ev{id, MaxSeqNo, base}))
+	requireHWM(t, tr, id, MaxSeqNo, false)
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	require.Equal(t, Gap, mustCheck(t, tx, id, MaxSeqNo+1, base))
+	require.ErrorIs(t, tx.Advance(id, MaxSeqNo+1, base), ErrOutOfOrder)
+	tx.Abort()
+
+	other := NewID()
+	require.NoError(t, db.Set(hwmKey(&kb, other), encodeRecord(&vb, record{hwm: MaxSeqNo + 1, lastTS: base}), pebble.Sync))
+	_, _, _, err := tr.Get(other)
+	require.ErrorIs(t, err, ErrCorrupt)
+	var lk [logKeyLen]byte
+	require.NoError(t, db.Set(logKey(&lk, 1<<40), appendLogEntry([]byte{formatVersion}, &other, record{hwm: MaxSeqNo + 1}, true), pebble.Sync))
+	_, err = OpenTracker(db, nil)
+	require.ErrorIs(t, err, ErrCorrupt)
 }
