@@ -8,14 +8,23 @@
 // event a put of a 24-byte key and 100-byte value row, every event carrying
 // an idempotency key. Beside it, in the same run: raw Pebble ingest of the
 // same rows (the physical floor), raw ingest of everything the receiver
-// writes (rows + HWM rows + window journal + position), and a naive design
-// that keeps every idempotency key in Pebble and reads it before applying.
+// writes (rows + HWM log delta and checkpoints + window journal + position),
+// and a naive design that keeps every idempotency key in Pebble and reads it
+// before applying.
 // Workloads: all fresh, 100% and 30% redeliveries (SeqNo at or below the
 // HWM, re-logged at new LSNs), and 10-event bursts per session. Each design
 // is preloaded once (every session gets an HWM) and kept while testing ramps
 // b.N; batches are composed with the timer stopped. Figures: events/s and
 // cpu-ns/event (process CPU, Pebble's background work included — the
 // machines these run on are shared and noisy, so read both).
+//
+// Leader (leader.go): a leader on disk stamps and ships 1000-event batches
+// of puts to n followers over the in-process transport. LeaderShip's
+// followers acknowledge without applying, so its CPU per event is the
+// leader's own (stamping, WAL append and sync, its local store, one shipping
+// stream per follower) — compared at 1 and 3 followers; LeaderQuorum's
+// followers are real (on disk, synced) and the client waits for a majority
+// after every batch.
 //
 // Components: the idempotency window against golang-lru/v2 (check cost,
 // heap per entry fresh and churned; window.go), DeriveKey against
@@ -24,5 +33,6 @@
 //	go test ./bench -run '^$' -bench Receiver -count 3
 //	go test ./bench -run '^$' -bench 'Window$|DeriveKey' -count 3
 //	go test ./bench -run '^$' -bench WindowMemory -benchtime 1x
+//	go test ./bench -run '^$' -bench 'Leader' -benchtime 2s
 //	go run ./cmd/oncewal bench [--quick] [--json]
 package bench

@@ -65,16 +65,6 @@ var (
 // batch would add noise to the 100-µs duplicate batches.
 const chunk = 32
 
-// quietLogger drops Pebble's informational lines (benchmark output stays
-// readable) and panics on Fatalf like replication.FatalLogger.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
-}
-
 // cpuNanos is the process's user+system CPU time. The shared 2-vCPU
 // machines these figures come from are noisy (other jobs steal the CPU), so
 // benchmarks also report CPU per operation, Pebble's background work
@@ -89,7 +79,9 @@ func cpuNanos() int64 {
 
 // openPebble opens a plain store with the options follower.Open uses.
 func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
-	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}}
+	// A FatalLogger without a Logger drops Pebble's lines (benchmark output
+	// stays readable) and still panics on Fatalf.
+	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}}
 	for _, f := range tune {
 		f(o)
 	}
@@ -253,9 +245,10 @@ func Receiver(w Workload) func(b *testing.B) {
 func RawIngest(w Workload) func(b *testing.B) { return rawIngest(w, false) }
 
 // RawIngestWriteSet is RawIngest of everything the receiver writes for w's
-// fresh events: the state rows plus one HWM row per session per batch, the
-// window journal value and the applied position — the floor of this design,
-// against which the receiver's own CPU (decode, HWM and window checks) shows.
+// fresh events: the state rows plus the HWM log delta and checkpoint rows
+// (generator.rows), the window journal value and the applied position — the
+// floor of this design, against which the receiver's own CPU (decode, HWM
+// and window checks) shows.
 func RawIngestWriteSet(w Workload) func(b *testing.B) { return rawIngest(w, true) }
 
 func rawIngest(w Workload, writeSet bool) func(b *testing.B) {

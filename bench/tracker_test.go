@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
 
@@ -21,15 +22,19 @@ type trackerRig struct {
 }
 
 func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
+	return newTrackerRigOpts(b, sessions, session.TrackerOptions{CacheSize: cache})
+}
+
+func newTrackerRigOpts(b *testing.B, sessions int, opts session.TrackerOptions) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}, CacheSize: 64 << 20})
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}, CacheSize: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
 	r := &trackerRig{db: db, ids: make([]session.ID, sessions), hwm: make([]session.SeqNo, sessions),
 		rng: rand.New(rand.NewPCG(1, 2)), base: 1_700_000_000_000_000_000}
-	tr, err := session.OpenTracker(db, &session.TrackerOptions{CacheSize: cache})
+	tr, err := session.OpenTracker(db, &opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,8 +63,9 @@ func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 	if err := db.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	// Reopen the tracker so the cache starts empty.
-	r.tr, err = session.OpenTracker(db, &session.TrackerOptions{CacheSize: cache})
+	// Reopen the tracker so the cache starts empty (but for the sessions
+	// the HWM log pins).
+	r.tr, err = session.OpenTracker(db, &opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,17 +249,19 @@ func yesNo(v bool) string {
 // holds per cached session: 100K sessions in the default 1M cache, filled by
 // a warm pass (B/session-fresh), then a cache of 100K churned by 1M lookups
 // over 200K sessions, every other one a miss that fills and evicts
-// (B/session-churned). The whole-process heap is measured, so nothing else
-// may run concurrently; one iteration is the experiment: -benchtime=1x.
+// (B/session-churned). The HWM log is off, so the sessions are cached as
+// clean entries (a logged one costs the same entry). The whole-process heap
+// is measured, so nothing else may run concurrently; one iteration is the
+// experiment: -benchtime=1x.
 func BenchmarkTrackerCacheMemory(b *testing.B) {
 	var fresh, churned float64
 	for range b.N {
-		r := newTrackerRig(b, 100_000, 1<<20)
+		r := newTrackerRigOpts(b, 100_000, session.TrackerOptions{CacheSize: 1 << 20, LogBatches: -1})
 		before := liveHeap()
 		r.warm(b)
 		fresh = float64(liveHeap()-before) / float64(r.tr.CachedLen())
 
-		r = newTrackerRig(b, 200_000, 100_000)
+		r = newTrackerRigOpts(b, 200_000, session.TrackerOptions{CacheSize: 100_000, LogBatches: -1})
 		before = liveHeap()
 		batch := r.db.NewBatch()
 		for n := 0; n < 1_000_000; n += 1000 {
@@ -272,4 +280,123 @@ func BenchmarkTrackerCacheMemory(b *testing.B) {
 	b.ReportMetric(fresh, "B/session-fresh")
 	b.ReportMetric(churned, "B/session-churned")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkTrackerWrites measures what the HWM log saves Pebble: 1000-event
+// batches of fresh events of 100K uniform sessions (the receiver's hard
+// case), each event also writing its 24 B/100 B state row, committed
+// without sync, with the log off (log=rows: one HWM row per session per
+// batch) and at several LogBatches. Besides CPU it reports figures that do
+// not move with the machine's load: bytes written to the WAL and to
+// sstables (flushes + compactions) per event, and the Pebble keys the
+// tracker wrote per event (rows, deltas, checkpoints, deletions). Run long
+// enough for steady state: -benchtime 3000x.
+func BenchmarkTrackerWrites(b *testing.B) {
+	for _, lb := range []int{-1, 16, 64, 128, 256} {
+		name := fmt.Sprintf("log=%d", lb)
+		if lb < 0 {
+			name = "log=rows"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := newTrackerRigOpts(b, 100_000, session.TrackerOptions{LogBatches: lb})
+			batch := r.db.NewBatch()
+			defer batch.Close()
+			key := make([]byte, RowKeyLen)
+			val := make([]byte, RowValueLen)
+			m0 := r.db.Metrics()
+			var trackerKeys uint64
+			b.ResetTimer()
+			cpu0 := cpuNanos()
+			for range b.N {
+				tx := r.tr.Begin(batch)
+				for range BatchEvents {
+					s := r.rng.IntN(len(r.ids))
+					seq := r.hwm[s] + 1
+					if err := tx.Advance(r.ids[s], seq, r.base); err != nil {
+						b.Fatal(err)
+					}
+					r.hwm[s] = seq
+					copy(key, session.StatePrefix)
+					copy(key[len(session.StatePrefix):], r.ids[s][:])
+					if err := batch.Set(key, val, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := batch.Count()
+				if err := tx.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				trackerKeys += uint64(batch.Count() - before)
+				if err := batch.Commit(pebble.NoSync); err != nil {
+					b.Fatal(err)
+				}
+				tx.Commit()
+				batch.Reset()
+			}
+			b.StopTimer()
+			m1 := r.db.Metrics()
+			events := float64(b.N) * BatchEvents
+			var sst uint64
+			for l := range m1.Levels {
+				sst += m1.Levels[l].TableBytesFlushed + m1.Levels[l].TableBytesCompacted -
+					m0.Levels[l].TableBytesFlushed - m0.Levels[l].TableBytesCompacted
+			}
+			b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
+			b.ReportMetric(float64(m1.WAL.BytesWritten-m0.WAL.BytesWritten)/events, "wal-B/event")
+			b.ReportMetric(float64(sst)/events, "sst-B/event")
+			b.ReportMetric(float64(trackerKeys)/events, "hwm-keys/event")
+		})
+	}
+}
+
+// BenchmarkTrackerOpen measures OpenTracker on a store whose HWM log is in
+// steady state — 100K uniform sessions after 2×LogBatches batches of 1000
+// fresh events (flushed to sstables, as after a restart) — i.e. the replay
+// of the log at open; log=rows is the same store written without the log
+// (open reads only the clock). sessions/op is how many logged sessions the
+// replay pins in the cache.
+func BenchmarkTrackerOpen(b *testing.B) {
+	for _, lb := range []int{-1, 64, 128, 256} {
+		name := fmt.Sprintf("log=%d", lb)
+		if lb < 0 {
+			name = "log=rows"
+		}
+		b.Run(name, func(b *testing.B) {
+			opts := session.TrackerOptions{LogBatches: lb}
+			r := newTrackerRigOpts(b, 100_000, opts)
+			batch := r.db.NewBatch()
+			for range 2 * max(lb, 128) {
+				tx := r.tr.Begin(batch)
+				for range BatchEvents {
+					s := r.rng.IntN(len(r.ids))
+					r.hwm[s]++
+					if err := tx.Advance(r.ids[s], r.hwm[s], r.base); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				if err := batch.Commit(pebble.NoSync); err != nil {
+					b.Fatal(err)
+				}
+				tx.Commit()
+				batch.Reset()
+			}
+			batch.Close()
+			if err := r.db.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			var pinned int
+			b.ResetTimer()
+			for range b.N {
+				tr, err := session.OpenTracker(r.db, &opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pinned = tr.CachedLen()
+			}
+			b.ReportMetric(float64(pinned), "sessions/op")
+		})
+	}
 }

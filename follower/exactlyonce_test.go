@@ -36,10 +36,17 @@ var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 // 4 MiB memtable is calloc'd at every open.
 func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 
-// testOptions are the follower options of the simulation tests.
+// testOptions are the follower options of the simulation tests. The HWM log
+// checkpoints a session two batches after its change, so the workloads'
+// dozen batches exercise logging, checkpoints, delta deletion and replay.
 func testOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable}
+	return &follower.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}
 }
+
+// logModes are the HWM log settings the seeded simulations rotate through:
+// off, checkpointing after one and three batches, and the default (which
+// these short workloads never checkpoint: log and replay only).
+var logModes = []int{-1, 1, 3, 0}
 
 // hostile is the simulation's injection of log shapes no correct leader
 // writes (sim.Log.Hostile): verbatim re-appends and late writes to closed
@@ -166,6 +173,7 @@ func runSim(t testing.TB, seed uint64, cfg sim.WorkloadConfig, faults bool) (*si
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
 	sf := &simFollower{t: t, fs: vfs.NewCrashableMem(), opts: *testOptions(nil)}
 	sf.opts.WindowCapacity = 4096
+	sf.opts.HWMLogBatches = logModes[seed%uint64(len(logModes))]
 	sf.open()
 	defer func() { _ = sf.f.Close() }()
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -44,6 +45,14 @@ type Options struct {
 	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
 	// Pebble. Default 1<<20 sessions.
 	HWMCacheSize int
+	// HWMLogBatches and HWMLogSessions configure the HWM log (see
+	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
+	// HWM changes as one value, and a session's row is rewritten only once
+	// its change is HWMLogBatches batches old. Defaults 128 and 1<<17;
+	// HWMLogBatches -1 turns the log off (one HWM row per changed session
+	// per batch).
+	HWMLogBatches  int
+	HWMLogSessions int
 	// RetentionHorizon is how long, on the WAL clock, a closed or idle
 	// session's HWM is kept before garbage collection. It must exceed the
 	// longest delay with which an event can be redelivered. Default 24h.
@@ -65,13 +74,31 @@ type Options struct {
 	// FS is the filesystem Pebble uses. Default vfs.Default (the OS). Tests
 	// pass vfs.NewCrashableMem() or an errorfs wrapper.
 	FS vfs.FS
-	// ReconnectBackoff is the first wait before redialling a dropped
-	// transport; it doubles up to 32× on repeated failures. Default 10ms.
+	// ReconnectBackoff is the first wait before Serve redials: after a
+	// working connection drops, and after the first failed attempt. It
+	// doubles after every further failed attempt (a failed dial, or a
+	// connection that ended before it delivered a batch or lasted
+	// MaxReconnectBackoff — what a leader refusing the hello looks like) up
+	// to MaxReconnectBackoff. Default 100ms.
 	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps the redial wait. Default 5s; at least
+	// ReconnectBackoff.
+	MaxReconnectBackoff time.Duration
+	// ReconnectJitter spreads each redial wait uniformly over
+	// [1−J, 1+J] times the backoff, so followers that lost a leader together
+	// do not redial it in step. Default 0.5; at most 1; negative: none.
+	ReconnectJitter float64
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
 }
+
+// Defaults of the redial options (see Options).
+const (
+	DefaultReconnectBackoff    = 100 * time.Millisecond
+	DefaultMaxReconnectBackoff = 5 * time.Second
+	DefaultReconnectJitter     = 0.5
+)
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (o *Options) EnsureDefaults() *Options {
@@ -80,6 +107,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.HWMCacheSize == 0 {
 		o.HWMCacheSize = 1 << 20
+	}
+	if o.HWMLogBatches == 0 {
+		o.HWMLogBatches = session.DefaultLogBatches
+	}
+	if o.HWMLogSessions == 0 {
+		o.HWMLogSessions = session.DefaultLogSessions
 	}
 	if o.RetentionHorizon == 0 {
 		o.RetentionHorizon = 24 * time.Hour
@@ -91,7 +124,13 @@ func (o *Options) EnsureDefaults() *Options {
 		o.FS = vfs.Default
 	}
 	if o.ReconnectBackoff == 0 {
-		o.ReconnectBackoff = 10 * time.Millisecond
+		o.ReconnectBackoff = DefaultReconnectBackoff
+	}
+	if o.MaxReconnectBackoff == 0 {
+		o.MaxReconnectBackoff = max(DefaultMaxReconnectBackoff, o.ReconnectBackoff)
+	}
+	if o.ReconnectJitter == 0 {
+		o.ReconnectJitter = DefaultReconnectJitter
 	}
 	return o
 }
@@ -105,11 +144,23 @@ func (o *Options) Validate() error {
 	if o.HWMCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("HWMCacheSize %d is negative", o.HWMCacheSize))
 	}
+	if o.HWMLogBatches < -1 {
+		errs = append(errs, fmt.Errorf("HWMLogBatches %d is below -1 (off)", o.HWMLogBatches))
+	}
+	if o.HWMLogSessions < 0 {
+		errs = append(errs, fmt.Errorf("HWMLogSessions %d is negative", o.HWMLogSessions))
+	}
 	if o.RetentionHorizon < 0 {
 		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
 	}
 	if o.ReconnectBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))
+	}
+	if o.MaxReconnectBackoff < o.ReconnectBackoff {
+		errs = append(errs, fmt.Errorf("MaxReconnectBackoff %v is below ReconnectBackoff %v", o.MaxReconnectBackoff, o.ReconnectBackoff))
+	}
+	if !(o.ReconnectJitter <= 1) { // NaN too
+		errs = append(errs, fmt.Errorf("ReconnectJitter %v is above 1", o.ReconnectJitter))
 	}
 	if err := replication.ValidFollowerID(o.ID); err != nil {
 		errs = append(errs, fmt.Errorf("ID: %w", err))
@@ -157,11 +208,10 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 	po := &pebble.Options{
 		FS:                 o.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             replication.FatalLogger{Logf: logf},
+		Logger:             replication.FatalLogger{Logger: o.Logger},
 	}
 	// HWM reads on a cache miss are point lookups of keys that often do not
 	// exist (a new session); bloom filters keep them from visiting every
@@ -180,7 +230,7 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	if err != nil {
 		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
 	}
-	f, err := wire(dir, db, o, logf)
+	f, err := wire(dir, db, o)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -188,10 +238,12 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	return f, nil
 }
 
-func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Follower, error) {
+func wire(dir string, db *pebble.DB, o Options) (*Follower, error) {
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
 		CacheSize:        o.HWMCacheSize,
 		RetentionHorizon: o.RetentionHorizon,
+		LogBatches:       o.HWMLogBatches,
+		LogSessions:      o.HWMLogSessions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
@@ -212,7 +264,7 @@ func wire(dir string, db *pebble.DB, o Options, logf func(string, ...any)) (*Fol
 		Shard:      o.Shard,
 		FollowerID: o.ID,
 		NoSync:     o.NoSync,
-		Logf:       logf,
+		Logger:     o.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
@@ -250,9 +302,14 @@ func (f *Follower) stop() bool {
 
 // Serve connects through d and applies what the leader ships until ctx ends,
 // Close is called, or the store fails (replication.ErrStoreFailed, after
-// which the follower must be closed and reopened). It redials with backoff
-// whenever the link drops, each time stating its durable position in the
-// handshake. It returns nil when stopped by ctx or Close.
+// which the follower must be closed and reopened). It redials whenever the
+// link drops, each time stating its durable position in the handshake,
+// waiting a jittered backoff (Options.ReconnectBackoff, MaxReconnectBackoff,
+// ReconnectJitter) that grows while attempts keep failing. A run of failed
+// attempts is logged once at Warn when it starts, once at Error when it
+// lasts (at once for a refusal no retry can fix), and at Info when a
+// connection works again; every attempt in between at Debug. It returns nil
+// when stopped by ctx or Close.
 func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	f.life.RLock()
 	if f.stopped {
@@ -272,36 +329,63 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		}
 	}()
 
-	backoff := f.opts.ReconnectBackoff
+	log := f.opts.Logger
+	backoff := newRedialBackoff(&f.opts)
+	var streak linkStreak
 	for ctx.Err() == nil {
+		start := time.Now()
 		conn, err := d.Dial(ctx, f.recv.Hello())
+		working := false
 		if err == nil {
-			backoff = f.opts.ReconnectBackoff
-			err = f.serveConn(ctx, conn)
+			// A connection works once it delivers a batch; one that stays
+			// up for the longest backoff without (an idle leader) counts
+			// too, so that its drop is not taken for a refusal.
+			err = f.serveConn(ctx, conn, func() {
+				working = true
+				streak.end(log)
+				backoff.reset()
+			})
 			_ = conn.Close()
 			if errors.Is(err, replication.ErrStoreFailed) {
-				f.opts.Logger.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
+				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
+			}
+			if !working && time.Since(start) >= f.opts.MaxReconnectBackoff {
+				working = true
+				streak.end(log)
+				backoff.reset()
 			}
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		f.opts.Logger.Debug("oncewal follower: link down, redialling", "err", err, "backoff", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
+		capped := backoff.capped()
+		wait := backoff.wait(rand.Float64())
+		if working {
+			log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
+		} else {
+			streak.fail(log, err, capped, wait)
 		}
-		backoff = min(2*backoff, 32*f.opts.ReconnectBackoff)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 	}
 	return nil
 }
 
-func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn) error {
-	for {
+// serveConn applies what conn delivers until it fails; delivered is called
+// once, at the first batch.
+func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn, delivered func()) error {
+	for first := true; ; first = false {
 		batch, err := conn.Recv(ctx)
 		if err != nil {
 			return err
+		}
+		if first {
+			delivered()
 		}
 		res, err := f.recv.Apply(batch)
 		if errors.Is(err, replication.ErrStoreFailed) {

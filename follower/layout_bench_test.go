@@ -37,7 +37,7 @@ func benchLayout(b *testing.B, shared bool, shards int) {
 	open := func(name string) *pebble.DB {
 		db, err := pebble.Open(filepath.Join(dir, name), &pebble.Options{
 			FormatMajorVersion: pebble.FormatNewest,
-			Logger:             replication.FatalLogger{Logf: func(string, ...any) {}},
+			Logger:             replication.FatalLogger{},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -66,7 +66,6 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		_, stored := f.recv.Position()
 		epoch = stored + 1
 	}
-	logf := func(format string, args ...any) { f.opts.Logger.Info(fmt.Sprintf(format, args...)) }
 	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
 		WALDir:      opts.WALDir,
 		Shard:       f.opts.Shard,
@@ -80,7 +79,7 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		Ledger:      opts.Ledger,
 		Wall:        opts.Wall,
 		SegmentSize: opts.SegmentSize,
-		Logf:        logf,
+		Logger:      f.opts.Logger,
 		OnAppend:    opts.OnAppend,
 		FS:          opts.WALFS,
 	})

@@ -84,9 +84,8 @@ func (l *Leader) openShipping(s *Shard) error {
 	so.Notify = s.log.Notify()
 	so.DurableLSN = s.log.Writer().DurableLSN
 	so.VerifyHello = func(h replication.Ack) error { return replication.CheckHello(h, helloLog{s}) }
-	if so.Logf == nil {
-		logger := l.opts.Logger.With("shard", s.id)
-		so.Logf = func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
+	if so.Logger == nil {
+		so.Logger = l.opts.Logger.With("shard", s.id)
 	}
 	fan, err := replication.NewFanout(replication.FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
 	if err != nil {

@@ -233,3 +233,32 @@ func TestShipperCache(t *testing.T) {
 		t.Fatalf("the Shipper opened the WAL %d times", m.opens.Load())
 	}
 }
+
+// TestFanoutReaderBehindRetention: a follower whose next LSN the WAL no
+// longer holds (the reader says ErrBehindRetention) has its connection ended
+// and counted as a refusal, instead of being retried forever; the others
+// stream on.
+func TestFanoutReaderBehindRetention(t *testing.T) {
+	r := newFanoutRig(t, []string{"old", "new"}, nil, 1, func(o *FanoutOptions) { o.CacheBytes = -1 })
+	for i := 0; i < 10; i++ {
+		r.log.append(t, 1, 1)
+	}
+	r.log.compacted.Store(6)
+	r.fs["new"].applied = 5 // a follower that is past the deleted part
+	r.start("old")
+	r.start("new")
+	r.waitAcked(10, AckOne)
+	for r.stats("old").Refused.BehindRetention < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	r.stop()
+	if old := r.stats("old"); old.AckedLSN != 0 || old.BatchesSent != 0 || old.Connected {
+		t.Fatalf("old %+v", old)
+	}
+	if r.fs["old"].position() != 0 || r.fs["new"].position() != 10 {
+		t.Fatalf("old at %d, new at %d", r.fs["old"].position(), r.fs["new"].position())
+	}
+	if !r.logs.find("follower=old", "behind retention") {
+		t.Fatalf("no log line: %s", r.logs)
+	}
+}

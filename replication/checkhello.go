@@ -129,7 +129,7 @@ func FindBatchEndingAt(r LogReader, lsn uint64) (ref BatchRef, ok bool, err erro
 		return BatchRef{}, false, err
 	}
 	for {
-		h, raw, err := r.Next()
+		h, _, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			return BatchRef{}, false, nil
 		}
@@ -140,7 +140,7 @@ func FindBatchEndingAt(r LogReader, lsn uint64) (ref BatchRef, ok bool, err erro
 		case h.LastLSN() < lsn:
 			continue // Seek may land before the batch holding lsn
 		case h.LastLSN() == lsn:
-			return batchRef(h, raw), true, nil
+			return batchRef(h), true, nil
 		default:
 			return BatchRef{}, false, nil
 		}

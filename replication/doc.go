@@ -1,17 +1,47 @@
-// Package replication moves WAL batches from a leader to a follower and
+// Package replication moves WAL batches from a leader to its followers and
 // applies them there exactly once.
 //
-//	leader:   wal.Writer ──► Shipper ──► Transport ──►  Receiver  :follower
-//	                           ▲                            │
-//	                           └──────── Ack(position) ◄────┘
+//	leader:  wal.Writer ─(Appended)─► cache ─► Fanout: one stream per follower ─► Transport ─► Receiver :follower A
+//	                                                   │  (or a Shipper: one)    ─► Transport ─► Receiver :follower B
+//	                                                   └──────────── Ack(position) ◄─────────────┘
 //
 // The Transport (Listener/LeaderConn on the leader, Dialer/FollowerConn on the
 // follower) carries raw wal batch bytes one way and acks the other, with no
 // ordering or delivery guarantee; InProcess is the channel-based
-// implementation with seeded fault injection. The Shipper is at-least-once:
-// it resends anything unacknowledged and rewinds to whatever position the
-// follower states. Duplicates are therefore normal, and the Receiver is where
-// they die.
+// implementation with seeded fault injection. Shipping is at-least-once:
+// a stream resends anything unacknowledged and rewinds to whatever position
+// the follower states. Duplicates are therefore normal, and the Receiver is
+// where they die.
+//
+// # The leader side: Fanout and Shipper
+//
+// A Fanout ships one shard's WAL to every registered follower of the shard
+// over one Listener; a Shipper is the simple case of one anonymous follower
+// (it is a Fanout with a single stream, so both run the same code:
+// shipper.go describes the stream, fanout.go the routing). Each follower
+// names itself in its hello (Ack.FollowerID, follower.Options.ID) and has its
+// own stream — connection, position, window, timers, counters — so a
+// reconnect replaces only that follower's stream and a slow or refused
+// follower holds up no other. Followers are registered by
+// FanoutOptions.Followers and Register/Unregister; unknown and anonymous IDs
+// are refused (ErrUnknownFollower) unless AutoRegister is set.
+//
+// Before anything is shipped on a connection its hello is checked: shard
+// (ErrBadHello), registration, fencing (ErrFenced ends Run), the epoch's
+// first LSN, and VerifyHello — CheckHello (checkhello.go) compares the
+// follower's last applied batch (Ack.LastBatch: epoch and header CRC, which
+// the Receiver persists with its position) with the leader's log, as Raft
+// checks prevLogIndex/prevLogTerm, and refuses a diverged follower
+// (ErrDiverged) or one the log no longer serves (ErrBehindRetention).
+//
+// The leader hands each synced batch to Appended; the Fanout keeps recent
+// batches in a bounded cache (cache.go) that every stream reads first, so
+// followers near the tail share one copy and the WAL is read only by
+// followers that fell behind it. WaitAcked(lsn, AckOne|AckMajority|AckAll)
+// waits for one, a majority or all of the registered followers (the leader
+// not counted); Stats gives per follower its acknowledged LSN, lag in events
+// and bytes, connection state and refusals by reason, and OnAcked reports
+// every acknowledged position as it moves (for retention slots).
 //
 // # The Receiver's rules
 //
@@ -51,4 +81,17 @@
 //     counter (see Stats.Accounted).
 //  4. Acks carry the durable applied position: the leader never needs to
 //     resend anything at or below it, and resending anything is harmless.
+//  5. The position and the identity of the batch ending there (m/last_batch)
+//     commit together, so a hello never names a batch the follower did not
+//     apply last.
+//  6. A connection serves only the follower its hello names: it replaces
+//     that follower's previous connection and no other follower's.
+//  7. Nothing is shipped on a connection before its hello passed every check;
+//     a refused connection is closed, counted by reason and logged. Nothing
+//     beyond DurableLSN (when set) is shipped.
+//  8. A stream reads a batch from the cache when the cache holds it, and the
+//     cache holds only batches handed to Appended, contiguous in LSN, never
+//     modified, within CacheBytes.
+//  9. WaitAcked(lsn, policy) returns nil only once policy's share of the
+//     followers registered at that moment have acknowledged lsn.
 package replication

@@ -20,6 +20,9 @@ package replication
 // process must not change what "all followers" means, or fill the disk.
 // An anonymous follower (empty ID) is refused even then: two of them could
 // not be told apart, which is the stream stealing this type exists to end.
+// A refused connection ends with RefusingConn.Refuse where the transport
+// has it (grpctransport does), so the follower learns the reason; else
+// with Close.
 
 import (
 	"context"
@@ -297,8 +300,8 @@ func (f *Fanout) listLocked() {
 // cache restarts at a batch that does not continue it).
 func (f *Fanout) Appended(h wal.Header, raw []byte) {
 	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
-		f.opts.Logf("replication: shipper: shard %d: Appended ignored a batch of shard %d, %d events, %d bytes (header says %d)",
-			f.opts.Shard, h.Shard, h.Count, len(raw), h.Size())
+		f.opts.Logger.Warn("replication: shipper: Appended ignored a batch", "shard", f.opts.Shard,
+			"batch_shard", h.Shard, "events", h.Count, "bytes", len(raw), "header_bytes", h.Size())
 		return
 	}
 	if f.cache != nil {
@@ -315,9 +318,6 @@ func newPeer(id string) *peer {
 // counts towards WaitAcked at once (with nothing acknowledged until it
 // connects). Registering a registered ID does nothing.
 func (f *Fanout) Register(id string) error {
-	if f.single != nil {
-		return fmt.Errorf("replication: a Shipper serves one anonymous follower; use a Fanout")
-	}
 	if err := checkRegisteredID(id); err != nil {
 		return err
 	}
@@ -485,7 +485,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 				}
 				return
 			}
-			f.opts.Logf("replication: shipper: accept: %v (retrying in %v)", err, backoff)
+			f.opts.Logger.Warn("replication: shipper: accept failed, retrying", "err", err, "retry_in", backoff)
 			if !sleepCtx(ctx, backoff) {
 				return
 			}
@@ -540,17 +540,29 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 		return p, nil
 	}
 	if f.opts.AutoRegister {
-		f.opts.Logf("replication: shipper: shard %d: registered follower %q on its first hello", f.opts.Shard, hello.FollowerID)
+		f.opts.Logger.Info("replication: shipper: registered a follower on its first hello", "shard", f.opts.Shard, "follower", hello.FollowerID)
 		return f.registerLocked(hello.FollowerID), nil
 	}
 	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
 }
 
-// refuse closes a connection whose hello was refused, counts the refusal
-// (also for p, if the follower is known) and logs it, once per follower and
-// reason per 30s.
+// refuse closes a connection whose hello was refused (c, if not nil),
+// counts the refusal (also for p, if the follower is known) and logs it,
+// once per follower and reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
-	c.Close()
+	// Counted and logged before the follower can see the connection end, so
+	// a follower (or test) that observes the refusal finds it accounted. A
+	// transport that can carry the reason to the follower (RefusingConn)
+	// ends the connection with it.
+	if c != nil {
+		defer func() {
+			if rc, ok := c.(RefusingConn); ok {
+				rc.Refuse(err)
+			} else {
+				c.Close()
+			}
+		}()
+	}
 	reason := f.refused.count(err)
 	if p != nil {
 		p.refused.count(err)
@@ -567,8 +579,8 @@ func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
 	}
 	f.mu.Unlock()
 	if !seen || now.Sub(last) >= 30*time.Second {
-		f.opts.Logf("replication: shipper: shard %d: refused follower %q (epoch %d, applied LSN %d): %s: %v",
-			f.opts.Shard, hello.FollowerID, hello.Epoch, hello.AppliedLSN, reason, err)
+		f.opts.Logger.Warn("replication: shipper: refused a follower", "shard", f.opts.Shard, "follower", hello.FollowerID,
+			"epoch", hello.Epoch, "applied_lsn", hello.AppliedLSN, "reason", reason, "err", err)
 	}
 }
 
@@ -593,8 +605,9 @@ func (f *Fanout) setAcked(p *peer, lsn uint64) {
 	f.mu.Lock()
 	p.acked = lsn
 	f.ackChangedLocked()
+	registered := f.peers[p.id] == p // not a stream Unregister is stopping
 	f.mu.Unlock()
-	if f.opts.OnAcked != nil && p != f.single {
+	if f.opts.OnAcked != nil && p != f.single && registered {
 		f.opts.OnAcked(p.id, lsn)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -57,16 +58,28 @@ func (m *mergeListener) Close() {
 	m.wg.Wait()
 }
 
-// logLines collects Logf output for assertions.
+// logLines collects log lines (a slog text handler writes one per Write)
+// for assertions.
 type logLines struct {
 	mu    sync.Mutex
 	lines []string
 }
 
-func (l *logLines) logf(format string, args ...any) {
+func (l *logLines) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// String renders the lines (for failure messages; Write may run
+// concurrently).
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%q", l.lines)
 }
 
 func (l *logLines) find(parts ...string) bool {
@@ -113,7 +126,7 @@ func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultConfig, see
 	}
 	r.merge = newMergeListener(ls...)
 	o := FanoutOptions{ShipperOptions: testShipperOptions(r.merge, r.log), Followers: ids}
-	o.Logf = r.logs.logf
+	o.Logger = r.logs.logger()
 	if opts != nil {
 		opts(&o)
 	}
@@ -347,8 +360,8 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 	if st := r.fo.Stats(); st.Refused.UnknownFollower != 2 || st.Refused.BadHello != 1 || len(st.Followers) != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if !r.logs.find(`"x"`, "unknown follower") {
-		t.Fatalf("no log line for the refusal: %q", r.logs.lines)
+	if !r.logs.find("follower=x", "unknown follower") {
+		t.Fatalf("no log line for the refusal: %s", r.logs)
 	}
 
 	if err := r.fo.Register("x"); err != nil {
@@ -449,8 +462,8 @@ func TestFanoutVerifyHello(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	for _, reason := range []string{"diverged", "behind retention", "bad hello", "unknown follower", "disk on fire"} {
-		if !r.logs.find(`"a"`, reason) {
-			t.Errorf("no log line for %s: %q", reason, r.logs.lines)
+		if !r.logs.find("follower=a", reason) {
+			t.Errorf("no log line for %s: %s", reason, r.logs)
 		}
 	}
 	mu.Lock()

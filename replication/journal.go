@@ -2,6 +2,8 @@ package replication
 
 import (
 	"encoding/binary"
+	"fmt"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
@@ -64,7 +66,7 @@ func journalKey(lsn uint64) []byte {
 }
 
 // loadJournal reads the journal and replays it, oldest first, into window.
-func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...any)) (*journal, error) {
+func loadJournal(db *pebble.DB, window *idempotency.Store, log *slog.Logger) (*journal, error) {
 	j := &journal{}
 	upper := append([]byte(nil), JournalPrefix...)
 	upper[len(upper)-1]++
@@ -75,7 +77,7 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, logf func(string, ...
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != len(JournalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
-			logf("oncewal: ignoring undecodable window journal entry %q (%d bytes)", k, len(v))
+			log.Warn("replication: ignoring an undecodable window journal entry", "key", fmt.Sprintf("%q", k), "bytes", len(v))
 			continue
 		}
 		n := (len(v) - 1) / 16

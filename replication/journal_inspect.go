@@ -13,7 +13,7 @@ import (
 // It only reads, so it works on a store opened ReadOnly (oncewal inspect).
 func JournalWindow(db *pebble.DB, capacity int) (window, records int, err error) {
 	w := idempotency.NewStore(capacity)
-	j, err := loadJournal(db, w, func(string, ...any) {})
+	j, err := loadJournal(db, w, discardLogger)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -91,8 +92,8 @@ type LedgerLogConfig struct {
 	// SegmentSize is the WAL segment size (wal default when 0). Batches are
 	// always synced before they are applied or answered.
 	SegmentSize int64
-	// Logf receives rare diagnostic lines. Default: discard.
-	Logf func(format string, args ...any)
+	// Logger receives rare diagnostic lines. Default: discard.
+	Logger *slog.Logger
 	// FS is the filesystem of the WAL (the store's is the DB's own).
 	// Default vfs.Default.
 	FS vfs.FS
@@ -142,8 +143,8 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	if cfg.Wall == nil {
 		cfg.Wall = func() int64 { return time.Now().UnixNano() }
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger
 	}
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
@@ -217,7 +218,7 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	}
 	// The WAL is synced before anything is applied, so the store needs no
 	// fsync of its own: a crash loses at most a suffix, re-applied below.
-	l.recv, err = NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logf: cfg.Logf})
+	l.recv, err = NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -94,8 +95,9 @@ type ReceiverOptions struct {
 	GCEvery int
 	// GCLimit bounds the sessions collected per GC pass. Default 1024.
 	GCLimit int
-	// Logf receives rare diagnostic lines (journal problems). Default: discard.
-	Logf func(format string, args ...any)
+	// Logger receives rare diagnostic lines (journal problems). Default:
+	// discard.
+	Logger *slog.Logger
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -106,8 +108,8 @@ func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 	if o.GCLimit <= 0 {
 		o.GCLimit = 1024
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Logger == nil {
+		o.Logger = discardLogger
 	}
 	return o
 }
@@ -177,7 +179,7 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if r.last, err = readLastBatch(db, r.applied); err != nil {
 		return nil, err
 	}
-	if r.journal, err = loadJournal(db, window, o.Logf); err != nil {
+	if r.journal, err = loadJournal(db, window, o.Logger); err != nil {
 		return nil, err
 	}
 	r.pos.Store(&position{r.applied, r.epoch, r.last})
@@ -358,7 +360,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
 	}
 	epoch := max(r.epoch, h.Epoch)
-	last := batchRef(h, raw)
+	last := batchRef(h)
 	if err := r.stageMeta(b, h.LastLSN(), epoch, last); err != nil {
 		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
 	}
@@ -526,31 +528,3 @@ func ReadMeta(db *pebble.DB) (appliedLSN, epoch uint64, ok bool, err error) {
 type FatalError struct{ Msg string }
 
 func (e *FatalError) Error() string { return e.Msg }
-
-// FatalLogger adapts a printf-style sink to pebble.Logger. Pebble v2 reports a
-// failed WAL write or sync through Logger.Fatalf, and its default logger exits
-// the process; FatalLogger panics with *FatalError instead, which the receiver
-// recovers into ErrStoreFailed on the committing goroutine. Install it as
-// pebble.Options.Logger for every store a Receiver writes to.
-type FatalLogger struct {
-	Logf func(format string, args ...any)
-}
-
-// Infof implements pebble.Logger.
-func (l FatalLogger) Infof(format string, args ...any) { l.logf(format, args...) }
-
-// Errorf implements pebble.Logger.
-func (l FatalLogger) Errorf(format string, args ...any) { l.logf(format, args...) }
-
-// Fatalf implements pebble.Logger by panicking with *FatalError.
-func (l FatalLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.logf("%s", msg)
-	panic(&FatalError{Msg: msg})
-}
-
-func (l FatalLogger) logf(format string, args ...any) {
-	if l.Logf != nil {
-		l.Logf(format, args...)
-	}
-}

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,8 +129,9 @@ type ShipperOptions struct {
 	// the package notes). Default DefaultCacheBytes (64 MiB); negative
 	// disables the cache.
 	CacheBytes int64
-	// Logf receives rare diagnostic lines. Default: discard.
-	Logf func(format string, args ...any)
+	// Logger receives the shipper's diagnostic lines (refused hellos, lost
+	// connections, WAL read retries). Default: discard.
+	Logger *slog.Logger
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -156,8 +158,8 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 		dir, shard := o.WALDir, o.Shard
 		o.OpenReader = func() (LogReader, error) { return wal.OpenReader(dir, shard) }
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Logger == nil {
+		o.Logger = discardLogger
 	}
 	return o
 }
@@ -506,33 +508,44 @@ func (l *shipLoop) rewind() {
 	l.seekTo(l.acked + 1)
 }
 
-// position (re)opens the reader if needed and seeks it to next. On failure
-// it schedules a retry with backoff.
-func (l *shipLoop) position() {
-	err := func() error {
-		if l.reader == nil {
-			r, err := l.o.OpenReader()
-			if err != nil {
-				return fmt.Errorf("open: %w", err)
-			}
-			l.reader = r
+// position (re)opens the reader if needed and seeks it to next.
+func (l *shipLoop) position() error {
+	if l.reader == nil {
+		r, err := l.o.OpenReader()
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
 		}
-		if err := l.reader.Seek(l.next); err != nil {
-			l.closeReader()
-			return fmt.Errorf("seek %d: %w", l.next, err)
-		}
-		return nil
-	}()
-	if err == nil {
-		l.needSeek = false
-		l.seekWait = 0
-		l.seekRetry = time.Time{}
+		l.reader = r
+	}
+	if err := l.reader.Seek(l.next); err != nil {
+		return fmt.Errorf("seek %d: %w", l.next, err)
+	}
+	l.needSeek = false
+	l.seekWait = 0
+	l.seekRetry = time.Time{}
+	return nil
+}
+
+// readerFailed handles a failed open, seek or read of the WAL: the reader
+// is reopened after a backoff. A log that no longer holds what the follower
+// needs (an error wrapping ErrBehindRetention) ends the connection instead:
+// nothing can be shipped to it, and its next hello is checked again
+// (CheckHello refuses it until it is rebuilt). It is counted as a refusal.
+func (l *shipLoop) readerFailed(err error) {
+	l.p.stats.readerErrors.Add(1)
+	l.closeReader()
+	l.needSeek = true
+	if errors.Is(err, wal.ErrCompacted) && !errors.Is(err, ErrBehindRetention) {
+		err = fmt.Errorf("%w: %w", ErrBehindRetention, err)
+	}
+	if errors.Is(err, ErrBehindRetention) {
+		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, nil)
+		l.dropConn()
 		return
 	}
-	l.p.stats.readerErrors.Add(1)
 	l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
 	l.seekRetry = time.Now().Add(l.seekWait)
-	l.o.Logf("replication: shipper: WAL reader: %v (retrying in %v)", err, l.seekWait)
+	l.o.Logger.Warn("replication: shipper: WAL read failed, retrying", "follower", l.p.id, "lsn", l.next, "err", err, "retry_in", l.seekWait)
 }
 
 func (l *shipLoop) closeReader() {
@@ -552,7 +565,7 @@ func (l *shipLoop) handleAcks() error {
 		}
 	}
 	if err != nil {
-		l.o.Logf("replication: shipper: follower %q: connection lost: %v", l.p.id, err)
+		l.o.Logger.Info("replication: shipper: connection lost", "follower", l.p.id, "err", err)
 		l.dropConn()
 	}
 	return nil
@@ -619,7 +632,8 @@ func (l *shipLoop) read() (h wal.Header, raw []byte, fromDisk bool, err error) {
 		if time.Now().Before(l.seekRetry) {
 			return h, nil, true, errNotPositioned
 		}
-		if l.position(); l.needSeek {
+		if err := l.position(); err != nil {
+			l.readerFailed(err)
 			return h, nil, true, errNotPositioned
 		}
 	}
@@ -642,19 +656,14 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			l.p.stats.readerErrors.Add(1)
-			l.o.Logf("replication: shipper: WAL read at %d: %v", l.next, err)
-			l.closeReader()
-			l.needSeek = true
-			l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
-			l.seekRetry = time.Now().Add(l.seekWait)
+			l.readerFailed(fmt.Errorf("read: %w", err))
 			return nil
 		}
 		if h.Count == 0 || h.LastLSN() < l.next {
 			continue // before the position (Seek may land on an earlier batch)
 		}
 		if h.FirstLSN > l.next {
-			l.o.Logf("replication: shipper: WAL has no LSN %d (next batch starts at %d)", l.next, h.FirstLSN)
+			l.o.Logger.Warn("replication: shipper: WAL has a gap", "missing_lsn", l.next, "next_batch_lsn", h.FirstLSN)
 		}
 		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
 			// Written but not yet synced by the leader: a leader crash could
@@ -670,7 +679,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.o.Logf("replication: shipper: follower %q: send: %v", l.p.id, err)
+			l.o.Logger.Info("replication: shipper: send failed", "follower", l.p.id, "err", err)
 			l.dropConn()
 			return nil
 		}

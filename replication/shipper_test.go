@@ -23,13 +23,14 @@ import (
 // tails it; memReader follows the wal.Reader contract (Seek to the batch
 // containing lsn or the first after it; io.EOF at the end, then more later).
 type memLog struct {
-	opens   atomic.Int64 // readers opened
-	mu      sync.Mutex
-	shard   uint32
-	batches [][]byte
-	heads   []wal.Header
-	next    uint64
-	notify  chan struct{}
+	opens     atomic.Int64  // readers opened
+	compacted atomic.Uint64 // Seek below this LSN fails as retention would
+	mu        sync.Mutex
+	shard     uint32
+	batches   [][]byte
+	heads     []wal.Header
+	next      uint64
+	notify    chan struct{}
 }
 
 func newMemLog(shard uint32) *memLog {
@@ -82,6 +83,9 @@ func (m *memLog) open() (LogReader, error) {
 }
 
 func (r *memReader) Seek(lsn uint64) error {
+	if c := r.m.compacted.Load(); lsn < c {
+		return fmt.Errorf("%w: LSN %d deleted (log starts at %d)", ErrBehindRetention, lsn, c)
+	}
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
 	r.idx = sort.Search(len(r.m.heads), func(i int) bool { return r.m.heads[i].LastLSN() >= lsn })
@@ -583,7 +587,7 @@ func TestNewShipperValidates(t *testing.T) {
 	}
 	o := (&ShipperOptions{}).EnsureDefaults()
 	if o.MaxInFlight != 32 || o.RetransmitTimeout != 500*time.Millisecond || o.MaxBackoff != 10*time.Second ||
-		o.PollInterval != 10*time.Millisecond || o.Logf == nil {
+		o.PollInterval != 10*time.Millisecond || o.Logger == nil {
 		t.Fatalf("defaults %+v", o)
 	}
 }

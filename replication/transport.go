@@ -43,7 +43,6 @@ package replication
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -110,14 +109,11 @@ func BatchRefOf(raw []byte) (BatchRef, error) {
 	if err != nil {
 		return BatchRef{}, err
 	}
-	return batchRef(h, raw), nil
+	return batchRef(h), nil
 }
 
-// batchRef reads the header CRC of raw, whose header h was decoded from it
-// (so the stored CRC is verified): the last 4 bytes of the header.
-func batchRef(h wal.Header, raw []byte) BatchRef {
-	return BatchRef{Epoch: h.Epoch, CRC: binary.LittleEndian.Uint32(raw[wal.HeaderSize-4 : wal.HeaderSize])}
-}
+// batchRef is the identity of the batch whose decoded header is h.
+func batchRef(h wal.Header) BatchRef { return BatchRef{Epoch: h.Epoch, CRC: h.HeaderCRC} }
 
 // Ack is the follower's message to the leader: the hello on (re)connect and
 // the answer to each batch.
@@ -166,6 +162,18 @@ type LeaderConn interface {
 	// Close ends the connection; the follower sees ErrDisconnected.
 	// Idempotent; always returns nil for the in-process transport.
 	Close() error
+}
+
+// RefusingConn is implemented by a LeaderConn whose transport can tell the
+// follower why its connection was refused. A Fanout refuses a hello it will
+// not serve (ErrUnknownFollower, ErrDiverged, ErrBehindRetention, …) with
+// Refuse instead of Close, so the follower can log the reason instead of
+// only seeing the stream end.
+type RefusingConn interface {
+	LeaderConn
+	// Refuse ends the connection like Close, carrying reason to the
+	// follower. Idempotent with Close: the first of them decides.
+	Refuse(reason error) error
 }
 
 // Dialer is the follower side of a Transport: it connects to the leader.

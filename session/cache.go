@@ -7,29 +7,37 @@ import (
 	"sync"
 )
 
-// hwmCache is the Tracker's bounded cache of committed HWM records: an exact
-// LRU map from session ID to record, built like the idempotency window
-// (idempotency.Store) so that a hit costs two cache lines — a slot of an
-// open-addressing table and a 32-byte entry — instead of golang-lru's walk
-// from a Go map to a heap-allocated list element.
+// hwmCache is the Tracker's cache of committed HWM records, built like the
+// idempotency window (idempotency.Store) so that a hit costs two cache lines
+// — a slot of an open-addressing table and a 32-byte entry — instead of
+// golang-lru's walk from a Go map to a heap-allocated list element.
 //
 // Layout: entries[i] holds a session's ID and record; links[i] its place in
-// the doubly linked recency list (kept apart, so a lookup never drags the
-// links into cache); table is a linear-probing table of uint64 slots, each
-// the 32-bit hash of an ID and its entry index + 1. The hash in the slot lets
-// a miss finish without touching an entry. Deletion shifts the rest of a
-// probe cluster back instead of leaving tombstones, so churn never degrades
-// probing. Nothing holds a pointer: the arrays are noscan allocations the GC
-// never traverses. They grow (entries by append, the table by doubling and
-// rehashing at half load) up to the capacity, so a follower with few
+// a doubly linked list and logSeq[i] its state (kept apart, so a lookup
+// never drags them into cache); table is a linear-probing table of uint64
+// slots, each the 32-bit hash of an ID and its entry index + 1. The hash in
+// the slot lets a miss finish without touching an entry. Deletion shifts the
+// rest of a probe cluster back instead of leaving tombstones, so churn never
+// degrades probing. Nothing holds a pointer: the arrays are noscan
+// allocations the GC never traverses. They grow (entries by append, the
+// table by doubling and rehashing at half load), so a follower with few
 // sessions does not pay for a large CacheSize up front.
 //
-// Recency: put (insert or update) makes a session the most recently used;
-// peek and get do not refresh it, because a recency update is a random write
-// to the list (two neighbours and the head), which costs more than the lookup
+// Two kinds of entry. A clean entry's record is also its row in Pebble: it
+// is an exact LRU of at most capacity entries (put, checked against
+// golang-lru/v2), and evicting it costs only a Pebble read later. A dirty
+// entry's latest change is only in the delta log (hwmlog.go), so the cache
+// is the only place a lookup finds it: it is pinned — never evicted, not
+// counted against capacity — in a list ordered by the delta of its latest
+// change, oldest first, until the Tracker checkpoints it into its row
+// (markClean). The Tracker bounds the dirty entries (TrackerOptions).
+//
+// Recency: put makes a session the most recently used clean entry; peek and
+// get do not refresh it, because a recency update is a random write to the
+// list (two neighbours and the head), which costs more than the lookup
 // itself at 100K+ sessions. The Tracker puts a session when it fills it from
-// Pebble and when a commit writes it, so the cache keeps the sessions that
-// are writing. When full, put of a new session evicts the least recently put.
+// Pebble and when a commit writes or checkpoints it, so the cache keeps the
+// sessions that are writing.
 //
 // Concurrency: only the goroutine running the current TrackerTx changes the
 // cache (txs are serialized), and it does so under mu; it reads without mu,
@@ -37,32 +45,33 @@ import (
 // take mu.
 //
 // The cache holds only committed records (doc.go, invariant 3): a tx's
-// pending changes live in the tx, so evicting any entry at any time loses
-// nothing but a Pebble read.
+// pending changes live in the tx until Commit.
 type hwmCache struct {
 	mu sync.Mutex
 
 	table    []uint64 // 0 = empty; else uint64(hash32)<<32 | uint64(index+1)
 	entries  []cacheEntry
 	links    []cacheLinks // links[i] belongs to entries[i]
+	logSeq   []uint64     // logSeq[i]: 0 if entries[i] is clean, else its delta
 	seed0    uint64
 	seed1    uint64
 	mask     uint32
 	shift    uint8 // home slot = hash32 >> shift
-	capacity int32
-	maxSlots int
+	capacity int32 // bound on clean entries
 
-	n    int32 // live entries
-	head int32 // most recently put, or nilIdx
-	tail int32 // least recently put, or nilIdx
-	free int32 // free list (via links.next) of removed entries, or nilIdx
+	n      int32     // live entries, clean and dirty
+	ndirty int32     // of which dirty
+	lru    cacheList // clean entries; head = most recently put
+	dirty  cacheList // dirty entries; head = oldest logged change
+	free   int32     // free list (via links.next) of removed entries, or nilIdx
 }
+
+type cacheList struct{ head, tail int32 }
 
 const (
 	nilIdx = -1
 	// closedBit marks a closed session in cacheEntry.hwm, so an entry is 32
-	// bytes and two fit a cache line. A record whose HWM has that bit set
-	// is never cached (put drops it): it would take 2^63 advances to reach.
+	// bytes and two fit a cache line. No HWM reaches it (MaxSeqNo).
 	closedBit = 1 << 63
 	// minSlots is the table's first size; it doubles from there.
 	minSlots = 1 << 10
@@ -82,21 +91,17 @@ type cacheLinks struct {
 }
 
 func newHWMCache(capacity int) *hwmCache {
-	capacity = min(max(capacity, 1), maxCacheCapacity)
-	maxSlots := max(1<<bits.Len(uint(2*capacity-1)), 8)
-	slots := min(minSlots, maxSlots)
 	c := &hwmCache{
-		capacity: int32(capacity),
-		maxSlots: maxSlots,
-		head:     nilIdx,
-		tail:     nilIdx,
+		capacity: int32(min(max(capacity, 1), maxCacheCapacity)),
+		lru:      cacheList{nilIdx, nilIdx},
+		dirty:    cacheList{nilIdx, nilIdx},
 		free:     nilIdx,
 		// IDs arrive in shipped events; a per-cache random seed keeps anyone
 		// who can choose IDs from aiming them at one probe cluster.
 		seed0: rand.Uint64(),
 		seed1: rand.Uint64() | 1,
 	}
-	c.setTable(slots)
+	c.setTable(minSlots)
 	return c
 }
 
@@ -162,14 +167,25 @@ func (c *hwmCache) len() int {
 	return int(n)
 }
 
-// put caches r as id's committed record and makes it the most recently put,
-// evicting the least recently put session if the cache is full. Caller
-// holds mu.
+// put caches r as id's committed record, clean (its row in Pebble holds r),
+// and makes it the most recently put clean entry, evicting the least
+// recently put clean entry if CacheSize clean entries are cached. A dirty
+// entry of id becomes clean. Caller holds mu.
 func (c *hwmCache) put(id *ID, r record) {
-	if uint64(r.hwm)&closedBit != 0 {
-		c.remove(id) // not representable; the session is read from Pebble
-		return
-	}
+	c.set(id, r, 0)
+}
+
+// putDirty caches r as id's committed record whose latest change is only in
+// the delta log, in delta seq (> 0): the entry is pinned (never evicted)
+// until markClean. It goes to the newest end of the dirty list. Caller
+// holds mu.
+func (c *hwmCache) putDirty(id *ID, r record, seq uint64) {
+	c.set(id, r, seq)
+}
+
+// set inserts or updates id with r; seq 0 makes it clean (LRU front), else
+// dirty (dirty list's newest end).
+func (c *hwmCache) set(id *ID, r record, seq uint64) {
 	hwm := uint64(r.hwm)
 	if r.closed {
 		hwm |= closedBit
@@ -178,15 +194,17 @@ func (c *hwmCache) put(id *ID, r record) {
 	slot, i := c.find(id, h)
 	if i != nilIdx {
 		c.entries[i].hwm, c.entries[i].lastTS = hwm, r.lastTS
-		if i != c.head {
-			c.unlink(i)
-			c.pushFront(i)
+		if c.logSeq[i] == 0 && seq == 0 && i == c.lru.head {
+			return
 		}
+		c.unlink(i)
+		c.link(i, seq)
+		c.evictOverCapacity()
 		return
 	}
 	switch {
-	case c.n == c.capacity:
-		i = c.tail
+	case seq == 0 && c.n-c.ndirty == c.capacity:
+		i = c.lru.tail
 		c.removeIdx(i)
 		// The shift may have opened a hole earlier on id's probe path.
 		slot, _ = c.find(id, h)
@@ -197,32 +215,67 @@ func (c *hwmCache) put(id *ID, r record) {
 		i = int32(len(c.entries))
 		c.entries = append(c.entries, cacheEntry{})
 		c.links = append(c.links, cacheLinks{})
+		c.logSeq = append(c.logSeq, 0)
 	}
 	c.entries[i] = cacheEntry{id: *id, hwm: hwm, lastTS: r.lastTS}
 	c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
-	c.pushFront(i)
+	c.link(i, seq)
 	c.n++
-	if int(c.n) > len(c.table)/2 && len(c.table) < c.maxSlots {
+	if int(c.n) > len(c.table)/2 {
 		c.grow()
 	}
 }
 
+// markClean makes id's dirty entry clean (its row now holds its record), as
+// the most recently put clean entry. Clean entries beyond CacheSize are then
+// evicted, least recently put first. Caller holds mu.
+func (c *hwmCache) markClean(id *ID) {
+	_, i := c.find(id, c.hash32(id))
+	if i == nilIdx || c.logSeq[i] == 0 {
+		return
+	}
+	c.unlink(i)
+	c.link(i, 0)
+	c.evictOverCapacity()
+}
+
+// evictOverCapacity evicts clean entries, least recently put first, while
+// there are more than capacity (a logged entry that turned clean adds one).
+func (c *hwmCache) evictOverCapacity() {
+	for c.n-c.ndirty > c.capacity {
+		t := c.lru.tail
+		c.removeIdx(t)
+		c.freeIdx(t)
+	}
+}
+
+// oldestDirty returns the dirty entry with the oldest logged change, or
+// nilIdx; nextDirty the one after i. The tx goroutine walks them without mu.
+func (c *hwmCache) oldestDirty() int32      { return c.dirty.head }
+func (c *hwmCache) nextDirty(i int32) int32 { return c.links[i].next }
+
+// dirtyLen returns the number of dirty entries (tx goroutine only).
+func (c *hwmCache) dirtyLen() int { return int(c.ndirty) }
+
 // remove drops id from the cache, if present. Caller holds mu.
 func (c *hwmCache) remove(id *ID) {
-	slot, i := c.find(id, c.hash32(id))
+	_, i := c.find(id, c.hash32(id))
 	if i == nilIdx {
 		return
 	}
-	c.deleteSlot(slot)
-	c.unlink(i)
-	c.n--
+	c.removeIdx(i)
+	c.freeIdx(i)
+}
+
+func (c *hwmCache) freeIdx(i int32) {
 	c.entries[i] = cacheEntry{}
+	c.logSeq[i] = 0
 	c.links[i] = cacheLinks{prev: nilIdx, next: c.free}
 	c.free = i
 }
 
-// removeIdx drops live entry i from the table and the list; the caller
-// reuses its index.
+// removeIdx drops live entry i from the table and its list; the caller
+// reuses or frees its index.
 func (c *hwmCache) removeIdx(i int32) {
 	id := &c.entries[i].id
 	slot, _ := c.find(id, c.hash32(id))
@@ -254,38 +307,60 @@ func (c *hwmCache) deleteSlot(hole uint32) {
 // grow doubles the table and reinserts every live entry.
 func (c *hwmCache) grow() {
 	c.setTable(len(c.table) * 2)
-	for i := c.head; i != nilIdx; i = c.links[i].next {
-		h := c.hash32(&c.entries[i].id)
-		slot := h >> c.shift
-		for c.table[slot] != 0 {
-			slot = (slot + 1) & c.mask
+	for _, l := range []cacheList{c.lru, c.dirty} {
+		for i := l.head; i != nilIdx; i = c.links[i].next {
+			h := c.hash32(&c.entries[i].id)
+			slot := h >> c.shift
+			for c.table[slot] != 0 {
+				slot = (slot + 1) & c.mask
+			}
+			c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
 		}
-		c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
 	}
 }
 
+// unlink takes live entry i out of its list (clean or dirty).
 func (c *hwmCache) unlink(i int32) {
-	l := c.links[i]
-	if l.prev != nilIdx {
-		c.links[l.prev].next = l.next
-	} else {
-		c.head = l.next
+	l := &c.lru
+	if c.logSeq[i] != 0 {
+		l = &c.dirty
+		c.ndirty--
 	}
-	if l.next != nilIdx {
-		c.links[l.next].prev = l.prev
+	p := c.links[i]
+	if p.prev != nilIdx {
+		c.links[p.prev].next = p.next
 	} else {
-		c.tail = l.prev
+		l.head = p.next
+	}
+	if p.next != nilIdx {
+		c.links[p.next].prev = p.prev
+	} else {
+		l.tail = p.prev
 	}
 }
 
-func (c *hwmCache) pushFront(i int32) {
-	c.links[i] = cacheLinks{prev: nilIdx, next: c.head}
-	if c.head != nilIdx {
-		c.links[c.head].prev = i
-	} else {
-		c.tail = i
+// link puts entry i, in no list, at the front of the clean list (seq 0) or
+// at the newest end of the dirty list.
+func (c *hwmCache) link(i int32, seq uint64) {
+	c.logSeq[i] = seq
+	if seq == 0 {
+		c.links[i] = cacheLinks{prev: nilIdx, next: c.lru.head}
+		if c.lru.head != nilIdx {
+			c.links[c.lru.head].prev = i
+		} else {
+			c.lru.tail = i
+		}
+		c.lru.head = i
+		return
 	}
-	c.head = i
+	c.ndirty++
+	c.links[i] = cacheLinks{prev: c.dirty.tail, next: nilIdx}
+	if c.dirty.tail != nilIdx {
+		c.links[c.dirty.tail].next = i
+	} else {
+		c.dirty.head = i
+	}
+	c.dirty.tail = i
 }
 
 // prefetch touches the table slot and, if the home slot holds a candidate,

@@ -4,52 +4,86 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/stretchr/testify/require"
 )
 
-// checkCache verifies the cache's structure — list and table agree, every
-// entry is reachable from its home slot, counts match, the bound holds — and
-// returns its contents from least to most recently put.
+// checkCache verifies the cache's structure — lists and table agree, every
+// entry is reachable from its home slot, counts match, the clean bound
+// holds, the dirty list is in delta order — and returns its clean contents
+// from least to most recently put.
 func checkCache(t testing.TB, c *hwmCache) (ids []ID, recs []record) {
+	ids, recs, _ = checkCacheAll(t, c)
+	return ids, recs
+}
+
+// checkCacheAll is checkCache that also returns the dirty entries, oldest
+// logged change first.
+func checkCacheAll(t testing.TB, c *hwmCache) (ids []ID, recs []record, dirty map[ID]loggedRecord) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ids, recs = []ID{}, []record{}
-	next := int32(nilIdx)
-	for i := c.tail; i != nilIdx; i = c.links[i].prev {
-		if c.links[i].next != next {
-			t.Fatalf("entry %d: next %d, want %d", i, c.links[i].next, next)
+	ids, recs, dirty = []ID{}, []record{}, map[ID]loggedRecord{}
+	walk := func(l cacheList, dirtyList bool, visit func(i int32)) int {
+		n := 0
+		prev := int32(nilIdx)
+		for i := l.head; i != nilIdx; i = c.links[i].next {
+			if c.links[i].prev != prev {
+				t.Fatalf("entry %d: prev %d, want %d", i, c.links[i].prev, prev)
+			}
+			if (c.logSeq[i] != 0) != dirtyList {
+				t.Fatalf("entry %d with delta %d in the wrong list", i, c.logSeq[i])
+			}
+			id := c.entries[i].id
+			if _, j := c.find(&id, c.hash32(&id)); j != i {
+				t.Fatalf("ID %s of entry %d found at %d", id, i, j)
+			}
+			visit(i)
+			prev = i
+			if n++; n > int(c.n) {
+				t.Fatal("list longer than the cache (cycle?)")
+			}
 		}
-		id := c.entries[i].id
-		if _, j := c.find(&id, c.hash32(&id)); j != i {
-			t.Fatalf("ID %s of entry %d found at %d", id, i, j)
+		if prev != l.tail {
+			t.Fatalf("tail %d, walk ended at %d", l.tail, prev)
 		}
-		r, _ := c.peek(&id)
-		ids, recs = append(ids, id), append(recs, r)
-		next = i
-		if len(ids) > int(c.capacity) {
-			t.Fatal("list longer than capacity (cycle?)")
-		}
+		return n
 	}
-	if next != c.head {
-		t.Fatalf("head %d, walk ended at %d", c.head, next)
-	}
+	nclean := walk(c.lru, false, func(i int32) {
+		r, _ := c.peek(&c.entries[i].id)
+		ids, recs = append(ids, c.entries[i].id), append(recs, r)
+	})
+	slices.Reverse(ids)
+	slices.Reverse(recs)
+	var last uint64
+	ndirty := walk(c.dirty, true, func(i int32) {
+		if c.logSeq[i] < last {
+			t.Fatalf("dirty list out of delta order: %d after %d", c.logSeq[i], last)
+		}
+		last = c.logSeq[i]
+		r, _ := c.peek(&c.entries[i].id)
+		dirty[c.entries[i].id] = loggedRecord{rec: r, exists: true, seq: c.logSeq[i]}
+	})
 	used := 0
 	for _, v := range c.table {
 		if v != 0 {
 			used++
 		}
 	}
-	if len(ids) != int(c.n) || used != int(c.n) {
-		t.Fatalf("n=%d list=%d table=%d", c.n, len(ids), used)
+	if nclean+ndirty != int(c.n) || ndirty != int(c.ndirty) || used != int(c.n) {
+		t.Fatalf("n=%d ndirty=%d lists=%d+%d table=%d", c.n, c.ndirty, nclean, ndirty, used)
 	}
-	if len(c.table) > c.maxSlots || (len(c.table) < c.maxSlots && used > len(c.table)/2) {
-		t.Fatalf("table of %d slots (max %d) holds %d", len(c.table), c.maxSlots, used)
+	if nclean > int(c.capacity) {
+		t.Fatalf("%d clean entries, capacity %d", nclean, c.capacity)
 	}
-	return ids, recs
+	if used > len(c.table)/2 {
+		t.Fatalf("table of %d slots holds %d", len(c.table), used)
+	}
+	return ids, recs, dirty
 }
 
 func cacheID(n uint64) ID {
@@ -59,48 +93,96 @@ func cacheID(n uint64) ID {
 	return id
 }
 
-// TestHWMCacheAgainstLRU drives the cache and golang-lru/v2 (the reference:
-// Add = put, Remove = remove, Peek = peek) with the same random operations and
-// requires the same answers and the same contents in the same recency order
-// after every step. Capacities cover a single entry, eviction with a small
-// table, and growth of the table. ONCEWAL_LONG=1 runs 20x more steps.
+// TestHWMCacheAgainstLRU drives the cache and a reference with the same
+// random operations and requires the same answers and the same contents in
+// the same order after every step. The reference for clean entries is
+// golang-lru/v2 (Add = put, Remove = remove, Peek = peek); logged (dirty)
+// entries are a plain list in delta order beside it, outside its capacity:
+// putDirty moves a session there, markClean back to the LRU as its newest
+// (evicting the oldest clean entry beyond capacity). Capacities cover a
+// single entry, eviction with a small table, and growth of the table.
+// ONCEWAL_LONG=1 runs 20x more steps.
 func TestHWMCacheAgainstLRU(t *testing.T) {
 	steps := 20_000
 	if os.Getenv("ONCEWAL_LONG") != "" {
 		steps *= 20
 	}
 	for _, tc := range []struct{ capacity, ids int }{{1, 4}, {3, 10}, {64, 200}, {5000, 8000}} {
-		rng := rand.New(rand.NewPCG(uint64(tc.capacity), 5))
-		c := newHWMCache(tc.capacity)
-		ref, err := lru.New[ID, record](tc.capacity)
-		require.NoError(t, err)
-		for step := range steps {
-			id := cacheID(uint64(rng.IntN(tc.ids)))
-			switch op := rng.IntN(10); {
-			case op < 5:
+		for _, withDirty := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(uint64(tc.capacity), 5))
+			c := newHWMCache(tc.capacity)
+			ref, err := lru.New[ID, record](tc.capacity)
+			require.NoError(t, err)
+			type dirtyRef struct {
+				id  ID
+				rec record
+				seq uint64
+			}
+			var dirty []dirtyRef
+			dropDirty := func(id ID) (record, bool) {
+				for k, d := range dirty {
+					if d.id == id {
+						dirty = slices.Delete(dirty, k, k+1)
+						return d.rec, true
+					}
+				}
+				return record{}, false
+			}
+			seq := uint64(0)
+			ops := 10
+			if withDirty {
+				ops = 14
+			}
+			for step := range steps {
+				id := cacheID(uint64(rng.IntN(tc.ids)))
 				r := record{hwm: SeqNo(1 + rng.IntN(1000)), lastTS: rng.Int64() - rng.Int64(), closed: rng.IntN(4) == 0}
 				c.mu.Lock()
-				c.put(&id, r)
+				switch op := rng.IntN(ops); {
+				case op < 5:
+					c.put(&id, r)
+					dropDirty(id)
+					ref.Add(id, r)
+				case op < 7:
+					c.remove(&id)
+					dropDirty(id)
+					ref.Remove(id)
+				case op < 10:
+					got, ok := c.peek(&id)
+					want, wantOK := ref.Peek(id)
+					for _, d := range dirty {
+						if d.id == id {
+							want, wantOK = d.rec, true
+						}
+					}
+					c.mu.Unlock()
+					require.Equal(t, wantOK, ok, "capacity %d step %d", tc.capacity, step)
+					require.Equal(t, want, got, "capacity %d step %d", tc.capacity, step)
+					c.mu.Lock()
+				case op < 12:
+					seq += uint64(rng.IntN(2))
+					c.putDirty(&id, r, seq+1)
+					dropDirty(id)
+					ref.Remove(id)
+					dirty = append(dirty, dirtyRef{id, r, seq + 1})
+				default:
+					c.markClean(&id)
+					if rec, ok := dropDirty(id); ok {
+						ref.Add(id, rec)
+					}
+				}
 				c.mu.Unlock()
-				ref.Add(id, r)
-			case op < 7:
-				c.mu.Lock()
-				c.remove(&id)
-				c.mu.Unlock()
-				ref.Remove(id)
-			default:
-				got, ok := c.peek(&id)
-				want, wantOK := ref.Peek(id)
-				require.Equal(t, wantOK, ok, "capacity %d step %d", tc.capacity, step)
-				require.Equal(t, want, got, "capacity %d step %d", tc.capacity, step)
+				if step%97 == 0 || tc.capacity < 100 {
+					ids, recs, logged := checkCacheAll(t, c)
+					require.Equal(t, ref.Keys(), ids, "capacity %d step %d: contents or order", tc.capacity, step)
+					require.Equal(t, ref.Values(), recs, "capacity %d step %d", tc.capacity, step)
+					require.Len(t, logged, len(dirty))
+					for _, d := range dirty {
+						require.Equal(t, loggedRecord{rec: d.rec, exists: true, seq: d.seq}, logged[d.id])
+					}
+				}
 			}
-			if step%97 == 0 || tc.capacity < 100 {
-				ids, recs := checkCache(t, c)
-				require.Equal(t, ref.Keys(), ids, "capacity %d step %d: contents or order", tc.capacity, step)
-				require.Equal(t, ref.Values(), recs, "capacity %d step %d", tc.capacity, step)
-			}
+			require.Equal(t, ref.Len()+len(dirty), c.len())
 		}
-		require.Equal(t, ref.Len(), c.len())
 	}
 }
 
@@ -118,7 +200,7 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	}
 	c.mu.Unlock()
 	require.Equal(t, capacity, c.len())
-	require.Equal(t, c.maxSlots, len(c.table))
+	require.Equal(t, 1<<18, len(c.table))
 	for n := range uint64(capacity) {
 		id := cacheID(n)
 		if r, ok := c.peek(&id); !ok || r != (record{hwm: SeqNo(n + 1), lastTS: int64(n)}) {
@@ -135,22 +217,32 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	checkCache(t, c)
 }
 
-// TestHWMCacheUnrepresentableHWM: the top HWM bit holds the closed flag, so a
-// record using it is not cached (it is read from Pebble instead) and an
-// older cached value of that session is dropped, never left stale.
-func TestHWMCacheUnrepresentableHWM(t *testing.T) {
-	c := newHWMCache(4)
-	id := cacheID(1)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 7, closed: true, lastTS: -3})
-	c.mu.Unlock()
-	r, ok := c.peek(&id)
-	require.True(t, ok)
-	require.Equal(t, record{hwm: 7, closed: true, lastTS: -3}, r)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 1 << 63})
-	c.mu.Unlock()
-	_, ok = c.peek(&id)
-	require.False(t, ok)
-	checkCache(t, c)
+// TestMaxSeqNo: the cache keeps the closed flag in the HWM's top bit, so
+// no record may use it: Advance stops at MaxSeqNo and a stored row or delta
+// beyond it is corrupt.
+func TestMaxSeqNo(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 4})
+	id := NewID()
+	base := 100 * hour
+	var kb [hwmKeyLen]byte
+	var vb [hwmValLen]byte
+	require.NoError(t, db.Set(hwmKey(&kb, id), encodeRecord(&vb, record{hwm: MaxSeqNo - 1, lastTS: base}), pebble.Sync))
+	require.Equal(t, []Decision{Apply}, applyBatch(t, db, tr, ev{id, MaxSeqNo, base}))
+	requireHWM(t, tr, id, MaxSeqNo, false)
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	require.Equal(t, Gap, mustCheck(t, tx, id, MaxSeqNo+1, base))
+	require.ErrorIs(t, tx.Advance(id, MaxSeqNo+1, base), ErrOutOfOrder)
+	tx.Abort()
+
+	other := NewID()
+	require.NoError(t, db.Set(hwmKey(&kb, other), encodeRecord(&vb, record{hwm: MaxSeqNo + 1, lastTS: base}), pebble.Sync))
+	_, _, _, err := tr.Get(other)
+	require.ErrorIs(t, err, ErrCorrupt)
+	var lk [logKeyLen]byte
+	require.NoError(t, db.Set(logKey(&lk, 1<<40), appendLogEntry([]byte{formatVersion}, &other, record{hwm: MaxSeqNo + 1}, true), pebble.Sync))
+	_, err = OpenTracker(db, nil)
+	require.ErrorIs(t, err, ErrCorrupt)
 }

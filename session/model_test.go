@@ -72,24 +72,38 @@ func (m *modelTracker) close(id ID, ts int64) {
 // TestTrackerAgainstModel drives the Tracker (tiny cache, random aborts,
 // never-committed batches, GC, reopen) and the model with the same random
 // events and requires identical decisions and stored HWMs. After every event
-// and batch it also checks the cache (requireCacheCommitted): whatever it
-// evicted, it holds only committed records — a tx's pending changes never
-// reach it before Commit, and an aborted or never-committed tx leaves none.
-// Cache sizes: 1 and 4 evict constantly (12 sessions), 64 never does.
-// ONCEWAL_LONG=1 runs 50x more batches.
+// and batch it also checks the cache and the store (requireCommitted): the
+// cache holds only committed records — a tx's pending changes never reach it
+// before Commit, and an aborted or never-committed tx leaves none — and
+// every session whose row is not its committed record is pinned in the
+// cache (eviction takes clean entries only, never a logged one); and
+// ScanHWMs, which merges rows and log, shows the committed records.
+//
+// Configurations: cache sizes 1 and 4 evict constantly (12 sessions), 64
+// never does; the HWM log off (rows only), with short LogBatches and
+// LogSessions (constant checkpoints), and at its defaults (12 sessions never
+// leave the log). ONCEWAL_LONG=1 runs 50x more batches.
 func TestTrackerAgainstModel(t *testing.T) {
 	batches := 400
 	if os.Getenv("ONCEWAL_LONG") != "" {
 		batches = 20_000
 	}
-	for seed, cacheSize := range []int{1: 4, 2: 4, 3: 4, 4: 1, 5: 64} {
-		if cacheSize == 0 {
+	for seed, cfg := range []struct {
+		cacheSize, logBatches, logSessions int
+		evicts                             bool // clean entries reach cacheSize
+	}{
+		1: {4, -1, 0, true}, 2: {4, 3, 5, true}, 3: {4, 0, 0, false},
+		4: {1, -1, 0, true}, 5: {1, 1, 2, true}, 6: {64, 4, 100, false},
+	} {
+		if cfg.cacheSize == 0 {
 			continue
 		}
+		cacheSize := cfg.cacheSize
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))
 		fs := vfs.NewMem()
 		db := openDB(t, fs)
-		opts := &TrackerOptions{CacheSize: cacheSize, RetentionHorizon: 50 * time.Second}
+		opts := &TrackerOptions{CacheSize: cacheSize, RetentionHorizon: 50 * time.Second,
+			LogBatches: cfg.logBatches, LogSessions: cfg.logSessions}
 		tr := openTracker(t, db, opts)
 		model := &modelTracker{rows: map[ID]record{}, horizon: int64(opts.RetentionHorizon)}
 		ids := make([]ID, 12)
@@ -131,7 +145,10 @@ func TestTrackerAgainstModel(t *testing.T) {
 					require.Error(t, tx.Advance(id, seq, ts), "advance must refuse a %v", got)
 				}
 				require.Equal(t, pending.clock, max(tx.Clock(), 0))
-				requireCacheCommitted(t, tr, model)
+				if rng.IntN(8) == 0 { // Flush may run more than once per tx
+					require.NoError(t, tx.Flush())
+				}
+				requireCommitted(t, db, tr, model)
 			}
 			if rng.IntN(5) == 0 {
 				_, err := tx.CollectGarbage(rng.IntN(6))
@@ -149,13 +166,16 @@ func TestTrackerAgainstModel(t *testing.T) {
 			}
 			require.NoError(t, b.Close())
 			if rng.IntN(40) == 0 {
+				gone := collected(t, db, tr, ids)
 				require.NoError(t, db.Flush())
 				require.NoError(t, db.Close())
 				db = openDB(t, fs)
 				tr = openTracker(t, db, opts)
+				// Replaying the log brings back no collected session.
+				require.Equal(t, gone, collected(t, db, tr, ids), "seed %d", seed)
 			}
 			require.Equal(t, model.clock, tr.Clock())
-			fullest = max(fullest, requireCacheCommitted(t, tr, model))
+			fullest = max(fullest, requireCommitted(t, db, tr, model))
 			for _, id := range ids {
 				hwm, closed, found, err := tr.Get(id)
 				require.NoError(t, err)
@@ -169,24 +189,73 @@ func TestTrackerAgainstModel(t *testing.T) {
 				}
 			}
 		}
-		if cacheSize < len(ids) {
+		if cfg.evicts {
 			require.Equal(t, cacheSize, fullest, "seed %d: the cache never filled up", seed)
 		}
 		require.NoError(t, db.Close())
 	}
 }
 
-// requireCacheCommitted checks the cache's structure and that every session
-// it holds has exactly its committed record (the model's row), and returns
-// how many it holds.
-func requireCacheCommitted(t *testing.T, tr *Tracker, model *modelTracker) int {
+// collected lists the sessions among ids with neither a row nor a cache
+// entry (never seen, or collected by GC).
+func collected(t *testing.T, db *pebble.DB, tr *Tracker, ids []ID) []ID {
+	var out []ID
+	for _, id := range ids {
+		_, cached := tr.cache.get(&id)
+		if _, ok := diskRecord(t, db, id); !ok && !cached {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// requireCommitted checks the cache's structure; that every session it
+// holds, clean or logged, has exactly its committed record (the model's);
+// that every committed session whose row in db is not its record is in the
+// cache as logged (only an expired one may have lost its row to GC); and
+// that ScanHWMs shows the committed records. It returns how many clean
+// entries the cache holds.
+func requireCommitted(t *testing.T, db *pebble.DB, tr *Tracker, model *modelTracker) int {
 	t.Helper()
-	ids, recs := checkCache(t, tr.cache)
+	ids, recs, logged := checkCacheAll(t, tr.cache)
 	for i, id := range ids {
 		r, ok := model.rows[id]
 		require.True(t, ok, "cached session %s has no committed row", id)
 		require.Equal(t, r, recs[i], "cached session %s", id)
+		row, ok := diskRecord(t, db, id)
+		require.True(t, ok && row == r, "clean session %s: row %+v (%v), committed %+v", id, row, ok, r)
 	}
+	for id, l := range logged {
+		r, ok := model.rows[id]
+		require.True(t, ok, "logged session %s has no committed row", id)
+		require.Equal(t, r, l.rec, "logged session %s", id)
+	}
+	for id, r := range model.rows {
+		if _, ok := logged[id]; ok {
+			continue
+		}
+		row, ok := diskRecord(t, db, id)
+		if !ok {
+			_, live := model.live(id)
+			require.False(t, live, "live session %s has no row and is not pinned in the cache", id)
+			continue
+		}
+		require.Equal(t, r, row, "session %s: stale row, not pinned in the cache", id)
+	}
+	scanned := map[ID]record{}
+	require.NoError(t, ScanHWMs(db, func(id ID, hwm SeqNo, closed bool, lastTS int64) error {
+		scanned[id] = record{hwm: hwm, closed: closed, lastTS: lastTS}
+		return nil
+	}))
+	for id, r := range model.rows {
+		if got, ok := scanned[id]; ok {
+			require.Equal(t, r, got, "ScanHWMs of session %s", id)
+		} else {
+			_, live := model.live(id)
+			require.False(t, live, "ScanHWMs misses live session %s", id)
+		}
+	}
+	require.LessOrEqual(t, len(scanned), len(model.rows))
 	return len(ids)
 }
 

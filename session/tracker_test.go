@@ -93,6 +93,37 @@ func requireUnknown(t *testing.T, tr *Tracker, id ID) {
 	require.False(t, found)
 }
 
+// modes runs f with the HWM log off (one row per changed session) and on,
+// checkpointing every session one delta after its change (LogBatches 1), so
+// rows trail the log by one batch; base supplies the other options.
+func modes(t *testing.T, base TrackerOptions, f func(t *testing.T, opts *TrackerOptions)) {
+	for _, m := range []struct {
+		name       string
+		logBatches int
+	}{{"rows", -1}, {"log", 1}} {
+		t.Run(m.name, func(t *testing.T) {
+			o := base
+			o.LogBatches = m.logBatches
+			f(t, &o)
+		})
+	}
+}
+
+// storedRecord reads the committed record from the store the way a restart
+// sees it: the row, or its newer logged change (ScanHWMs merges them).
+func storedRecord(t *testing.T, db *pebble.DB, id ID) (record, bool) {
+	t.Helper()
+	var r record
+	found := false
+	require.NoError(t, ScanHWMs(db, func(got ID, hwm SeqNo, closed bool, lastTS int64) error {
+		if got == id {
+			r, found = record{hwm: hwm, lastTS: lastTS, closed: closed}, true
+		}
+		return nil
+	}))
+	return r, found
+}
+
 // diskRecord reads the row straight from Pebble.
 func diskRecord(t *testing.T, db *pebble.DB, id ID) (record, bool) {
 	t.Helper()
@@ -199,8 +230,12 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestManyEventsOfOneSessionInOneTx(t *testing.T) {
+	modes(t, TrackerOptions{}, testManyEventsOfOneSessionInOneTx)
+}
+
+func testManyEventsOfOneSessionInOneTx(t *testing.T, opts *TrackerOptions) {
 	db := memDB(t)
-	tr := openTracker(t, db, nil)
+	tr := openTracker(t, db, opts)
 	a, c := NewID(), NewID()
 	base := 100 * hour
 	ds := applyBatch(t, db, tr,
@@ -225,23 +260,35 @@ func TestManyEventsOfOneSessionInOneTx(t *testing.T) {
 	require.Equal(t, base+5, tx.Clock(), "tx sees its pending clock")
 	require.Equal(t, base+3, tr.Clock())
 
-	// one Set per session per flush (+ clock)
+	// one Set per session per flush (+ clock); with the log one delta (+
+	// clock), c's row (checkpointed: logged one delta ago; a's logged change
+	// is superseded by this tx) and the deletion of the delta that held them
+	want := uint32(2)
+	if opts.LogBatches > 0 {
+		want = 4
+	}
 	require.NoError(t, tx.Flush())
-	require.Equal(t, uint32(2), b.Count())
+	require.Equal(t, want, b.Count())
 	require.NoError(t, tx.Flush())
-	require.Equal(t, uint32(2), b.Count(), "second flush with nothing new writes nothing")
+	require.Equal(t, want, b.Count(), "second flush with nothing new writes nothing")
 	require.NoError(t, b.Commit(pebble.Sync))
 	tx.Commit()
 	requireHWM(t, tr, a, 5, false)
-	r, ok := diskRecord(t, db, a)
+	r, ok := storedRecord(t, db, a)
 	require.True(t, ok)
 	require.Equal(t, record{hwm: 5, lastTS: base + 5}, r)
 }
 
 func TestPersistenceAcrossReopen(t *testing.T) {
+	for _, logBatches := range []int{-1, 0} {
+		testPersistenceAcrossReopen(t, &TrackerOptions{LogBatches: logBatches})
+	}
+}
+
+func testPersistenceAcrossReopen(t *testing.T, opts *TrackerOptions) {
 	fs := vfs.NewMem()
 	db := openDB(t, fs)
-	tr := openTracker(t, db, nil)
+	tr := openTracker(t, db, opts)
 	a, c := NewID(), NewID()
 	base := 100 * hour
 	applyBatch(t, db, tr, ev{a, 1, base}, ev{a, 2, base + 1}, ev{c, 1, base + 7})
@@ -255,9 +302,13 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 
 	db = openDB(t, fs)
 	defer db.Close()
-	tr = openTracker(t, db, nil)
+	tr = openTracker(t, db, opts)
 	require.Equal(t, base+8, tr.Clock())
-	require.Zero(t, tr.CachedLen())
+	if opts.LogBatches < 0 {
+		require.Zero(t, tr.CachedLen(), "HWMs are read lazily")
+	} else {
+		require.Equal(t, 2, tr.CachedLen(), "the replayed log pins its sessions")
+	}
 	requireHWM(t, tr, a, 2, false)
 	requireHWM(t, tr, c, 1, true)
 	require.Equal(t, Duplicate, check(t, tr, db, a, 2, base))
@@ -267,9 +318,13 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 }
 
 func TestFailedBatchLeavesNoTrace(t *testing.T) {
+	modes(t, TrackerOptions{}, testFailedBatchLeavesNoTrace)
+}
+
+func testFailedBatchLeavesNoTrace(t *testing.T, opts *TrackerOptions) {
 	fs := vfs.NewMem()
 	db := openDB(t, fs)
-	tr := openTracker(t, db, nil)
+	tr := openTracker(t, db, opts)
 	a, n := NewID(), NewID()
 	base := 100 * hour
 	applyBatch(t, db, tr, ev{a, 1, base})
@@ -295,10 +350,10 @@ func TestFailedBatchLeavesNoTrace(t *testing.T) {
 		requireHWM(t, tr, a, 1, false)
 		requireUnknown(t, tr, n)
 		require.Equal(t, base, tr.Clock())
-		r, ok := diskRecord(t, db, a)
+		r, ok := storedRecord(t, db, a)
 		require.True(t, ok)
 		require.Equal(t, SeqNo(1), r.hwm)
-		_, ok = diskRecord(t, db, n)
+		_, ok = storedRecord(t, db, n)
 		require.False(t, ok)
 		require.Equal(t, Apply, check(t, tr, db, a, 2, base+hour))
 		require.Equal(t, Apply, check(t, tr, db, n, 1, base+hour))
@@ -307,15 +362,19 @@ func TestFailedBatchLeavesNoTrace(t *testing.T) {
 	require.NoError(t, db.Close())
 	db = openDB(t, fs)
 	defer db.Close()
-	tr = openTracker(t, db, nil)
+	tr = openTracker(t, db, opts)
 	require.Equal(t, base, tr.Clock())
 	requireHWM(t, tr, a, 1, false)
 	requireUnknown(t, tr, n)
 }
 
 func TestCommitWithoutFlushPublishesNothingUnwritten(t *testing.T) {
+	modes(t, TrackerOptions{}, testCommitWithoutFlushPublishesNothingUnwritten)
+}
+
+func testCommitWithoutFlushPublishesNothingUnwritten(t *testing.T, opts *TrackerOptions) {
 	db := memDB(t)
-	tr := openTracker(t, db, nil)
+	tr := openTracker(t, db, opts)
 	a := NewID()
 	base := 100 * hour
 	applyBatch(t, db, tr, ev{a, 1, base})
@@ -334,9 +393,12 @@ func TestCommitWithoutFlushPublishesNothingUnwritten(t *testing.T) {
 	require.Equal(t, base+1, tr.Clock())
 }
 
+// TestCacheEvictionFallsBackToPebble bounds the cache with the log off (with
+// it on, logged sessions are pinned beyond CacheSize; the model test covers
+// tiny caches with the log).
 func TestCacheEvictionFallsBackToPebble(t *testing.T) {
 	db := memDB(t)
-	tr := openTracker(t, db, &TrackerOptions{CacheSize: 2})
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 2, LogBatches: -1})
 	base := 100 * hour
 	ids := make([]ID, 10)
 	for i := range ids {
@@ -403,8 +465,15 @@ func mustCheck(t *testing.T, tx *TrackerTx, id ID, seq SeqNo, ts int64) Decision
 }
 
 func TestGCOnWALClock(t *testing.T) {
+	modes(t, TrackerOptions{RetentionHorizon: 10 * time.Hour}, testGCOnWALClock)
+}
+
+// testGCOnWALClock: with LogBatches 1, each batch checkpoints the previous
+// one's sessions, so the rows GC examines are those of all but the last
+// batch; the sessions it expects to collect have rows by then.
+func testGCOnWALClock(t *testing.T, opts *TrackerOptions) {
 	db := memDB(t)
-	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: 10 * time.Hour})
+	tr := openTracker(t, db, opts)
 	// Timestamps far in the past relative to the machine's clock: if GC used the
 	// follower's wall clock, everything would be collected at once.
 	base := int64(1000) * hour
@@ -457,8 +526,12 @@ func TestGCOnWALClock(t *testing.T) {
 }
 
 func TestGCLimitResumesAndWraps(t *testing.T) {
+	modes(t, TrackerOptions{RetentionHorizon: time.Hour}, testGCLimitResumesAndWraps)
+}
+
+func testGCLimitResumesAndWraps(t *testing.T, opts *TrackerOptions) {
 	db := memDB(t)
-	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: time.Hour})
+	tr := openTracker(t, db, opts)
 	base := 100 * hour
 	var evs []ev
 	for range 25 {
@@ -495,8 +568,12 @@ func TestGCLimitResumesAndWraps(t *testing.T) {
 }
 
 func TestGCInSameTxAsEvents(t *testing.T) {
+	modes(t, TrackerOptions{RetentionHorizon: time.Hour}, testGCInSameTxAsEvents)
+}
+
+func testGCInSameTxAsEvents(t *testing.T, opts *TrackerOptions) {
 	db := memDB(t)
-	tr := openTracker(t, db, &TrackerOptions{RetentionHorizon: time.Hour})
+	tr := openTracker(t, db, opts)
 	base := 100 * hour
 	a, c := NewID(), NewID()
 	applyBatch(t, db, tr, ev{a, 1, base}, ev{c, 1, base})
@@ -521,7 +598,7 @@ func TestGCInSameTxAsEvents(t *testing.T) {
 	tx.Commit()
 	requireHWM(t, tr, a, 1, false)
 	requireHWM(t, tr, c, 2, false)
-	r, ok := diskRecord(t, db, a)
+	r, ok := storedRecord(t, db, a)
 	require.True(t, ok)
 	require.Equal(t, base+2*hour, r.lastTS)
 }

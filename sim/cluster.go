@@ -130,6 +130,9 @@ func (c *Config) ensureDefaults() error {
 	if c.Follower.ReconnectBackoff == 0 {
 		c.Follower.ReconnectBackoff = 2 * time.Millisecond
 	}
+	if c.Follower.MaxReconnectBackoff == 0 {
+		c.Follower.MaxReconnectBackoff = 20 * time.Millisecond
+	}
 	if c.Node.ReopenBackoff == 0 {
 		c.Node.ReopenBackoff = 5 * time.Millisecond
 	}

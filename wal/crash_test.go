@@ -180,22 +180,23 @@ func TestCrashSweep(t *testing.T) {
 		require.Len(t, all, crashBatches)
 		t.Logf("%d FS operations", ops.Load())
 	}
-	nestedEvery := int64(10)
+	nestedEvery, seeds := int64(10), 1
 	if os.Getenv("ONCEWAL_LONG") == "1" {
-		nestedEvery = 1
+		nestedEvery, seeds = 1, 8
 	}
 	images, nested, torn := 0, 0, 0
 	for k := int64(0); ; k++ {
-		for _, pct := range []int{0, 30, 60, 90, 100} {
-			rng := rand.New(rand.NewPCG(uint64(k), uint64(pct)))
+		for i := range 5 * seeds {
+			pct := []int{0, 30, 60, 90, 100}[i%5]
+			rng := rand.New(rand.NewPCG(uint64(k), uint64(i)))
 			img, st := crashAt(k, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
 			if img == nil {
 				t.Logf("%d crash images, %d crashed recoveries; %d of these had a torn tail to cut", images, nested, torn)
-				require.Greater(t, images, 1000)
+				require.Greater(t, images, 1000*seeds)
 				return
 			}
 			images++
-			what := fmt.Sprintf("crash before op %d, %d%% unsynced kept", k, pct)
+			what := fmt.Sprintf("crash before op %d, %d%% unsynced kept (seed %d)", k, pct, i)
 			var buf []byte
 			scan, _ := scanLog(img, crashDir, 0, &buf) // an error here (no directory yet) means no torn tail
 			if scan.torn || (k%nestedEvery == 0 && pct == 60) {

@@ -243,7 +243,8 @@
 // # Long tests
 //
 // Set ONCEWAL_LONG=1 to run the exhaustive bit-flip and torn-tail tests on
-// larger batches and to crash the recovery of every crash image of the
-// crash sweep. Fuzz longer with, e.g.,
+// larger batches, and the crash sweep with 8 random crash images per file
+// operation and unsynced share and more of their recoveries crashed (9,360
+// images and ~53,000 crashed recoveries, ~40 s). Fuzz longer with, e.g.,
 // go test -fuzz FuzzDecodeBatch -fuzztime 5m ./wal/
 package wal

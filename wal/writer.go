@@ -103,19 +103,29 @@ type sizedSegment struct {
 // A path that is not a WAL directory (ErrNotWAL), a malformed segment name,
 // and corruption that is not a torn tail fail with a typed error and change
 // nothing on disk: the log is validated before the lock file is created.
-func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
+func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	w := &Writer{dir: dir}
 	if opts != nil {
 		w.opts = *opts
 	}
 	w.opts.EnsureDefaults()
 	w.fs = w.opts.FS
+	if err := w.open(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// open validates, locks and recovers the log (see OpenWriter); on failure
+// it holds nothing.
+func (w *Writer) open() (err error) {
+	dir := w.dir
 	if err := checkDir(w.fs, dir); errors.Is(err, os.ErrNotExist) {
 		if err := MkdirAllSynced(w.fs, dir); err != nil {
-			return nil, err
+			return err
 		}
 	} else if err != nil {
-		return nil, err
+		return err
 	}
 	// Where a lock file exists, taking the lock changes nothing on disk:
 	// lock first, so that a held lock is ErrLocked at once, then validate.
@@ -128,13 +138,13 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	validated := errors.Is(err, os.ErrNotExist)
 	if validated {
 		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
-			return nil, err
+			return err
 		}
 	} else if err != nil {
-		return nil, err
+		return err
 	}
 	if w.lock, err = lockShard(w.fs, dir, w.opts.Shard); err != nil {
-		return nil, err
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -147,18 +157,18 @@ func OpenWriter(dir string, opts *WriterOptions) (_ *Writer, err error) {
 	fresh := false
 	if validated {
 		if fresh, err = scan.current(w.fs, dir, w.opts.Shard); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if !fresh {
 		if scan, err = scanLog(w.fs, dir, w.opts.Shard, &scratch); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := removeTemps(w.fs, dir, w.opts.Shard); err != nil {
-		return nil, err
+		return err
 	}
-	return w, w.recover(scan, scratch)
+	return w.recover(scan, scratch)
 }
 
 // Check validates the log of shard in dir as OpenWriter does, read-only and

@@ -62,6 +62,10 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("dup30", bench.Receiver(bench.Mix30)),
 		e2e("naive_fresh", bench.Naive(bench.Fresh)),
 		e2e("naive_dup100", bench.Naive(bench.Dup)),
+		e2e("leader_ship_1", bench.LeaderShip(1)),
+		e2e("leader_ship_3", bench.LeaderShip(3)),
+		e2e("leader_quorum_1", bench.LeaderQuorum(1)),
+		e2e("leader_quorum_3", bench.LeaderQuorum(3)),
 		{name: "burst_raw_ingest", run: bench.RawIngest(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		{name: "burst_fresh", run: bench.Receiver(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		micro("derive64", bench.DeriveKey(64)),
@@ -217,6 +221,10 @@ func measureSuite(c benchConfig, quick bool, progress io.Writer) (*benchReport, 
 				v := r.Extra[bc.metric]
 				rep.Samples[bc.name] = append(rep.Samples[bc.name], v)
 				cpu[bc.name] = append(cpu[bc.name], r.Extra["cpu-ns/event"])
+				if strings.HasPrefix(bc.name, "leader_ship_") {
+					// The leader's CPU per event is the figure compared.
+					rep.Samples[bc.name+"_cpu"] = append(rep.Samples[bc.name+"_cpu"], r.Extra["cpu-ns/event"])
+				}
 				fmt.Fprintf(progress, "%s events/s", siRate(v))
 			}
 			fmt.Fprintf(progress, "  (%.1fs)\n", time.Since(t0).Seconds())
@@ -277,6 +285,9 @@ func benchRows(s map[string][]float64) []benchRow {
 	add("30%-duplicate mix", evs, "dup30", "raw Pebble ingest (all rows)", "raw_ingest", nil)
 	add("naive dedup, every key in Pebble (fresh)", evs, "naive_fresh", "oncewal fresh apply", "fresh", nil)
 	add("fresh apply, 10-event bursts per session", evs, "burst_fresh", "raw Pebble ingest of the same rows", "burst_raw_ingest", nil)
+	add("leader CPU per event, 3 followers", "ns", "leader_ship_3_cpu", "the same with 1 follower", "leader_ship_1_cpu",
+		func(v, ref float64) (string, bool) { return "<= 1.3x 1 follower", v <= 1.3*ref })
+	add("sync replication, WaitAcked(majority) of 3", evs, "leader_quorum_3", "WaitAcked of 1 follower", "leader_quorum_1", nil)
 	add("window heap, freshly filled (100K keys)", "B/entry", "window_heap_fresh", "golang-lru/v2", "window_heap_lru_fresh", nil)
 	add("window heap, after churn", "B/entry", "window_heap_churned", "golang-lru/v2", "window_heap_lru_churned", nil)
 	add("DeriveKey, 64-byte op", "ns", "derive64", "blake3.Sum256 of the same bytes", "derive64_sum256", nil)

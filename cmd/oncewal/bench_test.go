@@ -104,7 +104,8 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	for _, want := range []string{"fresh apply (1000-event batches, Sync)", "100%-duplicate batches", "30%-duplicate mix",
 		"naive dedup, every key in Pebble (fresh)", "window heap, freshly filled (100K keys)", "window heap, after churn",
-		"DeriveKey, 64-byte op", "window check, duplicate", "window check, new key (evicts)"} {
+		"DeriveKey, 64-byte op", "window check, duplicate", "window check, new key (evicts)",
+		"leader CPU per event, 3 followers", "sync replication, WaitAcked(majority) of 3"} {
 		if !names[want] {
 			t.Errorf("no row %q", want)
 		}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -8,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -55,8 +61,9 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 	target := filepath.Join(dir, "target")
 	demo := []string{"demo", "--dir", target}
 	gencerts := []string{"gencerts", target}
-	leader := []string{"leader", "--wal", target, "--insecure", "--listen", "127.0.0.1:0", "--generate", "100"}
-	follower := []string{"follower", "--dir", target, "--insecure", "--leader", "127.0.0.1:7070"}
+	leader := []string{"leader", "--dir", target, "--followers", "a,b", "--insecure", "--listen", "127.0.0.1:0", "--generate", "100"}
+	follower := []string{"follower", "--dir", target, "--id", "a", "--insecure", "--leader", "127.0.0.1:7070"}
+	promote := []string{"promote", "--dir", target}
 	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
 	for _, tc := range []struct {
 		args []string
@@ -86,14 +93,22 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(gencerts, "--hosts", " , "), []string{"--hosts names no host"}},
 
 		{with(leader, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
-		{with(leader, "--epoch", "0"), []string{"--epoch 0 must be >= 1"}},
+		{with(leader, "--epoch", "-1"), []string{"-epoch"}},
 		{with(leader, "--generate", "-1"), []string{"--generate -1 is out of range"}},
 		{with(leader, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
 		{with(leader, "--batch", "0"), []string{"--batch 0 is out of range"}},
 		{with(leader, "--batch", "1000000"), []string{"--batch 1000000 is out of range"}},
-		{with(leader, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(leader, "--shards", "0"), []string{"--shards 0 is out of range"}},
+		{with(leader, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
+		{with(leader, "--max-retained-bytes", "0"), []string{"--max-retained-bytes 0 is out of range"}},
+		{with(leader, "--retention-interval", "0s"), []string{"--retention-interval 0s is out of range"}},
+		{with(leader, "--segment-size", "100"), []string{"--segment-size 100 is out of range"}},
+		{with(leader, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range"}},
+		{with(leader, "--ack", "most"), []string{`--ack "most" is not one of`}},
+		{with(leader, "--followers", "a,a"), []string{`"a" listed twice`}},
 		{with(leader, "--listen", "127.0.0.1"), []string{`--listen "127.0.0.1" is not host:port`}},
 		{with(leader, "--listen", "127.0.0.1:65536"), []string{`port "65536" is not a number`}},
+		{with(leader, "--shards", "0", "--batch", "0", "--ack", "x"), []string{"--shards 0", "--batch 0", `--ack "x"`}},
 
 		{with(follower, "--leader", "127.0.0.1"), []string{`--leader "127.0.0.1" is not host:port`}},
 		{with(follower, "--leader", ":7070"), []string{`--leader ":7070" names no host`}},
@@ -101,6 +116,14 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(follower, "--leader", "localhost:grpc"), []string{`port "grpc" is not a number`}},
 		{with(follower, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
 		{with(follower, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(follower, "--shards", "-1"), []string{"--shards -1 is out of range"}},
+		{with(follower, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
+		{with(follower, "--id", "a b"), []string{"--id"}},
+		{with(follower, "--log-format", "xml"), []string{`--log-format "xml": want text or json`}},
+		{with(leader, "--log-level", "loud"), []string{`--log-level "loud": want debug, info, warn or error`}},
+
+		{with(promote, "--epoch", "x"), []string{"-epoch"}},
+		{with(promote, "--peers", ","), []string{"empty entry"}},
 	} {
 		out, errOut, code := runCmd(t, tc.args...)
 		if code != exitUsage {
@@ -150,5 +173,82 @@ func TestWaldumpNotASegment(t *testing.T) {
 	out, errOut, code := runCmd(t, "waldump", seg)
 	if code != exitOK || !strings.Contains(out, "no batches") {
 		t.Errorf("empty named segment: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestFollowerStatsLineAccounts: the follower's periodic stats line carries
+// every term of the accounting identity (it once lacked refused and too-old
+// events, so 14,888 events against 14,792 applied showed no cause).
+func TestFollowerStatsLineAccounts(t *testing.T) {
+	r := replication.Stats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
+		DiscardedInBatch: 4, SkippedClosed: 5, SkippedTooOld: 6, RefusedEvents: 479}
+	if r.Accounted() != r.Events {
+		t.Fatalf("fixture does not account: %d of %d", r.Accounted(), r.Events)
+	}
+	attrs := followerStatsAttrs(7, 1, follower.Stats{Receiver: r}, grpctransport.DialerStats{})
+	kv := map[string]uint64{}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		if v, ok := attrs[i+1].(uint64); ok {
+			kv[attrs[i].(string)] = v
+		}
+	}
+	var sum uint64
+	for _, k := range []string{"applied", "discarded_position", "discarded_hwm", "discarded_window",
+		"discarded_in_batch", "skipped_closed", "skipped_too_old", "refused_events"} {
+		v, ok := kv[k]
+		if !ok {
+			t.Errorf("stats line lacks %s: %v", k, attrs)
+		}
+		sum += v
+	}
+	if sum != kv["events"] {
+		t.Errorf("stats line terms sum to %d, events %d: %v", sum, kv["events"], attrs)
+	}
+}
+
+// TestLogFlags: --log-format json gives one JSON object per line,
+// --log-level drops what is below it, --debug lowers it to debug.
+func TestLogFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		json      bool
+		wantLevel []string // levels of the lines written by Debug, Info, Warn, Error
+	}{
+		{nil, false, []string{"INFO", "WARN", "ERROR"}},
+		{[]string{"--log-format", "json"}, true, []string{"INFO", "WARN", "ERROR"}},
+		{[]string{"--log-format", "json", "--log-level", "warn"}, true, []string{"WARN", "ERROR"}},
+		{[]string{"--log-level", "error"}, false, []string{"ERROR"}},
+		{[]string{"--debug"}, false, []string{"DEBUG", "INFO", "WARN", "ERROR"}},
+	} {
+		fs := newFlagSet("t", "t", io.Discard)
+		lf := addLogFlags(fs)
+		if _, _, ok := parseArgs(fs, tc.args, io.Discard); !ok {
+			t.Fatalf("%q: parse failed", tc.args)
+		}
+		var c flagCheck
+		if lf.check(&c); len(c.problems) > 0 {
+			t.Fatalf("%q: %v", tc.args, c.problems)
+		}
+		var buf bytes.Buffer
+		log := lf.logger(&buf)
+		log.Debug("d")
+		log.Info("i")
+		log.Warn("w")
+		log.Error("e")
+		var levels []string
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if tc.json {
+				var rec struct{ Level string }
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("%q: not JSON: %q", tc.args, line)
+				}
+				levels = append(levels, rec.Level)
+			} else if _, after, ok := strings.Cut(line, "level="); ok {
+				levels = append(levels, strings.Fields(after)[0])
+			}
+		}
+		if strings.Join(levels, ",") != strings.Join(tc.wantLevel, ",") {
+			t.Errorf("%q: levels %q, want %q", tc.args, levels, tc.wantLevel)
+		}
 	}
 }

@@ -48,12 +48,50 @@ func (f *tlsFlags) load(server bool) (*tls.Config, string, error) {
 	return cfg, "", err
 }
 
-func newLogger(w io.Writer, debug bool) *slog.Logger {
-	level := slog.LevelInfo
-	if debug {
+// logFlags are the logging flags shared by leader and follower.
+type logFlags struct {
+	format, level *string
+	debug         *bool
+}
+
+func addLogFlags(fs *flag.FlagSet) *logFlags {
+	return &logFlags{
+		format: fs.String("log-format", "text", "log line format: text (key=value) or json (one object per line)"),
+		level:  fs.String("log-level", "info", "lowest level logged: debug, info, warn or error (Pebble's own lines carry component=pebble; its routine ones are debug)"),
+		debug:  fs.Bool("debug", false, "same as --log-level debug"),
+	}
+}
+
+// check validates the flags into c.
+func (f *logFlags) check(c *flagCheck) {
+	if *f.format != "text" && *f.format != "json" {
+		c.failf("--log-format %q: want text or json", *f.format)
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(*f.level)); err != nil {
+		c.failf("--log-level %q: want debug, info, warn or error", *f.level)
+	}
+}
+
+// logger returns the logger the flags describe, writing to w; the flags
+// must have passed check.
+func (f *logFlags) logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(*f.level))
+	if *f.debug {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return newLogger(w, *f.format, level)
+}
+
+// newLogger returns a logger writing format ("text" or "json") lines at level
+// and above to w.
+func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // every calls fn every d until done is closed (d <= 0: never).

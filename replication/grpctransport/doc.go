@@ -16,6 +16,33 @@
 // and TLS handshake, so the follower's own backoff paces reconnects and a
 // rotated certificate is picked up at the next one.
 //
+// # Several shards, several followers per shard
+//
+// A Server accepts any number of streams and hands each to a Listener's
+// Accept with the follower's hello; it does not look at the follower ID. It
+// serves one shard (the Server is the Listener) or every shard of a leader
+// node: Server.Listener(shard) returns a Listener per shard and the server
+// routes each stream by its hello's shard, so one address and one TLS
+// identity serve them all; a routed server refuses a stream for a shard no
+// Listener serves at once (replication.ErrWrongShard). Routing streams to
+// followers is replication.Fanout's job: put one Fanout per shard on the
+// shard's Listener and every registered follower gets its own stream, each
+// follower's reconnect replacing only its own. The ID is not bound to the
+// follower's certificate: any client the CA vouches for can claim any
+// registered ID (and so take that follower's stream). Issue follower
+// certificates only to the replicas of the deployment.
+//
+// # Refusals
+//
+// A leader that will not serve a follower (a Fanout's refusals: an unknown
+// ID, a diverged or behind-retention follower, a bad hello) ends its stream
+// with Refuse (replication.RefusingConn): the stream's status carries the
+// refusal's kind and text, and the follower's Recv (or Dial) returns an
+// error wrapping ErrRefused, replication.ErrDisconnected and the refusal's
+// own sentinel (replication.ErrUnknownFollower, ErrDiverged,
+// ErrBehindRetention, ErrBadHello, ErrWrongShard), so the follower's redial
+// loop knows that retrying alone will not fix it and logs why.
+//
 // # Wire format
 //
 // No generated code: a raw codec (forced per server/call, never registered
@@ -87,7 +114,10 @@
 // replication issue's invariant over this transport through a seeded
 // fault-injecting TCP proxy (connection resets, drops, stalls, refused
 // connections) with follower restarts and kills; another test restarts the
-// leader process (WAL writer, server, shipper) on the same WAL and address.
+// leader process (WAL writer, server, shipper) on the same WAL and address;
+// another runs two named followers of one shard through a Fanout, one of them
+// restarting. BenchmarkFanoutLeaderCPU measures the leader's CPU per event
+// with one and with three followers (followers in a child process).
 // ONCEWAL_LONG=1 runs more seeds and larger workloads. TLS refusal tests
 // (wrong CA either way, no client certificate, plaintext client, expired
 // certificates) assert that nothing is applied and that a log line says

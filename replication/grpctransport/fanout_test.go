@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		ShipperOptions: replication.ShipperOptions{
 			WALDir: walDir, Listener: srv, DurableLSN: w.DurableLSN, Epoch: func() uint64 { return 1 },
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,
-			Logf: func(f string, args ...any) { log.Info("fanout", "line", f, "args", args) },
+			Logger: log,
 		},
 		Followers: []string{"a", "b"},
 	})
@@ -130,7 +131,9 @@ func TestFanoutOverMTLS(t *testing.T) {
 				_, err = c.Recv(ctx)
 				c.Close()
 			}
-			if !errors.Is(err, replication.ErrDisconnected) {
+			// Refused with the Fanout's reason, which reaches the follower.
+			if !errors.Is(err, replication.ErrDisconnected) || !errors.Is(err, ErrRefused) ||
+				!strings.Contains(err.Error(), "unknown follower") {
 				t.Fatalf("unregistered follower: %v", err)
 			}
 		}

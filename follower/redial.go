@@ -1,0 +1,104 @@
+package follower
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/oncewal/oncewal/replication"
+)
+
+// redialBackoff paces Serve's redials: the un-jittered wait starts at first,
+// doubles after every failed attempt up to max, and returns to first once a
+// connection works. Each wait is drawn from [1−jitter, 1+jitter] times it, so
+// followers that lost the same leader at the same moment do not redial it in
+// step.
+type redialBackoff struct {
+	first, max time.Duration
+	jitter     float64
+	next       time.Duration
+}
+
+func newRedialBackoff(o *Options) *redialBackoff {
+	b := &redialBackoff{first: o.ReconnectBackoff, max: o.MaxReconnectBackoff, jitter: max(0, o.ReconnectJitter)}
+	b.reset()
+	return b
+}
+
+func (b *redialBackoff) reset() { b.next = b.first }
+
+// capped reports whether the waits have reached max.
+func (b *redialBackoff) capped() bool { return b.next >= b.max }
+
+// wait returns the next wait, jittered by r ∈ [0, 1), and doubles the one
+// after it.
+func (b *redialBackoff) wait(r float64) time.Duration {
+	d := float64(b.next) * (1 + b.jitter*(2*r-1))
+	if b.next > b.max/2 {
+		b.next = b.max
+	} else {
+		b.next *= 2
+	}
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
+
+// linkStreak is a run of failed connection attempts — dials that failed, or
+// connections that ended before they delivered a batch (a leader refusing
+// the hello ends the stream at once) — logged so that a misconfiguration
+// (a wrong CA, a wrong shard) says why once, loudly, instead of at every
+// retry: the first failure at Warn (Error for a refusal no retry can fix),
+// the first wait at the backoff cap at Error if nothing was yet, the rest at
+// Debug, and the end of the streak at Info.
+type linkStreak struct {
+	failures int
+	since    time.Time
+	errored  bool
+}
+
+// permanent reports whether err is a refusal that only an operator can fix
+// (wrong shard, fenced, diverged or unknown follower, a follower behind the
+// leader's retained log, a hello the leader rejects).
+func permanent(err error) bool {
+	for _, target := range []error{replication.ErrWrongShard, replication.ErrFenced, replication.ErrDiverged,
+		replication.ErrBadHello, replication.ErrStaleEpoch, replication.ErrBehindRetention,
+		replication.ErrUnknownFollower, replication.ErrBadFollowerID} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// fail records a failed attempt; capped says the wait that follows is at
+// the backoff cap.
+func (s *linkStreak) fail(log *slog.Logger, err error, capped bool, wait time.Duration) {
+	s.failures++
+	level, msg := slog.LevelDebug, "oncewal follower: cannot connect to the leader, retrying"
+	switch {
+	case s.failures == 1:
+		s.since = time.Now()
+		level = slog.LevelWarn
+		if permanent(err) {
+			level, s.errored = slog.LevelError, true
+		}
+	case !s.errored && capped:
+		level, s.errored = slog.LevelError, true
+		msg = "oncewal follower: still cannot connect to the leader, retrying at the longest backoff"
+	}
+	log.Log(context.Background(), level, msg, "err", err, "attempts", s.failures,
+		"for", time.Since(s.since).Round(time.Millisecond), "next_in", wait.Round(time.Millisecond))
+}
+
+// end closes a streak when a connection works.
+func (s *linkStreak) end(log *slog.Logger) {
+	if s.failures > 0 {
+		log.Info("oncewal follower: connected to the leader", "failed_attempts", s.failures,
+			"after", time.Since(s.since).Round(time.Millisecond))
+	}
+	*s = linkStreak{}
+}

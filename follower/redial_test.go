@@ -1,0 +1,211 @@
+package follower_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptDialer answers the n-th Dial (from 1) with script(n): an error, a
+// connection that ends before delivering anything (what a leader refusing
+// the hello looks like), or one that delivers a batch and then stays up.
+type scriptDialer struct {
+	script func(n int) (refused bool, err error)
+	mu     sync.Mutex
+	dials  []time.Time
+}
+
+func (d *scriptDialer) Dial(ctx context.Context, _ replication.Ack) (replication.FollowerConn, error) {
+	d.mu.Lock()
+	d.dials = append(d.dials, time.Now())
+	n := len(d.dials)
+	d.mu.Unlock()
+	refused, err := d.script(n)
+	if err != nil {
+		return nil, err
+	}
+	return &scriptConn{refused: refused}, nil
+}
+
+func (d *scriptDialer) times() []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]time.Time(nil), d.dials...)
+}
+
+type scriptConn struct {
+	refused bool
+	sent    bool
+}
+
+func (c *scriptConn) Recv(ctx context.Context) ([]byte, error) {
+	if c.refused {
+		return nil, fmt.Errorf("%w: leader ended the stream", replication.ErrDisconnected)
+	}
+	if !c.sent {
+		c.sent = true
+		return []byte("not a batch"), nil // any delivery shows the link works
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (c *scriptConn) Send(context.Context, replication.Ack) error { return nil }
+func (c *scriptConn) Close() error                                { return nil }
+
+// logRecords is a slog.Handler keeping every record.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecords) WithGroup(string) slog.Handler      { return h }
+
+// link returns the records of the redial loop, as "LEVEL message".
+func (h *logRecords) link() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if strings.Contains(r.Message, "connect") {
+			out = append(out, r.Level.String()+" "+r.Message)
+		}
+	}
+	return out
+}
+
+func serveUntil(t *testing.T, o *follower.Options, d *scriptDialer, done func(dials int) bool) {
+	t.Helper()
+	f, err := follower.Open("f", o)
+	require.NoError(t, err)
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ctx, d) }()
+	for !done(len(d.times())) {
+		require.NoError(t, ctx.Err(), "dials so far: %d", len(d.times()))
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-served)
+}
+
+// TestServeBacksOffRefusals: a leader that accepts the connection and then
+// refuses the hello made the follower redial at its first backoff forever
+// (38 times in 4 s) because a successful Dial reset the backoff. Attempts
+// that deliver nothing now keep backing off up to the cap; the streak is
+// logged once at Warn, once at Error when it reaches the cap, and at Info
+// when a connection works again.
+func TestServeBacksOffRefusals(t *testing.T) {
+	badCA := fmt.Errorf("%w: dial: tls: failed to verify certificate: x509: certificate signed by unknown authority", replication.ErrDisconnected)
+	t.Run("refused after accept", func(t *testing.T) {
+		testBackoff(t, func(n int) (bool, error) { return true, nil })
+	})
+	t.Run("dial error", func(t *testing.T) {
+		testBackoff(t, func(n int) (bool, error) { return false, badCA })
+	})
+}
+
+func testBackoff(t *testing.T, failure func(n int) (bool, error)) {
+	const failures = 8
+	ms := time.Millisecond
+	logs := &logRecords{}
+	o := &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable,
+		ReconnectBackoff: 5 * ms, MaxReconnectBackoff: 40 * ms, ReconnectJitter: -1}
+	d := &scriptDialer{script: func(n int) (bool, error) {
+		if n <= failures {
+			return failure(n)
+		}
+		return false, nil
+	}}
+	serveUntil(t, o, d, func(n int) bool {
+		return n > failures && len(logs.link()) > 0 && strings.HasPrefix(logs.link()[len(logs.link())-1], "INFO")
+	})
+
+	// Waits of 5, 10, 20, 40, 40, 40, 40, 40 ms: the 9th dial comes no
+	// sooner than 235 ms after the first (it was 40 ms, 8 × 5 ms).
+	times := d.times()
+	require.GreaterOrEqual(t, times[failures].Sub(times[0]), 235*ms)
+	for i := 1; i <= failures; i++ {
+		wantMin := min(5*ms<<(i-1), 40*ms)
+		require.GreaterOrEqual(t, times[i].Sub(times[i-1]), wantMin, "wait before dial %d", i+1)
+	}
+
+	got := logs.link()
+	var warn, errs, info int
+	for _, l := range got {
+		switch {
+		case strings.HasPrefix(l, "WARN"):
+			warn++
+		case strings.HasPrefix(l, "ERROR"):
+			errs++
+		case strings.HasPrefix(l, "INFO"):
+			info++
+		}
+	}
+	require.Equal(t, []int{1, 1, 1}, []int{warn, errs, info}, "link log lines:\n%s", strings.Join(got, "\n"))
+	require.True(t, strings.HasPrefix(got[0], "WARN"), "the streak starts at Warn: %q", got)
+}
+
+// TestServeLogsPermanentRefusalOnce: a refusal no retry can fix is logged at
+// Error at its first occurrence and not again while it repeats.
+func TestServeLogsPermanentRefusalOnce(t *testing.T) {
+	logs := &logRecords{}
+	o := &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable,
+		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 4 * time.Millisecond}
+	refusal := fmt.Errorf("dial: %w: hello for shard 1, serving 0", replication.ErrWrongShard)
+	d := &scriptDialer{script: func(int) (bool, error) { return false, refusal }}
+	serveUntil(t, o, d, func(n int) bool { return n >= 20 })
+	got := logs.link()
+	require.NotEmpty(t, got)
+	require.True(t, strings.HasPrefix(got[0], "ERROR"), "first line: %q", got[0])
+	for _, l := range got[1:] {
+		require.True(t, strings.HasPrefix(l, "DEBUG"), "after the first line only Debug: %q", got)
+	}
+}
+
+// TestPebbleLinesLabelled: Pebble's own lines reach the follower's logger
+// with component=pebble, its routine ones (WAL recovery at open) at Debug,
+// not at Info beside the follower's own lines.
+func TestPebbleLinesLabelled(t *testing.T) {
+	logs := &logRecords{}
+	f, err := follower.Open("f", &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var pebbleLines int
+	for _, r := range logs.recs {
+		var component string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "component" {
+				component = a.Value.String()
+			}
+			return true
+		})
+		if component == "pebble" {
+			pebbleLines++
+			require.Equal(t, slog.LevelDebug, r.Level, "routine Pebble line %q", r.Message)
+		} else {
+			require.NotContains(t, r.Message, "WALs", "a Pebble line without component=pebble")
+		}
+	}
+	require.NotZero(t, pebbleLines, "no Pebble line reached the logger")
+}

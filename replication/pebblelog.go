@@ -1,0 +1,47 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// discardLogger is the default Logger of every options struct of the
+// package: the library says nothing unless the embedder asks.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// FatalLogger adapts a *slog.Logger to pebble.Logger. Every line carries
+// component=pebble; Infof (WAL recovery counts, cancelled compactions) logs
+// at Debug, Errorf (background errors such as a full disk) at Error.
+//
+// Pebble v2 reports a failed WAL write or sync through Logger.Fatalf, and its
+// default logger exits the process; FatalLogger logs the line at Error and
+// panics with *FatalError instead, which the receiver recovers into
+// ErrStoreFailed on the committing goroutine. Install it as
+// pebble.Options.Logger for every store a Receiver writes to. A nil Logger
+// discards the lines (Fatalf still panics).
+type FatalLogger struct {
+	Logger *slog.Logger
+}
+
+// Infof implements pebble.Logger.
+func (l FatalLogger) Infof(format string, args ...any) { l.log(slog.LevelDebug, format, args...) }
+
+// Errorf implements pebble.Logger.
+func (l FatalLogger) Errorf(format string, args ...any) { l.log(slog.LevelError, format, args...) }
+
+// Fatalf implements pebble.Logger by panicking with *FatalError.
+func (l FatalLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log(slog.LevelError, "%s", msg)
+	panic(&FatalError{Msg: msg})
+}
+
+func (l FatalLogger) log(level slog.Level, format string, args ...any) {
+	ctx := context.Background()
+	if l.Logger == nil || !l.Logger.Enabled(ctx, level) {
+		return
+	}
+	l.Logger.Log(ctx, level, strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "component", "pebble")
+}
