@@ -589,10 +589,12 @@ func (r *run) startNode(n *node) error {
 		return fmt.Errorf("sim: opening follower %s: %w", n.id, err)
 	}
 	n.n, n.cut = fn, new(atomic.Bool)
-	return r.serve(n)
+	r.serve(n)
+	return nil
 }
 
-func (r *run) serve(n *node) error {
+// serve runs the node's Serve until n.pause or n.close.
+func (r *run) serve(n *node) {
 	ctx, stop := context.WithCancel(r.ctx)
 	served, fn, cut := make(chan struct{}), n.n, n.cut
 	n.stop, n.served = stop, served
@@ -606,7 +608,6 @@ func (r *run) serve(n *node) error {
 			return d
 		})
 	}()
-	return nil
 }
 
 // pause stops the node's Serve and waits for it: its positions are final
@@ -835,9 +836,7 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 		return err
 	}
 	for _, i := range rest {
-		if err := r.serve(r.nodes[i]); err != nil {
-			return err
-		}
+		r.serve(r.nodes[i])
 	}
 	return nil
 }
@@ -870,9 +869,7 @@ func (r *run) zombie(g *node, pos [][]uint64) error {
 		return err
 	}
 	r.res.Zombie = true
-	if err := r.serve(g); err != nil {
-		return err
-	}
+	r.serve(g)
 	for s, h := range hs {
 		if h.Count == 0 {
 			continue
