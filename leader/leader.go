@@ -39,11 +39,11 @@ var (
 // LockFileName is the file a Leader locks in its directory for as long as
 // it is open: a second Leader on the directory, in this process or another,
 // fails at once with wal.ErrLocked.
-const LockFileName = "LEADER.lock"
+const LockFileName = follower.LeaderLockFileName
 
 // WALDirName is the directory, inside a leader's directory, that holds every
 // shard's WAL segments (segment names carry the shard).
-const WALDirName = "wal"
+const WALDirName = follower.LeaderWALDirName
 
 // Options configures a Leader. Zero fields take the defaults named in their
 // comments; Open validates the result and reports every problem at once.
@@ -246,6 +246,14 @@ func checkLayout(dir string, shards int) error {
 		return err
 	case !st.IsDir():
 		return fmt.Errorf("%w: %s is not a directory", ErrBadOptions, dir)
+	}
+	// A single store or a WAL directory given as the node directory would
+	// get a store and a log created inside it.
+	switch layout, detail, err := follower.DirLayout(nil, dir); {
+	case err != nil:
+		return err
+	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
+		return &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
 	}
 	stores, err := follower.NodeShards(nil, dir)
 	if err != nil {
