@@ -8,8 +8,9 @@
 // event a put of a 24-byte key and 100-byte value row, every event carrying
 // an idempotency key. Beside it, in the same run: raw Pebble ingest of the
 // same rows (the physical floor), raw ingest of everything the receiver
-// writes (rows + HWM rows + window journal + position), and a naive design
-// that keeps every idempotency key in Pebble and reads it before applying.
+// writes (rows + HWM log delta and checkpoints + window journal + position),
+// and a naive design that keeps every idempotency key in Pebble and reads it
+// before applying.
 // Workloads: all fresh, 100% and 30% redeliveries (SeqNo at or below the
 // HWM, re-logged at new LSNs), and 10-event bursts per session. Each design
 // is preloaded once (every session gets an HWM) and kept while testing ramps

@@ -245,9 +245,10 @@ func Receiver(w Workload) func(b *testing.B) {
 func RawIngest(w Workload) func(b *testing.B) { return rawIngest(w, false) }
 
 // RawIngestWriteSet is RawIngest of everything the receiver writes for w's
-// fresh events: the state rows plus one HWM row per session per batch, the
-// window journal value and the applied position — the floor of this design,
-// against which the receiver's own CPU (decode, HWM and window checks) shows.
+// fresh events: the state rows plus the HWM log delta and checkpoint rows
+// (generator.rows), the window journal value and the applied position — the
+// floor of this design, against which the receiver's own CPU (decode, HWM
+// and window checks) shows.
 func RawIngestWriteSet(w Workload) func(b *testing.B) { return rawIngest(w, true) }
 
 func rawIngest(w Workload, writeSet bool) func(b *testing.B) {

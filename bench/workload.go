@@ -67,6 +67,13 @@ type generator struct {
 	dupAcc int
 	cur    int // session of the current run
 	left   int // events left in the current run
+
+	// The HWM log's schedule, for the write set (rows): the batch of each
+	// session's last change, and the sessions changed by each of the last
+	// DefaultLogBatches+1 batches.
+	batchNo    int
+	lastChange map[session.ID]int
+	changedAt  [][]session.ID
 }
 
 func newGenerator(w Workload) *generator {
@@ -177,9 +184,12 @@ func (g *generator) encode(dst []byte) []byte {
 // rows appends, as length-prefixed records (key length u8, value length u32
 // LE, key, value), the state rows that applying the current events writes,
 // laid out as session.State lays them out. With writeSet it adds what the
-// receiver writes besides: one HWM row per session (HWMPrefix + ID → 18 B),
-// the window journal value (one 16-byte key per event), the position and the
-// last batch's identity.
+// receiver writes besides, at the tracker's default options: the batch's
+// HWM log delta (33 B per session), the HWM rows the tracker checkpoints
+// (sessions last changed session.DefaultLogBatches batches ago), the window
+// journal value (one 16-byte key per event), the position and the last
+// batch's identity. (The deletion of the obsolete delta, one tombstone per
+// batch, is left out.)
 func (g *generator) rows(dst []byte, writeSet bool) []byte {
 	dst = dst[:0]
 	row := func(kl, vl int) {
@@ -198,21 +208,39 @@ func (g *generator) rows(dst []byte, writeSet bool) []byte {
 	if !writeSet {
 		return dst
 	}
-	const hwmValLen = 18
-	seen := make(map[session.ID]struct{}, len(g.events))
+	const hwmValLen, logEntryLen, logBatches = 18, 33, session.DefaultLogBatches
+	if g.lastChange == nil {
+		g.lastChange = make(map[session.ID]int)
+		g.changedAt = make([][]session.ID, logBatches+1)
+	}
+	b := g.batchNo
+	g.batchNo++
+	changed := g.changedAt[b%(logBatches+1)][:0]
 	for i := range g.events {
-		e := &g.events[i]
-		if _, ok := seen[e.Session]; ok {
-			continue
+		if id := g.events[i].Session; g.lastChange[id] != b+1 {
+			g.lastChange[id] = b + 1 // +1: 0 means never
+			changed = append(changed, id)
 		}
-		seen[e.Session] = struct{}{}
-		row(len(session.HWMPrefix)+len(e.Session), hwmValLen)
-		dst = append(dst, session.HWMPrefix...)
-		dst = append(dst, e.Session[:]...)
-		dst = append(dst, 1)
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Seq))
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Time))
-		dst = append(dst, 0)
+	}
+	g.changedAt[b%(logBatches+1)] = changed
+	row(len(session.HWMLogPrefix)+8, 1+logEntryLen*len(changed))
+	dst = append(dst, session.HWMLogPrefix...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(b+1))
+	dst = append(dst, 1)
+	for _, id := range changed {
+		dst = append(dst, id[:]...)
+		dst = append(dst, make([]byte, logEntryLen-len(id))...)
+	}
+	if b >= logBatches {
+		for _, id := range g.changedAt[(b-logBatches)%(logBatches+1)] {
+			if g.lastChange[id] != b-logBatches+1 {
+				continue // changed again since: its row is not rewritten
+			}
+			row(len(session.HWMPrefix)+len(id), hwmValLen)
+			dst = append(dst, session.HWMPrefix...)
+			dst = append(dst, id[:]...)
+			dst = append(dst, make([]byte, hwmValLen)...)
+		}
 	}
 	row(len(replication.JournalPrefix)+8, 1+16*len(g.events))
 	dst = append(dst, replication.JournalPrefix...)

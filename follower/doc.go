@@ -177,15 +177,45 @@
 // busy (its apply goroutine plus Pebble's background work), two or more use
 // both cores, and throughput roughly doubles from 1 to 2 shards and stays
 // there. With Sync per batch the total stays at 0.5–0.66M events/s and the
-// process at about one core for every shard count: the synced commits of
-// separate stores do not overlap as well as the raw-Pebble benchmark above
-// suggests (raw fsync is not the limit: BenchmarkFsync does 7–12k 64 KiB
-// syncs/s), and pinning down where the synced path serialises is left open.
-// Under heavy load from other jobs (load ≈ 8, half a core for this process)
-// all shard counts measured 0.22–0.27M events/s with Sync. In short: on 2
-// cores, shards buy fault isolation and ordering independence, and up to ~2×
-// throughput only when commits are not synced per batch; more apply
-// throughput needs more cores or more nodes, not more shards.
+// process at about one core for every shard count.
+//
+// Why synced shards do not scale here (issue 13, point 5). It is not our
+// code, nor Pebble's or Go's handling of the waits: the stores' syncs are
+// issued concurrently, and they complete one after another in the
+// filesystem. BenchmarkNodeApply times every sync through a wrapping FS
+// (syncProbe). On tmpfs, where a sync costs nothing, Sync per batch runs as
+// fast as NoSync and 2+ shards use both cores: 1.08M / 1.81M / 1.57M
+// events/s at 1 / 2 / 4 shards (NoSync 1.10M / 1.76M / 1.44M; cpu 1970 ms/s
+// at 2 shards). On the ext4 disk in the same minute: 0.82M / 0.70M / 0.73M
+// at about one core, while the mean WAL sync grows 0.29 → 1.09 → 3.34 ms
+// with 1.07 → 1.36 → 2.9 syncs in flight on average — concurrent syncs
+// taking proportionally longer, i.e. served one at a time; at 4 shards a
+// sync is in flight 98–99.7% of the time. The mutex and block profiles show
+// no lock of ours; the apply goroutines wait only in Pebble's commit
+// publish, for their own WAL sync.
+//
+// The device allows more, but not for this kind of sync. BenchmarkSyncOverlap
+// is the raw ceiling without Pebble: each goroutine burns 1 ms of CPU (a
+// batch's apply), writes 128 KiB (its WAL bytes) to a file of its own and
+// fdatasyncs it. Overwriting a preallocated file in place scales with both
+// cores: 814 / 1318 / 1346 ops/s at 1 / 2 / 4 files (cpu 1600 ms/s, syncs
+// 0.18–1.6 ms), also beside a 4 MiB-file bulk writer standing in for
+// flushes and compactions (498 / 872 / 1171). Appending — the file grows,
+// so fdatasync must commit ext4's journal, one commit at a time per
+// filesystem — reproduces the node's plateau: 629 / 676 / 767 ops/s at
+// about one core, sync 0.45 → 1.2 → 3.2 ms. Pebble's WAL is appended to
+// (its preallocation keeps the file size, so every synced append changes
+// it), hence every synced batch of every store waits for its own journal
+// commit, serialised filesystem-wide. (Measured at load 0.3–3, 2026-11-23:
+// go test ./follower -run '^$' -bench 'NodeApply|SyncOverlap' -benchtime
+// 400x, with TMPDIR=/dev/shm for tmpfs.)
+//
+// So the lever is fewer syncs, not more shards: one sync for several
+// batches of a store (the receiver pipeline: Pebble syncs every record
+// queued on its WAL in one fdatasync), or shards on separate filesystems.
+// In short: on 2 cores with one ext4 filesystem, shards buy fault isolation
+// and ordering independence, and up to ~2× throughput only when commits are
+// not synced per batch.
 //
 // # Invariants
 //

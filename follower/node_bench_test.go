@@ -24,7 +24,9 @@ import (
 // of wall time, so 2000 means both cores were busy. The stores' files are
 // opened through a syncProbe: wal-sync-µs is the mean WAL sync, and
 // syncs-in-flight the mean number of syncs in flight while any is (1.0:
-// the shards' syncs never overlapped).
+// the shards' syncs never overlapped); disk-B/event and disk-MB/s are the
+// bytes the process dirtied for storage (/proc/self/io write_bytes: WAL,
+// flushes, compactions) per event and per second.
 //
 //	go test ./follower -run '^$' -bench NodeApply -benchtime 400x -count 3
 func BenchmarkNodeApply(b *testing.B) {
@@ -92,6 +94,7 @@ func benchNodeApply(b *testing.B, shards int, noSync bool) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	sync0 := probe.stats()
+	io0 := diskWriteBytes()
 	cpu0 := cpuTime()
 	start := time.Now()
 	left := b.N
@@ -116,4 +119,8 @@ func benchNodeApply(b *testing.B, shards int, noSync bool) {
 	b.ReportMetric(float64(cpu.Milliseconds())/elapsed.Seconds(), "cpu-ms/s")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "batches/s")
 	probe.stats().sub(sync0).report(b, elapsed)
+	if io1 := diskWriteBytes(); io0 >= 0 && io1 >= 0 {
+		b.ReportMetric(float64(io1-io0)/float64(b.N*batchEvents), "disk-B/event")
+		b.ReportMetric(float64(io1-io0)/1e6/elapsed.Seconds(), "disk-MB/s")
+	}
 }

@@ -19,21 +19,61 @@ import (
 // ~2/C ops/s and cpu-ms/s near 2000. write=overwrite rewrites a
 // preallocated file in place (as Pebble does with a recycled WAL: no size
 // change, so fdatasync need not commit the ext4 journal); append grows it.
+// bulk=yes adds what a Pebble store does beside its WAL: one goroutine
+// streams 4 MiB files (256 KiB writes, fsync, like a memtable flush or a
+// compaction output) and deletes the file before last (obsolete tables).
 //
 //	go test ./follower -run '^$' -bench SyncOverlap -benchtime 400x
 func BenchmarkSyncOverlap(b *testing.B) {
 	for _, write := range []string{"overwrite", "append"} {
-		for _, cpu := range []time.Duration{0, 1000 * time.Microsecond} {
-			for _, n := range []int{1, 2, 4, 8} {
-				b.Run(fmt.Sprintf("write=%s/cpu=%dus/files=%d", write, cpu.Microseconds(), n), func(b *testing.B) {
-					benchSyncOverlap(b, n, cpu, write == "append")
-				})
+		for _, bulk := range []bool{false, true} {
+			for _, cpu := range []time.Duration{0, 1000 * time.Microsecond} {
+				for _, n := range []int{1, 2, 4, 8} {
+					b.Run(fmt.Sprintf("write=%s/bulk=%s/cpu=%dus/files=%d", write, yesNo(bulk), cpu.Microseconds(), n), func(b *testing.B) {
+						benchSyncOverlap(b, n, cpu, write == "append", bulk)
+					})
+				}
 			}
 		}
 	}
 }
 
-func benchSyncOverlap(b *testing.B, n int, burn time.Duration, appendOnly bool) {
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
+
+// bulkWriter streams 4 MiB files into dir until stop closes, keeping two.
+func bulkWriter(b *testing.B, dir string, stop <-chan struct{}) {
+	buf := make([]byte, 256<<10)
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		name := filepath.Join(dir, fmt.Sprintf("bulk%d", i))
+		f, err := os.Create(name)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for range 16 {
+			if _, err := f.Write(buf); err != nil {
+				b.Error(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			b.Error(err)
+		}
+		_ = f.Close()
+		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("bulk%d", i-2)))
+	}
+}
+
+func benchSyncOverlap(b *testing.B, n int, burn time.Duration, appendOnly, bulk bool) {
 	const chunk, fileSize = 128 << 10, 32 << 20
 	spinPerUsec() // calibrate before timing
 	dir := b.TempDir()
@@ -63,6 +103,11 @@ func benchSyncOverlap(b *testing.B, n int, burn time.Duration, appendOnly bool) 
 	var next atomic.Int64
 	var syncNanos atomic.Int64
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var bulkDone sync.WaitGroup
+	if bulk {
+		bulkDone.Go(func() { bulkWriter(b, dir, stop) })
+	}
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	start := time.Now()
@@ -95,6 +140,8 @@ func benchSyncOverlap(b *testing.B, n int, burn time.Duration, appendOnly bool) 
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
 	b.StopTimer()
+	close(stop)
+	bulkDone.Wait()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	b.ReportMetric(float64(syncNanos.Load())/float64(b.N)/1e3, "sync-µs")
 	b.ReportMetric(float64(cpu.Milliseconds())/elapsed.Seconds(), "cpu-ms/s")

@@ -20,6 +20,9 @@ package replication
 // process must not change what "all followers" means, or fill the disk.
 // An anonymous follower (empty ID) is refused even then: two of them could
 // not be told apart, which is the stream stealing this type exists to end.
+// A refused connection ends with RefusingConn.Refuse where the transport
+// has it (grpctransport does), so the follower learns the reason; else
+// with Close.
 
 import (
 	"context"
@@ -541,9 +544,17 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 // once per follower and reason per 30s.
 func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
 	// Counted and logged before the follower can see the connection end, so
-	// a follower (or test) that observes the refusal finds it accounted.
+	// a follower (or test) that observes the refusal finds it accounted. A
+	// transport that can carry the reason to the follower (RefusingConn)
+	// ends the connection with it.
 	if c != nil {
-		defer c.Close()
+		defer func() {
+			if rc, ok := c.(RefusingConn); ok {
+				rc.Refuse(err)
+			} else {
+				c.Close()
+			}
+		}()
 	}
 	reason := f.refused.count(err)
 	if p != nil {

@@ -164,6 +164,18 @@ type LeaderConn interface {
 	Close() error
 }
 
+// RefusingConn is implemented by a LeaderConn whose transport can tell the
+// follower why its connection was refused. A Fanout refuses a hello it will
+// not serve (ErrUnknownFollower, ErrDiverged, ErrBehindRetention, …) with
+// Refuse instead of Close, so the follower can log the reason instead of
+// only seeing the stream end.
+type RefusingConn interface {
+	LeaderConn
+	// Refuse ends the connection like Close, carrying reason to the
+	// follower. Idempotent with Close: the first of them decides.
+	Refuse(reason error) error
+}
+
 // Dialer is the follower side of a Transport: it connects to the leader.
 type Dialer interface {
 	// Dial connects to the leader and delivers hello as the handshake. It

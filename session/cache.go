@@ -71,8 +71,7 @@ type cacheList struct{ head, tail int32 }
 const (
 	nilIdx = -1
 	// closedBit marks a closed session in cacheEntry.hwm, so an entry is 32
-	// bytes and two fit a cache line. A record whose HWM has that bit set
-	// is never cached (put drops it): it would take 2^63 advances to reach.
+	// bytes and two fit a cache line. No HWM reaches it (MaxSeqNo).
 	closedBit = 1 << 63
 	// minSlots is the table's first size; it doubles from there.
 	minSlots = 1 << 10
@@ -173,18 +172,13 @@ func (c *hwmCache) len() int {
 // recently put clean entry if CacheSize clean entries are cached. A dirty
 // entry of id becomes clean. Caller holds mu.
 func (c *hwmCache) put(id *ID, r record) {
-	if uint64(r.hwm)&closedBit != 0 {
-		c.remove(id) // not representable; the session is read from Pebble
-		return
-	}
 	c.set(id, r, 0)
 }
 
 // putDirty caches r as id's committed record whose latest change is only in
 // the delta log, in delta seq (> 0): the entry is pinned (never evicted)
-// until markClean. It goes to the newest end of the dirty list. r's HWM must
-// not use closedBit (the Tracker writes such a record as a row and puts it
-// instead). Caller holds mu.
+// until markClean. It goes to the newest end of the dirty list. Caller
+// holds mu.
 func (c *hwmCache) putDirty(id *ID, r record, seq uint64) {
 	c.set(id, r, seq)
 }
@@ -205,6 +199,7 @@ func (c *hwmCache) set(id *ID, r record, seq uint64) {
 		}
 		c.unlink(i)
 		c.link(i, seq)
+		c.evictOverCapacity()
 		return
 	}
 	switch {
@@ -241,6 +236,12 @@ func (c *hwmCache) markClean(id *ID) {
 	}
 	c.unlink(i)
 	c.link(i, 0)
+	c.evictOverCapacity()
+}
+
+// evictOverCapacity evicts clean entries, least recently put first, while
+// there are more than capacity (a logged entry that turned clean adds one).
+func (c *hwmCache) evictOverCapacity() {
 	for c.n-c.ndirty > c.capacity {
 		t := c.lru.tail
 		c.removeIdx(t)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/stretchr/testify/require"
 )
@@ -92,48 +93,96 @@ func cacheID(n uint64) ID {
 	return id
 }
 
-// TestHWMCacheAgainstLRU drives the cache and golang-lru/v2 (the reference:
-// Add = put, Remove = remove, Peek = peek) with the same random operations and
-// requires the same answers and the same contents in the same recency order
-// after every step. Capacities cover a single entry, eviction with a small
-// table, and growth of the table. ONCEWAL_LONG=1 runs 20x more steps.
+// TestHWMCacheAgainstLRU drives the cache and a reference with the same
+// random operations and requires the same answers and the same contents in
+// the same order after every step. The reference for clean entries is
+// golang-lru/v2 (Add = put, Remove = remove, Peek = peek); logged (dirty)
+// entries are a plain list in delta order beside it, outside its capacity:
+// putDirty moves a session there, markClean back to the LRU as its newest
+// (evicting the oldest clean entry beyond capacity). Capacities cover a
+// single entry, eviction with a small table, and growth of the table.
+// ONCEWAL_LONG=1 runs 20x more steps.
 func TestHWMCacheAgainstLRU(t *testing.T) {
 	steps := 20_000
 	if os.Getenv("ONCEWAL_LONG") != "" {
 		steps *= 20
 	}
 	for _, tc := range []struct{ capacity, ids int }{{1, 4}, {3, 10}, {64, 200}, {5000, 8000}} {
-		rng := rand.New(rand.NewPCG(uint64(tc.capacity), 5))
-		c := newHWMCache(tc.capacity)
-		ref, err := lru.New[ID, record](tc.capacity)
-		require.NoError(t, err)
-		for step := range steps {
-			id := cacheID(uint64(rng.IntN(tc.ids)))
-			switch op := rng.IntN(10); {
-			case op < 5:
+		for _, withDirty := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(uint64(tc.capacity), 5))
+			c := newHWMCache(tc.capacity)
+			ref, err := lru.New[ID, record](tc.capacity)
+			require.NoError(t, err)
+			type dirtyRef struct {
+				id  ID
+				rec record
+				seq uint64
+			}
+			var dirty []dirtyRef
+			dropDirty := func(id ID) (record, bool) {
+				for k, d := range dirty {
+					if d.id == id {
+						dirty = slices.Delete(dirty, k, k+1)
+						return d.rec, true
+					}
+				}
+				return record{}, false
+			}
+			seq := uint64(0)
+			ops := 10
+			if withDirty {
+				ops = 14
+			}
+			for step := range steps {
+				id := cacheID(uint64(rng.IntN(tc.ids)))
 				r := record{hwm: SeqNo(1 + rng.IntN(1000)), lastTS: rng.Int64() - rng.Int64(), closed: rng.IntN(4) == 0}
 				c.mu.Lock()
-				c.put(&id, r)
+				switch op := rng.IntN(ops); {
+				case op < 5:
+					c.put(&id, r)
+					dropDirty(id)
+					ref.Add(id, r)
+				case op < 7:
+					c.remove(&id)
+					dropDirty(id)
+					ref.Remove(id)
+				case op < 10:
+					got, ok := c.peek(&id)
+					want, wantOK := ref.Peek(id)
+					for _, d := range dirty {
+						if d.id == id {
+							want, wantOK = d.rec, true
+						}
+					}
+					c.mu.Unlock()
+					require.Equal(t, wantOK, ok, "capacity %d step %d", tc.capacity, step)
+					require.Equal(t, want, got, "capacity %d step %d", tc.capacity, step)
+					c.mu.Lock()
+				case op < 12:
+					seq += uint64(rng.IntN(2))
+					c.putDirty(&id, r, seq+1)
+					dropDirty(id)
+					ref.Remove(id)
+					dirty = append(dirty, dirtyRef{id, r, seq + 1})
+				default:
+					c.markClean(&id)
+					if rec, ok := dropDirty(id); ok {
+						ref.Add(id, rec)
+					}
+				}
 				c.mu.Unlock()
-				ref.Add(id, r)
-			case op < 7:
-				c.mu.Lock()
-				c.remove(&id)
-				c.mu.Unlock()
-				ref.Remove(id)
-			default:
-				got, ok := c.peek(&id)
-				want, wantOK := ref.Peek(id)
-				require.Equal(t, wantOK, ok, "capacity %d step %d", tc.capacity, step)
-				require.Equal(t, want, got, "capacity %d step %d", tc.capacity, step)
+				if step%97 == 0 || tc.capacity < 100 {
+					ids, recs, logged := checkCacheAll(t, c)
+					require.Equal(t, ref.Keys(), ids, "capacity %d step %d: contents or order", tc.capacity, step)
+					require.Equal(t, ref.Values(), recs, "capacity %d step %d", tc.capacity, step)
+					require.Len(t, logged, len(dirty))
+					for _, d := range dirty {
+						require.Equal(t, loggedRecord{rec: d.rec, exists: true, seq: d.seq}, logged[d.id])
+					}
+				}
 			}
-			if step%97 == 0 || tc.capacity < 100 {
-				ids, recs := checkCache(t, c)
-				require.Equal(t, ref.Keys(), ids, "capacity %d step %d: contents or order", tc.capacity, step)
-				require.Equal(t, ref.Values(), recs, "capacity %d step %d", tc.capacity, step)
-			}
+			require.Equal(t, ref.Len()+len(dirty), c.len())
 		}
-		require.Equal(t, ref.Len(), c.len())
 	}
 }
 
@@ -168,22 +217,32 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	checkCache(t, c)
 }
 
-// TestHWMCacheUnrepresentableHWM: the top HWM bit holds the closed flag, so a
-// record using it is not cached (it is read from Pebble instead) and an
-// older cached value of that session is dropped, never left stale.
-func TestHWMCacheUnrepresentableHWM(t *testing.T) {
-	c := newHWMCache(4)
-	id := cacheID(1)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 7, closed: true, lastTS: -3})
-	c.mu.Unlock()
-	r, ok := c.peek(&id)
-	require.True(t, ok)
-	require.Equal(t, record{hwm: 7, closed: true, lastTS: -3}, r)
-	c.mu.Lock()
-	c.put(&id, record{hwm: 1 << 63})
-	c.mu.Unlock()
-	_, ok = c.peek(&id)
-	require.False(t, ok)
-	checkCache(t, c)
+// TestMaxSeqNo: the cache keeps the closed flag in the HWM's top bit, so
+// no record may use it: Advance stops at MaxSeqNo and a stored row or delta
+// beyond it is corrupt.
+func TestMaxSeqNo(t *testing.T) {
+	db := memDB(t)
+	tr := openTracker(t, db, &TrackerOptions{CacheSize: 4})
+	id := NewID()
+	base := 100 * hour
+	var kb [hwmKeyLen]byte
+	var vb [hwmValLen]byte
+	require.NoError(t, db.Set(hwmKey(&kb, id), encodeRecord(&vb, record{hwm: MaxSeqNo - 1, lastTS: base}), pebble.Sync))
+	require.Equal(t, []Decision{Apply}, applyBatch(t, db, tr, ev{id, MaxSeqNo, base}))
+	requireHWM(t, tr, id, MaxSeqNo, false)
+	b := db.NewBatch()
+	defer b.Close()
+	tx := tr.Begin(b)
+	require.Equal(t, Gap, mustCheck(t, tx, id, MaxSeqNo+1, base))
+	require.ErrorIs(t, tx.Advance(id, MaxSeqNo+1, base), ErrOutOfOrder)
+	tx.Abort()
+
+	other := NewID()
+	require.NoError(t, db.Set(hwmKey(&kb, other), encodeRecord(&vb, record{hwm: MaxSeqNo + 1, lastTS: base}), pebble.Sync))
+	_, _, _, err := tr.Get(other)
+	require.ErrorIs(t, err, ErrCorrupt)
+	var lk [logKeyLen]byte
+	require.NoError(t, db.Set(logKey(&lk, 1<<40), appendLogEntry([]byte{formatVersion}, &other, record{hwm: MaxSeqNo + 1}, true), pebble.Sync))
+	_, err = OpenTracker(db, nil)
+	require.ErrorIs(t, err, ErrCorrupt)
 }

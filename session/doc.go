@@ -29,18 +29,21 @@
 //
 // TrackerTx.Prefetch(id) is a hint with no effect on state: a caller that
 // holds a whole batch prefetches its sessions before checking them, so the
-// cache misses overlap instead of coming one per Check.
+// cache misses overlap instead of coming one per Check. Measured, it pays
+// little once the cache is compact: a duplicate's Check 53–81 → 50–65
+// cpu-ns (bench.BenchmarkTrackerCheckDuplicate), and within noise for a
+// whole 100%-duplicate batch; the receiver does not call it.
 //
 // # The HWM cache
 //
 // An exact LRU (cache.go) built like the idempotency window: a linear-probing
 // table of 8-byte slots (32-bit hash and entry index) over an array of
 // 32-byte entries (ID, HWM with the closed flag in its top bit, last
-// activity) with the recency links in a parallel array. No pointers, so the
+// activity) with the recency links and log state in parallel arrays. No pointers, so the
 // GC never scans it; a hit reads one slot and one entry (two cache lines)
-// and allocates nothing; about 64 B of heap per cached session, fresh or
-// churned (bench.BenchmarkTrackerCacheMemory; golang-lru/v2 held 131 B
-// fresh, 165 B churned). Lookups do not refresh recency (a random list
+// and allocates nothing; about 72 B of heap per cached session, fresh or
+// churned (bench.BenchmarkTrackerCacheMemory: entry 32 B, links 8 B, log
+// state 8 B, table slots; golang-lru/v2 held 130 B fresh, 165 B churned). Lookups do not refresh recency (a random list
 // write costs more than the lookup); filling from Pebble and committing a
 // write do. golang-lru/v2 is the reference the cache is tested against.
 // Besides these clean entries (at most CacheSize), the cache pins the
@@ -75,10 +78,11 @@
 //
 // OpenTracker replays the deltas in order and pins each logged session's
 // latest state. The log holds at most about LogBatches deltas and
-// LogSessions live sessions, which bounds the replay: 68 ms for 72K pinned
-// sessions at LogBatches 128, 122 ms for 92K at 256, against 0.02 ms without
-// the log (bench.BenchmarkTrackerOpen, 100K uniform sessions, loaded 2-vCPU
-// machine). ScanHWMs merges rows and log the same way.
+// LogSessions live sessions, which bounds the replay: 68–142 ms for 72K
+// pinned sessions at LogBatches 128, 122–196 ms for 92K at 256, against
+// 0.01–0.02 ms without the log (bench.BenchmarkTrackerOpen, 100K uniform
+// sessions, shared 2-vCPU machine under load). ScanHWMs merges rows and log
+// the same way.
 //
 // Crash and restart guarantees are unchanged, because every write of the
 // scheme — delta, checkpoint rows, delta deletions, tombstones — goes into

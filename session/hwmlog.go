@@ -86,7 +86,7 @@ func replayLog(r pebble.Reader) (latest map[ID]loggedRecord, first, next uint64,
 			var id ID
 			copy(id[:], e)
 			flags := e[logEntryLen-1]
-			if flags&^(flagClosed|flagDeleted) != 0 {
+			if flags&^(flagClosed|flagDeleted) != 0 || SeqNo(binary.LittleEndian.Uint64(e[16:])) > MaxSeqNo {
 				return nil, 0, 0, fmt.Errorf("%w: delta %x", ErrCorrupt, key)
 			}
 			latest[id] = loggedRecord{

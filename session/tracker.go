@@ -512,7 +512,7 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 		return Duplicate, nil
 	case e.rec.closed:
 		return Closed, nil
-	case seq == e.rec.hwm+1:
+	case seq == e.rec.hwm+1 && seq <= MaxSeqNo:
 		return Apply, nil
 	default:
 		return Gap, nil
@@ -553,7 +553,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 	if e.rec.closed {
 		return ErrSessionClosed
 	}
-	if seq != e.rec.hwm+1 {
+	if seq != e.rec.hwm+1 || seq > MaxSeqNo {
 		return ErrOutOfOrder
 	}
 	e.rec.hwm = seq
@@ -610,9 +610,7 @@ func (tx *TrackerTx) Flush() error {
 		v := append(tx.lbuf[:0], formatVersion)
 		for _, i := range tx.dirty {
 			e := &tx.ents[i]
-			// A record the cache cannot hold (closedBit) must not be pinned
-			// there: write its row.
-			if !logging || uint64(e.rec.hwm)&closedBit != 0 {
+			if !logging {
 				if err := tx.b.Set(hwmKey(&tx.kbuf, e.id), encodeRecord(&tx.vbuf, e.rec), nil); err != nil {
 					return err
 				}
@@ -930,7 +928,7 @@ func encodeRecord(buf *[hwmValLen]byte, r record) []byte {
 }
 
 func decodeRecord(v []byte) (record, error) {
-	if len(v) != hwmValLen || v[0] != formatVersion || v[17]&^flagClosed != 0 {
+	if len(v) != hwmValLen || v[0] != formatVersion || v[17]&^flagClosed != 0 || SeqNo(binary.LittleEndian.Uint64(v[1:])) > MaxSeqNo {
 		return record{}, ErrCorrupt
 	}
 	return record{

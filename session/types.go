@@ -13,6 +13,12 @@ type ID [16]byte
 // 0 means "no seqno" and is never checked or advanced by the Tracker.
 type SeqNo uint64
 
+// MaxSeqNo is the largest HWM the Tracker records (2^63−1, out of reach of
+// a session numbered from 1): the cache keeps the closed flag in the top
+// bit. Advance refuses to go past it and a stored record beyond it is
+// corrupt.
+const MaxSeqNo SeqNo = 1<<63 - 1
+
 // ErrBadID is returned by ParseID for anything but exactly 32 hex digits.
 var ErrBadID = errors.New("session: bad session ID")
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"io"
 	"log/slog"
 	"math"
@@ -13,22 +14,34 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
-const followerSynopsis = `follower --dir DIR --leader ADDR --shard N [--tls-ca F --tls-cert F --tls-key F | --insecure]
+const followerSynopsis = `follower --dir DIR --leader ADDR --id NAME [--shard N | --shards N]
+                        [--tls-ca F --tls-cert F --tls-key F | --insecure]
 
-Replicates shard N from the leader at ADDR (gRPC, mutual TLS unless
---insecure) into the follower store in DIR (created if missing): every
-distinct event is applied exactly once, across reconnects and restarts of
-either side. Stops cleanly on SIGINT/SIGTERM (the store is flushed and
-closed); logs its stats every --stats-interval.`
+Replicates from the leader at ADDR (gRPC, mutual TLS unless --insecure):
+with --shard N (default 0), shard N into the follower store in DIR; with
+--shards N, every shard 0..N-1 of the deployment into the follower node
+directory DIR (DIR/shard-NNNN, one store per shard, the layout oncewal
+promote turns into a leader's). DIR is created if missing. Every distinct
+event is applied exactly once, across reconnects and restarts of either
+side.
+
+--id is this follower's stable name, sent in every hello: the leader serves
+only the followers registered with its --followers, one stream each, and
+refuses any other (the refusal and its reason are logged here, and the
+follower keeps retrying). Stops cleanly on SIGINT/SIGTERM (the stores are
+flushed and closed); logs its stats every --stats-interval.`
 
 func runFollower(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("follower", followerSynopsis, stderr)
-	dir := fs.String("dir", "", "follower store directory")
-	leader := fs.String("leader", "", "leader address host:port (with TLS, the host must be named in the leader's certificate)")
-	shard := fs.Uint("shard", 0, "shard replicated")
+	dir := fs.String("dir", "", "follower store directory (with --shards: node directory)")
+	leaderAddr := fs.String("leader", "", "leader address host:port (with TLS, the host must be named in the leader's certificate)")
+	id := fs.String("id", "", "this follower's stable ID, registered on the leader with --followers (required)")
+	shard := fs.Uint("shard", 0, "shard replicated into the store DIR")
+	shards := fs.Int("shards", 0, "replicate every shard 0..N-1 into the node directory DIR (0: one shard, --shard)")
 	tf := addTLSFlags(fs, "follower")
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
@@ -42,13 +55,25 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
 	var c flagCheck
-	if *dir == "" || *leader == "" {
+	if *dir == "" || *leaderAddr == "" {
 		c.failf("--dir and --leader are required")
 	}
-	if *leader != "" {
-		hostPort(&c, "leader", *leader, true)
+	if *leaderAddr != "" {
+		hostPort(&c, "leader", *leaderAddr, true)
+	}
+	switch err := replication.ValidFollowerID(*id); {
+	case *id == "":
+		c.failf("--id is required: the name the leader registers this follower under (its --followers)")
+	case err != nil:
+		c.failf("--id: %v", err)
 	}
 	inRange(&c, "shard", *shard, 0, math.MaxUint32)
+	inRange(&c, "shards", *shards, 0, replication.MaxShards)
+	shardSet := false
+	fs.Visit(func(f *flag.Flag) { shardSet = shardSet || f.Name == "shard" })
+	if shardSet && *shards > 0 {
+		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
+	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -71,7 +96,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveFollower(ctx, log, followerConfig{
-		dir: *dir, leader: *leader, shard: uint32(*shard), tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery,
+		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
+		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -80,12 +106,13 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 }
 
 type followerConfig struct {
-	dir, leader string
-	shard       uint32
-	tls         *tls.Config // nil: insecure
-	noSync      bool
-	statsEvery  time.Duration
-	opened      func(*follower.Follower) // tests
+	dir, leader, id string
+	shard           uint32
+	shards          int         // > 0: node directory of shards 0..shards-1
+	tls             *tls.Config // nil: insecure
+	noSync          bool
+	statsEvery      time.Duration
+	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
 }
 
 func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err error) {
@@ -94,30 +121,70 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	f, err := follower.Open(c.dir, &follower.Options{Shard: c.shard, NoSync: c.noSync, Logger: log})
-	if err != nil {
-		return err
+	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log}
+	var (
+		serve   func(context.Context) error
+		rows    func() []follower.ShardStats
+		closeFn func() error
+	)
+	if c.shards > 0 {
+		shards := make([]uint32, c.shards)
+		for i := range shards {
+			shards[i] = uint32(i)
+		}
+		n, err := follower.OpenNode(c.dir, shards, &follower.NodeOptions{Follower: fo})
+		if err != nil {
+			return err
+		}
+		serve = func(ctx context.Context) error { return n.Serve(ctx, func(uint32) replication.Dialer { return d }) }
+		rows = func() []follower.ShardStats { return n.Stats().Shards }
+		closeFn = n.Close
+	} else {
+		f, err := follower.Open(c.dir, &fo)
+		if err != nil {
+			return err
+		}
+		serve = func(ctx context.Context) error { return f.Serve(ctx, d) }
+		rows = func() []follower.ShardStats {
+			lsn, epoch := f.Position()
+			return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
+		}
+		closeFn = f.Close
 	}
 	defer func() {
-		// Close waits for Serve, flushes the memtable and closes the store.
-		if cerr := f.Close(); err == nil {
+		// Close waits for Serve, flushes every memtable and closes the
+		// stores; nothing applies after Serve returned, so the positions
+		// read before Close are final.
+		final := rows()
+		if cerr := closeFn(); err == nil {
 			err = cerr
 		}
-		lsn, epoch := f.Position()
-		log.Info("oncewal follower: closed", "applied_lsn", lsn, "epoch", epoch)
+		for _, s := range final {
+			log.Info("oncewal follower: closed", "shard", s.Shard, "applied_lsn", s.AppliedLSN, "epoch", s.Epoch)
+		}
 	}()
 	if c.opened != nil {
-		c.opened(f)
+		c.opened(func(shard uint32) uint64 {
+			for _, s := range rows() {
+				if s.Shard == shard {
+					return s.AppliedLSN
+				}
+			}
+			return 0
+		})
 	}
 	logStats := func() {
-		lsn, epoch := f.Position()
-		log.Info("oncewal follower: stats", followerStatsAttrs(lsn, epoch, f.Stats(), d.Stats())...)
+		t := d.Stats()
+		for _, s := range rows() {
+			log.Info("oncewal follower: stats", append([]any{"shard", s.Shard},
+				followerStatsAttrs(s.AppliedLSN, s.Epoch, s.Stats, t)...)...)
+		}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { every(c.statsEvery, done, logStats) })
-	log.Info("oncewal follower: replicating", "leader", c.leader, "dir", c.dir, "shard", c.shard, "mtls", c.tls != nil)
-	err = f.Serve(ctx, d)
+	log.Info("oncewal follower: replicating", "leader", c.leader, "id", c.id, "dir", c.dir, "mtls", c.tls != nil)
+	err = serve(ctx)
 	close(done)
 	wg.Wait()
 	logStats()
@@ -127,7 +194,9 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 // followerStatsAttrs is the periodic stats line. Every term of the receiver's
 // accounting identity is in it, so the line itself shows that
 // events = applied + discarded_* + skipped_closed + skipped_too_old +
-// refused_events; the batches refused are broken down by reason.
+// refused_events; the batches refused are broken down by reason. The
+// transport's figures (dials, refusals by the leader, bytes) are the
+// Dialer's, shared by every shard of a node.
 func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.DialerStats) []any {
 	r := s.Receiver
 	return []any{"applied_lsn", lsn, "epoch", epoch,
@@ -137,5 +206,6 @@ func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.Dia
 		"skipped_closed", r.SkippedClosed, "skipped_too_old", r.SkippedTooOld, "refused_events", r.RefusedEvents,
 		"refused_gap", r.SeqGaps + r.OutOfOrder, "refused_stale_epoch", r.StaleEpochs, "refused_wrong_shard", r.WrongShard,
 		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
-		"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "bytes_received", t.BytesReceived}
+		"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
+		"bytes_received", t.BytesReceived}
 }

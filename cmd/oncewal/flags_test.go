@@ -61,8 +61,9 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 	target := filepath.Join(dir, "target")
 	demo := []string{"demo", "--dir", target}
 	gencerts := []string{"gencerts", target}
-	leader := []string{"leader", "--wal", target, "--insecure", "--listen", "127.0.0.1:0", "--generate", "100"}
-	follower := []string{"follower", "--dir", target, "--insecure", "--leader", "127.0.0.1:7070"}
+	leader := []string{"leader", "--dir", target, "--followers", "a,b", "--insecure", "--listen", "127.0.0.1:0", "--generate", "100"}
+	follower := []string{"follower", "--dir", target, "--id", "a", "--insecure", "--leader", "127.0.0.1:7070"}
+	promote := []string{"promote", "--dir", target}
 	with := func(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
 	for _, tc := range []struct {
 		args []string
@@ -90,14 +91,22 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(gencerts, "--hosts", " , "), []string{"--hosts names no host"}},
 
 		{with(leader, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
-		{with(leader, "--epoch", "0"), []string{"--epoch 0 must be >= 1"}},
+		{with(leader, "--epoch", "-1"), []string{"-epoch"}},
 		{with(leader, "--generate", "-1"), []string{"--generate -1 is out of range"}},
 		{with(leader, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
 		{with(leader, "--batch", "0"), []string{"--batch 0 is out of range"}},
 		{with(leader, "--batch", "1000000"), []string{"--batch 1000000 is out of range"}},
-		{with(leader, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(leader, "--shards", "0"), []string{"--shards 0 is out of range"}},
+		{with(leader, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
+		{with(leader, "--max-retained-bytes", "0"), []string{"--max-retained-bytes 0 is out of range"}},
+		{with(leader, "--retention-interval", "0s"), []string{"--retention-interval 0s is out of range"}},
+		{with(leader, "--segment-size", "100"), []string{"--segment-size 100 is out of range"}},
+		{with(leader, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range"}},
+		{with(leader, "--ack", "most"), []string{`--ack "most" is not one of`}},
+		{with(leader, "--followers", "a,a"), []string{`"a" listed twice`}},
 		{with(leader, "--listen", "127.0.0.1"), []string{`--listen "127.0.0.1" is not host:port`}},
 		{with(leader, "--listen", "127.0.0.1:65536"), []string{`port "65536" is not a number`}},
+		{with(leader, "--shards", "0", "--batch", "0", "--ack", "x"), []string{"--shards 0", "--batch 0", `--ack "x"`}},
 
 		{with(follower, "--leader", "127.0.0.1"), []string{`--leader "127.0.0.1" is not host:port`}},
 		{with(follower, "--leader", ":7070"), []string{`--leader ":7070" names no host`}},
@@ -105,8 +114,14 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(follower, "--leader", "localhost:grpc"), []string{`port "grpc" is not a number`}},
 		{with(follower, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
 		{with(follower, "--shard", "4294967296"), []string{"--shard 4294967296 is out of range"}},
+		{with(follower, "--shards", "-1"), []string{"--shards -1 is out of range"}},
+		{with(follower, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
+		{with(follower, "--id", "a b"), []string{"--id"}},
 		{with(follower, "--log-format", "xml"), []string{`--log-format "xml": want text or json`}},
 		{with(leader, "--log-level", "loud"), []string{`--log-level "loud": want debug, info, warn or error`}},
+
+		{with(promote, "--epoch", "x"), []string{"-epoch"}},
+		{with(promote, "--peers", ","), []string{"empty entry"}},
 	} {
 		out, errOut, code := runCmd(t, tc.args...)
 		if code != exitUsage {

@@ -63,9 +63,9 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 		p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
 	fmt.Fprintf(stdout, "leader certificate valid for %s until %s\n\n", strings.Join(hs, ", "),
 		time.Now().Add(validFor).Format(time.DateOnly))
-	fmt.Fprintf(stdout, "  oncewal leader --wal /tmp/oncewal/leader --listen 127.0.0.1:7070 --generate 5000 \\\n"+
+	fmt.Fprintf(stdout, "  oncewal leader --dir /tmp/oncewal/n0 --followers f1 --listen 127.0.0.1:7070 --generate 5000 \\\n"+
 		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(grpctransport.FileCA), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey))
-	fmt.Fprintf(stdout, "  oncewal follower --dir /tmp/oncewal/follower --leader localhost:7070 --shard 0 \\\n"+
+	fmt.Fprintf(stdout, "  oncewal follower --dir /tmp/oncewal/f1 --id f1 --leader localhost:7070 \\\n"+
 		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(grpctransport.FileCA), p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
 	return exitOK
 }

@@ -22,18 +22,29 @@ import (
 	"github.com/oncewal/oncewal/session"
 )
 
-const inspectSynopsis = `inspect DIR [--json]
+const inspectSynopsis = `inspect DIR [DIR...] [--json]
 
-Prints a follower store's applied position and epoch, WAL clock, window size,
-and per session its HWM, closed flag and state. The store is opened read-only
-and never changed, so it is safe on a copy, a crashed store, or one a stopped
-follower left; a running follower holds the store's lock, so inspect a copy.
-A follower node directory (one store per shard, DIR/shard-NNNN) prints one
-row per shard: applied LSN, epoch, sessions, journal keys, WAL clock (--json:
-{"node", "shards": [{"shard", "dir", "applied_lsn", "epoch", ...}]}).
---json: one object {"epoch", "applied_lsn", "window", "sessions": [{"id",
-"hwm", "closed", "state": {base64 key: base64 value}}, ...]} (plus
-"wal_clock", "journal_keys", and per session "tracked" and "last_ts").`
+Prints a follower store's applied position and epoch, the batch that ends
+there, WAL clock, window size, and per session its HWM, closed flag and
+state. The store is opened read-only and never changed, so it is safe on a
+copy, a crashed store, or one a stopped follower left; a running follower
+holds the store's lock, so stop it or inspect a copy. A follower (or
+leader) node directory (one store per shard, DIR/shard-NNNN) prints one row
+per shard: applied LSN, epoch, last batch, sessions, journal keys, WAL
+clock (--json: {"node", "shards": [{"shard", "dir", "applied_lsn",
+"epoch", "last_batch", ...}]}).
+--json: one object {"epoch", "applied_lsn", "last_batch": {"epoch",
+"crc"} or null, "window", "sessions": [{"id", "hwm", "closed", "state":
+{base64 key: base64 value}}, ...]} (plus "wal_clock", "journal_keys", and
+per session "tracked" and "last_ts").
+
+Several DIRs (stores of one shard, or node directories of one deployment)
+compare their positions to choose the follower to promote: per store its
+applied LSN, epoch and last batch, marked when no store of its shard is
+ahead of it (the later last-batch epoch wins, then the higher LSN), and the
+directory that is so on every shard (--json: {"stores": [{"dir", "node",
+"shard", "applied_lsn", "epoch", "last_batch", "most_advanced"}, ...],
+"most_advanced": DIR or ""}).`
 
 // errNotStore is the refusal of a directory that is not a follower store.
 var errNotStore = errors.New("not an oncewal follower store")
@@ -45,11 +56,16 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return status
 	}
-	if len(pos) != 1 {
-		return usageError(fs, stderr, "want exactly one DIR, got %d arguments", len(pos))
+	if len(pos) == 0 {
+		return usageError(fs, stderr, "want a DIR")
 	}
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	err := inspect(pos[0], *jsonOut, out, stderr)
+	var err error
+	if len(pos) == 1 {
+		err = inspect(pos[0], *jsonOut, out, stderr)
+	} else {
+		err = inspectPositions(pos, *jsonOut, out, stderr)
+	}
 	if ferr := out.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -167,6 +183,10 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
+	_, last, err := replication.ReadLastBatch(db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
 	// The store does not record the window capacity the follower ran with;
 	// this is the window a follower opened with the default would start with.
 	window, journal, err := replication.JournalWindow(db, idempotency.DefaultCapacity)
@@ -181,12 +201,17 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	}
 
 	if jsonOut {
-		fmt.Fprintf(out, `{"epoch":%d,"applied_lsn":%d,"wal_clock":%d,"window":%d,"journal_keys":%d,"sessions":[`,
-			epoch, applied, clock, window, journal)
+		lb, err := json.Marshal(lastBatchOf(last))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, `{"epoch":%d,"applied_lsn":%d,"last_batch":%s,"wal_clock":%d,"window":%d,"journal_keys":%d,"sessions":[`,
+			epoch, applied, lb, clock, window, journal)
 	} else {
 		fmt.Fprintf(out, "store:        %s\n", filepath.Clean(dir))
 		fmt.Fprintf(out, "applied lsn:  %d\n", applied)
 		fmt.Fprintf(out, "epoch:        %d\n", epoch)
+		fmt.Fprintf(out, "last batch:   %s\n", fmtBatchRef(last))
 		fmt.Fprintf(out, "wal clock:    %s\n", fmtTS(clock))
 		fmt.Fprintf(out, "window:       %d keys (journal holds %d; capacity assumed %d)\n", window, journal, idempotency.DefaultCapacity)
 	}

@@ -18,14 +18,16 @@ import (
 
 // inspectNodeShard is one shard of inspect --json on a node directory.
 type inspectNodeShard struct {
-	Shard       uint32 `json:"shard"`
-	Dir         string `json:"dir"`
-	AppliedLSN  uint64 `json:"applied_lsn"`
-	Epoch       uint64 `json:"epoch"`
-	WALClock    int64  `json:"wal_clock"`
-	JournalKeys int    `json:"journal_keys"`
-	Sessions    int    `json:"sessions"` // sessions with an HWM record
-	Error       string `json:"error,omitempty"`
+	Shard       uint32         `json:"shard"`
+	Dir         string         `json:"dir"`
+	AppliedLSN  uint64         `json:"applied_lsn"`
+	Epoch       uint64         `json:"epoch"`
+	LastBatch   *lastBatchJSON `json:"last_batch"`
+	WALClock    int64          `json:"wal_clock"`
+	JournalKeys int            `json:"journal_keys"`
+	Sessions    int            `json:"sessions"` // sessions with an HWM record
+	Error       string         `json:"error,omitempty"`
+	last        replication.BatchRef
 }
 
 // nodeShardsOf reports the shards of dir if it is a follower node directory
@@ -74,13 +76,14 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 	} else {
 		fmt.Fprintf(out, "node:   %s (%d shards; inspect %s for a shard's sessions)\n\n", filepath.Clean(dir), len(rows), follower.ShardDir(dir, shards[0]))
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "shard\tapplied lsn\tepoch\tsessions\tjournal keys\twal clock\t")
+		fmt.Fprintln(tw, "shard\tapplied lsn\tepoch\tlast batch\tsessions\tjournal keys\twal clock\t")
 		for _, r := range rows {
 			if r.Error != "" {
-				fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t%s\t\n", r.Shard, r.Error)
+				fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t%s\t\n", r.Shard, r.Error)
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Shard, r.AppliedLSN, r.Epoch, r.Sessions, r.JournalKeys, fmtTS(r.WALClock))
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%d\t%s\t\n", r.Shard, r.AppliedLSN, r.Epoch, fmtBatchRef(r.last),
+				r.Sessions, r.JournalKeys, fmtTS(r.WALClock))
 		}
 		tw.Flush()
 	}
@@ -104,6 +107,10 @@ func readNodeShard(row *inspectNodeShard, stderr io.Writer) error {
 		return fmt.Errorf("%w: no oncewal metadata", errNotStore)
 	}
 	row.AppliedLSN, row.Epoch = applied, epoch
+	if _, row.last, err = replication.ReadLastBatch(db); err != nil {
+		return err
+	}
+	row.LastBatch = lastBatchOf(row.last)
 	if row.WALClock, err = walClock(db); err != nil {
 		return err
 	}

@@ -10,47 +10,77 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
-	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
 
-const leaderSynopsis = `leader --wal DIR --listen ADDR [--shard N] [--epoch N]
-                      [--tls-ca F --tls-cert F --tls-key F | --insecure] [--generate RATE --sessions N]
+const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
+                      [--tls-ca F --tls-cert F --tls-key F | --insecure]
+                      [--max-retained-bytes B] [--segment-size B]
+                      [--generate RATE --sessions N --batch N --retry-rate F --ack POLICY]
 
-Serves the shard's WAL in DIR to followers over gRPC (mutual TLS unless
---insecure). With --generate it is also the writer: it appends a generated
-client workload at RATE events/s (sessions opening, puts, deletes,
-non-idempotent adds, each with an idempotency key) and ships only what it has
-synced. Without --generate it ships what is already in DIR. Stops cleanly on
-SIGINT/SIGTERM; logs its stats every --stats-interval.`
+Runs the leader of every shard of a deployment on this node. DIR is the
+leader node directory: DIR/shard-NNNN is each shard's local store (the same
+store a follower keeps) and DIR/wal every shard's WAL; both are created if
+missing. One gRPC server on --listen (mutual TLS unless --insecure) serves
+every shard; each follower states its shard and its --id, and each
+registered follower (--followers, the same list for every shard) gets its
+own stream per shard. A follower not listed is refused and told why.
 
-// Bounds of the generated workload. A batch of maxGenerateBatch generated
-// events stays far below wal.MaxBodySize; more sessions than
-// maxGenerateSessions only cost memory.
+Retention: each registered follower has a replication slot per shard (its
+acknowledged LSN, persisted); WAL segments below every live slot are
+deleted. When what the slots pin exceeds --max-retained-bytes, the most
+lagging followers are dropped from retention and refused (behind retention)
+once what they need is gone.
+
+--epoch 0 keeps the epoch the stores have committed (1 for a new DIR); a
+higher one is a promotion (see oncewal promote). A DIR another leader has
+open, a corrupt log, a non-WAL DIR/wal, or stores or segments of shards
+beyond --shards fail at start, exit 1.
+
+With --generate the leader also runs a client workload at RATE events/s
+through the leader's one stamping path (sessions opening, puts, deletes,
+non-idempotent adds, each with a client request key; --retry-rate of them
+sent again with the same key, as a client retries after a lost answer).
+--ack waits for that many followers' acknowledgements of each batch before
+the next (none, one, majority, all). Logs one stats line per shard and per
+follower every --stats-interval; stops cleanly on SIGINT/SIGTERM.`
+
+// Bounds of the flags. A batch of maxGenerateBatch generated events stays
+// far below wal.MaxBodySize; more sessions than maxGenerateSessions only
+// cost memory.
 const (
 	maxGenerateRate     = 10_000_000
 	maxGenerateSessions = 1_000_000
 	maxGenerateBatch    = 100_000
+	minSegmentSize      = 4 << 10
+	maxSegmentSize      = 1 << 40
 )
 
 func runLeader(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("leader", leaderSynopsis, stderr)
-	walDir := fs.String("wal", "", "leader WAL directory (created with --generate)")
+	dir := fs.String("dir", "", "leader node directory (DIR/shard-NNNN stores, DIR/wal logs; created if missing)")
+	shards := fs.Int("shards", 1, "the deployment's shard count (fixed for its lifetime)")
+	epoch := fs.Uint64("epoch", 0, "leader epoch (0: keep the stores' epoch; higher: promotion)")
+	followers := fs.String("followers", "", "comma-separated IDs of the registered followers of every shard (required)")
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve followers on")
-	shard := fs.Uint("shard", 0, "shard served")
-	epoch := fs.Uint64("epoch", 1, "leader epoch written into batches (fencing); >= 1")
 	tf := addTLSFlags(fs, "leader")
-	rate := fs.Int("generate", 0, "append a generated workload at this many events/s (0: serve only)")
+	maxRetained := fs.Int64("max-retained-bytes", leader.DefaultMaxRetainedBytes, "per shard: WAL bytes the followers' slots may pin before the most lagging is dropped")
+	retainEvery := fs.Duration("retention-interval", leader.DefaultRetentionInterval, "how often slots advance and unneeded segments are deleted")
+	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "WAL segment size in bytes")
+	rate := fs.Int("generate", 0, "run a generated client workload at this many events/s (0: none)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")
+	retryRate := fs.Float64("retry-rate", 0.01, "share of generated requests sent twice with the same client key")
+	ack := fs.String("ack", "none", "generator: wait for this many followers per batch: none, one, majority, all")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
@@ -61,15 +91,23 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
 	var c flagCheck
-	if *walDir == "" {
-		c.failf("--wal is required")
+	if *dir == "" {
+		c.failf("--dir is required")
 	}
+	ids := followerList(&c, *followers)
 	hostPort(&c, "listen", *listen, false)
-	inRange(&c, "shard", *shard, 0, math.MaxUint32)
-	atLeast(&c, "epoch", *epoch, 1)
+	inRange(&c, "shards", *shards, 1, replication.MaxShards)
+	inRange(&c, "max-retained-bytes", *maxRetained, 1, math.MaxInt64)
+	inRange(&c, "retention-interval", *retainEvery, time.Millisecond, 24*time.Hour)
+	inRange(&c, "segment-size", *segSize, minSegmentSize, maxSegmentSize)
 	inRange(&c, "generate", *rate, 0, maxGenerateRate)
 	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
 	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
+	inRange(&c, "retry-rate", *retryRate, 0, 1)
+	policy, ackOK := parseAckPolicy(*ack)
+	if !ackOK {
+		c.failf("--ack %q is not one of none, one, majority, all", *ack)
+	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -91,171 +129,182 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveLeader(ctx, log, leaderConfig{
-		walDir: *walDir, listen: *listen, shard: uint32(*shard), epoch: *epoch, tls: tlsCfg,
-		rate: *rate, sessions: *sessions, batch: *batch, statsEvery: *statsEvery,
+		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
+		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize,
+		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
+		statsEvery: *statsEvery,
 	}); err != nil {
-		log.Error("oncewal leader: stopped", "err", err)
+		log.Error("oncewal leader: stopped", "dir", *dir, "err", err)
 		return exitFailure
 	}
 	return exitOK
 }
 
+// followerList parses --followers: comma-separated, each a valid non-empty
+// follower ID, none twice.
+func followerList(c *flagCheck, s string) []string {
+	if strings.TrimSpace(s) == "" {
+		c.failf("--followers is required: the IDs of the followers that replicate every shard (each runs oncewal follower --id ID)")
+		return nil
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for _, id := range strings.Split(s, ",") {
+		id = strings.TrimSpace(id)
+		switch {
+		case id == "":
+			c.failf("--followers %q holds an empty ID", s)
+		case replication.ValidFollowerID(id) != nil:
+			c.failf("--followers: %v", replication.ValidFollowerID(id))
+		case seen[id]:
+			c.failf("--followers: %q listed twice", id)
+		default:
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// parseAckPolicy parses --ack; policy 0 is "none".
+func parseAckPolicy(s string) (replication.AckPolicy, bool) {
+	switch s {
+	case "none":
+		return 0, true
+	case "one":
+		return replication.AckOne, true
+	case "majority":
+		return replication.AckMajority, true
+	case "all":
+		return replication.AckAll, true
+	}
+	return 0, false
+}
+
 type leaderConfig struct {
-	walDir, listen string
-	shard          uint32
-	epoch          uint64
-	tls            *tls.Config // nil: --insecure
-	rate, sessions int
-	batch          int
-	statsEvery     time.Duration
-	ready          func(addr string) // tests: called once serving
+	dir         string
+	shards      int
+	epoch       uint64
+	followers   []string
+	listen      string
+	tls         *tls.Config // nil: --insecure
+	maxRetained int64
+	retainEvery time.Duration
+	segmentSize int64
+	gen         genConfig
+	statsEvery  time.Duration
+	ready       func(addr string, l *leader.Leader) // tests: called once serving
+}
+
+// lateListener is a shard's Listener before the server exists: the leader
+// is opened first — a locked or unreadable directory must fail as such,
+// not as an address in use — and the server bound after; Accept is only
+// called by Run, which starts once the server is set.
+type lateListener struct {
+	srv   **grpctransport.Server
+	shard uint32
+}
+
+func (l lateListener) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
+	return (*l.srv).Listener(l.shard).Accept(ctx)
 }
 
 func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err error) {
-	var w *wal.Writer
-	var durable func() uint64
-	if c.rate > 0 {
-		if w, err = wal.OpenWriter(c.walDir, &wal.WriterOptions{Shard: c.shard}); err != nil {
-			return err
-		}
-		defer func() {
-			if cerr := w.Close(); err == nil {
-				err = cerr
-			}
-		}()
-		durable = w.DurableLSN
-	} else if _, err := os.Stat(c.walDir); err != nil {
-		return err
-	}
-	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil}
-	srv, err := grpctransport.Listen(c.listen, sopts)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-
-	notify := make(chan struct{}, 1)
-	ship, err := replication.NewShipper(replication.ShipperOptions{
-		WALDir: c.walDir, Shard: c.shard, Listener: srv,
-		Epoch:      func() uint64 { return c.epoch },
-		Notify:     notify,
-		DurableLSN: durable,
-		Logger:     log,
+	var srv *grpctransport.Server
+	l, err := leader.Open(c.dir, &leader.Options{
+		Shards: c.shards, Epoch: c.epoch, Followers: c.followers,
+		Listener:          func(s uint32) replication.Listener { return lateListener{&srv, s} },
+		MaxRetainedBytes:  c.maxRetained,
+		RetentionInterval: c.retainEvery,
+		SegmentSize:       c.segmentSize,
+		Store:             follower.Options{Logger: log},
+		Logger:            log,
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("oncewal leader: serving", "wal", c.walDir, "listen", srv.Addr().String(), "shard", c.shard,
-		"epoch", c.epoch, "mtls", sopts.TLS != nil, "generate_per_s", c.rate)
+	defer func() {
+		if cerr := l.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil}
+	if srv, err = grpctransport.Listen(c.listen, sopts); err != nil {
+		return err
+	}
+	defer srv.Close()
+	for s := range uint32(c.shards) {
+		srv.Listener(s)
+	}
+	sh0, _ := l.Shard(0)
+	log.Info("oncewal leader: serving", "dir", c.dir, "listen", srv.Addr().String(), "shards", c.shards,
+		"epoch", sh0.Epoch(), "followers", strings.Join(c.followers, ","), "mtls", c.tls != nil,
+		"generate_per_s", c.gen.rate, "max_retained_bytes", c.maxRetained)
 	if c.ready != nil {
-		c.ready(srv.Addr().String())
+		c.ready(srv.Addr().String(), l)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	var shipErr, genErr error
-	var generated atomic.Uint64
+	var runErr, genErr error
 	wg.Go(func() {
-		shipErr = ship.Run(runCtx)
+		runErr = l.Run(runCtx)
 		cancel()
 	})
-	if w != nil {
+	var gen *generator
+	if c.gen.rate > 0 {
+		gen = newGenerator(l, c.gen)
 		wg.Go(func() {
-			genErr = generate(runCtx, w, c, notify, &generated)
-			if genErr != nil {
+			if genErr = gen.run(runCtx); genErr != nil {
 				cancel()
 			}
 		})
 	}
-	logStats := func() {
-		s, t := ship.Stats(), srv.Stats()
-		attrs := []any{"acked_lsn", s.AckedLSN, "sent_lsn", s.SentLSN, "batches_sent", s.BatchesSent,
-			"resent", s.BatchesResent, "bytes_sent", s.BytesSent, "acks", s.Acks, "refusals", s.Refusals,
-			"connections", s.Connections, "tls_refused", t.RefusedTLS, "bad_frames", t.BadFrames}
-		if w != nil {
-			attrs = append(attrs, "events_generated", generated.Load(), "durable_lsn", w.DurableLSN())
-		}
-		log.Info("oncewal leader: stats", attrs...)
-	}
+	logStats := func() { logLeaderStats(log, l, srv, gen) }
 	wg.Go(func() { every(c.statsEvery, runCtx.Done(), logStats) })
 	wg.Wait()
 	logStats()
-	log.Info("oncewal leader: stopped")
+	log.Info("oncewal leader: stopped", "dir", c.dir)
 	switch {
 	case genErr != nil:
 		return fmt.Errorf("generator: %w", genErr)
-	case shipErr != nil && !errors.Is(shipErr, context.Canceled):
-		return shipErr
+	case runErr != nil && !errors.Is(runErr, context.Canceled):
+		return runErr
 	}
 	return nil
 }
 
-// generate appends a synthetic client workload: each tick, a batch of
-// events spread over the live sessions, keyed as clients would (DeriveKey of
-// session, SeqNo and op bytes). It syncs every batch (the writer's default
-// policy) and nudges the shipper.
-func generate(ctx context.Context, w *wal.Writer, c leaderConfig, notify chan<- struct{}, n *atomic.Uint64) error {
-	seq := session.NewSequencer()
-	ids := make([]session.ID, c.sessions)
-	var evs []wal.Event
-	var op []byte
-	add := func(ev wal.Event) {
-		ev.Seq = seq.Next(ev.Session)
-		ev.Time = time.Now().UnixNano()
-		ev.HasIdemKey = true
-		op = ev.AppendOpBytes(op[:0])
-		ev.IdemKey = idempotency.DeriveKey(ev.Session, ev.Seq, op)
-		evs = append(evs, ev)
-	}
-	flush := func() error {
-		for len(evs) > 0 {
-			k := min(len(evs), c.batch)
-			if _, err := w.Append(c.epoch, evs[:k]); err != nil {
-				return err
+// logLeaderStats logs one line per shard, one per follower of each shard
+// and one for the transport.
+func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Server, gen *generator) {
+	for _, st := range l.Stats() {
+		r := st.Retention
+		attrs := []any{"shard", st.Shard, "epoch", st.Epoch, "next_lsn", st.NextLSN,
+			"first_retained_lsn", r.FirstLSN, "retained_bytes", r.RetainedBytes, "segments_deleted", r.SegmentsDeleted,
+			"retention_errors", r.Errors, "refused", st.Shipping.Refused.Total()}
+		if gen != nil {
+			g := gen.stats(st.Shard)
+			attrs = append(attrs, "generated", g.generated, "retried", g.retried, "acked", g.acked, "expired", g.expired)
+		}
+		log.Info("oncewal leader: shard", attrs...)
+		for _, f := range st.Shipping.Followers {
+			var slot leader.SlotStats
+			for _, s := range r.Slots {
+				if s.ID == f.ID {
+					slot = s
+				}
 			}
-			n.Add(uint64(k))
-			evs = evs[k:]
-		}
-		evs = evs[:0]
-		select {
-		case notify <- struct{}{}:
-		default:
-		}
-		return nil
-	}
-	for i := range ids {
-		ids[i] = session.NewID()
-		add(wal.Event{Op: wal.OpOpen, Session: ids[i]})
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	const tick = 10 * time.Millisecond
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	start, done := time.Now(), uint64(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		due := uint64(time.Since(start).Seconds() * float64(c.rate))
-		for ; done < due; done++ {
-			id := ids[done%uint64(len(ids))]
-			key := fmt.Appendf(nil, "k%d", done%16)
-			switch done % 10 {
-			case 0:
-				add(wal.Event{Op: wal.OpDelete, Session: id, Key: key})
-			case 1, 2, 3:
-				add(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("counter"), Delta: 1})
-			default:
-				add(wal.Event{Op: wal.OpPut, Session: id, Key: key, Value: fmt.Appendf(nil, "v%d", done)})
-			}
-		}
-		if err := flush(); err != nil {
-			return err
+			log.Info("oncewal leader: follower", "shard", st.Shard, "follower", f.ID, "connected", f.Connected,
+				"acked_lsn", f.AckedLSN, "lag_events", f.LagEvents, "lag_bytes", f.LagBytes,
+				"slot_lsn", slot.Acked, "dropped", slot.Dropped, "connections", f.Connections,
+				"refused_unknown", f.Refused.UnknownFollower, "refused_diverged", f.Refused.Diverged,
+				"refused_behind_retention", f.Refused.BehindRetention, "refused_bad_hello", f.Refused.BadHello,
+				"refused_other", f.Refused.Other, "batches_sent", f.BatchesSent, "resent", f.BatchesResent,
+				"disk_reads", f.DiskReads)
 		}
 	}
+	t := srv.Stats()
+	log.Info("oncewal leader: transport", "streams", t.Streams, "tls_refused", t.RefusedTLS,
+		"refused", t.Refused, "unserved_shard", t.UnservedShard, "bad_frames", t.BadFrames, "bytes_sent", t.BytesSent)
 }

@@ -35,8 +35,9 @@ var commands = []command{
 	{"waldump", "print the batches and events of a WAL segment file or directory", runWaldump},
 	{"inspect", "print a follower store's position, window and sessions (opens it read-only)", runInspect},
 	{"bench", "run the benchmark suite and print each figure beside its reference", runBench},
-	{"leader", "serve a WAL to followers over gRPC with mutual TLS (optionally generating a workload)", runLeader},
-	{"follower", "replicate a shard from a leader over gRPC with mutual TLS into a follower store", runFollower},
+	{"leader", "run the leader of every shard: WAL, stamping, retention; serve registered followers over gRPC with mutual TLS", runLeader},
+	{"follower", "replicate a shard (or every shard, into a node directory) from a leader over gRPC with mutual TLS", runFollower},
+	{"promote", "turn the most advanced stopped follower into the leader at a higher epoch", runPromote},
 	{"gencerts", "write a CA, a leader and a follower certificate for trying mutual TLS locally", runGencerts},
 	{"version", "print the module version and VCS revision this binary was built from", runVersion},
 }

@@ -3,95 +3,155 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 )
 
-// TestShardedDirs runs a small sharded deployment (replication.Leader with
-// three WALs in one directory, a follower.Node with three stores) and checks
+// TestShardedDirs runs a small sharded deployment — a leader.Leader of
+// three shards (one WAL directory, a store per shard) shipping over seeded
+// lossy in-process links to a follower.Node with three stores — and checks
 // that waldump reads every shard of the leader's WAL directory and inspect
-// reports every shard's position of the node directory.
+// reports every shard's position of the node directory, and of the
+// leader's, which has the same layout.
 func TestShardedDirs(t *testing.T) {
 	dir := t.TempDir()
-	res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
-		PipelineConfig: testutil.PipelineConfig{
-			Dir: dir, Seed: 4,
-			Workload: testutil.WorkloadConfig{Sessions: 9, Events: 300, BatchSize: 20},
-			Follower: follower.Options{Logger: slog.New(slog.DiscardHandler)},
-			Timeout:  time.Minute,
-		},
-		Shards: 3,
+	const shards = 3
+	links := make([]*replication.InProcess, shards)
+	for s := range links {
+		links[s] = replication.NewInProcess(replication.FaultsLight, uint64(s)+4)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	leaderDir := filepath.Join(dir, "leader")
+	l, err := leader.Open(leaderDir, &leader.Options{
+		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: follower.Options{Logger: quiet},
+		Listener: func(s uint32) replication.Listener { return links[s] },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
-	if err != nil || !res.Verified {
-		t.Fatalf("pipeline: %v / %v", err, res.VerifyErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	node := filepath.Join(dir, "follower")
+	n, err := follower.OpenNode(node, []uint32{0, 1, 2}, &follower.NodeOptions{
+		Follower: follower.Options{ID: "node", Logger: quiet, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	wg.Go(func() { _ = n.Serve(ctx, func(s uint32) replication.Dialer { return links[s] }) })
+
+	rng := rand.New(rand.NewPCG(4, 4))
+	sessions := make([]session.ID, 9)
+	perShard := map[uint32]int{}
+	for i := range sessions {
+		for j := range sessions[i] {
+			sessions[i][j] = byte(rng.Uint32())
+		}
+		perShard[l.Router().Shard(sessions[i])]++
+		if _, err := l.Append(wal.Event{Op: wal.OpOpen, Session: sessions[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		id := sessions[i%len(sessions)]
+		if _, err := l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: fmt.Appendf(nil, "k%d", i%5), Value: fmt.Appendf(nil, "v%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.WaitAcked(ctx, replication.AckAll); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	wg.Wait()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := make([]uint64, shards)
+	for s := range last {
+		sh, _ := l.Shard(uint32(s))
+		last[s] = sh.NextLSN() - 1
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 
-	// waldump: every shard's events, each shard's LSNs 1..LastLSN.
-	stdout, stderr, code := runCmd(t, "waldump", "--json", filepath.Join(dir, "leader"))
+	// waldump: every shard's events, each shard's LSNs 1..last.
+	stdout, stderr, code := runCmd(t, "waldump", "--json", filepath.Join(leaderDir, leader.WALDirName))
 	if code != 0 {
 		t.Fatalf("waldump exit %d: %s", code, stderr)
 	}
-	perShard := map[uint32]uint64{}
+	seen := map[uint32]uint64{}
 	for _, d := range parseJSONLines(t, stdout) {
-		if d.LSN != perShard[d.Shard]+1 {
-			t.Fatalf("shard %d: LSN %d after %d", d.Shard, d.LSN, perShard[d.Shard])
+		if d.LSN != seen[d.Shard]+1 {
+			t.Fatalf("shard %d: LSN %d after %d", d.Shard, d.LSN, seen[d.Shard])
 		}
-		perShard[d.Shard] = d.LSN
-		if want := res.Shards[d.Shard].Sessions; want == 0 {
+		seen[d.Shard] = d.LSN
+		if perShard[d.Shard] == 0 {
 			t.Fatalf("event in shard %d, which has no sessions", d.Shard)
 		}
-		if r, _ := replication.NewShardRouter(3); r.Shard(d.Session) != d.Shard {
+		if r, _ := replication.NewShardRouter(shards); r.Shard(d.Session) != d.Shard {
 			t.Fatalf("session %s logged in shard %d, routes to %d", d.Session, d.Shard, r.Shard(d.Session))
 		}
 	}
-	for _, sr := range res.Shards {
-		if perShard[sr.Shard] != sr.LastLSN {
-			t.Fatalf("waldump shard %d: last LSN %d, leader logged %d", sr.Shard, perShard[sr.Shard], sr.LastLSN)
+	for s := range uint32(shards) {
+		if seen[s] != last[s] {
+			t.Fatalf("waldump shard %d: last LSN %d, leader logged %d", s, seen[s], last[s])
 		}
 	}
 
-	// inspect on the node directory: one row per shard.
-	node := filepath.Join(dir, "follower")
-	stdout, stderr, code = runCmd(t, "inspect", "--json", node)
-	if code != 0 {
-		t.Fatalf("inspect exit %d: %s", code, stderr)
-	}
-	var got struct {
-		Node   string             `json:"node"`
-		Shards []inspectNodeShard `json:"shards"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
-		t.Fatalf("inspect --json: %v: %s", err, stdout)
-	}
-	if len(got.Shards) != 3 {
-		t.Fatalf("inspect: %d shards, want 3: %s", len(got.Shards), stdout)
-	}
-	for i, s := range got.Shards {
-		sr := res.Shards[i]
-		if s.Shard != sr.Shard || s.AppliedLSN != sr.LastLSN || s.Epoch != 1 || s.Sessions != sr.Sessions || s.Error != "" {
-			t.Fatalf("inspect shard %d: %+v, want applied %d, %d sessions", i, s, sr.LastLSN, sr.Sessions)
+	// inspect on the node directories (follower and leader): one row per
+	// shard.
+	for _, nd := range []string{node, leaderDir} {
+		stdout, stderr, code = runCmd(t, "inspect", "--json", nd)
+		if code != 0 {
+			t.Fatalf("inspect exit %d: %s", code, stderr)
+		}
+		var got struct {
+			Node   string             `json:"node"`
+			Shards []inspectNodeShard `json:"shards"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatalf("inspect --json: %v: %s", err, stdout)
+		}
+		if len(got.Shards) != shards {
+			t.Fatalf("inspect: %d shards, want 3: %s", len(got.Shards), stdout)
+		}
+		for i, s := range got.Shards {
+			if s.Shard != uint32(i) || s.AppliedLSN != last[i] || s.Epoch != 1 || s.Sessions != perShard[uint32(i)] ||
+				s.Error != "" || s.LastBatch == nil || s.LastBatch.Epoch != 1 {
+				t.Fatalf("inspect %s shard %d: %+v, want applied %d, %d sessions", nd, i, s, last[i], perShard[uint32(i)])
+			}
 		}
 	}
 	stdout, _, code = runCmd(t, "inspect", node)
 	if code != 0 || !strings.Contains(stdout, "3 shards") {
 		t.Fatalf("inspect text exit %d: %s", code, stdout)
 	}
-	for _, sr := range res.Shards {
-		if !strings.Contains(stdout, strconv.FormatUint(sr.LastLSN, 10)) {
-			t.Fatalf("inspect text lacks shard %d's position %d:\n%s", sr.Shard, sr.LastLSN, stdout)
+	for _, lsn := range last {
+		if !strings.Contains(stdout, strconv.FormatUint(lsn, 10)) {
+			t.Fatalf("inspect text lacks position %d:\n%s", lsn, stdout)
 		}
 	}
 	// One shard's store, inspected on its own, is an ordinary store.
 	stdout, _, code = runCmd(t, "inspect", "--json", follower.ShardDir(node, 1))
-	if code != 0 || !strings.Contains(stdout, `"applied_lsn":`+strconv.FormatUint(res.Shards[1].LastLSN, 10)) {
+	if code != 0 || !strings.Contains(stdout, `"applied_lsn":`+strconv.FormatUint(last[1], 10)) {
 		t.Fatalf("inspect shard dir exit %d: %s", code, stdout)
 	}
 }

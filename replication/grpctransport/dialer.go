@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,10 +84,11 @@ type DialerStats struct {
 	BatchesReceived uint64
 	BytesReceived   uint64
 	AcksSent        uint64
+	Refused         uint64 // streams the leader refused with a reason (ErrRefused)
 }
 
 type dialerCounters struct {
-	dials, failures, badFrames, batches, bytes, acks atomic.Uint64
+	dials, failures, badFrames, batches, bytes, acks, refused atomic.Uint64
 }
 
 // Dialer is the follower side of the gRPC transport; it implements
@@ -130,7 +132,7 @@ func NewDialer(addr string, opts *DialerOptions) (*Dialer, error) {
 func (d *Dialer) Stats() DialerStats {
 	c := &d.stats
 	return DialerStats{Dials: c.dials.Load(), DialFailures: c.failures.Load(), BadFrames: c.badFrames.Load(),
-		BatchesReceived: c.batches.Load(), BytesReceived: c.bytes.Load(), AcksSent: c.acks.Load()}
+		BatchesReceived: c.batches.Load(), BytesReceived: c.bytes.Load(), AcksSent: c.acks.Load(), Refused: c.refused.Load()}
 }
 
 // Close ends every connection the Dialer made (they return ErrClosed) and
@@ -149,10 +151,13 @@ func (d *Dialer) Close() error {
 	return nil
 }
 
-// logDialError logs a failed dial at Warn, once per distinct reason per
-// 30s, so a follower redialling a leader that refuses it says why without
-// flooding the log.
+// logDialError logs a failed dial or a refused stream at Warn, once per
+// distinct reason per 30s, so a follower redialling a leader that refuses
+// it says why without flooding the log.
 func (d *Dialer) logDialError(err error) {
+	if errors.Is(err, ErrRefused) {
+		d.stats.refused.Add(1)
+	}
 	msg := err.Error()
 	d.mu.Lock()
 	repeat := msg == d.lastLog && time.Since(d.lastAt) < 30*time.Second
@@ -164,11 +169,36 @@ func (d *Dialer) logDialError(err error) {
 	if repeat {
 		level = slog.LevelDebug
 	}
-	reason := "connection failed"
-	if strings.Contains(msg, "handshake") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") {
-		reason = "TLS handshake failed"
+	what := "oncewal follower: cannot reach leader: connection failed"
+	switch {
+	case errors.Is(err, ErrRefused):
+		what = "oncewal follower: the leader refused this follower"
+	case strings.Contains(msg, "handshake") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
+		what = "oncewal follower: cannot reach leader: TLS handshake failed"
 	}
-	d.opts.Logger.Log(context.Background(), level, "oncewal follower: cannot reach leader: "+reason, "leader", d.addr, "err", msg)
+	d.opts.Logger.Log(context.Background(), level, what, "leader", d.addr, "err", msg)
+}
+
+// refusal turns a stream status that carries the leader's refusal (see
+// leaderConn.Refuse) into an error wrapping ErrRefused,
+// replication.ErrDisconnected and the refusal's sentinel; ok is false for
+// any other error.
+func refusal(err error) (_ error, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus {
+		return nil, false
+	}
+	msg, found := strings.CutPrefix(st.Message(), refusedPrefix)
+	if !found {
+		return nil, false
+	}
+	kind, reason, _ := strings.Cut(msg, ": ")
+	if k := slices.IndexFunc(refusalKinds, func(k refusalKind) bool { return k.name == kind }); k >= 0 {
+		sentinel := refusalKinds[k].err
+		reason = strings.TrimPrefix(reason, sentinel.Error()+": ") // the text led with it
+		return fmt.Errorf("%w: %w: %w: %s", replication.ErrDisconnected, ErrRefused, sentinel, reason), true
+	}
+	return fmt.Errorf("%w: %w: %s", replication.ErrDisconnected, ErrRefused, msg), true
 }
 
 // Dial implements replication.Dialer. It returns once the leader accepted
@@ -260,6 +290,9 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		}
 	}
 	if err != nil {
+		if r, ok := refusal(err); ok {
+			return fail(fmt.Errorf("dial %s: %w", d.addr, r))
+		}
 		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
 	}
 	if !stop() {
@@ -327,6 +360,9 @@ func (c *followerConn) streamErr(err error) error {
 	if status.Code(err) == codes.ResourceExhausted {
 		return fmt.Errorf("%w: %w: %v", replication.ErrDisconnected, ErrFrameTooLarge, err)
 	}
+	if r, ok := refusal(err); ok {
+		return r
+	}
 	if err == io.EOF {
 		err = errors.New("leader ended the stream")
 	}
@@ -343,6 +379,10 @@ func (c *followerConn) recvLoop() {
 				c.d.stats.badFrames.Add(1)
 				c.d.opts.Logger.Warn("oncewal follower: closing stream: oversized frame from leader", "leader", c.d.addr, "err", err)
 			}
+			if errors.Is(err, ErrRefused) {
+				// Counted here; the follower's redial loop logs it.
+				c.d.stats.refused.Add(1)
+			}
 			c.fail(err)
 			return
 		}
@@ -355,6 +395,7 @@ func (c *followerConn) recvLoop() {
 		}
 		c.d.stats.batches.Add(1)
 		c.d.stats.bytes.Add(uint64(len(b)))
+
 		select {
 		case c.batches <- b:
 		case <-c.done:

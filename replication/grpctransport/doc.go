@@ -16,16 +16,32 @@
 // and TLS handshake, so the follower's own backoff paces reconnects and a
 // rotated certificate is picked up at the next one.
 //
-// # Several followers per shard
+// # Several shards, several followers per shard
 //
-// A Server accepts any number of streams and hands each to its Listener's
-// Accept with the follower's hello; it does not look at the follower ID.
-// Routing streams to followers is replication.Fanout's job: put one Fanout
-// per shard on the shard's Server and every registered follower gets its own
-// stream, each follower's reconnect replacing only its own. The ID is not
-// bound to the follower's certificate: any client the CA vouches for can
-// claim any registered ID (and so take that follower's stream). Issue
-// follower certificates only to the replicas of the deployment.
+// A Server accepts any number of streams and hands each to a Listener's
+// Accept with the follower's hello; it does not look at the follower ID. It
+// serves one shard (the Server is the Listener) or every shard of a leader
+// node: Server.Listener(shard) returns a Listener per shard and the server
+// routes each stream by its hello's shard, so one address and one TLS
+// identity serve them all; a routed server refuses a stream for a shard no
+// Listener serves at once (replication.ErrWrongShard). Routing streams to
+// followers is replication.Fanout's job: put one Fanout per shard on the
+// shard's Listener and every registered follower gets its own stream, each
+// follower's reconnect replacing only its own. The ID is not bound to the
+// follower's certificate: any client the CA vouches for can claim any
+// registered ID (and so take that follower's stream). Issue follower
+// certificates only to the replicas of the deployment.
+//
+// # Refusals
+//
+// A leader that will not serve a follower (a Fanout's refusals: an unknown
+// ID, a diverged or behind-retention follower, a bad hello) ends its stream
+// with Refuse (replication.RefusingConn): the stream's status carries the
+// refusal's kind and text, and the follower's Recv (or Dial) returns an
+// error wrapping ErrRefused, replication.ErrDisconnected and the refusal's
+// own sentinel (replication.ErrUnknownFollower, ErrDiverged,
+// ErrBehindRetention, ErrBadHello, ErrWrongShard), so the follower's redial
+// loop knows that retrying alone will not fix it and logs why.
 //
 // # Wire format
 //

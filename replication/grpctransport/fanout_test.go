@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,7 +130,9 @@ func TestFanoutOverMTLS(t *testing.T) {
 				_, err = c.Recv(ctx)
 				c.Close()
 			}
-			if !errors.Is(err, replication.ErrDisconnected) {
+			// Refused with the Fanout's reason, which reaches the follower.
+			if !errors.Is(err, replication.ErrDisconnected) || !errors.Is(err, ErrRefused) ||
+				!strings.Contains(err.Error(), "unknown follower") {
 				t.Fatalf("unregistered follower: %v", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,25 +97,37 @@ type ServerStats struct {
 	BytesSent    uint64
 	AcksReceived uint64
 	Disconnects  uint64 // accepted streams that ended other than by a local Close
+	// UnservedShard counts streams refused because their hello named a
+	// shard no Listener(shard) serves (routed servers only).
+	UnservedShard uint64
+	// Refused counts accepted streams the leader refused with a reason
+	// (LeaderConn.Refuse: unknown follower, diverged, behind retention, …).
+	Refused uint64
 }
 
 type serverCounters struct {
-	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects atomic.Uint64
+	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects, unserved, refusedHello atomic.Uint64
 }
 
 // Server is the leader side of the gRPC transport: a gRPC server whose one
 // bidirectional streaming method carries a follower connection. It
-// implements replication.Listener.
+// implements replication.Listener for a leader of one shard; Listener(shard)
+// serves several shards on one server (see there).
 type Server struct {
 	opts    ServerOptions
 	lis     net.Listener
 	gs      *grpc.Server
 	acceptq chan *leaderConn
 	closed  chan struct{}
-	once    sync.Once
-	serve   chan struct{} // closed when gs.Serve returned
-	wg      sync.WaitGroup
-	stats   serverCounters
+
+	mu     sync.Mutex
+	shards map[uint32]*ShardListener // nil until the first Listener call
+	routed chan struct{}             // closed by the first Listener call
+
+	once  sync.Once
+	serve chan struct{} // closed when gs.Serve returned
+	wg    sync.WaitGroup
+	stats serverCounters
 }
 
 var _ replication.Listener = (*Server)(nil)
@@ -150,6 +163,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		acceptq: make(chan *leaderConn),
 		closed:  make(chan struct{}),
 		serve:   make(chan struct{}),
+		routed:  make(chan struct{}),
 	}
 	if opts != nil {
 		s.opts = *opts
@@ -199,19 +213,98 @@ func (s *Server) Stats() ServerStats {
 		Streams: c.streams.Load(), Accepted: c.accepted.Load(), RefusedTLS: c.refused.Load(),
 		BadFrames: c.badFrames.Load(), BatchesSent: c.batches.Load(), BytesSent: c.bytes.Load(),
 		AcksReceived: c.acks.Load(), Disconnects: c.disconnects.Load(),
+		UnservedShard: c.unserved.Load(), Refused: c.refusedHello.Load(),
 	}
 }
 
-// Accept implements replication.Listener.
+// ErrRouted: Accept was called on a Server that routes streams by shard
+// (Listener was called): accept on the shard's Listener instead.
+var ErrRouted = errors.New("grpctransport: server routes streams by shard: accept on Server.Listener(shard)")
+
+// Accept implements replication.Listener: it returns the next stream,
+// whatever shard its hello names. Once the server routes by shard
+// (Listener), Accept returns ErrRouted.
 func (s *Server) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
 	select {
 	case c := <-s.acceptq:
 		return c, c.hello, nil
+	case <-s.routed:
+		return nil, replication.Ack{}, ErrRouted
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-s.closed:
 		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrClosed)
 	}
+}
+
+// ShardListener is the replication.Listener of one shard of a Server (see
+// Server.Listener).
+type ShardListener struct {
+	s     *Server
+	shard uint32
+	q     chan *leaderConn
+}
+
+var _ replication.Listener = (*ShardListener)(nil)
+
+// Listener returns the replication.Listener of shard: its Accept returns
+// only streams whose hello names shard. It lets one server (one address,
+// one TLS identity) serve every shard of a leader node, each shard's
+// shipper accepting on its own Listener. From the first call on, the
+// server routes every stream by its hello's shard: a stream for a shard
+// that no Listener serves is refused at once — the follower's Dial fails
+// with the reason, the leader logs it and counts it (UnservedShard) — and
+// Accept on the Server itself returns ErrRouted. Calling Listener again for
+// a shard returns the same Listener. Closing the Server ends them all
+// (their Accept returns replication.ErrClosed).
+func (s *Server) Listener(shard uint32) *ShardListener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shards == nil {
+		s.shards = make(map[uint32]*ShardListener)
+		close(s.routed)
+	}
+	l, ok := s.shards[shard]
+	if !ok {
+		l = &ShardListener{s: s, shard: shard, q: make(chan *leaderConn)}
+		s.shards[shard] = l
+	}
+	return l
+}
+
+// Shard is the shard l serves.
+func (l *ShardListener) Shard() uint32 { return l.shard }
+
+// Accept implements replication.Listener.
+func (l *ShardListener) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
+	select {
+	case c := <-l.q:
+		return c, c.hello, nil
+	case <-ctx.Done():
+		return nil, replication.Ack{}, ctx.Err()
+	case <-l.s.closed:
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrClosed)
+	}
+}
+
+// queueFor returns the queue a stream for shard waits in: the server's own
+// (unrouted; routed is then closed when routing starts, so the stream can
+// move) or its shard's. ok is false when the server routes and no Listener
+// serves shard; served then lists the shards that are served.
+func (s *Server) queueFor(shard uint32) (q chan *leaderConn, routed <-chan struct{}, served []uint32, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shards == nil {
+		return s.acceptq, s.routed, nil, true
+	}
+	if l, found := s.shards[shard]; found {
+		return l.q, nil, nil, true
+	}
+	for sh := range s.shards {
+		served = append(served, sh)
+	}
+	slices.Sort(served)
+	return nil, nil, served, false
 }
 
 // Close stops the server: the listener is closed, every connection ends
@@ -283,15 +376,28 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	case <-s.closed:
 		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
 	}
-	select {
-	case s.acceptq <- c:
-		s.stats.accepted.Add(1)
-	case <-c.done:
-		return c.status()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closed:
-		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
+	for accepted := false; !accepted; {
+		q, routed, served, ok := s.queueFor(c.hello.Shard)
+		if !ok {
+			s.stats.unserved.Add(1)
+			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v)", replication.ErrWrongShard, c.hello.Shard, served)
+			s.opts.Logger.Warn("oncewal leader: refused a stream for a shard it does not serve", "remote", remote,
+				"follower", c.hello.FollowerID, "err", why)
+			return status.Error(codes.NotFound, refusalMessage(why))
+		}
+		select {
+		case q <- c:
+			s.stats.accepted.Add(1)
+			accepted = true
+		case <-routed:
+			// Routing started while the stream waited: route it again.
+		case <-c.done:
+			return c.status()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closed:
+			return status.Error(codes.Unavailable, "oncewal: leader shutting down")
+		}
 	}
 	// The header tells the follower's Dial that the leader took the stream.
 	if err := ss.SendHeader(metadata.Pairs("oncewal-accepted", "1")); err != nil {
@@ -326,10 +432,43 @@ type leaderConn struct {
 	sendq  chan []byte
 	acks   chan replication.Ack
 
-	mu    sync.Mutex
-	err   error // why the connection ended; set once, before done closes
-	local bool  // ended by Close
-	done  chan struct{}
+	mu      sync.Mutex
+	err     error // why the connection ended; set once, before done closes
+	local   bool  // ended by Close or Refuse
+	refusal error // the reason given to Refuse
+	done    chan struct{}
+}
+
+var _ replication.RefusingConn = (*leaderConn)(nil)
+
+// refusedPrefix starts the status message of a refused stream: then the
+// refusal's kind (refusalKinds, or "other"), ": " and its text. The
+// follower's Dialer turns it back into ErrRefused and the kind's sentinel.
+const refusedPrefix = "oncewal: refused: "
+
+// refusalKind names a refusal's sentinel on the wire.
+type refusalKind struct {
+	name string
+	err  error
+}
+
+var refusalKinds = []refusalKind{
+	{"unknown-follower", replication.ErrUnknownFollower},
+	{"diverged", replication.ErrDiverged},
+	{"behind-retention", replication.ErrBehindRetention},
+	{"bad-hello", replication.ErrBadHello},
+	{"wrong-shard", replication.ErrWrongShard},
+	{"fenced", replication.ErrFenced},
+	{"stale-epoch", replication.ErrStaleEpoch},
+}
+
+// refusalMessage is the status message of a stream refused with reason.
+func refusalMessage(reason error) string {
+	kind := "other"
+	if k := slices.IndexFunc(refusalKinds, func(k refusalKind) bool { return errors.Is(reason, k.err) }); k >= 0 {
+		kind = refusalKinds[k].name
+	}
+	return refusedPrefix + kind + ": " + reason.Error()
 }
 
 func (c *leaderConn) recvLoop(ctx context.Context) {
@@ -410,6 +549,8 @@ func (c *leaderConn) status() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case c.refusal != nil:
+		return status.Error(codes.FailedPrecondition, refusalMessage(c.refusal))
 	case c.local:
 		return status.Error(codes.Aborted, "oncewal: leader closed the stream")
 	case errors.Is(c.err, ErrBadFrame) || errors.Is(c.err, ErrFrameTooLarge):
@@ -467,11 +608,26 @@ func (c *leaderConn) Recv(ctx context.Context) (replication.Ack, error) {
 
 // Close implements replication.LeaderConn: the stream ends with status
 // Aborted, which the follower sees as ErrDisconnected. Idempotent.
-func (c *leaderConn) Close() error {
+func (c *leaderConn) Close() error { return c.end(nil) }
+
+// Refuse implements replication.RefusingConn: the stream ends like Close,
+// and the follower's Dialer sees reason (its error wraps ErrRefused and
+// replication.ErrDisconnected) and logs it.
+func (c *leaderConn) Refuse(reason error) error {
+	if reason == nil {
+		reason = errors.New("no reason given")
+	}
+	return c.end(reason)
+}
+
+func (c *leaderConn) end(refusal error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
-		c.local = true
+		if refusal != nil {
+			c.s.stats.refusedHello.Add(1)
+		}
+		c.local, c.refusal = true, refusal
 		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
 		close(c.done)
 	}

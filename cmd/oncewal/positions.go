@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
+)
+
+// storeRow is one store's position — what its hello would state — as
+// inspect of several directories and promote read it.
+type storeRow struct {
+	arg   string // the directory named on the command line
+	dir   string // the store
+	node  bool   // arg is a node directory, dir its store of shard
+	shard uint32
+	pos   replication.Ack
+	err   error
+}
+
+// errMixedLayouts: the directories compared are not all of one kind (node
+// directories or single stores).
+var errMixedLayouts = errors.New("cannot compare a follower node directory with a single store")
+
+// readRows opens every store of path read-only and reads its position: one
+// row for a store, one per shard for a node directory. A store that cannot
+// be read is a row with err set; a path that is neither is an error.
+func readRows(path string, stderr io.Writer) (rows []storeRow, node bool, err error) {
+	if shards := nodeShardsOf(path); len(shards) > 0 {
+		for _, s := range shards {
+			r := storeRow{arg: path, dir: follower.ShardDir(path, s), node: true, shard: s}
+			r.pos, r.err = readStorePosition(r.dir, stderr)
+			rows = append(rows, r)
+		}
+		return rows, true, nil
+	}
+	pos, err := readStorePosition(path, stderr)
+	if err != nil {
+		return nil, false, err
+	}
+	return []storeRow{{arg: path, dir: path, pos: pos}}, false, nil
+}
+
+func readStorePosition(dir string, stderr io.Writer) (replication.Ack, error) {
+	db, err := openReadOnly(dir, stderr)
+	if err != nil {
+		return replication.Ack{}, err
+	}
+	defer db.Close()
+	pos, ok, err := replication.ReadPosition(db)
+	if err != nil {
+		return replication.Ack{}, fmt.Errorf("%s: reading its position: %w", dir, err)
+	}
+	if !ok {
+		return replication.Ack{}, fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata", dir, errNotStore)
+	}
+	return pos, nil
+}
+
+// readAllRows reads every directory's rows; all must be of one kind.
+func readAllRows(dirs []string, stderr io.Writer) ([]storeRow, bool, error) {
+	var all []storeRow
+	kind := false
+	for i, d := range dirs {
+		rows, node, err := readRows(d, stderr)
+		if err != nil {
+			return nil, false, err
+		}
+		if i > 0 && node != kind {
+			return nil, false, fmt.Errorf("%w: %s and %s", errMixedLayouts, dirs[0], d)
+		}
+		kind = node
+		all = append(all, rows...)
+	}
+	return all, kind, nil
+}
+
+// mostAdvanced marks each readable row that no row of its shard is ahead of
+// (replication.ComparePositions), and returns the first directory, in
+// argument order, whose rows are marked on every shard any directory has:
+// the one to promote. It returns "" when no directory is, or when a row
+// could not be read (its position is unknown).
+func mostAdvanced(args []string, rows []storeRow) (best string, marked []bool) {
+	marked = make([]bool, len(rows))
+	failed := false
+	for i, r := range rows {
+		if r.err != nil {
+			failed = true
+			continue
+		}
+		marked[i] = true
+		for _, o := range rows {
+			if o.err == nil && o.shard == r.shard && replication.ComparePositions(o.pos, r.pos) > 0 {
+				marked[i] = false
+			}
+		}
+	}
+	if failed {
+		return "", marked
+	}
+	var shards []uint32
+	for _, r := range rows {
+		if !slices.Contains(shards, r.shard) {
+			shards = append(shards, r.shard)
+		}
+	}
+	for _, a := range args {
+		ok := true
+		for _, s := range shards {
+			i := slices.IndexFunc(rows, func(r storeRow) bool { return r.arg == a && r.shard == s })
+			ok = ok && i >= 0 && marked[i]
+		}
+		if ok {
+			return a, marked
+		}
+	}
+	return "", marked
+}
+
+// lastBatchJSON is a batch identity in JSON (null when unknown).
+type lastBatchJSON struct {
+	Epoch uint64 `json:"epoch"`
+	CRC   string `json:"crc"` // the batch header's CRC-32C, 8 hex digits
+}
+
+func lastBatchOf(ref replication.BatchRef) *lastBatchJSON {
+	if ref.IsZero() {
+		return nil
+	}
+	return &lastBatchJSON{Epoch: ref.Epoch, CRC: fmt.Sprintf("%08x", ref.CRC)}
+}
+
+func fmtBatchRef(ref replication.BatchRef) string {
+	if ref.IsZero() {
+		return "-"
+	}
+	return ref.String()
+}
+
+// positionJSON is one store of inspect --json on several directories.
+type positionJSON struct {
+	Dir          string         `json:"dir"`
+	Node         string         `json:"node,omitempty"`
+	Shard        *uint32        `json:"shard,omitempty"` // node directories only: a store does not record its shard
+	AppliedLSN   uint64         `json:"applied_lsn"`
+	Epoch        uint64         `json:"epoch"`
+	LastBatch    *lastBatchJSON `json:"last_batch"`
+	MostAdvanced bool           `json:"most_advanced"`
+	Error        string         `json:"error,omitempty"`
+}
+
+// inspectPositions prints the position of every store of dirs and which
+// directory is the most advanced. It fails when a store cannot be read.
+func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
+	rows, _, err := readAllRows(dirs, stderr)
+	if err != nil {
+		return err
+	}
+	best, marked := mostAdvanced(dirs, rows)
+	failed := 0
+	if jsonOut {
+		res := struct {
+			Stores       []positionJSON `json:"stores"`
+			MostAdvanced string         `json:"most_advanced"`
+		}{MostAdvanced: best}
+		for i, r := range rows {
+			p := positionJSON{Dir: filepath.Clean(r.dir), AppliedLSN: r.pos.AppliedLSN, Epoch: r.pos.Epoch,
+				LastBatch: lastBatchOf(r.pos.LastBatch), MostAdvanced: marked[i]}
+			if r.node {
+				p.Node, p.Shard = filepath.Clean(r.arg), &r.shard
+			}
+			if r.err != nil {
+				p.Error, failed = r.err.Error(), failed+1
+			}
+			res.Stores = append(res.Stores, p)
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		out.Write(b)
+		out.WriteByte('\n')
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "store\tshard\tapplied lsn\tepoch\tlast batch\tmost advanced\t")
+		for i, r := range rows {
+			shard := "-"
+			if r.node {
+				shard = fmt.Sprint(r.shard)
+			}
+			if r.err != nil {
+				failed++
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t\t\n", filepath.Clean(r.dir), shard, r.err)
+				continue
+			}
+			mark := ""
+			if marked[i] {
+				mark = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t\n", filepath.Clean(r.dir), shard, r.pos.AppliedLSN, r.pos.Epoch,
+				fmtBatchRef(r.pos.LastBatch), mark)
+		}
+		tw.Flush()
+		if best != "" {
+			fmt.Fprintf(out, "\nmost advanced: %s\n", best)
+		} else {
+			fmt.Fprintln(out, "\nmost advanced: none (no directory is ahead on every shard, or a store could not be read)")
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d stores could not be read", failed, len(rows))
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// proc is one oncewal process of the real-process test.
+type proc struct {
+	name string
+	args []string
+	log  string // stderr and stdout, appended across restarts
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func (p *proc) start(t *testing.T, bin string) {
+	t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "=== start %s %s\n", p.name, time.Now().Format(time.RFC3339Nano))
+	p.cmd = exec.Command(bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.done = make(chan error, 1)
+	go func() { p.done <- p.cmd.Wait(); f.Close() }()
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM (a clean stop) and returns the exit error.
+func (p *proc) stop(t *testing.T) error {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not stop on SIGTERM in 60s", p.name)
+		return nil
+	}
+}
+
+// TestRealProcessesKilled (ONCEWAL_LONG=1) runs the built oncewal binary as
+// separate processes over mutual TLS on 127.0.0.1: a leader of two shards
+// generating a workload with retried requests and majority acks, and three
+// follower nodes. It SIGKILLs followers and the leader at random moments,
+// many times, restarting each; checks that a second leader on the live
+// directory exits 1 at once naming it; then lets the followers catch up
+// with a serving-only leader, stops everything cleanly and checks every
+// follower store, and the leader's own, against the oracle of the leader's
+// WAL (oncewal waldump --json, oncewal inspect --json). ONCEWAL_SEED
+// replays a run; ONCEWAL_KILLS sets the number of kills (default 40).
+func TestRealProcessesKilled(t *testing.T) {
+	if os.Getenv("ONCEWAL_LONG") == "" {
+		t.Skip("real processes with SIGKILL: ONCEWAL_LONG=1")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("ONCEWAL_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		must(t, err)
+		seed = v
+	}
+	kills := 40
+	if s := os.Getenv("ONCEWAL_KILLS"); s != "" {
+		v, err := strconv.Atoi(s)
+		must(t, err)
+		kills = v
+	}
+	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
+	rng := rand.New(rand.NewPCG(seed, 11))
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "oncewal")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, string, error) {
+		var o, e strings.Builder
+		c := exec.Command(bin, args...)
+		c.Stdout, c.Stderr = &o, &e
+		err := c.Run()
+		return o.String(), e.String(), err
+	}
+	certs := filepath.Join(dir, "certs")
+	if _, e, err := run("gencerts", certs); err != nil {
+		t.Fatalf("gencerts: %v %s", err, e)
+	}
+	cert := func(n string) string { return filepath.Join(certs, n) }
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+
+	ids := []string{"f1", "f2", "f3"}
+	leaderDir := filepath.Join(dir, "leader")
+	leaderArgs := func(rate int) []string {
+		return []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", strings.Join(ids, ","),
+			"--listen", fmt.Sprintf("127.0.0.1:%d", port),
+			"--tls-ca", cert(grpctransport.FileCA), "--tls-cert", cert(grpctransport.FileLeader), "--tls-key", cert(grpctransport.FileLeaderKey),
+			"--generate", strconv.Itoa(rate), "--sessions", "30", "--batch", "64", "--retry-rate", "0.03",
+			"--ack", "majority", "--stats-interval", "500ms"}
+	}
+	ld := &proc{name: "leader", args: leaderArgs(2000), log: filepath.Join(dir, "leader.log")}
+	fs := map[string]*proc{}
+	for _, id := range ids {
+		fs[id] = &proc{name: id, log: filepath.Join(dir, id+".log"), args: []string{"follower",
+			"--dir", filepath.Join(dir, id), "--shards", "2", "--id", id, "--leader", fmt.Sprintf("localhost:%d", port),
+			"--tls-ca", cert(grpctransport.FileCA), "--tls-cert", cert(grpctransport.FileFollower),
+			"--tls-key", cert(grpctransport.FileFollowerKey), "--stats-interval", "100ms"}}
+	}
+	all := []*proc{ld, fs["f1"], fs["f2"], fs["f3"]}
+	t.Cleanup(func() {
+		for _, p := range all {
+			if p.cmd != nil && p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			}
+		}
+		if t.Failed() {
+			for _, p := range all {
+				b, _ := os.ReadFile(p.log)
+				if len(b) > 20000 {
+					b = b[len(b)-20000:]
+				}
+				t.Logf("--- %s (tail):\n%s", p.name, b)
+			}
+		}
+	})
+	for _, p := range all {
+		p.start(t, bin)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+
+	// A second leader on the live directory: exit 1 at once, naming it.
+	start := time.Now()
+	_, e, err := run(append(leaderArgs(0), "--listen", "127.0.0.1:0")...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailure || time.Since(start) > 10*time.Second ||
+		!strings.Contains(e, filepath.Join(leaderDir, leader.LockFileName)) || !strings.Contains(e, wal.ErrLocked.Error()) {
+		t.Fatalf("second leader: %v after %v:\n%s", err, time.Since(start), e)
+	}
+
+	leaderKills := 0
+	for i := range kills {
+		time.Sleep(time.Duration(100+rng.IntN(700)) * time.Millisecond)
+		var p *proc
+		if rng.IntN(4) == 0 {
+			p, leaderKills = ld, leaderKills+1
+		} else {
+			p = fs[ids[rng.IntN(len(ids))]]
+		}
+		p.kill(t)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		p.start(t, bin)
+		if i%10 == 9 {
+			t.Logf("%d kills (%d of the leader)", i+1, leaderKills)
+		}
+	}
+	// The leader dies once more and comes back serving only: the log stops
+	// growing, and every follower catches up with it.
+	ld.kill(t)
+	ld.args = leaderArgs(0)
+	served := strings.Count(readFile(t, ld.log), "oncewal leader: serving")
+	ld.start(t, bin)
+	waitFor("the serving-only leader", func() bool {
+		return strings.Count(readFile(t, ld.log), "oncewal leader: serving") > served
+	})
+	ends := []uint64{0, 0}
+	dumped, e, err := run("waldump", "--json", filepath.Join(leaderDir, leader.WALDirName))
+	if err != nil {
+		t.Fatalf("waldump: %v %s", err, e)
+	}
+	dec := json.NewDecoder(strings.NewReader(dumped))
+	for dec.More() {
+		var ev eventJSON
+		must(t, dec.Decode(&ev))
+		ends[ev.Shard] = max(ends[ev.Shard], ev.LSN)
+	}
+	for _, id := range ids {
+		waitFor(id+" to catch up", func() bool {
+			got := lastApplied(readFile(t, fs[id].log))
+			return got[0] >= ends[0] && got[1] >= ends[1]
+		})
+	}
+	for _, p := range all {
+		if err := p.stop(t); err != nil {
+			t.Fatalf("%s: clean stop: %v", p.name, err)
+		}
+	}
+
+	o := newWALOracle()
+	events, retried := o.feed(t, dumped, nil)
+	if retried == 0 {
+		t.Errorf("no retried request in %d events", events)
+	}
+	router, _ := replication.NewShardRouter(2)
+	inspectBin := func(d string) string {
+		out, e, err := run("inspect", "--json", d)
+		if err != nil {
+			t.Fatalf("inspect %s: %v %s", d, err, e)
+		}
+		return out
+	}
+	for s := range uint32(2) {
+		of := func(id session.ID) bool { return router.Shard(id) == s }
+		o.check(t, "leader", inspectBin(follower.ShardDir(leaderDir, s)), of)
+		for _, id := range ids {
+			o.check(t, id, inspectBin(follower.ShardDir(filepath.Join(dir, id), s)), of)
+		}
+	}
+	out, e, err := run("inspect", "--json", filepath.Join(dir, "f1"), filepath.Join(dir, "f2"), filepath.Join(dir, "f3"))
+	if err != nil {
+		t.Fatalf("inspect: %v %s", err, e)
+	}
+	var p positions
+	must(t, json.Unmarshal([]byte(out), &p))
+	for _, s := range p.Stores {
+		if !s.MostAdvanced || s.AppliedLSN != ends[*s.Shard] {
+			t.Fatalf("after catching up: %s", out)
+		}
+	}
+	t.Logf("%d events (%d retried requests), shards end at %v; %d kills, %d of the leader", events, retried, ends, kills, leaderKills)
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var appliedLine = regexp.MustCompile(`oncewal follower: stats" shard=(\d+) applied_lsn=(\d+)`)
+
+// lastApplied is each shard's applied LSN in the follower's last stats
+// lines.
+func lastApplied(log string) map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	for _, m := range appliedLine.FindAllStringSubmatch(log, -1) {
+		s, _ := strconv.ParseUint(m[1], 10, 32)
+		v, _ := strconv.ParseUint(m[2], 10, 64)
+		out[s] = v
+	}
+	return out
+}

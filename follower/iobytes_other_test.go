@@ -1,0 +1,5 @@
+//go:build !linux
+
+package follower_test
+
+func diskWriteBytes() int64 { return -1 }
