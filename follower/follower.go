@@ -177,6 +177,7 @@ type Follower struct {
 	opts    Options
 	db      *pebble.DB
 	events  *storeEvents
+	link    linkCounters
 	tracker *session.Tracker
 	window  *idempotency.Store
 	state   *session.State
@@ -397,9 +398,11 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	var streak linkStreak
 	for ctx.Err() == nil {
 		start := time.Now()
+		f.link.attempts.Add(1)
 		conn, err := d.Dial(ctx, f.recv.Hello())
 		working := false
 		if err == nil {
+			f.link.connected.Store(true)
 			// A connection works once it delivers a batch; one that stays
 			// up for the longest backoff without (an idle leader) counts
 			// too, so that its drop is not taken for a refusal.
@@ -409,6 +412,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				backoff.reset()
 			})
 			_ = conn.Close()
+			f.link.connected.Store(false)
 			if errors.Is(err, replication.ErrStoreFailed) {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
@@ -427,6 +431,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		if working {
 			log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
 		} else {
+			f.link.failed(err)
 			streak.fail(log, err, capped, wait)
 		}
 		t := time.NewTimer(wait)
@@ -447,6 +452,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if err != nil {
 			return err
 		}
+		f.link.lastBatch.Store(time.Now().UnixNano())
 		if first {
 			delivered()
 		}
@@ -464,13 +470,17 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 	}
 }
 
+// Shard is the shard the follower serves.
+func (f *Follower) Shard() uint32 { return f.opts.Shard }
+
 // Position returns the applied LSN and the highest committed epoch.
 func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Position() }
 
 // Stats returns a snapshot of the receiver's counters plus the window size.
 func (f *Follower) Stats() Stats {
 	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity(),
-		BackgroundErrors: f.events.count.Load()}
+		HWMCacheLen: f.tracker.CachedLen(), AppliedWALTime: max(f.recv.LastEventTime(), f.tracker.Clock()),
+		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), Link: f.link.snapshot()}
 }
 
 // State is the read API of the default session state machine (valid when
@@ -540,11 +550,37 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
+// WALLag estimates how far the store is behind its leader on the WAL clock:
+// now minus the time the leader logged the newest event applied, while
+// batches keep arriving (one arrived within idle), else 0 — a leader with
+// nothing to ship sends nothing, and its caught-up followers cannot tell
+// that from lagging. The estimate includes the clock skew between the two
+// hosts. A follower cannot see the end of the leader's log; the leader's
+// per-follower lag (replication.FollowerStats LagEvents, LagBytes) is
+// exact.
+func (s Stats) WALLag(now time.Time, idle time.Duration) time.Duration {
+	if s.Link.LastBatch == 0 || now.Sub(time.Unix(0, s.Link.LastBatch)) > idle || s.AppliedWALTime == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, s.AppliedWALTime)))
+}
+
 // Stats is a follower's readable state.
 type Stats struct {
 	Receiver       replication.Stats
 	WindowLen      int
 	WindowCapacity int
+	// HWMCacheLen is the number of sessions whose HWM is cached in memory
+	// (session.Tracker.CachedLen).
+	HWMCacheLen int
+	// AppliedWALTime is the leader's timestamp (unix ns, the WAL clock) of
+	// the newest event applied: of the last batch committed since Open, or
+	// of the newest session event the store holds (session.Tracker.Clock).
+	AppliedWALTime int64
+	// Ledger counts the request-ledger records applied to the store.
+	Ledger idempotency.TableStats
+	// Link describes the connection to the leader (Serve).
+	Link LinkStats
 	// BackgroundErrors counts the errors Pebble reported from its
 	// background work (flushes, compactions) on this store, its open
 	// included; each is retried after a backoff (see open.go).

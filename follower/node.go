@@ -396,7 +396,8 @@ type ShardStats struct {
 	AppliedLSN uint64
 	Epoch      uint64
 	// Stats are the counters of the current incarnation plus every earlier
-	// one (a shard reopened after a store failure keeps its history).
+	// one (a shard reopened after a store failure keeps its history); Link,
+	// Ledger and the gauges are the current incarnation's.
 	Stats
 	WindowBytes int64 // memory the shard's window holds (allocated up front)
 	Reopens     int   // times the store was reopened after a failure
@@ -428,9 +429,9 @@ func (n *Node) Stats() NodeStats {
 		ss.WindowCapacity = ns.opts.WindowCapacity
 		if ns.f != nil {
 			fs := ns.f.Stats()
-			ss.Receiver = ss.Receiver.Add(fs.Receiver)
-			ss.BackgroundErrors += fs.BackgroundErrors
-			ss.WindowLen, ss.WindowCapacity = fs.WindowLen, fs.WindowCapacity
+			fs.Receiver = ss.Receiver.Add(fs.Receiver)
+			fs.BackgroundErrors += ss.BackgroundErrors
+			ss.Stats = fs
 			ss.AppliedLSN, ss.Epoch = ns.f.Position()
 		} else {
 			st.Down++

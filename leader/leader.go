@@ -425,6 +425,17 @@ func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 // Position, DB).
 func (s *Shard) Store() *follower.Follower { return s.store }
 
+// StoreStats are the figures of the shard's local store: the receiver that
+// applies the log to it (LedgerLog.ReceiverStats, not the stopped
+// follower's), its window, HWM cache, ledger table and Pebble background
+// errors.
+func (s *Shard) StoreStats() follower.Stats {
+	st := s.store.Stats()
+	st.Receiver = s.log.ReceiverStats()
+	st.AppliedWALTime = max(st.AppliedWALTime, s.log.LastEventTime())
+	return st
+}
+
 // Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
 func (s *Shard) Log() *replication.LedgerLog { return s.log }
 
