@@ -22,6 +22,21 @@
 // at its last commit (replication/journal.go explains why the replay is
 // exact).
 //
+// # Store identity and opening
+//
+// A store records its kind, shard and the options that change what it
+// decides (window capacity, retention horizon) when it is created; Open
+// refuses a store recorded otherwise (*MismatchError, like Pebble's OPTIONS
+// check), a directory that is not a store (*LayoutError: a node, leader or
+// WAL directory, unrelated files) and a Pebble store that is not oncewal's
+// (ErrNotStore) — all before anything on disk changes. SetRecordedOptions
+// changes a recorded option where that is safe (identity.go says which and
+// why). Open never hangs on a store it cannot open: a recovery that fails in
+// Pebble's background (a full disk, I/O errors) returns ErrStoreUnavailable,
+// OpenContext honours its context, and background errors are counted
+// (Stats.BackgroundErrors), logged once per 30s and retried after a backoff
+// instead of in a hot loop (open.go).
+//
 // # Redialling
 //
 // Serve redials whenever its link drops. An attempt fails when the dial
@@ -58,6 +73,8 @@
 //	m/position                     applied LSN, u64 LE
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
+//	m/identity                     kind, shard, window capacity, retention horizon
+//	                               (KeyIdentity; written when the store is created)
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,

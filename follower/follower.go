@@ -7,11 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
@@ -177,6 +177,8 @@ type Follower struct {
 	dir     string
 	opts    Options
 	db      *pebble.DB
+	events  *storeEvents
+	link    linkCounters
 	tracker *session.Tracker
 	window  *idempotency.Store
 	state   *session.State
@@ -198,8 +200,26 @@ type Follower struct {
 }
 
 // Open opens (or creates) the follower store in dir and recovers its applied
-// position, epoch, HWMs and window from it.
+// position, epoch, HWMs and window from it. It is OpenContext without a
+// deadline.
 func Open(dir string, opts *Options) (*Follower, error) {
+	return OpenContext(context.Background(), dir, opts)
+}
+
+// OpenContext opens (or creates) the follower store in dir and recovers its
+// applied position, epoch, HWMs and window from it.
+//
+// It refuses, before anything on disk changes: a directory that is not a
+// store or empty (*LayoutError: a node directory, a WAL or leader directory,
+// unrelated files), a Pebble store that is not oncewal's (ErrNotStore), and
+// a store whose recorded identity — kind, shard, WindowCapacity,
+// RetentionHorizon — differs from opts (*MismatchError; see
+// SetRecordedOptions). A new store records opts' identity in its first
+// commit. A store Pebble cannot open because its recovery fails in the
+// background (a full disk, I/O errors) gives ErrStoreUnavailable at once
+// instead of hanging, and ctx ending gives ctx.Err() (see the notes in
+// open.go).
+func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -208,37 +228,91 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	po := &pebble.Options{
-		FS:                 o.FS,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             replication.FatalLogger{Logger: o.Logger},
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
 	}
-	// HWM reads on a cache miss are point lookups of keys that often do not
-	// exist (a new session); bloom filters keep them from visiting every
-	// table. Later levels inherit the policy.
-	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	if o.PebbleOptions != nil {
-		o.PebbleOptions(po)
+	_, statErr := o.FS.Stat(dir)
+	existed := statErr == nil
+	asked := identityOf(&o)
+	fresh := false
+	// An open of this directory given up earlier (ErrStoreUnavailable, ctx)
+	// holds the store's lock while it retries: join it; its store's
+	// identity is checked below.
+	if !pendingOpenOf(o.FS, dir) {
+		layout, detail, err := DirLayout(o.FS, dir)
+		if err != nil {
+			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		}
+		switch layout {
+		case LayoutEmpty:
+			fresh = true
+		case LayoutStore:
+			found, recorded, err := peekIdentity(o.FS, dir)
+			if err != nil {
+				return nil, err
+			}
+			if recorded && found != asked {
+				return nil, &MismatchError{Dir: dir, Found: found, Asked: asked}
+			}
+			// A store older than the identity record: its directory name,
+			// if it is a node's shard directory, still says which shard it
+			// is.
+			if s, ok := parseShardDirName(filepath.Base(dir)); !recorded && ok && s != o.Shard {
+				found = asked
+				found.Shard = s
+				return nil, &MismatchError{Dir: dir, Found: found, Asked: asked}
+			}
+		default:
+			return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutStore, Detail: detail}
+		}
 	}
 	// Pebble creates a missing directory without syncing its parent, and a
 	// store whose directory a power failure takes loses every batch it
 	// acknowledged.
 	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
+		if fresh {
+			removeNewStore(o.FS, dir, existed)
+		}
 		return nil, fmt.Errorf("follower: creating store directory %s: %w", dir, err)
 	}
-	db, err := pebble.Open(dir, po)
+	ev := newStoreEvents(o.Logger)
+	db, ev, err := openPebble(ctx, dir, pebbleOptions(&o, ev), ev)
 	if err != nil {
-		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		if fresh && !errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil {
+			removeNewStore(o.FS, dir, existed)
+		}
+		return nil, err
 	}
-	f, err := wire(dir, db, o)
+	found, recorded, err := ReadIdentity(db)
+	if err == nil && recorded && found != asked {
+		err = &MismatchError{Dir: dir, Found: found, Asked: asked}
+	}
 	if err != nil {
-		_ = db.Close()
+		_ = guard(db.Close)
+		return nil, err
+	}
+	f, err := func() (*Follower, error) {
+		if !recorded {
+			if err := writeIdentity(db, asked); err != nil {
+				return nil, fmt.Errorf("follower: recording the identity of store %s: %w", dir, err)
+			}
+			if !fresh {
+				o.Logger.Info("oncewal follower: recorded the identity of a store that had none", "dir", dir, "identity", asked.String())
+			}
+		}
+		return wire(dir, db, ev, o)
+	}()
+	if err != nil {
+		_ = guard(db.Close)
+		if fresh {
+			removeNewStore(o.FS, dir, existed)
+		}
 		return nil, err
 	}
 	return f, nil
 }
 
-func wire(dir string, db *pebble.DB, o Options) (*Follower, error) {
+func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, error) {
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
 		CacheSize:        o.HWMCacheSize,
 		RetentionHorizon: o.RetentionHorizon,
@@ -249,7 +323,7 @@ func wire(dir string, db *pebble.DB, o Options) (*Follower, error) {
 		return nil, fmt.Errorf("follower: %w", err)
 	}
 	f := &Follower{
-		dir: dir, opts: o, db: db, tracker: tracker,
+		dir: dir, opts: o, db: db, events: ev, tracker: tracker,
 		window: idempotency.NewStore(o.WindowCapacity),
 		state:  session.NewState(db),
 	}
@@ -334,9 +408,11 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	var streak linkStreak
 	for ctx.Err() == nil {
 		start := time.Now()
+		f.link.attempts.Add(1)
 		conn, err := d.Dial(ctx, f.recv.Hello())
 		working := false
 		if err == nil {
+			f.link.connected.Store(true)
 			// A connection works once it delivers a batch; one that stays
 			// up for the longest backoff without (an idle leader) counts
 			// too, so that its drop is not taken for a refusal.
@@ -346,6 +422,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				backoff.reset()
 			})
 			_ = conn.Close()
+			f.link.connected.Store(false)
 			if errors.Is(err, replication.ErrStoreFailed) {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
@@ -364,6 +441,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		if working {
 			log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
 		} else {
+			f.link.failed(err)
 			streak.fail(log, err, capped, wait)
 		}
 		t := time.NewTimer(wait)
@@ -384,6 +462,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if err != nil {
 			return err
 		}
+		f.link.lastBatch.Store(time.Now().UnixNano())
 		if first {
 			delivered()
 		}
@@ -401,12 +480,17 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 	}
 }
 
+// Shard is the shard the follower serves.
+func (f *Follower) Shard() uint32 { return f.opts.Shard }
+
 // Position returns the applied LSN and the highest committed epoch.
 func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Position() }
 
 // Stats returns a snapshot of the receiver's counters plus the window size.
 func (f *Follower) Stats() Stats {
-	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity()}
+	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity(),
+		HWMCacheLen: f.tracker.CachedLen(), AppliedWALTime: max(f.recv.LastEventTime(), f.tracker.Clock()),
+		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), Link: f.link.snapshot()}
 }
 
 // State is the read API of the default session state machine (valid when
@@ -476,11 +560,41 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
+// WALLag estimates how far the store is behind its leader on the WAL clock:
+// now minus the time the leader logged the newest event applied, while
+// batches keep arriving (one arrived within idle), else 0 — a leader with
+// nothing to ship sends nothing, and its caught-up followers cannot tell
+// that from lagging. The estimate includes the clock skew between the two
+// hosts. A follower cannot see the end of the leader's log; the leader's
+// per-follower lag (replication.FollowerStats LagEvents, LagBytes) is
+// exact.
+func (s Stats) WALLag(now time.Time, idle time.Duration) time.Duration {
+	if s.Link.LastBatch == 0 || now.Sub(time.Unix(0, s.Link.LastBatch)) > idle || s.AppliedWALTime == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, s.AppliedWALTime)))
+}
+
 // Stats is a follower's readable state.
 type Stats struct {
 	Receiver       replication.Stats
 	WindowLen      int
 	WindowCapacity int
+	// HWMCacheLen is the number of sessions whose HWM is cached in memory
+	// (session.Tracker.CachedLen).
+	HWMCacheLen int
+	// AppliedWALTime is the leader's timestamp (unix ns, the WAL clock) of
+	// the newest event applied: of the last batch committed since Open, or
+	// of the newest session event the store holds (session.Tracker.Clock).
+	AppliedWALTime int64
+	// Ledger counts the request-ledger records applied to the store.
+	Ledger idempotency.TableStats
+	// Link describes the connection to the leader (Serve).
+	Link LinkStats
+	// BackgroundErrors counts the errors Pebble reported from its
+	// background work (flushes, compactions) on this store, its open
+	// included; each is retried after a backoff (see open.go).
+	BackgroundErrors uint64
 }
 
 var _ io.Closer = (*Follower)(nil)

@@ -125,17 +125,26 @@ type nodeShard struct {
 	dir   string
 	opts  Options
 
-	mu      sync.RWMutex
-	f       *Follower
-	retired replication.Stats // counters of earlier incarnations
-	reopens int
-	lastErr error
+	mu        sync.RWMutex
+	f         *Follower
+	retired   replication.Stats // counters of earlier incarnations
+	retiredBG uint64            // their background errors
+	reopens   int
+	lastErr   error
 }
 
 // OpenNode opens (or creates) the store of every shard in shards under dir
 // and recovers each from its own position, epoch, HWMs and window journal.
 // Shards are opened in parallel; if any fails, the others are closed again.
+// It is OpenNodeContext without a deadline.
 func OpenNode(dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
+	return OpenNodeContext(context.Background(), dir, shards, opts)
+}
+
+// OpenNodeContext is OpenNode that gives up when ctx ends (each shard's
+// store opens with OpenContext). A directory holding a single store, a WAL
+// or a leader's node is refused (*LayoutError) before anything is created.
+func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
 	var o NodeOptions
 	if opts != nil {
 		o = *opts
@@ -159,6 +168,14 @@ func OpenNode(dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrBadNodeOptions, errors.Join(errs...))
 	}
+	// A single store, a WAL or a leader's directory is refused before
+	// anything is created in it.
+	switch layout, detail, err := DirLayout(o.Follower.FS, dir); {
+	case err != nil:
+		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
+	case layout != LayoutEmpty && layout != LayoutNode:
+		return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutNode, Detail: detail}
+	}
 	if err := wal.MkdirAllSynced(o.Follower.FS, dir); err != nil {
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	}
@@ -178,7 +195,7 @@ func OpenNode(dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
 	var wg sync.WaitGroup
 	for i, ns := range n.shards {
 		wg.Go(func() {
-			f, err := Open(ns.dir, &ns.opts)
+			f, err := OpenContext(ctx, ns.dir, &ns.opts)
 			if err != nil {
 				openErrs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
 				return
@@ -351,7 +368,9 @@ func (ns *nodeShard) retire(cause error) {
 	if ns.f == nil {
 		return
 	}
-	ns.retired = ns.retired.Add(ns.f.Stats().Receiver)
+	st := ns.f.Stats()
+	ns.retired = ns.retired.Add(st.Receiver)
+	ns.retiredBG += st.BackgroundErrors
 	_ = ns.f.Close() // returns the store failure again; the store is wedged
 	ns.f = nil
 	ns.lastErr = cause
@@ -367,7 +386,7 @@ func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 		case <-ctx.Done():
 			return
 		}
-		f, err := Open(ns.dir, &ns.opts)
+		f, err := OpenContext(ctx, ns.dir, &ns.opts)
 		ns.mu.Lock()
 		if err == nil {
 			ns.f, ns.lastErr = f, nil
@@ -388,7 +407,8 @@ type ShardStats struct {
 	AppliedLSN uint64
 	Epoch      uint64
 	// Stats are the counters of the current incarnation plus every earlier
-	// one (a shard reopened after a store failure keeps its history).
+	// one (a shard reopened after a store failure keeps its history); Link,
+	// Ledger and the gauges are the current incarnation's.
 	Stats
 	WindowBytes int64 // memory the shard's window holds (allocated up front)
 	Reopens     int   // times the store was reopened after a failure
@@ -416,11 +436,13 @@ func (n *Node) Stats() NodeStats {
 		ns.mu.RLock()
 		ss := ShardStats{Shard: ns.shard, Reopens: ns.reopens, Err: ns.lastErr}
 		ss.Receiver = ns.retired
+		ss.BackgroundErrors = ns.retiredBG
 		ss.WindowCapacity = ns.opts.WindowCapacity
 		if ns.f != nil {
 			fs := ns.f.Stats()
-			ss.Receiver = ss.Receiver.Add(fs.Receiver)
-			ss.WindowLen, ss.WindowCapacity = fs.WindowLen, fs.WindowCapacity
+			fs.Receiver = ss.Receiver.Add(fs.Receiver)
+			fs.BackgroundErrors += ss.BackgroundErrors
+			ss.Stats = fs
 			ss.AppliedLSN, ss.Epoch = ns.f.Position()
 		} else {
 			st.Down++
@@ -476,7 +498,9 @@ func (n *Node) shutdown(clean bool) error {
 				} else {
 					err = ns.f.Kill()
 				}
-				ns.retired = ns.retired.Add(ns.f.Stats().Receiver)
+				st := ns.f.Stats()
+				ns.retired = ns.retired.Add(st.Receiver)
+				ns.retiredBG += st.BackgroundErrors
 				ns.f = nil
 				ns.lastErr = ErrClosed
 				if err != nil {

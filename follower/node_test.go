@@ -366,7 +366,6 @@ func TestNodeFailingShard(t *testing.T) {
 		last[s] = c.LastLSN(uint32(s))
 	}
 
-	failing.Store(true)
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
 		Follower:      follower.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable},
 		ReopenBackoff: 5 * time.Millisecond,
@@ -378,6 +377,9 @@ func TestNodeFailingShard(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer n.Close()
+	// The store opened (and recorded its identity); from now on its WAL
+	// writes fail.
+	failing.Store(true)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncewal/oncewal/replication"
@@ -101,4 +102,39 @@ func (s *linkStreak) end(log *slog.Logger) {
 			"after", time.Since(s.since).Round(time.Millisecond))
 	}
 	*s = linkStreak{}
+}
+
+// LinkStats describe a follower's connection to its leader (Serve).
+type LinkStats struct {
+	// Connected: a connection is in service (dialled, not yet dropped).
+	Connected bool
+	// Attempts counts connection attempts (dials).
+	Attempts uint64
+	// Failures counts attempts that failed: the dial, or the connection
+	// before it delivered a batch (a refused hello ends it at once).
+	Failures uint64
+	// Permanent counts the failures that were refusals no retry can fix
+	// (wrong shard, fenced, diverged, behind retention, unknown follower,
+	// bad follower ID, a bad certificate).
+	Permanent uint64
+	// LastBatch is when the last batch arrived (unix ns; 0: none yet).
+	LastBatch int64
+}
+
+type linkCounters struct {
+	connected                     atomic.Bool
+	attempts, failures, permanent atomic.Uint64
+	lastBatch                     atomic.Int64
+}
+
+func (c *linkCounters) failed(err error) {
+	c.failures.Add(1)
+	if permanent(err) {
+		c.permanent.Add(1)
+	}
+}
+
+func (c *linkCounters) snapshot() LinkStats {
+	return LinkStats{Connected: c.connected.Load(), Attempts: c.attempts.Load(), Failures: c.failures.Load(),
+		Permanent: c.permanent.Load(), LastBatch: c.lastBatch.Load()}
 }

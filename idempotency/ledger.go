@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -279,6 +280,33 @@ type Ledger struct {
 	clockMu sync.Mutex // default Now
 	last    int64
 	logMu   sync.Mutex // default Log: table transactions are serialized
+
+	stats ledgerCounters
+}
+
+// LedgerStats counts a Ledger's answers and decisions since it was opened.
+type LedgerStats struct {
+	// Claim answers (a waiting claim counts every answer it got).
+	Fresh, Replay, InFlight, Conflicts uint64
+	// Owner decisions logged.
+	Completed, Failed, Released, Extended uint64
+	// NotOwner counts owner decisions refused because the claim no longer
+	// owns its key (its lease ended, or another claim took it).
+	NotOwner uint64
+}
+
+type ledgerCounters struct {
+	fresh, replay, inFlight, conflicts, completed, failed, released, extended, notOwner atomic.Uint64
+}
+
+// Stats returns the ledger's counters.
+func (l *Ledger) Stats() LedgerStats {
+	c := &l.stats
+	return LedgerStats{
+		Fresh: c.fresh.Load(), Replay: c.replay.Load(), InFlight: c.inFlight.Load(), Conflicts: c.conflicts.Load(),
+		Completed: c.completed.Load(), Failed: c.failed.Load(), Released: c.released.Load(), Extended: c.extended.Load(),
+		NotOwner: c.notOwner.Load(),
+	}
 }
 
 // watch is what the waiting claims of one key sleep on.
@@ -551,12 +579,15 @@ func (l *Ledger) claimOnce(rk []byte, scope, key string, fp Fingerprint, action 
 	c := &Claim{Scope: scope, Key: key, Fingerprint: fp, ledger: l}
 	if found {
 		if e.Fingerprint != fp {
+			l.stats.conflicts.Add(1)
 			return nil, now, &ConflictError{Scope: scope, Key: key, Existing: e, Got: fp, GotAction: action}
 		}
 		c.Token, c.Time, c.Action = e.Token, e.Time, e.Action
 		if e.State == StateInFlight {
 			c.Status, c.LeaseEnd = InFlight, e.Expires
+			l.stats.inFlight.Add(1)
 		} else {
+			l.stats.replay.Add(1)
 			c.Status, c.Replayed, c.Expires = Replay, true, e.Expires
 			c.Outcome = bytes.Clone(e.Outcome)
 			c.CachedFailure = e.State == StateFailed
@@ -570,6 +601,7 @@ func (l *Ledger) claimOnce(rk []byte, scope, key string, fp Fingerprint, action 
 		return nil, now, fmt.Errorf("idempotency: logging claim: %w", err)
 	}
 	logged = true
+	l.stats.fresh.Add(1)
 	c.Status, c.Token, c.Time, c.LeaseEnd, c.Action = Fresh, rec.Token, rec.Time, rec.Expires, action
 	c.leaseEnd = rec.Expires
 	return c, now, nil
@@ -579,6 +611,11 @@ func (l *Ledger) claimOnce(rk []byte, scope, key string, fp Fingerprint, action 
 // it checks that c still owns its key, builds the record (its expiry d after
 // now) and hands it to log.
 func (l *Ledger) decide(c *Claim, kind RecordKind, outcome []byte, d time.Duration, log func(Record) error) (leaseEnd int64, err error) {
+	defer func() {
+		if errors.Is(err, ErrNotOwner) {
+			l.stats.notOwner.Add(1)
+		}
+	}()
 	if c == nil || c.ledger != l || c.Status != Fresh {
 		return 0, fmt.Errorf("%w: not a fresh claim of this ledger", ErrNotOwner)
 	}
@@ -628,6 +665,16 @@ func (l *Ledger) decide(c *Claim, kind RecordKind, outcome []byte, d time.Durati
 		return 0, fmt.Errorf("idempotency: logging %s: %w", kind, err)
 	}
 	logged = true
+	switch kind {
+	case RecordComplete:
+		l.stats.completed.Add(1)
+	case RecordFail:
+		l.stats.failed.Add(1)
+	case RecordRelease:
+		l.stats.released.Add(1)
+	case RecordExtend:
+		l.stats.extended.Add(1)
+	}
 	if kind == RecordExtend {
 		c.leaseEnd = rec.Expires
 		return rec.Expires, nil

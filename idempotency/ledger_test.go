@@ -514,3 +514,26 @@ func TestTableApplyIdempotent(t *testing.T) {
 	require.Equal(t, snapshot(t, a.db), snapshot(t, b.db))
 	require.NotZero(t, b.table.Stats().Stale)
 }
+
+// TestLedgerStats: every claim answer and owner decision is counted by
+// outcome (the metrics export them).
+func TestLedgerStats(t *testing.T) {
+	e := newEnv(t, nil, &idempotency.LedgerOptions{Lease: time.Second})
+	a := e.claim("a", "p") // fresh
+	require.Equal(t, idempotency.InFlight, e.claim("a", "p").Status)
+	_, err := e.l.Claim("ops", "a", []byte("other"))
+	require.ErrorIs(t, err, idempotency.ErrConflict)
+	_, err = e.l.Extend(a, 0)
+	require.NoError(t, err)
+	require.NoError(t, e.l.Complete(a, []byte("ok")))
+	require.Equal(t, idempotency.Replay, e.claim("a", "p").Status)
+	b := e.claim("b", "p")
+	require.NoError(t, e.l.Fail(b, []byte("bad"), 0))
+	c := e.claim("c", "p")
+	require.NoError(t, e.l.Release(c))
+	d := e.claim("d", "p")
+	e.clock.Advance(2 * time.Second) // the lease ends
+	require.ErrorIs(t, e.l.Complete(d, nil), idempotency.ErrNotOwner)
+	require.Equal(t, idempotency.LedgerStats{Fresh: 4, Replay: 1, InFlight: 1, Conflicts: 1,
+		Completed: 1, Failed: 1, Released: 1, Extended: 1, NotOwner: 1}, e.l.Stats())
+}

@@ -39,11 +39,11 @@ var (
 // LockFileName is the file a Leader locks in its directory for as long as
 // it is open: a second Leader on the directory, in this process or another,
 // fails at once with wal.ErrLocked.
-const LockFileName = "LEADER.lock"
+const LockFileName = follower.LeaderLockFileName
 
 // WALDirName is the directory, inside a leader's directory, that holds every
 // shard's WAL segments (segment names carry the shard).
-const WALDirName = "wal"
+const WALDirName = follower.LeaderWALDirName
 
 // Options configures a Leader. Zero fields take the defaults named in their
 // comments; Open validates the result and reports every problem at once.
@@ -256,6 +256,14 @@ func checkLayout(fs vfs.FS, dir string, shards int) error {
 	case !st.IsDir():
 		return fmt.Errorf("%w: %s is not a directory", ErrBadOptions, dir)
 	}
+	// A single store or a WAL directory given as the node directory would
+	// get a store and a log created inside it.
+	switch layout, detail, err := follower.DirLayout(fs, dir); {
+	case err != nil:
+		return err
+	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
+		return &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
+	}
 	stores, err := follower.NodeShards(fs, dir)
 	if err != nil {
 		return err
@@ -426,6 +434,17 @@ func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 // Store is the shard's local store (read-only use: State, Tracker,
 // Position, DB).
 func (s *Shard) Store() *follower.Follower { return s.store }
+
+// StoreStats are the figures of the shard's local store: the receiver that
+// applies the log to it (LedgerLog.ReceiverStats, not the stopped
+// follower's), its window, HWM cache, ledger table and Pebble background
+// errors.
+func (s *Shard) StoreStats() follower.Stats {
+	st := s.store.Stats()
+	st.Receiver = s.log.ReceiverStats()
+	st.AppliedWALTime = max(st.AppliedWALTime, s.log.LastEventTime())
+	return st
+}
 
 // Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
 func (s *Shard) Log() *replication.LedgerLog { return s.log }

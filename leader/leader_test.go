@@ -337,3 +337,25 @@ func TestOpenValidatesLog(t *testing.T) {
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
 	})
 }
+
+// TestOpenRefusesStoreOrWALDir: a single store or a WAL directory given as
+// the leader's directory is refused unchanged (it used to get a store and a
+// log created inside it).
+func TestOpenRefusesStoreOrWALDir(t *testing.T) {
+	store := t.TempDir()
+	f, err := follower.Open(store, quiet())
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	walDir := t.TempDir()
+	w, err := wal.OpenWriter(walDir, &wal.WriterOptions{})
+	require.NoError(t, err)
+	_, err = w.Append(1, []wal.Event{{Op: wal.OpPut, Key: []byte("k")}})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	for _, dir := range []string{store, walDir} {
+		before := testutil.TreeDigest(t, dir)
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		require.ErrorIs(t, err, follower.ErrWrongLayout, dir)
+		require.Equal(t, before, testutil.TreeDigest(t, dir))
+	}
+}

@@ -297,6 +297,14 @@ func (l *LedgerLog) Notify() <-chan struct{} { return l.notify }
 // Position is the local store's applied LSN and epoch.
 func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Position() }
 
+// ReceiverStats are the counters of the receiver that applies the log to
+// the local store.
+func (l *LedgerLog) ReceiverStats() Stats { return l.recv.Stats() }
+
+// LastEventTime is the WAL time of the last event applied to the local
+// store since the log was opened (Receiver.LastEventTime).
+func (l *LedgerLog) LastEventTime() int64 { return l.recv.LastEventTime() }
+
 // EpochStartLSN is the first LSN this leader's epoch wrote (0 if the store
 // does not know, e.g. a store older than this record). Give it to the
 // Shipper (ShipperOptions.EpochStartLSN) so a follower that applied a deposed

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
@@ -140,6 +141,9 @@ type Receiver struct {
 	failed  error    // sticky after a fatal store error
 	commits uint64
 	pos     atomic.Pointer[position] // published copy of applied/epoch, read without mu
+	// lastTime is the WAL time of the last event of the last committed
+	// batch (0 before the first commit of this Receiver).
+	lastTime atomic.Int64
 
 	// Scratch reused across batches; guarded by mu.
 	events  []wal.Event
@@ -197,6 +201,11 @@ type position struct {
 	applied, epoch uint64
 	last           BatchRef
 }
+
+// LastEventTime returns the WAL time (the leader's timestamp, unix ns) of
+// the last event of the last batch this Receiver committed; 0 before its
+// first commit.
+func (r *Receiver) LastEventTime() int64 { return r.lastTime.Load() }
 
 // Err returns the sticky store failure (wrapping ErrStoreFailed), or nil.
 func (r *Receiver) Err() error {
@@ -368,10 +377,12 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	// if a crash loses it, the batch is redelivered and discarded again. A
 	// raised epoch is always synced: the fence it sets must survive a crash.
 	sync := !r.opts.NoSync && (len(keep) > 0 || advanced || epoch != r.epoch)
+	start := time.Now()
 	if err := commit(b, sync); err != nil {
 		r.failed = fmt.Errorf("%w: %v", ErrStoreFailed, err)
 		return refuse(&r.stats.applyErrors, r.failed)
 	}
+	r.stats.commitLatency.Observe(time.Since(start))
 	committed = true
 	r.commits++
 
@@ -383,6 +394,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	r.journal.committed()
 	r.applied, r.epoch, r.last = h.LastLSN(), epoch, last
 	r.pos.Store(&position{r.applied, r.epoch, r.last})
+	r.lastTime.Store(events[len(events)-1].Time)
 	r.stats.add(&c, len(keep))
 	r.stats.committed.Add(1)
 	res.Committed = true

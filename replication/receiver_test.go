@@ -110,6 +110,9 @@ func TestReceiverAppliesAndDiscardsRedelivery(t *testing.T) {
 	require.Equal(t, uint64(2), st.DiscardedPosition)
 	require.Equal(t, uint64(2), st.DiscardedHWM)
 	require.Equal(t, st.Events, st.Accounted())
+	// Every committed batch's commit is timed, nothing else.
+	require.Equal(t, st.BatchesCommitted, st.CommitLatency.Count())
+	require.Positive(t, st.CommitLatency.Sum)
 }
 
 func TestReceiverWindowDiscardAdvancesHWM(t *testing.T) {

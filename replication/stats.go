@@ -34,6 +34,11 @@ type Stats struct {
 	WrongShard  uint64 // batches refused: wrong shard
 	Corrupt     uint64 // batches refused: failed to decode (checksum, truncation, …)
 	ApplyErrors uint64 // batches refused: applier or store failure
+
+	// CommitLatency is the time each committed batch took to commit to
+	// Pebble (its fsync included unless NoSync or the batch changed only
+	// the position).
+	CommitLatency LatencySnapshot
 }
 
 // Discarded is the number of events recognised as already applied.
@@ -69,6 +74,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.WrongShard += o.WrongShard
 	s.Corrupt += o.Corrupt
 	s.ApplyErrors += o.ApplyErrors
+	s.CommitLatency = s.CommitLatency.Add(o.CommitLatency)
 	return s
 }
 
@@ -80,6 +86,7 @@ type statsCounters struct {
 	discardedWindow, discardedInBatch, skippedClosed, skippedTooOld counter
 	refusedEvents, seqGaps, outOfOrder, staleEpochs                 counter
 	wrongShard, corrupt, applyErrors                                counter
+	commitLatency                                                   Latency
 }
 
 // batchCounts are one batch's outcomes, published only if it commits.
@@ -120,5 +127,6 @@ func (r *Receiver) Stats() Stats {
 		WrongShard:        s.wrongShard.Load(),
 		Corrupt:           s.corrupt.Load(),
 		ApplyErrors:       s.applyErrors.Load(),
+		CommitLatency:     s.commitLatency.Snapshot(),
 	}
 }

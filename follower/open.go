@@ -1,0 +1,485 @@
+package follower
+
+// Opening a store (notes for doc.go)
+//
+// Open never hangs on a store it cannot open. Pebble's Open replays the WAL
+// into memtables and waits for them to be flushed; when the flush fails
+// (disk full, I/O errors) Pebble reports a background error and retries the
+// flush at once, for ever, and Open waits for ever — burning a core and
+// ignoring the embedder. So pebble.Open runs on its own goroutine, and the
+// store's EventListener counts every background error, logs it (once, then
+// at most every 30s), and sleeps a doubling backoff (10ms to 1s, reset by a
+// flush or compaction that succeeds) before Pebble retries, so a failing
+// disk is retried slowly instead of in a hot loop. OpenContext returns
+// ErrStoreUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
+// works), at the first background error of the open, and ctx.Err() when ctx
+// ends first.
+//
+// An open that was given up keeps retrying in the background (Pebble offers
+// no way to stop it) and holds the store's lock meanwhile. A later Open of
+// the same directory, on the same vfs.FS, in this process joins it instead
+// of failing on the lock: it gets the store if a retry succeeds, else the
+// error again after the next failed retry (within the 1s backoff cap and
+// one flush). An open that succeeds with nobody waiting closes the store
+// again, so a freed disk leaves no store open behind anyone's back. When
+// Pebble declares the open fatal instead (storeLogger), the open is dead:
+// every later Open in this process gets ErrStoreUnavailable at once.
+//
+// Before any of that, Open decides from the directory's entries what it
+// holds (DirLayout) and, for an existing store, reads its identity through a
+// read-only Pebble open on a filesystem that refuses every write, so a
+// refusal — a node or WAL directory, a directory of unrelated files, a
+// store of another shard or with other options — changes nothing on disk:
+// no LOCK file, no new WAL, no flush. A new store that fails to open is
+// removed again (the directory if Open created it, else what Pebble wrote in
+// the empty directory).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/replication"
+)
+
+// ErrStoreUnavailable: the store cannot be opened now — Pebble's recovery
+// failed in the background (disk full, I/O errors); the error wraps Pebble's.
+// Pebble keeps retrying slowly; an Open of the same directory later takes the
+// store over if a retry succeeded (see the package notes).
+var ErrStoreUnavailable = errors.New("follower: store cannot be opened now")
+
+// Background error backoff: the first wait and the cap.
+const (
+	bgBackoffFirst = 10 * time.Millisecond
+	bgBackoffMax   = time.Second
+	bgLogEvery     = 30 * time.Second
+)
+
+// storeEvents is a store's Pebble EventListener state: background errors
+// counted, logged sparingly and slowed down.
+type storeEvents struct {
+	log     *slog.Logger
+	count   atomic.Uint64
+	opening atomic.Bool
+	dead    chan struct{} // closed when Pebble declared the open fatal (storeLogger)
+	die     sync.Once
+
+	mu         sync.Mutex
+	failed     chan struct{} // closed, and replaced, at every background error
+	last       error
+	lastLog    time.Time
+	suppressed uint64
+	backoff    time.Duration
+}
+
+func newStoreEvents(log *slog.Logger) *storeEvents {
+	e := &storeEvents{log: log, dead: make(chan struct{}), failed: make(chan struct{}), backoff: bgBackoffFirst}
+	e.opening.Store(true)
+	return e
+}
+
+func (e *storeEvents) listener() pebble.EventListener {
+	return pebble.EventListener{
+		BackgroundError: e.backgroundError,
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				e.succeeded()
+			}
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err == nil {
+				e.succeeded()
+			}
+		},
+	}
+}
+
+func (e *storeEvents) succeeded() {
+	e.mu.Lock()
+	e.backoff = bgBackoffFirst
+	e.mu.Unlock()
+}
+
+// backgroundError runs on Pebble's flush or compaction goroutine (with the
+// DB mutex held); Pebble retries the work as soon as it returns, so the
+// sleep here is what keeps a failing disk from being retried in a hot loop.
+func (e *storeEvents) backgroundError(err error) {
+	n := e.count.Add(1)
+	now := time.Now()
+	e.mu.Lock()
+	e.last = err
+	wait := e.backoff
+	e.backoff = min(2*e.backoff, bgBackoffMax)
+	logNow := n == 1 || now.Sub(e.lastLog) >= bgLogEvery
+	suppressed := e.suppressed
+	if logNow {
+		e.lastLog, e.suppressed = now, 0
+	} else {
+		e.suppressed++
+	}
+	e.mu.Unlock()
+	if logNow {
+		e.log.Error("oncewal follower: store background error; Pebble retries it", "component", "pebble",
+			"err", err.Error(), "errors", n, "not_logged", suppressed, "retry_in", wait)
+	}
+	// Wake the Opens waiting for this open (logged first: they may report
+	// it at once).
+	e.mu.Lock()
+	close(e.failed)
+	e.failed = make(chan struct{})
+	e.mu.Unlock()
+	time.Sleep(wait)
+}
+
+// storeLogger is the Pebble logger of a store the follower opens:
+// replication.FatalLogger, except while pebble.Open runs. Pebble declares
+// some failures fatal (a MANIFEST write that fails during the flush of the
+// replayed WAL, on a full disk) and expects Fatalf not to return; the
+// FatalLogger's panic would then crash the process from Pebble's flush
+// goroutine. During the open, Fatalf instead records the failure — Open
+// returns ErrStoreUnavailable wrapping replication.ErrStoreFailed — and ends
+// the goroutine (runtime.Goexit): the half-opened store is abandoned, never
+// used, and its lock stays held until the process exits.
+type storeLogger struct {
+	replication.FatalLogger
+	ev *storeEvents
+}
+
+func (l storeLogger) Fatalf(format string, args ...any) {
+	if !l.ev.opening.Load() {
+		l.FatalLogger.Fatalf(format, args...)
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	l.Errorf("%s", msg)
+	l.ev.count.Add(1)
+	l.ev.mu.Lock()
+	l.ev.last = fmt.Errorf("%w: %w", replication.ErrStoreFailed, &replication.FatalError{Msg: msg})
+	for _, a := range args {
+		if cause, ok := a.(error); ok { // keep errors.Is(err, syscall.ENOSPC) working
+			l.ev.last = fmt.Errorf("%w: %s: %w", replication.ErrStoreFailed, strings.TrimSuffix(msg, ": "+cause.Error()), cause)
+			break
+		}
+	}
+	l.ev.mu.Unlock()
+	l.ev.die.Do(func() { close(l.ev.dead) })
+	runtime.Goexit()
+}
+
+// nextFailure is closed at the next background error.
+func (e *storeEvents) nextFailure() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+// lastErr is the latest background error.
+func (e *storeEvents) lastErr() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last
+}
+
+// pebbleOptions are the Pebble options of a store opened with o; ev, if not
+// nil, receives its events.
+func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
+	po := &pebble.Options{
+		FS:                 o.FS,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             replication.FatalLogger{Logger: o.Logger},
+	}
+	if ev != nil {
+		po.Logger = storeLogger{FatalLogger: replication.FatalLogger{Logger: o.Logger}, ev: ev}
+	}
+	// HWM reads on a cache miss are point lookups of keys that often do not
+	// exist (a new session); bloom filters keep them from visiting every
+	// table. Later levels inherit the policy.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	if o.PebbleOptions != nil {
+		o.PebbleOptions(po)
+	}
+	if ev != nil {
+		l := ev.listener()
+		if po.EventListener != nil {
+			l = pebble.TeeEventListener(l, *po.EventListener)
+		}
+		po.EventListener = &l
+	}
+	return po
+}
+
+// openKey names a pebble.Open in flight: the same directory on the same FS.
+type openKey struct {
+	fs  vfs.FS
+	dir string
+}
+
+// pendingOpen is one pebble.Open running on its own goroutine.
+type pendingOpen struct {
+	done chan struct{} // closed when pebble.Open returned
+	gone chan struct{} // closed when an orphan's store is closed and the entry removed
+	db   *pebble.DB
+	err  error
+	ev   *storeEvents
+	// Guarded by opens.mu.
+	waiters int  // Opens waiting for it
+	taken   bool // db went to a caller, or is being closed (orphan)
+}
+
+var opens = struct {
+	mu sync.Mutex
+	m  map[openKey]*pendingOpen
+}{m: make(map[openKey]*pendingOpen)}
+
+// pendingOpenOf reports whether an open of dir on fs given up earlier is
+// still running.
+func pendingOpenOf(fs vfs.FS, dir string) bool {
+	if !reflect.TypeOf(fs).Comparable() {
+		return false
+	}
+	opens.mu.Lock()
+	defer opens.mu.Unlock()
+	return opens.m[openKey{fs: fs, dir: filepath.Clean(dir)}] != nil
+}
+
+// openPebble opens dir with po on its own goroutine (see the package notes)
+// and waits until it returns, fails in the background, or ctx ends. An open
+// of the same directory given up earlier is joined instead of started again:
+// the caller gets its store if it completes, or its error after its next
+// failed retry. It returns the store's events (those of the open it joined).
+func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEvents) (*pebble.DB, *storeEvents, error) {
+	key, keyed := openKey{fs: po.FS, dir: filepath.Clean(dir)}, reflect.TypeOf(po.FS).Comparable()
+	var p *pendingOpen
+	for p == nil {
+		opens.mu.Lock()
+		p = opens.m[key]
+		switch {
+		case !keyed || p == nil:
+			p = &pendingOpen{done: make(chan struct{}), gone: make(chan struct{}), ev: ev}
+			if keyed {
+				opens.m[key] = p
+			}
+			go p.run(dir, po, key, keyed)
+		case p.taken:
+			// An orphan closing its store: wait until the lock is free.
+			gone := p.gone
+			p = nil
+			opens.mu.Unlock()
+			select {
+			case <-gone:
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, ctx.Err())
+			}
+			continue
+		default:
+			p.ev.log.Info("oncewal follower: joining an earlier open of the store, still retrying in the background", "dir", dir)
+		}
+		p.waiters++
+		opens.mu.Unlock()
+	}
+
+	select {
+	case <-p.done:
+	case <-p.ev.nextFailure():
+	case <-p.ev.dead:
+	case <-ctx.Done():
+	}
+	opens.mu.Lock()
+	p.waiters--
+	select {
+	case <-p.done:
+		if p.taken {
+			opens.mu.Unlock()
+			return nil, nil, fmt.Errorf("follower: opening store %s: already open in this process", dir)
+		}
+		p.taken = true
+		if keyed && opens.m[key] == p {
+			delete(opens.m, key)
+		}
+		opens.mu.Unlock()
+		if p.err != nil {
+			return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, p.err)
+		}
+		return p.db, p.ev, nil
+	default:
+	}
+	opens.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+	}
+	how := "it retries slowly, and an Open of this directory takes the store over once a retry succeeds"
+	select {
+	case <-p.ev.dead:
+		how = "Pebble declared it fatal: the store can be opened again only by a new process"
+	default:
+	}
+	return nil, nil, fmt.Errorf("%w: %s: Pebble's recovery failed in the background (%d errors so far; %s): %w",
+		ErrStoreUnavailable, dir, p.ev.count.Load(), how, p.ev.lastErr())
+}
+
+func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed bool) {
+	db, err := func() (db *pebble.DB, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				fe, ok := r.(*replication.FatalError)
+				if !ok {
+					panic(r)
+				}
+				db, err = nil, fmt.Errorf("%w: %w", replication.ErrStoreFailed, fe)
+			}
+		}()
+		return pebble.Open(dir, po)
+	}()
+	p.ev.opening.Store(false)
+	opens.mu.Lock()
+	p.db, p.err = db, err
+	close(p.done)
+	orphan := p.waiters == 0
+	if orphan {
+		p.taken = true
+	}
+	opens.mu.Unlock()
+	if !orphan {
+		return
+	}
+	// Given up by every caller: close the store again, then free the
+	// entry, so that the next Open finds the lock free.
+	if db != nil {
+		_ = guard(db.Close)
+		p.ev.log.Info("oncewal follower: an open given up earlier completed; the store was closed again", "dir", dir)
+	}
+	opens.mu.Lock()
+	if keyed && opens.m[key] == p {
+		delete(opens.m, key)
+	}
+	opens.mu.Unlock()
+	close(p.gone)
+}
+
+// peekIdentity reads the identity of the existing store in dir without
+// changing a byte of it: Pebble opens it read-only on a filesystem that
+// refuses every write. A Pebble store that records no identity is accepted
+// (recorded false) if it is an oncewal store (m/format) or holds nothing
+// outside oncewal's key spaces; any other Pebble store is ErrNotStore.
+func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error) {
+	po := &pebble.Options{
+		FS:                 peekFS{fs},
+		ReadOnly:           true,
+		ErrorIfNotExists:   true,
+		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
+		Logger:             replication.FatalLogger{},
+	}
+	db, err := func() (db *pebble.DB, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				fe, ok := r.(*replication.FatalError)
+				if !ok {
+					panic(r)
+				}
+				err = fe
+			}
+		}()
+		return pebble.Open(dir, po)
+	}()
+	if err != nil {
+		return Identity{}, false, fmt.Errorf("follower: reading the identity of store %s: %w", dir, err)
+	}
+	defer func() { _ = guard(db.Close) }()
+	if id, recorded, err = ReadIdentity(db); err != nil || recorded {
+		return id, recorded, err
+	}
+	if _, _, ok, err := replication.ReadMeta(db); err != nil || ok {
+		return Identity{}, false, err
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return Identity{}, false, err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if !isOncewalKey(it.Key()) {
+			return Identity{}, false, fmt.Errorf("%w: %s is a Pebble store with key %q, outside oncewal's key spaces", ErrNotStore, dir, it.Key())
+		}
+	}
+	return Identity{}, false, it.Error()
+}
+
+// isOncewalKey: k lies in a key space the follower reserves (doc.go).
+func isOncewalKey(k []byte) bool {
+	for _, p := range []string{"h/", "hd/", "s/", "m/", "w/", "l/"} {
+		if len(k) >= len(p) && string(k[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// peekFS is the filesystem peekIdentity gives Pebble: every call that would
+// change a file fails, and the store's LOCK is taken only if it exists (a
+// copied store may lack it; creating it would be a change). Taking it
+// through the wrapped FS's Lock keeps a follower running in another process
+// out of the check; on the OS filesystem that Lock truncates the (empty)
+// LOCK file, so its mtime moves — the one trace a refused open leaves.
+type peekFS struct{ vfs.FS }
+
+var errPeekWrite = errors.New("follower: read-only identity check")
+
+func peekRefuse(op, name string) error { return fmt.Errorf("%s %s: %w", op, name, errPeekWrite) }
+
+func (peekFS) Create(name string, _ vfs.DiskWriteCategory) (vfs.File, error) {
+	return nil, peekRefuse("create", name)
+}
+func (peekFS) Link(oldname, _ string) error { return peekRefuse("link", oldname) }
+func (peekFS) OpenReadWrite(name string, _ vfs.DiskWriteCategory, _ ...vfs.OpenOption) (vfs.File, error) {
+	return nil, peekRefuse("open for writing", name)
+}
+func (peekFS) Remove(name string) error                 { return peekRefuse("remove", name) }
+func (peekFS) RemoveAll(name string) error              { return peekRefuse("remove", name) }
+func (peekFS) Rename(oldname, _ string) error           { return peekRefuse("rename", oldname) }
+func (peekFS) MkdirAll(dir string, _ os.FileMode) error { return peekRefuse("mkdir", dir) }
+func (peekFS) ReuseForWrite(oldname, _ string, _ vfs.DiskWriteCategory) (vfs.File, error) {
+	return nil, peekRefuse("reuse", oldname)
+}
+
+func (fs peekFS) Lock(name string) (io.Closer, error) {
+	if _, err := fs.FS.Stat(name); errors.Is(err, os.ErrNotExist) {
+		return nopCloser{}, nil
+	}
+	return fs.FS.Lock(name)
+}
+
+func (fs peekFS) Unwrap() vfs.FS { return fs.FS }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+// removeNewStore undoes what a failed open of a new store left in dir: the
+// directory itself if it did not exist before, else every entry (the
+// directory was empty, or held a lone Pebble LOCK).
+func removeNewStore(fs vfs.FS, dir string, existed bool) {
+	if !existed {
+		_ = fs.RemoveAll(dir)
+		return
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		_ = fs.RemoveAll(fs.PathJoin(dir, name))
+	}
+}

@@ -1,0 +1,96 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// FollowerCollector exports one Follower's metrics (see the package doc).
+type FollowerCollector struct {
+	f     *follower.Follower
+	store *storeDescs
+	link  *linkDescs
+}
+
+var _ prometheus.Collector = (*FollowerCollector)(nil)
+
+// NewFollowerCollector returns the Collector of f's store and link metrics,
+// labelled with f's shard.
+func NewFollowerCollector(f *follower.Follower) *FollowerCollector {
+	return &FollowerCollector{f: f, store: newStoreDescs("oncewal_follower_"), link: newLinkDescs()}
+}
+
+// Describe implements prometheus.Collector.
+func (c *FollowerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range append(c.store.all, c.link.all...) {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *FollowerCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.f.Stats()
+	applied, epoch := c.f.Position()
+	shard := c.f.Shard()
+	c.store.emit(ch, shard, applied, epoch, st, c.f.DB())
+	c.link.emit(ch, shard, st, time.Now())
+}
+
+// NodeCollector exports a follower Node's metrics: every shard's store and
+// link metrics, its reopens and whether it is down, and the node's own
+// refusals.
+type NodeCollector struct {
+	n                          *follower.Node
+	store                      *storeDescs
+	link                       *linkDescs
+	reopens, down, nodeRefused *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*NodeCollector)(nil)
+
+// NewNodeCollector returns the Collector of n's metrics.
+func NewNodeCollector(n *follower.Node) *NodeCollector {
+	return &NodeCollector{n: n, store: newStoreDescs("oncewal_follower_"), link: newLinkDescs(),
+		reopens: prometheus.NewDesc("oncewal_follower_store_reopens_total",
+			"Reopens of a shard's store after it failed.", []string{"shard"}, nil),
+		down: prometheus.NewDesc("oncewal_follower_store_down",
+			"1 while the shard's store is failed (being reopened).", []string{"shard"}, nil),
+		nodeRefused: prometheus.NewDesc("oncewal_follower_node_batches_refused_total",
+			"Batches the node refused before any store: a shard it does not serve, or a header that did not decode.", []string{"reason"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *NodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range append(c.store.all, c.link.all...) {
+		ch <- d
+	}
+	ch <- c.reopens
+	ch <- c.down
+	ch <- c.nodeRefused
+}
+
+// Collect implements prometheus.Collector.
+func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
+	e := emitter(ch)
+	now := time.Now()
+	st := c.n.Stats()
+	for _, ss := range st.Shards {
+		// The store's fsync histogram is read while the node keeps the
+		// shard's Follower (it may be replaced after a failure).
+		_ = c.n.Follower(ss.Shard, func(f *follower.Follower) error {
+			if m, ok := fsyncHistogram(f.DB(), c.store.fsync, shardLabel(ss.Shard)); ok {
+				ch <- m
+			}
+			return nil
+		})
+		c.store.emit(e, ss.Shard, ss.AppliedLSN, ss.Epoch, ss.Stats, nil)
+		c.link.emit(e, ss.Shard, ss.Stats, now)
+		e.counter(c.reopens, uint64(ss.Reopens), shardLabel(ss.Shard))
+		e.flag(c.down, ss.Err != nil, shardLabel(ss.Shard))
+	}
+	e.counter(c.nodeRefused, st.WrongShard, "wrong_shard")
+	e.counter(c.nodeRefused, st.Corrupt, "corrupt")
+}

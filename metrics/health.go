@@ -1,0 +1,75 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves /metrics from g (the Prometheus text format), /healthz
+// (200 "ok": the process is alive and serving) and /readyz (200 "ready"
+// when ready returns nil, else 503 and the error; nil ready: always ready).
+func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil {
+			if err := ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, "not ready:", err)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// ErrNotReady wraps every readiness failure.
+var ErrNotReady = errors.New("not ready")
+
+// shardReady is the readiness of one follower shard: its store open, a
+// connection to the leader in service, and its WAL-clock lag
+// (follower.Stats.WALLag) at most maxLag (maxLag <= 0: not checked).
+func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duration, now time.Time) error {
+	switch {
+	case down != nil:
+		return fmt.Errorf("%w: shard %d: store down: %v", ErrNotReady, shard, down)
+	case !st.Link.Connected:
+		return fmt.Errorf("%w: shard %d: not connected to the leader", ErrNotReady, shard)
+	}
+	if lag := st.WALLag(now, LagIdle); maxLag > 0 && lag > maxLag {
+		return fmt.Errorf("%w: shard %d: %v behind the leader (more than %v)", ErrNotReady, shard, lag.Round(time.Millisecond), maxLag)
+	}
+	return nil
+}
+
+// FollowerReady is the readiness check of a single-shard follower (see
+// NodeReady).
+func FollowerReady(f *follower.Follower, maxLag time.Duration) func() error {
+	return func() error { return shardReady(f.Shard(), f.Stats(), nil, maxLag, time.Now()) }
+}
+
+// NodeReady is the readiness check of a follower node: every shard's store
+// is open, connected to its leader, and at most maxLag behind it on the
+// WAL clock (follower.Stats.WALLag; maxLag <= 0 skips the lag check).
+func NodeReady(n *follower.Node, maxLag time.Duration) func() error {
+	return func() error {
+		now := time.Now()
+		var errs []error
+		for _, ss := range n.Stats().Shards {
+			if err := shardReady(ss.Shard, ss.Stats, ss.Err, maxLag, now); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
