@@ -231,7 +231,7 @@ func Open(dir string, opts *Options) (*Follower, error) {
 // RetentionHorizon — differs from opts (*MismatchError; see
 // SetRecordedOptions). A new store records opts' identity in its first
 // commit. A store Pebble cannot open because its recovery fails in the
-// background (a full disk, I/O errors) gives ErrStoreUnavailable at once
+// background (a full disk, I/O errors) gives ErrStoreUnavailable in bounded time
 // instead of hanging, and ctx ending gives ctx.Err() (see the notes in
 // open.go).
 func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
