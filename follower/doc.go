@@ -49,6 +49,13 @@
 // logged once at Warn as it starts, once at Error when it reaches the cap
 // (at once for a refusal no retry can fix, such as
 // replication.ErrWrongShard), at Info when it ends, and otherwise at Debug.
+// A leader's refusal reaches Serve typed (replication.ErrRefused wrapping
+// the reason: wrong shard, fenced, diverged, behind retention, unknown or
+// malformed follower ID), and a certificate either side refuses as
+// replication.ErrAuthFailed; Stats().Link counts them by reason
+// (PermanentReasons). Serve keeps redialling at the capped backoff, so an
+// operator's fix on the leader takes effect without a restart, unless
+// Options.StopOnPermanentRefusal makes it return ErrPermanentRefusal.
 //
 // # Store failure
 //

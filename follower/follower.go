@@ -22,9 +22,15 @@ import (
 // ErrClosed is returned by methods of a closed Follower.
 var ErrClosed = errors.New("follower: closed")
 
-// ErrNotStore is returned by OpenReadOnly for a directory that holds no
-// oncewal follower store.
+// ErrNotStore: a directory or Pebble store that is not an oncewal follower
+// store (Open refuses it unchanged).
 var ErrNotStore = errors.New("follower: not an oncewal follower store")
+
+// ErrPermanentRefusal: Serve stopped because the leader (or the transport's
+// authentication) refused the follower in a way no retry can fix, and
+// Options.StopOnPermanentRefusal is set. It wraps the refusal, so
+// errors.Is(err, replication.ErrWrongShard) and the like work.
+var ErrPermanentRefusal = errors.New("follower: refused for good")
 
 // Options configures a Follower. Every zero field takes the default named in
 // its comment (see EnsureDefaults); Open validates the result and reports all
@@ -88,6 +94,16 @@ type Options struct {
 	// [1−J, 1+J] times the backoff, so followers that lost a leader together
 	// do not redial it in step. Default 0.5; at most 1; negative: none.
 	ReconnectJitter float64
+	// StopOnPermanentRefusal makes Serve return ErrPermanentRefusal
+	// (wrapping the refusal) at the first connection attempt that fails
+	// for a reason no retry can fix: a wrong shard, a fenced leader, a
+	// diverged follower or one behind the leader's retained log, an unknown
+	// or malformed follower ID, a certificate either side refuses. Default
+	// false: Serve keeps redialling at the longest backoff (logging the
+	// refusal once at Error), so that an operator's fix on the leader —
+	// registering the follower, rotating a certificate — takes effect
+	// without a restart.
+	StopOnPermanentRefusal bool
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
@@ -216,7 +232,7 @@ func Open(dir string, opts *Options) (*Follower, error) {
 // RetentionHorizon — differs from opts (*MismatchError; see
 // SetRecordedOptions). A new store records opts' identity in its first
 // commit. A store Pebble cannot open because its recovery fails in the
-// background (a full disk, I/O errors) gives ErrStoreUnavailable at once
+// background (a full disk, I/O errors) gives ErrStoreUnavailable in bounded time
 // instead of hanging, and ctx ending gives ctx.Err() (see the notes in
 // open.go).
 func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
@@ -383,7 +399,8 @@ func (f *Follower) stop() bool {
 // attempts is logged once at Warn when it starts, once at Error when it
 // lasts (at once for a refusal no retry can fix), and at Info when a
 // connection works again; every attempt in between at Debug. It returns nil
-// when stopped by ctx or Close.
+// when stopped by ctx or Close, and ErrPermanentRefusal at a refusal no
+// retry can fix when Options.StopOnPermanentRefusal is set.
 func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	f.life.RLock()
 	if f.stopped {
@@ -442,6 +459,10 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 			log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
 		} else {
 			f.link.failed(err)
+			if f.opts.StopOnPermanentRefusal && permanent(err) {
+				log.Error("oncewal follower: refused for good; stopping", "err", err)
+				return fmt.Errorf("%w: %w", ErrPermanentRefusal, err)
+			}
 			streak.fail(log, err, capped, wait)
 		}
 		t := time.NewTimer(wait)

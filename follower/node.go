@@ -294,7 +294,10 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 }
 
 // Serve serves every shard concurrently, shard s through dial(s), until ctx
-// ends or the node is closed; it returns nil then. A shard for which dial
+// ends or the node is closed; it returns nil then. With
+// Options.StopOnPermanentRefusal, a shard the leader refuses for good stops
+// alone; Serve returns, once every shard stopped, the joined
+// ErrPermanentRefusal errors of those shards. A shard for which dial
 // returns nil is not served (its batches can still be given to Apply). Each shard redials on its
 // own (Follower.Serve). When a shard's store fails
 // (replication.ErrStoreFailed) only that shard stops: the node closes its
@@ -330,18 +333,22 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 		}
 	}()
 	var wg sync.WaitGroup
-	for _, ns := range n.shards {
+	errs := make([]error, len(n.shards))
+	for i, ns := range n.shards {
 		d := dial(ns.shard)
 		if d == nil {
 			continue
 		}
-		wg.Go(func() { n.serveShard(ctx, ns, d) })
+		wg.Go(func() { errs[i] = n.serveShard(ctx, ns, d) })
 	}
 	wg.Wait()
-	return nil
+	return errors.Join(errs...)
 }
 
-func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dialer) {
+// serveShard serves one shard until ctx ends (nil) or, with
+// Options.StopOnPermanentRefusal, the leader refuses it for good (that
+// error, marked with the shard).
+func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dialer) error {
 	log := ns.opts.Logger
 	for ctx.Err() == nil {
 		ns.mu.RLock()
@@ -352,7 +359,10 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 			// here, after Serve returned.
 			err := f.Serve(ctx, d)
 			if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) {
-				return // stopped, or the node is closing this follower
+				return nil // stopped, or the node is closing this follower
+			}
+			if errors.Is(err, ErrPermanentRefusal) {
+				return fmt.Errorf("shard %d: %w", ns.shard, err)
 			}
 			log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
 			ns.mu.Lock()
@@ -361,6 +371,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 		}
 		n.reopen(ctx, ns)
 	}
+	return nil
 }
 
 // retire closes the current follower after a failure. Caller holds ns.mu.

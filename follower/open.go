@@ -12,15 +12,16 @@ package follower
 // flush or compaction that succeeds) before Pebble retries, so a failing
 // disk is retried slowly instead of in a hot loop. OpenContext returns
 // ErrStoreUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
-// works), at the first background error of the open, and ctx.Err() when ctx
-// ends first.
+// works), after openGiveUp background errors in a row during the open (a
+// retry can succeed: a failed flush's partial file is deleted, freeing its
+// space), and ctx.Err() when ctx ends first.
 //
 // An open that was given up keeps retrying in the background (Pebble offers
 // no way to stop it) and holds the store's lock meanwhile. A later Open of
 // the same directory, on the same vfs.FS, in this process joins it instead
 // of failing on the lock: it gets the store if a retry succeeds, else the
-// error again after the next failed retry (within the 1s backoff cap and
-// one flush). An open that succeeds with nobody waiting closes the store
+// error again after openGiveUp more failed retries (a few seconds at the
+// 1s backoff cap). An open that succeeds with nobody waiting closes the store
 // again, so a freed disk leaves no store open behind anyone's back. When
 // Pebble declares the open fatal instead (storeLogger), the open is dead:
 // every later Open in this process gets ErrStoreUnavailable at once.
@@ -61,11 +62,15 @@ import (
 // store over if a retry succeeded (see the package notes).
 var ErrStoreUnavailable = errors.New("follower: store cannot be opened now")
 
-// Background error backoff: the first wait and the cap.
+// Background error backoff: the first wait and the cap; how long a
+// store's background errors are logged only once; the background errors
+// in a row an Open waits through before it gives up (about 0.3s of retries
+// from the first backoff, at most ~5s at the cap).
 const (
 	bgBackoffFirst = 10 * time.Millisecond
 	bgBackoffMax   = time.Second
 	bgLogEvery     = 30 * time.Second
+	openGiveUp     = 5
 )
 
 // storeEvents is a store's Pebble EventListener state: background errors
@@ -291,11 +296,24 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 		opens.mu.Unlock()
 	}
 
-	select {
-	case <-p.done:
-	case <-p.ev.nextFailure():
-	case <-p.ev.dead:
-	case <-ctx.Done():
+	// A failed flush can succeed when Pebble retries it (the failed
+	// attempt's partial file is deleted, freeing its space), so the open is
+	// given up only after openGiveUp failures in a row while this caller
+	// waits.
+wait:
+	for failures := 0; ; {
+		select {
+		case <-p.done:
+			break wait
+		case <-p.ev.nextFailure():
+			if failures++; failures >= openGiveUp {
+				break wait
+			}
+		case <-p.ev.dead:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	opens.mu.Lock()
 	p.waiters--

@@ -61,19 +61,49 @@ type linkStreak struct {
 	errored  bool
 }
 
-// permanent reports whether err is a refusal that only an operator can fix
-// (wrong shard, fenced, diverged or unknown follower, a follower behind the
-// leader's retained log, a hello the leader rejects).
-func permanent(err error) bool {
-	for _, target := range []error{replication.ErrWrongShard, replication.ErrFenced, replication.ErrDiverged,
-		replication.ErrBadHello, replication.ErrStaleEpoch, replication.ErrBehindRetention,
-		replication.ErrUnknownFollower, replication.ErrBadFollowerID} {
-		if errors.Is(err, target) {
-			return true
+// permanentReasons are the failures no retry can fix — only an operator
+// can (wrong shard, fenced, diverged or unknown follower, a follower behind
+// the leader's retained log, a hello the leader rejects, a certificate
+// either side refuses) — with the names LinkStats.Refusals and the metrics
+// use, most specific first (a refusal may wrap several).
+var permanentReasons = [...]struct {
+	name string
+	err  error
+}{
+	{"wrong_shard", replication.ErrWrongShard},
+	{"fenced", replication.ErrFenced},
+	{"stale_epoch", replication.ErrStaleEpoch},
+	{"diverged", replication.ErrDiverged},
+	{"behind_retention", replication.ErrBehindRetention},
+	{"unknown_follower", replication.ErrUnknownFollower},
+	{"bad_follower_id", replication.ErrBadFollowerID},
+	{"bad_hello", replication.ErrBadHello},
+	{"auth", replication.ErrAuthFailed},
+}
+
+// PermanentReasons lists the names of the permanent failures LinkStats
+// counts (LinkStats.Refusals keys), in order.
+func PermanentReasons() []string {
+	out := make([]string, len(permanentReasons))
+	for i, r := range permanentReasons {
+		out[i] = r.name
+	}
+	return out
+}
+
+// permanentReason names err's permanent reason, or "" for a failure a retry
+// may fix.
+func permanentReason(err error) string {
+	for _, r := range permanentReasons {
+		if errors.Is(err, r.err) {
+			return r.name
 		}
 	}
-	return false
+	return ""
 }
+
+// permanent reports whether err is a failure no retry can fix.
+func permanent(err error) bool { return permanentReason(err) != "" }
 
 // fail records a failed attempt; capped says the wait that follows is at
 // the backoff cap.
@@ -113,28 +143,40 @@ type LinkStats struct {
 	// Failures counts attempts that failed: the dial, or the connection
 	// before it delivered a batch (a refused hello ends it at once).
 	Failures uint64
-	// Permanent counts the failures that were refusals no retry can fix
-	// (wrong shard, fenced, diverged, behind retention, unknown follower,
-	// bad follower ID, a bad certificate).
+	// Permanent counts the failures no retry can fix; Refusals breaks them
+	// down by reason (PermanentReasons: wrong_shard, fenced, stale_epoch,
+	// diverged, behind_retention, unknown_follower, bad_follower_id,
+	// bad_hello, auth — a certificate either side refused).
 	Permanent uint64
+	Refusals  map[string]uint64
 	// LastBatch is when the last batch arrived (unix ns; 0: none yet).
 	LastBatch int64
 }
 
 type linkCounters struct {
-	connected                     atomic.Bool
-	attempts, failures, permanent atomic.Uint64
-	lastBatch                     atomic.Int64
+	connected          atomic.Bool
+	attempts, failures atomic.Uint64
+	refusals           [len(permanentReasons)]atomic.Uint64
+	lastBatch          atomic.Int64
 }
 
 func (c *linkCounters) failed(err error) {
 	c.failures.Add(1)
-	if permanent(err) {
-		c.permanent.Add(1)
+	for i := range permanentReasons {
+		if errors.Is(err, permanentReasons[i].err) {
+			c.refusals[i].Add(1)
+			return
+		}
 	}
 }
 
 func (c *linkCounters) snapshot() LinkStats {
-	return LinkStats{Connected: c.connected.Load(), Attempts: c.attempts.Load(), Failures: c.failures.Load(),
-		Permanent: c.permanent.Load(), LastBatch: c.lastBatch.Load()}
+	st := LinkStats{Connected: c.connected.Load(), Attempts: c.attempts.Load(), Failures: c.failures.Load(),
+		LastBatch: c.lastBatch.Load(), Refusals: make(map[string]uint64, len(permanentReasons))}
+	for i, r := range permanentReasons {
+		n := c.refusals[i].Load()
+		st.Refusals[r.name] = n
+		st.Permanent += n
+	}
+	return st
 }

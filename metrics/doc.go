@@ -52,6 +52,9 @@
 //	last_batch_timestamp_seconds        gauge    when the last batch arrived
 //	connection_attempts_total           counter  dials
 //	connection_failures_total{kind}     counter  failed attempts: transient, permanent (a refusal no retry fixes)
+//	refusals_total{reason}              counter  permanent failures: wrong_shard, fenced, stale_epoch, diverged,
+//	                                             behind_retention, unknown_follower, bad_follower_id, bad_hello,
+//	                                             auth (a certificate either side refused)
 //	store_reopens_total                 counter  (node) reopens of a shard whose store failed
 //	store_down                          gauge    (node) 1 while the shard's store is failed
 //	node_batches_refused_total{reason}  counter  (node, no shard label) wrong_shard, corrupt

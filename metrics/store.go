@@ -165,8 +165,8 @@ func fsyncHistogram(db *pebble.DB, desc *prometheus.Desc, labels ...string) (m p
 
 // linkDescs are a follower's connection metrics.
 type linkDescs struct {
-	connected, lag, lastBatch, attempts, failures *prometheus.Desc
-	all                                           []*prometheus.Desc
+	connected, lag, lastBatch, attempts, failures, refusals *prometheus.Desc
+	all                                                     []*prometheus.Desc
 }
 
 func newLinkDescs() *linkDescs {
@@ -181,6 +181,7 @@ func newLinkDescs() *linkDescs {
 	d.lastBatch = def("last_batch_timestamp_seconds", "When the last batch arrived (unix seconds; 0: none yet).")
 	d.attempts = def("connection_attempts_total", "Connection attempts (dials) to the leader.")
 	d.failures = def("connection_failures_total", "Failed connection attempts, by kind: transient, or permanent (a refusal no retry fixes).", "kind")
+	d.refusals = def("refusals_total", "Permanent connection failures by reason (follower.PermanentReasons).", "reason")
 	return d
 }
 
@@ -197,4 +198,7 @@ func (d *linkDescs) emit(e emitter, shard uint32, st follower.Stats, now time.Ti
 	e.counter(d.attempts, l.Attempts, s)
 	e.counter(d.failures, l.Failures-l.Permanent, s, "transient")
 	e.counter(d.failures, l.Permanent, s, "permanent")
+	for _, reason := range follower.PermanentReasons() {
+		e.counter(d.refusals, l.Refusals[reason], s, reason)
+	}
 }

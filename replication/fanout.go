@@ -504,7 +504,7 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 	f.mu.Lock()
 	p, err := f.routeLocked(hello)
 	if err == nil && hello.Shard != f.opts.Shard {
-		err = fmt.Errorf("%w: hello for shard %d, serving %d", ErrBadHello, hello.Shard, f.opts.Shard)
+		err = fmt.Errorf("%w: %w: hello for shard %d, serving %d", ErrBadHello, ErrWrongShard, hello.Shard, f.opts.Shard)
 	}
 	if err != nil {
 		f.mu.Unlock()
@@ -555,13 +555,7 @@ func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
 	// transport that can carry the reason to the follower (RefusingConn)
 	// ends the connection with it.
 	if c != nil {
-		defer func() {
-			if rc, ok := c.(RefusingConn); ok {
-				rc.Refuse(err)
-			} else {
-				c.Close()
-			}
-		}()
+		defer endConn(c, err)
 	}
 	reason := f.refused.count(err)
 	if p != nil {

@@ -234,8 +234,9 @@ type InProcess struct {
 }
 
 var (
-	_ Listener = (*InProcess)(nil)
-	_ Dialer   = (*InProcess)(nil)
+	_ Listener     = (*InProcess)(nil)
+	_ Dialer       = (*InProcess)(nil)
+	_ RefusingConn = (*leaderEnd)(nil)
 )
 
 // NewInProcess returns a transport that injects faults (defaults applied,
@@ -398,6 +399,9 @@ type pipe struct {
 	toL    queue[Ack]
 	held   []heldBatch
 	timers map[*time.Timer]struct{}
+	// refusal is why the leader refused the connection (Refuse); the
+	// follower's calls return it.
+	refusal error
 }
 
 // errLocked is the error a call on side gets once the pipe is broken.
@@ -407,6 +411,9 @@ func (p *pipe) errLocked(side int) error {
 	}
 	if p.closed[side] || p.t.closed {
 		return ErrClosed
+	}
+	if side == followerSide && p.refusal != nil {
+		return fmt.Errorf("%w: %w: %w", ErrDisconnected, ErrRefused, p.refusal)
 	}
 	return ErrDisconnected
 }
@@ -582,6 +589,18 @@ func (c *leaderEnd) Recv(ctx context.Context) (Ack, error) {
 }
 
 func (c *leaderEnd) Close() error { return c.p.close(leaderSide) }
+
+// Refuse implements RefusingConn: the connection ends as with Close, and
+// the follower's calls return reason, wrapped with ErrDisconnected and
+// ErrRefused.
+func (c *leaderEnd) Refuse(reason error) error {
+	c.p.t.mu.Lock()
+	if !c.p.broken && reason != nil {
+		c.p.refusal = reason
+	}
+	c.p.t.mu.Unlock()
+	return c.p.close(leaderSide)
+}
 
 type followerEnd struct{ p *pipe }
 

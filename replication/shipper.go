@@ -450,7 +450,7 @@ func (l *shipLoop) takeConn(ctx context.Context) error {
 	}
 	if err := l.checkHello(a.hello); err != nil {
 		if errors.Is(err, ErrFenced) {
-			a.conn.Close()
+			endConn(a.conn, err)
 			return err
 		}
 		l.f.refuse(l.p, a.hello, err, a.conn)
@@ -539,7 +539,7 @@ func (l *shipLoop) readerFailed(err error) {
 		err = fmt.Errorf("%w: %w", ErrBehindRetention, err)
 	}
 	if errors.Is(err, ErrBehindRetention) {
-		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, nil)
+		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, l.conn)
 		l.dropConn()
 		return
 	}

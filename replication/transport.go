@@ -64,7 +64,29 @@ var (
 	// ErrBadFollowerID: a follower ID that is not 1..MaxFollowerIDLen bytes
 	// of [A-Za-z0-9._-] (see ValidFollowerID).
 	ErrBadFollowerID = errors.New("replication: bad follower ID")
+	// ErrRefused: the leader refused the connection and said why. The
+	// error a follower's Dial or Recv returns wraps ErrRefused,
+	// ErrDisconnected (the connection is over) and, when the transport
+	// carried it, the reason's sentinel: ErrWrongShard, ErrFenced,
+	// ErrStaleEpoch, ErrDiverged, ErrBehindRetention, ErrUnknownFollower,
+	// ErrBadFollowerID or ErrBadHello.
+	ErrRefused = errors.New("replication: refused by the leader")
+	// ErrAuthFailed: the transport could not authenticate the peer, or the
+	// peer refused this side's credentials (a certificate from another CA,
+	// an expired one, a name mismatch). Wrapped with ErrDisconnected and the
+	// TLS or x509 error (errors.As works on them).
+	ErrAuthFailed = errors.New("replication: authentication failed")
 )
+
+// endConn ends c with reason when its transport can carry one to the
+// follower (RefusingConn), else closes it.
+func endConn(c LeaderConn, reason error) {
+	if rc, ok := c.(RefusingConn); ok {
+		_ = rc.Refuse(reason)
+		return
+	}
+	_ = c.Close()
+}
 
 // MaxFollowerIDLen bounds a follower ID, so that it fits a fixed-size hello.
 const MaxFollowerIDLen = 64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const followerSynopsis = `follower --dir DIR --leader ADDR --id NAME [--shard N | --shards N]
@@ -32,8 +35,14 @@ side.
 --id is this follower's stable name, sent in every hello: the leader serves
 only the followers registered with its --followers, one stream each, and
 refuses any other (the refusal and its reason are logged here, and the
-follower keeps retrying). Stops cleanly on SIGINT/SIGTERM (the stores are
-flushed and closed); logs its stats every --stats-interval.`
+follower keeps retrying; --stop-on-refusal exits 1 instead). A DIR that is
+not what was asked for (a node directory given with --shard, a single store
+with --shards, a WAL or leader directory, unrelated files, a store of
+another shard or with other options) is refused unchanged. Stops cleanly on
+SIGINT/SIGTERM, also while a store is opening (the stores are flushed and
+closed); logs its stats every --stats-interval. --metrics-addr serves
+/metrics, /healthz and /readyz (ready: every store open, connected, within
+--ready-max-lag of the leader).`
 
 func runFollower(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("follower", followerSynopsis, stderr)
@@ -46,6 +55,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
+	stopOnRefusal := fs.Bool("stop-on-refusal", false, "exit 1 when the leader refuses this follower for a reason no retry fixes (wrong shard, unknown ID, diverged, behind retention, a refused certificate)")
+	mf := addMetricsFlags(fs, true)
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
@@ -75,6 +86,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
@@ -97,7 +109,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := serveFollower(ctx, log, followerConfig{
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
-		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery,
+		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
+		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -112,7 +125,12 @@ type followerConfig struct {
 	tls             *tls.Config // nil: insecure
 	noSync          bool
 	statsEvery      time.Duration
+	stopOnRefusal   bool
+	metricsAddr     string                                  // "": no metrics server
+	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
+	openedRows      func(rows func() []follower.ShardStats) // tests: each shard's figures, once open
+	metricsServing  func(addr string)                       // tests: the metrics server's address
 }
 
 func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err error) {
@@ -121,29 +139,33 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log}
+	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal}
 	var (
-		serve   func(context.Context) error
-		rows    func() []follower.ShardStats
-		closeFn func() error
+		serve     func(context.Context) error
+		rows      func() []follower.ShardStats
+		closeFn   func() error
+		collector prometheus.Collector
+		ready     func() error
 	)
 	if c.shards > 0 {
 		shards := make([]uint32, c.shards)
 		for i := range shards {
 			shards[i] = uint32(i)
 		}
-		n, err := follower.OpenNode(c.dir, shards, &follower.NodeOptions{Follower: fo})
+		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: fo})
 		if err != nil {
 			return err
 		}
+		collector, ready = metrics.NewNodeCollector(n), metrics.NodeReady(n, c.readyMaxLag)
 		serve = func(ctx context.Context) error { return n.Serve(ctx, func(uint32) replication.Dialer { return d }) }
 		rows = func() []follower.ShardStats { return n.Stats().Shards }
 		closeFn = n.Close
 	} else {
-		f, err := follower.Open(c.dir, &fo)
+		f, err := follower.OpenContext(ctx, c.dir, &fo)
 		if err != nil {
 			return err
 		}
+		collector, ready = metrics.NewFollowerCollector(f), metrics.FollowerReady(f, c.readyMaxLag)
 		serve = func(ctx context.Context) error { return f.Serve(ctx, d) }
 		rows = func() []follower.ShardStats {
 			lsn, epoch := f.Position()
@@ -163,6 +185,17 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			log.Info("oncewal follower: closed", "shard", s.Shard, "applied_lsn", s.AppliedLSN, "epoch", s.Epoch)
 		}
 	}()
+	addr, stopMetrics, err := serveMetrics(c.metricsAddr, log, ready, collector)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	defer stopMetrics()
+	if c.metricsServing != nil {
+		c.metricsServing(addr)
+	}
+	if c.openedRows != nil {
+		c.openedRows(rows)
+	}
 	if c.opened != nil {
 		c.opened(func(shard uint32) uint64 {
 			for _, s := range rows() {

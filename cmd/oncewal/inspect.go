@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -187,9 +188,17 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	// The store does not record the window capacity the follower ran with;
-	// this is the window a follower opened with the default would start with.
-	window, journal, err := replication.JournalWindow(db, idempotency.DefaultCapacity)
+	// The window a follower opened with the recorded capacity starts with
+	// (a store older than its identity record: the default capacity).
+	id, recorded, err := follower.ReadIdentity(db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	capacity, capNote := idempotency.DefaultCapacity, "assumed"
+	if recorded {
+		capacity, capNote = id.WindowCapacity, "recorded"
+	}
+	window, journal, err := replication.JournalWindow(db, capacity)
 	if err != nil {
 		return fmt.Errorf("%s: reading the window journal: %w", dir, err)
 	}
@@ -213,7 +222,10 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 		fmt.Fprintf(out, "epoch:        %d\n", epoch)
 		fmt.Fprintf(out, "last batch:   %s\n", fmtBatchRef(last))
 		fmt.Fprintf(out, "wal clock:    %s\n", fmtTS(clock))
-		fmt.Fprintf(out, "window:       %d keys (journal holds %d; capacity assumed %d)\n", window, journal, idempotency.DefaultCapacity)
+		if recorded {
+			fmt.Fprintf(out, "identity:     %s\n", id)
+		}
+		fmt.Fprintf(out, "window:       %d keys (journal holds %d; capacity %s %d)\n", window, journal, capNote, capacity)
 	}
 
 	// Sessions are the union of those with an HWM record and those with

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/wal"
@@ -52,7 +53,9 @@ non-idempotent adds, each with a client request key; --retry-rate of them
 sent again with the same key, as a client retries after a lost answer).
 --ack waits for that many followers' acknowledgements of each batch before
 the next (none, one, majority, all). Logs one stats line per shard and per
-follower every --stats-interval; stops cleanly on SIGINT/SIGTERM.`
+follower every --stats-interval; stops cleanly on SIGINT/SIGTERM.
+--metrics-addr serves /metrics, /healthz and /readyz (ready: open and
+shipping).`
 
 // Bounds of the flags. A batch of maxGenerateBatch generated events stays
 // far below wal.MaxBodySize; more sessions than maxGenerateSessions only
@@ -82,6 +85,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	retryRate := fs.Float64("retry-rate", 0.01, "share of generated requests sent twice with the same client key")
 	ack := fs.String("ack", "none", "generator: wait for this many followers per batch: none, one, majority, all")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
+	mf := addMetricsFlags(fs, false)
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
@@ -109,6 +113,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 		c.failf("--ack %q is not one of none, one, majority, all", *ack)
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
@@ -132,7 +137,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
 		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize,
 		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
-		statsEvery: *statsEvery,
+		statsEvery: *statsEvery, metricsAddr: *mf.addr,
 	}); err != nil {
 		log.Error("oncewal leader: stopped", "dir", *dir, "err", err)
 		return exitFailure
@@ -193,7 +198,9 @@ type leaderConfig struct {
 	segmentSize int64
 	gen         genConfig
 	statsEvery  time.Duration
+	metricsAddr string                              // "": no metrics server
 	ready       func(addr string, l *leader.Leader) // tests: called once serving
+	metrics     func(addr string)                   // tests: the metrics server's address
 }
 
 // lateListener is a shard's Listener before the server exists: the leader
@@ -246,6 +253,20 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	shipping := func() error {
+		if runCtx.Err() != nil {
+			return fmt.Errorf("%w: the leader stopped shipping", metrics.ErrNotReady)
+		}
+		return nil
+	}
+	maddr, stopMetrics, err := serveMetrics(c.metricsAddr, log, shipping, metrics.NewLeaderCollector(l))
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	defer stopMetrics()
+	if c.metrics != nil {
+		c.metrics(maddr)
+	}
 	var wg sync.WaitGroup
 	var runErr, genErr error
 	wg.Go(func() {

@@ -173,8 +173,8 @@ func (d *Dialer) logDialError(err error) {
 	switch {
 	case errors.Is(err, ErrRefused):
 		what = "oncewal follower: the leader refused this follower"
-	case strings.Contains(msg, "handshake") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
-		what = "oncewal follower: cannot reach leader: TLS handshake failed"
+	case errors.Is(err, replication.ErrAuthFailed):
+		what = "oncewal follower: cannot reach leader: TLS authentication failed"
 	}
 	d.opts.Logger.Log(context.Background(), level, what, "leader", d.addr, "err", msg)
 }
@@ -235,8 +235,14 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		return nil, fmt.Errorf("grpctransport: dial: %w", err)
 	}
 	o := &d.opts
+	creds := d.creds
+	var probe *authProbe
+	if !o.Insecure {
+		probe = newAuthProbe(d.creds)
+		creds = probe
+	}
 	cc, err := grpc.NewClient("passthrough:///"+d.addr,
-		grpc.WithTransportCredentials(d.creds),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(
 			grpc.ForceCodecV2(rawCodec{}),
 			grpc.MaxCallRecvMsgSize(1+o.MaxBatchSize),
@@ -264,6 +270,11 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		cc.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if probe != nil && !errors.Is(err, replication.ErrRefused) {
+			if authErr := probe.slot.get(); authErr != nil {
+				return nil, fmt.Errorf("%w: %w: dial %s: TLS: %w", replication.ErrDisconnected, replication.ErrAuthFailed, d.addr, authErr)
+			}
 		}
 		return nil, err
 	}

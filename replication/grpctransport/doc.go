@@ -39,9 +39,12 @@
 // with Refuse (replication.RefusingConn): the stream's status carries the
 // refusal's kind and text, and the follower's Recv (or Dial) returns an
 // error wrapping ErrRefused, replication.ErrDisconnected and the refusal's
-// own sentinel (replication.ErrUnknownFollower, ErrDiverged,
-// ErrBehindRetention, ErrBadHello, ErrWrongShard), so the follower's redial
-// loop knows that retrying alone will not fix it and logs why.
+// own sentinel (replication.ErrWrongShard, ErrFenced, ErrStaleEpoch,
+// ErrDiverged, ErrBehindRetention, ErrUnknownFollower, ErrBadFollowerID,
+// ErrBadHello — the most specific one a refusal wraps), so the follower's
+// redial loop knows that retrying alone will not fix it, logs why and
+// counts it by reason. ErrRefused is replication.ErrRefused, which the
+// in-process transport returns too.
 //
 // # Wire format
 //
@@ -101,9 +104,14 @@
 // handshake that fails on the leader (certificate from another CA, expired,
 // missing, or a plaintext client) is logged with its reason at Warn and the
 // connection is closed before any stream exists, so no batch is read or
-// sent. The follower logs its failed dials (a leader it cannot verify) at
-// Warn, once per distinct reason per 30 s. Insecure (plaintext) exists for
-// tests and loopback experiments only.
+// sent. The follower's Dial returns an error wrapping
+// replication.ErrAuthFailed and the TLS or x509 error whichever side
+// refused the certificate (authprobe.go: in TLS 1.3 the leader's refusal of
+// the follower's certificate arrives as an alert after the client's
+// handshake, so the Dial reads the leader's first byte before it returns),
+// which the follower's redial loop counts as permanent; it also logs its
+// failed dials at Warn, once per distinct reason per 30 s. Insecure
+// (plaintext) exists for tests and loopback experiments only.
 //
 // CA, NewCA, Issue and GenerateCerts make ECDSA P-256 certificates for
 // trying this locally (oncewal gencerts); production brings its own PKI.

@@ -56,12 +56,10 @@ var (
 	ErrBadFrame = errors.New("grpctransport: malformed frame")
 	// ErrFrameTooLarge: a batch above MaxBatchFrame (sent or received).
 	ErrFrameTooLarge = errors.New("grpctransport: frame too large")
-	// ErrRefused: the leader refused the follower's stream and said why.
-	// The error also wraps replication.ErrDisconnected and the refusal's own
-	// sentinel (replication.ErrUnknownFollower, ErrDiverged,
-	// ErrBehindRetention, ErrBadHello, ErrWrongShard, …) with the leader's
-	// text, so a follower's redial loop can tell it from a network fault.
-	ErrRefused = errors.New("grpctransport: refused by the leader")
+	// ErrRefused is replication.ErrRefused: the leader refused the
+	// follower's stream and said why (the error wraps the reason's
+	// sentinel and replication.ErrDisconnected).
+	ErrRefused = replication.ErrRefused
 )
 
 func appendControl(dst []byte, typ, b1 byte, a replication.Ack) []byte {

@@ -3,6 +3,7 @@ package grpctransport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,25 +93,26 @@ func TestTLSRefusals(t *testing.T) {
 		client   func(t *testing.T) credentials.TransportCredentials
 		refuser  side
 		logParts []string
+		auth     bool // the follower's Dial says replication.ErrAuthFailed
 	}{
 		{"follower cert from another CA", good, clientCreds(&foreignFollower), leaderRefuses,
-			[]string{"refused follower connection", "unknown authority"}},
+			[]string{"refused follower connection", "unknown authority"}, true},
 		{"follower trusts another CA", good, func(t *testing.T) credentials.TransportCredentials {
 			_, ct := tlsPair(t, good)
 			ct.RootCAs = other.CA.Pool()
 			return credentials.NewTLS(ct)
-		}, followerRefuses, []string{"TLS handshake failed", "unknown authority"}},
+		}, followerRefuses, []string{"TLS authentication failed", "unknown authority"}, true},
 		{"no client certificate", good, func(t *testing.T) credentials.TransportCredentials {
 			_, ct := tlsPair(t, good)
 			ct.Certificates = nil // NewDialer refuses this; build the creds by hand
 			return credentials.NewTLS(ct)
-		}, leaderRefuses, []string{"refused follower connection", "didn't provide a certificate"}},
+		}, leaderRefuses, []string{"refused follower connection", "didn't provide a certificate"}, true},
 		{"plaintext client", good, func(*testing.T) credentials.TransportCredentials { return nil }, leaderRefuses,
-			[]string{"refused follower connection", "does not look like a TLS handshake"}},
+			[]string{"refused follower connection", "does not look like a TLS handshake"}, false},
 		{"expired follower certificate", good, clientCreds(&expiredFollower), leaderRefuses,
-			[]string{"refused follower connection", "expired"}},
+			[]string{"refused follower connection", "expired"}, true},
 		{"expired leader certificate", &expiredLeader, clientCreds(good), followerRefuses,
-			[]string{"TLS handshake failed", "expired"}},
+			[]string{"TLS authentication failed", "expired"}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,6 +178,19 @@ func TestTLSRefusals(t *testing.T) {
 			}
 			if tc.refuser == leaderRefuses && srv.Stats().RefusedTLS == 0 {
 				t.Error("server counted no refused handshake")
+			}
+			// The failure reaches the follower as a typed error, which its
+			// redial loop counts as permanent (a retry cannot fix it).
+			_, derr := d.Dial(ctx, replication.Ack{})
+			if tc.auth {
+				if !errors.Is(derr, replication.ErrAuthFailed) || !errors.Is(derr, replication.ErrDisconnected) {
+					t.Errorf("Dial: %v, want replication.ErrAuthFailed", derr)
+				}
+				if l := f.Stats().Link; l.Permanent == 0 || l.Refusals["auth"] == 0 {
+					t.Errorf("link stats %+v: the TLS failures are not counted as permanent", l)
+				}
+			} else if derr == nil {
+				t.Error("Dial succeeded")
 			}
 			if err := f.Close(); err != nil {
 				t.Fatal(err)

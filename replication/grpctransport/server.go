@@ -452,14 +452,18 @@ type refusalKind struct {
 	err  error
 }
 
+// refusalKinds are checked in order: a reason wrapping several sentinels (a
+// Fanout's wrong-shard or bad-ID refusal also wraps ErrBadHello) is sent as
+// the most specific.
 var refusalKinds = []refusalKind{
-	{"unknown-follower", replication.ErrUnknownFollower},
-	{"diverged", replication.ErrDiverged},
-	{"behind-retention", replication.ErrBehindRetention},
-	{"bad-hello", replication.ErrBadHello},
 	{"wrong-shard", replication.ErrWrongShard},
 	{"fenced", replication.ErrFenced},
 	{"stale-epoch", replication.ErrStaleEpoch},
+	{"diverged", replication.ErrDiverged},
+	{"behind-retention", replication.ErrBehindRetention},
+	{"unknown-follower", replication.ErrUnknownFollower},
+	{"bad-follower-id", replication.ErrBadFollowerID},
+	{"bad-hello", replication.ErrBadHello},
 }
 
 // refusalMessage is the status message of a stream refused with reason.
