@@ -17,7 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -48,17 +48,31 @@ func testOptions(fs vfs.FS) *follower.Options {
 // these short workloads never checkpoint: log and replay only).
 var logModes = []int{-1, 1, 3, 0}
 
-// encodeLog encodes a workload into the leader's shipped batches (LSNs from 1).
-func encodeLog(t testing.TB, w *testutil.Workload, shard uint32, epoch uint64) [][]byte {
+// hostile is the simulation's injection of log shapes no correct leader
+// writes (sim.Log.Hostile): verbatim re-appends and late writes to closed
+// sessions, which followers must still apply exactly once.
+var hostile = sim.HostileConfig{Reappends: 0.1, LateWrites: 0.02}
+
+// recordLog runs a generated client workload through a leader of shards
+// shards (sim.Record) and, with h set, injects hostile shapes into its log.
+func recordLog(t testing.TB, cfg sim.WorkloadConfig, shards int, h *sim.HostileConfig) *sim.Log {
 	t.Helper()
-	var out [][]byte
-	lsn := uint64(1)
-	for _, evs := range w.Batches {
-		raw, err := wal.AppendBatch(nil, shard, epoch, lsn, evs)
-		require.NoError(t, err)
-		out = append(out, raw)
-		lsn += uint64(len(evs))
+	log, err := sim.Record(sim.GenerateWorkload(cfg), shards)
+	require.NoError(t, err)
+	if h != nil {
+		hc := *h
+		hc.Seed = cfg.Seed
+		log = log.Hostile(hc)
 	}
+	return log
+}
+
+// encodeLog encodes shard 0 of a log into the leader's shipped batches
+// (LSNs from 1), stamped as shard.
+func encodeLog(t testing.TB, log *sim.Log, shard uint32, epoch uint64) [][]byte {
+	t.Helper()
+	out, err := log.Encode(0, shard, epoch)
+	require.NoError(t, err)
 	return out
 }
 
@@ -153,9 +167,9 @@ func (s *simFollower) Restart()                                     { s.restart(
 func (s *simFollower) Crash(rng *rand.Rand)                         { s.crash(rng) }
 
 // runSim drives one seed to completion and checks the invariant.
-func runSim(t testing.TB, seed uint64, cfg testutil.WorkloadConfig, faults bool) (*simNet, replication.Stats) {
+func runSim(t testing.TB, seed uint64, cfg sim.WorkloadConfig, faults bool) (*simNet, replication.Stats) {
 	cfg.Seed = seed
-	w := testutil.GenerateWorkload(cfg)
+	w := recordLog(t, cfg, 1, &hostile)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
 	sf := &simFollower{t: t, fs: vfs.NewCrashableMem(), opts: *testOptions(nil)}
 	sf.opts.WindowCapacity = 4096
@@ -268,7 +282,7 @@ func seedCount(t *testing.T, def int) (first uint64, n int) {
 // default, ONCEWAL_SEEDS=10000 for the long run, ONCEWAL_SEED=n to replay one.
 func TestExactlyOnceSeeds(t *testing.T) {
 	first, n := seedCount(t, 500)
-	cfg := testutil.WorkloadConfig{Sessions: 6, Events: 150, DupRate: 0.1, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
+	cfg := sim.WorkloadConfig{Sessions: 6, Requests: 150, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
 	var total replication.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
@@ -332,8 +346,7 @@ func (c *crashFS) MaybeError(op errorfs.Op) error {
 // (every one by default; ONCEWAL_LONG=1 also sweeps unsynced-data survival),
 // reopens from the crash image, finishes delivery and checks the invariant.
 func TestCrashSweep(t *testing.T) {
-	cfg := testutil.WorkloadConfig{Seed: 7, Sessions: 4, Events: 120, DupRate: 0.1, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}
-	w := testutil.GenerateWorkload(cfg)
+	w := recordLog(t, sim.WorkloadConfig{Seed: 7, Sessions: 4, Requests: 120, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}, 1, &hostile)
 	log := encodeLog(t, w, 0, 1)
 
 	// Count the write points of a fault-free run.
@@ -377,7 +390,7 @@ func TestCrashSweep(t *testing.T) {
 
 // runCrashPoint applies the whole log (each batch twice: redelivery) with
 // the counting filesystem in place, restarting cleanly half-way.
-func runCrashPoint(t *testing.T, w *testutil.Workload, log [][]byte, c *crashFS) {
+func runCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *crashFS) {
 	fs := errorfs.Wrap(c.mem, c)
 	open := func() *follower.Follower {
 		f, err := follower.Open("/follower", testOptions(fs))

@@ -18,7 +18,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -93,13 +93,13 @@ func liveFailover(t *testing.T, seed uint64) {
 	sid := session.ID{0x11, byte(seed)}
 	var (
 		histMu sync.Mutex
-		hist   []testutil.ClientOp
+		hist   []sim.ClientOp
 		ticks  atomic.Int64
 	)
 	call := func(r *req) int {
 		histMu.Lock()
 		defer histMu.Unlock()
-		hist = append(hist, testutil.ClientOp{Client: len(hist), Key: r.key, Counter: r.counter, Delta: r.delta, Call: ticks.Add(1)})
+		hist = append(hist, sim.ClientOp{Client: len(hist), Key: r.key, Counter: r.counter, Delta: r.delta, Call: ticks.Add(1)})
 		return len(hist) - 1
 	}
 	ret := func(op int, outcome []byte) {
@@ -117,7 +117,7 @@ func liveFailover(t *testing.T, seed uint64) {
 		ckey := fmt.Appendf(nil, "c%d", r.counter)
 		cur, err := f.State().Counter(sid, ckey)
 		require.NoError(t, err)
-		out := testutil.FailoverOutcome(r.key, r.counter, r.delta, cur)
+		out := sim.FailoverOutcome(r.key, r.counter, r.delta, cur)
 		h, err := l.Commit(c, out, wal.Event{Op: wal.OpAdd, Session: sid, Key: ckey, Delta: r.delta})
 		require.NoError(t, err)
 		return out, h

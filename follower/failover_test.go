@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,16 +68,16 @@ func TestFailoverRequestsExactlyOnce(t *testing.T) {
 		require.NoError(t, err)
 		seeds = []uint64{v}
 	}
-	var total testutil.FailoverResult
+	var total sim.FailoverResult
 	phases := map[int]int{}
 	for _, seed := range seeds {
-		res, err := testutil.RunFailover(testutil.FailoverConfig{
+		res, err := sim.RunFailover(sim.FailoverConfig{
 			Dir: t.TempDir(), Seed: seed, Async: seed%2 == 0, Requests: 12 + int(seed%29),
 		})
 		require.NoError(t, err, "seed %d", seed)
 		if !res.Verified {
 			t.Fatalf("seed %d (async=%v, killed at request %d %s): %v\nreplay: ONCEWAL_FAILOVER_SEED=%d go test -run TestFailoverRequestsExactlyOnce ./follower/",
-				seed, seed%2 == 0, res.KilledAt, testutil.KillPhaseName(res.KillPhase), res.VerifyErr, seed)
+				seed, seed%2 == 0, res.KilledAt, sim.KillPhaseName(res.KillPhase), res.VerifyErr, seed)
 		}
 		require.True(t, res.Fenced)
 		if r := checkHistory(t, res.History); r != porcupine.Ok {

@@ -16,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // ErrClosed is returned by methods of a closed Follower.
@@ -280,6 +281,15 @@ func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, err
 		default:
 			return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutStore, Detail: detail}
 		}
+	}
+	// Pebble creates a missing directory without syncing its parent, and a
+	// store whose directory a power failure takes loses every batch it
+	// acknowledged.
+	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
+		if fresh {
+			removeNewStore(o.FS, dir, existed)
+		}
+		return nil, fmt.Errorf("follower: creating store directory %s: %w", dir, err)
 	}
 	ev := newStoreEvents(o.Logger)
 	db, ev, err := openPebble(ctx, dir, pebbleOptions(&o, ev), ev)

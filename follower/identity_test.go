@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -38,7 +39,7 @@ func appliedStore(t *testing.T, dir string, o follower.Options) uint64 {
 // it (its writes then only in Pebble's WAL, for the next Open to flush).
 func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64 {
 	t.Helper()
-	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 5, Sessions: 4, Events: 200, BatchSize: 20})
+	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Sessions: 4, Requests: 200, BatchSize: 20}, 1, nil)
 	o.Logger = quietLogger
 	f, err := follower.Open(dir, &o)
 	require.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +20,7 @@ import (
 // refuse everything after it, and — once reopened with the fault cleared —
 // finish delivery with the exactly-once invariant intact.
 func TestIOErrors(t *testing.T) {
-	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 3, Sessions: 5, Events: 300, DupRate: 0.1, RetryRate: 0.1, BatchSize: 10})
+	w := recordLog(t, sim.WorkloadConfig{Seed: 3, Sessions: 5, Requests: 300, RetryRate: 0.1, BatchSize: 10}, 1, &hostile)
 	log := encodeLog(t, w, 0, 1)
 	// Pebble's WAL is written with Write and made durable with SyncData.
 	kinds := map[string]errorfs.OpKind{"write": errorfs.OpFileWrite, "syncdata": errorfs.OpFileSyncData}

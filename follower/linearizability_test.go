@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
 
 // requestModel is the sequential specification of the request API the
 // failover simulation's clients use, for porcupine: a request (key, counter,
 // delta) executes the first time its key is seen — the counter grows by
-// delta and the answer is testutil.FailoverOutcome of the counter's value
+// delta and the answer is sim.FailoverOutcome of the counter's value
 // then — and every later request of the key answers that recorded outcome
 // again, verbatim, without touching the counter. A history is correct iff
 // some order of its operations, consistent with real time (an operation
@@ -46,7 +46,7 @@ var requestModel = porcupine.Model{
 		if rec, ok := st.done[in.key]; ok {
 			return rec == string(out), st // a replay of the recorded outcome
 		}
-		want := testutil.FailoverOutcome(in.key, in.counter, in.delta, st.value)
+		want := sim.FailoverOutcome(in.key, in.counter, in.delta, st.value)
 		if !bytes.Equal(want, out) {
 			return false, st
 		}
@@ -97,7 +97,7 @@ func sortedKeys(m map[int][]porcupine.Operation) []int {
 // answers (asynchronous replication, died with A) are left out: they are
 // not part of the surviving history (the run itself verifies they are
 // exactly the asynchronous window).
-func checkHistory(t *testing.T, h []testutil.ClientOp) porcupine.CheckResult {
+func checkHistory(t *testing.T, h []sim.ClientOp) porcupine.CheckResult {
 	t.Helper()
 	ops := make([]porcupine.Operation, 0, len(h))
 	for _, o := range h {
@@ -118,7 +118,7 @@ func checkHistory(t *testing.T, h []testutil.ClientOp) porcupine.CheckResult {
 // replayed), with a replay that differs from the recorded outcome, or with
 // an execution that missed an earlier one (a stale counter read) fails.
 func TestFailoverHistoryCheckerCatchesViolations(t *testing.T) {
-	res, err := testutil.RunFailover(testutil.FailoverConfig{Dir: t.TempDir(), Seed: 7, Requests: 30})
+	res, err := sim.RunFailover(sim.FailoverConfig{Dir: t.TempDir(), Seed: 7, Requests: 30})
 	require.NoError(t, err)
 	require.True(t, res.Verified, "%v", res.VerifyErr)
 	require.Equal(t, porcupine.Ok, checkHistory(t, res.History))
@@ -136,33 +136,33 @@ func TestFailoverHistoryCheckerCatchesViolations(t *testing.T) {
 		}
 	}
 	require.NotEqual(t, -1, first)
-	mutate := func(f func(h []testutil.ClientOp)) []testutil.ClientOp {
-		h := append([]testutil.ClientOp(nil), res.History...)
+	mutate := func(f func(h []sim.ClientOp)) []sim.ClientOp {
+		h := append([]sim.ClientOp(nil), res.History...)
 		f(h)
 		return h
 	}
 	// Executed twice: the second answer as a fresh execution would give it.
-	twice := mutate(func(h []testutil.ClientOp) {
+	twice := mutate(func(h []sim.ClientOp) {
 		o := h[first]
 		var after int64
 		_, err := fmt.Sscanf(string(o.Outcome[strings.LastIndex(string(o.Outcome), "=")+1:]), " %d", &after)
 		require.NoError(t, err)
-		h[second].Outcome = testutil.FailoverOutcome(o.Key, o.Counter, o.Delta, after)
+		h[second].Outcome = sim.FailoverOutcome(o.Key, o.Counter, o.Delta, after)
 	})
 	require.Equal(t, porcupine.Illegal, checkHistory(t, twice), "a double execution passed")
 	// A replay that is not verbatim.
-	altered := mutate(func(h []testutil.ClientOp) { h[second].Outcome = append(bytes.Clone(h[second].Outcome), ' ') })
+	altered := mutate(func(h []sim.ClientOp) { h[second].Outcome = append(bytes.Clone(h[second].Outcome), ' ') })
 	require.Equal(t, porcupine.Illegal, checkHistory(t, altered), "an altered replay passed")
 	// An execution that missed its predecessor on the counter (a stale
 	// read): the second key executed on a counter answers as if the first
 	// had not happened.
-	before := func(o testutil.ClientOp) int64 {
+	before := func(o sim.ClientOp) int64 {
 		var after int64
 		_, err := fmt.Sscanf(string(o.Outcome[strings.LastIndex(string(o.Outcome), "=")+1:]), " %d", &after)
 		require.NoError(t, err)
 		return after - o.Delta
 	}
-	stale := mutate(func(h []testutil.ClientOp) {
+	stale := mutate(func(h []sim.ClientOp) {
 		for _, o1 := range h { // the first execution on its counter saw 0 ...
 			if o1.Lost || before(o1) != 0 {
 				continue
@@ -172,7 +172,7 @@ func TestFailoverHistoryCheckerCatchesViolations(t *testing.T) {
 					continue
 				}
 				for _, i := range byKey[o2.Key] {
-					h[i].Outcome = testutil.FailoverOutcome(o2.Key, o2.Counter, o2.Delta, 0)
+					h[i].Outcome = sim.FailoverOutcome(o2.Key, o2.Counter, o2.Delta, 0)
 				}
 				return
 			}

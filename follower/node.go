@@ -106,7 +106,12 @@ type Node struct {
 	serving atomic.Bool
 	ctx     context.Context // cancelled by Close/Kill
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// life orders Serve's wg.Add before shutdown's wg.Wait: a Serve that
+	// starts as the node closes either returns ErrClosed or is waited for,
+	// never runs on closed stores.
+	life   sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -171,7 +176,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	case layout != LayoutEmpty && layout != LayoutNode:
 		return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutNode, Detail: detail}
 	}
-	if err := o.Follower.FS.MkdirAll(dir, 0o755); err != nil {
+	if err := wal.MkdirAllSynced(o.Follower.FS, dir); err != nil {
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	}
 	n := &Node{dir: dir, opts: o, byID: make(map[uint32]*nodeShard, len(sorted))}
@@ -310,7 +315,13 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 		return ErrNodeServing
 	}
 	defer n.serving.Store(false)
+	n.life.Lock()
+	if n.closed {
+		n.life.Unlock()
+		return ErrClosed
+	}
 	n.wg.Add(1)
+	n.life.Unlock()
 	defer n.wg.Done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -478,6 +489,9 @@ func (n *Node) Kill() error { return n.shutdown(false) }
 
 func (n *Node) shutdown(clean bool) error {
 	n.closeOnce.Do(func() {
+		n.life.Lock()
+		n.closed = true
+		n.life.Unlock()
 		n.cancel()
 		n.wg.Wait()
 		errs := make([]error, len(n.shards))

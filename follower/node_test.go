@@ -2,6 +2,7 @@ package follower_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -68,29 +71,18 @@ func (s *simNode) Crash(rng *rand.Rand) {
 // the workload is routed by session (replication.ShardRouter), each shard's
 // log gets its own fault stream (seeded independently per shard), and
 // restarts and power-failure crashes hit the whole node.
-func runShardedSim(t testing.TB, seed uint64, shards int, cfg testutil.WorkloadConfig) (restarts, crashes int, st replication.Stats) {
+func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadConfig) (restarts, crashes int, st replication.Stats) {
 	cfg.Seed = seed
-	w := testutil.GenerateWorkload(cfg)
+	w := recordLog(t, cfg, shards, &hostile)
 	router, err := replication.NewShardRouter(shards)
 	require.NoError(t, err)
-	logs := make([]*testutil.Workload, shards)
-	for s := range logs {
-		logs[s] = &testutil.Workload{}
-	}
-	var split [][]wal.Event
-	for _, evs := range w.Batches {
-		split = router.Split(evs, split)
-		for s, part := range split {
-			if len(part) > 0 {
-				logs[s].Batches = append(logs[s].Batches, append([]wal.Event(nil), part...))
-			}
-		}
-	}
 	ids := make([]uint32, shards)
 	nets := make([]*simNet, shards)
 	for s := range nets {
 		ids[s] = uint32(s)
-		nets[s] = newSimNet(testutil.ShardSeed(seed, uint32(s)), encodeLog(t, logs[s], uint32(s), 1))
+		log, err := w.Encode(uint32(s), uint32(s), 1)
+		require.NoError(t, err)
+		nets[s] = newSimNet(sim.ShardSeed(seed, uint32(s)), log)
 		nets[s].shard = uint32(s)
 	}
 	sn := &simNode{t: t, fs: vfs.NewCrashableMem(), shards: ids,
@@ -100,7 +92,7 @@ func runShardedSim(t testing.TB, seed uint64, shards int, cfg testutil.WorkloadC
 	defer func() { _ = sn.node.Close() }()
 
 	simulate(t, seed, sn, nets, rand.New(rand.NewPCG(seed, 0x73686172)), true)
-	if err := w.Oracle.Verify(testutil.RoutedState{Router: router, Node: sn.node}); err != nil {
+	if err := w.Oracle.Verify(sim.RoutedState{Router: router, Node: sn.node}); err != nil {
 		t.Fatalf("seed %d, %d shards: node state differs from the oracle: %v (replay: ONCEWAL_SEED=%d go test ./follower -run TestNodeExactlyOnceSeeds)", seed, shards, err, seed)
 	}
 	for _, ss := range sn.node.Stats().Shards {
@@ -126,7 +118,7 @@ func TestNodeExactlyOnceSeeds(t *testing.T) {
 		def = 500
 	}
 	first, n := seedCount(t, def)
-	cfg := testutil.WorkloadConfig{Sessions: 10, Events: 200, DupRate: 0.1, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
+	cfg := sim.WorkloadConfig{Sessions: 10, Requests: 200, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
 	var total replication.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
@@ -148,9 +140,9 @@ func TestNodeExactlyOnceSeeds(t *testing.T) {
 }
 
 // TestNodeShardedPipeline runs the real moving parts for several shards:
-// replication.Leader (a WAL and a Shipper per shard) on disk, one InProcess
-// transport per shard with its own fault seed, a follower.Node on disk
-// restarted and killed along the way.
+// a client through the leader (a WAL, a store and a Fanout per shard) on
+// disk, one InProcess link per shard with its own fault seed, a follower
+// node on disk restarted and killed along the way (sim.Run).
 func TestNodeShardedPipeline(t *testing.T) {
 	seeds := 1
 	if os.Getenv("ONCEWAL_LONG") != "" {
@@ -163,26 +155,26 @@ func TestNodeShardedPipeline(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				shards := 4 - 2*int(seed%2) // 2, 4, 2, …
-				res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
-					PipelineConfig: testutil.PipelineConfig{
-						Dir:      t.TempDir(),
-						Seed:     seed,
-						Workload: testutil.WorkloadConfig{Sessions: 16, Events: 1200, DupRate: 0.05, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
-						Faults:   p.faults,
-						Restarts: 3,
-						Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-						Timeout:  time.Minute,
-					},
-					Shards: shards,
+				res, err := sim.Run(context.Background(), sim.Config{
+					Dir:      t.TempDir(),
+					Seed:     seed,
+					Workload: sim.WorkloadConfig{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
+					Faults:   p.faults,
+					Restarts: 3,
+					Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+					Timeout:  time.Minute,
+					Shards:   shards,
 				})
 				require.NoError(t, err, "seed %d", seed)
 				require.True(t, res.Verified, "seed %d: %v", seed, res.VerifyErr)
-				require.Equal(t, uint64(res.Workload.Logged), res.LastLSN, "seed %d: every logged event is in exactly one shard", seed)
 				require.Len(t, res.Shards, shards)
+				var logged uint64
 				for _, sr := range res.Shards {
+					logged += sr.LastLSN
 					require.NotZero(t, sr.Sessions, "seed %d shard %d got no sessions", seed, sr.Shard)
-					require.Equal(t, sr.LastLSN, res.Node.Shards[sr.Shard].AppliedLSN)
+					require.Equal(t, sr.LastLSN, res.Followers[0].Shards[sr.Shard].AppliedLSN)
 				}
+				require.Equal(t, uint64(res.Logged), logged, "seed %d: every logged event is in exactly one shard", seed)
 			}
 		})
 	}
@@ -198,7 +190,7 @@ func TestNodeWrongShard(t *testing.T) {
 	defer n.Close()
 	require.Equal(t, []uint32{1, 3}, n.Shards())
 
-	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 1, Events: 40})
+	w := recordLog(t, sim.WorkloadConfig{Seed: 1, Requests: 40}, 1, nil)
 	good := encodeLog(t, w, 3, 1)
 	_, err = n.Apply(good[0])
 	require.NoError(t, err)
@@ -231,7 +223,7 @@ func TestNodeWrongShard(t *testing.T) {
 	require.Equal(t, uint64(4), st.WrongShard)
 	require.Equal(t, uint64(1), st.Corrupt)
 	require.Len(t, st.Shards, 2)
-	require.Equal(t, uint64(len(w.Batches[0])), st.Shards[1].AppliedLSN)
+	require.Equal(t, uint64(len(w.Shards[0][0])), st.Shards[1].AppliedLSN)
 	require.Zero(t, st.Shards[0].AppliedLSN)
 
 	require.ErrorIs(t, n.Follower(2, func(*follower.Follower) error { return nil }), replication.ErrWrongShard)
@@ -247,7 +239,7 @@ func TestNodeWrongShard(t *testing.T) {
 	require.NoError(t, err)
 	lsn, _, err := n.Position(3)
 	require.NoError(t, err)
-	require.Equal(t, uint64(len(w.Batches[0])), lsn)
+	require.Equal(t, uint64(len(w.Shards[0][0])), lsn)
 	require.NoError(t, n.Close())
 }
 
@@ -269,7 +261,7 @@ func TestNodeWindowBoundPerShard(t *testing.T) {
 		Follower: follower.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}})
 	require.NoError(t, err)
 	defer n.Close()
-	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 5, Events: 400})
+	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Requests: 400}, 1, nil)
 	for s := range uint32(3) {
 		for _, raw := range encodeLog(t, w, s, 1) {
 			_, err := n.Apply(raw)
@@ -297,18 +289,16 @@ func (stallDialer) Dial(ctx context.Context, _ replication.Ack) (replication.Fol
 // TestNodeStalledShard: one shard's transport never delivers anything; the
 // other shards of the node still finish, restarts included.
 func TestNodeStalledShard(t *testing.T) {
-	res, err := testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{
-		PipelineConfig: testutil.PipelineConfig{
-			Dir:      t.TempDir(),
-			Seed:     3,
-			Workload: testutil.WorkloadConfig{Sessions: 12, Events: 800, BatchSize: 30},
-			Faults:   replication.FaultsLight,
-			Restarts: 2,
-			Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-			Timeout:  time.Minute,
-		},
-		Shards: 3,
-		Wrap: func(s uint32, d replication.Dialer) replication.Dialer {
+	res, err := sim.Run(context.Background(), sim.Config{
+		Dir:      t.TempDir(),
+		Seed:     3,
+		Workload: sim.WorkloadConfig{Sessions: 12, Requests: 800, BatchSize: 30},
+		Faults:   replication.FaultsLight,
+		Restarts: 2,
+		Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Timeout:  time.Minute,
+		Shards:   3,
+		Wrap: func(_ int, s uint32, d replication.Dialer) replication.Dialer {
 			if s == 1 {
 				return stallDialer{}
 			}
@@ -319,9 +309,10 @@ func TestNodeStalledShard(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Verified, "%v", res.VerifyErr)
 	require.NotZero(t, res.Shards[1].LastLSN)
-	require.Zero(t, res.Node.Shards[1].AppliedLSN, "the stalled shard got nothing")
+	applied := res.Followers[0].Shards
+	require.Zero(t, applied[1].AppliedLSN, "the stalled shard got nothing")
 	for _, s := range []int{0, 2} {
-		require.Equal(t, res.Shards[s].LastLSN, res.Node.Shards[s].AppliedLSN)
+		require.Equal(t, res.Shards[s].LastLSN, applied[s].AppliedLSN)
 	}
 }
 
@@ -343,36 +334,40 @@ func TestNodeFailingShard(t *testing.T) {
 	})
 	trs := make([]*replication.InProcess, shards)
 	for s := range trs {
-		trs[s] = replication.NewInProcess(replication.FaultsLight, testutil.ShardSeed(9, uint32(s)))
+		trs[s] = replication.NewInProcess(replication.FaultsLight, sim.ShardSeed(9, uint32(s)))
 		defer trs[s].Close()
 	}
-	leader, err := replication.OpenLeader(replication.LeaderOptions{
-		Dir: filepath.Join(dir, "leader"), Shards: shards,
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 9, Sessions: 12, Requests: 800, RetryRate: 0.05, BatchSize: 30})
+	clock := sim.NewClock(w.Config.Start)
+	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{
+		Shards: shards, Followers: []string{"node"}, Wall: clock.Now, Logger: quietLogger,
+		Store:    follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
-		Shipper:  replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
 	})
 	require.NoError(t, err)
-	defer leader.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	go func() { _ = leader.Run(ctx) }()
+	leaderDone := make(chan error, 1)
+	go func() { leaderDone <- l.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-leaderDone)
+		require.NoError(t, l.Close())
+	}()
 
-	w := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 9, Sessions: 12, Events: 800, DupRate: 0.05, RetryRate: 0.05, BatchSize: 30})
-	var split [][]wal.Event
+	c := sim.NewClient(w, shards, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
 	last := make([]uint64, shards)
-	for _, evs := range w.Batches {
-		split = leader.Router().Split(evs, split)
-		for s, part := range split {
-			if len(part) > 0 {
-				h, err := leader.Append(uint32(s), part)
-				require.NoError(t, err)
-				last[s] = h.LastLSN()
-			}
-		}
+	for s := range last {
+		last[s] = c.LastLSN(uint32(s))
 	}
 
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower:      follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Follower:      follower.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable},
 		ReopenBackoff: 5 * time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
@@ -416,11 +411,33 @@ func TestNodeFailingShard(t *testing.T) {
 	st = n.Stats()
 	require.GreaterOrEqual(t, st.Shards[bad].Reopens, 1)
 	require.Zero(t, st.Down)
-	require.NoError(t, w.Oracle.Verify(testutil.RoutedState{Router: leader.Router(), Node: n}))
+	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
 	require.Equal(t, st.Total.Events, st.Total.Accounted())
 	cancel()
 	<-served
 	require.NoError(t, n.Close())
+}
+
+// TestNodeCloseRacesServe: a Serve that starts as the node closes either
+// returns ErrClosed or is waited for by Close (found by the multi-follower
+// simulation; the race detector flags a Serve that runs unordered with
+// Close).
+func TestNodeCloseRacesServe(t *testing.T) {
+	for i := range 20 {
+		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable}})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			done <- n.Serve(context.Background(), func(uint32) replication.Dialer { return stallDialer{} })
+		}()
+		if i%2 == 0 {
+			require.NoError(t, n.Kill())
+		} else {
+			require.NoError(t, n.Close())
+		}
+		err = <-done
+		require.True(t, err == nil || errors.Is(err, follower.ErrClosed), "%v", err)
+	}
 }
 
 // TestNodeCloseStopsServe: Close stops a running Serve (every shard's loop)

@@ -9,13 +9,14 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
 
-// TestPipelineExactlyOnce runs the real moving parts — wal.Writer on disk,
-// Shipper, InProcess transport with seeded faults, follower.Serve on disk with
-// clean restarts and kills — and checks the oracle and the counters.
+// TestPipelineExactlyOnce runs the real moving parts — a client through the
+// leader (its WAL and store on disk), its Fanout, an InProcess link with
+// seeded faults, a follower node on disk with clean restarts and kills — and
+// checks the oracle and the counters (sim.Run).
 func TestPipelineExactlyOnce(t *testing.T) {
 	seeds := 12
 	if os.Getenv("ONCEWAL_LONG") != "" {
@@ -28,10 +29,10 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	for _, p := range presets {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds/len(presets)); seed++ {
-				res, err := testutil.RunPipeline(context.Background(), testutil.PipelineConfig{
+				res, err := sim.Run(context.Background(), sim.Config{
 					Dir:      t.TempDir(),
 					Seed:     seed,
-					Workload: testutil.WorkloadConfig{Sessions: 10, Events: 1500, DupRate: 0.05, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
+					Workload: sim.WorkloadConfig{Sessions: 10, Requests: 1500, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
 					Follower: follower.Options{Logger: quietLogger},
@@ -39,7 +40,8 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				})
 				require.NoError(t, err, "seed %d", seed)
 				require.True(t, res.Verified, "seed %d: %v", seed, res.VerifyErr)
-				require.Equal(t, res.LastLSN, uint64(res.Workload.Logged))
+				require.Equal(t, res.Shards[0].LastLSN, uint64(res.Logged))
+				require.Equal(t, res.Shards[0].LastLSN, res.Followers[0].Shards[0].AppliedLSN)
 			}
 		})
 	}

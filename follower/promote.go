@@ -3,6 +3,7 @@ package follower
 import (
 	"fmt"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
@@ -27,6 +28,9 @@ type PromoteOptions struct {
 	Wall func() int64
 	// SegmentSize is the new log's segment size (wal default when 0).
 	SegmentSize int64
+	// WALFS is the filesystem of the WAL (replication.LedgerLogConfig.FS).
+	// Default vfs.Default, whatever the store's Options.FS.
+	WALFS vfs.FS
 	// OnAppend is replication.LedgerLogConfig.OnAppend.
 	OnAppend func(h wal.Header, raw []byte)
 }
@@ -77,6 +81,7 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		SegmentSize: opts.SegmentSize,
 		Logger:      f.opts.Logger,
 		OnAppend:    opts.OnAppend,
+		FS:          opts.WALFS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: promote: %w", err)

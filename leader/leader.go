@@ -75,6 +75,10 @@ type Options struct {
 	SegmentSize int64
 	// Logger receives the leader's log lines. Default slog.Default().
 	Logger *slog.Logger
+	// FS is the filesystem of the whole directory: every shard's store
+	// (it replaces Store.FS), the WAL and the lock file. Default
+	// vfs.Default; tests crash a leader with vfs.NewCrashableMem.
+	FS vfs.FS
 
 	// Listener returns the listener shard's followers connect to; it is
 	// called once per shard by Open. nil: the leader does not ship (Run and
@@ -119,6 +123,10 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	o.Store.FS = o.FS
 	if o.SegmentSize == 0 {
 		o.SegmentSize = wal.DefaultSegmentSize
 	}
@@ -187,6 +195,7 @@ type Leader struct {
 type Shard struct {
 	id     uint32
 	walDir string
+	fs     vfs.FS // of walDir
 	store  *follower.Follower
 	log    *replication.LedgerLog
 	ship   *shipping // nil without a Listener
@@ -213,13 +222,13 @@ func Open(dir string, opts *Options) (*Leader, error) {
 		return nil, fmt.Errorf("%w: directory is required", ErrBadOptions)
 	}
 	router, _ := replication.NewShardRouter(o.Shards)
-	if err := checkLayout(dir, o.Shards); err != nil {
+	if err := checkLayout(o.FS, dir, o.Shards); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
 		return nil, err
 	}
-	lock, err := wal.LockFile(vfs.Default, dir, LockFileName)
+	lock, err := wal.LockFile(o.FS, dir, LockFileName)
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +246,8 @@ func Open(dir string, opts *Options) (*Leader, error) {
 
 // checkLayout refuses a directory that holds stores or WAL segments of
 // shards this leader does not own, before anything is created in it.
-func checkLayout(dir string, shards int) error {
-	st, err := os.Stat(dir)
+func checkLayout(fs vfs.FS, dir string, shards int) error {
+	st, err := fs.Stat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
@@ -249,13 +258,13 @@ func checkLayout(dir string, shards int) error {
 	}
 	// A single store or a WAL directory given as the node directory would
 	// get a store and a log created inside it.
-	switch layout, detail, err := follower.DirLayout(nil, dir); {
+	switch layout, detail, err := follower.DirLayout(fs, dir); {
 	case err != nil:
 		return err
 	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
 		return &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
 	}
-	stores, err := follower.NodeShards(nil, dir)
+	stores, err := follower.NodeShards(fs, dir)
 	if err != nil {
 		return err
 	}
@@ -264,10 +273,10 @@ func checkLayout(dir string, shards int) error {
 			ErrForeignShard, dir, stores[i], shards-1)
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	if _, err := os.Stat(walDir); errors.Is(err, os.ErrNotExist) {
+	if _, err := fs.Stat(walDir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	logs, err := wal.ListShards(walDir)
+	logs, err := wal.ListShardsFS(fs, walDir)
 	if err != nil {
 		return err
 	}
@@ -279,7 +288,7 @@ func checkLayout(dir string, shards int) error {
 	// store writes (its own recovery), and a refused leader must leave the
 	// directory as it found it.
 	for _, s := range logs {
-		if err := wal.Check(walDir, s); err != nil {
+		if err := wal.CheckFS(fs, walDir, s); err != nil {
 			return err
 		}
 	}
@@ -298,13 +307,14 @@ func (l *Leader) openShard(s uint32) (*Shard, error) {
 		_, stored := f.Position()
 		epoch = max(stored, 1)
 	}
-	sh := &Shard{id: s, walDir: l.WALDir(), store: f}
+	sh := &Shard{id: s, walDir: l.WALDir(), fs: l.opts.FS, store: f}
 	sh.log, err = f.Promote(follower.PromoteOptions{
 		WALDir:      sh.walDir,
 		Epoch:       epoch,
 		Ledger:      l.opts.Ledger,
 		Wall:        l.opts.Wall,
 		SegmentSize: l.opts.SegmentSize,
+		WALFS:       l.opts.FS,
 		// Every follower stream reads recent batches from the Fanout's
 		// cache instead of each re-reading the WAL (set before any append:
 		// ship is assigned below, before Open returns).

@@ -16,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -212,7 +213,7 @@ func runClockSteps(t *testing.T, steps []time.Duration) {
 	l := open(t, dir, &leader.Options{Shards: 1, Wall: clk.wall})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(uint64(len(steps)), uint64(steps[0])))
-	oracle := testutil.NewOracle()
+	oracle := sim.NewOracle()
 	live := make([]session.ID, 8)
 	for i := range live {
 		live[i] = sid(rng)

@@ -62,7 +62,7 @@ func (h helloLog) Retained() (first, last uint64) {
 }
 
 func (h helloLog) BatchEndingAt(lsn uint64) (replication.BatchRef, bool, error) {
-	r, err := wal.OpenReader(h.s.walDir, h.s.id)
+	r, err := wal.OpenReaderFS(h.s.fs, h.s.walDir, h.s.id)
 	if err != nil {
 		return replication.BatchRef{}, false, err
 	}
@@ -79,6 +79,7 @@ func (h helloLog) Boundary() replication.EpochBoundary { return h.s.log.Boundary
 func (l *Leader) openShipping(s *Shard) error {
 	so := l.opts.Shipping
 	so.WALDir, so.Shard, so.Listener = s.walDir, s.id, l.opts.Listener(s.id)
+	so.OpenReader = func() (replication.LogReader, error) { return wal.OpenReaderFS(s.fs, s.walDir, s.id) }
 	so.Epoch = s.log.Epoch
 	so.Notify = s.log.Notify()
 	so.DurableLSN = s.log.Writer().DurableLSN

@@ -13,7 +13,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -111,7 +111,7 @@ func TestThreeFollowersPerShard(t *testing.T) {
 	for i := range sess {
 		sess[i] = sid(rng)
 	}
-	oracles := []*testutil.Oracle{testutil.NewOracle(), testutil.NewOracle()}
+	oracles := []*sim.Oracle{sim.NewOracle(), sim.NewOracle()}
 	for range 200 {
 		evs := randomOps(rng, sess[:1+rng.IntN(len(sess))], 1)
 		_, err := c.l.Append(evs...)

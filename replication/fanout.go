@@ -413,16 +413,23 @@ func (f *Fanout) Run(ctx context.Context) error {
 	cancel()
 	f.mu.Lock()
 	f.run = nil // no stream starts after this
+	for _, p := range f.peers {
+		p.stop = nil
+	}
+	f.mu.Unlock()
+	wg.Wait()
+	// Connections no stream took are closed only now: the accept loop may
+	// dispatch one it accepted as ctx ended, and left open its follower
+	// would wait on it forever.
+	f.mu.Lock()
 	var pending []*accepted
 	for _, p := range f.peers {
 		if p.pending != nil {
 			pending = append(pending, p.pending)
 			p.pending = nil
 		}
-		p.stop = nil
 	}
 	f.mu.Unlock()
-	wg.Wait()
 	for _, a := range pending {
 		a.conn.Close()
 	}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -93,6 +94,9 @@ type LedgerLogConfig struct {
 	SegmentSize int64
 	// Logger receives rare diagnostic lines. Default: discard.
 	Logger *slog.Logger
+	// FS is the filesystem of the WAL (the store's is the DB's own).
+	// Default vfs.Default.
+	FS vfs.FS
 	// OnAppend, if set, is called after every append with the batch's header
 	// and encoded bytes, synced and applied locally, in log order, under the
 	// log's append lock (a shipper's cache of recent batches). raw is only
@@ -141,6 +145,9 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
 	}
 	applied, err := readMetaU64(cfg.DB, KeyPosition)
 	if err != nil {
@@ -198,7 +205,7 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 		}
 	}
 	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
-	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1})
+	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +243,7 @@ func (l *LedgerLog) catchUp(applied uint64) error {
 	if l.w.NextLSN()-1 == applied {
 		return nil
 	}
-	r, err := wal.OpenReader(l.cfg.WALDir, l.cfg.Shard)
+	r, err := wal.OpenReaderFS(l.cfg.FS, l.cfg.WALDir, l.cfg.Shard)
 	if err != nil {
 		return err
 	}

@@ -33,11 +33,15 @@ import (
 	"fmt"
 
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 	"lukechampine.com/blake3/guts"
 )
 
 // ErrBadShardCount: a ShardRouter needs between 1 and MaxShards shards.
 var ErrBadShardCount = errors.New("replication: bad shard count")
+
+// ErrNoSuchShard: a shard number outside the deployment's 0..Shards-1.
+var ErrNoSuchShard = errors.New("replication: no such shard")
 
 // MaxShards bounds a deployment's shard count. Jump hash works for up to 2^31
 // buckets; the bound is kept far lower because every shard costs a WAL, a
@@ -69,6 +73,24 @@ func (r ShardRouter) Shard(id session.ID) uint32 {
 		return 0
 	}
 	return uint32(JumpHash(RouteKey(id), int(r.n)))
+}
+
+// Split groups events by their session's shard, keeping their order within
+// each shard: out[s] holds shard s's events. It reuses out's slices.
+func (r ShardRouter) Split(events []wal.Event, out [][]wal.Event) [][]wal.Event {
+	n := max(r.Shards(), 1)
+	if cap(out) < n {
+		out = make([][]wal.Event, n)
+	}
+	out = out[:n]
+	for i := range out {
+		out[i] = out[i][:0]
+	}
+	for _, ev := range events {
+		s := r.Shard(ev.Session)
+		out[s] = append(out[s], ev)
+	}
+	return out
 }
 
 // RouteKey is the 64-bit routing key of a session: the first 8 bytes of

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 	"lukechampine.com/blake3"
 )
@@ -148,4 +149,32 @@ func BenchmarkRouterShard(b *testing.B) {
 		sink += r.Shard(id)
 	}
 	_ = sink
+}
+
+// TestRouterSplit: Split puts every event in its session's shard, in order,
+// and reuses the slices it is given.
+func TestRouterSplit(t *testing.T) {
+	r, err := replication.NewShardRouter(3)
+	require.NoError(t, err)
+	var evs []wal.Event
+	for i := range 60 {
+		evs = append(evs, wal.Event{Op: wal.OpPut, Session: session.NewID(), Key: []byte{byte(i)}})
+	}
+	split := r.Split(evs, nil)
+	require.Len(t, split, 3)
+	n := 0
+	for s, part := range split {
+		require.NotEmpty(t, part)
+		for i, ev := range part {
+			require.Equal(t, uint32(s), r.Shard(ev.Session))
+			if i > 0 {
+				require.Less(t, part[i-1].Key[0], ev.Key[0], "order within the shard kept")
+			}
+		}
+		n += len(part)
+	}
+	require.Equal(t, len(evs), n)
+	again := r.Split(evs[:1], split)
+	require.Equal(t, 1, len(again[0])+len(again[1])+len(again[2]))
+	require.Same(t, &split[0][:1][0], &again[0][:1][0], "slices reused")
 }

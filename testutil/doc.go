@@ -1,2 +1,4 @@
-// Package testutil is part of oncewal. See the repository README.
+// Package testutil holds test helpers only (store snapshots, directory
+// digests). Only _test.go files import it (TestOnlyTestsImport checks): the
+// simulation the demo runs is package sim.
 package testutil

@@ -38,10 +38,13 @@ func syncDir(fs vfs.FS, dir string) error {
 	return err
 }
 
-// mkdirAllSynced creates dir and any missing parents, and syncs the
+// MkdirAllSynced creates dir and any missing parents on fs, and syncs the
 // directory above each one it created, so that the new directory survives a
-// crash along with what is later written into it.
-func mkdirAllSynced(fs vfs.FS, dir string) error {
+// crash along with what is later written into it: a directory entry is
+// durable only once its parent is synced, and a store or log whose
+// directory vanishes in a power failure loses what it acknowledged. Every
+// directory of a store or log is created through it.
+func MkdirAllSynced(fs vfs.FS, dir string) error {
 	var created []string
 	for d := dir; ; {
 		if _, err := fs.Stat(d); err == nil {
@@ -55,6 +58,9 @@ func mkdirAllSynced(fs vfs.FS, dir string) error {
 			break
 		}
 		d = parent
+	}
+	if len(created) == 0 {
+		return nil
 	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return err

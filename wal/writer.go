@@ -121,7 +121,7 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 func (w *Writer) open() (err error) {
 	dir := w.dir
 	if err := checkDir(w.fs, dir); errors.Is(err, os.ErrNotExist) {
-		if err := mkdirAllSynced(w.fs, dir); err != nil {
+		if err := MkdirAllSynced(w.fs, dir); err != nil {
 			return err
 		}
 	} else if err != nil {

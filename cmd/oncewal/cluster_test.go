@@ -17,7 +17,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -190,13 +190,13 @@ func waitCaughtUp(t *testing.T, ends []uint64, fs ...*runningFollower) {
 // request (idempotency key) applied once, in LSN order; and each
 // session's last SeqNo. upTo, when set, cuts shard s's log after upTo[s].
 type walOracle struct {
-	*testutil.Oracle
+	*sim.Oracle
 	hwm  map[session.ID]uint64
 	seen map[string]bool
 }
 
 func newWALOracle() *walOracle {
-	return &walOracle{Oracle: testutil.NewOracle(), hwm: map[session.ID]uint64{}, seen: map[string]bool{}}
+	return &walOracle{Oracle: sim.NewOracle(), hwm: map[session.ID]uint64{}, seen: map[string]bool{}}
 }
 
 // feed applies waldump --json output; events of shard s beyond upTo[s]

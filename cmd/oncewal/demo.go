@@ -10,62 +10,86 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 )
 
 const demoSynopsis = `demo [flags]
 
-Runs a leader (WAL on disk) -> in-process transport with seeded faults ->
-follower (embedded Pebble, on disk) in one process, restarts and kills the
-follower along the way, then checks the follower's state against an oracle
-that applies every distinct operation exactly once. Exit status 0 only if
-they match.`
+Runs a client → leader (WAL and store on disk) → N follower nodes (embedded
+Pebble, on disk) in one process: every follower on its own in-process links
+with seeded faults, restarted and killed along the way, then checks every
+follower's state against an oracle that applies every distinct request
+exactly once. Exit status 0 only if they all match.`
 
 // Upper bounds of the demo's sizes: far beyond a demonstration, short of
 // exhausting memory (the workload and its oracle are held in memory).
 const (
-	maxDemoSessions = 1_000_000
-	maxDemoEvents   = 50_000_000
-	maxDemoRestarts = 1000
+	maxDemoSessions  = 1_000_000
+	maxDemoEvents    = 50_000_000
+	maxDemoRestarts  = 1000
+	maxDemoFollowers = 64
 )
 
-// demoReport is the --json output.
+// demoReport is the --json output. The counters are totals over every
+// follower and shard; Followers has one entry per follower.
 type demoReport struct {
-	Verified        bool        `json:"verified"`
-	Error           string      `json:"error,omitempty"`
-	Seed            uint64      `json:"seed"`
-	Faults          string      `json:"faults"`
-	Sessions        int         `json:"sessions"`
-	Logged          int         `json:"logged"`
-	Distinct        int         `json:"distinct"`
-	Reappended      int         `json:"reappended"`
-	Retries         int         `json:"retries"`
-	LateWrites      int         `json:"late_writes"`
-	Batches         int         `json:"batches"`
-	BatchesShipped  uint64      `json:"batches_shipped"`
-	BatchesResent   uint64      `json:"batches_resent"`
-	Delivered       uint64      `json:"delivered"`
-	Applied         uint64      `json:"applied"`
-	DiscardedPos    uint64      `json:"discarded_position"`
-	DiscardedHWM    uint64      `json:"discarded_hwm"`
-	DiscardedWindow uint64      `json:"discarded_window"`
-	DiscardedBatch  uint64      `json:"discarded_in_batch"`
-	SkippedClosed   uint64      `json:"skipped_closed"`
-	Refused         uint64      `json:"refused_events"`
-	GapsRefused     uint64      `json:"gaps_refused"`
-	Restarts        int         `json:"restarts"`
-	Crashes         int         `json:"kills"`
-	TransportDups   uint64      `json:"transport_duplicates"`
-	TransportDrops  uint64      `json:"transport_drops"`
-	Disconnects     uint64      `json:"disconnects"`
-	Seconds         float64     `json:"seconds"`
-	EventsPerSec    float64     `json:"events_per_sec"`
-	Shards          []demoShard `json:"shards,omitempty"` // with --shards > 1
+	Verified        bool           `json:"verified"`
+	Error           string         `json:"error,omitempty"`
+	Seed            uint64         `json:"seed"`
+	Faults          string         `json:"faults"`
+	Sessions        int            `json:"sessions"`
+	Requests        int            `json:"requests"`
+	Logged          int            `json:"logged"`
+	Distinct        int            `json:"distinct"`
+	Retries         int            `json:"retries"`
+	LateRefused     int            `json:"late_writes_refused"`
+	Lost            int            `json:"lost_with_deposed_leader"`
+	Appends         int            `json:"appends"`
+	BatchesShipped  uint64         `json:"batches_shipped"`
+	BatchesResent   uint64         `json:"batches_resent"`
+	Delivered       uint64         `json:"delivered"`
+	Applied         uint64         `json:"applied"`
+	DiscardedPos    uint64         `json:"discarded_position"`
+	DiscardedHWM    uint64         `json:"discarded_hwm"`
+	DiscardedWindow uint64         `json:"discarded_window"`
+	DiscardedBatch  uint64         `json:"discarded_in_batch"`
+	SkippedClosed   uint64         `json:"skipped_closed"`
+	Refused         uint64         `json:"refused_events"`
+	GapsRefused     uint64         `json:"gaps_refused"`
+	Restarts        int            `json:"restarts"`
+	Crashes         int            `json:"kills"`
+	LeaderRestarts  int            `json:"leader_restarts"`
+	Promoted        string         `json:"promoted,omitempty"`
+	TransportDups   uint64         `json:"transport_duplicates"`
+	TransportDrops  uint64         `json:"transport_drops"`
+	Disconnects     uint64         `json:"disconnects"`
+	Seconds         float64        `json:"seconds"`
+	EventsPerSec    float64        `json:"events_per_sec"`
+	Followers       []demoFollower `json:"followers"`
+	Shards          []demoShard    `json:"shards,omitempty"` // with --shards > 1
 }
 
-// demoShard is one shard's row of a sharded demo (--shards).
+// demoFollower is one follower's row (--followers).
+type demoFollower struct {
+	ID        string   `json:"id"`
+	Verified  bool     `json:"verified"`
+	Promoted  bool     `json:"promoted,omitempty"`
+	Refused   []string `json:"refused,omitempty"` // shards refused after the promotion: "shard N: reason"
+	Applied   uint64   `json:"applied"`
+	Discarded uint64   `json:"discarded"`
+	Delivered uint64   `json:"delivered"`
+	Restarts  int      `json:"restarts"`
+	Kills     int      `json:"kills"`
+	Shipped   uint64   `json:"batches_shipped"`
+	Faults    uint64   `json:"transport_faults"`
+	LSNs      []uint64 `json:"applied_lsn"` // per shard
+}
+
+// demoShard is one shard's row of a sharded demo (--shards), over every
+// follower.
 type demoShard struct {
 	Shard     uint32 `json:"shard"`
 	Sessions  int    `json:"sessions"`
@@ -77,20 +101,27 @@ type demoShard struct {
 	Faults    uint64 `json:"transport_faults"`
 }
 
+func linkFaults(t replication.InProcessStats) uint64 {
+	return t.BatchesDuplicated + t.BatchesDropped + t.Disconnects
+}
+
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
-	dir := fs.String("dir", "", "keep the leader WAL in DIR/leader and the follower store in DIR/follower (default: a temp dir removed at exit)")
+	dir := fs.String("dir", "", "keep the leader in DIR/leader and follower i in DIR/f<i> (default: a temp dir removed at exit)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions")
-	events := fs.Int("events", 100_000, "client operations to log")
-	dupRate := fs.Float64("dup-rate", 0.05, "share of appends that re-log an earlier event verbatim (same session, SeqNo, key)")
-	retryRate := fs.Float64("retry-rate", 0.05, "share of appends that retry an operation under a fresh SeqNo with its client key")
-	faults := fs.String("faults", "light", "transport faults: none|light|heavy")
-	restarts := fs.Int("restarts", 4, "follower restarts during the run (every second one is a kill)")
+	events := fs.Int("events", 100_000, "client requests to send")
+	lateRate := fs.Float64("late-rate", 0.001, "share of requests written to a session the client already closed (the leader refuses them)")
+	retryRate := fs.Float64("retry-rate", 0.05, "share of requests that retry an earlier request with its client request ID (the followers discard them)")
+	faults := fs.String("faults", "light", "faults of every follower link (each seeded on its own): none|light|heavy")
+	followers := fs.Int("followers", 1, "follower nodes: `N` followers per shard, each with its own links, faults and restarts; every one verified")
+	restarts := fs.Int("restarts", 4, "follower restarts during the run, spread over the followers (clean or killed, as the seed picks)")
+	leaderRestarts := fs.Int("leader-restarts", 0, "leader restarts on its directory during the run")
+	promote := fs.Bool("promote", false, "kill the leader mid-run and promote the most advanced follower (needs --followers >= 2); followers it cannot continue are refused and reported")
 	seed := fs.Uint64("seed", 1, "seed for the workload and every fault decision")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
-	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process transport; --faults is then ignored")
+	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process links; --faults is then ignored")
 	failover := fs.Bool("failover", false, "request-level demo instead: client requests with idempotency keys against leader A, A killed at random points, follower B promoted, retries against B; verifies exactly-once and original outcomes (see failover.go)")
-	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs and shippers, one follower node serves all N (faults seeded per shard; not with --network)")
+	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs, every follower node serves all N (not with --network)")
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -107,11 +138,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	inRange(&c, "sessions", *sessions, 1, maxDemoSessions)
 	inRange(&c, "events", *events, 1, maxDemoEvents)
-	dupOK := inRange(&c, "dup-rate", *dupRate, 0, 1)
-	if inRange(&c, "retry-rate", *retryRate, 0, 1) && dupOK && *dupRate+*retryRate >= 1 {
-		c.failf("--dup-rate + --retry-rate must be < 1 (some appends must be fresh operations)")
+	lateOK := inRange(&c, "late-rate", *lateRate, 0, 1)
+	if inRange(&c, "retry-rate", *retryRate, 0, 1) && lateOK && *lateRate+*retryRate >= 1 {
+		c.failf("--late-rate + --retry-rate must be < 1 (some requests must be fresh operations)")
 	}
 	inRange(&c, "restarts", *restarts, 0, maxDemoRestarts)
+	inRange(&c, "leader-restarts", *leaderRestarts, 0, maxDemoRestarts)
+	if inRange(&c, "followers", *followers, 1, maxDemoFollowers) && *promote && *followers < 2 {
+		c.failf("--promote needs --followers >= 2")
+	}
 	inRange(&c, "shards", *shards, 1, replication.MaxShards)
 	if *shards > 1 && *network {
 		c.failf("--shards > 1 does not combine with --network")
@@ -140,35 +175,31 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		progress = func(applied, total uint64) {
 			if now := time.Now(); now.Sub(last) > 100*time.Millisecond || applied == total {
 				last = now
-				fmt.Fprintf(stderr, "\rfollower applied LSN %d / %d", applied, total)
+				fmt.Fprintf(stderr, "\rfollowers applied %d / %d LSNs", applied, total)
 			}
 		}
 	}
-	pcfg := testutil.PipelineConfig{
+	res, err := sim.Run(context.Background(), sim.Config{
 		Dir:  root,
 		Seed: *seed,
-		Workload: testutil.WorkloadConfig{
-			Sessions: *sessions, Events: *events, DupRate: *dupRate, RetryRate: *retryRate,
+		Workload: sim.WorkloadConfig{
+			Sessions: *sessions, Requests: *events, LateRate: *lateRate, RetryRate: *retryRate,
 			CloseRate: 0.002, BatchSize: 512,
 		},
-		Faults:    fc,
-		Restarts:  *restarts,
-		Follower:  follower.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		Progress:  progress,
-		Transport: loopbackTransport(*network),
-	}
-	var res *testutil.PipelineResult
-	var shardRes []testutil.ShardResult
-	var err error
-	if *shards > 1 {
-		var sres *testutil.ShardedPipelineResult
-		sres, err = testutil.RunShardedPipeline(context.Background(), testutil.ShardedPipelineConfig{PipelineConfig: pcfg, Shards: *shards})
-		if err == nil {
-			res, shardRes = &sres.PipelineResult, sres.Shards
-		}
-	} else {
-		res, err = testutil.RunPipeline(context.Background(), pcfg)
-	}
+		Shards:         *shards,
+		Followers:      *followers,
+		Faults:         fc,
+		Transport:      loopbackTransport(*network),
+		Restarts:       *restarts,
+		LeaderRestarts: *leaderRestarts,
+		Promote:        *promote,
+		Follower: follower.Options{Logger: slog.New(slog.DiscardHandler),
+			// Pebble's own memtable size: the demo's stores grow with the
+			// workload (the simulation's default is for many tiny runs).
+			PebbleOptions: func(*pebble.Options) {}},
+		Progress: progress,
+		Timeout:  time.Hour,
+	})
 	if progress != nil {
 		fmt.Fprintln(stderr)
 	}
@@ -176,33 +207,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "oncewal demo:", err)
 		return 1
 	}
-
-	st := res.Follower
-	rep := demoReport{
-		Verified: res.Verified, Seed: *seed, Faults: *faults, Sessions: *sessions,
-		Logged: res.Workload.Logged, Distinct: res.Workload.Distinct,
-		Reappended: res.Workload.Reappends, Retries: res.Workload.Retries, LateWrites: res.Workload.LateWrites,
-		Batches: res.Batches, BatchesShipped: res.Shipper.BatchesSent, BatchesResent: res.Shipper.BatchesResent,
-		Delivered: st.Events, Applied: st.Applied,
-		DiscardedPos: st.DiscardedPosition, DiscardedHWM: st.DiscardedHWM,
-		DiscardedWindow: st.DiscardedWindow, DiscardedBatch: st.DiscardedInBatch,
-		SkippedClosed: st.SkippedClosed, Refused: st.RefusedEvents, GapsRefused: st.SeqGaps + st.OutOfOrder,
-		Restarts: res.Restarts, Crashes: res.Crashes,
-		TransportDups: res.Transport.BatchesDuplicated, TransportDrops: res.Transport.BatchesDropped,
-		Disconnects:  res.Transport.Disconnects,
-		Seconds:      res.Elapsed.Seconds(),
-		EventsPerSec: float64(st.Events) / res.Elapsed.Seconds(),
-	}
-	if res.VerifyErr != nil {
-		rep.Error = res.VerifyErr.Error()
-	}
-	for _, sr := range shardRes {
-		rep.Shards = append(rep.Shards, demoShard{
-			Shard: sr.Shard, Sessions: sr.Sessions, Batches: sr.Batches, LastLSN: sr.LastLSN,
-			Applied: sr.Follower.Applied, Discarded: sr.Follower.Discarded(), Shipped: sr.Shipper.BatchesSent,
-			Faults: sr.Transport.BatchesDuplicated + sr.Transport.BatchesDropped + sr.Transport.Disconnects,
-		})
-	}
+	rep := demoReportOf(res, *seed, *faults, *sessions)
 	if *network {
 		rep.Faults = "none (gRPC, mutual TLS, 127.0.0.1)"
 	}
@@ -219,27 +224,100 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+func demoReportOf(res *sim.Result, seed uint64, faults string, sessions int) demoReport {
+	rep := demoReport{
+		Verified: res.Verified, Seed: seed, Faults: faults, Sessions: sessions,
+		Requests: res.Workload.Requests, Logged: res.Logged, Distinct: res.Distinct, Retries: res.Workload.Retries,
+		LateRefused: res.Refused, Lost: res.Lost, Appends: res.Appends,
+		LeaderRestarts: res.LeaderRestarts + res.LeaderCrashes, Promoted: res.Promoted,
+		Seconds: res.Elapsed.Seconds(),
+	}
+	if res.VerifyErr != nil {
+		rep.Error = res.VerifyErr.Error()
+	}
+	for _, sr := range res.Shards {
+		rep.Shards = append(rep.Shards, demoShard{Shard: sr.Shard, Sessions: sr.Sessions, Batches: sr.Appends, LastLSN: sr.LastLSN})
+	}
+	var st replication.Stats
+	for _, f := range res.Followers {
+		row := demoFollower{ID: f.ID, Verified: !f.Promoted, Promoted: f.Promoted, Restarts: f.Restarts, Kills: f.Kills + f.Crashes}
+		for _, fs := range f.Shards {
+			row.Applied += fs.Receiver.Applied
+			row.Discarded += fs.Receiver.Discarded()
+			row.Delivered += fs.Receiver.Events
+			row.Shipped += fs.Shipper.BatchesSent
+			row.Faults += linkFaults(fs.Transport)
+			row.LSNs = append(row.LSNs, fs.AppliedLSN)
+			row.Verified = row.Verified && fs.Verified
+			if fs.Refused != "" {
+				row.Refused = append(row.Refused, fmt.Sprintf("shard %d: %s", fs.Shard, fs.Refused))
+			}
+			st = st.Add(fs.Receiver)
+			rep.BatchesShipped += fs.Shipper.BatchesSent
+			rep.BatchesResent += fs.Shipper.BatchesResent
+			rep.TransportDups += fs.Transport.BatchesDuplicated
+			rep.TransportDrops += fs.Transport.BatchesDropped
+			rep.Disconnects += fs.Transport.Disconnects
+			sr := &rep.Shards[fs.Shard]
+			sr.Applied += fs.Receiver.Applied
+			sr.Discarded += fs.Receiver.Discarded()
+			sr.Shipped += fs.Shipper.BatchesSent
+			sr.Faults += linkFaults(fs.Transport)
+		}
+		rep.Restarts += f.Restarts
+		rep.Crashes += f.Kills + f.Crashes
+		rep.Followers = append(rep.Followers, row)
+	}
+	if len(rep.Shards) == 1 {
+		rep.Shards = nil
+	}
+	rep.Delivered, rep.Applied = st.Events, st.Applied
+	rep.DiscardedPos, rep.DiscardedHWM = st.DiscardedPosition, st.DiscardedHWM
+	rep.DiscardedWindow, rep.DiscardedBatch = st.DiscardedWindow, st.DiscardedInBatch
+	rep.SkippedClosed, rep.Refused, rep.GapsRefused = st.SkippedClosed, st.RefusedEvents, st.SeqGaps+st.OutOfOrder
+	rep.EventsPerSec = float64(st.Events) / res.Elapsed.Seconds()
+	return rep
+}
+
 func printDemo(w io.Writer, r *demoReport) {
-	fmt.Fprintf(w, "oncewal demo: seed %d, %d sessions, transport faults %q\n\n", r.Seed, r.Sessions, r.Faults)
+	fmt.Fprintf(w, "oncewal demo: seed %d, %d sessions, %d follower(s), link faults %q\n\n", r.Seed, r.Sessions, len(r.Followers), r.Faults)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name string, v any, note string) { fmt.Fprintf(tw, "  %s\t%10v\t%s\n", name, v, note) }
-	row("events logged by the leader", r.Logged, fmt.Sprintf("%d distinct, %d re-appended verbatim, %d client retries, %d late writes", r.Distinct, r.Reappended, r.Retries, r.LateWrites))
-	row("batches logged", r.Batches, "")
-	row("batches shipped", r.BatchesShipped, fmt.Sprintf("%d resent by the shipper", r.BatchesResent))
+	row("client requests", r.Requests, fmt.Sprintf("%d retries of a request whose answer was lost, %d late writes to closed sessions (refused by the leader)", r.Retries, r.LateRefused))
+	row("events logged by the leader", r.Logged, fmt.Sprintf("%d take effect, in %d appends", r.Distinct, r.Appends))
+	if r.LeaderRestarts > 0 || r.Promoted != "" {
+		row("leader restarts", r.LeaderRestarts, fmt.Sprintf("promoted: %q; %d logged events lost with the deposed leader (never acknowledged by a majority)", r.Promoted, r.Lost))
+	}
+	row("batches shipped", r.BatchesShipped, fmt.Sprintf("%d resent", r.BatchesResent))
 	row("transport faults", r.TransportDups+r.TransportDrops+r.Disconnects, fmt.Sprintf("%d duplicated, %d dropped, %d disconnects", r.TransportDups, r.TransportDrops, r.Disconnects))
-	row("events delivered", r.Delivered, "every copy that reached the follower")
+	row("events delivered", r.Delivered, "every copy that reached a follower")
 	row("applied", r.Applied, "")
 	row("discarded: position", r.DiscardedPos, "redelivered batch (LSN at or below applied)")
 	row("discarded: HWM", r.DiscardedHWM, "SeqNo at or below the session's HWM")
-	row("discarded: window", r.DiscardedWindow, "idempotency key recently seen")
+	row("discarded: window", r.DiscardedWindow, "idempotency key recently seen (a client retry)")
 	row("discarded: in-batch", r.DiscardedBatch, "key seen earlier in the same batch")
 	row("skipped: closed session", r.SkippedClosed, "")
 	row("refused, resent later", r.Refused, fmt.Sprintf("%d batches refused for a gap (out of order or SeqNo)", r.GapsRefused))
 	row("follower restarts", r.Restarts+r.Crashes, fmt.Sprintf("%d clean, %d killed", r.Restarts, r.Crashes))
 	row("events/s delivered", fmt.Sprintf("%.0f", r.EventsPerSec), fmt.Sprintf("over %.2f s", r.Seconds))
 	tw.Flush()
+
+	fmt.Fprintf(w, "\n%d follower(s) (each a node serving every shard over its own links):\n", len(r.Followers))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  follower\tapplied\tdiscarded\tdelivered\tshipped\tfaults\trestarts\tkills\tapplied LSN\tverified\t")
+	for _, f := range r.Followers {
+		verdict := map[bool]string{true: "yes", false: "NO"}[f.Verified]
+		switch {
+		case f.Promoted:
+			verdict = "promoted"
+		case len(f.Refused) > 0:
+			verdict = fmt.Sprintf("refused %v", f.Refused)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%s\t\n", f.ID, f.Applied, f.Discarded, f.Delivered, f.Shipped, f.Faults, f.Restarts, f.Kills, f.LSNs, verdict)
+	}
+	tw.Flush()
 	if len(r.Shards) > 0 {
-		fmt.Fprintf(w, "\n%d shards (leader: one WAL and shipper each; one follower node, one store each):\n", len(r.Shards))
+		fmt.Fprintf(w, "\n%d shards (leader: one WAL and one stream per follower each; every follower node: one store each):\n", len(r.Shards))
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "  shard\tsessions\tbatches\tlast LSN\tapplied\tdiscarded\tshipped\tfaults\t")
 		for _, s := range r.Shards {
@@ -248,7 +326,7 @@ func printDemo(w io.Writer, r *demoReport) {
 		tw.Flush()
 	}
 	if r.Verified {
-		fmt.Fprintln(w, "\nverified: follower state matches the oracle (every distinct event applied exactly once)")
+		fmt.Fprintln(w, "\nverified: every follower's state matches the oracle (every distinct request applied exactly once)")
 	} else {
 		fmt.Fprintf(w, "\nNOT VERIFIED: %s\n", r.Error)
 	}

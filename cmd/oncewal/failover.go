@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 )
 
 // failoverSeeds is how many seeds per replication mode the --failover demo
@@ -49,14 +49,14 @@ type failoverRunJSON struct {
 
 // runFailoverDemo runs the request-level failover scenario on disk: two
 // narrated runs (synchronous and asynchronous replication), then a sweep of
-// seeds over both, each verified by testutil.RunFailover. Exit 0 only if
+// seeds over both, each verified by sim.RunFailover. Exit 0 only if
 // every run verified.
 func runFailoverDemo(root string, seed uint64, asJSON bool, stdout, stderr io.Writer) int {
 	start := time.Now()
 	rep := failoverReport{Seed: seed, Totals: map[string]int{}, KillPhaseRuns: map[string]int{}, Verified: true,
 		Guarantee: "every request takes effect exactly once in the surviving history and every retry within the replay window gets the original outcome; with asynchronous replication, answers A gave for requests B never received are lost with A and those requests re-execute once on B"}
 	run := func(i int, s uint64, async bool, narrate bool) bool {
-		cfg := testutil.FailoverConfig{
+		cfg := sim.FailoverConfig{
 			Dir: filepath.Join(root, fmt.Sprintf("run-%03d", i)), Seed: s, Async: async, Requests: 40, FS: vfs.Default,
 		}
 		if narrate && !asJSON {
@@ -67,13 +67,13 @@ func runFailoverDemo(root string, seed uint64, asJSON bool, stdout, stderr io.Wr
 			fmt.Fprintf(stdout, "\n== seed %d, %s\n", s, mode)
 			cfg.Trace = func(format string, args ...any) { fmt.Fprintf(stdout, "   "+format+"\n", args...) }
 		}
-		res, err := testutil.RunFailover(cfg)
+		res, err := sim.RunFailover(cfg)
 		j := failoverRunJSON{Seed: s, Async: async}
 		if err != nil {
 			j.Error = err.Error()
 		} else {
 			j = failoverRunJSON{Seed: s, Async: async, Requests: res.Requests, KilledAt: res.KilledAt,
-				KillPhase: testutil.KillPhaseName(res.KillPhase), ALastLSN: res.ALastLSN, PromotedAt: res.PromotedAt,
+				KillPhase: sim.KillPhaseName(res.KillPhase), ALastLSN: res.ALastLSN, PromotedAt: res.PromotedAt,
 				SeenOnA: res.SeenOnA, Retried: res.Retried, Replayed: res.Replayed, Reexecuted: res.Reexecuted,
 				InFlightWaits: res.InFlightWaits, LostAnswers: res.LostAnswers, Fenced: res.Fenced, Verified: res.Verified}
 			if res.VerifyErr != nil {

@@ -70,10 +70,12 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		want []string // in stderr
 	}{
 		{with(demo, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range [0, 1]"}},
-		{with(demo, "--dup-rate", "+Inf"), []string{"--dup-rate +Inf is out of range"}},
-		{with(demo, "--dup-rate", "-0.1"), []string{"--dup-rate -0.1 is out of range"}},
+		{with(demo, "--late-rate", "+Inf"), []string{"--late-rate +Inf is out of range"}},
+		{with(demo, "--late-rate", "-0.1"), []string{"--late-rate -0.1 is out of range"}},
 		{with(demo, "--retry-rate", "1.5"), []string{"--retry-rate 1.5 is out of range"}},
-		{with(demo, "--dup-rate", "0.5", "--retry-rate", "0.5"), []string{"--dup-rate + --retry-rate must be < 1"}},
+		{with(demo, "--late-rate", "0.5", "--retry-rate", "0.5"), []string{"--late-rate + --retry-rate must be < 1"}},
+		{with(demo, "--followers", "0"), []string{"--followers 0 is out of range"}},
+		{with(demo, "--promote"), []string{"--promote needs --followers >= 2"}},
 		{with(demo, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
 		{with(demo, "--events", "-5"), []string{"--events -5 is out of range"}},
 		{with(demo, "--events", "99999999999"), []string{"--events 99999999999 is out of range"}},

@@ -112,14 +112,15 @@ func every(d time.Duration, done <-chan struct{}, fn func()) {
 	}
 }
 
-// loopbackTransport returns, when on, a testutil.PipelineConfig.Transport
-// that runs the demo over the real network transport: a gRPC server on
-// 127.0.0.1 with mutual TLS, certificates generated in memory.
-func loopbackTransport(on bool) func() (replication.Listener, replication.Dialer, func() error, error) {
+// loopbackTransport returns, when on, a sim.Config.Transport that runs the
+// demo over the real network transport: per shard a gRPC server on
+// 127.0.0.1 with mutual TLS, certificates generated in memory, and one
+// Dialer every follower shares.
+func loopbackTransport(on bool) func(uint32) (replication.Listener, replication.Dialer, func() error, error) {
 	if !on {
 		return nil
 	}
-	return func() (replication.Listener, replication.Dialer, func() error, error) {
+	return func(uint32) (replication.Listener, replication.Dialer, func() error, error) {
 		certs, err := grpctransport.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			return nil, nil, nil, err

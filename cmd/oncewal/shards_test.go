@@ -182,3 +182,40 @@ func TestDemoShards(t *testing.T) {
 		t.Fatalf("--shards 2 --network: exit %d, want 2", code)
 	}
 }
+
+// TestDemoFollowers: three followers per shard of two shards, each on its
+// own faulty links with restarts, a leader restart and a promotion; one row
+// and one --json entry per follower, every one accounted for.
+func TestDemoFollowers(t *testing.T) {
+	stdout, stderr, code := runCmd(t, "demo", "--followers", "3", "--shards", "2", "--events", "1500", "--sessions", "12",
+		"--faults", "heavy", "--restarts", "3", "--leader-restarts", "1", "--promote", "--json")
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
+	}
+	var rep demoReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verified || len(rep.Followers) != 3 || rep.Promoted == "" {
+		t.Fatalf("demo --followers 3 --promote: verified %v, %d follower entries, promoted %q", rep.Verified, len(rep.Followers), rep.Promoted)
+	}
+	promoted := 0
+	for _, f := range rep.Followers {
+		switch {
+		case f.Promoted:
+			promoted++
+		case len(f.Refused) == 0 && !f.Verified:
+			t.Fatalf("follower %s neither verified nor refused: %+v", f.ID, f)
+		}
+		if len(f.LSNs) != 2 || f.Delivered == 0 {
+			t.Fatalf("follower %s: %+v", f.ID, f)
+		}
+	}
+	if promoted != 1 {
+		t.Fatalf("%d followers promoted", promoted)
+	}
+	stdout, _, code = runCmd(t, "demo", "--followers", "2", "--events", "500", "--sessions", "5")
+	if code != 0 || !strings.Contains(stdout, "f1 ") || !strings.Contains(stdout, "f2 ") || !strings.Contains(stdout, "verified: every follower") {
+		t.Fatalf("demo --followers 2 exit %d:\n%s", code, stdout)
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -27,9 +27,9 @@ func BenchmarkReplicate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wl := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 1, Sessions: 100, Events: 100_000, BatchSize: 512})
+	wl := recorded(b, sim.WorkloadConfig{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
 	var last uint64
-	for _, evs := range wl.Batches {
+	for _, evs := range wl.Shards[0] {
 		h, err := w.Append(1, evs)
 		if err != nil {
 			b.Fatal(err)
@@ -121,8 +121,8 @@ func BenchmarkTransport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wl := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 1, Sessions: 100, Events: 100_000, BatchSize: 512})
-	for _, evs := range wl.Batches {
+	wl := recorded(b, sim.WorkloadConfig{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
+	for _, evs := range wl.Shards[0] {
 		if _, err := w.Append(1, evs); err != nil {
 			b.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -88,15 +88,16 @@ func TestFanoutOverMTLS(t *testing.T) {
 		go func() { done <- f.Serve(ctx, d) }()
 		return done
 	}
-	wl := testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 7, Sessions: 8, Events: 3000, DupRate: 0.05, RetryRate: 0.05, BatchSize: 32})
+	wl := recorded(t, sim.WorkloadConfig{Seed: 7, Sessions: 8, Requests: 3000, RetryRate: 0.05, BatchSize: 32})
+	batches := wl.Shards[0]
 	// The cache is fed before anyone connects: from then on a follower at
 	// the tail finds every batch there.
-	last := leader.append(t, wl.Batches[0]).LastLSN()
-	wl.Batches = wl.Batches[1:]
+	last := leader.append(t, batches[0]).LastLSN()
+	batches = batches[1:]
 	fa, fb := open("a"), open("b")
 	aDone, bDone := serve(fa), serve(fb)
 
-	third := len(wl.Batches) / 3
+	third := len(batches) / 3
 	waitAll := func(lsn uint64) {
 		t.Helper()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -105,7 +106,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 			t.Fatalf("WaitAcked(%d): %v; %+v", lsn, err, fo.Stats())
 		}
 	}
-	for i, evs := range wl.Batches {
+	for i, evs := range batches {
 		last = leader.append(t, evs).LastLSN()
 		switch i {
 		case third, 2 * third:

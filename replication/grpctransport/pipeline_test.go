@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -21,6 +21,17 @@ func long() bool { return os.Getenv("ONCEWAL_LONG") == "1" }
 
 // proxied returns a PipelineConfig.Transport: a mutual-TLS server on
 // 127.0.0.1, the fault proxy in front of it, and a Dialer aimed at the proxy.
+// recorded is a client workload as a leader logged it (sim.Record), on one
+// shard: the log these tests replay through a raw WAL writer.
+func recorded(t testing.TB, cfg sim.WorkloadConfig) *sim.Log {
+	t.Helper()
+	log, err := sim.Record(sim.GenerateWorkload(cfg), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
 func proxied(t testing.TB, seed uint64, f proxyFaults, px **faultProxy) func() (replication.Listener, replication.Dialer, func() error, error) {
 	return func() (replication.Listener, replication.Dialer, func() error, error) {
 		c := certs(t)
@@ -71,15 +82,16 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", preset, seed), func(t *testing.T) {
 				var px *faultProxy
-				res, err := testutil.RunPipeline(context.Background(), testutil.PipelineConfig{
+				transport := proxied(t, seed, proxyPresets[preset], &px)
+				res, err := sim.Run(context.Background(), sim.Config{
 					Dir:  t.TempDir(),
 					Seed: seed,
-					Workload: testutil.WorkloadConfig{
-						Sessions: 16, Events: events, DupRate: 0.05, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 64,
+					Workload: sim.WorkloadConfig{
+						Sessions: 16, Requests: events, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 64,
 					},
 					Restarts:  3,
 					Follower:  follower.Options{Logger: quietLogger(), NoSync: true},
-					Transport: proxied(t, seed, proxyPresets[preset], &px),
+					Transport: func(uint32) (replication.Listener, replication.Dialer, func() error, error) { return transport() },
 					Timeout:   90 * time.Second,
 				})
 				if err != nil {
@@ -88,11 +100,12 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 				if !res.Verified {
 					t.Fatalf("seed %d (replay: preset %s): %v", seed, preset, res.VerifyErr)
 				}
-				if res.Follower.Applied == 0 {
+				fs := res.Followers[0].Shards[0]
+				if fs.Receiver.Applied == 0 {
 					t.Fatal("nothing applied")
 				}
-				t.Logf("batches %d, shipped %d (resent %d), connections %d; proxy: conns %d, resets %d, drops %d, stalls %d, refused %d; %v",
-					res.Batches, res.Shipper.BatchesSent, res.Shipper.BatchesResent, res.Shipper.Connections,
+				t.Logf("appends %d, shipped %d (resent %d), connections %d; proxy: conns %d, resets %d, drops %d, stalls %d, refused %d; %v",
+					res.Appends, fs.Shipper.BatchesSent, fs.Shipper.BatchesResent, fs.Shipper.Connections,
 					px.accepted.Load(), px.resets.Load(), px.drops.Load(), px.stalls.Load(), px.refused.Load(), res.Elapsed)
 			})
 		}
@@ -168,9 +181,10 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	walDir := filepath.Join(dir, "leader")
-	wl := testutil.GenerateWorkload(testutil.WorkloadConfig{
-		Seed: 7, Sessions: 16, Events: 3000, DupRate: 0.05, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 64,
+	wl := recorded(t, sim.WorkloadConfig{
+		Seed: 7, Sessions: 16, Requests: 3000, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 64,
 	})
+	batches := wl.Shards[0]
 	// Reserve a loopback port for the leader's fixed address.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,8 +268,8 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	}
 
 	startFollower()
-	half := len(wl.Batches) / 2
-	mid := appendBatches(leader.w, wl.Batches[:half])
+	half := len(batches) / 2
+	mid := appendBatches(leader.w, batches[:half])
 	waitFor(t, ctx, "follower to get a third of the first half", func() bool { return position() >= mid/3 })
 
 	// Leader restart #1, mid-stream, with the follower connected.
@@ -268,7 +282,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	stopFollower(true)
 	leader = startLeader(t, walDir, addr, notify)
 	startFollower()
-	last := appendBatches(leader.w, wl.Batches[half:])
+	last := appendBatches(leader.w, batches[half:])
 	waitFor(t, ctx, "follower to pass 3/4", func() bool { return position() >= mid+(last-mid)/2 })
 
 	// Leader restart #3 while the follower restarts cleanly.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -26,7 +26,7 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, evs := range testutil.GenerateWorkload(testutil.WorkloadConfig{Seed: 1, Events: 50}).Batches {
+	for _, evs := range recorded(t, sim.WorkloadConfig{Seed: 1, Requests: 50}).Shards[0] {
 		if _, err := w.Append(1, evs); err != nil {
 			t.Fatal(err)
 		}

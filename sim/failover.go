@@ -1,4 +1,4 @@
-package testutil
+package sim
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -28,7 +29,7 @@ import (
 // B is promoted, and the client retries against B every request whose answer
 // it did not see.
 type FailoverConfig struct {
-	Dir  string // WALs in Dir/a-wal and Dir/b-wal; stores in Dir/a and Dir/b (on FS)
+	Dir  string // leader A in Dir/a, follower B in Dir/b (its store then its leader's), on FS
 	Seed uint64
 	// Requests is the number of distinct client requests. Default 40.
 	Requests int
@@ -156,8 +157,9 @@ type failSim struct {
 	wall atomic.Int64 // the simulated wall clock of both leaders; waiting claims read it from their goroutines
 	sid  session.ID
 	reqs []failReq
-	a, b *follower.Follower
-	la   *replication.LedgerLog
+	lead *leader.Leader     // A, then B once promoted
+	la   *leader.Shard      // the current leader's shard (the run has one)
+	a, b *follower.Follower // A's store while A leads; B's, as follower then as leader
 	aWAL string
 
 	histMu sync.Mutex
@@ -214,7 +216,7 @@ func RunFailover(cfg FailoverConfig) (*FailoverResult, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfa11))
-	s := &failSim{cfg: cfg, rng: rng, res: &FailoverResult{Requests: cfg.Requests}, aWAL: filepath.Join(cfg.Dir, "a-wal")}
+	s := &failSim{cfg: cfg, rng: rng, res: &FailoverResult{Requests: cfg.Requests}, aWAL: filepath.Join(cfg.Dir, "a", leader.WALDirName)}
 	s.wall.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	s.sid[0], s.sid[15] = 0xc1, byte(cfg.Seed)
 	for i := range cfg.Requests {
@@ -224,13 +226,10 @@ func RunFailover(cfg FailoverConfig) (*FailoverResult, error) {
 	}
 	s.res.KilledAt, s.res.KillPhase = rng.IntN(cfg.Requests), rng.IntN(killPhases)
 	err := s.run()
-	if s.la != nil {
-		_ = s.la.Close()
-	}
-	for _, f := range []*follower.Follower{s.a, s.b} {
-		if f != nil {
-			_ = f.Kill()
-		}
+	if s.lead != nil {
+		_ = s.lead.Close()
+	} else if s.b != nil {
+		_ = s.b.Kill()
 	}
 	if err != nil {
 		return nil, err
@@ -244,16 +243,26 @@ func (s *failSim) opts() *follower.Options {
 		PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}
 }
 
+// openLeader opens the leader of the run's one shard in dir (epoch 0:
+// the store's).
+func (s *failSim) openLeader(dir string, epoch uint64) error {
+	l, err := leader.Open(dir, &leader.Options{Shards: 1, Epoch: epoch, FS: s.cfg.FS, Wall: s.now,
+		Ledger: failLedger, Logger: s.cfg.Logger, Store: *s.opts()})
+	if err != nil {
+		return err
+	}
+	s.lead = l
+	s.la, err = l.Shard(0)
+	return err
+}
+
 func (s *failSim) run() error {
+	if err := s.openLeader(filepath.Join(s.cfg.Dir, "a"), 0); err != nil {
+		return err
+	}
+	s.a = s.la.Store()
 	var err error
-	if s.a, err = follower.Open(filepath.Join(s.cfg.Dir, "a"), s.opts()); err != nil {
-		return err
-	}
-	// A fresh store promoted with epoch 1 is the first leader.
-	if s.la, err = s.a.Promote(follower.PromoteOptions{WALDir: s.aWAL, Wall: s.now, Ledger: failLedger}); err != nil {
-		return err
-	}
-	if s.b, err = follower.Open(filepath.Join(s.cfg.Dir, "b"), s.opts()); err != nil {
+	if s.b, err = follower.Open(follower.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), s.opts()); err != nil {
 		return err
 	}
 	s.trace("leader A (epoch %d) and follower B up; %d requests, A dies during request %d (%s), async=%v",
@@ -263,27 +272,27 @@ func (s *failSim) run() error {
 	if err != nil {
 		return err
 	}
-	s.res.ALastLSN = s.la.Writer().NextLSN() - 1
+	s.res.ALastLSN = s.la.NextLSN() - 1
 	epochA := s.la.Epoch()
-	_ = s.la.Close() // wakes a duplicate still waiting on A: ErrLedgerClosed
-	s.la = nil
+	_ = s.lead.Close() // wakes a duplicate still waiting on A: ErrLedgerClosed
+	s.lead, s.la, s.a = nil, nil, nil
 	if dup != nil {
 		if r := <-dup; !errors.Is(r.err, idempotency.ErrLedgerClosed) {
 			s.fail("duplicate waiting on A when A died: %v %v, want ErrLedgerClosed", r.status, r.err)
 		}
 	}
-	_ = s.a.Kill()
-	s.a = nil
 	s.res.PromotedAt, _ = s.b.Position()
-	// The failover controller hands out the next epoch: B may never have
-	// seen A's (if nothing reached it), so B's own epoch + 1 is not enough.
-	lb, err := s.b.Promote(follower.PromoteOptions{WALDir: filepath.Join(s.cfg.Dir, "b-wal"), Wall: s.now, Epoch: epochA + 1,
-		Ledger: failLedger})
-	if err != nil {
+	if err := s.b.Close(); err != nil {
 		return err
 	}
-	s.la = lb
-	s.trace("A killed at LSN %d; B promoted with epoch %d at LSN %d", s.res.ALastLSN, lb.Epoch(), s.res.PromotedAt)
+	s.b = nil
+	// The failover controller hands out the next epoch: B may never have
+	// seen A's (if nothing reached it), so B's own epoch + 1 is not enough.
+	if err := s.openLeader(filepath.Join(s.cfg.Dir, "b"), epochA+1); err != nil {
+		return err
+	}
+	s.b = s.la.Store()
+	s.trace("A killed at LSN %d; B promoted with epoch %d at LSN %d", s.res.ALastLSN, s.la.Epoch(), s.res.PromotedAt)
 	s.markLost()
 	if err := s.staleOwner(); err != nil {
 		return err
@@ -297,14 +306,14 @@ func (s *failSim) run() error {
 
 // exec claims request i on leader l (without waiting), recording its
 // payload as the claim's action.
-func (s *failSim) exec(l *replication.LedgerLog, i int) (*idempotency.Claim, error) {
+func (s *failSim) exec(l *leader.Shard, i int) (*idempotency.Claim, error) {
 	r := &s.reqs[i]
 	return l.Ledger().ClaimWith(context.Background(), failScope, r.key, r.payload, idempotency.ClaimOptions{Action: string(r.payload)})
 }
 
 // commit is the server's execution of a fresh claim: read the counter, add,
 // and log effect and outcome together.
-func (s *failSim) commit(l *replication.LedgerLog, f *follower.Follower, i int, c *idempotency.Claim) ([]byte, wal.Header, error) {
+func (s *failSim) commit(l *leader.Shard, f *follower.Follower, i int, c *idempotency.Claim) ([]byte, wal.Header, error) {
 	r := &s.reqs[i]
 	ckey := fmt.Appendf(nil, "c%d", r.counter)
 	cur, err := f.State().Counter(s.sid, ckey)
@@ -325,7 +334,7 @@ type waitResult struct {
 // waitingClaim sends request i to leader l as a waiting claim from its own
 // goroutine; a fresh claim executes there (when f is set). The answer
 // arrives on the channel.
-func (s *failSim) waitingClaim(l *replication.LedgerLog, f *follower.Follower, i int) <-chan waitResult {
+func (s *failSim) waitingClaim(l *leader.Shard, f *follower.Follower, i int) <-chan waitResult {
 	r := &s.reqs[i]
 	ch := make(chan waitResult, 1)
 	go func() {
@@ -346,7 +355,7 @@ func (s *failSim) waitingClaim(l *replication.LedgerLog, f *follower.Follower, i
 }
 
 // parked waits until n waiting claims sleep on l.
-func parked(l *replication.LedgerLog, n int) error {
+func parked(l *leader.Shard, n int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for l.Ledger().Waiting() < n {
 		if time.Now().After(deadline) {
@@ -364,7 +373,7 @@ func (s *failSim) ship(upto uint64) error {
 	if from >= upto {
 		return nil
 	}
-	rd, err := wal.OpenReader(s.aWAL, 0)
+	rd, err := wal.OpenReaderFS(s.cfg.FS, s.aWAL, 0)
 	if err != nil {
 		return err
 	}
@@ -394,7 +403,7 @@ func (s *failSim) ship(upto uint64) error {
 
 // lag ships a random prefix of what B lacks (asynchronous replication).
 func (s *failSim) lag() error {
-	end := s.la.Writer().NextLSN() - 1
+	end := s.la.NextLSN() - 1
 	from, _ := s.b.Position()
 	if end > from && s.rng.IntN(2) == 0 {
 		return s.ship(from + 1 + s.rng.Uint64N(end-from))
@@ -420,7 +429,7 @@ func (s *failSim) beforeFailover() (<-chan waitResult, error) {
 		if c.Status != idempotency.Fresh {
 			return nil, fmt.Errorf("request %s: first attempt got %s", r.key, c.Status)
 		}
-		r.leases = append(r.leases, lease{s.la.Writer().NextLSN() - 1, c.LeaseEnd})
+		r.leases = append(r.leases, lease{s.la.NextLSN() - 1, c.LeaseEnd})
 		var dup <-chan waitResult
 		if s.rng.IntN(4) == 0 { // a duplicate delivery while the owner works
 			r.open = append(r.open, s.call(i))
@@ -437,7 +446,7 @@ func (s *failSim) beforeFailover() (<-chan waitResult, error) {
 				if err != nil {
 					return nil, fmt.Errorf("request %s: extending its own live lease: %w", r.key, err)
 				}
-				r.leases = append(r.leases, lease{s.la.Writer().NextLSN() - 1, end})
+				r.leases = append(r.leases, lease{s.la.NextLSN() - 1, end})
 				s.res.Extensions++
 			}
 			s.trace("%s: slow owner extended its lease %d times (until +%v)", r.key, len(r.leases)-1,
@@ -538,14 +547,14 @@ func (s *failSim) staleOwner() error {
 		if c == nil {
 			continue
 		}
-		next := s.la.Writer().NextLSN()
+		next := s.la.NextLSN()
 		if _, err := s.la.Ledger().Extend(c, 0); !errors.Is(err, idempotency.ErrNotOwner) {
 			s.fail("%s: A's claim extended on B: %v", c.Key, err)
 		}
 		if _, _, err := s.commit(s.la, s.b, i, c); !errors.Is(err, idempotency.ErrNotOwner) {
 			s.fail("%s: A's claim committed on B: %v", c.Key, err)
 		}
-		if s.la.Writer().NextLSN() != next {
+		if s.la.NextLSN() != next {
 			s.fail("%s: a stale owner's attempt was logged on B", c.Key)
 		}
 	}
@@ -754,7 +763,7 @@ func (s *failSim) verify() {
 // checkFence reopens B's store as a follower and offers it a batch of A's
 // epoch: the old leader is fenced.
 func (s *failSim) checkFence() error {
-	rd, err := wal.OpenReader(s.aWAL, 0)
+	rd, err := wal.OpenReaderFS(s.cfg.FS, s.aWAL, 0)
 	if err != nil {
 		return err
 	}
@@ -764,13 +773,12 @@ func (s *failSim) checkFence() error {
 	if err != nil {
 		return err
 	}
-	_ = s.la.Close()
-	s.la = nil
-	if err := s.b.Close(); err != nil {
+	err = s.lead.Close()
+	s.lead, s.la, s.b = nil, nil, nil
+	if err != nil {
 		return err
 	}
-	s.b = nil
-	f, err := follower.Open(filepath.Join(s.cfg.Dir, "b"), s.opts())
+	f, err := follower.Open(follower.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), s.opts())
 	if err != nil {
 		return err
 	}

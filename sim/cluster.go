@@ -1,0 +1,1184 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+)
+
+// Config describes one end-to-end run of a deployment: a leader (package
+// leader) of Shards shards, Followers follower nodes each serving every
+// shard over its own links, a client sending a generated workload through
+// the leader, and the faults the seed schedules between the client's
+// batches: follower restarts (clean, killed, or a power failure that loses
+// unsynced writes), leader restarts on the same directory (clean or a power
+// failure), and a promotion of the most advanced follower after the
+// leader's death. See the package documentation for the invariant Run
+// checks.
+type Config struct {
+	// Dir, if set, puts every node on the real filesystem: the leader in
+	// Dir/leader, follower f<i> in Dir/f<i>; a power failure is then a
+	// kill. Empty: each node has its own in-memory filesystem
+	// (vfs.NewCrashableMem) and a power failure keeps a random share of
+	// the unsynced writes (CrashClone).
+	Dir  string
+	Seed uint64
+	// Workload is the client's workload; its Seed defaults to Seed.
+	Workload WorkloadConfig
+	// Shards is the deployment's shard count. Default 1.
+	Shards int
+	// Followers is the number of follower nodes, f1..fN, each serving
+	// every shard: N followers per shard. Default 1.
+	Followers int
+	// Faults are the faults of every follower link (one InProcess
+	// transport per follower and shard, seeded independently); LinkFaults,
+	// if set, chooses per link instead.
+	Faults     replication.FaultConfig
+	LinkFaults func(follower int, shard uint32) replication.FaultConfig
+	// Transport, if set, replaces the InProcess links: shard's Listener
+	// for the leader and the Dialer every follower uses (faults are then
+	// the transport's business), and a func closing both.
+	Transport func(shard uint32) (replication.Listener, replication.Dialer, func() error, error)
+	// Restarts is the number of follower restarts, each of a follower,
+	// a kind (clean, kill, power failure) and a moment the seed picks.
+	Restarts int
+	// LeaderRestarts is the number of leader restarts on the same
+	// directory, each clean or a power failure (the seed picks).
+	LeaderRestarts int
+	// Promote: at a moment the seed picks the leader dies and the most
+	// advanced follower is promoted (a new epoch); the client carries on
+	// against it. Needs Followers >= 2.
+	Promote bool
+	// Answers is the number of moments the client waits for
+	// WaitAcked(AckMajority) on every shard: the answers it saw, which
+	// must survive the leader's death and the promotion.
+	Answers int
+	// Follower is the template of every follower store's options (ID,
+	// Shard and FS are set per node); Node the node options (its Follower
+	// is replaced by Follower). The leader's stores get the same
+	// WindowCapacity. Defaults: a window of 4096 keys, a 256 KiB memtable,
+	// quiet logs, fast redials.
+	Follower follower.Options
+	Node     follower.NodeOptions
+	// Wrap, if set, wraps follower i's Dialer of shard (to stall a link).
+	Wrap func(follower int, shard uint32, d replication.Dialer) replication.Dialer
+	// Skip, if set, leaves a shard out of the wait for completion and out
+	// of verification (a shard a test breaks on purpose).
+	Skip func(shard uint32) bool
+	// RetransmitTimeout is the leader's retransmit timeout. Default 20ms.
+	RetransmitTimeout time.Duration
+	// SegmentSize and RetentionInterval are the leader's (wal and leader
+	// defaults when 0).
+	SegmentSize       int64
+	RetentionInterval time.Duration
+	// Progress, if set, is called while Run waits for the followers to
+	// catch up with the applied and the total LSNs of every follower and
+	// shard it waits for.
+	Progress func(applied, total uint64)
+	// Timeout bounds the run. Default 2 minutes.
+	Timeout time.Duration
+	// Trace, if set, receives a line per fault, answer and promotion.
+	Trace func(format string, args ...any)
+}
+
+func (c *Config) ensureDefaults() error {
+	if c.Workload.Seed == 0 {
+		c.Workload.Seed = c.Seed
+	}
+	if c.Shards <= 0 {
+		c.Shards = 1
+	}
+	if c.Followers <= 0 {
+		c.Followers = 1
+	}
+	if c.Promote && c.Followers < 2 {
+		return errors.New("sim: a promotion needs at least 2 followers")
+	}
+	if c.Skip == nil {
+		c.Skip = func(uint32) bool { return false }
+	}
+	if c.RetransmitTimeout <= 0 {
+		c.RetransmitTimeout = 20 * time.Millisecond
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Minute
+	}
+	if c.Follower.Logger == nil {
+		c.Follower.Logger = discard
+	}
+	if c.Follower.WindowCapacity == 0 {
+		c.Follower.WindowCapacity = 4096
+	}
+	if c.Follower.PebbleOptions == nil {
+		c.Follower.PebbleOptions = smallMemtable
+	}
+	// Redial fast: fault-injecting links drop all the time, and the
+	// production backoff would make a run mostly waiting.
+	if c.Follower.ReconnectBackoff == 0 {
+		c.Follower.ReconnectBackoff = 2 * time.Millisecond
+	}
+	if c.Follower.MaxReconnectBackoff == 0 {
+		c.Follower.MaxReconnectBackoff = 20 * time.Millisecond
+	}
+	if c.Node.ReopenBackoff == 0 {
+		c.Node.ReopenBackoff = 5 * time.Millisecond
+	}
+	return nil
+}
+
+// Restart kinds.
+const (
+	Clean = iota // Close and reopen
+	Kill         // the process dies (unsynced writes the OS holds survive)
+	Crash        // power failure: only synced writes survive, and some others
+)
+
+// KindName names a restart kind.
+func KindName(k int) string { return [...]string{"clean", "kill", "crash"}[k] }
+
+// Result is what happened in a run and whether the invariant held.
+type Result struct {
+	Workload *Workload
+	Elapsed  time.Duration
+	// Appends are the leader appends the client made; Logged the events
+	// they logged; Refused the requests the leader refused (late writes).
+	Appends, Logged, Refused int
+	// Distinct are the logged requests that take effect (each once): what
+	// a follower that applied the whole history applied.
+	Distinct int
+	// Lost are events the client saw accepted by a leader that died before
+	// they reached the promoted follower (never acknowledged by a majority).
+	Lost int
+	// Answers are the WaitAcked(AckMajority) answers the client saw, per
+	// shard the highest LSN they covered (AnsweredLSN).
+	Answers     int
+	AnsweredLSN []uint64
+	Shards      []ShardResult
+	Followers   []FollowerResult
+	// LeaderRestarts, LeaderCrashes: restarts of a leader on its directory.
+	LeaderRestarts, LeaderCrashes int
+	// Promoted is the follower promoted (empty: none); PromotedAt its
+	// applied LSN per shard then; Transplants the shards whose store it
+	// took from another follower that was further ahead (see the package
+	// documentation); Zombie: the deposed leader shipped one more batch
+	// after the promotion was decided.
+	Promoted    string
+	PromotedAt  []uint64
+	Transplants int
+	Zombie      bool
+	// Refusals counts the (follower, shard) pairs the leader refused after
+	// the promotion, by reason; they are left out of the comparison with
+	// the oracle, for that reason only.
+	Refusals map[string]int
+	// Verified: every follower (and the final leader's store) equals the
+	// oracle, every counter is accounted for, every majority answer
+	// survived. VerifyErr says why not.
+	Verified  bool
+	VerifyErr error
+}
+
+// ShardResult is one shard's log.
+type ShardResult struct {
+	Shard    uint32
+	Sessions int    // sessions routed to the shard
+	Appends  int    // appends of the shard
+	LastLSN  uint64 // last LSN of the final history
+	Epoch    uint64 // the final leader's epoch
+}
+
+// FollowerResult is one follower node.
+type FollowerResult struct {
+	ID                       string
+	Restarts, Kills, Crashes int
+	Promoted                 bool
+	Shards                   []FollowerShard
+}
+
+// Total is the sum of the follower's receiver counters over its shards.
+func (f *FollowerResult) Total() replication.Stats {
+	var t replication.Stats
+	for _, s := range f.Shards {
+		t = t.Add(s.Receiver)
+	}
+	return t
+}
+
+// FollowerShard is one follower's view of one shard.
+type FollowerShard struct {
+	Shard      uint32
+	AppliedLSN uint64
+	Receiver   replication.Stats          // over every incarnation
+	Shipper    replication.ShipperStats   // the leader's stream to it, over every leader incarnation
+	Transport  replication.InProcessStats // its link (zero with Config.Transport)
+	// Refused names why the leader refused the follower after the
+	// promotion ("" if it did not): "diverged" or "behind retention".
+	Refused  string
+	Verified bool
+}
+
+type node struct {
+	idx     int
+	id      string
+	dir     string
+	fs      vfs.FS
+	mem     *vfs.MemFS // fs, when it can crash
+	n       *follower.Node
+	cut     *atomic.Bool
+	stop    context.CancelFunc
+	served  chan struct{}
+	retired []replication.Stats
+	gone    bool // promoted: its stores are the leader's
+	res     *FollowerResult
+}
+
+type leaderNode struct {
+	l      *leader.Leader
+	dir    string
+	fs     vfs.FS
+	mem    *vfs.MemFS
+	stop   context.CancelFunc
+	done   chan error
+	shipTo []int // followers it ships to
+}
+
+type run struct {
+	cfg      Config
+	ctx      context.Context
+	rng      *rand.Rand
+	clock    *Clock
+	client   *Client
+	router   replication.ShardRouter
+	links    [][]*replication.InProcess // [follower][shard]
+	shardLis []replication.Listener     // with Config.Transport
+	shardDia []replication.Dialer
+	nodes    []*node
+	lead     *leaderNode
+	shipped  map[[2]int]replication.ShipperStats // [follower, shard] over retired leaders
+	closers  []func() error                      // of Config.Transport, once everything stopped
+	res      *Result
+}
+
+// event is one scheduled fault or answer. Everything about it is drawn
+// when the run is scheduled, so that timing (how much a crash image keeps)
+// never shifts the seed's later choices.
+type event struct {
+	at      int // before the client's batch at this index (len: after the last)
+	kind    int
+	who     int  // evFollower: the follower
+	restart int  // evFollower: Clean, Kill or Crash
+	crash   bool // evLeader: a power failure; evPromote: a zombie leader
+	settle  bool // evPromote: every follower caught up before the leader dies
+	seq     int
+}
+
+// crashRNG is the random source of event e's crash image.
+func (r *run) crashRNG(e event) *rand.Rand {
+	return rand.New(rand.NewPCG(r.cfg.Seed, 0x6372617368+uint64(e.seq)))
+}
+
+const (
+	evAnswer = iota
+	evFollower
+	evLeader
+	evPromote
+)
+
+// Run runs cfg to completion: the whole workload sent, every follower that
+// can caught up, then verified. An error means the run could not be carried
+// out; a violated invariant is reported in Result.VerifyErr.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.ensureDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	router, err := replication.NewShardRouter(cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	w := GenerateWorkload(cfg.Workload)
+	clock := NewClock(w.Config.Start)
+	r := &run{
+		cfg: cfg, ctx: ctx, rng: rand.New(rand.NewPCG(cfg.Seed, 0x72756e)), clock: clock,
+		client: NewClient(w, cfg.Shards, clock), router: router, shipped: map[[2]int]replication.ShipperStats{},
+		res: &Result{Workload: w, Refusals: map[string]int{}, AnsweredLSN: make([]uint64, cfg.Shards)},
+	}
+	start := time.Now()
+	err = r.run()
+	r.shutdown()
+	if err != nil {
+		return nil, err
+	}
+	r.res.Elapsed = time.Since(start)
+	r.res.Verified = r.res.VerifyErr == nil
+	return r.res, nil
+}
+
+func (r *run) trace(format string, args ...any) {
+	if r.cfg.Trace != nil {
+		r.cfg.Trace(format, args...)
+	}
+}
+
+func (r *run) fail(format string, args ...any) {
+	if r.res.VerifyErr == nil {
+		r.res.VerifyErr = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *run) run() error {
+	cfg := &r.cfg
+	if cfg.Transport != nil {
+		for s := range uint32(cfg.Shards) {
+			l, d, closeFn, err := cfg.Transport(s)
+			if err != nil {
+				return fmt.Errorf("sim: transport of shard %d: %w", s, err)
+			}
+			r.closers = append(r.closers, closeFn)
+			r.shardLis, r.shardDia = append(r.shardLis, l), append(r.shardDia, d)
+		}
+	}
+	for i := range cfg.Followers {
+		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]replication.Stats, cfg.Shards)}
+		n.res = &FollowerResult{ID: n.id}
+		if cfg.Dir != "" {
+			n.fs, n.dir = vfs.Default, filepath.Join(cfg.Dir, n.id)
+		} else {
+			n.mem = vfs.NewCrashableMem()
+			n.fs, n.dir = n.mem, "/"+n.id
+		}
+		var links []*replication.InProcess
+		for s := range uint32(cfg.Shards) {
+			if cfg.Transport != nil {
+				links = append(links, nil)
+				continue
+			}
+			faults := cfg.Faults
+			if cfg.LinkFaults != nil {
+				faults = cfg.LinkFaults(i, s)
+			}
+			links = append(links, replication.NewInProcess(faults, ShardSeed(cfg.Seed, uint32(i*cfg.Shards)+s)))
+		}
+		r.links = append(r.links, links)
+		r.nodes = append(r.nodes, n)
+	}
+	ln := &leaderNode{}
+	if cfg.Dir != "" {
+		ln.fs, ln.dir = vfs.Default, filepath.Join(cfg.Dir, "leader")
+	} else {
+		ln.mem = vfs.NewCrashableMem()
+		ln.fs, ln.dir = ln.mem, "/leader"
+	}
+	for i := range r.nodes {
+		ln.shipTo = append(ln.shipTo, i)
+	}
+	r.lead = ln
+	if err := r.openLeader(0); err != nil {
+		return err
+	}
+	for _, n := range r.nodes {
+		if err := r.startNode(n); err != nil {
+			return err
+		}
+	}
+
+	batches := len(r.client.w.Batches)
+	events := r.schedule(batches)
+	for next := 0; ; {
+		// The events due before the next batch (a zombie leader sends one
+		// batch of its own, so the client may be past an event's mark).
+		for ; next < len(events) && events[next].at <= r.client.Sent(); next++ {
+			if err := r.do(events[next]); err != nil {
+				return err
+			}
+		}
+		if r.client.Done() {
+			if next == len(events) {
+				break
+			}
+			continue
+		}
+		if _, err := r.client.Send(r.lead.l); err != nil {
+			return err
+		}
+	}
+	if err := r.catchUp(); err != nil {
+		return err
+	}
+	r.verify()
+	return nil
+}
+
+// schedule places the configured faults and answers between the batches.
+func (r *run) schedule(batches int) []event {
+	cfg := &r.cfg
+	var evs []event
+	add := func(e event) { e.seq = len(evs); evs = append(evs, e) }
+	promoteAt := -1
+	if cfg.Promote {
+		// In the middle third, so that both leaders log something.
+		promoteAt = batches/3 + r.rng.IntN(batches/3+1)
+		add(event{at: promoteAt, kind: evPromote, crash: r.rng.IntN(3) == 0, settle: r.rng.IntN(2) == 0, who: r.rng.IntN(cfg.Followers)})
+	}
+	for range cfg.Answers {
+		add(event{at: r.rng.IntN(batches + 1), kind: evAnswer})
+	}
+	for range cfg.Restarts {
+		add(event{at: r.rng.IntN(batches + 1), kind: evFollower, who: r.rng.IntN(cfg.Followers), restart: r.rng.IntN(3)})
+	}
+	for range cfg.LeaderRestarts {
+		add(event{at: r.rng.IntN(batches + 1), kind: evLeader, crash: r.rng.IntN(2) == 1})
+	}
+	slices.SortFunc(evs, func(a, b event) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.kind, b.kind), cmp.Compare(a.seq, b.seq))
+	})
+	return evs
+}
+
+func (r *run) do(e event) error {
+	switch e.kind {
+	case evAnswer:
+		return r.answer()
+	case evFollower:
+		n := r.nodes[e.who]
+		if n.gone { // promoted meanwhile: restart another
+			n = r.nodes[(e.who+1)%len(r.nodes)]
+		}
+		return r.restartNode(n, e.restart, r.crashRNG(e))
+	case evLeader:
+		return r.restartLeader(e.crash, r.crashRNG(e))
+	case evPromote:
+		return r.promote(e, r.crashRNG(e))
+	}
+	return nil
+}
+
+func (r *run) dialer(i int, s uint32) replication.Dialer {
+	if r.cfg.Transport != nil {
+		return r.shardDia[s]
+	}
+	return r.links[i][s]
+}
+
+func (r *run) followerOptions() follower.Options {
+	o := r.cfg.Follower
+	o.ID, o.Shard, o.FS = "", 0, nil
+	return o
+}
+
+func (r *run) openLeader(epoch uint64) error {
+	ln := r.lead
+	ctx, stop := context.WithCancel(r.ctx)
+	listeners := make([]replication.Listener, r.cfg.Shards)
+	var ids []string
+	for _, i := range ln.shipTo {
+		ids = append(ids, r.nodes[i].id)
+	}
+	for s := range listeners {
+		if r.cfg.Transport != nil {
+			listeners[s] = r.shardLis[s]
+			continue
+		}
+		var ls []replication.Listener
+		for _, i := range ln.shipTo {
+			ls = append(ls, r.links[i][s])
+		}
+		listeners[s] = mergeListeners(ctx, ls)
+	}
+	store := r.followerOptions()
+	l, err := leader.Open(ln.dir, &leader.Options{
+		Shards: r.cfg.Shards, Epoch: epoch, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
+		Store: follower.Options{WindowCapacity: store.WindowCapacity, RetentionHorizon: store.RetentionHorizon,
+			HWMCacheSize: store.HWMCacheSize, Logger: discard, PebbleOptions: store.PebbleOptions},
+		Followers: ids,
+		Listener:  func(s uint32) replication.Listener { return listeners[s] },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: r.cfg.RetransmitTimeout,
+			MaxBackoff: 10 * r.cfg.RetransmitTimeout, PollInterval: time.Millisecond},
+		SegmentSize:       r.cfg.SegmentSize,
+		RetentionInterval: r.cfg.RetentionInterval,
+	})
+	if err != nil {
+		stop()
+		return fmt.Errorf("sim: opening the leader in %s: %w", ln.dir, err)
+	}
+	ln.l, ln.stop, ln.done = l, stop, make(chan error, 1)
+	go func() { ln.done <- l.Run(ctx) }()
+	// Every accepted event is in the log, and nothing else: a restarted
+	// leader continues exactly where the client's history ends.
+	for s := range uint32(r.cfg.Shards) {
+		sh, _ := l.Shard(s)
+		if last := r.client.LastLSN(s); sh.NextLSN()-1 != last {
+			r.fail("leader reopened in %s: shard %d log ends at LSN %d, the client's accepted history at %d", ln.dir, s, sh.NextLSN()-1, last)
+		}
+	}
+	return nil
+}
+
+// stopLeader stops the leader's shipping and closes it, keeping its
+// shipping figures.
+func (r *run) stopLeader() error {
+	ln := r.lead
+	if ln.l == nil {
+		return nil
+	}
+	ln.stop()
+	err := <-ln.done
+	for _, st := range ln.l.Stats() {
+		for _, fs := range st.Shipping.Followers {
+			i := r.nodeIndex(fs.ID)
+			k := [2]int{i, int(st.Shard)}
+			r.shipped[k] = addShipperStats(r.shipped[k], fs.ShipperStats)
+		}
+	}
+	if cerr := ln.l.Close(); err == nil {
+		err = cerr
+	}
+	ln.l = nil
+	if err != nil {
+		return fmt.Errorf("sim: stopping the leader: %w", err)
+	}
+	return nil
+}
+
+func (r *run) nodeIndex(id string) int {
+	return slices.IndexFunc(r.nodes, func(n *node) bool { return n.id == id })
+}
+
+// restartLeader restarts the leader on its directory: cleanly, or after a
+// power failure (its filesystem cloned as a crash would leave it).
+func (r *run) restartLeader(crash bool, rng *rand.Rand) error {
+	ln := r.lead
+	if crash && ln.mem != nil {
+		clone := ln.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+		_ = r.stopLeader() // writes after the clone land on the lost filesystem
+		ln.mem, ln.fs = clone, clone
+		r.res.LeaderCrashes++
+	} else {
+		if err := r.stopLeader(); err != nil {
+			return err
+		}
+		r.res.LeaderRestarts++
+	}
+	r.trace("leader restarted (crash %v) at batch %d", crash && ln.mem != nil, r.client.Sent())
+	return r.openLeader(0)
+}
+
+func (r *run) startNode(n *node) error {
+	o := r.cfg.Node
+	o.Follower = r.followerOptions()
+	o.Follower.ID, o.Follower.FS = n.id, n.fs
+	shards := make([]uint32, r.cfg.Shards)
+	for s := range shards {
+		shards[s] = uint32(s)
+	}
+	fn, err := follower.OpenNode(n.dir, shards, &o)
+	if err != nil {
+		return fmt.Errorf("sim: opening follower %s: %w", n.id, err)
+	}
+	n.n, n.cut = fn, new(atomic.Bool)
+	r.serve(n)
+	return nil
+}
+
+// serve runs the node's Serve until n.pause or n.close.
+func (r *run) serve(n *node) {
+	ctx, stop := context.WithCancel(r.ctx)
+	served, fn, cut := make(chan struct{}), n.n, n.cut
+	n.stop, n.served = stop, served
+	go func() {
+		defer close(served)
+		_ = fn.Serve(ctx, func(s uint32) replication.Dialer {
+			var d replication.Dialer = cuttable{d: r.dialer(n.idx, s), cut: cut}
+			if r.cfg.Wrap != nil {
+				d = r.cfg.Wrap(n.idx, s, d)
+			}
+			return d
+		})
+	}()
+}
+
+// pause stops the node's Serve and waits for it: its positions are final
+// until it serves again.
+func (n *node) pause() {
+	n.stop()
+	<-n.served
+}
+
+// close closes (or kills) the node and keeps its counters.
+func (n *node) close(kill bool) error {
+	n.stop()
+	var err error
+	if kill {
+		err = n.n.Kill()
+	} else {
+		err = n.n.Close()
+	}
+	<-n.served
+	for _, ss := range n.n.Stats().Shards {
+		n.retired[ss.Shard] = n.retired[ss.Shard].Add(ss.Receiver)
+	}
+	return err
+}
+
+// restartNode restarts follower n: clean, killed, or after a power
+// failure. For a power failure its links are cut first, so that no ack
+// leaves it that the crash image may not back.
+func (r *run) restartNode(n *node, kind int, rng *rand.Rand) error {
+	if kind == Crash && n.mem == nil {
+		kind = Kill
+	}
+	switch kind {
+	case Clean:
+		if err := n.close(false); err != nil {
+			return fmt.Errorf("sim: closing follower %s: %w", n.id, err)
+		}
+		n.res.Restarts++
+	case Kill:
+		if err := n.close(true); err != nil {
+			return fmt.Errorf("sim: killing follower %s: %w", n.id, err)
+		}
+		n.res.Kills++
+	case Crash:
+		n.cut.Store(true)
+		clone := n.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+		_ = n.close(true) // writes after the clone land on the lost filesystem
+		n.mem, n.fs = clone, clone
+		n.res.Crashes++
+	}
+	r.trace("follower %s restarted (%s) at batch %d", n.id, KindName(kind), r.client.Sent())
+	return r.startNode(n)
+}
+
+// answer waits until a majority of every shard's registered followers
+// acknowledged everything the client sent: the answers it then sees must
+// survive any later failure.
+func (r *run) answer() error {
+	for s := range uint32(r.cfg.Shards) {
+		lsn := r.client.LastLSN(s)
+		if lsn == 0 || r.cfg.Skip(s) || r.res.AnsweredLSN[s] >= lsn || !r.majorityServes(s) {
+			continue
+		}
+		sh, err := r.lead.l.Shard(s)
+		if err != nil {
+			return err
+		}
+		if err := sh.WaitAcked(r.ctx, lsn, replication.AckMajority); err != nil {
+			return fmt.Errorf("sim: WaitAcked(majority) of shard %d at LSN %d: %w", s, lsn, err)
+		}
+		r.res.AnsweredLSN[s] = lsn
+		r.res.Answers++
+		r.trace("answer: shard %d acked by a majority up to LSN %d", s, lsn)
+	}
+	return nil
+}
+
+// majorityServes reports whether a majority of the leader's followers of
+// shard can acknowledge it (a refused follower never does).
+func (r *run) majorityServes(s uint32) bool {
+	ok := 0
+	for _, i := range r.lead.shipTo {
+		if r.nodes[i].res.Shards == nil || r.nodes[i].res.Shards[s].Refused == "" {
+			ok++
+		}
+	}
+	return ok >= len(r.lead.shipTo)/2+1
+}
+
+// promote kills the leader and promotes the most advanced follower: per
+// shard the store with the highest applied LSN. With e.settle the leader
+// dies only once every follower has acknowledged everything; else wherever
+// they are. The followers are paused first (the failover controller fences
+// them), so their positions are final. With zombie, the deposed leader is not quite dead: after the
+// decision it logs one more batch and ships it to one other follower,
+// which then holds entries the new history rewrites and must be refused
+// as diverged.
+func (r *run) promote(e event, rng *rand.Rand) error {
+	old, zombie := r.lead, e.crash
+	epoch := r.leaderEpoch()
+	if e.settle {
+		// A leader that dies with every follower caught up (a planned
+		// handover, or a quiet moment): every follower continues.
+		for s := range uint32(r.cfg.Shards) {
+			if lsn := r.client.LastLSN(s); lsn > 0 && !r.cfg.Skip(s) {
+				sh, _ := old.l.Shard(s)
+				if err := sh.WaitAcked(r.ctx, lsn, replication.AckAll); err != nil {
+					return fmt.Errorf("sim: settling shard %d at LSN %d before the promotion: %w", s, lsn, err)
+				}
+			}
+		}
+	}
+	for _, i := range old.shipTo {
+		r.nodes[i].pause()
+	}
+	pos := make([][]uint64, len(r.nodes))
+	best := make([]uint64, r.cfg.Shards)
+	for _, i := range old.shipTo {
+		n := r.nodes[i]
+		pos[i] = make([]uint64, r.cfg.Shards)
+		for s := range uint32(r.cfg.Shards) {
+			lsn, _, err := n.n.Position(s)
+			if err != nil {
+				return err
+			}
+			pos[i][s], best[s] = lsn, max(best[s], lsn)
+		}
+	}
+	// The promoted node: most advanced on the most shards, then furthest
+	// ahead in all, then the first.
+	score := func(i int) (int, uint64) {
+		k, sum := 0, uint64(0)
+		for s := range best {
+			if pos[i][s] == best[s] {
+				k++
+			}
+			sum += pos[i][s]
+		}
+		return k, sum
+	}
+	// Ties go to the follower the seed names, then round from it.
+	order := slices.Clone(old.shipTo)
+	k := slices.Index(order, e.who)
+	if k < 0 {
+		k = 0
+	}
+	order = append(order[k:], order[:k]...)
+	p := order[0]
+	for _, i := range order[1:] {
+		ki, si := score(i)
+		kp, sp := score(p)
+		if ki > kp || (ki == kp && si > sp) {
+			p = i
+		}
+	}
+	pn := r.nodes[p]
+	rest := slices.DeleteFunc(slices.Clone(old.shipTo), func(i int) bool { return i == p })
+
+	// Per shard, the store the new leader continues is the most advanced
+	// one: the promoted node's own, or a copy of a follower that got
+	// further (a rebuild of that shard from it before the promotion).
+	var srcs []int
+	for s := range uint32(r.cfg.Shards) {
+		src := p
+		if pos[p][s] < best[s] {
+			src = old.shipTo[slices.IndexFunc(old.shipTo, func(i int) bool { return pos[i][s] == best[s] })]
+		}
+		srcs = append(srcs, src)
+	}
+	if zombie && !r.client.Done() {
+		// The zombie ships to a follower whose store is not being copied.
+		cands := slices.DeleteFunc(slices.Clone(rest), func(i int) bool { return slices.Contains(srcs, i) })
+		if len(cands) > 0 {
+			if err := r.zombie(r.nodes[cands[rng.IntN(len(cands))]], pos); err != nil {
+				return err
+			}
+		}
+	}
+	if err := r.stopLeader(); err != nil {
+		return err
+	}
+	r.res.Promoted, r.res.PromotedAt = pn.id, best
+	pn.res.Promoted = true
+	r.ensureShardResults(pn)
+	for s := range pn.res.Shards {
+		pn.res.Shards[s].AppliedLSN = best[s] // its stores' positions as the new leader opens them
+	}
+	if err := pn.close(false); err != nil {
+		return fmt.Errorf("sim: closing follower %s for its promotion: %w", pn.id, err)
+	}
+	for s, src := range srcs {
+		if src != p {
+			if err := r.transplant(r.nodes[src], pn, uint32(s)); err != nil {
+				return err
+			}
+			r.res.Transplants++
+		}
+	}
+	pn.gone = true
+	// The history now is the promoted stores': what the old leader logged
+	// beyond them is lost, and no answer the client saw may be among it.
+	for s := range uint32(r.cfg.Shards) {
+		if r.res.AnsweredLSN[s] > best[s] {
+			r.fail("shard %d: the client saw an answer after WaitAcked(majority) up to LSN %d, the promoted history ends at %d",
+				s, r.res.AnsweredLSN[s], best[s])
+		}
+		r.res.Lost += r.client.Truncate(s, best[s])
+	}
+	// Every other follower continues the new history if it stands exactly
+	// where it starts; one behind needs LSNs the new log never had, one
+	// ahead holds entries it rewrites.
+	for _, i := range rest {
+		n := r.nodes[i]
+		for s := range uint32(r.cfg.Shards) {
+			switch a := pos[i][s]; {
+			case a > best[s]:
+				r.markRefused(n, s, "diverged")
+			case a < best[s]:
+				r.markRefused(n, s, "behind retention")
+			}
+		}
+	}
+	r.trace("leader died at batch %d; %s promoted at %v (positions %v, zombie %v, answered %v)", r.client.Sent(), pn.id, best, pos, r.res.Zombie, r.res.AnsweredLSN)
+	r.lead = &leaderNode{dir: pn.dir, fs: pn.fs, mem: pn.mem, shipTo: rest}
+	if err := r.openLeader(epoch + 1); err != nil {
+		return err
+	}
+	for _, i := range rest {
+		r.serve(r.nodes[i])
+	}
+	return nil
+}
+
+func (r *run) markRefused(n *node, s uint32, reason string) {
+	r.ensureShardResults(n)
+	n.res.Shards[s].Refused = reason
+	r.res.Refusals[reason]++
+}
+
+func (r *run) ensureShardResults(n *node) {
+	if n.res.Shards == nil {
+		n.res.Shards = make([]FollowerShard, r.cfg.Shards)
+		for s := range n.res.Shards {
+			n.res.Shards[s].Shard = uint32(s)
+		}
+	}
+}
+
+func (r *run) leaderEpoch() uint64 {
+	sh, _ := r.lead.l.Shard(0)
+	return sh.Epoch()
+}
+
+// zombie: the deposed leader logs one more client batch and ships it to
+// follower g (pos is updated).
+func (r *run) zombie(g *node, pos [][]uint64) error {
+	hs, err := r.client.Send(r.lead.l)
+	if err != nil {
+		return err
+	}
+	r.res.Zombie = true
+	r.serve(g)
+	for s, h := range hs {
+		if h.Count == 0 {
+			continue
+		}
+		sh, err := r.lead.l.Shard(uint32(s))
+		if err != nil {
+			return err
+		}
+		if err := sh.WaitAcked(r.ctx, h.LastLSN(), replication.AckOne); err != nil {
+			return fmt.Errorf("sim: the zombie leader shipping to %s: %w", g.id, err)
+		}
+	}
+	g.pause()
+	for s := range uint32(r.cfg.Shards) {
+		lsn, _, err := g.n.Position(s)
+		if err != nil {
+			return err
+		}
+		pos[g.idx][s] = lsn
+	}
+	return nil
+}
+
+// transplant replaces dst's store of shard with a copy of src's (dst is
+// closed; src paused).
+func (r *run) transplant(src, dst *node, shard uint32) error {
+	tmp := src.fs.PathJoin(src.dir, fmt.Sprintf("checkpoint-%d", shard))
+	err := src.n.Follower(shard, func(f *follower.Follower) error {
+		return f.DB().Checkpoint(tmp, pebble.WithFlushedWAL())
+	})
+	if err != nil {
+		return fmt.Errorf("sim: checkpoint of %s shard %d: %w", src.id, shard, err)
+	}
+	to := follower.ShardDir(dst.dir, shard)
+	if err := dst.fs.RemoveAll(to); err != nil {
+		return err
+	}
+	if err := copyDir(src.fs, tmp, dst.fs, to); err != nil {
+		return fmt.Errorf("sim: copying %s shard %d to %s: %w", src.id, shard, dst.id, err)
+	}
+	return src.fs.RemoveAll(tmp)
+}
+
+func copyDir(srcFS vfs.FS, from string, dstFS vfs.FS, to string) error {
+	if err := dstFS.MkdirAll(to, 0o755); err != nil {
+		return err
+	}
+	names, err := srcFS.List(from)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		src, dst := srcFS.PathJoin(from, name), dstFS.PathJoin(to, name)
+		st, err := srcFS.Stat(src)
+		if err != nil {
+			return err
+		}
+		if st.IsDir() {
+			err = copyDir(srcFS, src, dstFS, dst)
+		} else {
+			err = vfs.CopyAcrossFS(srcFS, src, dstFS, dst)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	d, err := dstFS.OpenDir(to)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// catchUp waits until every follower that can has applied the whole final
+// history of every shard that is not skipped.
+func (r *run) catchUp() error {
+	type target struct {
+		n    *node
+		s    uint32
+		last uint64
+	}
+	var targets []target
+	var total uint64
+	for _, i := range r.lead.shipTo {
+		n := r.nodes[i]
+		for s := range uint32(r.cfg.Shards) {
+			if r.cfg.Skip(s) || (n.res.Shards != nil && n.res.Shards[s].Refused != "") {
+				continue
+			}
+			sh, _ := r.lead.l.Shard(s)
+			t := target{n, s, sh.NextLSN() - 1}
+			targets = append(targets, t)
+			total += t.last
+		}
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		var applied uint64
+		done := true
+		for _, t := range targets {
+			lsn, _, err := t.n.n.Position(t.s)
+			if err != nil {
+				lsn = 0 // the shard is down (reopening): not there yet
+			}
+			applied += min(lsn, t.last)
+			done = done && lsn >= t.last
+		}
+		if r.cfg.Progress != nil {
+			r.cfg.Progress(applied, total)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-r.ctx.Done():
+			return fmt.Errorf("sim: followers stuck at %d of %d applied LSNs: %w (%s)", applied, total, r.ctx.Err(), r.positions())
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *run) positions() string {
+	var b []byte
+	for _, n := range r.nodes {
+		if n.gone {
+			continue
+		}
+		b = fmt.Appendf(b, "%s:", n.id)
+		for s := range uint32(r.cfg.Shards) {
+			lsn, epoch, err := n.n.Position(s)
+			b = fmt.Appendf(b, " %d@%d", lsn, epoch)
+			if err != nil {
+				b = fmt.Appendf(b, " (%v)", err)
+			}
+			if l := r.links[n.idx][s]; l != nil {
+				st := l.Stats()
+				b = fmt.Appendf(b, " (link: dials %d accepts %d disconnects %d)", st.Dials, st.Accepts, st.Disconnects)
+			}
+		}
+		b = append(b, "; "...)
+	}
+	for s := range uint32(r.cfg.Shards) {
+		sh, _ := r.lead.l.Shard(s)
+		st := sh.Stats()
+		b = fmt.Appendf(b, "leader (epoch %d) shard %d: %d (accepted %d, refused %+v)", st.Epoch, s, st.NextLSN-1, st.Shipping.Accepted, st.Shipping.Refused)
+		for _, f := range st.Shipping.Followers {
+			b = fmt.Appendf(b, " [%s acked %d connected %v connections %d refused %+v]", f.ID, f.AckedLSN, f.Connected, f.Connections, f.Refused)
+		}
+		b = append(b, "; "...)
+	}
+	return string(b)
+}
+
+// verify checks the invariant on every follower and on the final leader's
+// stores.
+func (r *run) verify() {
+	o, distinct := r.client.oracle()
+	res := r.res
+	res.Distinct = distinct
+	res.Appends, res.Logged, res.Refused = r.client.Appends, r.client.Logged(), r.client.RefusedClosed+r.client.RefusedExpired
+	for s := range uint32(r.cfg.Shards) {
+		sh, _ := r.lead.l.Shard(s)
+		sr := ShardResult{Shard: s, LastLSN: sh.NextLSN() - 1, Epoch: sh.Epoch()}
+		for _, id := range o.Sessions() {
+			if r.router.Shard(id) == s {
+				sr.Sessions++
+			}
+		}
+		res.Shards = append(res.Shards, sr)
+		if r.cfg.Skip(s) {
+			continue
+		}
+		if last := r.client.LastLSN(s); last != sr.LastLSN {
+			r.fail("shard %d: the leader's log ends at LSN %d, the client's history at %d", s, sr.LastLSN, last)
+		}
+		keep := func(id session.ID) bool { return r.router.Shard(id) == s }
+		if err := o.VerifyOnly(sh.Store().State(), keep); err != nil {
+			r.fail("the leader's own store of shard %d differs from the oracle: %v", s, err)
+		}
+	}
+	for s := range res.Shards {
+		res.Shards[s].Appends = r.client.shardAppends[s]
+	}
+	stats := r.lead.l.Stats()
+	for _, n := range r.nodes {
+		r.ensureShardResults(n)
+		for s := range uint32(r.cfg.Shards) {
+			fs := &n.res.Shards[s]
+			fs.Receiver = n.retired[s]
+			if !n.gone {
+				if err := n.n.Follower(s, func(f *follower.Follower) error {
+					fs.Receiver = fs.Receiver.Add(f.Stats().Receiver)
+					fs.AppliedLSN, _ = f.Position()
+					return nil
+				}); err != nil {
+					r.fail("follower %s shard %d: %v", n.id, s, err)
+				}
+			}
+			fs.Shipper = r.shipped[[2]int{n.idx, int(s)}]
+			for _, fst := range stats[s].Shipping.Followers {
+				if fst.ID == n.id {
+					fs.Shipper = addShipperStats(fs.Shipper, fst.ShipperStats)
+				}
+			}
+			if r.links[n.idx][s] != nil {
+				fs.Transport = r.links[n.idx][s].Stats()
+			}
+			if fs.Receiver.Events != fs.Receiver.Accounted() {
+				r.fail("follower %s shard %d: counters do not account for every delivered event: %d delivered, %d accounted (%+v)",
+					n.id, s, fs.Receiver.Events, fs.Receiver.Accounted(), fs.Receiver)
+			}
+			if n.gone || r.cfg.Skip(s) {
+				continue
+			}
+			if fs.Refused != "" {
+				r.checkRefused(n, s)
+				continue
+			}
+			keep := func(id session.ID) bool { return r.router.Shard(id) == s }
+			err := n.n.Follower(s, func(f *follower.Follower) error { return o.VerifyOnly(f.State(), keep) })
+			if err != nil {
+				r.fail("follower %s shard %d differs from the oracle: %v (replay: ONCEWAL_SEED=%d)", n.id, s, err, r.cfg.Seed)
+				continue
+			}
+			fs.Verified = true
+		}
+		res.Followers = append(res.Followers, *n.res)
+	}
+	// Nobody else was refused: retention never took what a registered
+	// follower needed, and no history diverged.
+	for s, st := range stats {
+		for _, fst := range st.Shipping.Followers {
+			i := r.nodeIndex(fst.ID)
+			if r.nodes[i].res.Shards[s].Refused == "" && fst.Refused.Total() > 0 {
+				r.fail("follower %s shard %d refused unexpectedly: %+v", fst.ID, s, fst.Refused)
+			}
+		}
+	}
+}
+
+// checkRefused checks that a follower the promotion left behind or
+// diverged was refused for that reason and applied nothing of the new
+// epoch.
+func (r *run) checkRefused(n *node, s uint32) {
+	want := n.res.Shards[s].Refused
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got replication.HelloRefusals
+		sh, _ := r.lead.l.Shard(s)
+		for _, fst := range sh.Stats().Shipping.Followers {
+			if fst.ID == n.id {
+				got = fst.Refused
+			}
+		}
+		if (want == "diverged" && got.Diverged > 0) || (want == "behind retention" && got.BehindRetention > 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			lsn, epoch, err := n.n.Position(s)
+			r.fail("follower %s shard %d: expected to be refused (%s), leader saw %+v; follower at LSN %d epoch %d (%v); %s",
+				n.id, s, want, got, lsn, epoch, err, r.positions())
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, epoch, err := n.n.Position(s)
+	if err == nil && epoch > r.res.Shards[s].Epoch-1 {
+		r.fail("follower %s shard %d was refused (%s) yet applied epoch %d", n.id, s, want, epoch)
+	}
+}
+
+func (r *run) shutdown() {
+	if r.lead != nil && r.lead.l != nil {
+		_ = r.stopLeader()
+	}
+	for _, n := range r.nodes {
+		if n.n != nil && !n.gone {
+			_ = n.close(false)
+		}
+	}
+	for _, links := range r.links {
+		for _, l := range links {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+	for _, c := range r.closers {
+		_ = c()
+	}
+}
+
+func addShipperStats(a, b replication.ShipperStats) replication.ShipperStats {
+	a.Connections += b.Connections
+	a.BadHellos += b.BadHellos
+	a.BatchesSent += b.BatchesSent
+	a.BatchesResent += b.BatchesResent
+	a.BytesSent += b.BytesSent
+	a.Acks += b.Acks
+	a.Refusals += b.Refusals
+	a.Rewinds += b.Rewinds
+	a.Timeouts += b.Timeouts
+	a.ReaderErrors += b.ReaderErrors
+	a.AckedLSN = max(a.AckedLSN, b.AckedLSN)
+	a.SentLSN = max(a.SentLSN, b.SentLSN)
+	return a
+}
