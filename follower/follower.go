@@ -16,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -255,6 +256,14 @@ func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, err
 	// holds the store's lock while it retries: join it; its store's
 	// identity is checked below.
 	if !pendingOpenOf(o.FS, dir) {
+		// A snapshot install a crash interrupted is finished (or a fetch
+		// it interrupted removed) before the directory is looked at: the
+		// store opens as the old one or the new one, never a mix.
+		if err := snapshot.Recover(o.FS, dir); err != nil {
+			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		}
+		_, statErr = o.FS.Stat(dir)
+		existed = statErr == nil
 		layout, detail, err := DirLayout(o.FS, dir)
 		if err != nil {
 			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)

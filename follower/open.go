@@ -393,25 +393,7 @@ func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed boo
 // (recorded false) if it is an oncewal store (m/format) or holds nothing
 // outside oncewal's key spaces; any other Pebble store is ErrNotStore.
 func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error) {
-	po := &pebble.Options{
-		FS:                 peekFS{fs},
-		ReadOnly:           true,
-		ErrorIfNotExists:   true,
-		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
-		Logger:             replication.FatalLogger{},
-	}
-	db, err := func() (db *pebble.DB, err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				fe, ok := r.(*replication.FatalError)
-				if !ok {
-					panic(r)
-				}
-				err = fe
-			}
-		}()
-		return pebble.Open(dir, po)
-	}()
+	db, err := openPeek(fs, dir)
 	if err != nil {
 		return Identity{}, false, fmt.Errorf("follower: reading the identity of store %s: %w", dir, err)
 	}
@@ -433,6 +415,31 @@ func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error)
 		}
 	}
 	return Identity{}, false, it.Error()
+}
+
+// openPeek opens the existing store in dir read-only on a filesystem that
+// refuses every write (peekFS); Pebble's fatal errors come back as errors.
+func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
+	po := &pebble.Options{
+		FS:                 peekFS{fs},
+		ReadOnly:           true,
+		ErrorIfNotExists:   true,
+		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
+		Logger:             replication.FatalLogger{},
+	}
+	db, err := func() (db *pebble.DB, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				fe, ok := r.(*replication.FatalError)
+				if !ok {
+					panic(r)
+				}
+				err = fe
+			}
+		}()
+		return pebble.Open(dir, po)
+	}()
+	return db, err
 }
 
 // isOncewalKey: k lies in a key space the follower reserves (doc.go).

@@ -151,3 +151,8 @@ func cutTail(fs vfs.FS, dir string, seg sizedSegment, buf []byte) (err error) {
 	}
 	return syncDir(fs, dir)
 }
+
+// SyncDir makes creations, renames and removals in dir durable (fsync of the
+// directory). Packages that rename files into place (snapshot installs) use
+// it after every rename they depend on.
+func SyncDir(fs vfs.FS, dir string) error { return syncDir(fs, dir) }

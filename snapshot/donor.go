@@ -1,0 +1,297 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/wal"
+	"lukechampine.com/blake3"
+)
+
+// Describer reads the cut of the store in dir (a checkpoint or a staged
+// snapshot) from its own files. Package follower provides the one for shard
+// stores (follower.Describe).
+type Describer func(fs vfs.FS, dir string) (Cut, error)
+
+// Source serves snapshots: a Donor in process, or a remote donor through
+// package grpctransport's client.
+type Source interface {
+	// Begin takes a snapshot of the shard's store and returns its manifest.
+	Begin(ctx context.Context, shard uint32) (Manifest, error)
+	// Read reads up to len(p) bytes of file name of snapshot id at offset
+	// off. It returns io.EOF (with n possibly > 0) at the end of the file,
+	// and ErrUnknownSnapshot when it no longer holds the snapshot.
+	Read(ctx context.Context, id, name string, off int64, p []byte) (int, error)
+	// End releases the snapshot (its files and its retention pin).
+	End(ctx context.Context, id string) error
+}
+
+// DonorOptions configures a Donor. Every zero field takes the default named
+// in its comment.
+type DonorOptions struct {
+	// FS is the store's filesystem. Default vfs.Default.
+	FS vfs.FS
+	// Dir holds the donor's checkpoints while they are served. It must be
+	// on the store's filesystem (a checkpoint hard-links the sstables).
+	// Required.
+	Dir string
+	// Describe reads a checkpoint's cut. Required.
+	Describe Describer
+	// RateLimit caps what the donor serves, bytes per second, over all its
+	// snapshots: a rebuild must not starve the donor's replication of disk.
+	// Default DefaultRateLimit; negative: no limit.
+	RateLimit int64
+	// Pin, if set, is called before the cut and must keep the log the
+	// rebuilt store needs (from the store's position on) until release is
+	// called: a leader pins its retention (invariant 4).
+	Pin func() (release func(), err error)
+	// IdleTimeout releases a snapshot nobody has read for that long (a
+	// fetcher that died). Default 2 minutes.
+	IdleTimeout time.Duration
+}
+
+// ErrDonorOptions: invalid DonorOptions.
+var ErrDonorOptions = errors.New("snapshot: invalid donor options")
+
+// Donor serves snapshots of one open Pebble store.
+type Donor struct {
+	db   *pebble.DB
+	opts DonorOptions
+
+	mu    sync.Mutex
+	next  int
+	snaps map[string]*served
+	pace  pacer
+}
+
+type served struct {
+	dir      string
+	m        Manifest
+	release  func()
+	lastUsed time.Time
+}
+
+// NewDonor returns a Donor of db.
+func NewDonor(db *pebble.DB, opts *DonorOptions) (*Donor, error) {
+	o := *opts
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit = DefaultRateLimit
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("Dir is empty"))
+	}
+	if o.Describe == nil {
+		errs = append(errs, errors.New("Describe is nil"))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("IdleTimeout %v is negative", o.IdleTimeout))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrDonorOptions, errors.Join(errs...))
+	}
+	// Checkpoints of an earlier process are not served any more.
+	if err := o.FS.RemoveAll(o.Dir); err != nil {
+		return nil, fmt.Errorf("snapshot: clearing donor directory %s: %w", o.Dir, err)
+	}
+	if err := wal.MkdirAllSynced(o.FS, o.Dir); err != nil {
+		return nil, fmt.Errorf("snapshot: creating donor directory %s: %w", o.Dir, err)
+	}
+	return &Donor{db: db, opts: o, snaps: map[string]*served{}, pace: pacer{rate: o.RateLimit}}, nil
+}
+
+// Begin implements Source: a new checkpoint of the store.
+func (d *Donor) Begin(ctx context.Context, shard uint32) (Manifest, error) {
+	d.mu.Lock()
+	d.releaseIdleLocked()
+	d.next++
+	dir := d.opts.FS.PathJoin(d.opts.Dir, "snap-"+strconv.Itoa(d.next))
+	d.mu.Unlock()
+
+	release := func() {}
+	if d.opts.Pin != nil {
+		r, err := d.opts.Pin()
+		if err != nil {
+			return Manifest{}, fmt.Errorf("snapshot: pinning the donor's log: %w", err)
+		}
+		release = r
+	}
+	m, err := Create(d.db, d.opts.FS, dir, d.opts.Describe)
+	if err == nil && m.Cut.Shard != shard {
+		err = fmt.Errorf("%w: donor holds shard %d, asked for shard %d", ErrMismatch, m.Cut.Shard, shard)
+	}
+	if err != nil {
+		release()
+		_ = d.opts.FS.RemoveAll(dir)
+		return Manifest{}, err
+	}
+	d.mu.Lock()
+	d.snaps[m.ID] = &served{dir: dir, m: m, release: release, lastUsed: time.Now()}
+	d.mu.Unlock()
+	return m, nil
+}
+
+// Read implements Source, paced to DonorOptions.RateLimit.
+func (d *Donor) Read(ctx context.Context, id, name string, off int64, p []byte) (int, error) {
+	d.mu.Lock()
+	s := d.snaps[id]
+	if s != nil {
+		s.lastUsed = time.Now()
+	}
+	d.mu.Unlock()
+	if s == nil {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownSnapshot, id)
+	}
+	known := false
+	for _, f := range s.m.Files {
+		known = known || f.Name == name
+	}
+	if !known || off < 0 {
+		return 0, fmt.Errorf("%w: snapshot %s has no file %q at %d", ErrUnknownSnapshot, id, name, off)
+	}
+	f, err := d.opts.FS.Open(d.opts.FS.PathJoin(s.dir, name))
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: donor: %w", err)
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, fmt.Errorf("snapshot: donor: reading %s: %w", name, err)
+	}
+	d.mu.Lock()
+	wait := d.pace.reserve(n)
+	d.mu.Unlock()
+	if err := sleep(ctx, wait); err != nil {
+		return 0, err
+	}
+	return n, err
+}
+
+// End implements Source.
+func (d *Donor) End(_ context.Context, id string) error {
+	d.mu.Lock()
+	s := d.snaps[id]
+	delete(d.snaps, id)
+	d.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.release()
+	return d.opts.FS.RemoveAll(s.dir)
+}
+
+// Close releases every snapshot.
+func (d *Donor) Close() error {
+	d.mu.Lock()
+	ids := make([]string, 0, len(d.snaps))
+	for id := range d.snaps {
+		ids = append(ids, id)
+	}
+	d.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, d.End(context.Background(), id))
+	}
+	return errors.Join(errs...)
+}
+
+// Serving is the number of snapshots the donor holds.
+func (d *Donor) Serving() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.snaps)
+}
+
+func (d *Donor) releaseIdleLocked() {
+	for id, s := range d.snaps {
+		if time.Since(s.lastUsed) > d.opts.IdleTimeout {
+			delete(d.snaps, id)
+			s.release()
+			_ = d.opts.FS.RemoveAll(s.dir)
+		}
+	}
+}
+
+// Create checkpoints db into dir (which must not exist) and returns the
+// sealed manifest of the checkpoint. The WAL is flushed first so the
+// checkpoint holds every committed batch; a checkpoint is a cut at a batch
+// boundary because every batch is one Pebble commit.
+func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (Manifest, error) {
+	if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, err)
+	}
+	cut, err := describe(fs, dir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: describing checkpoint %s: %w", dir, err)
+	}
+	files, err := hashDir(fs, dir)
+	if err != nil {
+		return Manifest{}, err
+	}
+	m := Manifest{Cut: cut, Files: files}
+	m.seal()
+	return m, nil
+}
+
+// hashDir lists dir's files, sorted, with size and BLAKE3 sum.
+func hashDir(fs vfs.FS, dir string) ([]File, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: listing %s: %w", dir, err)
+	}
+	sort.Strings(names)
+	files := make([]File, 0, len(names))
+	buf := make([]byte, 64<<10)
+	for _, name := range names {
+		path := fs.PathJoin(dir, name)
+		st, err := fs.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if st.IsDir() || !validName(name) {
+			return nil, fmt.Errorf("snapshot: checkpoint %s holds an unexpected entry %q", dir, name)
+		}
+		f, err := fs.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		h := blake3.New(32, nil)
+		n, err := io.CopyBuffer(h, f, buf)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: hashing %s: %w", path, err)
+		}
+		files = append(files, File{Name: name, Size: n, Sum: hex.EncodeToString(h.Sum(nil))})
+	}
+	return files, nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
