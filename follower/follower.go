@@ -105,6 +105,21 @@ type Options struct {
 	// registering the follower, rotating a certificate — takes effect
 	// without a restart.
 	StopOnPermanentRefusal bool
+	// Rebuild says what Run does when the leader refuses the store in a way
+	// only a rebuild fixes (replication.ErrDiverged, ErrBehindRetention —
+	// which is also what an empty store gets from a leader whose log no
+	// longer starts at LSN 1): RebuildAuto replaces the store with a
+	// snapshot from RebuildFrom and serves on from its LSN; RebuildNever
+	// (the default here, as a library cannot know where to rebuild from)
+	// leaves the refusal standing. The CLI's default is auto (README).
+	Rebuild RebuildMode
+	// RebuildFrom is the donor a rebuild fetches from: the shard's leader
+	// or another follower (snapshot.Donor in process, or grpctransport's
+	// snapshot client). Required with RebuildAuto.
+	RebuildFrom snapshot.Source
+	// Snapshot configures the rebuild's transfer (chunk size, the RateLimit
+	// throttle, retries). Default: snapshot.Options defaults.
+	Snapshot snapshot.Options
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
@@ -181,6 +196,16 @@ func (o *Options) Validate() error {
 	}
 	if err := replication.ValidFollowerID(o.ID); err != nil {
 		errs = append(errs, fmt.Errorf("ID: %w", err))
+	}
+	if o.Rebuild > RebuildAuto {
+		errs = append(errs, fmt.Errorf("Rebuild %d is neither RebuildNever nor RebuildAuto", o.Rebuild))
+	}
+	if o.Rebuild == RebuildAuto && o.RebuildFrom == nil {
+		errs = append(errs, errors.New("Rebuild is RebuildAuto but RebuildFrom is nil"))
+	}
+	sn := o.Snapshot
+	if err := sn.EnsureDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Snapshot: %w", err))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -48,9 +48,13 @@ type ShardStats struct {
 type shipping struct {
 	fan *replication.Fanout
 
-	mu    sync.Mutex // guards slots and the retention counters; one pass at a time
+	mu    sync.Mutex // guards slots, pins and the retention counters; one pass at a time
 	slots []slot
 	stats RetentionStats
+	// pins are the LSNs snapshot donors hold the log from (Leader.Donor),
+	// by pin number: retention keeps every LSN from the lowest on.
+	pins    map[int]uint64
+	nextPin int
 }
 
 // helloLog is the shard's log as replication.CheckHello sees it.
@@ -200,6 +204,9 @@ func (l *Leader) retain(s *Shard) error {
 		// after a crash it re-applies the WAL beyond its durable position,
 		// so that position must be durable before the WAL below it goes.
 		local, _ := s.log.Position()
+		for _, lsn := range sh.pins {
+			local = min(local, lsn)
+		}
 		if err := s.store.DB().LogData(nil, pebble.Sync); err != nil {
 			return fmt.Errorf("syncing the local store: %w", err)
 		}

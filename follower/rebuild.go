@@ -1,0 +1,171 @@
+package follower
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/snapshot"
+)
+
+// RebuildMode is Options.Rebuild.
+type RebuildMode uint8
+
+const (
+	// RebuildNever leaves a refusal only a rebuild fixes standing.
+	RebuildNever RebuildMode = iota
+	// RebuildAuto rebuilds the store from Options.RebuildFrom.
+	RebuildAuto
+)
+
+func (m RebuildMode) String() string {
+	switch m {
+	case RebuildNever:
+		return "never"
+	case RebuildAuto:
+		return "auto"
+	}
+	return fmt.Sprintf("RebuildMode(%d)", uint8(m))
+}
+
+// ErrBadRebuildMode: ParseRebuildMode was given neither "auto" nor "never".
+var ErrBadRebuildMode = errors.New("follower: rebuild mode is neither auto nor never")
+
+// ParseRebuildMode parses "auto" or "never".
+func ParseRebuildMode(s string) (RebuildMode, error) {
+	switch s {
+	case "auto":
+		return RebuildAuto, nil
+	case "never":
+		return RebuildNever, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrBadRebuildMode, s)
+}
+
+// NeedsRebuild reports whether err is a refusal only a rebuild fixes: the
+// follower diverged from the leader's history, or needs LSNs the leader's
+// log no longer holds.
+func NeedsRebuild(err error) bool {
+	return errors.Is(err, replication.ErrDiverged) || errors.Is(err, replication.ErrBehindRetention)
+}
+
+// Rebuild replaces the store in dir — closed, or absent — with a snapshot
+// of opts.Shard from src (snapshot.Rebuild). The snapshot must have the
+// store's identity (opts' shard and decision-changing options), an epoch at
+// least the store's, and — when the store is not diverged (reason is not
+// replication.ErrDiverged) — an applied LSN at least the store's: a donor
+// behind the store would move it backwards. Anything refused leaves the
+// store as it was.
+func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source, reason error) (snapshot.Manifest, snapshot.Stats, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	want := snapshot.Want{Shard: o.Shard, Identity: identityOf(&o).String(), Describe: Describe}
+	if err := snapshot.Recover(o.FS, dir); err != nil {
+		return snapshot.Manifest{}, snapshot.Stats{}, err
+	}
+	if layout, _, err := DirLayout(o.FS, dir); err == nil && layout == LayoutStore {
+		if cut, err := Describe(o.FS, dir); err == nil {
+			want.MinEpoch = cut.Epoch
+			if !errors.Is(reason, replication.ErrDiverged) {
+				want.MinLSN = cut.AppliedLSN
+			}
+		}
+	}
+	return snapshot.Rebuild(ctx, src, o.FS, dir, want, &o.Snapshot)
+}
+
+// RunHooks are told what Run does. Every field may be nil.
+type RunHooks struct {
+	// Opened is called with each Follower Run opens (first, and after each
+	// rebuild); it is closed when Serve returns.
+	Opened func(*Follower)
+	// Rebuilt is called after each rebuild, with the refusal that caused it.
+	Rebuilt func(reason error, m snapshot.Manifest, st snapshot.Stats)
+}
+
+// Run opens the store in dir and serves d until ctx ends. When the leader
+// refuses it in a way only a rebuild fixes (NeedsRebuild) and opts.Rebuild
+// is RebuildAuto, Run closes the store, rebuilds it from opts.RebuildFrom
+// (Rebuild) and serves on from the snapshot's LSN; a failed rebuild is
+// retried after MaxReconnectBackoff, the old store kept meanwhile. Other
+// refusals are handled as Serve handles them (opts.StopOnPermanentRefusal).
+// It returns nil when ctx ends.
+func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, hooks *RunHooks) error {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	var h RunHooks
+	if hooks != nil {
+		h = *hooks
+	}
+	serveOpts := o
+	if o.Rebuild == RebuildAuto {
+		serveOpts.StopOnPermanentRefusal = true
+	}
+	for ctx.Err() == nil {
+		f, err := OpenContext(ctx, dir, &serveOpts)
+		if err != nil {
+			return err
+		}
+		if h.Opened != nil {
+			h.Opened(f)
+		}
+		err = f.Serve(ctx, d)
+		cerr := f.Close()
+		switch {
+		case err == nil:
+			return cerr
+		case !errors.Is(err, ErrPermanentRefusal):
+			return err
+		case !NeedsRebuild(err) || o.Rebuild != RebuildAuto:
+			if o.StopOnPermanentRefusal {
+				return err
+			}
+			// Rebuilding is not the answer: keep redialling, as Serve
+			// would have, at the longest backoff.
+			if err := sleepCtx(ctx, o.MaxReconnectBackoff); err != nil {
+				return nil
+			}
+			continue
+		}
+		o.Logger.Warn("oncewal follower: rebuilding the store from a snapshot", "dir", dir, "shard", o.Shard, "reason", err)
+		m, st, rerr := Rebuild(ctx, dir, &o, o.RebuildFrom, err)
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			o.Logger.Error("oncewal follower: rebuild failed; the old store is kept, retrying", "dir", dir, "err", rerr)
+			if err := sleepCtx(ctx, o.MaxReconnectBackoff); err != nil {
+				return nil
+			}
+			continue
+		}
+		o.Logger.Info("oncewal follower: store rebuilt from a snapshot", "dir", dir, "shard", o.Shard,
+			"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
+		if h.Rebuilt != nil {
+			h.Rebuilt(err, m, st)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

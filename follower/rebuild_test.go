@@ -1,0 +1,167 @@
+package follower_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/snapshot"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRebuildJoinsLateAndDivergedFollowers: a leader whose retention has
+// deleted its log's start (the bound dropped a follower that never came),
+// a live follower, a late follower with an empty store, one with a diverged
+// history and one whose store is behind the retained log. With
+// Rebuild=auto each is refused for its reason, rebuilt from the leader
+// (its Donor, in process) and then replicates through the ordinary path;
+// every one ends equal to the oracle. With Rebuild=never the refusal stands.
+func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 11, Sessions: 6, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
+	clock := sim.NewClock(w.Config.Start)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	dir := t.TempDir()
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 1, Followers: []string{"live", "late", "diverged", "behind", "refused"}, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: 16 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run(ctx) }()
+	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+
+	opts := func(id string, mode follower.RebuildMode) *follower.Options {
+		return &follower.Options{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable,
+			ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+			Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
+	}
+	live, stopLive := serveFollower(t, ctx, dir+"/live", opts("live", follower.RebuildNever), tr)
+	defer stopLive()
+
+	// "behind" applies the start of the log, then stops.
+	c := sim.NewClient(w, 1, clock)
+	for range 5 {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
+	behind, stopBehind := serveFollower(t, ctx, dir+"/behind", opts("behind", follower.RebuildNever), tr)
+	waitLSN(t, ctx, behind, c.LastLSN(0))
+	stopBehind()
+	// A diverged history: another workload's log, longer than this one.
+	other, err := sim.Record(sim.GenerateWorkload(sim.WorkloadConfig{Seed: 12, Sessions: 3, Requests: 800, BatchSize: 12}), 1)
+	require.NoError(t, err)
+	batches, err := other.Encode(0, 0, 1)
+	require.NoError(t, err)
+	d, err := follower.Open(dir+"/diverged", opts("diverged", follower.RebuildNever))
+	require.NoError(t, err)
+	for _, raw := range batches {
+		_, err := d.Apply(raw)
+		require.NoError(t, err)
+	}
+	require.NoError(t, d.Close())
+
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	last := c.LastLSN(0)
+	waitLSN(t, ctx, live, last)
+	require.NoError(t, l.Retain())
+	st := l.Stats()[0]
+	require.Greater(t, st.Retention.FirstLSN, uint64(1), "retention deleted the log's start: %+v", st)
+
+	// Rebuild=never: the refusal stands (and is typed).
+	o := opts("refused", follower.RebuildNever)
+	o.StopOnPermanentRefusal = true
+	err = follower.Run(ctx, dir+"/refused", o, tr, nil)
+	require.ErrorIs(t, err, replication.ErrBehindRetention)
+
+	var wg sync.WaitGroup
+	for _, id := range []string{"late", "diverged", "behind"} {
+		wg.Go(func() {
+			var cur atomic.Pointer[follower.Follower]
+			var reasons []error
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- follower.Run(rctx, dir+"/"+id, opts(id, follower.RebuildAuto), tr, &follower.RunHooks{
+					Opened:  func(f *follower.Follower) { cur.Store(f) },
+					Rebuilt: func(reason error, m snapshot.Manifest, _ snapshot.Stats) { reasons = append(reasons, reason) },
+				})
+			}()
+			for {
+				if f := cur.Load(); f != nil {
+					if lsn, _ := f.Position(); lsn == last {
+						// Checked while it serves: Run closes it when it stops.
+						if err := c.Oracle().Verify(f.State()); err != nil {
+							t.Errorf("%s: %v", id, err)
+						}
+						break
+					}
+				}
+				if ctx.Err() != nil {
+					t.Errorf("%s never caught up", id)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop()
+			require.NoError(t, <-done)
+			require.Len(t, reasons, 1, id)
+			want := replication.ErrBehindRetention
+			if id == "diverged" {
+				want = replication.ErrDiverged
+			}
+			require.ErrorIs(t, reasons[0], want, id)
+		})
+	}
+	wg.Wait()
+	require.NoError(t, c.Oracle().Verify(live.State()))
+	require.Zero(t, donor.Serving(), "every snapshot released")
+	cancel()
+	<-ran
+}
+
+func serveFollower(t *testing.T, ctx context.Context, dir string, o *follower.Options, d replication.Dialer) (*follower.Follower, func()) {
+	t.Helper()
+	f, err := follower.Open(dir, o)
+	require.NoError(t, err)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = f.Serve(sctx, d); close(done) }()
+	var once sync.Once
+	return f, func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			require.NoError(t, f.Close())
+		})
+	}
+}
+
+func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64) {
+	t.Helper()
+	for {
+		if got, _ := f.Position(); got >= lsn {
+			return
+		}
+		require.NoError(t, ctx.Err(), "follower never reached LSN %d", lsn)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
