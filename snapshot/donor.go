@@ -210,10 +210,12 @@ func (d *Donor) Close() error {
 	return errors.Join(errs...)
 }
 
-// Serving is the number of snapshots the donor holds.
+// Serving is the number of snapshots the donor holds, after it released
+// the idle ones (a fetcher that died, or a begin whose answer was lost).
 func (d *Donor) Serving() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.releaseIdleLocked()
 	return len(d.snaps)
 }
 

@@ -58,11 +58,11 @@ func Fetch(ctx context.Context, src Source, fs vfs.FS, storeDir string, want Wan
 }
 
 func fetchOnce(ctx context.Context, src Source, fs vfs.FS, storeDir string, want Want, o *Options, st *Stats) (Manifest, error) {
-	m, err := src.Begin(ctx, want.Shard)
+	m, err := begin(ctx, src, want.Shard, o, st)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: beginning a snapshot: %w", err)
 	}
-	defer func() { _ = src.End(context.WithoutCancel(ctx), m.ID) }()
+	defer release(ctx, src, m.ID, o)
 	if err := m.Check(); err != nil {
 		return Manifest{}, err
 	}
@@ -181,4 +181,48 @@ func Rebuild(ctx context.Context, src Source, fs vfs.FS, storeDir string, want W
 		return m, st, err
 	}
 	return m, st, nil
+}
+
+// release ends the snapshot on the source, retrying a failed call (a
+// dropped connection) like a read; a donor releases one nobody ends after
+// its idle timeout anyway.
+func release(ctx context.Context, src Source, id string, o *Options) {
+	ctx = context.WithoutCancel(ctx)
+	backoff := o.RetryBackoff
+	for try := 0; ; try++ {
+		if src.End(ctx, id) == nil || try >= o.Retries {
+			return
+		}
+		_ = sleep(ctx, backoff)
+		backoff *= 2
+	}
+}
+
+// begin asks src for a snapshot, retrying what may be a dropped connection
+// (an error that is none of this package's refusals). A snapshot whose
+// answer was lost stays on the donor until its idle timeout.
+func begin(ctx context.Context, src Source, shard uint32, o *Options, st *Stats) (Manifest, error) {
+	backoff := o.RetryBackoff
+	for try := 0; ; try++ {
+		m, err := src.Begin(ctx, shard)
+		if err == nil || try >= o.Retries || ctx.Err() != nil || refusal(err) {
+			return m, err
+		}
+		st.Retries++
+		if err := sleep(ctx, backoff); err != nil {
+			return Manifest{}, err
+		}
+		backoff *= 2
+	}
+}
+
+// refusal reports whether err is one of the typed refusals, which no retry
+// changes.
+func refusal(err error) bool {
+	for _, r := range []error{ErrMismatch, ErrOlderEpoch, ErrDonorBehind, ErrCorrupt, ErrTruncated} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }

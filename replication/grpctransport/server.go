@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/snapshot"
 )
 
 const (
@@ -57,6 +58,11 @@ type ServerOptions struct {
 	// dropping the connection. Defaults 30s and 10s. The enforcement policy
 	// lets followers ping every 5s at most.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// Snapshots, if set, gives the snapshot donor of a shard (nil: none)
+	// that the Snapshot method serves (see snapshot.go); a follower that
+	// must be rebuilt fetches from it with a SnapshotClient. Default: the
+	// method answers Unimplemented.
+	Snapshots func(shard uint32) snapshot.Source
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -176,7 +182,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 	s.gs = grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.MaxRecvMsgSize(maxControlFrame),
+		grpc.MaxRecvMsgSize(max(maxControlFrame, maxSnapshotRequest)),
 		grpc.MaxSendMsgSize(MaxBatchFrame),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -186,9 +192,16 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(streamWindow),
 	)
+	snaps := &snapshotService{donors: o.Snapshots, byID: map[string]snapshot.Source{}}
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: snapshotMethodName,
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				return snaps.handle(ctx, dec)
+			},
+		}},
 		Streams: []grpc.StreamDesc{{
 			StreamName:    streamName,
 			Handler:       func(_ any, ss grpc.ServerStream) error { return s.handle(ss) },

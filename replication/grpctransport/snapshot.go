@@ -1,0 +1,252 @@
+package grpctransport
+
+// The Snapshot method: a follower that must be rebuilt (package snapshot)
+// fetches a donor's snapshot over the same service, connection security and
+// port as the batch stream. It is a unary method called once per step —
+// begin (take a snapshot of a shard, answer its manifest), read (one chunk
+// of one file at an offset), end (release it) — so a dropped connection
+// costs one chunk: the fetch retries the read at the same offset on a new
+// connection (snapshot.Fetch), and a donor that lost the snapshot answers
+// NotFound, which the fetch takes as snapshot.ErrUnknownSnapshot and starts
+// over. Requests are small JSON frames; a read's answer is one flag byte
+// (1: end of file) and the chunk's bytes. Checksums are the manifest's
+// (BLAKE3 per file and over the manifest), checked by the fetch.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/snapshot"
+)
+
+const (
+	snapshotMethodName = "Snapshot"
+	snapshotMethod     = "/" + serviceName + "/" + snapshotMethodName
+	// maxSnapshotRequest bounds a request frame (JSON: an op, a shard, an
+	// ID, a file name, an offset, a length).
+	maxSnapshotRequest = 1 << 10
+	// maxSnapshotAnswer bounds an answer: a chunk and its flag, or a
+	// manifest.
+	maxSnapshotAnswer = 8 << 20
+)
+
+type snapshotRequest struct {
+	Op    string `json:"op"` // begin, read, end
+	Shard uint32 `json:"shard,omitempty"`
+	ID    string `json:"id,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Off   int64  `json:"off,omitempty"`
+	N     int    `json:"n,omitempty"`
+}
+
+// snapshotService answers Snapshot calls from the donors the server was
+// given (ServerOptions.Snapshots).
+type snapshotService struct {
+	donors func(shard uint32) snapshot.Source
+
+	mu   sync.Mutex
+	byID map[string]snapshot.Source // snapshots begun, by manifest ID
+}
+
+func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any, error) {
+	var in frame
+	if err := dec(&in); err != nil {
+		return nil, err
+	}
+	var req snapshotRequest
+	if err := json.Unmarshal(in.b, &req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot request: %v", err)
+	}
+	switch req.Op {
+	case "begin":
+		var src snapshot.Source
+		if s.donors != nil {
+			src = s.donors(req.Shard)
+		}
+		if src == nil {
+			return nil, status.Errorf(codes.Unimplemented, "grpctransport: this server donates no snapshot of shard %d", req.Shard)
+		}
+		m, err := src.Begin(ctx, req.Shard)
+		if err != nil {
+			return nil, snapshotStatus(err)
+		}
+		s.mu.Lock()
+		s.byID[m.ID] = src
+		s.mu.Unlock()
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "grpctransport: %v", err)
+		}
+		return &frame{b}, nil
+	case "read":
+		src := s.source(req.ID)
+		if src == nil {
+			return nil, snapshotStatus(fmt.Errorf("%w: %s", snapshot.ErrUnknownSnapshot, req.ID))
+		}
+		if req.N <= 0 || req.N > snapshot.MaxChunkSize {
+			return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot read of %d bytes", req.N)
+		}
+		out := make([]byte, 1+req.N)
+		n, err := src.Read(ctx, req.ID, req.Name, req.Off, out[1:])
+		switch {
+		case errors.Is(err, io.EOF):
+			out[0] = 1
+		case err != nil:
+			return nil, snapshotStatus(err)
+		}
+		return &frame{out[:1+n]}, nil
+	case "end":
+		src := s.source(req.ID)
+		s.mu.Lock()
+		delete(s.byID, req.ID)
+		s.mu.Unlock()
+		if src != nil {
+			if err := src.End(ctx, req.ID); err != nil {
+				return nil, snapshotStatus(err)
+			}
+		}
+		return &frame{[]byte{}}, nil
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot op %q", req.Op)
+}
+
+func (s *snapshotService) source(id string) snapshot.Source {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byID[id]
+}
+
+// snapshotStatus carries the snapshot package's typed refusals as status
+// codes (snapshotError undoes it on the client).
+func snapshotStatus(err error) error {
+	code := codes.Unavailable
+	switch {
+	case errors.Is(err, snapshot.ErrUnknownSnapshot):
+		code = codes.NotFound
+	case errors.Is(err, snapshot.ErrMismatch):
+		code = codes.FailedPrecondition
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}
+
+func snapshotError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.NotFound:
+		return fmt.Errorf("%w (donor: %s)", snapshot.ErrUnknownSnapshot, st.Message())
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w (donor: %s)", snapshot.ErrMismatch, st.Message())
+	}
+	return fmt.Errorf("grpctransport: snapshot: %w", err)
+}
+
+// SnapshotClient fetches snapshots from a donor's Server: a snapshot.Source
+// over gRPC with the Dialer's security (mutual TLS). A dropped connection
+// fails the call in flight; the next call reconnects.
+type SnapshotClient struct {
+	cc *grpc.ClientConn
+}
+
+var _ snapshot.Source = (*SnapshotClient)(nil)
+
+// NewSnapshotClient returns a SnapshotClient of the server at addr.
+func NewSnapshotClient(addr string, opts *DialerOptions) (*SnapshotClient, error) {
+	var o DialerOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	creds, err := o.creds()
+	if err != nil {
+		return nil, err
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty donor address", ErrBadOptions)
+	}
+	return newSnapshotClient(addr, &o, creds)
+}
+
+func newSnapshotClient(addr string, o *DialerOptions, creds credentials.TransportCredentials) (*SnapshotClient, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(
+			grpc.ForceCodecV2(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(maxSnapshotAnswer),
+			grpc.MaxCallSendMsgSize(maxSnapshotRequest),
+		),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: o.ConnectTimeout}),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(streamWindow),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: grpctransport: %v", ErrBadOptions, err)
+	}
+	return &SnapshotClient{cc: cc}, nil
+}
+
+func (c *SnapshotClient) call(ctx context.Context, req snapshotRequest) ([]byte, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out frame
+	if err := c.cc.Invoke(ctx, snapshotMethod, &frame{b}, &out); err != nil {
+		return nil, snapshotError(err)
+	}
+	return out.b, nil
+}
+
+// Begin implements snapshot.Source.
+func (c *SnapshotClient) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
+	b, err := c.call(ctx, snapshotRequest{Op: "begin", Shard: shard})
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	var m snapshot.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("%w: manifest: %v", snapshot.ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// Read implements snapshot.Source.
+func (c *SnapshotClient) Read(ctx context.Context, id, name string, off int64, p []byte) (int, error) {
+	b, err := c.call(ctx, snapshotRequest{Op: "read", ID: id, Name: name, Off: off, N: len(p)})
+	if err != nil {
+		return 0, err
+	}
+	if len(b) == 0 || len(b)-1 > len(p) {
+		return 0, fmt.Errorf("grpctransport: snapshot: malformed chunk of %d bytes for %d asked", len(b), len(p))
+	}
+	n := copy(p, b[1:])
+	if b[0] == 1 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// End implements snapshot.Source.
+func (c *SnapshotClient) End(ctx context.Context, id string) error {
+	_, err := c.call(ctx, snapshotRequest{Op: "end", ID: id})
+	return err
+}
+
+// Close closes the client's connection.
+func (c *SnapshotClient) Close() error { return c.cc.Close() }
