@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -56,6 +58,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
 	stopOnRefusal := fs.Bool("stop-on-refusal", false, "exit 1 when the leader refuses this follower for a reason no retry fixes (wrong shard, unknown ID, diverged, behind retention, a refused certificate)")
+	rebuild := fs.String("rebuild", "auto", "auto: when the leader refuses this store as diverged or behind its retained log (also an empty store after retention dropped the log's start), replace it with a verified snapshot fetched from the leader, then replicate on; never: leave the refusal standing (see README, Rebuilding a follower)")
+	rebuildRate := fs.Int64("rebuild-rate", snapshot.DefaultRateLimit, "cap a rebuild's transfer at this many bytes/s (the donor's own cap applies too); -1: no cap")
 	mf := addMetricsFlags(fs, true)
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
@@ -86,6 +90,13 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	rebuildMode, err := follower.ParseRebuildMode(*rebuild)
+	if err != nil {
+		c.failf("--rebuild: %v", err)
+	}
+	if *rebuildRate == 0 || *rebuildRate < -1 {
+		c.failf("--rebuild-rate must be positive or -1 (no cap)")
+	}
 	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -110,7 +121,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	if err := serveFollower(ctx, log, followerConfig{
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
-		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag,
+		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -126,6 +137,8 @@ type followerConfig struct {
 	noSync          bool
 	statsEvery      time.Duration
 	stopOnRefusal   bool
+	rebuild         follower.RebuildMode // single-store mode only (not --shards)
+	rebuildRate     int64
 	metricsAddr     string                                  // "": no metrics server
 	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
@@ -172,6 +185,40 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
 		}
 		closeFn = f.Close
+		if c.rebuild == follower.RebuildAuto {
+			// follower.Run reopens the store after each rebuild; the
+			// first open above checked the directory and options, and
+			// is handed over.
+			client, err := grpctransport.NewSnapshotClient(c.leader, &grpctransport.DialerOptions{TLS: c.tls, Insecure: c.tls == nil, Logger: log})
+			if err != nil {
+				_ = f.Close()
+				return err
+			}
+			defer client.Close()
+			var cur atomic.Pointer[follower.Follower]
+			cur.Store(f)
+			ro := fo
+			ro.Rebuild, ro.RebuildFrom, ro.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
+			if err := f.Close(); err != nil {
+				return err
+			}
+			serve = func(ctx context.Context) error {
+				return follower.Run(ctx, c.dir, &ro, d, &follower.RunHooks{
+					Opened: func(f *follower.Follower) { cur.Store(f) },
+					Rebuilt: func(reason error, m snapshot.Manifest, st snapshot.Stats) {
+						log.Info("oncewal follower: rebuilt", "reason", reason, "applied_lsn", m.Cut.AppliedLSN,
+							"epoch", m.Cut.Epoch, "bytes", st.Bytes, "mb_per_s", float64(st.Bytes)/1e6/max(st.Elapsed.Seconds(), 1e-9))
+					},
+				})
+			}
+			rows = func() []follower.ShardStats {
+				f := cur.Load()
+				lsn, epoch := f.Position()
+				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
+			}
+			closeFn = func() error { return nil } // Run closes each store it opened
+			collector = metrics.NewFollowerCollector(f)
+		}
 	}
 	defer func() {
 		// Close waits for Serve, flushes every memtable and closes the

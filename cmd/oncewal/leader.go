@@ -20,6 +20,7 @@ import (
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -235,7 +236,25 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 			err = cerr
 		}
 	}()
-	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil}
+	// Every shard's store is a snapshot donor: a follower that cannot
+	// continue from the log (new after retention dropped its start, behind
+	// it, diverged, a deposed leader) rebuilds from it over the same port.
+	donors := make([]snapshot.Source, c.shards)
+	for s := range uint32(c.shards) {
+		d, err := l.Donor(s, nil)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		donors[s] = d
+	}
+	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil,
+		Snapshots: func(s uint32) snapshot.Source {
+			if int(s) < len(donors) {
+				return donors[s]
+			}
+			return nil
+		}}
 	if srv, err = grpctransport.Listen(c.listen, sopts); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -331,13 +332,43 @@ func TestLeaderRetentionFlags(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	late := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: l.addr, id: "late"})
+	late := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: l.addr, id: "late", rebuild: follower.RebuildNever})
 	waitLog(t, late.log, "level=ERROR", "refused by the leader", replication.ErrBehindRetention.Error())
+	must(t, late.stop())
+
+	// --rebuild=auto: the same empty store is rebuilt from the leader's
+	// snapshot (the Snapshot method on the leader's port), then follows
+	// the log from the snapshot's LSN like the live follower.
+	late = startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: l.addr, id: "late", rebuild: follower.RebuildAuto, rebuildRate: -1})
+	waitLog(t, late.log, "oncewal follower: rebuilt", "reason=", "behind the leader's retained log")
+	waitApplied(t, l.ends()[0], late, live)
+	must(t, late.stop())
+	must(t, live.stop())
+	if !strings.Contains(l.log.String(), "follower dropped") {
+		t.Errorf("no log line for the dropped follower:\n%s", l.log)
+	}
+	must(t, l.stop())
+	// The rebuilt store holds what the live follower holds at the same
+	// position: the leader restarts without generating, both catch up to
+	// its log's end, and their sessions (state, HWM) are compared.
+	lc.gen.rate = 0
+	l = startLeader(t, lc)
+	end := l.ends()[0]
+	late = startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: l.addr, id: "late", rebuild: follower.RebuildAuto})
+	// (With this tiny bound a slow machine drops the live follower too.)
+	live = startFollower(t, followerConfig{dir: filepath.Join(dir, "live"), leader: l.addr, id: "live", rebuild: follower.RebuildAuto})
+	waitApplied(t, end, late, live)
 	must(t, late.stop())
 	must(t, live.stop())
 	must(t, l.stop())
-	if !strings.Contains(l.log.String(), "follower dropped from WAL retention") {
-		t.Errorf("no log line for the dropped follower:\n%s", l.log)
+	var leaderState inspected
+	must(t, json.Unmarshal([]byte(inspectStore(t, follower.ShardDir(lc.dir, 0))), &leaderState))
+	for _, name := range []string{"late", "live"} {
+		var got inspected
+		must(t, json.Unmarshal([]byte(inspectStore(t, filepath.Join(dir, name))), &got))
+		if got.AppliedLSN != end || !reflect.DeepEqual(got, leaderState) {
+			t.Errorf("%s differs from the leader's store at LSN %d:\n%s %+v\nleader %+v", name, end, name, got, leaderState)
+		}
 	}
 	t.Logf("retention %+v", st.Retention)
 }
