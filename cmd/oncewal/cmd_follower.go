@@ -165,6 +165,9 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		for i := range shards {
 			shards[i] = uint32(i)
 		}
+		if c.rebuild == follower.RebuildAuto {
+			log.Warn("oncewal follower: --rebuild=auto is not implemented for node directories (--shards) yet: a shard refused as diverged or behind retention stays refused")
+		}
 		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: fo})
 		if err != nil {
 			return err
