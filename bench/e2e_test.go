@@ -23,3 +23,12 @@ func BenchmarkShards(b *testing.B) {
 	b.Run("shards4-sync", Shards(4, false))
 	b.Run("shards4-nosync", Shards(4, true))
 }
+
+// BenchmarkReopen is the open time of a follower whose HWM log is full,
+// against one without the log (see Reopen):
+//
+//	go test ./bench -run '^$' -bench Reopen -benchtime 5x
+func BenchmarkReopen(b *testing.B) {
+	b.Run("hwm-log", Reopen(0))
+	b.Run("no-log", Reopen(-1))
+}
