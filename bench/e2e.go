@@ -230,7 +230,12 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 		}
 		r.closers = append(r.closers, f.Close)
 		r.wg.Go(func() { _ = f.Serve(r.ctx, r.tr) })
-		r.drive(b, newClientRequests(retryPercent))
+		c := newClientRequests(retryPercent)
+		r.drive(b, c)
+		// Exactly once: every distinct request applied, no retry.
+		if got, want := f.Stats().Receiver.Applied, uint64(c.composed-c.retries); got != want {
+			b.Fatalf("follower applied %d events, want %d distinct requests (%d retries)", got, want, c.retries)
+		}
 	}
 }
 
