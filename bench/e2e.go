@@ -239,6 +239,40 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 	}
 }
 
+// LeaderWAL is the ceiling of Pipeline with sync: the client composing
+// the same requests and appending them to the leader's WAL, synced per
+// batch, with nothing shipped. wal.Writer syncs inside Append (its mutex
+// held), so appends and syncs of the leader form one serial chain that no
+// follower-side pipelining can shorten.
+func LeaderWAL() func(*testing.B) {
+	return func(b *testing.B) {
+		Release()
+		dir, err := os.MkdirTemp("", "oncewal-bench-wal-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		c := newClientRequests(0)
+		b.ReportAllocs()
+		cpu0 := cpuNanos()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := w.Append(1, c.batch()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		events := float64(b.N) * BatchEvents
+		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
+	}
+}
+
 // PipelineRaw measures the at-least-once reference: the same pipeline and
 // workload, the follower writing every event's row with no dedup.
 func PipelineRaw(retryPercent int) func(*testing.B) {

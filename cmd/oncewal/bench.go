@@ -68,6 +68,7 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("e2e_dup30", bench.Pipeline(30, false)),
 		e2e("e2e_raw_dup30", bench.PipelineRaw(30)),
 		e2e("e2e_nosync", bench.Pipeline(0, true)),
+		e2e("e2e_leader_wal", bench.LeaderWAL()),
 		e2e("shards4_sync", bench.Shards(4, false)),
 		e2e("shards4_nosync", bench.Shards(4, true)),
 		e2e("leader_ship_1", bench.LeaderShip(1)),
@@ -298,6 +299,7 @@ func benchRows(s map[string][]float64) []benchRow {
 		func(v, ref float64) (string, bool) { return ">= 1.0x at-least-once", v >= ref })
 	add("pipeline, client requests (fsync hidden?)", evs, "e2e", "the same without fsync", "e2e_nosync",
 		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
+	add("pipeline, client requests: its leader-WAL ceiling", evs, "e2e", "client → leader WAL alone, Sync", "e2e_leader_wal", nil)
 	add("node of 4 shards, Sync", evs, "shards4_sync", "the same without fsync", "shards4_nosync",
 		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
 	add("30%-duplicate mix", evs, "dup30", "raw Pebble ingest (all rows)", "raw_ingest", nil)
