@@ -70,17 +70,12 @@ type recentRequest struct {
 
 func newClientRequests(retryPercent int) *clientRequests {
 	c := &clientRequests{retryPercent: retryPercent, rng: rand.New(rand.NewPCG(3, 5)),
-		ids: make([]session.ID, e2eSessions), seq: make([]session.SeqNo, e2eSessions),
-		recent: make([]recentRequest, e2eRetryWindow), payload: make([]byte, 4096),
+		seq:    make([]session.SeqNo, e2eSessions),
+		recent: make([]recentRequest, e2eRetryWindow),
 		events: make([]wal.Event, BatchEvents), keys: make([]byte, BatchEvents*e2eRequestID),
 		clock: 1_700_000_000_000_000_000}
-	for i := range c.ids {
-		binary.LittleEndian.PutUint64(c.ids[i][:], c.rng.Uint64())
-		binary.LittleEndian.PutUint64(c.ids[i][8:], c.rng.Uint64())
-	}
-	for i := range c.payload {
-		c.payload[i] = byte(c.rng.Uint32())
-	}
+	c.ids = randomIDs(c.rng, e2eSessions)
+	c.payload = randomBytes(c.rng, 4096)
 	return c
 }
 
@@ -297,11 +292,32 @@ func PipelineRaw(retryPercent int) func(*testing.B) {
 // (session.State's layout) and the position, committed with Sync, then
 // acknowledges it. It reconnects until ctx ends.
 func rawFollower(ctx context.Context, d replication.Dialer, db *pebble.DB) {
-	var applied atomic.Uint64
+	var applied uint64
 	var events []wal.Event
 	var kbuf, vbuf []byte
+	ackLoop(ctx, d, func() replication.Ack { return replication.Ack{Epoch: 1, AppliedLSN: applied} },
+		func(raw []byte) (replication.Ack, error) {
+			h, evs, err := wal.DecodeBatch(raw, events[:0])
+			events = evs[:0]
+			if err != nil {
+				return replication.Ack{}, err
+			}
+			if h.LastLSN() > applied {
+				if err := rawApply(db, h, evs, &kbuf, &vbuf); err != nil {
+					return replication.Ack{}, err
+				}
+				applied = h.LastLSN()
+			}
+			return replication.Ack{Epoch: h.Epoch, AppliedLSN: applied}, nil
+		})
+}
+
+// ackLoop is a stand-in follower's connection loop: it dials with hello(),
+// answers every batch with handle's ack, and redials after any error until
+// ctx ends.
+func ackLoop(ctx context.Context, d replication.Dialer, hello func() replication.Ack, handle func(raw []byte) (replication.Ack, error)) {
 	for ctx.Err() == nil {
-		c, err := d.Dial(ctx, replication.Ack{Epoch: 1, AppliedLSN: applied.Load()})
+		c, err := d.Dial(ctx, hello())
 		if err != nil {
 			continue
 		}
@@ -310,18 +326,11 @@ func rawFollower(ctx context.Context, d replication.Dialer, db *pebble.DB) {
 			if err != nil {
 				break
 			}
-			h, evs, err := wal.DecodeBatch(raw, events[:0])
-			events = evs[:0]
+			a, err := handle(raw)
 			if err != nil {
 				break
 			}
-			if h.LastLSN() > applied.Load() {
-				if err := rawApply(db, h, evs, &kbuf, &vbuf); err != nil {
-					break
-				}
-				applied.Store(h.LastLSN())
-			}
-			if err := c.Send(ctx, replication.Ack{Epoch: h.Epoch, AppliedLSN: applied.Load()}); err != nil {
+			if err := c.Send(ctx, a); err != nil {
 				break
 			}
 		}
