@@ -70,17 +70,12 @@ type recentRequest struct {
 
 func newClientRequests(retryPercent int) *clientRequests {
 	c := &clientRequests{retryPercent: retryPercent, rng: rand.New(rand.NewPCG(3, 5)),
-		ids: make([]session.ID, e2eSessions), seq: make([]session.SeqNo, e2eSessions),
-		recent: make([]recentRequest, e2eRetryWindow), payload: make([]byte, 4096),
+		seq:    make([]session.SeqNo, e2eSessions),
+		recent: make([]recentRequest, e2eRetryWindow),
 		events: make([]wal.Event, BatchEvents), keys: make([]byte, BatchEvents*e2eRequestID),
 		clock: 1_700_000_000_000_000_000}
-	for i := range c.ids {
-		binary.LittleEndian.PutUint64(c.ids[i][:], c.rng.Uint64())
-		binary.LittleEndian.PutUint64(c.ids[i][8:], c.rng.Uint64())
-	}
-	for i := range c.payload {
-		c.payload[i] = byte(c.rng.Uint32())
-	}
+	c.ids = randomIDs(c.rng, e2eSessions)
+	c.payload = randomBytes(c.rng, 4096)
 	return c
 }
 
@@ -193,12 +188,20 @@ func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
 	cpu0 := cpuNanos()
 	b.ResetTimer()
 	var last uint64
+	var raw []byte
 	for range b.N {
-		h, err := r.w.Append(1, c.batch())
+		evs := c.batch()
+		h, err := r.w.Append(1, evs)
 		if err != nil {
 			b.Fatal(err)
 		}
 		last = h.LastLSN()
+		// As a leader does (LedgerLog's OnAppend): the shipper's streams
+		// read the batch from its cache instead of the WAL file.
+		if raw, err = wal.AppendBatch(raw[:0], 0, 1, h.FirstLSN, evs); err != nil {
+			b.Fatal(err)
+		}
+		r.shipper.Appended(h, raw)
 		select {
 		case r.notify <- struct{}{}:
 		default:
@@ -230,7 +233,46 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 		}
 		r.closers = append(r.closers, f.Close)
 		r.wg.Go(func() { _ = f.Serve(r.ctx, r.tr) })
-		r.drive(b, newClientRequests(retryPercent))
+		c := newClientRequests(retryPercent)
+		r.drive(b, c)
+		// Exactly once: every distinct request applied, no retry.
+		if got, want := f.Stats().Receiver.Applied, uint64(c.composed-c.retries); got != want {
+			b.Fatalf("follower applied %d events, want %d distinct requests (%d retries)", got, want, c.retries)
+		}
+	}
+}
+
+// LeaderWAL is the ceiling of Pipeline with sync: the client composing
+// the same requests and appending them to the leader's WAL, synced per
+// batch, with nothing shipped. wal.Writer syncs inside Append (its mutex
+// held), so appends and syncs of the leader form one serial chain that no
+// follower-side pipelining can shorten.
+func LeaderWAL() func(*testing.B) {
+	return func(b *testing.B) {
+		Release()
+		dir, err := os.MkdirTemp("", "oncewal-bench-wal-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		c := newClientRequests(0)
+		b.ReportAllocs()
+		cpu0 := cpuNanos()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := w.Append(1, c.batch()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		events := float64(b.N) * BatchEvents
+		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 	}
 }
 
@@ -258,11 +300,32 @@ func PipelineRaw(retryPercent int) func(*testing.B) {
 // (session.State's layout) and the position, committed with Sync, then
 // acknowledges it. It reconnects until ctx ends.
 func rawFollower(ctx context.Context, d replication.Dialer, db *pebble.DB) {
-	var applied atomic.Uint64
+	var applied uint64
 	var events []wal.Event
 	var kbuf, vbuf []byte
+	ackLoop(ctx, d, func() replication.Ack { return replication.Ack{Epoch: 1, AppliedLSN: applied} },
+		func(raw []byte) (replication.Ack, error) {
+			h, evs, err := wal.DecodeBatch(raw, events[:0])
+			events = evs[:0]
+			if err != nil {
+				return replication.Ack{}, err
+			}
+			if h.LastLSN() > applied {
+				if err := rawApply(db, h, evs, &kbuf, &vbuf); err != nil {
+					return replication.Ack{}, err
+				}
+				applied = h.LastLSN()
+			}
+			return replication.Ack{Epoch: h.Epoch, AppliedLSN: applied}, nil
+		})
+}
+
+// ackLoop is a stand-in follower's connection loop: it dials with hello(),
+// answers every batch with handle's ack, and redials after any error until
+// ctx ends.
+func ackLoop(ctx context.Context, d replication.Dialer, hello func() replication.Ack, handle func(raw []byte) (replication.Ack, error)) {
 	for ctx.Err() == nil {
-		c, err := d.Dial(ctx, replication.Ack{Epoch: 1, AppliedLSN: applied.Load()})
+		c, err := d.Dial(ctx, hello())
 		if err != nil {
 			continue
 		}
@@ -271,18 +334,11 @@ func rawFollower(ctx context.Context, d replication.Dialer, db *pebble.DB) {
 			if err != nil {
 				break
 			}
-			h, evs, err := wal.DecodeBatch(raw, events[:0])
-			events = evs[:0]
+			a, err := handle(raw)
 			if err != nil {
 				break
 			}
-			if h.LastLSN() > applied.Load() {
-				if err := rawApply(db, h, evs, &kbuf, &vbuf); err != nil {
-					break
-				}
-				applied.Store(h.LastLSN())
-			}
-			if err := c.Send(ctx, replication.Ack{Epoch: h.Epoch, AppliedLSN: applied.Load()}); err != nil {
+			if err := c.Send(ctx, a); err != nil {
 				break
 			}
 		}

@@ -13,6 +13,7 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("e2e-raw", PipelineRaw(0))
 	b.Run("e2e-raw-dup30", PipelineRaw(30))
 	b.Run("e2e-nosync", Pipeline(0, true))
+	b.Run("leader-wal", LeaderWAL())
 }
 
 // BenchmarkShards is a node of 4 shards applying fresh events with and

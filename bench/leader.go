@@ -94,26 +94,11 @@ func (r *leaderRig) batch() []wal.Event {
 // nullFollower acknowledges every batch it receives without applying it:
 // the leader's cost of one more follower, without a follower's.
 func nullFollower(ctx context.Context, d replication.Dialer, id string) {
-	for ctx.Err() == nil {
-		c, err := d.Dial(ctx, replication.Ack{FollowerID: id})
-		if err != nil {
-			continue
-		}
-		for {
-			raw, err := c.Recv(ctx)
-			if err != nil {
-				break
-			}
+	ackLoop(ctx, d, func() replication.Ack { return replication.Ack{FollowerID: id} },
+		func(raw []byte) (replication.Ack, error) {
 			h, err := wal.DecodeHeader(raw)
-			if err != nil {
-				break
-			}
-			if err := c.Send(ctx, replication.Ack{Epoch: h.Epoch, AppliedLSN: h.LastLSN()}); err != nil {
-				break
-			}
-		}
-		_ = c.Close()
-	}
+			return replication.Ack{Epoch: h.Epoch, AppliedLSN: h.LastLSN()}, err
+		})
 }
 
 // LeaderShip measures the leader with n followers that acknowledge without

@@ -105,6 +105,7 @@ func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
 type rig struct {
 	key     string
 	dir     string
+	db      *pebble.DB // the store, for its write counters
 	g       *generator
 	apply   func(batch int) (applied int, err error) // applies prepared slot batch
 	prepare func(slot int)                           // encodes g's current events into slot
@@ -184,6 +185,12 @@ func measure(b *testing.B, r *rig) {
 		}
 	}()
 	fresh := make([]int, chunk)
+	writes := diskWrites(r.db)
+	defer func() {
+		if done {
+			writes(b, float64(b.N)*BatchEvents)
+		}
+	}()
 	run(b, r.prepare, func(i int) int {
 		fresh[i] = r.g.fill(r.g.w.DupPercent)
 		return fresh[i]
@@ -197,6 +204,24 @@ func measure(b *testing.B, r *rig) {
 		}
 	})
 	done = true
+}
+
+// diskWrites snapshots db's write counters and returns a func that reports
+// the bytes written since, per event: to the WAL (wal-B/event) and to
+// sstables by flushes and compactions (sst-B/event) — the write
+// amplification that background CPU follows.
+func diskWrites(db *pebble.DB) func(b *testing.B, events float64) {
+	m0 := db.Metrics()
+	return func(b *testing.B, events float64) {
+		m1 := db.Metrics()
+		var sst uint64
+		for l := range m1.Levels {
+			sst += m1.Levels[l].TableBytesFlushed + m1.Levels[l].TableBytesCompacted -
+				m0.Levels[l].TableBytesFlushed - m0.Levels[l].TableBytesCompacted
+		}
+		b.ReportMetric(float64(m1.WAL.BytesWritten-m0.WAL.BytesWritten)/events, "wal-B/event")
+		b.ReportMetric(float64(sst)/events, "sst-B/event")
+	}
 }
 
 // run is the timed loop: compose(i) then prepare(i) for a chunk of batch
@@ -233,7 +258,7 @@ func Receiver(w Workload) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close = f.Close
+			r.close, r.db = f.Close, f.DB()
 			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
 				res, err := f.Apply(raw)
 				return res.Applied, err
@@ -262,7 +287,7 @@ func rawIngest(w Workload, writeSet bool) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close = db.Close
+			r.close, r.db = db.Close, db
 			ingest := func(rows []byte) error {
 				batch := db.NewBatch()
 				defer batch.Close()
@@ -312,7 +337,7 @@ func Naive(w Workload) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close = db.Close
+			r.close, r.db = db.Close, db
 			n := &naiveReceiver{db: db, applier: replication.SessionApplier{State: session.NewState(db)},
 				seen: make(map[idempotency.Key]struct{})}
 			return batchRig(r, w, db, n.apply)

@@ -303,7 +303,7 @@ func BenchmarkTrackerWrites(b *testing.B) {
 			defer batch.Close()
 			key := make([]byte, RowKeyLen)
 			val := make([]byte, RowValueLen)
-			m0 := r.db.Metrics()
+			writes := diskWrites(r.db)
 			var trackerKeys uint64
 			b.ResetTimer()
 			cpu0 := cpuNanos()
@@ -334,16 +334,9 @@ func BenchmarkTrackerWrites(b *testing.B) {
 				batch.Reset()
 			}
 			b.StopTimer()
-			m1 := r.db.Metrics()
 			events := float64(b.N) * BatchEvents
-			var sst uint64
-			for l := range m1.Levels {
-				sst += m1.Levels[l].TableBytesFlushed + m1.Levels[l].TableBytesCompacted -
-					m0.Levels[l].TableBytesFlushed - m0.Levels[l].TableBytesCompacted
-			}
 			b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
-			b.ReportMetric(float64(m1.WAL.BytesWritten-m0.WAL.BytesWritten)/events, "wal-B/event")
-			b.ReportMetric(float64(sst)/events, "sst-B/event")
+			writes(b, events)
 			b.ReportMetric(float64(trackerKeys)/events, "hwm-keys/event")
 		})
 	}

@@ -92,21 +92,33 @@ func newGenerator(w Workload) *generator {
 	g := &generator{
 		w:      w,
 		rng:    rand.New(rand.NewPCG(7, 11)),
-		ids:    make([]session.ID, w.Sessions),
 		idem:   make([][]idempotency.Key, w.Sessions),
 		lsn:    1,
 		clock:  1_700_000_000_000_000_000,
-		vals:   make([]byte, 64<<10),
 		recent: make([]idempotency.Key, 50_000),
 	}
-	for i := range g.ids {
-		binary.LittleEndian.PutUint64(g.ids[i][:], g.rng.Uint64())
-		binary.LittleEndian.PutUint64(g.ids[i][8:], g.rng.Uint64())
-	}
-	for i := range g.vals {
-		g.vals[i] = byte(g.rng.Uint32())
-	}
+	g.ids = randomIDs(g.rng, w.Sessions)
+	g.vals = randomBytes(g.rng, 64<<10)
 	return g
+}
+
+// randomIDs returns n session IDs drawn from rng.
+func randomIDs(rng *rand.Rand, n int) []session.ID {
+	ids := make([]session.ID, n)
+	for i := range ids {
+		binary.LittleEndian.PutUint64(ids[i][:], rng.Uint64())
+		binary.LittleEndian.PutUint64(ids[i][8:], rng.Uint64())
+	}
+	return ids
+}
+
+// randomBytes returns n bytes drawn from rng (values are windows into them).
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
 }
 
 // event fills e with event (s, q) of the workload; the user key goes to key.

@@ -75,7 +75,9 @@
 //     advances, the window journal, the applied LSN and the epoch. It commits
 //     (with Sync, unless NoSync) or nothing happens.
 //  2. The window, the in-memory HWMs, the position and the epoch change only
-//     after that commit. A refused batch, an Applier error or a failed commit
+//     after that commit (Receiver.Apply is decide → stage → publish; decide
+//     states the order of decisions, publish is the only step that changes
+//     memory). A refused batch, an Applier error or a failed commit
 //     leave the follower exactly as it was; the batch may be delivered again.
 //  3. Every event of a decodable batch is counted in exactly one Stats
 //     counter (see Stats.Accounted).

@@ -148,6 +148,7 @@ type Receiver struct {
 	// Scratch reused across batches; guarded by mu.
 	events  []wal.Event
 	keep    []wal.Event
+	fates   []fate
 	inBatch map[idempotency.Key]struct{}
 	record  []idempotency.Key
 	meta    [lastBatchSize]byte
@@ -226,16 +227,12 @@ func (r *Receiver) Hello() Ack {
 // always carries the ack to send, also when err is non-nil; Ack.Refused tells
 // the leader to resend from Ack.AppliedLSN+1.
 //
-// Order of decisions, each taken before anything is written:
-//  1. decode and verify checksums, version, limits (wal errors);
-//  2. shard (ErrWrongShard) and epoch (ErrStaleEpoch) fencing;
-//  3. position: a batch wholly at or below the applied LSN is a redelivery and
-//     is discarded; one starting past applied+1 is refused (ErrOutOfOrder);
-//  4. per event, the SeqNo HWM (duplicate / gap → refuse all / closed / too old);
-//  5. per event, the idempotency-key window (and keys seen earlier in the batch);
-//  6. the Applier writes survivors into one Pebble batch with the HWM advances,
-//     the window journal, the position and the epoch; the batch is committed;
-//  7. only then do the in-memory HWMs, window, position and epoch change.
+// Apply is three steps, the way etcd raft separates deciding (Step) from
+// doing (Ready/Advance): decide reads the receiver's position, the tracker's
+// view and the window and returns a plan without writing anything; stage
+// writes the plan into one Pebble batch and commits it; publish changes
+// memory (HWMs, window, position, epoch) only after that commit. The order of
+// decisions is decide's, and is stated there once.
 func (r *Receiver) Apply(raw []byte) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -255,31 +252,6 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return res, err
 	}
 	r.stats.events.Add(uint64(len(events)))
-	refuse := func(counter *counter, err error) (Result, error) {
-		counter.Add(1)
-		r.stats.refusedEvents.Add(uint64(len(events)))
-		res.Ack.Refused = true
-		return res, err
-	}
-	if h.Shard != r.opts.Shard {
-		return refuse(&r.stats.wrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", ErrWrongShard, h.Shard, r.opts.Shard))
-	}
-	if h.Epoch < r.epoch {
-		return refuse(&r.stats.staleEpochs, fmt.Errorf("%w: batch epoch %d < %d", ErrStaleEpoch, h.Epoch, r.epoch))
-	}
-	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
-		return refuse(&r.stats.staleEpochs, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
-			ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
-	}
-	if len(events) == 0 || h.LastLSN() <= r.applied {
-		r.stats.duplicateBatches.Add(1)
-		r.stats.discardedPosition.Add(uint64(len(events)))
-		res.Discarded = len(events)
-		return res, nil
-	}
-	if h.FirstLSN > r.applied+1 {
-		return refuse(&r.stats.outOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
-	}
 
 	b := r.db.NewBatch()
 	defer b.Close()
@@ -291,118 +263,299 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		}
 	}()
 
-	var c batchCounts
-	advanced := false
-	keep := r.keep[:0]
-	record := r.record[:0]
+	p := r.decide(ttx, h, events)
+	if p.verdict == verdictStage {
+		p.refusal = r.stage(b, ttx, &p)
+	}
+	switch p.verdict {
+	case verdictRedelivery:
+		r.stats.duplicateBatches.Add(1)
+		r.stats.discardedPosition.Add(uint64(len(events)))
+		res.Discarded = len(events)
+		return res, nil
+	case verdictRefuse:
+		p.refusal.counter(&r.stats).Add(1)
+		r.stats.refusedEvents.Add(uint64(len(events)))
+		res.Ack.Refused = true
+		return res, p.refusal.err
+	}
+	committed = true
+	r.publish(ttx, &p)
+	r.stats.add(&p.counts, len(p.keep))
+	r.stats.committed.Add(1)
+	res.Committed = true
+	res.Applied = len(p.keep)
+	res.Discarded = p.counts.position + p.counts.hwm + p.counts.window + p.counts.inBatch
+	res.Skipped = p.counts.closed + p.counts.tooOld
+	res.Ack = Ack{Shard: r.opts.Shard, Epoch: r.epoch, AppliedLSN: r.applied}
+	return res, nil
+}
+
+// verdict is decide's answer for a whole batch.
+type verdict uint8
+
+const (
+	// verdictStage: stage and commit the plan (some events may be
+	// discarded; the position advances either way).
+	verdictStage verdict = iota
+	// verdictRedelivery: the batch lies wholly at or below the applied
+	// position (or is empty); nothing is written and the ack repeats the
+	// position.
+	verdictRedelivery
+	// verdictRefuse: nothing is written; the ack is refused.
+	verdictRefuse
+)
+
+// fate is what decide did with one event.
+type fate uint8
+
+const (
+	fateApply    fate = iota // handed to the Applier
+	fatePosition             // at or below the applied position
+	fateHWM                  // SeqNo at or below its session's HWM
+	fateClosed               // session closed
+	fateTooOld               // session expired and SeqNo > 1
+	fateInBatch              // idempotency key seen earlier in the batch
+	fateWindow               // idempotency key in the window (SeqNo consumed)
+	fateGap                  // SeqNo above HWM+1: the batch is refused
+)
+
+var fateNames = [...]string{"apply", "position", "hwm", "closed", "too-old", "in-batch", "window", "gap"}
+
+func (f fate) String() string { return fateNames[f] }
+
+// refusalKind names the Stats counter a refusal adds to.
+type refusalKind uint8
+
+const (
+	refusedWrongShard refusalKind = iota
+	refusedStaleEpoch
+	refusedOutOfOrder
+	refusedSeqGap
+	refusedStore // I/O failure while deciding or staging (incl. the commit)
+	refusedApply // the Applier failed
+)
+
+// refusal is a refused batch: the error Apply returns and its counter.
+type refusal struct {
+	kind refusalKind
+	err  error
+}
+
+func (f *refusal) counter(s *statsCounters) *counter {
+	switch f.kind {
+	case refusedWrongShard:
+		return &s.wrongShard
+	case refusedStaleEpoch:
+		return &s.staleEpochs
+	case refusedOutOfOrder:
+		return &s.outOfOrder
+	case refusedSeqGap:
+		return &s.seqGaps
+	}
+	return &s.applyErrors
+}
+
+// plan is decide's result for one batch: a refusal, a redelivery, or what to
+// stage — the surviving events, the idempotency keys to record, whether any
+// HWM advanced, the epoch and batch identity to persist, and the counts.
+// Its slices are the receiver's scratch, valid until the next Apply.
+type plan struct {
+	verdict  verdict
+	refusal  *refusal
+	h        wal.Header
+	events   []wal.Event
+	fates    []fate // fates[i]: what happened to events[i] (verdictStage, or up to a gap)
+	keep     []wal.Event
+	record   []idempotency.Key
+	advanced bool // some session's HWM advanced (its SeqNo was consumed)
+	epoch    uint64
+	last     BatchRef
+	counts   batchCounts
+}
+
+func refuse(kind refusalKind, err error) plan {
+	return plan{verdict: verdictRefuse, refusal: &refusal{kind: kind, err: err}}
+}
+
+// decide takes every decision about a batch before anything is written, in
+// this order:
+//  1. shard (ErrWrongShard) and epoch fencing (ErrStaleEpoch; a newer epoch
+//     overlapping applied LSNs: ErrDiverged);
+//  2. position: a batch wholly at or below the applied LSN (or empty) is a
+//     redelivery; one starting past applied+1 is refused (ErrOutOfOrder);
+//  3. per event, in log order: an LSN at or below the applied position is
+//     discarded; then the SeqNo against the session's HWM as the tracker's
+//     overlay sees it (duplicate, closed, too old: skipped; a gap refuses the
+//     whole batch, ErrSeqGap); an applied SeqNo advances the HWM in the
+//     overlay (and closes the session for OpClose) whether or not the window
+//     then suppresses the operation, so the next SeqNo is not a gap;
+//  4. per event, the idempotency key (data events only): a key seen earlier in
+//     the batch, then one in the window, suppresses the operation; every
+//     distinct key is recorded.
+//
+// Decoding and checksums come before decide (wal.DecodeBatch). decide
+// changes only ttx's pending overlay, which Abort drops.
+func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Event) plan {
+	if h.Shard != r.opts.Shard {
+		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", ErrWrongShard, h.Shard, r.opts.Shard))
+	}
+	if h.Epoch < r.epoch {
+		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d", ErrStaleEpoch, h.Epoch, r.epoch))
+	}
+	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
+		return refuse(refusedStaleEpoch, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
+			ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
+	}
+	if len(events) == 0 || h.LastLSN() <= r.applied {
+		return plan{verdict: verdictRedelivery, h: h, events: events}
+	}
+	if h.FirstLSN > r.applied+1 {
+		return refuse(refusedOutOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
+	}
+
+	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: batchRef(h),
+		fates: r.fates[:0], keep: r.keep[:0], record: r.record[:0]}
+	defer func() { r.fates, r.keep, r.record = p.fates[:0], p.keep[:0], p.record[:0] }()
 	clear(r.inBatch)
 	for i := range events {
 		ev := &events[i]
-		if ev.LSN <= r.applied { // overlap with an already applied prefix
-			c.position++
-			continue
+		f, err := r.decideEvent(ttx, ev, &p)
+		if err != nil {
+			fates := p.fates
+			p = refuse(refusedStore, err)
+			p.fates = fates
+			return p
 		}
-		if ev.Seq != 0 {
-			d, err := ttx.Check(ev.Session, ev.Seq, ev.Time)
-			if err != nil {
-				return refuse(&r.stats.applyErrors, fmt.Errorf("%w: reading HWM: %v", ErrStoreFailed, err))
-			}
-			switch d {
-			case session.Duplicate:
-				c.hwm++
-				continue
-			case session.Gap:
-				hwm, _, _, _ := r.tracker.Get(ev.Session)
-				return refuse(&r.stats.seqGaps, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
-					ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
-			case session.Closed:
-				c.closed++
-				continue
-			case session.TooOld:
-				c.tooOld++
-				continue
-			}
-			// Apply: the SeqNo is consumed whether or not the window
-			// suppresses the operation, so the next SeqNo is not a gap.
-			advanced = true
-			if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
-				return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM advance: %v", ErrStoreFailed, err))
-			}
-			if ev.Op == wal.OpClose {
-				if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
-					return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM close: %v", ErrStoreFailed, err))
-				}
-			}
+		p.fates = append(p.fates, f)
+		switch f {
+		case fateApply:
+			p.keep = append(p.keep, *ev)
+		case fatePosition:
+			p.counts.position++
+		case fateHWM:
+			p.counts.hwm++
+		case fateClosed:
+			p.counts.closed++
+		case fateTooOld:
+			p.counts.tooOld++
+		case fateInBatch:
+			p.counts.inBatch++
+		case fateWindow:
+			p.counts.window++
+		case fateGap:
+			hwm, _, _, _ := r.tracker.Get(ev.Session)
+			fates := p.fates
+			p = refuse(refusedSeqGap, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
+				ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
+			p.fates = fates
+			return p
 		}
-		// Ledger records never enter the window: the position gate admits
-		// each once and re-applying one is harmless, and the window's slots
-		// are promised to operations ("the last Capacity distinct
-		// operations"). Leaders before wal.OpExtend gave them keys; ignored.
-		if ev.HasIdemKey && !ev.Op.IsLedger() {
-			if _, dup := r.inBatch[ev.IdemKey]; dup {
-				c.inBatch++
-				continue
-			}
-			r.inBatch[ev.IdemKey] = struct{}{}
-			record = append(record, ev.IdemKey)
-			if r.window.Contains(ev.IdemKey) {
-				c.window++
-				continue
-			}
-		}
-		keep = append(keep, *ev)
 	}
-	r.keep, r.record = keep[:0], record[:0]
+	return p
+}
 
-	if err := r.applier.Apply(b, keep); err != nil {
-		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrApply, err))
+// decideEvent is steps 3 and 4 of decide for one event. An error is an I/O
+// failure (wrapping ErrStoreFailed and the cause).
+func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (fate, error) {
+	if ev.LSN <= r.applied { // overlap with an already applied prefix
+		return fatePosition, nil
+	}
+	if ev.Seq != 0 {
+		d, err := ttx.Check(ev.Session, ev.Seq, ev.Time)
+		if err != nil {
+			return 0, fmt.Errorf("%w: reading HWM: %w", ErrStoreFailed, err)
+		}
+		switch d {
+		case session.Duplicate:
+			return fateHWM, nil
+		case session.Gap:
+			return fateGap, nil
+		case session.Closed:
+			return fateClosed, nil
+		case session.TooOld:
+			return fateTooOld, nil
+		}
+		p.advanced = true
+		if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
+			return 0, fmt.Errorf("%w: HWM advance: %w", ErrStoreFailed, err)
+		}
+		if ev.Op == wal.OpClose {
+			if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
+				return 0, fmt.Errorf("%w: HWM close: %w", ErrStoreFailed, err)
+			}
+		}
+	}
+	// Ledger records never enter the window: the position gate admits each
+	// once and re-applying one is harmless, and the window's slots are
+	// promised to operations ("the last Capacity distinct operations").
+	// Leaders before wal.OpExtend gave them keys; ignored.
+	if ev.HasIdemKey && !ev.Op.IsLedger() {
+		if _, dup := r.inBatch[ev.IdemKey]; dup {
+			return fateInBatch, nil
+		}
+		r.inBatch[ev.IdemKey] = struct{}{}
+		p.record = append(p.record, ev.IdemKey)
+		if r.window.Contains(ev.IdemKey) {
+			return fateWindow, nil
+		}
+	}
+	return fateApply, nil
+}
+
+// stage writes plan p into b — the Applier's writes of the surviving events,
+// the HWM advances (ttx.Flush), session GC every GCEvery-th commit, the
+// window journal, the position, batch identity and epoch — and commits b.
+// It returns the refusal if any step fails; a failed commit also makes the
+// store failed (sticky). Memory is untouched.
+func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) *refusal {
+	fail := func(kind refusalKind, err error) *refusal {
+		p.verdict = verdictRefuse
+		return &refusal{kind: kind, err: err}
+	}
+	if err := r.applier.Apply(b, p.keep); err != nil {
+		return fail(refusedApply, fmt.Errorf("%w: %w", ErrApply, err))
 	}
 	if err := ttx.Flush(); err != nil {
-		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: HWM flush: %v", ErrStoreFailed, err))
+		return fail(refusedStore, fmt.Errorf("%w: HWM flush: %w", ErrStoreFailed, err))
 	}
 	if r.opts.GCEvery > 0 && (r.commits+1)%uint64(r.opts.GCEvery) == 0 {
 		if _, err := ttx.CollectGarbage(r.opts.GCLimit); err != nil {
-			return refuse(&r.stats.applyErrors, fmt.Errorf("%w: session GC: %v", ErrStoreFailed, err))
+			return fail(refusedStore, fmt.Errorf("%w: session GC: %w", ErrStoreFailed, err))
 		}
 	}
-	if err := r.journal.stage(b, h.LastLSN(), record, r.window); err != nil {
-		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: window journal: %v", ErrStoreFailed, err))
+	if err := r.journal.stage(b, p.h.LastLSN(), p.record, r.window); err != nil {
+		return fail(refusedStore, fmt.Errorf("%w: window journal: %w", ErrStoreFailed, err))
 	}
-	epoch := max(r.epoch, h.Epoch)
-	last := batchRef(h)
-	if err := r.stageMeta(b, h.LastLSN(), epoch, last); err != nil {
-		return refuse(&r.stats.applyErrors, fmt.Errorf("%w: %v", ErrStoreFailed, err))
+	if err := r.stageMeta(b, p.h.LastLSN(), p.epoch, p.last); err != nil {
+		return fail(refusedStore, fmt.Errorf("%w: %w", ErrStoreFailed, err))
 	}
 	// A batch that changed nothing but the position need not wait for fsync:
 	// if a crash loses it, the batch is redelivered and discarded again. A
 	// raised epoch is always synced: the fence it sets must survive a crash.
-	sync := !r.opts.NoSync && (len(keep) > 0 || advanced || epoch != r.epoch)
+	sync := !r.opts.NoSync && (len(p.keep) > 0 || p.advanced || p.epoch != r.epoch)
 	start := time.Now()
 	if err := commit(b, sync); err != nil {
-		r.failed = fmt.Errorf("%w: %v", ErrStoreFailed, err)
-		return refuse(&r.stats.applyErrors, r.failed)
+		r.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)
+		return fail(refusedStore, r.failed)
 	}
 	r.stats.commitLatency.Observe(time.Since(start))
-	committed = true
 	r.commits++
+	return nil
+}
 
-	// Invariant 4: memory follows the store, never leads it.
+// publish makes memory follow the committed batch (invariant 2 of doc.go):
+// the tracker's HWMs, the window, the journal's state, the position, epoch
+// and batch identity.
+func (r *Receiver) publish(ttx *session.TrackerTx, p *plan) {
 	ttx.Commit()
-	for _, k := range record {
+	for _, k := range p.record {
 		r.window.CheckAndRecord(k)
 	}
 	r.journal.committed()
-	r.applied, r.epoch, r.last = h.LastLSN(), epoch, last
+	r.applied, r.epoch, r.last = p.h.LastLSN(), p.epoch, p.last
 	r.pos.Store(&position{r.applied, r.epoch, r.last})
-	r.lastTime.Store(events[len(events)-1].Time)
-	r.stats.add(&c, len(keep))
-	r.stats.committed.Add(1)
-	res.Committed = true
-	res.Applied = len(keep)
-	res.Discarded = c.position + c.hwm + c.window + c.inBatch
-	res.Skipped = c.closed + c.tooOld
-	res.Ack = Ack{Shard: r.opts.Shard, Epoch: r.epoch, AppliedLSN: r.applied}
-	return res, nil
+	r.lastTime.Store(p.events[len(p.events)-1].Time)
 }
 
 func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) error {

@@ -57,6 +57,7 @@ func benchSuite(c benchConfig) []benchCase {
 	}
 	return []benchCase{
 		e2e("raw_ingest", bench.RawIngest(bench.Fresh)),
+		e2e("raw_ingest_writeset", bench.RawIngestWriteSet(bench.Fresh)),
 		e2e("fresh", bench.Receiver(bench.Fresh)),
 		e2e("dup100", bench.Receiver(bench.Dup)),
 		e2e("dup100_window", bench.Receiver(bench.Retry)),
@@ -68,6 +69,7 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("e2e_dup30", bench.Pipeline(30, false)),
 		e2e("e2e_raw_dup30", bench.PipelineRaw(30)),
 		e2e("e2e_nosync", bench.Pipeline(0, true)),
+		e2e("e2e_leader_wal", bench.LeaderWAL()),
 		e2e("shards4_sync", bench.Shards(4, false)),
 		e2e("shards4_nosync", bench.Shards(4, true)),
 		e2e("leader_ship_1", bench.LeaderShip(1)),
@@ -288,6 +290,8 @@ func benchRows(s map[string][]float64) []benchRow {
 	const evs = "events/s"
 	add("fresh apply (1000-event batches, Sync)", evs, "fresh", "raw Pebble ingest of the same rows", "raw_ingest",
 		func(v, ref float64) (string, bool) { return ">= 0.8x raw ingest", v >= 0.8*ref })
+	add("raw ingest of everything fresh apply writes (its ceiling)", evs, "raw_ingest_writeset", "raw Pebble ingest of the state rows", "raw_ingest", nil)
+	add("fresh apply against its write set's ingest", evs, "fresh", "raw ingest of the write set", "raw_ingest_writeset", nil)
 	add("100%-duplicate batches", evs, "dup100", "naive: every key in Pebble", "naive_dup100",
 		func(v, _ float64) (string, bool) { return ">= 5M events/s", v >= 5e6 })
 	add("100%-retry batches (fresh SeqNo, known key)", evs, "dup100_window", "", "",
@@ -298,6 +302,7 @@ func benchRows(s map[string][]float64) []benchRow {
 		func(v, ref float64) (string, bool) { return ">= 1.0x at-least-once", v >= ref })
 	add("pipeline, client requests (fsync hidden?)", evs, "e2e", "the same without fsync", "e2e_nosync",
 		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
+	add("pipeline, client requests: its leader-WAL ceiling", evs, "e2e", "client → leader WAL alone, Sync", "e2e_leader_wal", nil)
 	add("node of 4 shards, Sync", evs, "shards4_sync", "the same without fsync", "shards4_nosync",
 		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
 	add("30%-duplicate mix", evs, "dup30", "raw Pebble ingest (all rows)", "raw_ingest", nil)

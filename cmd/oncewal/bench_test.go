@@ -109,7 +109,9 @@ func TestBenchQuickJSON(t *testing.T) {
 		"DeriveKey, 64-byte op", "window check, duplicate", "window check, new key (evicts)",
 		"leader CPU per event, 3 followers", "sync replication, WaitAcked(majority) of 3",
 		"100%-retry batches (fresh SeqNo, known key)", "pipeline, client requests (leader WAL → follower, Sync both)",
-		"pipeline, 30% client retries", "pipeline, client requests (fsync hidden?)", "node of 4 shards, Sync"} {
+		"pipeline, 30% client retries", "pipeline, client requests (fsync hidden?)", "node of 4 shards, Sync",
+		"pipeline, client requests: its leader-WAL ceiling", "raw ingest of everything fresh apply writes (its ceiling)",
+		"fresh apply against its write set's ingest"} {
 		if !names[want] {
 			t.Errorf("no row %q", want)
 		}
