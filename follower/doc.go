@@ -71,7 +71,9 @@
 // # Pebble key layout
 //
 // One store per follower shard. Every value begins with a one-byte format
-// version (currently 1).
+// version (currently 1). The prefixes are named once, in package keyspace;
+// a custom Applier may write anything outside keyspace.Reserved (h/, hd/,
+// m/, w/, l/).
 //
 //	h/<session ID:16>              session HWM record (package session)
 //	h/...                          the tracker's WAL clock (package session)
@@ -83,6 +85,8 @@
 //	m/identity                     kind, shard, window capacity, retention horizon
 //	                               (KeyIdentity; written when the store is created)
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
+//	m/epoch_prev                   the batch ending just before m/epoch_start (as m/last_batch)
+//	m/slot/<follower ID>           a leader's replication slot for that follower (package leader)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)

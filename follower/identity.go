@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 )
 
@@ -36,7 +37,7 @@ import (
 // commit (Open of a new store, or the first Open of a store written before
 // the key existed): version byte 1 | kind u8 | shard u32 LE | window
 // capacity u64 LE | retention horizon i64 LE (nanoseconds).
-var KeyIdentity = []byte("m/identity")
+var KeyIdentity = []byte(keyspace.MetaIdentity)
 
 const identityVersion = 1
 
@@ -149,8 +150,7 @@ func writeIdentity(db *pebble.DB, id Identity) error {
 	if err := b.Set(KeyIdentity, id.encode(), nil); err != nil {
 		return err
 	}
-	format := binary.LittleEndian.AppendUint64([]byte{1}, replication.StoreFormat)
-	if err := b.Set(replication.KeyFormat, format, nil); err != nil {
+	if err := replication.StageFormat(b); err != nil {
 		return err
 	}
 	return guard(func() error { return b.Commit(pebble.Sync) })

@@ -53,6 +53,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 )
 
@@ -410,7 +411,7 @@ func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error)
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
-		if !isOncewalKey(it.Key()) {
+		if !keyspace.IsOncewal(it.Key()) {
 			return Identity{}, false, fmt.Errorf("%w: %s is a Pebble store with key %q, outside oncewal's key spaces", ErrNotStore, dir, it.Key())
 		}
 	}
@@ -440,16 +441,6 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		return pebble.Open(dir, po)
 	}()
 	return db, err
-}
-
-// isOncewalKey: k lies in a key space the follower reserves (doc.go).
-func isOncewalKey(k []byte) bool {
-	for _, p := range []string{"h/", "hd/", "s/", "m/", "w/", "l/"} {
-		if len(k) >= len(p) && string(k[:len(p)]) == p {
-			return true
-		}
-	}
-	return false
 }
 
 // peekFS is the filesystem peekIdentity gives Pebble: every call that would

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // Pebble keys of the ledger table. Every value starts with the format
@@ -21,15 +22,15 @@ import (
 //	l/sweep                                   WAL-clock time of the last sweep (i64 LE)
 //	l/probe                                   written by Ledger.Probe
 const (
-	LedgerPrefix      = "l/"
-	ledgerRowPrefix   = "l/r/"
-	ledgerIndexPrefix = "l/x/"
+	LedgerPrefix      = keyspace.Ledger
+	ledgerRowPrefix   = keyspace.LedgerRow
+	ledgerIndexPrefix = keyspace.LedgerIndex
 )
 
 var (
-	ledgerClockKey = []byte("l/clock")
-	ledgerSweepKey = []byte("l/sweep")
-	ledgerProbeKey = []byte("l/probe")
+	ledgerClockKey = []byte(keyspace.LedgerClock)
+	ledgerSweepKey = []byte(keyspace.LedgerSweep)
+	ledgerProbeKey = []byte(keyspace.LedgerProbe)
 )
 
 const (
@@ -295,7 +296,7 @@ func (t *LedgerTable) Clock() (int64, error) { return readI64(t.db, ledgerClockK
 
 // Scan calls fn for every entry row, expired or not, in key order.
 func (t *LedgerTable) Scan(fn func(scope, key string, e Entry) error) error {
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte(ledgerRowPrefix), UpperBound: []byte("l/r0")})
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte(ledgerRowPrefix), UpperBound: keyspace.UpperBound(ledgerRowPrefix)})
 	if err != nil {
 		return err
 	}
@@ -498,7 +499,7 @@ func (tx *LedgerTx) Finish() error {
 // first, through the expiry index.
 func (tx *LedgerTx) sweep() error {
 	tx.t.sweeps.Add(1)
-	upper := []byte("l/x0") // the whole index, when the clock is at its maximum
+	upper := keyspace.UpperBound(ledgerIndexPrefix) // the whole index, when the clock is at its maximum
 	if v := uint64(tx.clock) ^ (1 << 63); v != math.MaxUint64 {
 		upper = binary.BigEndian.AppendUint64([]byte(ledgerIndexPrefix), v+1)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // A slot is the leader's durable record of how far one registered follower
@@ -29,7 +30,7 @@ type slot struct {
 
 // slotPrefix is the slots' key space in the shard store (see follower's key
 // layout: m/ is metadata).
-var slotPrefix = []byte("m/slot/")
+var slotPrefix = []byte(keyspace.MetaSlot)
 
 const slotVersion = 1
 
@@ -55,7 +56,7 @@ func decodeSlot(id string, v []byte) (slot, error) {
 
 // loadSlots reads every slot of the store, sorted by ID.
 func loadSlots(db *pebble.DB) ([]slot, error) {
-	upper := append(slices.Clip(slotPrefix[:len(slotPrefix)-1]), slotPrefix[len(slotPrefix)-1]+1)
+	upper := keyspace.UpperBound(keyspace.MetaSlot)
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: slotPrefix, UpperBound: upper})
 	if err != nil {
 		return nil, err

@@ -16,7 +16,8 @@ import (
 // both dedup layers, and must add their effects to b — the same Pebble batch
 // that carries the HWM advances and the applied position, so everything
 // commits together or not at all. Apply must not commit b, must not write
-// outside b, and must make later events in the slice see the effects of
+// outside b, must not write keys in keyspace.Reserved (oncewal's metadata,
+// HWMs, window journal and request ledger), and must make later events in the slice see the effects of
 // earlier ones (b is not indexed; keep an overlay if you read back). Event
 // slices alias the shipped batch's buffer and are only valid during the call.
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // The window journal makes the idempotency-key window survive restarts,
@@ -37,7 +38,7 @@ import (
 // still guarantees exactly-once for every (session, SeqNo) redelivery.
 
 // JournalPrefix is the Pebble key prefix of window journal entries.
-var JournalPrefix = []byte("w/j/")
+var JournalPrefix = []byte(keyspace.Journal)
 
 const journalVersion = 1
 
@@ -68,9 +69,7 @@ func journalKey(lsn uint64) []byte {
 // loadJournal reads the journal and replays it, oldest first, into window.
 func loadJournal(db *pebble.DB, window *idempotency.Store, log *slog.Logger) (*journal, error) {
 	j := &journal{}
-	upper := append([]byte(nil), JournalPrefix...)
-	upper[len(upper)-1]++
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: JournalPrefix, UpperBound: upper})
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: JournalPrefix, UpperBound: keyspace.UpperBound(keyspace.Journal)})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,6 @@ package replication
 //     have on the old.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -166,25 +165,9 @@ func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
 	if cfg.Epoch > stored {
 		// Fence first: from now on this store refuses the old epoch.
 		b := cfg.DB.NewBatch()
-		v := binary.LittleEndian.AppendUint64([]byte{metaVersion}, cfg.Epoch)
-		err := b.Set(KeyEpoch, v, nil)
+		prev, err := readLastBatch(cfg.DB, applied)
 		if err == nil {
-			// Where this epoch's history starts: a follower that applied
-			// this LSN or later under an older epoch has diverged.
-			err = b.Set(KeyEpochStart, binary.LittleEndian.AppendUint64([]byte{metaVersion}, applied+1), nil)
-		}
-		if err == nil {
-			// And which batch the epoch continues, so that a follower
-			// stopped exactly there can be verified (CheckHello).
-			var prev BatchRef
-			if prev, err = readLastBatch(cfg.DB, applied); err == nil {
-				err = b.Set(KeyEpochPrev, appendLastBatch(nil, applied, prev), nil)
-			}
-		}
-		if err == nil {
-			if _, _, ok, _ := ReadMeta(cfg.DB); !ok {
-				err = b.Set(KeyFormat, binary.LittleEndian.AppendUint64([]byte{metaVersion}, StoreFormat), nil)
-			}
+			err = stageEpoch(b, cfg.DB, cfg.Epoch, applied, prev)
 		}
 		if err == nil {
 			err = commit(b, true)

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,34 +42,6 @@ var (
 	// embedder must close and reopen the follower, which recovers from disk.
 	ErrStoreFailed = errors.New("replication: store failed")
 )
-
-// Pebble keys owned by the receiver (the rest of the key space is documented
-// in package follower).
-var (
-	KeyPosition = []byte("m/position") // version byte + applied LSN (u64 LE)
-	KeyEpoch    = []byte("m/epoch")    // version byte + highest committed epoch (u64 LE)
-	KeyFormat   = []byte("m/format")   // version byte + store format (u64 LE)
-	// KeyEpochStart is written by a promoted leader (LedgerLog) when it
-	// raises the epoch: version byte + first LSN of the new epoch (u64 LE).
-	KeyEpochStart = []byte("m/epoch_start")
-	// KeyLastBatch identifies the batch that ends at the applied position,
-	// written with it in every commit: version byte + that LSN (u64 LE) +
-	// the batch's BatchRef (epoch u64 LE, header CRC u32 LE). The LSN lets a
-	// reader tell a current value from one left behind by a binary that
-	// advanced the position without writing this key: such a value, like a
-	// missing key, means unknown.
-	KeyLastBatch = []byte("m/last_batch")
-	// KeyEpochPrev is written with KeyEpochStart: the identity of the batch
-	// ending just before the epoch's first LSN (KeyLastBatch's encoding),
-	// the EpochBoundary.Prev a promoted leader checks hellos against.
-	KeyEpochPrev = []byte("m/epoch_prev")
-)
-
-const metaVersion = 1
-
-// StoreFormat is written at KeyFormat by the first commit. A store without it
-// is not an oncewal follower store.
-const StoreFormat = 1
 
 // ReceiverOptions configures a Receiver. The zero value is usable after
 // EnsureDefaults.
@@ -558,85 +529,6 @@ func (r *Receiver) publish(ttx *session.TrackerTx, p *plan) {
 	r.lastTime.Store(p.events[len(p.events)-1].Time)
 }
 
-func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) error {
-	u64 := r.meta[:9]
-	u64[0] = metaVersion
-	binary.LittleEndian.PutUint64(u64[1:], lsn)
-	if err := b.Set(KeyPosition, u64, nil); err != nil {
-		return err
-	}
-	// Pebble copies values into the batch, so u64 can be reused below.
-	if err := b.Set(KeyLastBatch, appendLastBatch(r.meta[:0], lsn, last), nil); err != nil {
-		return err
-	}
-	u64 = r.meta[:9]
-	if epoch != r.epoch || r.applied == 0 {
-		binary.LittleEndian.PutUint64(u64[1:], epoch)
-		if err := b.Set(KeyEpoch, u64, nil); err != nil {
-			return err
-		}
-	}
-	if r.applied == 0 {
-		binary.LittleEndian.PutUint64(u64[1:], StoreFormat)
-		if err := b.Set(KeyFormat, u64, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// lastBatchSize is the size of a KeyLastBatch value.
-const lastBatchSize = 1 + 8 + 8 + 4
-
-func appendLastBatch(dst []byte, lsn uint64, ref BatchRef) []byte {
-	dst = append(dst, metaVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, lsn)
-	dst = binary.LittleEndian.AppendUint64(dst, ref.Epoch)
-	return binary.LittleEndian.AppendUint32(dst, ref.CRC)
-}
-
-// readLastBatch reads KeyLastBatch and returns the identity of the batch
-// ending at applied, or the zero BatchRef when the store does not know it
-// (no key, or a key written for another position).
-func readLastBatch(db *pebble.DB, applied uint64) (BatchRef, error) {
-	return readBatchRef(db, KeyLastBatch, applied)
-}
-
-// readBatchRef reads a batch identity recorded at key (KeyLastBatch's
-// encoding) for the batch ending at lsn; the zero BatchRef when there is
-// none or it was recorded for another LSN.
-func readBatchRef(db *pebble.DB, key []byte, lsn uint64) (BatchRef, error) {
-	v, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return BatchRef{}, nil
-	}
-	if err != nil {
-		return BatchRef{}, fmt.Errorf("replication: reading %s: %w", key, err)
-	}
-	defer closer.Close()
-	if len(v) != lastBatchSize || v[0] != metaVersion {
-		return BatchRef{}, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
-	}
-	if binary.LittleEndian.Uint64(v[1:]) != lsn {
-		return BatchRef{}, nil
-	}
-	return BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil
-}
-
-// ReadLastBatch returns the store's applied position and the identity of the
-// batch that ends there (zero when the store does not know it: nothing
-// applied, or a store written before KeyLastBatch existed). A leader promoted
-// from this store reads it before its first append: it is the boundary of
-// its epoch (EpochBoundary.Prev), which CheckHello needs to verify a
-// follower that stopped exactly where the new epoch starts.
-func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref BatchRef, err error) {
-	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
-		return 0, BatchRef{}, err
-	}
-	ref, err = readLastBatch(db, appliedLSN)
-	return appliedLSN, ref, err
-}
-
 // commit commits b, turning Pebble's fatal-commit log call (which our
 // FatalLogger turns into a panic) into an error.
 func commit(b *pebble.Batch, sync bool) (err error) {
@@ -654,38 +546,6 @@ func commit(b *pebble.Batch, sync bool) (err error) {
 		opts = pebble.Sync
 	}
 	return b.Commit(opts)
-}
-
-// readMetaU64 reads a versioned u64 metadata value; absent means 0.
-func readMetaU64(db *pebble.DB, key []byte) (uint64, error) {
-	v, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("replication: reading %s: %w", key, err)
-	}
-	defer closer.Close()
-	if len(v) != 9 || v[0] != metaVersion {
-		return 0, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
-	}
-	return binary.LittleEndian.Uint64(v[1:]), nil
-}
-
-// ReadMeta reads the applied position and epoch persisted in db, e.g. from a
-// read-only store; ok is false when db holds no oncewal metadata at all.
-func ReadMeta(db *pebble.DB) (appliedLSN, epoch uint64, ok bool, err error) {
-	format, err := readMetaU64(db, KeyFormat)
-	if err != nil || format == 0 {
-		return 0, 0, false, err
-	}
-	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
-		return 0, 0, false, err
-	}
-	if epoch, err = readMetaU64(db, KeyEpoch); err != nil {
-		return 0, 0, false, err
-	}
-	return appliedLSN, epoch, true, nil
 }
 
 // FatalError is the panic value of FatalLogger.Fatalf and the error Apply

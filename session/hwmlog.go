@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // The HWM delta log: instead of one row per changed session, a batch writes
@@ -19,7 +20,7 @@ import (
 // flags: bit 0 closed, bit 1 deleted (a tombstone written by garbage
 // collection: the session's row was deleted in the same batch).
 const (
-	HWMLogPrefix = "hd/"
+	HWMLogPrefix = keyspace.HWMLog
 
 	logKeyLen   = len(HWMLogPrefix) + 8
 	logEntryLen = len(ID{}) + 8 + 8 + 1

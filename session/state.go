@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // StatePrefix prefixes the rows of the default session state machine:
@@ -13,7 +14,7 @@ import (
 //
 // The user key may be empty. Add stores its counter as 8 bytes little-endian
 // user value.
-const StatePrefix = "s/"
+const StatePrefix = keyspace.State
 
 // ErrNilState: Begin on a nil *State.
 var ErrNilState = errors.New("session: nil State")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 )
 
 // Key layout of the Tracker (all values start with formatVersion):
@@ -22,8 +23,8 @@ import (
 // ClockKey lives inside HWMPrefix but is 7 bytes long where every HWM key is 18,
 // so scans tell them apart by length.
 const (
-	HWMPrefix = "h/"
-	ClockKey  = "h/clock"
+	HWMPrefix = keyspace.HWMRow
+	ClockKey  = keyspace.HWMClock
 
 	formatVersion = 1
 	hwmKeyLen     = len(HWMPrefix) + len(ID{})

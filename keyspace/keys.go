@@ -1,0 +1,134 @@
+package keyspace
+
+import "strings"
+
+// Top-level spaces. Every key oncewal writes starts with exactly one of them.
+const (
+	// HWM holds the session Tracker's records (package session): one row per
+	// session, HWM + session ID (16 bytes), and the tracker's WAL clock.
+	HWM = "h/"
+	// HWMLog holds the HWM delta log (package session): HWMLog + seq u64 BE.
+	HWMLog = "hd/"
+	// State holds the default state machine's rows (session.State, used by
+	// the default Applier): State + session ID (16) + user key.
+	State = "s/"
+	// Meta holds the store's metadata: position, epoch, format, identity,
+	// epoch boundary, last batch (package replication and follower) and the
+	// leader's replication slots (package leader).
+	Meta = "m/"
+	// Window holds the idempotency window's journal (package replication).
+	Window = "w/"
+	// Ledger holds the request ledger's table (package idempotency).
+	Ledger = "l/"
+)
+
+// Keys and row prefixes inside the spaces.
+const (
+	// HWMRow + session ID (16 bytes): a session's HWM record. Every row key
+	// is HWMRowLen bytes long.
+	HWMRow    = HWM
+	HWMRowLen = len(HWMRow) + 16
+	// HWMClock is the tracker's WAL clock. It lies inside HWMRow's prefix but
+	// is 7 bytes long where every row is HWMRowLen, so scans tell them apart.
+	HWMClock = HWM + "clock"
+
+	// Journal + last LSN (u64 BE): one window journal entry.
+	Journal = Window + "j/"
+
+	// MetaPosition: the applied LSN.
+	MetaPosition = Meta + "position"
+	// MetaEpoch: the highest committed leader epoch.
+	MetaEpoch = Meta + "epoch"
+	// MetaFormat: the store format; marks an oncewal store.
+	MetaFormat = Meta + "format"
+	// MetaEpochStart: first LSN of the epoch this store leads (after a
+	// promotion).
+	MetaEpochStart = Meta + "epoch_start"
+	// MetaEpochPrev: the batch ending just before MetaEpochStart.
+	MetaEpochPrev = Meta + "epoch_prev"
+	// MetaLastBatch: the batch ending at MetaPosition.
+	MetaLastBatch = Meta + "last_batch"
+	// MetaIdentity: the store's identity (kind, shard, window capacity,
+	// retention horizon).
+	MetaIdentity = Meta + "identity"
+	// MetaSlot + follower ID: a leader's replication slot for that follower.
+	MetaSlot = Meta + "slot/"
+
+	// LedgerRow + scope length (u8) + scope + request key: a ledger entry.
+	LedgerRow = Ledger + "r/"
+	// LedgerIndex + expiry (u64 BE, sign-flipped) + scope length + scope +
+	// request key: the ledger's expiry index.
+	LedgerIndex = Ledger + "x/"
+	// LedgerClock: the ledger's WAL clock.
+	LedgerClock = Ledger + "clock"
+	// LedgerSweep: WAL-clock time of the ledger's last sweep.
+	LedgerSweep = Ledger + "sweep"
+	// LedgerProbe: written by idempotency.Ledger.Probe.
+	LedgerProbe = Ledger + "probe"
+)
+
+// Reserved lists the spaces oncewal writes whatever the Applier: a custom
+// Applier must not write a key that starts with any of them.
+var Reserved = []string{HWM, HWMLog, Meta, Window, Ledger}
+
+// Spaces lists every top-level space: Reserved and State.
+var Spaces = []string{HWM, HWMLog, State, Meta, Window, Ledger}
+
+// IsReserved reports whether key lies in a space oncewal reserves
+// (Reserved).
+func IsReserved(key []byte) bool { return inAny(key, Reserved) }
+
+// IsOncewal reports whether key lies in any of oncewal's spaces (Spaces):
+// a store with a key outside them is not one oncewal wrote with the default
+// Applier.
+func IsOncewal(key []byte) bool { return inAny(key, Spaces) }
+
+func inAny(key []byte, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(string(key), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Entry is one row family or fixed key of the layout.
+type Entry struct {
+	Key   string // the fixed key, or the family's prefix
+	Fixed bool   // a single key, not a prefix
+	// Len is the length of every key of a family whose keys all have one
+	// length (HWMRow), else 0.
+	Len int
+}
+
+// Layout lists every row family and fixed key oncewal writes (what the
+// overlap test checks; keep it complete when adding a key).
+var Layout = []Entry{
+	{Key: HWMRow, Len: HWMRowLen},
+	{Key: HWMClock, Fixed: true},
+	{Key: HWMLog},
+	{Key: State},
+	{Key: MetaPosition, Fixed: true},
+	{Key: MetaEpoch, Fixed: true},
+	{Key: MetaFormat, Fixed: true},
+	{Key: MetaEpochStart, Fixed: true},
+	{Key: MetaEpochPrev, Fixed: true},
+	{Key: MetaLastBatch, Fixed: true},
+	{Key: MetaIdentity, Fixed: true},
+	{Key: MetaSlot},
+	{Key: Journal},
+	{Key: LedgerRow},
+	{Key: LedgerIndex},
+	{Key: LedgerClock, Fixed: true},
+	{Key: LedgerSweep, Fixed: true},
+	{Key: LedgerProbe, Fixed: true},
+}
+
+// UpperBound returns the smallest key above every key that starts with
+// prefix (an iterator's exclusive upper bound). prefix must not end in 0xff;
+// none of the layout's does.
+func UpperBound(prefix string) []byte {
+	b := []byte(prefix)
+	b[len(b)-1]++
+	return b
+}
