@@ -19,8 +19,8 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// ErrClosed is returned by methods of a closed Follower.
-var ErrClosed = errors.New("follower: closed")
+// ErrFollowerClosed is returned by methods of a closed Follower.
+var ErrFollowerClosed = errors.New("follower: closed")
 
 // ErrNotStore: a directory or Pebble store that is not an oncewal follower
 // store (Open refuses it unchanged).
@@ -372,7 +372,7 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 	f.life.RLock()
 	defer f.life.RUnlock()
 	if f.stopped {
-		return replication.Result{Ack: f.recv.Hello()}, ErrClosed
+		return replication.Result{Ack: f.recv.Hello()}, ErrFollowerClosed
 	}
 	return f.recv.Apply(batch)
 }
@@ -405,7 +405,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	f.life.RLock()
 	if f.stopped {
 		f.life.RUnlock()
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	f.wg.Add(1)
 	f.life.RUnlock()

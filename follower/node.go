@@ -107,7 +107,7 @@ type Node struct {
 	ctx     context.Context // cancelled by Close/Kill
 	cancel  context.CancelFunc
 	// life orders Serve's wg.Add before shutdown's wg.Wait: a Serve that
-	// starts as the node closes either returns ErrClosed or is waited for,
+	// starts as the node closes either returns ErrFollowerClosed or is waited for,
 	// never runs on closed stores.
 	life   sync.Mutex
 	closed bool
@@ -264,7 +264,7 @@ func (ns *nodeShard) err() error {
 	if ns.lastErr != nil {
 		return ns.lastErr
 	}
-	return ErrClosed
+	return ErrFollowerClosed
 }
 
 // Follower calls fn with shard's current Follower, which stays valid (not
@@ -306,7 +306,7 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // from its durable position. The other shards are not touched.
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
 	if n.ctx.Err() != nil {
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	if dial == nil {
 		return fmt.Errorf("%w: Serve needs a dial function", ErrBadNodeOptions)
@@ -318,7 +318,7 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 	n.life.Lock()
 	if n.closed {
 		n.life.Unlock()
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	n.wg.Add(1)
 	n.life.Unlock()
@@ -358,7 +358,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 			// Serve runs without the lock: the follower is replaced only
 			// here, after Serve returned.
 			err := f.Serve(ctx, d)
-			if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrFollowerClosed) {
 				return nil // stopped, or the node is closing this follower
 			}
 			if errors.Is(err, ErrPermanentRefusal) {
@@ -513,7 +513,7 @@ func (n *Node) shutdown(clean bool) error {
 				ns.retired = ns.retired.Add(st.Receiver)
 				ns.retiredBG += st.BackgroundErrors
 				ns.f = nil
-				ns.lastErr = ErrClosed
+				ns.lastErr = ErrFollowerClosed
 				if err != nil {
 					errs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
 				}

@@ -36,7 +36,7 @@ type PromoteOptions struct {
 }
 
 // Promote turns the follower into the leader of its shard: it stops
-// applying shipped batches (Serve returns, Apply answers ErrClosed),
+// applying shipped batches (Serve returns, Apply answers ErrFollowerClosed),
 // persists the new epoch — from then on this store refuses batches of the
 // old leader (replication.ErrStaleEpoch) — and returns a LedgerLog whose log
 // continues at the applied LSN + 1 and whose Ledger answers from the
@@ -56,7 +56,7 @@ type PromoteOptions struct {
 func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) {
 	// Stop Serve and Apply for good: this store now follows its own log.
 	if !f.stop() {
-		return nil, ErrClosed
+		return nil, ErrFollowerClosed
 	}
 	if err := f.recv.Err(); err != nil {
 		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/oncewal/oncewal/corruption"
 )
 
 // Limits of a ledger entry's identity and outcome. They bound what a client
@@ -256,12 +258,12 @@ func uvarintSize(x uint64) int {
 
 // DecodeRecord decodes a record body of the given kind and time. It is
 // strict: wrong version, non-minimal varints, lengths beyond the limits,
-// trailing bytes and invalid requests are ErrBadRecord, so decode(encode(r))
-// == r and nothing else decodes. Outcome aliases body.
+// trailing bytes and invalid requests are ErrBadRecord (marked
+// corruption.Err), so decode(encode(r)) == r and nothing else decodes. Outcome aliases body.
 func DecodeRecord(kind RecordKind, time int64, body []byte) (Record, error) {
 	var p parsedRecord
 	if err := parseRecord(kind, body, &p); err != nil {
-		return Record{}, err
+		return Record{}, corruption.Mark(err)
 	}
 	r := Record{Kind: kind, Time: time, Token: p.token, Expires: p.expires, Fingerprint: p.fp,
 		Scope: string(p.scope), Key: string(p.key), Outcome: p.outcome, Action: string(p.action)}
@@ -272,7 +274,7 @@ func DecodeRecord(kind RecordKind, time int64, body []byte) (Record, error) {
 // DecodeRecord would, without allocating.
 func CheckRecord(kind RecordKind, body []byte) error {
 	var p parsedRecord
-	return parseRecord(kind, body, &p)
+	return corruption.Mark(parseRecord(kind, body, &p))
 }
 
 type parsedRecord struct {

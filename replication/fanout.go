@@ -384,7 +384,7 @@ func (f *Fanout) Followers() []string {
 // until ctx ends, then returns nil after every goroutine it started has
 // stopped. It returns early with ErrFenced (a follower has seen a newer
 // epoch) or with the Listener's error once the Listener is closed
-// (errors.Is(err, ErrClosed)). Run may be called again after it returned,
+// (errors.Is(err, ErrTransportClosed)). Run may be called again after it returned,
 // not concurrently (ErrShipperRunning).
 func (f *Fanout) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
@@ -478,7 +478,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrTransportClosed) {
 				select {
 				case fatal <- fmt.Errorf("replication: shipper: listener: %w", err):
 				default:

@@ -361,7 +361,7 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return wal.Header{}, wal.ErrClosed
+		return wal.Header{}, wal.ErrLogClosed
 	}
 	if l.failed != nil {
 		return wal.Header{}, l.failed

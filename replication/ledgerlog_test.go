@@ -139,7 +139,7 @@ func TestLedgerLogCommitReplicates(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close())
 	_, err = l.Append(wal.Event{Op: wal.OpPut, Key: []byte("k")})
-	require.ErrorIs(t, err, wal.ErrClosed)
+	require.ErrorIs(t, err, wal.ErrLogClosed)
 }
 
 func mustClaim(t *testing.T, l *replication.LedgerLog, key string) *idempotency.Claim {

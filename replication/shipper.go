@@ -248,7 +248,7 @@ func (s *Shipper) WaitAcked(ctx context.Context, lsn uint64) error {
 // Run accepts follower connections and ships batches until ctx ends, then
 // returns nil after every goroutine it started has stopped. It returns early
 // with ErrFenced (see package notes) or with the Listener's error once the
-// Listener is closed (errors.Is(err, ErrClosed)). Run may be called again
+// Listener is closed (errors.Is(err, ErrTransportClosed)). Run may be called again
 // after it returned, not concurrently (ErrShipperRunning).
 func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
 

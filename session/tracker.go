@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 )
 
 // Key layout of the Tracker (all values start with formatVersion):
@@ -71,8 +72,8 @@ func (d Decision) String() string {
 var (
 	// ErrZeroSeq: SeqNo 0 means "no seqno"; such events bypass the Tracker.
 	ErrZeroSeq = errors.New("session: SeqNo 0 carries no sequence number")
-	// ErrOutOfOrder: Advance with a SeqNo other than HWM+1.
-	ErrOutOfOrder = errors.New("session: advance is not HWM+1")
+	// ErrNotNext: Advance with a SeqNo other than HWM+1.
+	ErrNotNext = errors.New("session: advance is not HWM+1")
 	// ErrSessionClosed: Advance on a closed session.
 	ErrSessionClosed = errors.New("session: session is closed")
 	// ErrUnknownSession: MarkClosed on a session that is unknown or expired.
@@ -80,8 +81,8 @@ var (
 	// ErrTooOld: Advance of seq 1 for an unknown session whose timestamp is
 	// older than WAL clock − horizon (Check says TooOld).
 	ErrTooOld = errors.New("session: event older than the retention horizon")
-	// ErrCorrupt: a stored record does not decode.
-	ErrCorrupt = errors.New("session: corrupt record")
+	// ErrCorrupt: a stored record does not decode. It matches corruption.Err.
+	ErrCorrupt = corruption.Mark(errors.New("session: corrupt record"))
 	// ErrTxDone: the tx was already committed or aborted.
 	ErrTxDone = errors.New("session: transaction already finished")
 	// ErrNilBatch: Begin was given a nil batch.
@@ -543,7 +544,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 			return ErrTooOld
 		}
 		if seq != 1 {
-			return ErrOutOfOrder
+			return ErrNotNext
 		}
 		e.rec = record{hwm: 1, lastTS: ts}
 		e.exists = true
@@ -554,7 +555,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 		return ErrSessionClosed
 	}
 	if seq != e.rec.hwm+1 || seq > MaxSeqNo {
-		return ErrOutOfOrder
+		return ErrNotNext
 	}
 	e.rec.hwm = seq
 	e.rec.lastTS = max(e.rec.lastTS, ts)

@@ -338,7 +338,7 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return Header{}, ErrClosed
+		return Header{}, ErrLogClosed
 	}
 	if w.err != nil {
 		return Header{}, w.err
@@ -399,7 +399,7 @@ func (w *Writer) Sync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return ErrLogClosed
 	}
 	if w.err != nil {
 		return w.err
@@ -457,7 +457,7 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, ErrLogClosed
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -488,12 +488,12 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 }
 
 // Close syncs and closes the Writer and releases the shard's lock. A second
-// Close returns ErrClosed.
+// Close returns ErrLogClosed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return ErrLogClosed
 	}
 	w.closed = true
 	var err error

@@ -233,7 +233,7 @@ func (s *Server) Accept(ctx context.Context) (replication.LeaderConn, replicatio
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrTransportClosed)
 	}
 }
 
@@ -256,7 +256,7 @@ var _ replication.Listener = (*ShardListener)(nil)
 // with the reason, the leader logs it and counts it (UnservedShard) — and
 // Accept on the Server itself returns ErrRouted. Calling Listener again for
 // a shard returns the same Listener. Closing the Server ends them all
-// (their Accept returns replication.ErrClosed).
+// (their Accept returns replication.ErrTransportClosed).
 func (s *Server) Listener(shard uint32) *ShardListener {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,7 +283,7 @@ func (l *ShardListener) Accept(ctx context.Context) (replication.LeaderConn, rep
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-l.s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrTransportClosed)
 	}
 }
 
@@ -353,7 +353,7 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	local := false
 	defer func() {
 		if s.isClosed() {
-			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
 		} else {
 			c.fail(fmt.Errorf("%w: stream to %s ended", replication.ErrDisconnected, remote))
 		}
@@ -489,7 +489,7 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 				// Close marks the server closed before stopping gRPC, so a
 				// stream that Stop cancelled ends as closed, whichever of
 				// this goroutine and the handler notices first.
-				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
 				return
 			}
 			if err == io.EOF {
@@ -632,7 +632,7 @@ func (c *leaderConn) end(refusal error) error {
 			c.s.stats.refusedHello.Add(1)
 		}
 		c.local, c.refusal = true, refusal
-		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+		c.err = fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
 		close(c.done)
 	}
 	return nil
