@@ -575,7 +575,11 @@ func (f *Follower) shutdown(flush bool) error {
 func guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
+			if pe, ok := p.(error); ok {
+				err = fmt.Errorf("%w: %w", replication.ErrStoreFailed, pe)
+			} else {
+				err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
+			}
 		}
 	}()
 	return fn()

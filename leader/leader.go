@@ -405,7 +405,7 @@ func (s *Shard) ID() uint32 { return s.id }
 // must come with SeqNo 0 and must not be ledger ops
 // (replication.ErrBadEvent). A session the followers have forgotten
 // (idle past the retention horizon on the WAL clock) or closed is refused
-// (replication.ErrSessionExpired, replication.ErrSessionClosed): the client
+// (replication.ErrSessionExpired, session.ErrSessionClosed): the client
 // must open a new session; nothing is logged.
 func (s *Shard) Append(events ...wal.Event) (wal.Header, error) { return s.log.Append(events...) }
 

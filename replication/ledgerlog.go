@@ -56,11 +56,6 @@ var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("replication: session expired")
 
-// ErrSessionClosed: an event for a session that was closed (its OpClose is
-// logged). Followers skip a closed session's later events, so the log
-// refuses them instead of logging what would never apply.
-var ErrSessionClosed = errors.New("replication: session closed")
-
 // LedgerLogConfig configures OpenLedgerLog.
 type LedgerLogConfig struct {
 	// WALDir is the leader's WAL directory. Required.
@@ -409,13 +404,13 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 			}
 			if closed {
 				undo()
-				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionClosed, i, ev.Session)
+				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", session.ErrSessionClosed, i, ev.Session)
 			}
 			l.seqs.Observe(ev.Session, hwm)
 		}
 		if closing[ev.Session] {
 			undo()
-			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", ErrSessionClosed, i, ev.Session)
+			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", session.ErrSessionClosed, i, ev.Session)
 		}
 		if ev.Op == wal.OpClose {
 			if closing == nil {

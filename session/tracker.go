@@ -74,7 +74,9 @@ var (
 	ErrZeroSeq = errors.New("session: SeqNo 0 carries no sequence number")
 	// ErrNotNext: Advance with a SeqNo other than HWM+1.
 	ErrNotNext = errors.New("session: advance is not HWM+1")
-	// ErrSessionClosed: Advance on a closed session.
+	// ErrSessionClosed: an event for a closed session (its OpClose applied
+	// or logged): Advance refuses it here, and the leader's log refuses to
+	// log it (replication.LedgerLog), since followers would skip it.
 	ErrSessionClosed = errors.New("session: session is closed")
 	// ErrUnknownSession: MarkClosed on a session that is unknown or expired.
 	ErrUnknownSession = errors.New("session: unknown session")

@@ -257,7 +257,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		grpc.WithInitialConnWindowSize(streamWindow),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("%w: grpctransport: %v", ErrBadOptions, err)
+		return nil, fmt.Errorf("%w: grpctransport: %w", ErrBadOptions, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	c := &followerConn{
@@ -283,14 +283,14 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	defer stop()
 	cs, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: streamName, ServerStreams: true, ClientStreams: true}, fullMethod)
 	if err != nil {
-		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	c.cs = cs
 	if err := cs.SendMsg(&frame{helloFrame}); err != nil {
 		if err == io.EOF {
 			err = cs.RecvMsg(&frame{})
 		}
-		return fail(fmt.Errorf("%w: dial %s: hello: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: hello: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	md, err := cs.Header()
 	if err == nil && md == nil {
@@ -304,7 +304,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		if r, ok := refusal(err); ok {
 			return fail(fmt.Errorf("dial %s: %w", d.addr, r))
 		}
-		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	if !stop() {
 		return fail(ctx.Err()) // ctx ended just now and cancelled the stream
@@ -369,7 +369,7 @@ func (c *followerConn) streamErr(err error) error {
 		return fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
 	}
 	if status.Code(err) == codes.ResourceExhausted {
-		return fmt.Errorf("%w: %w: %v", replication.ErrDisconnected, ErrFrameTooLarge, err)
+		return fmt.Errorf("%w: %w: %w", replication.ErrDisconnected, ErrFrameTooLarge, err)
 	}
 	if r, ok := refusal(err); ok {
 		return r
@@ -377,7 +377,7 @@ func (c *followerConn) streamErr(err error) error {
 	if err == io.EOF {
 		err = errors.New("leader ended the stream")
 	}
-	return fmt.Errorf("%w: %v", replication.ErrDisconnected, err)
+	return fmt.Errorf("%w: %w", replication.ErrDisconnected, err)
 }
 
 func (c *followerConn) recvLoop() {

@@ -482,7 +482,7 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 		err := c.ss.RecvMsg(&f)
 		if err != nil {
 			if status.Code(err) == codes.ResourceExhausted {
-				c.badFrame(fmt.Errorf("%w: %v", ErrFrameTooLarge, err))
+				c.badFrame(fmt.Errorf("%w: %w", ErrFrameTooLarge, err))
 				return
 			}
 			if c.s.isClosed() {
@@ -495,7 +495,7 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 			if err == io.EOF {
 				err = errors.New("follower closed the stream")
 			}
-			c.fail(fmt.Errorf("%w: %v", replication.ErrDisconnected, err))
+			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
 			return
 		}
 		if first {
