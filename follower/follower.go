@@ -49,19 +49,21 @@ type Options struct {
 	// Default idempotency.DefaultCapacity (100,000).
 	WindowCapacity int
 	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
-	// Pebble. Default 1<<20 sessions.
+	// Pebble. Default session.DefaultCacheSize (1<<20 sessions).
 	HWMCacheSize int
 	// HWMLogBatches and HWMLogSessions configure the HWM log (see
 	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
 	// HWM changes as one value, and a session's row is rewritten only once
-	// its change is HWMLogBatches batches old. Defaults 128 and 1<<17;
+	// its change is HWMLogBatches batches old. Defaults
+	// session.DefaultLogBatches (128) and session.DefaultLogSessions (1<<17);
 	// HWMLogBatches -1 turns the log off (one HWM row per changed session
 	// per batch).
 	HWMLogBatches  int
 	HWMLogSessions int
 	// RetentionHorizon is how long, on the WAL clock, a closed or idle
 	// session's HWM is kept before garbage collection. It must exceed the
-	// longest delay with which an event can be redelivered. Default 24h.
+	// longest delay with which an event can be redelivered. Default
+	// session.DefaultRetentionHorizon (24h).
 	RetentionHorizon time.Duration
 	// NoSync commits without waiting for fsync (see
 	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
@@ -122,7 +124,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.WindowCapacity = idempotency.DefaultCapacity
 	}
 	if o.HWMCacheSize == 0 {
-		o.HWMCacheSize = 1 << 20
+		o.HWMCacheSize = session.DefaultCacheSize
 	}
 	if o.HWMLogBatches == 0 {
 		o.HWMLogBatches = session.DefaultLogBatches
@@ -131,7 +133,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.HWMLogSessions = session.DefaultLogSessions
 	}
 	if o.RetentionHorizon == 0 {
-		o.RetentionHorizon = 24 * time.Hour
+		o.RetentionHorizon = session.DefaultRetentionHorizon
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

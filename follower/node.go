@@ -35,17 +35,33 @@ type NodeOptions struct {
 	PerShard func(shard uint32, o *Options)
 	// ReopenBackoff is the first wait before reopening a shard whose store
 	// failed; it doubles up to 32× while reopening keeps failing. Default
-	// 100ms.
+	// DefaultReopenBackoff; negative is refused.
 	ReopenBackoff time.Duration
 }
 
-// EnsureDefaults fills unset fields with their documented defaults.
+// DefaultReopenBackoff is the default NodeOptions.ReopenBackoff.
+const DefaultReopenBackoff = 100 * time.Millisecond
+
+// EnsureDefaults fills zero fields with their documented defaults.
 func (o *NodeOptions) EnsureDefaults() *NodeOptions {
 	o.Follower.EnsureDefaults()
-	if o.ReopenBackoff <= 0 {
-		o.ReopenBackoff = 100 * time.Millisecond
+	if o.ReopenBackoff == 0 {
+		o.ReopenBackoff = DefaultReopenBackoff
 	}
 	return o
+}
+
+// Validate reports every invalid field, the Follower template's included,
+// in one error.
+func (o *NodeOptions) Validate() error {
+	var errs []error
+	if o.ReopenBackoff < 0 {
+		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
+	}
+	if err := o.Follower.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // ShardDir is the directory of shard's store inside a node directory.
@@ -159,10 +175,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if len(slices.Compact(slices.Clone(sorted))) != len(sorted) {
 		errs = append(errs, fmt.Errorf("duplicate shard in %v", shards))
 	}
-	if o.ReopenBackoff < 0 {
-		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
-	}
-	if err := o.Follower.Validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -28,10 +28,10 @@ type PromoteOptions struct {
 	Wall func() int64
 	// SegmentSize is the new log's segment size (wal default when 0).
 	SegmentSize int64
-	// WALFS is the filesystem of the WAL (replication.LedgerLogConfig.FS).
+	// WALFS is the filesystem of the WAL (replication.LedgerLogOptions.FS).
 	// Default vfs.Default, whatever the store's Options.FS.
 	WALFS vfs.FS
-	// OnAppend is replication.LedgerLogConfig.OnAppend.
+	// OnAppend is replication.LedgerLogOptions.OnAppend.
 	OnAppend func(h wal.Header, raw []byte)
 }
 
@@ -66,7 +66,7 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		_, stored := f.recv.Position()
 		epoch = stored + 1
 	}
-	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
+	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir:      opts.WALDir,
 		Shard:       f.opts.Shard,
 		Epoch:       epoch,

@@ -70,9 +70,10 @@ type FanoutOptions struct {
 	OnAcked func(id string, ackedLSN uint64)
 }
 
-// validate returns every problem of o.
-func (o *FanoutOptions) validate() []error {
-	errs := o.ShipperOptions.validate()
+// Validate reports every problem of o, its ShipperOptions' included, in one
+// error wrapping ErrBadShipperOptions.
+func (o *FanoutOptions) Validate() error {
+	errs := o.ShipperOptions.problems()
 	seen := make(map[string]bool, len(o.Followers))
 	for _, id := range o.Followers {
 		if err := checkRegisteredID(id); err != nil {
@@ -82,7 +83,7 @@ func (o *FanoutOptions) validate() []error {
 		}
 		seen[id] = true
 	}
-	return errs
+	return badShipperOptions(errs)
 }
 
 // checkRegisteredID: a follower a Fanout serves has a valid, non-empty ID.
@@ -257,8 +258,8 @@ type runState struct {
 // NewFanout validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Fanout serving opts.Followers.
 func NewFanout(opts FanoutOptions) (*Fanout, error) {
-	if errs := opts.validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	return newFanout(opts, false), nil
 }

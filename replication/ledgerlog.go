@@ -56,8 +56,12 @@ var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("replication: session expired")
 
-// LedgerLogConfig configures OpenLedgerLog.
-type LedgerLogConfig struct {
+// ErrBadLedgerLogOptions: OpenLedgerLog was given invalid options (every
+// problem is listed in the joined error).
+var ErrBadLedgerLogOptions = errors.New("replication: bad ledger log options")
+
+// LedgerLogOptions configures OpenLedgerLog.
+type LedgerLogOptions struct {
 	// WALDir is the leader's WAL directory. Required.
 	WALDir string
 	// Shard is the shard whose log this is. Default 0.
@@ -99,10 +103,35 @@ type LedgerLogConfig struct {
 	OnAppend func(h wal.Header, raw []byte)
 }
 
+// Validate reports every missing or invalid field in one error wrapping
+// ErrBadLedgerLogOptions.
+func (o *LedgerLogOptions) Validate() error {
+	if o == nil {
+		return fmt.Errorf("%w: nil options", ErrBadLedgerLogOptions)
+	}
+	var errs []error
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{{"WALDir", o.WALDir == ""}, {"DB", o.DB == nil}, {"Tracker", o.Tracker == nil}, {"Window", o.Window == nil},
+		{"Table", o.Table == nil}, {"State or Applier", o.State == nil && o.Applier == nil}} {
+		if f.missing {
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		}
+	}
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadLedgerLogOptions, errors.Join(errs...))
+}
+
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
 // concurrent use; appends are serialized.
 type LedgerLog struct {
-	cfg        LedgerLogConfig
+	cfg        LedgerLogOptions
 	epoch      uint64
 	epochStart uint64   // first LSN of this epoch's history (0: unknown)
 	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
@@ -125,14 +154,12 @@ type LedgerLog struct {
 // OpenLedgerLog opens the leader: it fences older epochs, opens (recovering)
 // the WAL, brings the local store up to the end of the WAL, and opens the
 // Ledger over the store's ledger table.
-func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
-	if cfg.WALDir == "" || cfg.DB == nil || cfg.Tracker == nil || cfg.Window == nil || cfg.Table == nil {
-		return nil, errors.New("replication: OpenLedgerLog needs WALDir, DB, Tracker, Window and Table")
+func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
+	cfg := *opts
 	if cfg.Applier == nil {
-		if cfg.State == nil {
-			return nil, errors.New("replication: OpenLedgerLog needs State or an Applier")
-		}
 		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
 	}
 	if cfg.Wall == nil {

@@ -49,7 +49,7 @@ func (n *node) receiver() *replication.Receiver {
 }
 
 func (n *node) leader(walDir string, epoch uint64, wall func() int64) (*replication.LedgerLog, error) {
-	return replication.OpenLedgerLog(replication.LedgerLogConfig{
+	return replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir: walDir, Epoch: epoch, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table, State: n.state,
 		Wall: wall,
 	})

@@ -134,22 +134,31 @@ type ShipperOptions struct {
 	Logger *slog.Logger
 }
 
-// EnsureDefaults fills unset fields with their defaults and returns o.
+// Defaults of ShipperOptions.
+const (
+	DefaultMaxInFlight       = 32
+	DefaultRetransmitTimeout = 500 * time.Millisecond
+	DefaultMaxBackoff        = 10 * time.Second
+	DefaultPollInterval      = 10 * time.Millisecond
+)
+
+// EnsureDefaults fills zero fields with their defaults and returns o
+// (negative values are left for Validate to refuse).
 func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 32
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.RetransmitTimeout <= 0 {
-		o.RetransmitTimeout = 500 * time.Millisecond
+	if o.RetransmitTimeout == 0 {
+		o.RetransmitTimeout = DefaultRetransmitTimeout
 	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 10 * time.Second
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
 	}
 	if o.MaxBackoff < o.RetransmitTimeout {
 		o.MaxBackoff = o.RetransmitTimeout
 	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = 10 * time.Millisecond
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
@@ -164,8 +173,20 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	return o
 }
 
-// validate returns every problem of o.
-func (o *ShipperOptions) validate() []error {
+// Validate reports every problem of o in one error wrapping
+// ErrBadShipperOptions (zero fields are valid: they mean the default).
+func (o *ShipperOptions) Validate() error {
+	return badShipperOptions(o.problems())
+}
+
+func badShipperOptions(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+}
+
+func (o *ShipperOptions) problems() []error {
 	var errs []error
 	if o.Listener == nil {
 		errs = append(errs, errors.New("Listener is required"))
@@ -219,8 +240,8 @@ type Shipper struct {
 // NewShipper validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Shipper.
 func NewShipper(opts ShipperOptions) (*Shipper, error) {
-	if errs := opts.validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: opts}, true)}, nil
 }

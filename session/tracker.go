@@ -125,26 +125,48 @@ type TrackerOptions struct {
 	LogSessions int
 }
 
-// EnsureDefaults fills zero fields, and a negative CacheSize, RetentionHorizon
-// or LogSessions, with their defaults and returns o (a fresh value when o is
-// nil). A negative LogBatches stays: it turns the log off.
+// ErrBadOptions: OpenTracker was given invalid TrackerOptions (every
+// problem is listed in the joined error).
+var ErrBadOptions = errors.New("session: bad tracker options")
+
+// EnsureDefaults fills zero fields with their defaults and returns o (a
+// fresh value when o is nil). A negative LogBatches stays: it turns the log
+// off; other negative values are left for Validate to refuse.
 func (o *TrackerOptions) EnsureDefaults() *TrackerOptions {
 	if o == nil {
 		o = &TrackerOptions{}
 	}
-	if o.CacheSize <= 0 {
+	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
 	}
-	if o.RetentionHorizon <= 0 {
+	if o.RetentionHorizon == 0 {
 		o.RetentionHorizon = DefaultRetentionHorizon
 	}
 	if o.LogBatches == 0 {
 		o.LogBatches = DefaultLogBatches
 	}
-	if o.LogSessions <= 0 {
+	if o.LogSessions == 0 {
 		o.LogSessions = DefaultLogSessions
 	}
 	return o
+}
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *TrackerOptions) Validate() error {
+	var errs []error
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))
+	}
+	if o.RetentionHorizon < 0 {
+		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
+	}
+	if o.LogSessions < 0 {
+		errs = append(errs, fmt.Errorf("LogSessions %d is negative", o.LogSessions))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 // record is the persisted (and cached) state of one session.
@@ -190,7 +212,9 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 	if opts != nil {
 		o = *opts
 	}
-	o.EnsureDefaults()
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: newHWMCache(o.CacheSize)}
 	val, closer, err := db.Get([]byte(ClockKey))
 	switch {

@@ -53,6 +53,9 @@ var (
 	// the I/O error that caused it; reopening recovers (an fsync cannot be
 	// retried safely: the kernel may have dropped the unsynced pages).
 	ErrWriterFailed = errors.New("wal: writer failed (reopen to recover)")
+	// ErrBadOptions: OpenWriter was given invalid WriterOptions (every
+	// problem is listed in the joined error).
+	ErrBadOptions = errors.New("wal: bad writer options")
 	// ErrLogClosed: the Writer or Reader was closed.
 	ErrLogClosed = errors.New("wal: closed")
 )

@@ -47,17 +47,33 @@ type WriterOptions struct {
 	FS vfs.FS
 }
 
-// EnsureDefaults fills zero fields with their defaults.
-func (o *WriterOptions) EnsureDefaults() {
+// EnsureDefaults fills zero fields with their defaults and returns o.
+func (o *WriterOptions) EnsureDefaults() *WriterOptions {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
-	if o.SegmentSize <= 0 {
+	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
 	if o.FirstLSN == 0 {
 		o.FirstLSN = 1
 	}
+	return o
+}
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *WriterOptions) Validate() error {
+	var errs []error
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if o.Sync != SyncEveryBatch && o.Sync != SyncManual {
+		errs = append(errs, fmt.Errorf("Sync %d is not a SyncPolicy", o.Sync))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 // Writer appends batches to the log of one shard in a directory. It is safe
@@ -108,7 +124,9 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	if opts != nil {
 		w.opts = *opts
 	}
-	w.opts.EnsureDefaults()
+	if err := w.opts.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	w.fs = w.opts.FS
 	if err := w.open(); err != nil {
 		return nil, err
