@@ -1,29 +1,5 @@
 package replication
 
-// Fanout (notes for doc.go)
-//
-// A Fanout ships one shard's WAL to every registered follower of the shard
-// over one Listener. Each follower has its own stream (shipLoop, the code a
-// Shipper runs): its own connection, position, window of batches in flight,
-// retransmit timer and counters. The accept loop only routes: it reads the
-// hello's FollowerID and hands the connection to that follower's stream,
-// which takes it in place of the follower's previous connection (if any).
-// So a reconnect replaces only that follower's stream, two followers never
-// take each other's, and a slow, stalled or refused follower holds up no
-// other.
-//
-// Registration: FanoutOptions.Followers at start, Register/Unregister at run
-// time. A hello with an unknown ID (or none) is refused with
-// ErrUnknownFollower unless AutoRegister is set. Refusing is the default
-// because a registered follower counts towards WaitAcked's Majority and All
-// (and, for the leader, pins WAL retention): a mistyped ID or a stray
-// process must not change what "all followers" means, or fill the disk.
-// An anonymous follower (empty ID) is refused even then: two of them could
-// not be told apart, which is the stream stealing this type exists to end.
-// A refused connection ends with RefusingConn.Refuse where the transport
-// has it (grpctransport does), so the follower learns the reason; else
-// with Close.
-
 import (
 	"context"
 	"errors"
@@ -59,7 +35,7 @@ type FanoutOptions struct {
 	Followers []string
 	// AutoRegister registers a follower the first time its hello names it,
 	// instead of refusing it with ErrUnknownFollower. Default false: only
-	// the listed and Registered followers are served (see the package notes
+	// the listed and Registered followers are served (see the package documentation
 	// for why). An empty ID is refused either way.
 	AutoRegister bool
 	// OnAcked, if set, is called whenever a follower's acknowledged position

@@ -1,32 +1,5 @@
 package replication
 
-// LedgerLog (notes for doc.go)
-//
-// A LedgerLog is the leader side of request-level idempotency for one shard:
-// a wal.Writer, the node's own Pebble store kept current by applying every
-// appended batch locally through a Receiver (the same code a follower runs),
-// and an idempotency.Ledger whose decisions are logged as WAL events.
-//
-//   - Every Ledger decision (claim, complete, release, fail) is a ledger
-//     event appended to the WAL (synced) and applied to the local store
-//     before the Ledger answers. Commit puts an operation's data events and
-//     its complete record in ONE batch: on the leader and on every follower
-//     the outcome commits atomically with the effect.
-//   - The local store is a materialisation of the WAL. Its receiver commits
-//     without fsync (the WAL is already synced); after a crash OpenLedgerLog
-//     re-applies the WAL beyond the store's position.
-//   - A promoted follower is the same thing: OpenLedgerLog over the
-//     follower's store with a higher epoch. The new log starts at the
-//     store's applied LSN + 1 (wal.WriterOptions.FirstLSN), the higher epoch
-//     is persisted before anything else (so the deposed leader's batches are
-//     refused from then on: ErrStaleEpoch, and its Shipper gets ErrFenced
-//     from any follower that has seen the new epoch), and the Ledger answers
-//     from the replicated ledger table.
-//   - The WAL clock continues: Now is the wall clock kept strictly increasing
-//     and never below the largest time the store has applied, so leases and
-//     TTLs granted by the old leader run out on the new one as they would
-//     have on the old.
-
 import (
 	"encoding/binary"
 	"errors"

@@ -11,8 +11,8 @@ import (
 
 // Format constants. Changing any of them changes the format.
 const (
-	// Version is the batch format version written by this package
-	// (tidaldb's "BatchHeader v2").
+	// Version is the batch format version written and read by this
+	// package (the layout in the package documentation).
 	Version = 2
 	// HeaderSize is the encoded size of a batch header.
 	HeaderSize = 44
