@@ -1,17 +1,15 @@
 package session
 
-import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-)
+import "github.com/oncewal/oncewal/eventid"
 
-// ID identifies a client session: 16 opaque bytes.
-type ID [16]byte
+// ID identifies a client session: 16 opaque bytes (eventid.SessionID, the
+// leaf type package wal uses too).
+type ID = eventid.SessionID
 
-// SeqNo is a per-session sequence number. The first SeqNo of a session is 1;
-// 0 means "no seqno" and is never checked or advanced by the Tracker.
-type SeqNo uint64
+// SeqNo is a per-session sequence number (eventid.SeqNo). The first SeqNo of
+// a session is 1; 0 means "no seqno" and is never checked or advanced by the
+// Tracker.
+type SeqNo = eventid.SeqNo
 
 // MaxSeqNo is the largest HWM the Tracker records (2^63−1, out of reach of
 // a session numbered from 1): the cache keeps the closed flag in the top
@@ -20,34 +18,11 @@ type SeqNo uint64
 const MaxSeqNo SeqNo = 1<<63 - 1
 
 // ErrBadID is returned by ParseID for anything but exactly 32 hex digits.
-var ErrBadID = errors.New("session: bad session ID")
+var ErrBadID = eventid.ErrBadSessionID
 
-// NewID returns a random ID from crypto/rand. 128 random bits make a collision
-// between independently created sessions negligible, so no coordination is
-// needed to open a session.
-func NewID() ID {
-	var id ID
-	// crypto/rand.Read never returns an error on supported platforms (Go 1.24+
-	// crashes the program instead of returning short reads).
-	_, _ = rand.Read(id[:])
-	return id
-}
+// NewID returns a random ID (eventid.NewSessionID).
+func NewID() ID { return eventid.NewSessionID() }
 
-// String returns the ID as 32 lowercase hex digits.
-func (id ID) String() string {
-	var buf [32]byte
-	hex.Encode(buf[:], id[:])
-	return string(buf[:])
-}
-
-// ParseID parses 32 hex digits (either case) into an ID.
-func ParseID(s string) (ID, error) {
-	var id ID
-	if len(s) != 2*len(id) {
-		return ID{}, ErrBadID
-	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return ID{}, ErrBadID
-	}
-	return id, nil
-}
+// ParseID parses 32 hex digits (either case) into an ID
+// (eventid.ParseSessionID).
+func ParseID(s string) (ID, error) { return eventid.ParseSessionID(s) }

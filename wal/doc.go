@@ -59,8 +59,8 @@
 //   - payload: open, close: nothing. put: uvarint keylen, key, uvarint vallen,
 //     value. delete: uvarint keylen, key. add: uvarint keylen, key, zigzag
 //     varint delta. claim, complete, release, fail, extend: uvarint length + the
-//     idempotency.Record body (Record.AppendBody), which must itself be
-//     canonical (idempotency.CheckRecord; a bad body is ErrCorrupt, and
+//     ledgerrecord.Record body (Record.AppendBody), which must itself be
+//     canonical (ledgerrecord.Check; a bad body is ErrCorrupt, and
 //     ErrInvalidEvent when encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
 //
 // Ledger events carry the decision's WAL time as the event time, session ID

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/eventid"
+	"github.com/oncewal/oncewal/ledgerrecord"
 )
 
 // Op is the kind of a session event.
@@ -27,15 +27,15 @@ const (
 	OpAdd    Op = 4 // key += delta (int64); not idempotent, so a double apply is visible
 	OpClose  Op = 5 // session closed; no key/value/delta
 
-	// Request-ledger records (idempotency.Record): Value holds the record
+	// Request-ledger records (ledgerrecord.Record): Value holds the record
 	// body (Record.AppendBody), Time the decision's WAL time; no Key, no
 	// Delta. The body is validated strictly when encoding and decoding. Op
 	// = OpClaim + record kind - 1.
-	OpClaim    Op = 6  // idempotency.RecordClaim
-	OpComplete Op = 7  // idempotency.RecordComplete
-	OpRelease  Op = 8  // idempotency.RecordRelease
-	OpFail     Op = 9  // idempotency.RecordFail
-	OpExtend   Op = 10 // idempotency.RecordExtend
+	OpClaim    Op = 6  // ledgerrecord.Claim
+	OpComplete Op = 7  // ledgerrecord.Complete
+	OpRelease  Op = 8  // ledgerrecord.Release
+	OpFail     Op = 9  // ledgerrecord.Fail
+	OpExtend   Op = 10 // ledgerrecord.Extend
 
 	lastOp = OpExtend
 )
@@ -51,19 +51,19 @@ func (o Op) Valid() bool { return o >= OpOpen && o <= lastOp }
 func (o Op) IsLedger() bool { return o >= OpClaim && o <= OpExtend }
 
 // RecordKind is the ledger record kind of a ledger op (0 for other ops).
-func (o Op) RecordKind() idempotency.RecordKind {
+func (o Op) RecordKind() ledgerrecord.Kind {
 	if !o.IsLedger() {
 		return 0
 	}
-	return idempotency.RecordKind(o - OpClaim + 1)
+	return ledgerrecord.Kind(o - OpClaim + 1)
 }
 
 // LedgerOp is the op that carries records of kind k (0 for an invalid kind).
-func LedgerOp(k idempotency.RecordKind) Op {
+func LedgerOp(k ledgerrecord.Kind) Op {
 	if !k.Valid() {
 		return 0
 	}
-	return OpClaim + Op(k-idempotency.RecordClaim)
+	return OpClaim + Op(k-ledgerrecord.Claim)
 }
 
 // String returns open|put|delete|add|close|claim|complete|release|fail|extend,
@@ -92,17 +92,17 @@ func ParseOp(s string) (Op, error) {
 // needs neither the HWM nor the window — and takes no window slot, which
 // belongs to operations. (Leaders before this change gave ledger events a
 // key; receivers ignore it.)
-func LedgerEvent(rec *idempotency.Record) Event {
+func LedgerEvent(rec *ledgerrecord.Record) Event {
 	return Event{Op: LedgerOp(rec.Kind), Time: rec.Time, Value: rec.AppendBody(nil)}
 }
 
 // LedgerRecord decodes the ledger record of a ledger event. Outcome aliases
 // e.Value.
-func (e *Event) LedgerRecord() (idempotency.Record, error) {
+func (e *Event) LedgerRecord() (ledgerrecord.Record, error) {
 	if !e.Op.IsLedger() {
-		return idempotency.Record{}, fmt.Errorf("%w: %s is not a ledger op", ErrInvalidEvent, e.Op)
+		return ledgerrecord.Record{}, fmt.Errorf("%w: %s is not a ledger op", ErrInvalidEvent, e.Op)
 	}
-	return idempotency.DecodeRecord(e.Op.RecordKind(), e.Time, e.Value)
+	return ledgerrecord.Decode(e.Op.RecordKind(), e.Time, e.Value)
 }
 
 // Event is one session event or ledger record. Which of Key, Value and Delta
@@ -114,12 +114,12 @@ type Event struct {
 	// batch. It is not encoded per event; the decoder and the Writer set it.
 	LSN     uint64
 	Op      Op
-	Session session.ID
-	Seq     session.SeqNo // 0 means "no seqno"
+	Session eventid.SessionID
+	Seq     eventid.SeqNo // 0 means "no seqno"
 	// HasIdemKey says whether IdemKey is present. It is an explicit flag: an
 	// all-zero IdemKey is a valid key.
 	HasIdemKey bool
-	IdemKey    idempotency.Key
+	IdemKey    eventid.Key
 	Time       int64 // leader wall clock, unix nanos: the WAL clock
 	Key        []byte
 	Value      []byte
@@ -162,7 +162,7 @@ func (e *Event) validate() error {
 		if len(e.Key) != 0 || e.Delta != 0 {
 			return fmt.Errorf("%w: %s carries key/delta", ErrInvalidEvent, e.Op)
 		}
-		if err := idempotency.CheckRecord(e.Op.RecordKind(), e.Value); err != nil {
+		if err := ledgerrecord.Check(e.Op.RecordKind(), e.Value); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidEvent, e.Op, err)
 		}
 	}
@@ -287,7 +287,7 @@ func decodeEvent(b []byte, e *Event) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("seq: %w", err)
 	}
-	e.Seq = session.SeqNo(seq)
+	e.Seq = eventid.SeqNo(seq)
 	off += w
 	if flags&evFlagIdemKey != 0 {
 		if len(b)-off < len(e.IdemKey) {
@@ -327,7 +327,7 @@ func decodeEvent(b []byte, e *Event) (int, error) {
 			return 0, err
 		}
 		off += w
-		if err := idempotency.CheckRecord(e.Op.RecordKind(), e.Value); err != nil {
+		if err := ledgerrecord.Check(e.Op.RecordKind(), e.Value); err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 	}
