@@ -29,7 +29,7 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: length %d, want %d hex characters", ErrBadKey, len(s), 2*len(k))
 	}
 	if _, err := hex.Decode(k[:], []byte(s)); err != nil {
-		return Key{}, fmt.Errorf("%w: %v", ErrBadKey, err)
+		return Key{}, fmt.Errorf("%w: %w", ErrBadKey, err)
 	}
 	return k, nil
 }

@@ -31,11 +31,42 @@
 // WAL directory, unrelated files) and a Pebble store that is not oncewal's
 // (ErrNotStore) — all before anything on disk changes. SetRecordedOptions
 // changes a recorded option where that is safe (identity.go says which and
-// why). Open never hangs on a store it cannot open: a recovery that fails in
-// Pebble's background (a full disk, I/O errors) returns ErrStoreUnavailable,
-// OpenContext honours its context, and background errors are counted
-// (Stats.BackgroundErrors), logged once per 30s and retried after a backoff
-// instead of in a hot loop (open.go).
+// why).
+//
+// # Opening a store that cannot be opened
+//
+// Open never hangs on a store it cannot open. Pebble's Open replays the WAL
+// into memtables and waits for them to be flushed; when the flush fails
+// (disk full, I/O errors) Pebble reports a background error and retries the
+// flush at once, for ever, and Open waits for ever — burning a core and
+// ignoring the embedder. So pebble.Open runs on its own goroutine, and the
+// store's EventListener counts every background error, logs it (once, then
+// at most every 30s), and sleeps a doubling backoff (10ms to 1s, reset by a
+// flush or compaction that succeeds) before Pebble retries, so a failing
+// disk is retried slowly instead of in a hot loop. OpenContext returns
+// ErrStoreUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
+// works), after openGiveUp background errors in a row during the open (a
+// retry can succeed: a failed flush's partial file is deleted, freeing its
+// space), and ctx.Err() when ctx ends first.
+//
+// An open that was given up keeps retrying in the background (Pebble offers
+// no way to stop it) and holds the store's lock meanwhile. A later Open of
+// the same directory, on the same vfs.FS, in this process joins it instead
+// of failing on the lock: it gets the store if a retry succeeds, else the
+// error again after openGiveUp more failed retries (a few seconds at the
+// 1s backoff cap). An open that succeeds with nobody waiting closes the store
+// again, so a freed disk leaves no store open behind anyone's back. When
+// Pebble declares the open fatal instead (storeLogger), the open is dead:
+// every later Open in this process gets ErrStoreUnavailable at once.
+//
+// Before any of that, Open decides from the directory's entries what it
+// holds (DirLayout) and, for an existing store, reads its identity through a
+// read-only Pebble open on a filesystem that refuses every write, so a
+// refusal — a node or WAL directory, a directory of unrelated files, a
+// store of another shard or with other options — changes nothing on disk:
+// no LOCK file, no new WAL, no flush. A new store that fails to open is
+// removed again (the directory if Open created it, else what Pebble wrote in
+// the empty directory).
 //
 // # Redialling
 //

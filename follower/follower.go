@@ -20,8 +20,8 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// ErrClosed is returned by methods of a closed Follower.
-var ErrClosed = errors.New("follower: closed")
+// ErrFollowerClosed is returned by methods of a closed Follower.
+var ErrFollowerClosed = errors.New("follower: closed")
 
 // ErrNotStore: a directory or Pebble store that is not an oncewal follower
 // store (Open refuses it unchanged).
@@ -50,19 +50,21 @@ type Options struct {
 	// Default idempotency.DefaultCapacity (100,000).
 	WindowCapacity int
 	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
-	// Pebble. Default 1<<20 sessions.
+	// Pebble. Default session.DefaultCacheSize (1<<20 sessions).
 	HWMCacheSize int
 	// HWMLogBatches and HWMLogSessions configure the HWM log (see
 	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
 	// HWM changes as one value, and a session's row is rewritten only once
-	// its change is HWMLogBatches batches old. Defaults 128 and 1<<17;
+	// its change is HWMLogBatches batches old. Defaults
+	// session.DefaultLogBatches (128) and session.DefaultLogSessions (1<<17);
 	// HWMLogBatches -1 turns the log off (one HWM row per changed session
 	// per batch).
 	HWMLogBatches  int
 	HWMLogSessions int
 	// RetentionHorizon is how long, on the WAL clock, a closed or idle
 	// session's HWM is kept before garbage collection. It must exceed the
-	// longest delay with which an event can be redelivered. Default 24h.
+	// longest delay with which an event can be redelivered. Default
+	// session.DefaultRetentionHorizon (24h).
 	RetentionHorizon time.Duration
 	// NoSync commits without waiting for fsync (see
 	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
@@ -138,7 +140,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.WindowCapacity = idempotency.DefaultCapacity
 	}
 	if o.HWMCacheSize == 0 {
-		o.HWMCacheSize = 1 << 20
+		o.HWMCacheSize = session.DefaultCacheSize
 	}
 	if o.HWMLogBatches == 0 {
 		o.HWMLogBatches = session.DefaultLogBatches
@@ -147,7 +149,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.HWMLogSessions = session.DefaultLogSessions
 	}
 	if o.RetentionHorizon == 0 {
-		o.RetentionHorizon = 24 * time.Hour
+		o.RetentionHorizon = session.DefaultRetentionHorizon
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -406,7 +408,7 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 	f.life.RLock()
 	defer f.life.RUnlock()
 	if f.stopped {
-		return replication.Result{Ack: f.recv.Hello()}, ErrClosed
+		return replication.Result{Ack: f.recv.Hello()}, ErrFollowerClosed
 	}
 	return f.recv.Apply(batch)
 }
@@ -439,7 +441,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	f.life.RLock()
 	if f.stopped {
 		f.life.RUnlock()
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	f.wg.Add(1)
 	f.life.RUnlock()
@@ -609,7 +611,11 @@ func (f *Follower) shutdown(flush bool) error {
 func guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
+			if pe, ok := p.(error); ok {
+				err = fmt.Errorf("%w: %w", replication.ErrStoreFailed, pe)
+			} else {
+				err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
+			}
 		}
 	}()
 	return fn()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 )
@@ -131,7 +132,7 @@ func ReadIdentity(r pebble.Reader) (id Identity, ok bool, err error) {
 	}
 	defer closer.Close()
 	if len(v) != identitySize || v[0] != identityVersion {
-		return Identity{}, false, fmt.Errorf("follower: %s: unrecognised value %x", KeyIdentity, v)
+		return Identity{}, false, corruption.Errorf("follower: %s: unrecognised value %x", KeyIdentity, v)
 	}
 	id = Identity{
 		Kind:             StoreKind(v[1]),

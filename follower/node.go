@@ -35,17 +35,33 @@ type NodeOptions struct {
 	PerShard func(shard uint32, o *Options)
 	// ReopenBackoff is the first wait before reopening a shard whose store
 	// failed; it doubles up to 32× while reopening keeps failing. Default
-	// 100ms.
+	// DefaultReopenBackoff; negative is refused.
 	ReopenBackoff time.Duration
 }
 
-// EnsureDefaults fills unset fields with their documented defaults.
+// DefaultReopenBackoff is the default NodeOptions.ReopenBackoff.
+const DefaultReopenBackoff = 100 * time.Millisecond
+
+// EnsureDefaults fills zero fields with their documented defaults.
 func (o *NodeOptions) EnsureDefaults() *NodeOptions {
 	o.Follower.EnsureDefaults()
-	if o.ReopenBackoff <= 0 {
-		o.ReopenBackoff = 100 * time.Millisecond
+	if o.ReopenBackoff == 0 {
+		o.ReopenBackoff = DefaultReopenBackoff
 	}
 	return o
+}
+
+// Validate reports every invalid field, the Follower template's included,
+// in one error.
+func (o *NodeOptions) Validate() error {
+	var errs []error
+	if o.ReopenBackoff < 0 {
+		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
+	}
+	if err := o.Follower.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // ShardDir is the directory of shard's store inside a node directory.
@@ -107,7 +123,7 @@ type Node struct {
 	ctx     context.Context // cancelled by Close/Kill
 	cancel  context.CancelFunc
 	// life orders Serve's wg.Add before shutdown's wg.Wait: a Serve that
-	// starts as the node closes either returns ErrClosed or is waited for,
+	// starts as the node closes either returns ErrFollowerClosed or is waited for,
 	// never runs on closed stores.
 	life   sync.Mutex
 	closed bool
@@ -159,10 +175,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if len(slices.Compact(slices.Clone(sorted))) != len(sorted) {
 		errs = append(errs, fmt.Errorf("duplicate shard in %v", shards))
 	}
-	if o.ReopenBackoff < 0 {
-		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
-	}
-	if err := o.Follower.Validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -264,7 +277,7 @@ func (ns *nodeShard) err() error {
 	if ns.lastErr != nil {
 		return ns.lastErr
 	}
-	return ErrClosed
+	return ErrFollowerClosed
 }
 
 // Follower calls fn with shard's current Follower, which stays valid (not
@@ -306,7 +319,7 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // from its durable position. The other shards are not touched.
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
 	if n.ctx.Err() != nil {
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	if dial == nil {
 		return fmt.Errorf("%w: Serve needs a dial function", ErrBadNodeOptions)
@@ -318,7 +331,7 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 	n.life.Lock()
 	if n.closed {
 		n.life.Unlock()
-		return ErrClosed
+		return ErrFollowerClosed
 	}
 	n.wg.Add(1)
 	n.life.Unlock()
@@ -358,7 +371,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 			// Serve runs without the lock: the follower is replaced only
 			// here, after Serve returned.
 			err := f.Serve(ctx, d)
-			if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrFollowerClosed) {
 				return nil // stopped, or the node is closing this follower
 			}
 			if errors.Is(err, ErrPermanentRefusal) {
@@ -513,7 +526,7 @@ func (n *Node) shutdown(clean bool) error {
 				ns.retired = ns.retired.Add(st.Receiver)
 				ns.retiredBG += st.BackgroundErrors
 				ns.f = nil
-				ns.lastErr = ErrClosed
+				ns.lastErr = ErrFollowerClosed
 				if err != nil {
 					errs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
 				}

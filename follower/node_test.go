@@ -419,7 +419,7 @@ func TestNodeFailingShard(t *testing.T) {
 }
 
 // TestNodeCloseRacesServe: a Serve that starts as the node closes either
-// returns ErrClosed or is waited for by Close (found by the multi-follower
+// returns ErrFollowerClosed or is waited for by Close (found by the multi-follower
 // simulation; the race detector flags a Serve that runs unordered with
 // Close).
 func TestNodeCloseRacesServe(t *testing.T) {
@@ -436,7 +436,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 			require.NoError(t, n.Close())
 		}
 		err = <-done
-		require.True(t, err == nil || errors.Is(err, follower.ErrClosed), "%v", err)
+		require.True(t, err == nil || errors.Is(err, follower.ErrFollowerClosed), "%v", err)
 	}
 }
 
@@ -470,7 +470,7 @@ func TestNodeCloseStopsServe(t *testing.T) {
 		t.Fatal("Serve did not return after Close")
 	}
 	require.NoError(t, n.Close(), "Close is idempotent")
-	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrClosed)
+	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrFollowerClosed)
 	_, err = n.Apply(nil)
 	require.Error(t, err)
 	require.NoError(t, tr.Close())

@@ -1,40 +1,5 @@
 package follower
 
-// Opening a store (notes for doc.go)
-//
-// Open never hangs on a store it cannot open. Pebble's Open replays the WAL
-// into memtables and waits for them to be flushed; when the flush fails
-// (disk full, I/O errors) Pebble reports a background error and retries the
-// flush at once, for ever, and Open waits for ever — burning a core and
-// ignoring the embedder. So pebble.Open runs on its own goroutine, and the
-// store's EventListener counts every background error, logs it (once, then
-// at most every 30s), and sleeps a doubling backoff (10ms to 1s, reset by a
-// flush or compaction that succeeds) before Pebble retries, so a failing
-// disk is retried slowly instead of in a hot loop. OpenContext returns
-// ErrStoreUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
-// works), after openGiveUp background errors in a row during the open (a
-// retry can succeed: a failed flush's partial file is deleted, freeing its
-// space), and ctx.Err() when ctx ends first.
-//
-// An open that was given up keeps retrying in the background (Pebble offers
-// no way to stop it) and holds the store's lock meanwhile. A later Open of
-// the same directory, on the same vfs.FS, in this process joins it instead
-// of failing on the lock: it gets the store if a retry succeeds, else the
-// error again after openGiveUp more failed retries (a few seconds at the
-// 1s backoff cap). An open that succeeds with nobody waiting closes the store
-// again, so a freed disk leaves no store open behind anyone's back. When
-// Pebble declares the open fatal instead (storeLogger), the open is dead:
-// every later Open in this process gets ErrStoreUnavailable at once.
-//
-// Before any of that, Open decides from the directory's entries what it
-// holds (DirLayout) and, for an existing store, reads its identity through a
-// read-only Pebble open on a filesystem that refuses every write, so a
-// refusal — a node or WAL directory, a directory of unrelated files, a
-// store of another shard or with other options — changes nothing on disk:
-// no LOCK file, no new WAL, no flush. A new store that fails to open is
-// removed again (the directory if Open created it, else what Pebble wrote in
-// the empty directory).
-
 import (
 	"context"
 	"errors"
@@ -60,7 +25,7 @@ import (
 // ErrStoreUnavailable: the store cannot be opened now — Pebble's recovery
 // failed in the background (disk full, I/O errors); the error wraps Pebble's.
 // Pebble keeps retrying slowly; an Open of the same directory later takes the
-// store over if a retry succeeded (see the package notes).
+// store over if a retry succeeded (see the package documentation).
 var ErrStoreUnavailable = errors.New("follower: store cannot be opened now")
 
 // Background error backoff: the first wait and the cap; how long a
@@ -261,7 +226,7 @@ func pendingOpenOf(fs vfs.FS, dir string) bool {
 	return opens.m[openKey{fs: fs, dir: filepath.Clean(dir)}] != nil
 }
 
-// openPebble opens dir with po on its own goroutine (see the package notes)
+// openPebble opens dir with po on its own goroutine (see the package documentation)
 // and waits until it returns, fails in the background, or ctx ends. An open
 // of the same directory given up earlier is joined instead of started again:
 // the caller gets its store if it completes, or its error after its next

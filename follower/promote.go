@@ -28,15 +28,15 @@ type PromoteOptions struct {
 	Wall func() int64
 	// SegmentSize is the new log's segment size (wal default when 0).
 	SegmentSize int64
-	// WALFS is the filesystem of the WAL (replication.LedgerLogConfig.FS).
+	// WALFS is the filesystem of the WAL (replication.LedgerLogOptions.FS).
 	// Default vfs.Default, whatever the store's Options.FS.
 	WALFS vfs.FS
-	// OnAppend is replication.LedgerLogConfig.OnAppend.
+	// OnAppend is replication.LedgerLogOptions.OnAppend.
 	OnAppend func(h wal.Header, raw []byte)
 }
 
 // Promote turns the follower into the leader of its shard: it stops
-// applying shipped batches (Serve returns, Apply answers ErrClosed),
+// applying shipped batches (Serve returns, Apply answers ErrFollowerClosed),
 // persists the new epoch — from then on this store refuses batches of the
 // old leader (replication.ErrStaleEpoch) — and returns a LedgerLog whose log
 // continues at the applied LSN + 1 and whose Ledger answers from the
@@ -56,7 +56,7 @@ type PromoteOptions struct {
 func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) {
 	// Stop Serve and Apply for good: this store now follows its own log.
 	if !f.stop() {
-		return nil, ErrClosed
+		return nil, ErrFollowerClosed
 	}
 	if err := f.recv.Err(); err != nil {
 		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)
@@ -66,7 +66,7 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		_, stored := f.recv.Position()
 		epoch = stored + 1
 	}
-	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
+	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir:      opts.WALDir,
 		Shard:       f.opts.Shard,
 		Epoch:       epoch,

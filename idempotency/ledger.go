@@ -196,20 +196,28 @@ type LedgerOptions struct {
 	NewToken func() Token
 }
 
+// Defaults of LedgerOptions.
+const (
+	DefaultTTL         = 24 * time.Hour
+	DefaultLease       = time.Minute
+	DefaultFailureTTL  = 10 * time.Second
+	DefaultWaitRecheck = time.Second
+)
+
 // EnsureDefaults fills unset (zero) fields with their defaults and returns o
 // (Now and Log are defaulted by OpenLedger, which needs the table).
 func (o *LedgerOptions) EnsureDefaults() *LedgerOptions {
 	if o.TTL == 0 {
-		o.TTL = 24 * time.Hour
+		o.TTL = DefaultTTL
 	}
 	if o.Lease == 0 {
-		o.Lease = time.Minute
+		o.Lease = DefaultLease
 	}
 	if o.FailureTTL == 0 {
-		o.FailureTTL = 10 * time.Second
+		o.FailureTTL = DefaultFailureTTL
 	}
 	if o.WaitRecheck == 0 {
-		o.WaitRecheck = time.Second
+		o.WaitRecheck = DefaultWaitRecheck
 	}
 	if o.NewToken == nil {
 		o.NewToken = NewToken

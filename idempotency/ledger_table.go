@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
 )
 
@@ -110,7 +111,7 @@ func encodeEntry(dst []byte, e *Entry) []byte {
 
 func decodeEntry(v []byte) (Entry, error) {
 	bad := func() (Entry, error) {
-		return Entry{}, fmt.Errorf("%w: ledger entry %x", ErrBadRecord, v[:min(len(v), 8)])
+		return Entry{}, corruption.Errorf("%w: ledger entry %x", ErrBadRecord, v[:min(len(v), 8)])
 	}
 	if len(v) < entryFixed || (v[0] != ledgerValueVersion && v[0] != entryVersionAction) ||
 		v[1] < byte(StateInFlight) || v[1] > byte(StateReleased) {
@@ -158,7 +159,7 @@ func indexKey(expires int64, suffix []byte) []byte {
 func ParseRowKey(k []byte) (scope, key string, err error) {
 	rest, ok := bytes.CutPrefix(k, []byte(ledgerRowPrefix))
 	if !ok || len(rest) < 1 || int(rest[0]) > len(rest)-1 {
-		return "", "", fmt.Errorf("%w: row key %q", ErrBadRecord, k)
+		return "", "", corruption.Errorf("%w: row key %q", ErrBadRecord, k)
 	}
 	n := int(rest[0])
 	return string(rest[1 : 1+n]), string(rest[1+n:]), nil
@@ -282,7 +283,7 @@ func readI64(r pebble.Reader, k []byte) (int64, error) {
 	}
 	defer closer.Close()
 	if len(v) != 9 || v[0] != ledgerValueVersion {
-		return 0, fmt.Errorf("%w: %s value %x", ErrBadRecord, k, v)
+		return 0, corruption.Errorf("%w: %s value %x", ErrBadRecord, k, v)
 	}
 	return int64(binary.LittleEndian.Uint64(v[1:])), nil
 }
@@ -512,7 +513,7 @@ func (tx *LedgerTx) sweep() error {
 	for it.First(); it.Valid() && n < tx.t.opts.SweepLimit; it.Next() {
 		ik := it.Key()
 		if len(ik) < len(ledgerIndexPrefix)+8+1 {
-			return fmt.Errorf("%w: index key %q", ErrBadRecord, ik)
+			return corruption.Errorf("%w: index key %q", ErrBadRecord, ik)
 		}
 		exp := int64(binary.BigEndian.Uint64(ik[len(ledgerIndexPrefix):]) ^ (1 << 63))
 		suffix := ik[len(ledgerIndexPrefix)+8:]

@@ -51,7 +51,7 @@
 // the retention horizon is forgotten by every follower, so its next SeqNo
 // could never apply there. The leader checks the rule before logging and
 // refuses such an event with replication.ErrSessionExpired (and an event of a
-// closed session with replication.ErrSessionClosed): a forward step of the
+// closed session with session.ErrSessionClosed): a forward step of the
 // wall clock may expire idle sessions, and their clients get a typed error
 // and open new sessions, instead of the log carrying events that every
 // follower would treat as a gap (a wedge) or skip.

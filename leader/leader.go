@@ -32,8 +32,6 @@ var (
 	// ErrCrossShard: one Append was given events of sessions that route to
 	// different shards; a batch is atomic only within one shard's log.
 	ErrCrossShard = errors.New("leader: events route to more than one shard")
-	// ErrClosed: the leader was closed.
-	ErrClosed = errors.New("leader: closed")
 )
 
 // LockFileName is the file a Leader locks in its directory for as long as
@@ -365,6 +363,7 @@ func (l *Leader) For(id session.ID) *Shard { return l.shards[l.router.Shard(id)]
 // sessions route to (see Shard.Append). Events without a session go with
 // the first session's shard; events of sessions of different shards are
 // refused with ErrCrossShard (use Split, or Shard(s).Append per shard).
+// After Close it returns wal.ErrLogClosed.
 func (l *Leader) Append(events ...wal.Event) (wal.Header, error) {
 	s, err := l.route(events)
 	if err != nil {
@@ -406,7 +405,7 @@ func (s *Shard) ID() uint32 { return s.id }
 // must come with SeqNo 0 and must not be ledger ops
 // (replication.ErrBadEvent). A session the followers have forgotten
 // (idle past the retention horizon on the WAL clock) or closed is refused
-// (replication.ErrSessionExpired, replication.ErrSessionClosed): the client
+// (replication.ErrSessionExpired, session.ErrSessionClosed): the client
 // must open a new session; nothing is logged.
 func (s *Shard) Append(events ...wal.Event) (wal.Header, error) { return s.log.Append(events...) }
 

@@ -154,11 +154,11 @@ func TestClosedSessionRefused(t *testing.T) {
 	id := sid(rand.New(rand.NewPCG(7, 8)))
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id}, wal.Event{Op: wal.OpClose, Session: id},
 		wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k")})
-	require.ErrorIs(t, err, replication.ErrSessionClosed, "an event after a close in the same batch")
+	require.ErrorIs(t, err, session.ErrSessionClosed, "an event after a close in the same batch")
 	_, err = l.Append(wal.Event{Op: wal.OpOpen, Session: id}, wal.Event{Op: wal.OpClose, Session: id})
 	require.NoError(t, err)
 	_, err = l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k")})
-	require.ErrorIs(t, err, replication.ErrSessionClosed)
+	require.ErrorIs(t, err, session.ErrSessionClosed)
 	sh, _ := l.Shard(0)
 	require.Equal(t, uint64(3), sh.NextLSN())
 }

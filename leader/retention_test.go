@@ -3,6 +3,7 @@ package leader
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -53,5 +54,6 @@ func TestSlotCodec(t *testing.T) {
 	for _, bad := range [][]byte{nil, {1}, {2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 0, 0, 0, 0, 0, 0, 0, 0}} {
 		_, err := decodeSlot("x", bad)
 		require.ErrorIs(t, err, errBadSlot)
+		require.ErrorIs(t, err, corruption.Err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
 )
 
@@ -45,7 +46,7 @@ func encodeSlot(s slot) []byte {
 }
 
 // errBadSlot marks an undecodable slot record.
-var errBadSlot = errors.New("leader: corrupt replication slot record")
+var errBadSlot = corruption.Mark(errors.New("leader: corrupt replication slot record"))
 
 func decodeSlot(id string, v []byte) (slot, error) {
 	if len(v) != 10 || v[0] != slotVersion || v[1] > 1 {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/oncewal/oncewal/corruption"
 )
 
 // Limits of a ledger entry's identity and outcome. They bound what a client
@@ -246,12 +248,12 @@ func uvarintSize(x uint64) int {
 
 // Decode decodes a record body of the given kind and time. It is
 // strict: wrong version, non-minimal varints, lengths beyond the limits,
-// trailing bytes and invalid requests are ErrBadRecord, so decode(encode(r))
-// == r and nothing else decodes. Outcome aliases body.
+// trailing bytes and invalid requests are ErrBadRecord (marked
+// corruption.Err), so decode(encode(r)) == r and nothing else decodes. Outcome aliases body.
 func Decode(kind Kind, time int64, body []byte) (Record, error) {
 	var p parsed
 	if err := parse(kind, body, &p); err != nil {
-		return Record{}, err
+		return Record{}, corruption.Mark(err)
 	}
 	r := Record{Kind: kind, Time: time, Token: p.token, Expires: p.expires, Fingerprint: p.fp,
 		Scope: string(p.scope), Key: string(p.key), Outcome: p.outcome, Action: string(p.action)}
@@ -262,7 +264,7 @@ func Decode(kind Kind, time int64, body []byte) (Record, error) {
 // Decode would, without allocating.
 func Check(kind Kind, body []byte) error {
 	var p parsed
-	return parse(kind, body, &p)
+	return corruption.Mark(parse(kind, body, &p))
 }
 
 type parsed struct {

@@ -42,7 +42,7 @@ var ErrNotReady = errors.New("not ready")
 func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duration, now time.Time) error {
 	switch {
 	case down != nil:
-		return fmt.Errorf("%w: shard %d: store down: %v", ErrNotReady, shard, down)
+		return fmt.Errorf("%w: shard %d: store down: %w", ErrNotReady, shard, down)
 	case !st.Link.Connected:
 		return fmt.Errorf("%w: shard %d: not connected to the leader", ErrNotReady, shard)
 	}

@@ -1,29 +1,5 @@
 package replication
 
-// Batch cache (notes for doc.go)
-//
-// Followers near the tail read the WAL once, from memory: the leader hands
-// each batch it appended (synced, in log order) to Appended, which copies it
-// into a cache of recent batches shared by every follower's stream. A stream
-// looks in the cache first; at the cache's end (the next LSN not yet
-// appended) it waits instead of reading the disk; below the cache's first
-// batch (a follower that fell behind, or batches appended before the cache
-// was fed) it reads with its own WAL reader, and rejoins the cache as soon as
-// its position is in it. The cache holds whole batches, contiguous in LSN,
-// and evicts the oldest beyond CacheBytes. A batch handed over out of order
-// (an Appended call was missed) restarts the cache from that batch: streams
-// below it read the disk, so a missed call costs reads, never a batch.
-//
-// Why Appended and not one shared tail reader: the leader already holds the
-// encoded, checksummed batch when its append returns, so the cache costs one
-// copy per batch; a tail reader would add its own WAL reads (a stat and two
-// preads, ~1.7 µs per batch measured here) and re-verify CRCs the leader
-// just computed, plus a goroutine. A leader that does not call Appended
-// still ships correctly: every stream then reads the WAL itself.
-//
-// Cached batches are never modified or reused after they were added, so a
-// stream sends them without copying them out under a lock (Send copies).
-
 import (
 	"sort"
 	"sync"

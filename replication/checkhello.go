@@ -1,20 +1,5 @@
 package replication
 
-// Hello verification (notes for doc.go)
-//
-// Before a leader ships to a follower it checks that the follower's history
-// is a prefix of its own log, as Raft checks prevLogIndex/prevLogTerm before
-// appending: the hello names the follower's applied position and the batch
-// that ends there (epoch and header CRC, BatchRef), and the leader looks up
-// the batch ending at that LSN in its log. Equal identities mean the same
-// batch, hence — each side having applied its log in order from the same
-// start — the same history up to there; anything else means the follower
-// holds entries this leader does not (ErrDiverged) and must be rebuilt, never
-// patched. The CRC catches what an epoch alone cannot: two histories written
-// under the same epoch (a deposed leader that kept writing, a log generated
-// elsewhere), including when the new history starts exactly after the
-// follower's position, where no batch overlaps anything the follower applied.
-
 import (
 	"errors"
 	"fmt"

@@ -1,29 +1,5 @@
 package replication
 
-// Fanout (notes for doc.go)
-//
-// A Fanout ships one shard's WAL to every registered follower of the shard
-// over one Listener. Each follower has its own stream (shipLoop, the code a
-// Shipper runs): its own connection, position, window of batches in flight,
-// retransmit timer and counters. The accept loop only routes: it reads the
-// hello's FollowerID and hands the connection to that follower's stream,
-// which takes it in place of the follower's previous connection (if any).
-// So a reconnect replaces only that follower's stream, two followers never
-// take each other's, and a slow, stalled or refused follower holds up no
-// other.
-//
-// Registration: FanoutOptions.Followers at start, Register/Unregister at run
-// time. A hello with an unknown ID (or none) is refused with
-// ErrUnknownFollower unless AutoRegister is set. Refusing is the default
-// because a registered follower counts towards WaitAcked's Majority and All
-// (and, for the leader, pins WAL retention): a mistyped ID or a stray
-// process must not change what "all followers" means, or fill the disk.
-// An anonymous follower (empty ID) is refused even then: two of them could
-// not be told apart, which is the stream stealing this type exists to end.
-// A refused connection ends with RefusingConn.Refuse where the transport
-// has it (grpctransport does), so the follower learns the reason; else
-// with Close.
-
 import (
 	"context"
 	"errors"
@@ -59,7 +35,7 @@ type FanoutOptions struct {
 	Followers []string
 	// AutoRegister registers a follower the first time its hello names it,
 	// instead of refusing it with ErrUnknownFollower. Default false: only
-	// the listed and Registered followers are served (see the package notes
+	// the listed and Registered followers are served (see the package documentation
 	// for why). An empty ID is refused either way.
 	AutoRegister bool
 	// OnAcked, if set, is called whenever a follower's acknowledged position
@@ -70,9 +46,10 @@ type FanoutOptions struct {
 	OnAcked func(id string, ackedLSN uint64)
 }
 
-// validate returns every problem of o.
-func (o *FanoutOptions) validate() []error {
-	errs := o.ShipperOptions.validate()
+// Validate reports every problem of o, its ShipperOptions' included, in one
+// error wrapping ErrBadShipperOptions.
+func (o *FanoutOptions) Validate() error {
+	errs := o.ShipperOptions.problems()
 	seen := make(map[string]bool, len(o.Followers))
 	for _, id := range o.Followers {
 		if err := checkRegisteredID(id); err != nil {
@@ -82,7 +59,7 @@ func (o *FanoutOptions) validate() []error {
 		}
 		seen[id] = true
 	}
-	return errs
+	return badShipperOptions(errs)
 }
 
 // checkRegisteredID: a follower a Fanout serves has a valid, non-empty ID.
@@ -257,8 +234,8 @@ type runState struct {
 // NewFanout validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Fanout serving opts.Followers.
 func NewFanout(opts FanoutOptions) (*Fanout, error) {
-	if errs := opts.validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	return newFanout(opts, false), nil
 }
@@ -384,7 +361,7 @@ func (f *Fanout) Followers() []string {
 // until ctx ends, then returns nil after every goroutine it started has
 // stopped. It returns early with ErrFenced (a follower has seen a newer
 // epoch) or with the Listener's error once the Listener is closed
-// (errors.Is(err, ErrClosed)). Run may be called again after it returned,
+// (errors.Is(err, ErrTransportClosed)). Run may be called again after it returned,
 // not concurrently (ErrShipperRunning).
 func (f *Fanout) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
@@ -478,7 +455,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrTransportClosed) {
 				select {
 				case fatal <- fmt.Errorf("replication: shipper: listener: %w", err):
 				default:

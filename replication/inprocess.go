@@ -275,7 +275,7 @@ func (t *InProcess) Disconnect() int {
 }
 
 // Close breaks every connection and makes all pending and future calls on
-// the transport and its connections return ErrClosed. Idempotent.
+// the transport and its connections return ErrTransportClosed. Idempotent.
 func (t *InProcess) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -301,7 +301,7 @@ func (t *InProcess) Accept(ctx context.Context) (LeaderConn, Ack, error) {
 	case <-ctx.Done():
 		return nil, Ack{}, ctx.Err()
 	case <-t.closedCh:
-		return nil, Ack{}, fmt.Errorf("accept: %w", ErrClosed)
+		return nil, Ack{}, fmt.Errorf("accept: %w", ErrTransportClosed)
 	}
 }
 
@@ -318,7 +318,7 @@ func (t *InProcess) Dial(ctx context.Context, hello Ack) (FollowerConn, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("dial: %w", ErrClosed)
+		return nil, fmt.Errorf("dial: %w", ErrTransportClosed)
 	}
 	// Registered before the handoff so that a Close racing with Accept
 	// still breaks the new connection.
@@ -336,7 +336,7 @@ func (t *InProcess) Dial(ctx context.Context, hello Ack) (FollowerConn, error) {
 		t.mu.Unlock()
 		return nil, ctx.Err()
 	case <-t.closedCh:
-		return nil, fmt.Errorf("dial: %w", ErrClosed)
+		return nil, fmt.Errorf("dial: %w", ErrTransportClosed)
 	}
 }
 
@@ -410,7 +410,7 @@ func (p *pipe) errLocked(side int) error {
 		return nil
 	}
 	if p.closed[side] || p.t.closed {
-		return ErrClosed
+		return ErrTransportClosed
 	}
 	if side == followerSide && p.refusal != nil {
 		return fmt.Errorf("%w: %w: %w", ErrDisconnected, ErrRefused, p.refusal)

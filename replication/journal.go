@@ -2,10 +2,11 @@ package replication
 
 import (
 	"encoding/binary"
-	"fmt"
+	"errors"
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/keyspace"
 )
@@ -34,8 +35,13 @@ import (
 // window than the live one. Cost: one extra Pebble key and 16 bytes per keyed
 // event, plus a capacity×16-byte snapshot every ~capacity keys.
 //
-// A journal entry that does not decode is skipped with a log line: the HWM
-// still guarantees exactly-once for every (session, SeqNo) redelivery.
+// A journal entry that does not decode fails the open with an error marked
+// corruption.Err, naming the key. It is not skipped: a window rebuilt
+// without it is smaller than the live one was, and a client retry under a
+// fresh SeqNo whose key sat only in the lost entry would apply twice — the
+// HWM cannot catch it. Pebble checksums its blocks, so such an entry means a
+// bug or a foreign writer in the w/ key space; the store needs repair or a
+// rebuild, not a quiet start.
 
 // JournalPrefix is the Pebble key prefix of window journal entries.
 var JournalPrefix = []byte(keyspace.Journal)
@@ -67,7 +73,7 @@ func journalKey(lsn uint64) []byte {
 }
 
 // loadJournal reads the journal and replays it, oldest first, into window.
-func loadJournal(db *pebble.DB, window *idempotency.Store, log *slog.Logger) (*journal, error) {
+func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*journal, error) {
 	j := &journal{}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: JournalPrefix, UpperBound: keyspace.UpperBound(keyspace.Journal)})
 	if err != nil {
@@ -76,8 +82,8 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, log *slog.Logger) (*j
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != len(JournalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
-			log.Warn("replication: ignoring an undecodable window journal entry", "key", fmt.Sprintf("%q", k), "bytes", len(v))
-			continue
+			err := corruption.Errorf("replication: undecodable window journal entry %q (%d bytes)", k, len(v))
+			return nil, errors.Join(err, it.Close())
 		}
 		n := (len(v) - 1) / 16
 		for i := 0; i < n; i++ {

@@ -1,32 +1,5 @@
 package replication
 
-// LedgerLog (notes for doc.go)
-//
-// A LedgerLog is the leader side of request-level idempotency for one shard:
-// a wal.Writer, the node's own Pebble store kept current by applying every
-// appended batch locally through a Receiver (the same code a follower runs),
-// and an idempotency.Ledger whose decisions are logged as WAL events.
-//
-//   - Every Ledger decision (claim, complete, release, fail) is a ledger
-//     event appended to the WAL (synced) and applied to the local store
-//     before the Ledger answers. Commit puts an operation's data events and
-//     its complete record in ONE batch: on the leader and on every follower
-//     the outcome commits atomically with the effect.
-//   - The local store is a materialisation of the WAL. Its receiver commits
-//     without fsync (the WAL is already synced); after a crash OpenLedgerLog
-//     re-applies the WAL beyond the store's position.
-//   - A promoted follower is the same thing: OpenLedgerLog over the
-//     follower's store with a higher epoch. The new log starts at the
-//     store's applied LSN + 1 (wal.WriterOptions.FirstLSN), the higher epoch
-//     is persisted before anything else (so the deposed leader's batches are
-//     refused from then on: ErrStaleEpoch, and its Shipper gets ErrFenced
-//     from any follower that has seen the new epoch), and the Ledger answers
-//     from the replicated ledger table.
-//   - The WAL clock continues: Now is the wall clock kept strictly increasing
-//     and never below the largest time the store has applied, so leases and
-//     TTLs granted by the old leader run out on the new one as they would
-//     have on the old.
-
 import (
 	"errors"
 	"fmt"
@@ -55,13 +28,12 @@ var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("replication: session expired")
 
-// ErrSessionClosed: an event for a session that was closed (its OpClose is
-// logged). Followers skip a closed session's later events, so the log
-// refuses them instead of logging what would never apply.
-var ErrSessionClosed = errors.New("replication: session closed")
+// ErrBadLedgerLogOptions: OpenLedgerLog was given invalid options (every
+// problem is listed in the joined error).
+var ErrBadLedgerLogOptions = errors.New("replication: bad ledger log options")
 
-// LedgerLogConfig configures OpenLedgerLog.
-type LedgerLogConfig struct {
+// LedgerLogOptions configures OpenLedgerLog.
+type LedgerLogOptions struct {
 	// WALDir is the leader's WAL directory. Required.
 	WALDir string
 	// Shard is the shard whose log this is. Default 0.
@@ -103,10 +75,35 @@ type LedgerLogConfig struct {
 	OnAppend func(h wal.Header, raw []byte)
 }
 
+// Validate reports every missing or invalid field in one error wrapping
+// ErrBadLedgerLogOptions.
+func (o *LedgerLogOptions) Validate() error {
+	if o == nil {
+		return fmt.Errorf("%w: nil options", ErrBadLedgerLogOptions)
+	}
+	var errs []error
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{{"WALDir", o.WALDir == ""}, {"DB", o.DB == nil}, {"Tracker", o.Tracker == nil}, {"Window", o.Window == nil},
+		{"Table", o.Table == nil}, {"State or Applier", o.State == nil && o.Applier == nil}} {
+		if f.missing {
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		}
+	}
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadLedgerLogOptions, errors.Join(errs...))
+}
+
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
 // concurrent use; appends are serialized.
 type LedgerLog struct {
-	cfg        LedgerLogConfig
+	cfg        LedgerLogOptions
 	epoch      uint64
 	epochStart uint64   // first LSN of this epoch's history (0: unknown)
 	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
@@ -129,14 +126,12 @@ type LedgerLog struct {
 // OpenLedgerLog opens the leader: it fences older epochs, opens (recovering)
 // the WAL, brings the local store up to the end of the WAL, and opens the
 // Ledger over the store's ledger table.
-func OpenLedgerLog(cfg LedgerLogConfig) (*LedgerLog, error) {
-	if cfg.WALDir == "" || cfg.DB == nil || cfg.Tracker == nil || cfg.Window == nil || cfg.Table == nil {
-		return nil, errors.New("replication: OpenLedgerLog needs WALDir, DB, Tracker, Window and Table")
+func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
+	cfg := *opts
 	if cfg.Applier == nil {
-		if cfg.State == nil {
-			return nil, errors.New("replication: OpenLedgerLog needs State or an Applier")
-		}
 		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
 	}
 	if cfg.Wall == nil {
@@ -344,7 +339,7 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return wal.Header{}, wal.ErrClosed
+		return wal.Header{}, wal.ErrLogClosed
 	}
 	if l.failed != nil {
 		return wal.Header{}, l.failed
@@ -392,13 +387,13 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 			}
 			if closed {
 				undo()
-				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionClosed, i, ev.Session)
+				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", session.ErrSessionClosed, i, ev.Session)
 			}
 			l.seqs.Observe(ev.Session, hwm)
 		}
 		if closing[ev.Session] {
 			undo()
-			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", ErrSessionClosed, i, ev.Session)
+			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", session.ErrSessionClosed, i, ev.Session)
 		}
 		if ev.Op == wal.OpClose {
 			if closing == nil {

@@ -57,7 +57,7 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{WALDir: m.wal(b), DB: db, Tracker: tracker,
+				l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{WALDir: m.wal(b), DB: db, Tracker: tracker,
 					Window: idempotency.NewStore(0), Table: table, State: session.NewState(db)})
 				if err != nil {
 					b.Fatal(err)

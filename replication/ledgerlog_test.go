@@ -49,7 +49,7 @@ func (n *node) receiver() *replication.Receiver {
 }
 
 func (n *node) leader(walDir string, epoch uint64, wall func() int64) (*replication.LedgerLog, error) {
-	return replication.OpenLedgerLog(replication.LedgerLogConfig{
+	return replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir: walDir, Epoch: epoch, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table, State: n.state,
 		Wall: wall,
 	})
@@ -139,7 +139,7 @@ func TestLedgerLogCommitReplicates(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close())
 	_, err = l.Append(wal.Event{Op: wal.OpPut, Key: []byte("k")})
-	require.ErrorIs(t, err, wal.ErrClosed)
+	require.ErrorIs(t, err, wal.ErrLogClosed)
 }
 
 func mustClaim(t *testing.T, l *replication.LedgerLog, key string) *idempotency.Claim {

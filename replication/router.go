@@ -1,33 +1,5 @@
 package replication
 
-// ShardRouter (notes for doc.go)
-//
-// A session's events must all go to one shard, so that its SeqNos stay
-// contiguous in one WAL and one follower's HWM sees all of them. The leader
-// routes by session ID with a pure function that every node, every process
-// and every version computes the same way:
-//
-//	h     = first 8 bytes of BLAKE3-256(session ID's 16 bytes), little-endian u64
-//	shard = JumpHash(h, shardCount)      (Lamping & Veach, arXiv:1406.2294)
-//
-// Why hash first: session IDs are random when session.NewID makes them, but
-// embedders may bring their own (UUIDv7, ULID, snowflake-style), whose
-// leading bytes are a timestamp; routing on raw ID bytes would then put every
-// session of the same second on the same shard. BLAKE3 (already oncewal's
-// hash, see idempotency.DeriveKey) makes the 64-bit key uniform whatever the
-// ID's structure, for one BLAKE3 compression (0.1–0.3 µs) per routing decision.
-//
-// Why jump hash: no table to store or agree on, uniform over shards, and if a
-// deployment is ever re-sharded from n to n+1 shards, only 1/(n+1) of the
-// sessions move (a modulo would move almost all of them). oncewal itself does
-// not re-shard: the shard count is fixed per deployment, because moving a live
-// session to another shard would split its SeqNo stream across two WALs and
-// two follower HWMs. Changing the count means draining (closing every
-// session) first.
-//
-// The golden-value test (router_test.go) pins the function; it must never
-// change. A different function would be a new, explicitly versioned router.
-
 import (
 	"errors"
 	"fmt"

@@ -1,47 +1,5 @@
 package replication
 
-// Shipping (notes for doc.go)
-//
-// A Shipper (one follower) and a Fanout (every registered follower of a
-// shard) run the same per-follower stream loop, shipLoop. It is
-// at-least-once by design; exactly-once is the Receiver's job.
-//
-//   - Position: the follower's hello says where it stands (AppliedLSN); the
-//     stream reads the WAL from AppliedLSN+1 and ships from there, keeping
-//     at most MaxInFlight batches unacknowledged.
-//   - Acks are cumulative. An ack above the known position acknowledges every
-//     batch up to it. An ack below it on the same connection is stale
-//     (reordered or delayed in transit) and ignored: a live follower's
-//     position never moves back. A follower that restarted with less than it
-//     had acknowledged (NoSync, lost disk) says so in the hello of its new
-//     connection, and the stream starts over from there.
-//   - Go-back-N: the stream never keeps copies of sent batches; it rewinds
-//     its read position to AppliedLSN+1 and resends from there when the
-//     follower refuses a batch, when nothing was acknowledged for a
-//     retransmit timeout, or when a new connection starts behind the send
-//     position. A refusal at the position it already rewound to is not
-//     acted on again (the other batches of the old window are refused the
-//     same way); the retransmit timer covers a lost resend. The timeout
-//     doubles after every expiry without progress, up to MaxBackoff, and
-//     resets on progress.
-//   - Live tail: io.EOF from the reader means "caught up"; the stream waits
-//     for PollInterval or a Notify signal and reads on.
-//   - Connections: one per follower at a time. A newly accepted connection
-//     of a follower replaces that follower's current one (a restarted
-//     follower may reconnect before the old link is known to be dead). The
-//     Shipper's one follower is whoever dials; a Fanout routes each
-//     connection by its hello's FollowerID to that follower's stream, so
-//     followers never replace each other's connections.
-//   - Hello checks, before anything is shipped: the shard (ErrBadHello),
-//     the follower (Fanout: ErrUnknownFollower), fencing, EpochStartLSN
-//     (ErrDiverged) and VerifyHello. A refused connection is closed, counted
-//     by reason (HelloRefusals) and logged; a refusal of a follower's
-//     reconnect also ends its previous connection, which the accept already
-//     preempted.
-//   - Fencing: a hello or ack whose Epoch is above the leader's own epoch
-//     (ShipperOptions.Epoch) means a newer leader exists; Run returns
-//     ErrFenced.
-
 import (
 	"context"
 	"errors"
@@ -126,7 +84,7 @@ type ShipperOptions struct {
 	OpenReader func() (LogReader, error)
 	// CacheBytes bounds the memory of the cache of recent batches that
 	// Appended feeds and every stream reads before it reads the WAL (see
-	// the package notes). Default DefaultCacheBytes (64 MiB); negative
+	// the package documentation). Default DefaultCacheBytes (64 MiB); negative
 	// disables the cache.
 	CacheBytes int64
 	// Logger receives the shipper's diagnostic lines (refused hellos, lost
@@ -134,22 +92,31 @@ type ShipperOptions struct {
 	Logger *slog.Logger
 }
 
-// EnsureDefaults fills unset fields with their defaults and returns o.
+// Defaults of ShipperOptions.
+const (
+	DefaultMaxInFlight       = 32
+	DefaultRetransmitTimeout = 500 * time.Millisecond
+	DefaultMaxBackoff        = 10 * time.Second
+	DefaultPollInterval      = 10 * time.Millisecond
+)
+
+// EnsureDefaults fills zero fields with their defaults and returns o
+// (negative values are left for Validate to refuse).
 func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 32
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.RetransmitTimeout <= 0 {
-		o.RetransmitTimeout = 500 * time.Millisecond
+	if o.RetransmitTimeout == 0 {
+		o.RetransmitTimeout = DefaultRetransmitTimeout
 	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 10 * time.Second
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
 	}
 	if o.MaxBackoff < o.RetransmitTimeout {
 		o.MaxBackoff = o.RetransmitTimeout
 	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = 10 * time.Millisecond
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
@@ -164,8 +131,20 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	return o
 }
 
-// validate returns every problem of o.
-func (o *ShipperOptions) validate() []error {
+// Validate reports every problem of o in one error wrapping
+// ErrBadShipperOptions (zero fields are valid: they mean the default).
+func (o *ShipperOptions) Validate() error {
+	return badShipperOptions(o.problems())
+}
+
+func badShipperOptions(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+}
+
+func (o *ShipperOptions) problems() []error {
 	var errs []error
 	if o.Listener == nil {
 		errs = append(errs, errors.New("Listener is required"))
@@ -219,8 +198,8 @@ type Shipper struct {
 // NewShipper validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Shipper.
 func NewShipper(opts ShipperOptions) (*Shipper, error) {
-	if errs := opts.validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: opts}, true)}, nil
 }
@@ -231,7 +210,7 @@ func (s *Shipper) Stats() ShipperStats { return s.f.followerStats(s.f.single).Sh
 
 // AckedLSN returns the position the current follower has acknowledged (its
 // hello, then its acks). It can move back when a follower reconnects with
-// less than it had (see package notes).
+// less than it had (see the package documentation).
 func (s *Shipper) AckedLSN() uint64 {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
@@ -247,8 +226,8 @@ func (s *Shipper) WaitAcked(ctx context.Context, lsn uint64) error {
 
 // Run accepts follower connections and ships batches until ctx ends, then
 // returns nil after every goroutine it started has stopped. It returns early
-// with ErrFenced (see package notes) or with the Listener's error once the
-// Listener is closed (errors.Is(err, ErrClosed)). Run may be called again
+// with ErrFenced (see the package documentation) or with the Listener's error once the
+// Listener is closed (errors.Is(err, ErrTransportClosed)). Run may be called again
 // after it returned, not concurrently (ErrShipperRunning).
 func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
 

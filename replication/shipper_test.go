@@ -144,14 +144,14 @@ func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 		f.mu.Unlock()
 		c, err := d.Dial(ctx, hello)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			if ctx.Err() != nil || errors.Is(err, ErrTransportClosed) {
 				return nil
 			}
 			return err
 		}
 		err = f.session(ctx, c)
 		c.Close()
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, ErrTransportClosed) {
 			return nil
 		}
 		if !errors.Is(err, ErrDisconnected) {
@@ -451,10 +451,10 @@ func TestShipperStopsCleanly(t *testing.T) {
 		t.Fatalf("follower after shipper stopped: %v", err)
 	}
 
-	// Closing the listener ends Run with ErrClosed.
+	// Closing the listener ends Run with ErrTransportClosed.
 	go func() { done <- s.Run(ctx) }()
 	tr.Close()
-	if err := <-done; !errors.Is(err, ErrClosed) {
+	if err := <-done; !errors.Is(err, ErrTransportClosed) {
 		t.Fatalf("Run after listener closed: %v", err)
 	}
 	tr2.Close()

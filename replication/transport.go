@@ -1,46 +1,5 @@
 package replication
 
-// Transport (notes for doc.go)
-//
-// One leader and one follower of a shard talk over a Transport. The follower
-// connects to the leader (as PostgreSQL standbys and Kafka followers do): it
-// dials with a hello Ack that states its shard, the highest leader epoch it has
-// committed and its durable applied LSN. The leader accepts the connection,
-// reads where the follower stands from the hello, and streams WAL batches — the
-// raw bytes wal.AppendBatch produced, unchanged — from AppliedLSN+1. The
-// follower answers each batch it processed with an Ack carrying its applied
-// position after that batch; Refused asks for a resend from AppliedLSN+1.
-//
-// The contract is deliberately small so that a network transport (gRPC over
-// mutual TLS, one bidirectional stream per connection) can implement it 1:1:
-//
-//   - Delivery: at most once per Send, in any order. A Transport may drop,
-//     duplicate, reorder or delay batches and acks; nothing above it assumes
-//     otherwise. Reliability comes from the Shipper (retransmit, rewind) and
-//     exactly-once from the follower's Receiver (position, HWM, window).
-//   - Acks are cumulative: AppliedLSN is the follower's durable position, so a
-//     lost ack is repaired by any later one.
-//   - Buffers: Send must not retain the slice after it returns (it copies or
-//     writes it out); the caller may reuse it at once. Recv returns a slice
-//     the caller owns; the transport never touches it again.
-//   - Concurrency: per connection, one goroutine may Send while another
-//     Recv's (the shape of a gRPC stream); concurrent Sends or concurrent
-//     Recvs on one connection are not allowed. Close may be called from any
-//     goroutine, any number of times, and unblocks both.
-//   - Errors: ErrDisconnected when the link is gone (peer closed, network
-//     fault); the connection is dead and the follower dials again with a fresh
-//     hello, the leader Accepts again. ErrClosed after this side closed the
-//     connection or the whole transport. Errors are wrapped; test them with
-//     errors.Is.
-//   - Cancellation: a cancelled ctx makes a blocked call return ctx.Err()
-//     promptly. After a Send returned ctx.Err() the batch may or may not have
-//     gone out, and a stream transport may have had to end the stream to
-//     unblock it, so callers treat that connection as dead (the Shipper
-//     closes it). The in-process transport keeps the connection usable.
-//   - Backpressure: Send may block while the link's buffer is full; ctx bounds
-//     the wait. The Shipper bounds unacknowledged batches itself
-//     (ShipperOptions.MaxInFlight), so a transport's buffer only smooths bursts.
-
 import (
 	"context"
 	"errors"
@@ -54,8 +13,8 @@ var (
 	// ErrDisconnected: the link dropped (peer closed, network fault, injected
 	// disconnect). The connection is dead; the caller reconnects.
 	ErrDisconnected = errors.New("replication: disconnected")
-	// ErrClosed: this connection, listener or transport was closed locally.
-	ErrClosed = errors.New("replication: closed")
+	// ErrTransportClosed: this connection, listener or transport was closed locally.
+	ErrTransportClosed = errors.New("replication: closed")
 	// ErrBadHello: a handshake whose shard is not the one the leader serves.
 	ErrBadHello = errors.New("replication: bad hello")
 	// ErrFenced: the follower has committed a leader epoch higher than this
@@ -169,7 +128,7 @@ type Ack struct {
 // Listener is the leader side of a Transport: it accepts follower connections.
 type Listener interface {
 	// Accept waits for a follower to connect and returns the connection with
-	// the follower's hello. It returns ErrClosed (wrapped) once the listener
+	// the follower's hello. It returns ErrTransportClosed (wrapped) once the listener
 	// or its transport is closed, and ctx.Err() when ctx ends first.
 	Accept(ctx context.Context) (LeaderConn, Ack, error)
 }
@@ -202,7 +161,7 @@ type RefusingConn interface {
 type Dialer interface {
 	// Dial connects to the leader and delivers hello as the handshake. It
 	// returns once the leader has accepted the connection, or with ctx.Err()
-	// or ErrClosed (wrapped). A network Dialer may also return a dial error;
+	// or ErrTransportClosed (wrapped). A network Dialer may also return a dial error;
 	// the caller retries with backoff.
 	Dial(ctx context.Context, hello Ack) (FollowerConn, error)
 }

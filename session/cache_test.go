@@ -234,7 +234,7 @@ func TestMaxSeqNo(t *testing.T) {
 	defer b.Close()
 	tx := tr.Begin(b)
 	require.Equal(t, Gap, mustCheck(t, tx, id, MaxSeqNo+1, base))
-	require.ErrorIs(t, tx.Advance(id, MaxSeqNo+1, base), ErrOutOfOrder)
+	require.ErrorIs(t, tx.Advance(id, MaxSeqNo+1, base), ErrNotNext)
 	tx.Abort()
 
 	other := NewID()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
 )
 
@@ -72,17 +73,19 @@ func (d Decision) String() string {
 var (
 	// ErrZeroSeq: SeqNo 0 means "no seqno"; such events bypass the Tracker.
 	ErrZeroSeq = errors.New("session: SeqNo 0 carries no sequence number")
-	// ErrOutOfOrder: Advance with a SeqNo other than HWM+1.
-	ErrOutOfOrder = errors.New("session: advance is not HWM+1")
-	// ErrSessionClosed: Advance on a closed session.
+	// ErrNotNext: Advance with a SeqNo other than HWM+1.
+	ErrNotNext = errors.New("session: advance is not HWM+1")
+	// ErrSessionClosed: an event for a closed session (its OpClose applied
+	// or logged): Advance refuses it here, and the leader's log refuses to
+	// log it (replication.LedgerLog), since followers would skip it.
 	ErrSessionClosed = errors.New("session: session is closed")
 	// ErrUnknownSession: MarkClosed on a session that is unknown or expired.
 	ErrUnknownSession = errors.New("session: unknown session")
 	// ErrTooOld: Advance of seq 1 for an unknown session whose timestamp is
 	// older than WAL clock − horizon (Check says TooOld).
 	ErrTooOld = errors.New("session: event older than the retention horizon")
-	// ErrCorrupt: a stored record does not decode.
-	ErrCorrupt = errors.New("session: corrupt record")
+	// ErrCorrupt: a stored record does not decode. It matches corruption.Err.
+	ErrCorrupt = corruption.Mark(errors.New("session: corrupt record"))
 	// ErrTxDone: the tx was already committed or aborted.
 	ErrTxDone = errors.New("session: transaction already finished")
 	// ErrNilBatch: Begin was given a nil batch.
@@ -123,26 +126,48 @@ type TrackerOptions struct {
 	LogSessions int
 }
 
-// EnsureDefaults fills zero fields, and a negative CacheSize, RetentionHorizon
-// or LogSessions, with their defaults and returns o (a fresh value when o is
-// nil). A negative LogBatches stays: it turns the log off.
+// ErrBadOptions: OpenTracker was given invalid TrackerOptions (every
+// problem is listed in the joined error).
+var ErrBadOptions = errors.New("session: bad tracker options")
+
+// EnsureDefaults fills zero fields with their defaults and returns o (a
+// fresh value when o is nil). A negative LogBatches stays: it turns the log
+// off; other negative values are left for Validate to refuse.
 func (o *TrackerOptions) EnsureDefaults() *TrackerOptions {
 	if o == nil {
 		o = &TrackerOptions{}
 	}
-	if o.CacheSize <= 0 {
+	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
 	}
-	if o.RetentionHorizon <= 0 {
+	if o.RetentionHorizon == 0 {
 		o.RetentionHorizon = DefaultRetentionHorizon
 	}
 	if o.LogBatches == 0 {
 		o.LogBatches = DefaultLogBatches
 	}
-	if o.LogSessions <= 0 {
+	if o.LogSessions == 0 {
 		o.LogSessions = DefaultLogSessions
 	}
 	return o
+}
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *TrackerOptions) Validate() error {
+	var errs []error
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))
+	}
+	if o.RetentionHorizon < 0 {
+		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
+	}
+	if o.LogSessions < 0 {
+		errs = append(errs, fmt.Errorf("LogSessions %d is negative", o.LogSessions))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 // record is the persisted (and cached) state of one session.
@@ -188,7 +213,9 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 	if opts != nil {
 		o = *opts
 	}
-	o.EnsureDefaults()
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: newHWMCache(o.CacheSize)}
 	val, closer, err := db.Get([]byte(ClockKey))
 	switch {
@@ -544,7 +571,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 			return ErrTooOld
 		}
 		if seq != 1 {
-			return ErrOutOfOrder
+			return ErrNotNext
 		}
 		e.rec = record{hwm: 1, lastTS: ts}
 		e.exists = true
@@ -555,7 +582,7 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 		return ErrSessionClosed
 	}
 	if seq != e.rec.hwm+1 || seq > MaxSeqNo {
-		return ErrOutOfOrder
+		return ErrNotNext
 	}
 	e.rec.hwm = seq
 	e.rec.lastTS = max(e.rec.lastTS, ts)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -30,7 +31,7 @@ type Client struct {
 	accepted     [][]Accepted // per shard, in LSN order
 	shardAppends []int
 	// Refused counts requests the leader refused, by reason: late writes
-	// to closed sessions (replication.ErrSessionClosed) and, after a clock
+	// to closed sessions (session.ErrSessionClosed) and, after a clock
 	// step, expired sessions (replication.ErrSessionExpired).
 	RefusedClosed, RefusedExpired int
 	// Appends counts the leader appends the client made.
@@ -88,7 +89,7 @@ func (c *Client) Send(l *leader.Leader) ([]wal.Header, error) {
 		}
 		h, err := sh.Append(evs...)
 		switch {
-		case errors.Is(err, replication.ErrSessionClosed):
+		case errors.Is(err, session.ErrSessionClosed):
 			c.RefusedClosed += len(part)
 			continue
 		case errors.Is(err, replication.ErrSessionExpired):

@@ -11,7 +11,7 @@
 // write late to a session they closed. A Client sends them to a leader
 // (package leader), which stamps every event — SeqNo, idempotency key, WAL
 // clock — exactly as it does in production; the Client records what the
-// leader accepted (a late write is refused with replication.ErrSessionClosed
+// leader accepted (a late write is refused with session.ErrSessionClosed
 // and has no effect). Nothing in this package assigns a SeqNo, except
 // Log.Hostile (below). Record runs a workload through a leader and returns
 // the log it wrote, for tests that feed followers batch by batch.

@@ -36,7 +36,7 @@ type WorkloadConfig struct {
 	CloseRate float64
 	// LateRate is the chance per request that the client writes to a
 	// session it already closed (it missed the close). The leader refuses
-	// it (replication.ErrSessionClosed); such a request is sent alone, as a
+	// it (session.ErrSessionClosed); such a request is sent alone, as a
 	// refusal refuses its whole batch.
 	LateRate float64
 	// RetryDistance bounds how many client-keyed requests back a retry may

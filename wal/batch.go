@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+
+	"github.com/oncewal/oncewal/corruption"
 )
 
 // Format constants. Changing any of them changes the format.
 const (
-	// Version is the batch format version written by this package
-	// (tidaldb's "BatchHeader v2").
+	// Version is the batch format version written and read by this
+	// package (the layout in the package documentation).
 	Version = 2
 	// HeaderSize is the encoded size of a batch header.
 	HeaderSize = 44
@@ -178,7 +180,7 @@ func DecodeHeader(buf []byte) (Header, error) {
 	h.BodyLen = le.Uint32(buf[32:])
 	h.BodyCRC = le.Uint32(buf[36:])
 	if h.BodyLen > MaxBodySize {
-		return Header{}, fmt.Errorf("%w: body length %d > %d", ErrTooLarge, h.BodyLen, MaxBodySize)
+		return Header{}, corruption.Mark(fmt.Errorf("%w: body length %d > %d", ErrTooLarge, h.BodyLen, MaxBodySize))
 	}
 	if h.Count == 0 || uint64(h.Count) > uint64(h.BodyLen)/minEventSize {
 		return Header{}, fmt.Errorf("%w: count %d impossible for body of %d bytes", ErrCorrupt, h.Count, h.BodyLen)

@@ -1,23 +1,29 @@
 package wal
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/oncewal/oncewal/corruption"
+)
 
 // Sentinel errors. Every failure to decode or recover returns one of these,
 // usually wrapped with context (segment name, offset, field) via fmt.Errorf("%w");
-// test with errors.Is.
+// test with errors.Is. Every decode failure (ErrCorrupt, ErrChecksum,
+// ErrTruncated, ErrVersion, and ErrTooLarge when it is read rather than
+// written) also matches corruption.Err.
 var (
 	// ErrCorrupt: the bytes are structurally invalid (bad magic, unknown op
 	// kind, reserved bits set, non-minimal varint, LSN or shard mismatch,
 	// trailing bytes, ...).
-	ErrCorrupt = errors.New("wal: corrupt")
+	ErrCorrupt = corruption.Mark(errors.New("wal: corrupt"))
 	// ErrChecksum: a header or body CRC-32C does not match.
-	ErrChecksum = errors.New("wal: checksum mismatch")
+	ErrChecksum = corruption.Mark(errors.New("wal: checksum mismatch"))
 	// ErrTruncated: the buffer or file ends before the length it announces.
-	ErrTruncated = errors.New("wal: truncated")
+	ErrTruncated = corruption.Mark(errors.New("wal: truncated"))
 	// ErrTooLarge: a length exceeds MaxBodySize or MaxPayloadSize.
 	ErrTooLarge = errors.New("wal: too large")
 	// ErrVersion: the batch format version is not Version.
-	ErrVersion = errors.New("wal: unsupported version")
+	ErrVersion = corruption.Mark(errors.New("wal: unsupported version"))
 	// ErrBadSegmentName: a file name that claims to be a segment (".wal"
 	// suffix) does not parse exactly.
 	ErrBadSegmentName = errors.New("wal: bad segment name")
@@ -47,6 +53,9 @@ var (
 	// the I/O error that caused it; reopening recovers (an fsync cannot be
 	// retried safely: the kernel may have dropped the unsynced pages).
 	ErrWriterFailed = errors.New("wal: writer failed (reopen to recover)")
-	// ErrClosed: the Writer or Reader was closed.
-	ErrClosed = errors.New("wal: closed")
+	// ErrBadOptions: OpenWriter was given invalid WriterOptions (every
+	// problem is listed in the joined error).
+	ErrBadOptions = errors.New("wal: bad writer options")
+	// ErrLogClosed: the Writer or Reader was closed.
+	ErrLogClosed = errors.New("wal: closed")
 )

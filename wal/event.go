@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/eventid"
 	"github.com/oncewal/oncewal/ledgerrecord"
 )
@@ -253,7 +254,7 @@ func bytesField(b []byte, budget uint64, what string) ([]byte, int, error) {
 		return nil, 0, fmt.Errorf("%s length: %w", what, err)
 	}
 	if n > budget {
-		return nil, 0, fmt.Errorf("%w: %s length %d exceeds event payload limit", ErrTooLarge, what, n)
+		return nil, 0, corruption.Mark(fmt.Errorf("%w: %s length %d exceeds event payload limit", ErrTooLarge, what, n))
 	}
 	if n > uint64(len(b)-w) {
 		return nil, 0, fmt.Errorf("%w: %s length %d, %d bytes left", ErrTruncated, what, n, len(b)-w)
@@ -327,7 +328,7 @@ func decodeEvent(b []byte, e *Event) (int, error) {
 		}
 		off += w
 		if err := ledgerrecord.Check(e.Op.RecordKind(), e.Value); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 	}
 	return off, nil

@@ -47,17 +47,33 @@ type WriterOptions struct {
 	FS vfs.FS
 }
 
-// EnsureDefaults fills zero fields with their defaults.
-func (o *WriterOptions) EnsureDefaults() {
+// EnsureDefaults fills zero fields with their defaults and returns o.
+func (o *WriterOptions) EnsureDefaults() *WriterOptions {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
-	if o.SegmentSize <= 0 {
+	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
 	if o.FirstLSN == 0 {
 		o.FirstLSN = 1
 	}
+	return o
+}
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *WriterOptions) Validate() error {
+	var errs []error
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if o.Sync != SyncEveryBatch && o.Sync != SyncManual {
+		errs = append(errs, fmt.Errorf("Sync %d is not a SyncPolicy", o.Sync))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 // Writer appends batches to the log of one shard in a directory. It is safe
@@ -108,7 +124,9 @@ func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	if opts != nil {
 		w.opts = *opts
 	}
-	w.opts.EnsureDefaults()
+	if err := w.opts.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	w.fs = w.opts.FS
 	if err := w.open(); err != nil {
 		return nil, err
@@ -338,7 +356,7 @@ func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return Header{}, ErrClosed
+		return Header{}, ErrLogClosed
 	}
 	if w.err != nil {
 		return Header{}, w.err
@@ -399,7 +417,7 @@ func (w *Writer) Sync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return ErrLogClosed
 	}
 	if w.err != nil {
 		return w.err
@@ -457,7 +475,7 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, ErrLogClosed
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -488,12 +506,12 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 }
 
 // Close syncs and closes the Writer and releases the shard's lock. A second
-// Close returns ErrClosed.
+// Close returns ErrLogClosed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return ErrLogClosed
 	}
 	w.closed = true
 	var err error

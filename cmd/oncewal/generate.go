@@ -174,7 +174,7 @@ func (g *generator) send(ctx context.Context, evs []wal.Event) error {
 // handle (replace), the batch is dropped.
 func (g *generator) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
 	h, err := g.l.Append(b...)
-	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, replication.ErrSessionClosed) {
+	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
 		g.replace(b)
 		g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })
 		return false, nil

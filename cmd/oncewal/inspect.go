@@ -130,7 +130,7 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 	switch {
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return nil, fmt.Errorf("%s: %w: no Pebble store in it", dir, errNotStore)
-	case err != nil && strings.Contains(err.Error(), "lock"):
+	case errors.Is(err, errStoreLocked):
 		return nil, fmt.Errorf("%s: the store is locked — is a follower running on it? (%w)", dir, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, err)

@@ -38,6 +38,9 @@ func (readOnlyFS) ReuseForWrite(oldname, _ string, _ vfs.DiskWriteCategory) (vfs
 	return nil, refuse("reuse", oldname)
 }
 
+// errStoreLocked: the shared lock was refused — a process holds the store.
+var errStoreLocked = errors.New("store locked")
+
 // Lock opens the existing lock file read-only and takes a shared lock on it.
 func (readOnlyFS) Lock(name string) (io.Closer, error) {
 	f, err := os.Open(name)
@@ -46,7 +49,7 @@ func (readOnlyFS) Lock(name string) (io.Closer, error) {
 	}
 	if err := sharedLock(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", name, err)
+		return nil, fmt.Errorf("lock %s: %w: %w", name, errStoreLocked, err)
 	}
 	return f, nil
 }

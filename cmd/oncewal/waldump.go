@@ -314,7 +314,7 @@ func (d *dumper) dumpFile(path string, st os.FileInfo) error {
 			return fmt.Errorf("%s: segment of shard %d, not of --shard %d", path, shard, d.shard)
 		}
 	} else if st.Size() == 0 {
-		return fmt.Errorf("%s: %w: empty, and its name is not a segment name (%v)", path, errNotSegment, nameErr)
+		return fmt.Errorf("%s: %w: empty, and its name is not a segment name (%w)", path, errNotSegment, nameErr)
 	}
 	d.startShard()
 	if _, err := d.scanSegment(path, seg, true); err != nil {

@@ -204,7 +204,7 @@ func refusal(err error) (_ error, ok bool) {
 // Dial implements replication.Dialer. It returns once the leader accepted
 // the stream (its Listener's Accept took it), or with ctx.Err(), or with an
 // error wrapping replication.ErrDisconnected (connect, TLS or stream
-// failure; the caller retries), replication.ErrClosed, or
+// failure; the caller retries), replication.ErrTransportClosed, or
 // replication.ErrBadFollowerID (hello.FollowerID cannot be sent; nothing
 // was dialled).
 func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
@@ -212,7 +212,7 @@ func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.F
 	c, err := d.dial(ctx, hello)
 	if err != nil {
 		d.stats.failures.Add(1)
-		if ctx.Err() == nil && !errors.Is(err, replication.ErrClosed) {
+		if ctx.Err() == nil && !errors.Is(err, replication.ErrTransportClosed) {
 			d.logDialError(err)
 		}
 		return nil, err
@@ -225,7 +225,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return nil, fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed)
+		return nil, fmt.Errorf("grpctransport: dial: %w", replication.ErrTransportClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		grpc.WithInitialConnWindowSize(streamWindow),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("%w: grpctransport: %v", ErrBadOptions, err)
+		return nil, fmt.Errorf("%w: grpctransport: %w", ErrBadOptions, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	c := &followerConn{
@@ -283,14 +283,14 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	defer stop()
 	cs, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: streamName, ServerStreams: true, ClientStreams: true}, fullMethod)
 	if err != nil {
-		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	c.cs = cs
 	if err := cs.SendMsg(&frame{helloFrame}); err != nil {
 		if err == io.EOF {
 			err = cs.RecvMsg(&frame{})
 		}
-		return fail(fmt.Errorf("%w: dial %s: hello: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: hello: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	md, err := cs.Header()
 	if err == nil && md == nil {
@@ -304,7 +304,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		if r, ok := refusal(err); ok {
 			return fail(fmt.Errorf("dial %s: %w", d.addr, r))
 		}
-		return fail(fmt.Errorf("%w: dial %s: %v", replication.ErrDisconnected, d.addr, err))
+		return fail(fmt.Errorf("%w: dial %s: %w", replication.ErrDisconnected, d.addr, err))
 	}
 	if !stop() {
 		return fail(ctx.Err()) // ctx ended just now and cancelled the stream
@@ -312,7 +312,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fail(fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed))
+		return fail(fmt.Errorf("grpctransport: dial: %w", replication.ErrTransportClosed))
 	}
 	d.conns[c] = struct{}{}
 	d.mu.Unlock()
@@ -366,10 +366,10 @@ func (c *followerConn) streamErr(err error) error {
 	local := c.local
 	c.mu.Unlock()
 	if local {
-		return fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+		return fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
 	}
 	if status.Code(err) == codes.ResourceExhausted {
-		return fmt.Errorf("%w: %w: %v", replication.ErrDisconnected, ErrFrameTooLarge, err)
+		return fmt.Errorf("%w: %w: %w", replication.ErrDisconnected, ErrFrameTooLarge, err)
 	}
 	if r, ok := refusal(err); ok {
 		return r
@@ -377,7 +377,7 @@ func (c *followerConn) streamErr(err error) error {
 	if err == io.EOF {
 		err = errors.New("leader ended the stream")
 	}
-	return fmt.Errorf("%w: %v", replication.ErrDisconnected, err)
+	return fmt.Errorf("%w: %w", replication.ErrDisconnected, err)
 }
 
 func (c *followerConn) recvLoop() {
@@ -468,7 +468,7 @@ func (c *followerConn) Close() error {
 			c.local = true
 		}
 		c.mu.Unlock()
-		c.fail(fmt.Errorf("grpctransport: %w", replication.ErrClosed))
+		c.fail(fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed))
 		c.wg.Wait()
 		c.cc.Close()
 		c.d.mu.Lock()

@@ -246,7 +246,7 @@ func (s *Server) Accept(ctx context.Context) (replication.LeaderConn, replicatio
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrTransportClosed)
 	}
 }
 
@@ -269,7 +269,7 @@ var _ replication.Listener = (*ShardListener)(nil)
 // with the reason, the leader logs it and counts it (UnservedShard) — and
 // Accept on the Server itself returns ErrRouted. Calling Listener again for
 // a shard returns the same Listener. Closing the Server ends them all
-// (their Accept returns replication.ErrClosed).
+// (their Accept returns replication.ErrTransportClosed).
 func (s *Server) Listener(shard uint32) *ShardListener {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -296,7 +296,7 @@ func (l *ShardListener) Accept(ctx context.Context) (replication.LeaderConn, rep
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-l.s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrTransportClosed)
 	}
 }
 
@@ -366,7 +366,7 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	local := false
 	defer func() {
 		if s.isClosed() {
-			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
 		} else {
 			c.fail(fmt.Errorf("%w: stream to %s ended", replication.ErrDisconnected, remote))
 		}
@@ -495,20 +495,20 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 		err := c.ss.RecvMsg(&f)
 		if err != nil {
 			if status.Code(err) == codes.ResourceExhausted {
-				c.badFrame(fmt.Errorf("%w: %v", ErrFrameTooLarge, err))
+				c.badFrame(fmt.Errorf("%w: %w", ErrFrameTooLarge, err))
 				return
 			}
 			if c.s.isClosed() {
 				// Close marks the server closed before stopping gRPC, so a
 				// stream that Stop cancelled ends as closed, whichever of
 				// this goroutine and the handler notices first.
-				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
+				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
 				return
 			}
 			if err == io.EOF {
 				err = errors.New("follower closed the stream")
 			}
-			c.fail(fmt.Errorf("%w: %v", replication.ErrDisconnected, err))
+			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
 			return
 		}
 		if first {
@@ -645,7 +645,7 @@ func (c *leaderConn) end(refusal error) error {
 			c.s.stats.refusedHello.Add(1)
 		}
 		c.local, c.refusal = true, refusal
-		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
+		c.err = fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
 		close(c.done)
 	}
 	return nil
