@@ -252,7 +252,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 		return refuse(&r.stats.outOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
 	}
 
-	b := r.db.NewBatch()
+	b := r.db.NewIndexedBatch() // the Applier's read view (see Applier)
 	defer b.Close()
 	ttx := r.tracker.Begin(b)
 	committed := false
