@@ -18,6 +18,17 @@
 // cpu-ns/event (process CPU, Pebble's background work included — the
 // machines these run on are shared and noisy, so read both).
 //
+// Workloads also include 100% client retries (Retry: a fresh SeqNo carrying
+// the key of one of the last 50,000 fresh events, caught by the window).
+//
+// Pipeline (e2e.go): leader WAL → Shipper → in-process transport → follower
+// on a client-request workload (16-byte request IDs as keys, 64-byte
+// payloads, ClientKey idempotency keys, 0 or 30% retries among the last
+// 50,000 IDs), Sync per batch on both sides or on neither, beside the
+// at-least-once reference (PipelineRaw: the follower writes every event's
+// row, no dedup); and a node of 4 shards applying fresh events with and
+// without Sync (Shards).
+//
 // Leader (leader.go): a leader on disk stamps and ships 1000-event batches
 // of puts to n followers over the in-process transport. LeaderShip's
 // followers acknowledge without applying, so its CPU per event is the
@@ -34,5 +45,6 @@
 //	go test ./bench -run '^$' -bench 'Window$|DeriveKey' -count 3
 //	go test ./bench -run '^$' -bench WindowMemory -benchtime 1x
 //	go test ./bench -run '^$' -bench 'Leader' -benchtime 2s
+//	go test ./bench -run '^$' -bench 'Pipeline|Shards' -benchtime 2s
 //	go run ./cmd/oncewal bench [--quick] [--json]
 package bench

@@ -42,6 +42,7 @@ var EndToEnd = []Case{
 	{"raw-ingest-writeset", RawIngestWriteSet(Fresh)},
 	{"fresh", Receiver(Fresh)},
 	{"dup100", Receiver(Dup)},
+	{"dup100-window", Receiver(Retry)},
 	{"dup30", Receiver(Mix30)},
 	{"naive/fresh", Naive(Fresh)},
 	{"naive/dup100", Naive(Dup)},
@@ -55,6 +56,9 @@ var (
 	Fresh = Workload{}                // every event new
 	Dup   = Workload{DupPercent: 100} // every event a redelivery
 	Mix30 = Workload{DupPercent: 30}  // 30% redeliveries, 70% new
+	// Retry is every event a client retry: a fresh SeqNo with a known
+	// idempotency key, caught by the window (the HWM advances).
+	Retry = Workload{RetryPercent: 100}
 	// Burst is Fresh with 10 consecutive events per session: the HWM row of
 	// a session is written once per batch instead of once per event.
 	Burst = Workload{Run: 10}

@@ -37,6 +37,12 @@ type Workload struct {
 	// and idempotency key as when first applied, re-logged at a new LSN. They
 	// pass the position gate and are caught by the HWM layer.
 	DupPercent int
+	// RetryPercent of the events (spread evenly, after the duplicates) are
+	// client retries: a fresh SeqNo of a random session carrying the
+	// idempotency key of one of the last 50,000 fresh events. They pass the
+	// position and HWM layers (the SeqNo is consumed) and are caught by the
+	// window.
+	RetryPercent int
 }
 
 func (w Workload) withDefaults() Workload {
@@ -47,6 +53,7 @@ func (w Workload) withDefaults() Workload {
 		w.Run = 1
 	}
 	w.DupPercent = min(max(w.DupPercent, 0), 100)
+	w.RetryPercent = min(max(w.RetryPercent, 0), 100-w.DupPercent)
 	return w
 }
 
@@ -55,6 +62,7 @@ func (w Workload) withDefaults() Workload {
 // session and SeqNo), so it can re-log any of them as a duplicate.
 type generator struct {
 	w      Workload
+	shard  uint32 // of the batches encode makes; 0 unless set
 	rng    *rand.Rand
 	ids    []session.ID
 	idem   [][]idempotency.Key // idem[s][q-1]: key of session s, SeqNo q; len = HWM
@@ -65,8 +73,11 @@ type generator struct {
 	keys   []byte // user keys of events, userKeyLen each
 	op     []byte
 	dupAcc int
-	cur    int // session of the current run
-	left   int // events left in the current run
+	retAcc int
+	recent []idempotency.Key // ring of the last len(recent) fresh events' keys
+	issued int               // fresh keys issued (next ring slot: issued % len)
+	cur    int               // session of the current run
+	left   int               // events left in the current run
 
 	// The HWM log's schedule, for the write set (rows): the batch of each
 	// session's last change, and the sessions changed by each of the last
@@ -79,13 +90,14 @@ type generator struct {
 func newGenerator(w Workload) *generator {
 	w = w.withDefaults()
 	g := &generator{
-		w:     w,
-		rng:   rand.New(rand.NewPCG(7, 11)),
-		ids:   make([]session.ID, w.Sessions),
-		idem:  make([][]idempotency.Key, w.Sessions),
-		lsn:   1,
-		clock: 1_700_000_000_000_000_000,
-		vals:  make([]byte, 64<<10),
+		w:      w,
+		rng:    rand.New(rand.NewPCG(7, 11)),
+		ids:    make([]session.ID, w.Sessions),
+		idem:   make([][]idempotency.Key, w.Sessions),
+		lsn:    1,
+		clock:  1_700_000_000_000_000_000,
+		vals:   make([]byte, 64<<10),
+		recent: make([]idempotency.Key, 50_000),
 	}
 	for i := range g.ids {
 		binary.LittleEndian.PutUint64(g.ids[i][:], g.rng.Uint64())
@@ -132,6 +144,15 @@ func (g *generator) fill(dupPercent int) (fresh int) {
 			}
 			// Never-seen session: nothing to duplicate; emit a fresh event.
 		}
+		if g.retAcc += g.w.RetryPercent; g.retAcc >= 100 && g.issued > 0 {
+			g.retAcc -= 100
+			s := g.rng.IntN(len(g.ids))
+			q := session.SeqNo(len(g.idem[s]) + 1)
+			g.event(e, key, s, q)
+			e.IdemKey = g.recent[(g.issued-1-g.rng.IntN(min(g.issued, len(g.recent))))%len(g.recent)]
+			g.idem[s] = append(g.idem[s], e.IdemKey)
+			continue
+		}
 		if g.left == 0 {
 			g.cur, g.left = g.rng.IntN(len(g.ids)), g.w.Run
 		}
@@ -141,9 +162,16 @@ func (g *generator) fill(dupPercent int) (fresh int) {
 		g.op = e.AppendOpBytes(g.op[:0])
 		e.IdemKey = idempotency.DeriveKey(e.Session, e.Seq, g.op)
 		g.idem[s] = append(g.idem[s], e.IdemKey)
+		g.issue(e.IdemKey)
 		fresh++
 	}
 	return fresh
+}
+
+// issue remembers the key of a fresh event for later retries.
+func (g *generator) issue(k idempotency.Key) {
+	g.recent[g.issued%len(g.recent)] = k
+	g.issued++
 }
 
 // preloadBatch is the batch size of the preload: large, so that setting up
@@ -166,14 +194,15 @@ func (g *generator) preloadEvents(from int) int {
 		g.op = e.AppendOpBytes(g.op[:0])
 		e.IdemKey = idempotency.DeriveKey(e.Session, e.Seq, g.op)
 		g.idem[from] = append(g.idem[from], e.IdemKey)
+		g.issue(e.IdemKey)
 	}
 	return from
 }
 
-// encode appends the current events as one shipped batch (shard 0, epoch 1)
-// at the next LSNs.
+// encode appends the current events as one shipped batch (g's shard, epoch
+// 1) at the next LSNs.
 func (g *generator) encode(dst []byte) []byte {
-	out, err := wal.AppendBatch(dst[:0], 0, 1, g.lsn, g.events)
+	out, err := wal.AppendBatch(dst[:0], g.shard, 1, g.lsn, g.events)
 	if err != nil {
 		panic(err) // the generator's events are valid by construction
 	}

@@ -59,9 +59,17 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("raw_ingest", bench.RawIngest(bench.Fresh)),
 		e2e("fresh", bench.Receiver(bench.Fresh)),
 		e2e("dup100", bench.Receiver(bench.Dup)),
+		e2e("dup100_window", bench.Receiver(bench.Retry)),
 		e2e("dup30", bench.Receiver(bench.Mix30)),
 		e2e("naive_fresh", bench.Naive(bench.Fresh)),
 		e2e("naive_dup100", bench.Naive(bench.Dup)),
+		e2e("e2e", bench.Pipeline(0, false)),
+		e2e("e2e_raw", bench.PipelineRaw(0)),
+		e2e("e2e_dup30", bench.Pipeline(30, false)),
+		e2e("e2e_raw_dup30", bench.PipelineRaw(30)),
+		e2e("e2e_nosync", bench.Pipeline(0, true)),
+		e2e("shards4_sync", bench.Shards(4, false)),
+		e2e("shards4_nosync", bench.Shards(4, true)),
 		e2e("leader_ship_1", bench.LeaderShip(1)),
 		e2e("leader_ship_3", bench.LeaderShip(3)),
 		e2e("leader_quorum_1", bench.LeaderQuorum(1)),
@@ -282,6 +290,16 @@ func benchRows(s map[string][]float64) []benchRow {
 		func(v, ref float64) (string, bool) { return ">= 0.8x raw ingest", v >= 0.8*ref })
 	add("100%-duplicate batches", evs, "dup100", "naive: every key in Pebble", "naive_dup100",
 		func(v, _ float64) (string, bool) { return ">= 5M events/s", v >= 5e6 })
+	add("100%-retry batches (fresh SeqNo, known key)", evs, "dup100_window", "", "",
+		func(v, _ float64) (string, bool) { return ">= 1M events/s", v >= 1e6 })
+	add("pipeline, client requests (leader WAL → follower, Sync both)", evs, "e2e", "at-least-once pipeline", "e2e_raw",
+		func(v, ref float64) (string, bool) { return ">= 0.8x at-least-once", v >= 0.8*ref })
+	add("pipeline, 30% client retries", evs, "e2e_dup30", "at-least-once pipeline, 30% retries", "e2e_raw_dup30",
+		func(v, ref float64) (string, bool) { return ">= 1.0x at-least-once", v >= ref })
+	add("pipeline, client requests (fsync hidden?)", evs, "e2e", "the same without fsync", "e2e_nosync",
+		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
+	add("node of 4 shards, Sync", evs, "shards4_sync", "the same without fsync", "shards4_nosync",
+		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
 	add("30%-duplicate mix", evs, "dup30", "raw Pebble ingest (all rows)", "raw_ingest", nil)
 	add("naive dedup, every key in Pebble (fresh)", evs, "naive_fresh", "oncewal fresh apply", "fresh", nil)
 	add("fresh apply, 10-event bursts per session", evs, "burst_fresh", "raw Pebble ingest of the same rows", "burst_raw_ingest", nil)

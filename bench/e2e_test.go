@@ -1,0 +1,34 @@
+package bench
+
+import "testing"
+
+// BenchmarkPipeline is leader WAL → shipper → in-process transport →
+// follower on the client-request workload (see Pipeline), beside the
+// at-least-once reference (PipelineRaw):
+//
+//	go test ./bench -run '^$' -bench Pipeline -benchtime 2s -count 3
+func BenchmarkPipeline(b *testing.B) {
+	b.Run("e2e", Pipeline(0, false))
+	b.Run("e2e-dup30", Pipeline(30, false))
+	b.Run("e2e-raw", PipelineRaw(0))
+	b.Run("e2e-raw-dup30", PipelineRaw(30))
+	b.Run("e2e-nosync", Pipeline(0, true))
+}
+
+// BenchmarkShards is a node of 4 shards applying fresh events with and
+// without fsync (see Shards):
+//
+//	go test ./bench -run '^$' -bench Shards -benchtime 2s -count 3
+func BenchmarkShards(b *testing.B) {
+	b.Run("shards4-sync", Shards(4, false))
+	b.Run("shards4-nosync", Shards(4, true))
+}
+
+// BenchmarkReopen is the open time of a follower whose HWM log is full,
+// against one without the log (see Reopen):
+//
+//	go test ./bench -run '^$' -bench Reopen -benchtime 5x
+func BenchmarkReopen(b *testing.B) {
+	b.Run("hwm-log", Reopen(0))
+	b.Run("no-log", Reopen(-1))
+}
