@@ -1,10 +1,13 @@
 package replication
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/batchrepr"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -17,7 +20,8 @@ import (
 // that carries the HWM advances and the applied position, so everything
 // commits together or not at all. Apply must not commit b, must not write
 // outside b, and must not write keys in keyspace.Reserved (oncewal's
-// metadata, HWMs, window journal and request ledger).
+// metadata, HWMs, window journal and request ledger): behind a follower or a
+// leader (RouteLedger) a batch that does is refused with ErrReservedKey.
 //
 // b is an indexed batch (pebble.DB.NewIndexedBatch): b.Get and b.NewIter
 // read the store as it will be once b commits — the committed state plus
@@ -107,12 +111,22 @@ func applyLedger(b *pebble.Batch, table *idempotency.LedgerTable, events []wal.E
 	return ltx.Finish()
 }
 
+// ErrReservedKey: an Applier behind RouteLedger wrote a key in
+// keyspace.Reserved. The batch is refused (ErrApply) before anything commits.
+var ErrReservedKey = errors.New("replication: applier wrote a reserved key")
+
 // RouteLedger returns the Applier a node runs for a custom state machine
 // next: request-ledger records go to ledger (with the ledger's WAL clock),
 // every other event, in log order, to next. follower.Open and OpenLedgerLog
 // put it in front of a custom Applier, so the Applier needs neither the
 // ledger table nor anything else that exists only after Open. The result
 // keeps scratch space: one receiver at a time may use it.
+//
+// It also holds next to the Applier contract's key rule: a batch in which
+// next wrote into keyspace.Reserved fails with ErrReservedKey, so a
+// misplaced key is refused instead of overwriting oncewal's metadata, HWMs,
+// journal or ledger. The check reads what next added to b once, after it
+// returns.
 func RouteLedger(ledger *idempotency.LedgerTable, next Applier) Applier {
 	return &ledgerRouter{ledger: ledger, next: next}
 }
@@ -141,7 +155,29 @@ func (r *ledgerRouter) Apply(b *pebble.Batch, events []wal.Event) error {
 			break
 		}
 	}
+	from := b.Len()
 	err := r.next.Apply(b, rest)
 	clear(r.rest[:cap(r.rest)]) // drop references into the shipped batch
-	return err
+	if err != nil {
+		return err
+	}
+	return checkUnreserved(b.Repr()[from:])
+}
+
+// checkUnreserved returns ErrReservedKey if a record of the batch
+// representation tail repr (records only, no header) touches a reserved key.
+// A range deletion counts with its whole range; a range key, whose end is
+// encoded with its values, by its start key.
+func checkUnreserved(repr []byte) error {
+	rd := batchrepr.Reader(repr)
+	for {
+		kind, key, value, ok, err := rd.Next()
+		if err != nil || !ok {
+			return err
+		}
+		if kind == pebble.InternalKeyKindRangeDelete && keyspace.OverlapsReserved(key, value) ||
+			keyspace.IsReserved(key) {
+			return fmt.Errorf("%w: %s %q", ErrReservedKey, kind, key)
+		}
+	}
 }

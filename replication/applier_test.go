@@ -107,3 +107,52 @@ func TestLeaderRoutesLedgerAroundCustomApplier(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, idempotency.StateInFlight, e.State)
 }
+
+// writer is an Applier that stages one fixed write per batch.
+type writer func(b *pebble.Batch) error
+
+func (w writer) Apply(b *pebble.Batch, _ []wal.Event) error { return w(b) }
+
+// TestReservedKeysRefused: an Applier behind RouteLedger that writes into
+// keyspace.Reserved — a point key or a range deletion across a reserved
+// space — fails the batch, and nothing of it commits.
+func TestReservedKeysRefused(t *testing.T) {
+	for name, w := range map[string]writer{
+		"set m/position": func(b *pebble.Batch) error { return b.Set([]byte("m/position"), []byte{1}, nil) },
+		"delete l/clock": func(b *pebble.Batch) error { return b.Delete([]byte("l/clock"), nil) },
+		"range a..z":     func(b *pebble.Batch) error { return b.DeleteRange([]byte("a"), []byte("z"), nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := openNode(t, vfs.NewMem())
+			defer n.db.Close()
+			batch := n.db.NewIndexedBatch()
+			defer batch.Close()
+			err := replication.RouteLedger(n.table, w).Apply(batch, nil)
+			require.ErrorIs(t, err, replication.ErrReservedKey)
+
+			r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, w), nil)
+			require.NoError(t, err)
+			raw, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{{Op: wal.OpOpen, Session: session.ID{1}, Seq: 1, Time: t0}})
+			require.NoError(t, err)
+			_, err = r.Apply(raw)
+			require.ErrorIs(t, err, replication.ErrApply)
+			lsn, _ := r.Position()
+			require.Zero(t, lsn)
+			_, _, ok, err := replication.ReadMeta(n.db)
+			require.NoError(t, err)
+			require.False(t, ok, "a refused batch left metadata")
+		})
+	}
+	// Keys outside the reserved spaces pass, a range between them too.
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	batch := n.db.NewIndexedBatch()
+	defer batch.Close()
+	ok := writer(func(b *pebble.Batch) error {
+		if err := b.Set([]byte("acct/1"), []byte{1}, nil); err != nil {
+			return err
+		}
+		return b.DeleteRange([]byte("x"), []byte("y"), nil)
+	})
+	require.NoError(t, replication.RouteLedger(n.table, ok).Apply(batch, nil))
+}
