@@ -72,8 +72,10 @@ type Options struct {
 	// Applier is the state machine events are applied to. Default: the
 	// session state machine and the request-ledger table
 	// (replication.SessionApplier with State and Ledger). A custom Applier
-	// must apply ledger ops to LedgerTable() itself if the follower is to be
-	// promoted with its requests' outcomes.
+	// reads the store through the batch it is handed and never sees the
+	// request-ledger records: the follower applies them to LedgerTable()
+	// itself (replication.RouteLedger), so it needs nothing from the
+	// Follower and can be given before Open.
 	Applier replication.Applier
 	// Ledger configures the request-ledger table (sweep interval and limit,
 	// on the WAL clock). Default: idempotency.TableOptions defaults.
@@ -382,9 +384,9 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 	if f.ledger, err = idempotency.OpenLedgerTable(db, &o.Ledger); err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
 	}
-	applier := o.Applier
-	if applier == nil {
-		applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
+	var applier replication.Applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
+	if o.Applier != nil {
+		applier = replication.RouteLedger(f.ledger, o.Applier)
 	}
 	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
 		Shard:      o.Shard,

@@ -12,9 +12,10 @@
 //     space a fixed key can share a family's prefix only where the family's
 //     keys have a fixed length the fixed key does not have (h/clock beside
 //     the 18-byte h/<session ID> rows).
-//  2. oncewal itself writes only inside Reserved, whatever the Applier. A
-//     custom Applier may write any key outside Reserved (and outside State
-//     too, if it does not delegate to the default session state machine);
-//     a key inside Reserved written by an Applier corrupts the store's
+//  2. Outside the Applier, oncewal writes only inside Reserved; the default
+//     Applier adds State. A custom Applier may write any key outside
+//     Reserved (State included, unless it delegates to the default session
+//     state machine); a batch in which it writes inside Reserved is refused
+//     (replication.ErrReservedKey) rather than let it overwrite the store's
 //     metadata, HWMs, window journal or request ledger.
 package keyspace

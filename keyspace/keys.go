@@ -83,6 +83,17 @@ func IsReserved(key []byte) bool { return inAny(key, Reserved) }
 // Applier.
 func IsOncewal(key []byte) bool { return inAny(key, Spaces) }
 
+// OverlapsReserved reports whether the key range [start, end) contains a
+// key in a Reserved space.
+func OverlapsReserved(start, end []byte) bool {
+	for _, p := range Reserved {
+		if string(start) < string(UpperBound(p)) && string(end) > p {
+			return true
+		}
+	}
+	return false
+}
+
 func inAny(key []byte, prefixes []string) bool {
 	for _, p := range prefixes {
 		if strings.HasPrefix(string(key), p) {

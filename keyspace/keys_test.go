@@ -99,6 +99,23 @@ func TestReserved(t *testing.T) {
 			t.Errorf("IsReserved(%q) = true", k)
 		}
 	}
+	for _, c := range []struct {
+		start, end string
+		want       bool
+	}{
+		{"a", "b", false},
+		{"a", "z", true}, // spans every space
+		{"m/slot/", "m/slot0", true},
+		{"hd0", "l/", false}, // between hd/ and l/, l/ itself excluded
+		{"hd0", "l/\x00", true},
+		{"s/", "s0", false},
+		{"x", "zz", false},
+		{"l0", "zz", true}, // m/ and w/ lie inside
+	} {
+		if got := OverlapsReserved([]byte(c.start), []byte(c.end)); got != c.want {
+			t.Errorf("OverlapsReserved(%q, %q) = %v", c.start, c.end, got)
+		}
+	}
 	if got := string(UpperBound(LedgerRow)); got != "l/r0" {
 		t.Errorf("UpperBound(%q) = %q", LedgerRow, got)
 	}

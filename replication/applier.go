@@ -1,10 +1,13 @@
 package replication
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/batchrepr"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -16,10 +19,20 @@ import (
 // both dedup layers, and must add their effects to b — the same Pebble batch
 // that carries the HWM advances and the applied position, so everything
 // commits together or not at all. Apply must not commit b, must not write
-// outside b, must not write keys in keyspace.Reserved (oncewal's metadata,
-// HWMs, window journal and request ledger), and must make later events in the slice see the effects of
-// earlier ones (b is not indexed; keep an overlay if you read back). Event
-// slices alias the shipped batch's buffer and are only valid during the call.
+// outside b, and must not write keys in keyspace.Reserved (oncewal's
+// metadata, HWMs, window journal and request ledger): behind a follower or a
+// leader (RouteLedger) a batch that does is refused with ErrReservedKey.
+//
+// b is an indexed batch (pebble.DB.NewIndexedBatch): b.Get and b.NewIter
+// read the store as it will be once b commits — the committed state plus
+// everything staged in b so far, the effects of earlier events of the slice
+// included — so a state machine can read-modify-write (a balance, a counter,
+// a uniqueness check) with no handle on the store. Event slices alias the
+// shipped batch's buffer and are only valid during the call.
+//
+// Request-ledger records (wal.OpClaim … wal.OpExtend) belong to oncewal's
+// ledger table: the follower and a leader route them there themselves
+// (RouteLedger), so an Applier given in follower.Options never sees them.
 //
 // An error from Apply aborts the whole batch: nothing is committed, the
 // receiver's in-memory state is untouched, and the batch may be delivered again.
@@ -42,11 +55,12 @@ type SessionApplier struct {
 
 // Apply implements Applier.
 func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
-	tx := a.State.Begin(b)
-	var ltx *idempotency.LedgerTx
 	if a.Ledger != nil {
-		ltx = a.Ledger.Begin(b)
+		if err := applyLedger(b, a.Ledger, events); err != nil {
+			return err
+		}
 	}
+	tx := a.State.Begin(b)
 	for i := range events {
 		ev := &events[i]
 		var err error
@@ -59,27 +73,111 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 			err = tx.Add(ev.Session, ev.Key, ev.Delta)
 		case wal.OpOpen, wal.OpClose:
 		default:
-			if !ev.Op.IsLedger() {
+			switch {
+			case !ev.Op.IsLedger():
 				err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
-				break
+			case a.Ledger == nil:
+				err = fmt.Errorf("replication: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
 			}
-			if ltx == nil {
-				return fmt.Errorf("replication: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
-			}
-			var rec idempotency.Record
-			if rec, err = ev.LedgerRecord(); err == nil {
-				err = ltx.Apply(&rec)
-			}
-		}
-		if err == nil && ltx != nil {
-			err = ltx.Observe(ev.Time)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if ltx != nil {
-		return ltx.Finish()
-	}
 	return nil
+}
+
+// applyLedger applies the request-ledger records among events to table, in
+// log order, and advances the ledger's WAL clock with every event's time.
+// The ledger's keys (keyspace.Ledger) are its own, so applying its records
+// before or after the other events' effects commits the same state.
+func applyLedger(b *pebble.Batch, table *idempotency.LedgerTable, events []wal.Event) error {
+	ltx := table.Begin(b)
+	for i := range events {
+		ev := &events[i]
+		if ev.Op.IsLedger() {
+			rec, err := ev.LedgerRecord()
+			if err == nil {
+				err = ltx.Apply(&rec)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := ltx.Observe(ev.Time); err != nil {
+			return err
+		}
+	}
+	return ltx.Finish()
+}
+
+// ErrReservedKey: an Applier behind RouteLedger wrote a key in
+// keyspace.Reserved. The batch is refused (ErrApply) before anything commits.
+var ErrReservedKey = errors.New("replication: applier wrote a reserved key")
+
+// RouteLedger returns the Applier a node runs for a custom state machine
+// next: request-ledger records go to ledger (with the ledger's WAL clock),
+// every other event, in log order, to next. follower.Open and OpenLedgerLog
+// put it in front of a custom Applier, so the Applier needs neither the
+// ledger table nor anything else that exists only after Open. The result
+// keeps scratch space: one receiver at a time may use it.
+//
+// It also holds next to the Applier contract's key rule: a batch in which
+// next wrote into keyspace.Reserved fails with ErrReservedKey, so a
+// misplaced key is refused instead of overwriting oncewal's metadata, HWMs,
+// journal or ledger. The check reads what next added to b once, after it
+// returns.
+func RouteLedger(ledger *idempotency.LedgerTable, next Applier) Applier {
+	return &ledgerRouter{ledger: ledger, next: next}
+}
+
+type ledgerRouter struct {
+	ledger *idempotency.LedgerTable
+	next   Applier
+	rest   []wal.Event // events without the ledger records, reused
+}
+
+func (r *ledgerRouter) Apply(b *pebble.Batch, events []wal.Event) error {
+	if err := applyLedger(b, r.ledger, events); err != nil {
+		return err
+	}
+	rest := events
+	for i := range events {
+		if events[i].Op.IsLedger() {
+			// Copy only batches that carry ledger records.
+			rest = append(r.rest[:0], events[:i]...)
+			for j := i + 1; j < len(events); j++ {
+				if !events[j].Op.IsLedger() {
+					rest = append(rest, events[j])
+				}
+			}
+			r.rest = rest[:0]
+			break
+		}
+	}
+	from := b.Len()
+	err := r.next.Apply(b, rest)
+	clear(r.rest[:cap(r.rest)]) // drop references into the shipped batch
+	if err != nil {
+		return err
+	}
+	return checkUnreserved(b.Repr()[from:])
+}
+
+// checkUnreserved returns ErrReservedKey if a record of the batch
+// representation tail repr (records only, no header) touches a reserved key.
+// A range deletion counts with its whole range; a range key, whose end is
+// encoded with its values, by its start key.
+func checkUnreserved(repr []byte) error {
+	rd := batchrepr.Reader(repr)
+	for {
+		kind, key, value, ok, err := rd.Next()
+		if err != nil || !ok {
+			return err
+		}
+		if kind == pebble.InternalKeyKindRangeDelete && keyspace.OverlapsReserved(key, value) ||
+			keyspace.IsReserved(key) {
+			return fmt.Errorf("%w: %s %q", ErrReservedKey, kind, key)
+		}
+	}
 }

@@ -50,8 +50,9 @@ type LedgerLogOptions struct {
 	Window  *idempotency.Store
 	Table   *idempotency.LedgerTable
 	// Applier applies batches to the local store. Default
-	// SessionApplier{State: State, Ledger: Table}; a custom Applier must
-	// apply ledger ops to Table.
+	// SessionApplier{State: State, Ledger: Table}. A custom Applier gets
+	// every event but the ledger records, which go to Table
+	// (RouteLedger).
 	Applier Applier
 	// State is the session state machine of the default Applier.
 	State *session.State
@@ -133,6 +134,8 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	cfg := *opts
 	if cfg.Applier == nil {
 		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
+	} else {
+		cfg.Applier = RouteLedger(cfg.Table, cfg.Applier)
 	}
 	if cfg.Wall == nil {
 		cfg.Wall = func() int64 { return time.Now().UnixNano() }

@@ -224,7 +224,7 @@ func (r *Receiver) Apply(raw []byte) (Result, error) {
 	}
 	r.stats.events.Add(uint64(len(events)))
 
-	b := r.db.NewBatch()
+	b := r.db.NewIndexedBatch() // the Applier's read view (see Applier)
 	defer b.Close()
 	ttx := r.tracker.Begin(b)
 	committed := false

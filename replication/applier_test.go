@@ -1,0 +1,158 @@
+package replication_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+	"github.com/stretchr/testify/require"
+)
+
+// counters is a custom Applier that reads: each add is a read-modify-write
+// of "c/<key>" through the batch. It records the ops it was handed.
+type counters struct{ seen []wal.Op }
+
+func (c *counters) Apply(b *pebble.Batch, events []wal.Event) error {
+	for i := range events {
+		ev := &events[i]
+		c.seen = append(c.seen, ev.Op)
+		if ev.Op != wal.OpAdd {
+			continue
+		}
+		key := append([]byte("c/"), ev.Key...)
+		var n int64
+		v, closer, err := b.Get(key)
+		switch {
+		case err == nil:
+			n = int64(binary.LittleEndian.Uint64(v))
+			_ = closer.Close()
+		case !errors.Is(err, pebble.ErrNotFound):
+			return err
+		}
+		if err := b.Set(key, binary.LittleEndian.AppendUint64(nil, uint64(n+ev.Delta)), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestCustomApplierReadsAndLedgerIsRouted: a custom Applier behind
+// RouteLedger reads its own earlier writes in the batch and committed state,
+// never sees ledger records, and the records reach the ledger table.
+func TestCustomApplierReadsAndLedgerIsRouted(t *testing.T) {
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	c := &counters{}
+	r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, c), nil)
+	require.NoError(t, err)
+
+	s := session.ID{9}
+	add := func(seq session.SeqNo, d int64) wal.Event {
+		return wal.Event{Op: wal.OpAdd, Session: s, Seq: seq, Time: t0, Key: []byte("x"), Delta: d}
+	}
+	claim := idempotency.Record{Kind: idempotency.RecordClaim, Token: idempotency.Token{1}, Time: t0,
+		Expires: t0 + int64(time.Minute), Scope: "sc", Key: "req"}
+	b1, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{add(1, 5), wal.LedgerEvent(&claim), add(2, 7)})
+	require.NoError(t, err)
+	b2, err := wal.AppendBatch(nil, 0, 1, 4, []wal.Event{add(3, 10)})
+	require.NoError(t, err)
+	for _, b := range [][]byte{b1, b2} {
+		_, err := r.Apply(b)
+		require.NoError(t, err)
+	}
+
+	require.Equal(t, []wal.Op{wal.OpAdd, wal.OpAdd, wal.OpAdd}, c.seen, "ledger records reached the custom Applier")
+	v, closer, err := n.db.Get([]byte("c/x"))
+	require.NoError(t, err)
+	require.Equal(t, int64(22), int64(binary.LittleEndian.Uint64(v)), "an add did not see an earlier one")
+	require.NoError(t, closer.Close())
+	e, ok, err := n.table.Get("sc", "req")
+	require.NoError(t, err)
+	require.True(t, ok, "the claim did not reach the ledger table")
+	require.Equal(t, idempotency.StateInFlight, e.State)
+	clock, err := n.table.Clock()
+	require.NoError(t, err)
+	require.Equal(t, t0, clock, "the ledger's WAL clock did not advance")
+}
+
+// TestLeaderRoutesLedgerAroundCustomApplier: a leader (OpenLedgerLog) with a
+// custom Applier applies its own ledger decisions to its table and hands the
+// Applier only the other events.
+func TestLeaderRoutesLedgerAroundCustomApplier(t *testing.T) {
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	c := &counters{}
+	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
+		WALDir: "wal", Epoch: 1, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table,
+		Applier: c, Wall: newWall().Now, FS: n.fs,
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	claim, err := l.Ledger().Claim("sc", "req", []byte("payload"))
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	_, err = l.Append(wal.Event{Op: wal.OpAdd, Session: session.ID{3}, Key: []byte("x"), Delta: 4})
+	require.NoError(t, err)
+
+	require.Equal(t, []wal.Op{wal.OpAdd}, c.seen)
+	e, ok, err := n.table.Get("sc", "req")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, idempotency.StateInFlight, e.State)
+}
+
+// writer is an Applier that stages one fixed write per batch.
+type writer func(b *pebble.Batch) error
+
+func (w writer) Apply(b *pebble.Batch, _ []wal.Event) error { return w(b) }
+
+// TestReservedKeysRefused: an Applier behind RouteLedger that writes into
+// keyspace.Reserved — a point key or a range deletion across a reserved
+// space — fails the batch, and nothing of it commits.
+func TestReservedKeysRefused(t *testing.T) {
+	for name, w := range map[string]writer{
+		"set m/position": func(b *pebble.Batch) error { return b.Set([]byte("m/position"), []byte{1}, nil) },
+		"delete l/clock": func(b *pebble.Batch) error { return b.Delete([]byte("l/clock"), nil) },
+		"range a..z":     func(b *pebble.Batch) error { return b.DeleteRange([]byte("a"), []byte("z"), nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := openNode(t, vfs.NewMem())
+			defer n.db.Close()
+			batch := n.db.NewIndexedBatch()
+			defer batch.Close()
+			err := replication.RouteLedger(n.table, w).Apply(batch, nil)
+			require.ErrorIs(t, err, replication.ErrReservedKey)
+
+			r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, w), nil)
+			require.NoError(t, err)
+			raw, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{{Op: wal.OpOpen, Session: session.ID{1}, Seq: 1, Time: t0}})
+			require.NoError(t, err)
+			_, err = r.Apply(raw)
+			require.ErrorIs(t, err, replication.ErrApply)
+			lsn, _ := r.Position()
+			require.Zero(t, lsn)
+			_, _, ok, err := replication.ReadMeta(n.db)
+			require.NoError(t, err)
+			require.False(t, ok, "a refused batch left metadata")
+		})
+	}
+	// Keys outside the reserved spaces pass, a range between them too.
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	batch := n.db.NewIndexedBatch()
+	defer batch.Close()
+	ok := writer(func(b *pebble.Batch) error {
+		if err := b.Set([]byte("acct/1"), []byte{1}, nil); err != nil {
+			return err
+		}
+		return b.DeleteRange([]byte("x"), []byte("y"), nil)
+	})
+	require.NoError(t, replication.RouteLedger(n.table, ok).Apply(batch, nil))
+}
