@@ -89,7 +89,7 @@ func TestLeaderRoutesLedgerAroundCustomApplier(t *testing.T) {
 	n := openNode(t, vfs.NewMem())
 	defer n.db.Close()
 	c := &counters{}
-	l, err := replication.OpenLedgerLog(replication.LedgerLogConfig{
+	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir: "wal", Epoch: 1, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table,
 		Applier: c, Wall: newWall().Now, FS: n.fs,
 	})
