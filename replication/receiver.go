@@ -527,6 +527,16 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 		fates: r.fates[:0], keep: r.keep[:0], record: r.record[:0]}
 	defer func() { r.fates, r.keep, r.record = p.fates[:0], p.keep[:0], p.record[:0] }()
 	clear(r.inBatch)
+	// Touch every session's cache slot first, so that the batch's cache
+	// misses overlap instead of stalling the checks one at a time (a hint:
+	// it reads no Pebble and changes nothing). With 100K random sessions
+	// this takes a duplicate's HWM check from ~290 to ~110 cpu-ns
+	// (go test ./bench -bench 'TrackerCheckDuplicate/warm').
+	for i := range events {
+		if ev := &events[i]; ev.Seq != 0 && ev.LSN > r.applied {
+			ttx.Prefetch(ev.Session)
+		}
+	}
 	for i := range events {
 		ev := &events[i]
 		f, err := r.decideEvent(ttx, ev, &p)
