@@ -1,15 +1,20 @@
 package follower_test
 
 import (
+	"context"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,4 +128,135 @@ func runPipelinedCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *pipelineC
 	}
 	require.NoError(t, w.Oracle.Verify(f.State()))
 	require.NoError(t, f.Close())
+}
+
+// slowSyncFS delays every WAL sync (files *.log) by d and counts them: a
+// disk whose fsync is slow, so that batches arriving meanwhile queue up.
+type slowSyncFS struct {
+	vfs.FS
+	d     time.Duration
+	syncs atomic.Int64
+}
+
+type slowSyncFile struct {
+	vfs.File
+	fs *slowSyncFS
+}
+
+func (fs *slowSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return slowSyncFile{f, fs}, nil
+}
+
+func (fs *slowSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *slowSyncFS) ReuseForWrite(old, new string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(old, new, c)
+	return fs.wrap(new, f, err)
+}
+
+func (f slowSyncFile) Sync() error {
+	f.fs.syncs.Add(1)
+	time.Sleep(f.fs.d)
+	return f.File.Sync()
+}
+
+func (f slowSyncFile) SyncData() error {
+	f.fs.syncs.Add(1)
+	time.Sleep(f.fs.d)
+	return f.File.SyncData()
+}
+
+// scriptedLeader is a Dialer whose one connection delivers log's batches as
+// fast as the follower takes them and records the acks; done closes when
+// the last LSN is acknowledged.
+type scriptedLeader struct {
+	log  [][]byte
+	last uint64
+	next int
+	acks []replication.Ack
+	done chan struct{}
+	mu   sync.Mutex
+}
+
+func (l *scriptedLeader) Dial(ctx context.Context, _ replication.Ack) (replication.FollowerConn, error) {
+	return l, nil
+}
+
+func (l *scriptedLeader) Recv(ctx context.Context) ([]byte, error) {
+	l.mu.Lock()
+	if l.next < len(l.log) {
+		raw := l.log[l.next]
+		l.next++
+		l.mu.Unlock()
+		return raw, nil
+	}
+	l.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (l *scriptedLeader) Send(_ context.Context, ack replication.Ack) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acks = append(l.acks, ack)
+	if ack.AppliedLSN == l.last && !ack.Refused {
+		select {
+		case <-l.done:
+		default:
+			close(l.done)
+		}
+	}
+	return nil
+}
+
+func (l *scriptedLeader) Close() error { return nil }
+
+// TestServeOverlapsSyncs: while a batch's WAL sync is in flight, Serve
+// decides and stages the next ones, so Pebble syncs several batches with one
+// fsync. With a 20 ms sync and batches always waiting, a follower that
+// applied one batch per sync (no pipeline) would fsync once per batch; the
+// pipeline needs far fewer. The acks still come in order, each for a
+// durable position, and the state is the oracle's.
+func TestServeOverlapsSyncs(t *testing.T) {
+	w := recordLog(t, sim.WorkloadConfig{Seed: 3, Sessions: 8, Requests: 240, BatchSize: 8}, 1, nil)
+	log := encodeLog(t, w, 0, 1)
+	require.Greater(t, len(log), 20)
+	fs := &slowSyncFS{FS: vfs.NewMem(), d: 20 * time.Millisecond}
+	f, err := follower.Open("/follower", testOptions(fs))
+	require.NoError(t, err)
+	defer f.Close()
+	lead := &scriptedLeader{log: log, done: make(chan struct{})}
+	h, err := wal.DecodeHeader(log[len(log)-1])
+	require.NoError(t, err)
+	lead.last = h.LastLSN()
+	syncs0 := fs.syncs.Load()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ctx, lead) }()
+	select {
+	case <-lead.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the follower did not acknowledge the last batch")
+	}
+	cancel()
+	require.NoError(t, <-served)
+	syncs := fs.syncs.Load() - syncs0
+
+	var prev uint64
+	for i, a := range lead.acks {
+		require.False(t, a.Refused, "ack %d refused", i)
+		require.GreaterOrEqual(t, a.AppliedLSN, prev, "acks out of order")
+		prev = a.AppliedLSN
+	}
+	require.Len(t, lead.acks, len(log))
+	require.NoError(t, w.Oracle.Verify(f.State()))
+	require.Less(t, syncs, int64(len(log))*3/4, "%d WAL syncs for %d batches: the syncs did not overlap the next batches", syncs, len(log))
+	t.Logf("%d batches, %d WAL syncs", len(log), syncs)
 }
