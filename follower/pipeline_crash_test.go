@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -259,4 +260,39 @@ func TestServeOverlapsSyncs(t *testing.T) {
 	require.NoError(t, w.Oracle.Verify(f.State()))
 	require.Less(t, syncs, int64(len(log))*3/4, "%d WAL syncs for %d batches: the syncs did not overlap the next batches", syncs, len(log))
 	t.Logf("%d batches, %d WAL syncs", len(log), syncs)
+}
+
+// TestNodeStart: Node.Start routes each batch to its shard's pipeline, the
+// shards' batches interleaved and several in flight per shard; a batch for
+// a shard the node does not serve is refused with ErrWrongShard.
+func TestNodeStart(t *testing.T) {
+	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Sessions: 4, Requests: 60, BatchSize: 6}, 1, nil)
+	logs := [][][]byte{encodeLog(t, w, 0, 1), encodeLog(t, w, 1, 1)}
+	n, err := follower.OpenNode("/node", []uint32{0, 1}, &follower.NodeOptions{Follower: *testOptions(vfs.NewMem())})
+	require.NoError(t, err)
+	defer n.Close()
+	var queue [2][]*replication.Pending
+	for i := range logs[0] {
+		for s := range 2 {
+			queue[s] = append(queue[s], n.Start(logs[s][i]))
+			if len(queue[s]) == 3 {
+				res, err := queue[s][0].Wait()
+				require.NoError(t, err)
+				require.False(t, res.Ack.Refused)
+				queue[s] = queue[s][1:]
+			}
+		}
+	}
+	for s := range 2 {
+		for _, p := range queue[s] {
+			_, err := p.Wait()
+			require.NoError(t, err)
+		}
+		require.NoError(t, n.Follower(uint32(s), func(f *follower.Follower) error { return w.Oracle.Verify(f.State()) }))
+	}
+	other, err := wal.AppendBatch(nil, 7, 1, 1, []wal.Event{{Op: wal.OpOpen, Session: session.ID{1}, Seq: 1, Time: 1}})
+	require.NoError(t, err)
+	res, err := n.Start(other).Wait()
+	require.ErrorIs(t, err, replication.ErrWrongShard)
+	require.True(t, res.Ack.Refused)
 }
