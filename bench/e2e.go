@@ -214,6 +214,10 @@ func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
 	events := float64(b.N) * BatchEvents
 	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
+	// Batches sent again (retransmit timeouts, refusals, reconnects): work
+	// the pipeline did twice.
+	st := r.shipper.Stats()
+	b.ReportMetric(float64(st.BatchesResent)/float64(b.N), "resent/batch")
 }
 
 // Pipeline measures the exactly-once pipeline on the client-request
