@@ -246,7 +246,8 @@ type Pending struct {
 
 	b         *pebble.Batch // committed with Sync, its WAL sync not yet waited for
 	committed bool          // the batch reached the store (memtable)
-	started   time.Time
+	started   time.Time     // when stage handed the batch to Pebble
+	latency   time.Duration // from started until it was committed (synced, with Sync)
 	pos       position
 	lastTime  int64
 	counts    batchCounts
@@ -339,6 +340,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 	if pl.syncing {
 		p.b = b
 	} else {
+		p.latency = time.Since(pl.started)
 		_ = b.Close()
 	}
 	return p
@@ -362,6 +364,7 @@ func (p *Pending) Wait() (Result, error) {
 			_ = p.b.Close()
 		}
 		p.b = nil
+		p.latency = time.Since(p.started)
 	}
 	if p.prev != nil {
 		<-p.prev
@@ -388,7 +391,7 @@ func (p *Pending) Wait() (Result, error) {
 		}
 		r.stats.acct.Unlock()
 		if p.err == nil {
-			r.stats.commitLatency.Observe(time.Since(p.started))
+			r.stats.commitLatency.Observe(p.latency)
 			r.pos.Store(&p.pos)
 			r.lastTime.Store(p.lastTime)
 		}

@@ -40,8 +40,9 @@ type Stats struct {
 	ApplyErrors uint64 // batches refused: applier or store failure
 
 	// CommitLatency is the time each committed batch took to commit to
-	// Pebble (its fsync included unless NoSync or the batch changed only
-	// the position).
+	// Pebble: from handing it over until its WAL sync completed (unless
+	// NoSync or the batch changed only the position), which in the pipeline
+	// includes the syncs of the batches queued before it on the WAL.
 	CommitLatency LatencySnapshot
 }
 
