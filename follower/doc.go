@@ -94,7 +94,9 @@
 // Logger.Fatalf, whose default implementation exits the process. The follower
 // installs replication.FatalLogger, which panics with *replication.FatalError
 // on the committing goroutine; the receiver recovers it, returns
-// replication.ErrStoreFailed, and refuses every later batch. Serve returns that
+// replication.ErrStoreFailed, and refuses every later batch. A failed WAL
+// sync of a pipelined batch (below) comes back from its Pending.Wait, with
+// the same outcome, for it and every batch started after it. Serve returns that
 // error. The embedder must Close the follower and Open it again: the reopened
 // store holds either the whole failed batch or none of it, and the leader
 // resends from the position the follower reports in its handshake.
@@ -268,7 +270,21 @@
 //     position+1 is refused) and a SeqNo gap refuses the whole batch.
 //  3. State, HWMs, journal, position and epoch change in one Pebble batch.
 //  4. In-memory HWMs, window, position and epoch change only after that batch
-//     committed.
+//     reached the store; the reported position and the acks only after it is
+//     synced (replication's invariant 2 states this for the pipeline).
+//
+// # Pipeline
+//
+// Serve pipelines the receiver: its receive loop starts each batch
+// (Receiver.Start: decided, staged and in Pebble's memtable, its WAL sync in
+// flight) and an acknowledger waits for them in order (Pending.Wait) and
+// sends their acks, up to 4 batches between the two. The shipper keeps more
+// than that in flight (ShipperOptions.MaxInFlight, default 32), so the pipe
+// stays full; Pebble syncs every record queued on the WAL with one
+// fdatasync. Embedders with their own transport get the same through
+// Follower.Start. TestCrashSweepPipelined crashes at every WAL write and sync
+// with batches in every stage and checks that recovery keeps every
+// acknowledged LSN and ends in the oracle's state.
 //  5. A batch from an epoch below the highest committed one is refused before
 //     it touches anything.
 //  6. (Node) A shard's batches touch only that shard's store; a batch for a

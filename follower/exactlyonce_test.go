@@ -317,6 +317,8 @@ type crashFS struct {
 	clone *vfs.MemFS
 	rng   *rand.Rand
 	pct   int
+	// onClone, if set, runs (under mu) right after the crash image is taken.
+	onClone func()
 }
 
 func (c *crashFS) String() string { return fmt.Sprintf("crash before write %d", c.k) }
@@ -338,6 +340,9 @@ func (c *crashFS) MaybeError(op errorfs.Op) error {
 	c.n++
 	if c.n == c.k {
 		c.clone = c.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: c.pct, RNG: c.rng})
+		if c.onClone != nil {
+			c.onClone()
+		}
 	}
 	return nil
 }

@@ -415,6 +415,19 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 	return f.recv.Apply(batch)
 }
 
+// Start starts applying one shipped batch without waiting for its WAL sync
+// (see replication.Receiver.Start): embedders with their own transport that
+// pipeline batches call it, then Wait for each Pending in order and send
+// its ack. Wait for every Pending before Close.
+func (f *Follower) Start(batch []byte) *replication.Pending {
+	f.life.RLock()
+	defer f.life.RUnlock()
+	if f.stopped {
+		return replication.Refused(f.recv.Hello(), ErrFollowerClosed)
+	}
+	return f.recv.Start(batch)
+}
+
 // stop cancels every Serve, waits for in-flight Applies, forbids new ones and
 // new Serves, and waits for the Serves to return. It reports false if the
 // follower was already stopped.
@@ -513,30 +526,62 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	return nil
 }
 
+// pipelineDepth is how many batches serveConn keeps between Start and the
+// ack: while batch N's WAL sync is in flight, up to pipelineDepth-1 later
+// batches are decided and staged. The shipper keeps more in flight
+// (replication.ShipperOptions.MaxInFlight, default 32), so the pipe stays
+// full.
+const pipelineDepth = 4
+
 // serveConn applies what conn delivers until it fails; delivered is called
-// once, at the first batch.
+// once, at the first batch. Batches are pipelined: the receive loop starts
+// each (Receiver.Start) and an acknowledger waits for them in order
+// (Pending.Wait) and sends their acks, so no ack precedes its batch's sync.
 func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn, delivered func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pending := make(chan *replication.Pending, pipelineDepth-1)
+	ackErr := make(chan error, 1)
+	go func() {
+		var failed error
+		for p := range pending {
+			res, err := p.Wait() // every Pending is waited for, also after a failure
+			if failed != nil {
+				continue
+			}
+			if errors.Is(err, replication.ErrStoreFailed) {
+				_ = conn.Send(ctx, res.Ack)
+				failed = err
+				cancel()
+				continue
+			}
+			if err != nil && !errors.Is(err, replication.ErrSeqGap) && !errors.Is(err, replication.ErrOutOfOrder) {
+				f.opts.Logger.Warn("oncewal follower: batch refused", "err", err)
+			}
+			if err := conn.Send(ctx, res.Ack); err != nil {
+				failed = err
+				cancel()
+			}
+		}
+		ackErr <- failed
+	}()
+	var err error
 	for first := true; ; first = false {
-		batch, err := conn.Recv(ctx)
-		if err != nil {
-			return err
+		var batch []byte
+		if batch, err = conn.Recv(ctx); err != nil {
+			break
 		}
 		f.link.lastBatch.Store(time.Now().UnixNano())
 		if first {
 			delivered()
 		}
-		res, err := f.recv.Apply(batch)
-		if errors.Is(err, replication.ErrStoreFailed) {
-			_ = conn.Send(ctx, res.Ack)
-			return err
-		}
-		if err != nil && !errors.Is(err, replication.ErrSeqGap) && !errors.Is(err, replication.ErrOutOfOrder) {
-			f.opts.Logger.Warn("oncewal follower: batch refused", "err", err)
-		}
-		if err := conn.Send(ctx, res.Ack); err != nil {
-			return err
-		}
+		pending <- f.recv.Start(batch)
 	}
+	close(pending)
+	if aerr := <-ackErr; aerr != nil {
+		return aerr // the acknowledger's failure is the cause; Recv saw its cancel
+	}
+	return err
 }
 
 // Shard is the shard the follower serves.

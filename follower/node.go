@@ -255,22 +255,46 @@ func (n *Node) lookup(shard uint32) (*nodeShard, error) {
 // does not decode gets the wal error. Batches of different shards may be
 // applied concurrently.
 func (n *Node) Apply(batch []byte) (replication.Result, error) {
+	ns, ack, err := n.route(batch)
+	if err != nil {
+		return replication.Result{Ack: ack}, err
+	}
+	defer ns.mu.RUnlock()
+	return ns.f.Apply(batch)
+}
+
+// Start is Apply without waiting for the batch's WAL sync (see
+// Follower.Start; Serve pipelines this way): wait for each shard's Pendings
+// in the order Start returned them, and for all of them before Close.
+func (n *Node) Start(batch []byte) *replication.Pending {
+	ns, ack, err := n.route(batch)
+	if err != nil {
+		return replication.Refused(ack, err)
+	}
+	defer ns.mu.RUnlock()
+	return ns.f.Start(batch)
+}
+
+// route finds the open shard of batch and returns it read-locked, or the
+// refused ack and the error.
+func (n *Node) route(batch []byte) (*nodeShard, replication.Ack, error) {
 	h, err := wal.DecodeHeader(batch)
 	if err != nil {
 		n.corrupt.Add(1)
-		return replication.Result{Ack: replication.Ack{Refused: true}}, err
+		return nil, replication.Ack{Refused: true}, err
 	}
 	ns, err := n.lookup(h.Shard)
 	if err != nil {
 		n.wrongShard.Add(1)
-		return replication.Result{Ack: replication.Ack{Shard: h.Shard, Refused: true}}, err
+		return nil, replication.Ack{Shard: h.Shard, Refused: true}, err
 	}
 	ns.mu.RLock()
-	defer ns.mu.RUnlock()
 	if ns.f == nil {
-		return replication.Result{Ack: replication.Ack{Shard: h.Shard, Refused: true}}, ns.err()
+		err := ns.err()
+		ns.mu.RUnlock()
+		return nil, replication.Ack{Shard: h.Shard, Refused: true}, err
 	}
-	return ns.f.Apply(batch)
+	return ns, replication.Ack{}, nil
 }
 
 func (ns *nodeShard) err() error {

@@ -269,10 +269,8 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 		}
 		return out.String()
 	case d.failNext:
-		// Pebble reports a failed WAL sync through its fatal log call, which
-		// carries the message only (a *FatalError), not the error.
-		var fatal *FatalError
-		if !errors.Is(err, ErrStoreFailed) || !errors.As(err, &fatal) || !strings.Contains(fatal.Msg, errInjectedSync.Error()) {
+		// The WAL sync's error comes back from Batch.SyncWait, cause kept.
+		if !errors.Is(err, ErrStoreFailed) || !errors.Is(err, errInjectedSync) || !res.Ack.Refused || res.Committed {
 			t.Errorf("%s: failed commit, Apply: %+v, %v", td.Pos, res, err)
 		}
 		return out.String()
@@ -349,5 +347,49 @@ func TestApplyKeepsInnerError(t *testing.T) {
 	}
 	if applied, _ := recv.Position(); applied != 0 {
 		t.Fatalf("position %d after a refused batch", applied)
+	}
+}
+
+// TestPipelineSyncFailure: batches started while an earlier batch's WAL sync
+// fails are all refused, also those already in the memtable, and the durable
+// position (Position, the acks) never includes any of them. Position moves
+// only in Wait, never at Start.
+func TestPipelineSyncFailure(t *testing.T) {
+	d := newDecideRig(t, &datadriven.TestData{})
+	enc := func(first uint64, seq session.SeqNo) []byte {
+		raw, err := wal.AppendBatch(nil, 0, 1, first, []wal.Event{{Op: wal.OpPut, Session: name16("a"), Seq: seq,
+			Time: decideOrigin + int64(seq), Key: []byte("k"), Value: []byte("v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	p1 := d.recv.Start(enc(1, 1))
+	if applied, _ := d.recv.Position(); applied != 0 {
+		t.Fatalf("Position %d before Wait", applied)
+	}
+	res, err := p1.Wait()
+	if err != nil || res.Ack.AppliedLSN != 1 {
+		t.Fatalf("first batch: %+v, %v", res, err)
+	}
+
+	d.fs.armed = true
+	p2 := d.recv.Start(enc(2, 2))
+	p3 := d.recv.Start(enc(3, 3)) // decided from p2's position: staged while p2 syncs
+	for i, p := range []*Pending{p2, p3} {
+		res, err := p.Wait()
+		if !errors.Is(err, ErrStoreFailed) || !res.Ack.Refused || res.Committed || res.Ack.AppliedLSN != 1 {
+			t.Fatalf("batch %d after the failed sync: %+v, %v", i+2, res, err)
+		}
+	}
+	d.fs.armed = false
+	if applied, _ := d.recv.Position(); applied != 1 {
+		t.Fatalf("Position %d after the failed sync, want 1", applied)
+	}
+	if _, err := d.recv.Apply(enc(4, 4)); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("Apply after the failure: %v", err)
+	}
+	if st := d.recv.Stats(); st.Events != st.Accounted() {
+		t.Fatalf("counters do not account for every event: %+v", st)
 	}
 }

@@ -265,15 +265,28 @@
 //  1. One Pebble batch per shipped batch holds the applied state, the HWM
 //     advances, the window journal, the applied LSN and the epoch. It commits
 //     (with Sync, unless NoSync) or nothing happens.
-//  2. The window, the in-memory HWMs, the position and the epoch change only
-//     after that commit (Receiver.Apply is decide → stage → publish; decide
-//     states the order of decisions, publish is the only step that changes
-//     memory). A refused batch, an Applier error or a failed commit
-//     leave the follower exactly as it was; the batch may be delivered again.
+//  2. Memory follows the store, never leads it. Receiver.Apply is decide →
+//     stage → publish (decide states the order of decisions; publish is the
+//     only step that changes memory), and the receiver pipelines it
+//     (Receiver.Start, Pending.Wait): a batch is handed to Pebble with Sync
+//     without waiting for its WAL sync (DB.ApplyNoSyncWait), so the next
+//     batch is decided and staged while that sync is in flight. Two
+//     positions follow the store, each its own layer of it: the window, the
+//     in-memory HWMs and the position decide starts from change once the
+//     batch is in Pebble's memtable (visible to every reader of the store);
+//     the position Position and Hello report, and every ack, change only
+//     once the batch and every batch before it are synced (Wait, in Start
+//     order). A refused batch or an Applier error leaves the follower
+//     exactly as it was. A failed commit or WAL sync fails the store: that
+//     batch and every later one — also those already in the memtable — are
+//     refused (ErrStoreFailed), nothing more is acknowledged, and the
+//     embedder reopens, which rebuilds memory from the synced prefix. A
+//     crash loses at most batches that were never acknowledged.
 //  3. Every event of a decodable batch is counted in exactly one Stats
 //     counter (see Stats.Accounted).
-//  4. Acks carry the durable applied position: the leader never needs to
-//     resend anything at or below it, and resending anything is harmless.
+//  4. Acks carry the durable applied position (synced, unless NoSync): the
+//     leader never needs to resend anything at or below it, and resending
+//     anything is harmless. An ack never precedes its batch's WAL sync.
 //  5. The position and the identity of the batch ending there (m/last_batch)
 //     commit together, so a hello never names a batch the follower did not
 //     apply last.

@@ -1,6 +1,9 @@
 package replication
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Stats is a snapshot of a Receiver's counters since it was created.
 //
@@ -9,9 +12,10 @@ import "sync/atomic"
 //	Events == Applied + DiscardedPosition + DiscardedHWM + DiscardedWindow +
 //	          DiscardedInBatch + SkippedClosed + SkippedTooOld + RefusedEvents
 //
-// so an outsider can check that nothing vanished. The identity holds whenever
-// no batch is being applied; a snapshot taken during Apply may see a batch's
-// events counted before its outcome.
+// so an outsider can check that nothing vanished. The identity holds in every
+// snapshot, also while batches are in the pipeline: a batch's events are
+// counted together with their outcomes (for a batch that reaches the store,
+// when its WAL sync completes, in Pending.Wait).
 type Stats struct {
 	Batches          uint64 // batches offered to Apply (including undecodable ones)
 	BatchesCommitted uint64 // batches committed to Pebble
@@ -36,8 +40,9 @@ type Stats struct {
 	ApplyErrors uint64 // batches refused: applier or store failure
 
 	// CommitLatency is the time each committed batch took to commit to
-	// Pebble (its fsync included unless NoSync or the batch changed only
-	// the position).
+	// Pebble: from handing it over until its WAL sync completed (unless
+	// NoSync or the batch changed only the position), which in the pipeline
+	// includes the syncs of the batches queued before it on the WAL.
 	CommitLatency LatencySnapshot
 }
 
@@ -81,6 +86,10 @@ func (s Stats) Add(o Stats) Stats {
 type counter = atomic.Uint64
 
 type statsCounters struct {
+	// acct makes a batch's event count and its outcomes one step for Stats:
+	// whoever adds to events adds the outcomes under it, and Stats reads
+	// under it, so every snapshot has Events == Accounted().
+	acct                                                            sync.Mutex
 	batches, committed, duplicateBatches, bytes                     counter
 	events, applied, discardedPosition, discardedHWM                counter
 	discardedWindow, discardedInBatch, skippedClosed, skippedTooOld counter
@@ -107,6 +116,8 @@ func (s *statsCounters) add(c *batchCounts, applied int) {
 // Stats returns a snapshot of the receiver's counters.
 func (r *Receiver) Stats() Stats {
 	s := &r.stats
+	s.acct.Lock()
+	defer s.acct.Unlock()
 	return Stats{
 		Batches:           s.batches.Load(),
 		BatchesCommitted:  s.committed.Load(),
