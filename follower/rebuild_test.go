@@ -165,3 +165,74 @@ func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestNodeRebuildsEachRefusedShard: a node of two shards joins a leader
+// whose retention deleted both logs' starts; with Rebuild=auto each shard
+// is rebuilt from its own donor (one Source for the node: snapshot.Router)
+// and the node ends equal to the oracle.
+func TestNodeRebuildsEachRefusedShard(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 13, Sessions: 8, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
+	clock := sim.NewClock(w.Config.Start)
+	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	defer trs[0].Close()
+	defer trs[1].Close()
+	dir := t.TempDir()
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 2, Followers: []string{"gone", "node"}, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(s uint32) replication.Listener { return trs[s] },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run(ctx) }()
+	var donors []snapshot.Source
+	for s := range uint32(2) {
+		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
+		require.NoError(t, err)
+		defer d.Close()
+		donors = append(donors, d)
+	}
+	c := sim.NewClient(w, 2, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	for _, st := range l.Stats() {
+		require.Greater(t, st.Retention.FirstLSN, uint64(1), "shard %d: retention deleted the log's start", st.Shard)
+	}
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{
+		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
+		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+		Rebuild:     follower.RebuildAuto,
+		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
+	}})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+	for s := range uint32(2) {
+		for {
+			lsn, _, err := n.Position(s)
+			if err == nil && lsn == c.LastLSN(s) {
+				break
+			}
+			require.NoError(t, ctx.Err(), "shard %d never caught up", s)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
+	for _, ss := range n.Stats().Shards {
+		require.Equal(t, 1, ss.Rebuilds, "shard %d", ss.Shard)
+	}
+	stop()
+	require.NoError(t, <-served)
+	require.NoError(t, n.Close())
+	cancel()
+	<-ran
+}
