@@ -236,3 +236,97 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	cancel()
 	<-ran
 }
+
+// TestDeposedLeaderRejoinsAsFollower: leader A ships to follower node B,
+// which stops; A logs more and dies. B is promoted (a leader opened on its
+// node directory at epoch 2). A's own shard store — which holds entries the
+// new history does not — joins B as follower "a" with Rebuild=auto: it is
+// refused as diverged, rebuilt from B's snapshot, and equals the history B
+// continues.
+func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 17, Sessions: 6, Requests: 400, RetryRate: 0.1, BatchSize: 12})
+	clock := sim.NewClock(w.Config.Start)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// stop ends a leader's Run, then closes it.
+	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
+		l, err := leader.Open(d, &leader.Options{
+			Shards: 1, Epoch: epoch, Followers: followers, Wall: clock.Now,
+			Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+			Listener: func(uint32) replication.Listener { return tr },
+			Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+		})
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- l.Run(rctx) }()
+		return l, func() { cancel(); <-ran; require.NoError(t, l.Close()) }
+	}
+	trA := replication.NewInProcess(replication.FaultsNone, 1)
+	defer trA.Close()
+	a, stopA := open(dir+"/a", 0, []string{"b"}, trA)
+	c := sim.NewClient(w, 1, clock)
+	for range len(w.Batches) / 2 {
+		_, err := c.Send(a)
+		require.NoError(t, err)
+	}
+	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable, ReconnectBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	bctx, stopB := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(bctx, func(uint32) replication.Dialer { return trA }) }()
+	promoted := c.LastLSN(0)
+	for {
+		lsn, _, _ := b.Position(0)
+		if lsn == promoted {
+			break
+		}
+		require.NoError(t, ctx.Err())
+		time.Sleep(2 * time.Millisecond)
+	}
+	stopB()
+	require.NoError(t, <-served)
+	require.NoError(t, b.Close())
+	for !c.Done() { // B never sees these: A's store goes beyond the promoted history
+		_, err := c.Send(a)
+		require.NoError(t, err)
+	}
+	require.Greater(t, c.LastLSN(0), promoted)
+	stopA()
+	c.Truncate(0, promoted)
+
+	trB := replication.NewInProcess(replication.FaultsNone, 2)
+	defer trB.Close()
+	lb, stopLB := open(dir+"/b", 2, []string{"a"}, trB)
+	defer stopLB()
+	donor, err := lb.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+
+	var cur atomic.Pointer[follower.Follower]
+	var reason error
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- follower.Run(rctx, follower.ShardDir(dir+"/a", 0), &follower.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable,
+			ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
+			trB, &follower.RunHooks{
+				Opened:  func(f *follower.Follower) { cur.Store(f) },
+				Rebuilt: func(r error, _ snapshot.Manifest, _ snapshot.Stats) { reason = r },
+			})
+	}()
+	for {
+		if f := cur.Load(); f != nil {
+			if lsn, epoch := f.Position(); lsn == promoted && epoch == 2 {
+				require.NoError(t, c.Oracle().Verify(f.State()))
+				break
+			}
+		}
+		require.NoError(t, ctx.Err(), "the deposed leader's store never rejoined")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	require.NoError(t, <-done)
+	require.ErrorIs(t, reason, replication.ErrDiverged)
+}
