@@ -146,7 +146,13 @@ type nodeShard struct {
 	retired   replication.Stats // counters of earlier incarnations
 	retiredBG uint64            // their background errors
 	reopens   int
+	rebuilds  int
 	lastErr   error
+	// stopOnRefusal is the caller's Options.StopOnPermanentRefusal: with
+	// Rebuild auto the shard's Follower stops at every permanent refusal
+	// (so that serveShard can rebuild), and this says what to do with the
+	// others.
+	stopOnRefusal bool
 }
 
 // OpenNode opens (or creates) the store of every shard in shards under dir
@@ -200,7 +206,10 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			o.PerShard(s, &so)
 			so.Shard = s
 		}
-		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so}
+		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so, stopOnRefusal: so.StopOnPermanentRefusal}
+		if so.Rebuild == RebuildAuto {
+			ns.opts.StopOnPermanentRefusal = true
+		}
 		n.shards = append(n.shards, ns)
 		n.byID[s] = ns
 	}
@@ -384,7 +393,9 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 
 // serveShard serves one shard until ctx ends (nil) or, with
 // Options.StopOnPermanentRefusal, the leader refuses it for good (that
-// error, marked with the shard).
+// error, marked with the shard). With Options.Rebuild auto, a refusal only
+// a rebuild fixes (NeedsRebuild) closes the shard's store, rebuilds it from
+// Options.RebuildFrom and reopens it; the other shards are not touched.
 func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dialer) error {
 	log := ns.opts.Logger
 	for ctx.Err() == nil {
@@ -399,16 +410,55 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 				return nil // stopped, or the node is closing this follower
 			}
 			if errors.Is(err, ErrPermanentRefusal) {
-				return fmt.Errorf("shard %d: %w", ns.shard, err)
+				switch {
+				case NeedsRebuild(err) && ns.opts.Rebuild == RebuildAuto:
+					n.rebuild(ctx, ns, err)
+				case ns.stopOnRefusal:
+					return fmt.Errorf("shard %d: %w", ns.shard, err)
+				default:
+					// Stopped only to see whether a rebuild was the
+					// answer: keep redialling as Serve would have.
+					if sleepCtx(ctx, ns.opts.MaxReconnectBackoff) != nil {
+						return nil
+					}
+					continue
+				}
+			} else {
+				log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
+				ns.mu.Lock()
+				ns.retire(err)
+				ns.mu.Unlock()
 			}
-			log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
-			ns.mu.Lock()
-			ns.retire(err)
-			ns.mu.Unlock()
 		}
 		n.reopen(ctx, ns)
 	}
 	return nil
+}
+
+// rebuild closes ns's store and replaces it with a snapshot from
+// ns.opts.RebuildFrom (Rebuild), retrying at the longest redial backoff
+// until it succeeds or ctx ends; the old store stays meanwhile.
+func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
+	log := ns.opts.Logger
+	ns.mu.Lock()
+	ns.retire(reason)
+	ns.mu.Unlock()
+	log.Warn("oncewal node: rebuilding a shard store from a snapshot", "shard", ns.shard, "reason", reason)
+	for ctx.Err() == nil {
+		m, st, err := Rebuild(ctx, ns.dir, &ns.opts, ns.opts.RebuildFrom, reason)
+		if err == nil {
+			ns.mu.Lock()
+			ns.rebuilds++
+			ns.mu.Unlock()
+			log.Info("oncewal node: shard store rebuilt from a snapshot", "shard", ns.shard,
+				"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
+			return
+		}
+		log.Error("oncewal node: rebuild failed; the old store is kept, retrying", "shard", ns.shard, "err", err)
+		if sleepCtx(ctx, ns.opts.MaxReconnectBackoff) != nil {
+			return
+		}
+	}
 }
 
 // retire closes the current follower after a failure. Caller holds ns.mu.
@@ -460,6 +510,7 @@ type ShardStats struct {
 	Stats
 	WindowBytes int64 // memory the shard's window holds (allocated up front)
 	Reopens     int   // times the store was reopened after a failure
+	Rebuilds    int   // times the store was rebuilt from a snapshot (Options.Rebuild)
 	Err         error // non-nil while the shard is down (failed, reopening)
 }
 
@@ -482,7 +533,7 @@ func (n *Node) Stats() NodeStats {
 	st := NodeStats{WrongShard: n.wrongShard.Load(), Corrupt: n.corrupt.Load()}
 	for _, ns := range n.shards {
 		ns.mu.RLock()
-		ss := ShardStats{Shard: ns.shard, Reopens: ns.reopens, Err: ns.lastErr}
+		ss := ShardStats{Shard: ns.shard, Reopens: ns.reopens, Rebuilds: ns.rebuilds, Err: ns.lastErr}
 		ss.Receiver = ns.retired
 		ss.BackgroundErrors = ns.retiredBG
 		ss.WindowCapacity = ns.opts.WindowCapacity

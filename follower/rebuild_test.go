@@ -165,3 +165,168 @@ func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestNodeRebuildsEachRefusedShard: a node of two shards joins a leader
+// whose retention deleted both logs' starts; with Rebuild=auto each shard
+// is rebuilt from its own donor (one Source for the node: snapshot.Router)
+// and the node ends equal to the oracle.
+func TestNodeRebuildsEachRefusedShard(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 13, Sessions: 8, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
+	clock := sim.NewClock(w.Config.Start)
+	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	defer trs[0].Close()
+	defer trs[1].Close()
+	dir := t.TempDir()
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 2, Followers: []string{"gone", "node"}, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(s uint32) replication.Listener { return trs[s] },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run(ctx) }()
+	var donors []snapshot.Source
+	for s := range uint32(2) {
+		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
+		require.NoError(t, err)
+		defer d.Close()
+		donors = append(donors, d)
+	}
+	c := sim.NewClient(w, 2, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	for _, st := range l.Stats() {
+		require.Greater(t, st.Retention.FirstLSN, uint64(1), "shard %d: retention deleted the log's start", st.Shard)
+	}
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{
+		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
+		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+		Rebuild:     follower.RebuildAuto,
+		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
+	}})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+	for s := range uint32(2) {
+		for {
+			lsn, _, err := n.Position(s)
+			if err == nil && lsn == c.LastLSN(s) {
+				break
+			}
+			require.NoError(t, ctx.Err(), "shard %d never caught up", s)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
+	for _, ss := range n.Stats().Shards {
+		require.Equal(t, 1, ss.Rebuilds, "shard %d", ss.Shard)
+	}
+	stop()
+	require.NoError(t, <-served)
+	require.NoError(t, n.Close())
+	cancel()
+	<-ran
+}
+
+// TestDeposedLeaderRejoinsAsFollower: leader A ships to follower node B,
+// which stops; A logs more and dies. B is promoted (a leader opened on its
+// node directory at epoch 2). A's own shard store — which holds entries the
+// new history does not — joins B as follower "a" with Rebuild=auto: it is
+// refused as diverged, rebuilt from B's snapshot, and equals the history B
+// continues.
+func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 17, Sessions: 6, Requests: 400, RetryRate: 0.1, BatchSize: 12})
+	clock := sim.NewClock(w.Config.Start)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// stop ends a leader's Run, then closes it.
+	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
+		l, err := leader.Open(d, &leader.Options{
+			Shards: 1, Epoch: epoch, Followers: followers, Wall: clock.Now,
+			Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+			Listener: func(uint32) replication.Listener { return tr },
+			Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+		})
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- l.Run(rctx) }()
+		return l, func() { cancel(); <-ran; require.NoError(t, l.Close()) }
+	}
+	trA := replication.NewInProcess(replication.FaultsNone, 1)
+	defer trA.Close()
+	a, stopA := open(dir+"/a", 0, []string{"b"}, trA)
+	c := sim.NewClient(w, 1, clock)
+	for range len(w.Batches) / 2 {
+		_, err := c.Send(a)
+		require.NoError(t, err)
+	}
+	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable, ReconnectBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	bctx, stopB := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(bctx, func(uint32) replication.Dialer { return trA }) }()
+	promoted := c.LastLSN(0)
+	for {
+		lsn, _, _ := b.Position(0)
+		if lsn == promoted {
+			break
+		}
+		require.NoError(t, ctx.Err())
+		time.Sleep(2 * time.Millisecond)
+	}
+	stopB()
+	require.NoError(t, <-served)
+	require.NoError(t, b.Close())
+	for !c.Done() { // B never sees these: A's store goes beyond the promoted history
+		_, err := c.Send(a)
+		require.NoError(t, err)
+	}
+	require.Greater(t, c.LastLSN(0), promoted)
+	stopA()
+	c.Truncate(0, promoted)
+
+	trB := replication.NewInProcess(replication.FaultsNone, 2)
+	defer trB.Close()
+	lb, stopLB := open(dir+"/b", 2, []string{"a"}, trB)
+	defer stopLB()
+	donor, err := lb.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+
+	var cur atomic.Pointer[follower.Follower]
+	var reason error
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- follower.Run(rctx, follower.ShardDir(dir+"/a", 0), &follower.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable,
+			ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
+			trB, &follower.RunHooks{
+				Opened:  func(f *follower.Follower) { cur.Store(f) },
+				Rebuilt: func(r error, _ snapshot.Manifest, _ snapshot.Stats) { reason = r },
+			})
+	}()
+	for {
+		if f := cur.Load(); f != nil {
+			if lsn, epoch := f.Position(); lsn == promoted && epoch == 2 {
+				require.NoError(t, c.Oracle().Verify(f.State()))
+				break
+			}
+		}
+		require.NoError(t, ctx.Err(), "the deposed leader's store never rejoined")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	require.NoError(t, <-done)
+	require.ErrorIs(t, reason, replication.ErrDiverged)
+}

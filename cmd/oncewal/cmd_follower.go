@@ -137,7 +137,7 @@ type followerConfig struct {
 	noSync          bool
 	statsEvery      time.Duration
 	stopOnRefusal   bool
-	rebuild         follower.RebuildMode // single-store mode only (not --shards)
+	rebuild         follower.RebuildMode
 	rebuildRate     int64
 	metricsAddr     string                                  // "": no metrics server
 	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
@@ -165,10 +165,18 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		for i := range shards {
 			shards[i] = uint32(i)
 		}
+		no := fo
 		if c.rebuild == follower.RebuildAuto {
-			log.Warn("oncewal follower: --rebuild=auto is not implemented for node directories (--shards) yet: a shard refused as diverged or behind retention stays refused")
+			// Each refused shard is rebuilt from the leader's snapshot
+			// of that shard; the others keep serving.
+			client, err := grpctransport.NewSnapshotClient(c.leader, &grpctransport.DialerOptions{TLS: c.tls, Insecure: c.tls == nil, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			no.Rebuild, no.RebuildFrom, no.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
 		}
-		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: fo})
+		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no})
 		if err != nil {
 			return err
 		}

@@ -60,8 +60,8 @@ type ServerOptions struct {
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	// Snapshots, if set, gives the snapshot donor of a shard (nil: none)
 	// that the Snapshot method serves (see snapshot.go); a follower that
-	// must be rebuilt fetches from it with a SnapshotClient. Default: the
-	// method answers Unimplemented.
+	// must be rebuilt fetches from it with a SnapshotClient. Default: none
+	// (a begin is refused with snapshot.ErrNoDonor).
 	Snapshots func(shard uint32) snapshot.Source
 }
 
@@ -192,7 +192,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(streamWindow),
 	)
-	snaps := &snapshotService{donors: o.Snapshots, byID: map[string]snapshot.Source{}}
+	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots)}
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -51,12 +50,9 @@ type snapshotRequest struct {
 }
 
 // snapshotService answers Snapshot calls from the donors the server was
-// given (ServerOptions.Snapshots).
+// given (ServerOptions.Snapshots), through a snapshot.Router.
 type snapshotService struct {
-	donors func(shard uint32) snapshot.Source
-
-	mu   sync.Mutex
-	byID map[string]snapshot.Source // snapshots begun, by manifest ID
+	donors *snapshot.Router
 }
 
 func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any, error) {
@@ -70,35 +66,21 @@ func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any,
 	}
 	switch req.Op {
 	case "begin":
-		var src snapshot.Source
-		if s.donors != nil {
-			src = s.donors(req.Shard)
-		}
-		if src == nil {
-			return nil, status.Errorf(codes.Unimplemented, "grpctransport: this server donates no snapshot of shard %d", req.Shard)
-		}
-		m, err := src.Begin(ctx, req.Shard)
+		m, err := s.donors.Begin(ctx, req.Shard)
 		if err != nil {
 			return nil, snapshotStatus(err)
 		}
-		s.mu.Lock()
-		s.byID[m.ID] = src
-		s.mu.Unlock()
 		b, err := json.Marshal(m)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "grpctransport: %v", err)
 		}
 		return &frame{b}, nil
 	case "read":
-		src := s.source(req.ID)
-		if src == nil {
-			return nil, snapshotStatus(fmt.Errorf("%w: %s", snapshot.ErrUnknownSnapshot, req.ID))
-		}
 		if req.N <= 0 || req.N > snapshot.MaxChunkSize {
 			return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot read of %d bytes", req.N)
 		}
 		out := make([]byte, 1+req.N)
-		n, err := src.Read(ctx, req.ID, req.Name, req.Off, out[1:])
+		n, err := s.donors.Read(ctx, req.ID, req.Name, req.Off, out[1:])
 		switch {
 		case errors.Is(err, io.EOF):
 			out[0] = 1
@@ -107,24 +89,12 @@ func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any,
 		}
 		return &frame{out[:1+n]}, nil
 	case "end":
-		src := s.source(req.ID)
-		s.mu.Lock()
-		delete(s.byID, req.ID)
-		s.mu.Unlock()
-		if src != nil {
-			if err := src.End(ctx, req.ID); err != nil {
-				return nil, snapshotStatus(err)
-			}
+		if err := s.donors.End(ctx, req.ID); err != nil {
+			return nil, snapshotStatus(err)
 		}
 		return &frame{[]byte{}}, nil
 	}
 	return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot op %q", req.Op)
-}
-
-func (s *snapshotService) source(id string) snapshot.Source {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.byID[id]
 }
 
 // snapshotStatus carries the snapshot package's typed refusals as status

@@ -75,7 +75,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 
 	// Another shard: the server donates none.
 	_, _, err = snapshot.Fetch(ctx, client, fs, "/other", snapshot.Want{Shard: 1}, nil)
-	require.Error(t, err)
+	require.ErrorIs(t, err, snapshot.ErrMismatch)
 
 	// A client the server does not trust.
 	other, err := GenerateCerts([]string{"127.0.0.1"}, time.Hour)
