@@ -127,7 +127,7 @@ func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 
 func TestFaultPlanDeterministic(t *testing.T) {
 	plan := func(seed uint64, interleaveAcks bool) []string {
-		p := NewFaultPlan(FaultsHeavy, seed)
+		p := newFaultPlan(FaultsHeavy, seed)
 		var out []string
 		for i := 0; i < 5000; i++ {
 			out = append(out, fmt.Sprintf("%+v", p.NextBatch()))
@@ -146,7 +146,7 @@ func TestFaultPlanDeterministic(t *testing.T) {
 	}
 
 	// Frequencies follow the configured probabilities.
-	p := NewFaultPlan(FaultsHeavy, 7)
+	p := newFaultPlan(FaultsHeavy, 7)
 	const n = 100_000
 	var disc, drop, dup, hold, delay int
 	for i := 0; i < n; i++ {
@@ -186,9 +186,9 @@ func TestFaultPlanDeterministic(t *testing.T) {
 	near("hold", hold, live*h.ReorderBatch)
 	near("delay", delay, live*(1-h.ReorderBatch)*h.DelayBatch)
 
-	none := NewFaultPlan(FaultsNone, 7)
+	none := newFaultPlan(FaultsNone, 7)
 	for i := 0; i < 1000; i++ {
-		if f, a := none.NextBatch(), none.NextAck(); f != (BatchFault{}) || a != (AckFault{}) {
+		if f, a := none.NextBatch(), none.NextAck(); f != (batchFault{}) || a != (ackFault{}) {
 			t.Fatalf("FaultsNone decided %+v %+v", f, a)
 		}
 	}
