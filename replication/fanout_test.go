@@ -114,7 +114,7 @@ type fanoutRig struct {
 }
 
 // newFanoutRig registers ids and gives follower id the faults faults[id].
-func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultConfig, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
+func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
 	t.Helper()
 	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*InProcess{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
 	var ls []Listener
@@ -185,7 +185,7 @@ func (r *fanoutRig) stop() {
 
 // noDisconnects is FaultsHeavy without broken connections: batches and acks
 // are still dropped, duplicated, reordered and delayed.
-func noDisconnects(c FaultConfig) FaultConfig {
+func noDisconnects(c FaultOptions) FaultOptions {
 	c.Disconnect = 0
 	return c
 }
@@ -202,7 +202,7 @@ func TestFanoutEveryFollowerGetsEveryBatch(t *testing.T) {
 		seeds = 50
 	}
 	ids := []string{"a", "b", "c"}
-	faults := map[string]FaultConfig{"a": FaultsHeavy, "b": noDisconnects(FaultsHeavy), "c": FaultsHeavy}
+	faults := map[string]FaultOptions{"a": FaultsHeavy, "b": noDisconnects(FaultsHeavy), "c": FaultsHeavy}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			r := newFanoutRig(t, ids, faults, seed, nil)

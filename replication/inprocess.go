@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// ErrBadFaultConfig: a FaultConfig field is out of range (see Validate).
-var ErrBadFaultConfig = errors.New("replication: bad fault config")
+// ErrBadFaultOptions: a FaultOptions field is out of range (see Validate).
+var ErrBadFaultOptions = errors.New("replication: bad fault options")
 
-// FaultConfig sets the faults an InProcess transport injects. Probabilities
+// FaultOptions sets the faults an InProcess transport injects. Probabilities
 // are per accepted Send, in [0, 1]. The zero value injects nothing.
-type FaultConfig struct {
+type FaultOptions struct {
 	DropBatch      float64 // batch silently lost
 	DuplicateBatch float64 // batch delivered twice (the copy first)
 	// ReorderBatch holds a batch back until 1..ReorderWindow later batches
@@ -40,26 +40,26 @@ type FaultConfig struct {
 
 // Fault presets. Treat them as constants: NewInProcess copies its argument.
 var (
-	FaultsNone  = FaultConfig{}
-	FaultsLight = FaultConfig{
+	FaultsNone  = FaultOptions{}
+	FaultsLight = FaultOptions{
 		DropBatch: 0.01, DuplicateBatch: 0.01, ReorderBatch: 0.01, DelayBatch: 0.01,
 		DropAck: 0.01, DelayAck: 0.01, Disconnect: 0.002,
 		ReorderWindow: 4, MaxDelay: time.Millisecond,
 	}
-	FaultsHeavy = FaultConfig{
+	FaultsHeavy = FaultOptions{
 		DropBatch: 0.1, DuplicateBatch: 0.1, ReorderBatch: 0.1, DelayBatch: 0.05,
 		DropAck: 0.1, DelayAck: 0.05, Disconnect: 0.02,
 		ReorderWindow: 8, MaxDelay: 2 * time.Millisecond,
 	}
 )
 
-func (c *FaultConfig) probs() []*float64 {
+func (c *FaultOptions) probs() []*float64 {
 	return []*float64{&c.DropBatch, &c.DuplicateBatch, &c.ReorderBatch, &c.DelayBatch,
 		&c.DropAck, &c.DelayAck, &c.Disconnect}
 }
 
-// Validate reports every out-of-range field, wrapped in ErrBadFaultConfig.
-func (c FaultConfig) Validate() error {
+// Validate reports every out-of-range field, wrapped in ErrBadFaultOptions.
+func (c *FaultOptions) Validate() error {
 	var errs []error
 	names := []string{"DropBatch", "DuplicateBatch", "ReorderBatch", "DelayBatch", "DropAck", "DelayAck", "Disconnect"}
 	for i, p := range c.probs() {
@@ -77,15 +77,15 @@ func (c FaultConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("QueueSize = %d < 0", c.QueueSize))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadFaultConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrBadFaultOptions, errors.Join(errs...))
 	}
 	return nil
 }
 
 // EnsureDefaults fills unset fields with their defaults and clamps
-// out-of-range values into range (NaN counts as 0), so any FaultConfig is
+// out-of-range values into range (NaN counts as 0), so any FaultOptions is
 // usable; call Validate first to reject bad input instead.
-func (c *FaultConfig) EnsureDefaults() *FaultConfig {
+func (c *FaultOptions) EnsureDefaults() *FaultOptions {
 	for _, p := range c.probs() {
 		switch {
 		case math.IsNaN(*p) || *p < 0:
@@ -130,12 +130,12 @@ type ackFault struct {
 // on (config, seed, n) — never on acks, timing or which faults fired before.
 // Not safe for concurrent use.
 type faultPlan struct {
-	cfg        FaultConfig
+	cfg        FaultOptions
 	batch, ack *rand.Rand
 }
 
 // newFaultPlan returns the decision sequence for cfg (defaults applied) and seed.
-func newFaultPlan(cfg FaultConfig, seed uint64) *faultPlan {
+func newFaultPlan(cfg FaultOptions, seed uint64) *faultPlan {
 	cfg.EnsureDefaults()
 	return &faultPlan{
 		cfg:   cfg,
@@ -224,7 +224,7 @@ type InProcessStats struct {
 // time.AfterFunc timers that are stopped when their connection ends.
 type InProcess struct {
 	mu       sync.Mutex
-	cfg      FaultConfig
+	cfg      FaultOptions
 	plan     *faultPlan
 	pipes    map[*pipe]struct{}
 	closed   bool
@@ -240,9 +240,9 @@ var (
 )
 
 // NewInProcess returns a transport that injects faults (defaults applied,
-// out-of-range values clamped; see FaultConfig.EnsureDefaults) decided by a
+// out-of-range values clamped; see FaultOptions.EnsureDefaults) decided by a
 // PCG generator seeded with seed.
-func NewInProcess(faults FaultConfig, seed uint64) *InProcess {
+func NewInProcess(faults FaultOptions, seed uint64) *InProcess {
 	faults.EnsureDefaults()
 	return &InProcess{
 		cfg:      faults,

@@ -247,7 +247,7 @@ type harness struct {
 	serveErr chan error
 }
 
-func startHarness(t *testing.T, faults FaultConfig, seed uint64, opts func(*ShipperOptions)) *harness {
+func startHarness(t *testing.T, faults FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
 	t.Helper()
 	h := &harness{t: t, tr: NewInProcess(faults, seed), log: newMemLog(2)}
 	h.f = &fakeFollower{shard: 2, epoch: 1}
@@ -326,7 +326,7 @@ func TestShipperConverges(t *testing.T) {
 	}
 	for _, preset := range []struct {
 		name   string
-		faults FaultConfig
+		faults FaultOptions
 	}{{"light", FaultsLight}, {"heavy", FaultsHeavy}} {
 		var total ShipperStats
 		var ts InProcessStats
@@ -420,7 +420,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 
 	// A follower that connects and never reads: the shipper blocks in Send
 	// (queue of 1), and must still stop.
-	tr2 := NewInProcess(FaultConfig{QueueSize: 1}, 1)
+	tr2 := NewInProcess(FaultOptions{QueueSize: 1}, 1)
 	s2, err := NewShipper(testShipperOptions(tr2, m))
 	if err != nil {
 		t.Fatal(err)
