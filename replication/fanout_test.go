@@ -131,7 +131,7 @@ func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultOptions, se
 		opts(&o)
 	}
 	var err error
-	if r.fo, err = NewFanout(o); err != nil {
+	if r.fo, err = NewFanout(&o); err != nil {
 		t.Fatal(err)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -508,7 +508,7 @@ func TestFanoutHelloChecks(t *testing.T) {
 
 func TestNewFanoutValidates(t *testing.T) {
 	m := newMemLog(0)
-	_, err := NewFanout(FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, MaxInFlight: -1},
+	_, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, MaxInFlight: -1},
 		Followers: []string{"a", "", "a", "b c"}})
 	if !errors.Is(err, ErrBadShipperOptions) {
 		t.Fatalf("NewFanout = %v", err)
@@ -518,7 +518,7 @@ func TestNewFanoutValidates(t *testing.T) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
 	}
-	fo, err := NewFanout(FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: NewInProcess(FaultsNone, 1)}})
+	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: NewInProcess(FaultsNone, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}

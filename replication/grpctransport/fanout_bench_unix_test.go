@@ -162,7 +162,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	for i := range followers {
 		l.ids = append(l.ids, fmt.Sprintf("f%d", i))
 	}
-	l.fo, err = replication.NewFanout(replication.FanoutOptions{
+	l.fo, err = replication.NewFanout(&replication.FanoutOptions{
 		ShipperOptions: replication.ShipperOptions{WALDir: walDir, Listener: l.srv, DurableLSN: durable, Epoch: epoch},
 		Followers:      l.ids,
 	})

@@ -145,7 +145,7 @@ func startLeader(t testing.TB, walDir, addr string, notify chan struct{}) *leade
 	if err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(replication.ShipperOptions{
+	ship, err := replication.NewShipper(&replication.ShipperOptions{
 		WALDir: walDir, Listener: srv, Notify: notify, DurableLSN: w.DurableLSN,
 		Epoch:             func() uint64 { return 1 },
 		RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,

@@ -35,7 +35,7 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(replication.ShipperOptions{WALDir: dir, Listener: srv})
+	ship, err := replication.NewShipper(&replication.ShipperOptions{WALDir: dir, Listener: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
