@@ -158,7 +158,7 @@ func openPipelineRig(noSync bool) (*pipelineRig, error) {
 	if !noSync {
 		so.DurableLSN = r.w.DurableLSN // ship only what the leader synced, as a leader does
 	}
-	if r.shipper, err = replication.NewShipper(so); err != nil {
+	if r.shipper, err = replication.NewShipper(&so); err != nil {
 		r.close()
 		return nil, err
 	}

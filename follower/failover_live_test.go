@@ -65,7 +65,7 @@ func liveFailover(t *testing.T, seed uint64) {
 		if l != nil {
 			start = l.EpochStartLSN()
 		}
-		s, err := replication.NewShipper(replication.ShipperOptions{WALDir: walDir, Listener: tr,
+		s, err := replication.NewShipper(&replication.ShipperOptions{WALDir: walDir, Listener: tr,
 			Epoch: func() uint64 { return epoch }, Notify: notify, DurableLSN: durable, EpochStartLSN: start,
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond})
 		require.NoError(t, err)

@@ -150,7 +150,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 	}
 	for _, p := range []struct {
 		name   string
-		faults replication.FaultConfig
+		faults replication.FaultOptions
 	}{{"heavy", replication.FaultsHeavy}} {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {

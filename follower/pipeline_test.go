@@ -24,7 +24,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	}
 	presets := []struct {
 		name   string
-		faults replication.FaultConfig
+		faults replication.FaultOptions
 	}{{"none", replication.FaultsNone}, {"light", replication.FaultsLight}, {"heavy", replication.FaultsHeavy}}
 	for _, p := range presets {
 		t.Run(p.name, func(t *testing.T) {

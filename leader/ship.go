@@ -91,7 +91,7 @@ func (l *Leader) openShipping(s *Shard) error {
 	if so.Logger == nil {
 		so.Logger = l.opts.Logger.With("shard", s.id)
 	}
-	fan, err := replication.NewFanout(replication.FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
+	fan, err := replication.NewFanout(&replication.FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type cluster struct {
 	done   chan error
 }
 
-func startCluster(t *testing.T, dir string, o leader.Options, faults replication.FaultConfig) *cluster {
+func startCluster(t *testing.T, dir string, o leader.Options, faults replication.FaultOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, done: make(chan error, 1)}
 	for s := range o.Shards {

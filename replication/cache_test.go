@@ -206,7 +206,7 @@ func TestShipperCache(t *testing.T) {
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Notify, o.PollInterval = nil, time.Hour
-	s, err := NewShipper(o)
+	s, err := NewShipper(&o)
 	if err != nil {
 		t.Fatal(err)
 	}

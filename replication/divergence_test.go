@@ -115,7 +115,7 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 		for fid := range fs {
 			ids = append(ids, fid)
 		}
-		fo, err := replication.NewFanout(replication.FanoutOptions{
+		fo, err := replication.NewFanout(&replication.FanoutOptions{
 			ShipperOptions: replication.ShipperOptions{WALDir: dir, Shard: 3, Listener: tr, Epoch: func() uint64 { return 2 },
 				EpochStartLSN: 11, VerifyHello: verify, DurableLSN: w.DurableLSN, PollInterval: time.Millisecond},
 			Followers: ids,

@@ -233,11 +233,15 @@ type runState struct {
 
 // NewFanout validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Fanout serving opts.Followers.
-func NewFanout(opts FanoutOptions) (*Fanout, error) {
-	if err := opts.Validate(); err != nil {
+func NewFanout(opts *FanoutOptions) (*Fanout, error) {
+	var o FanoutOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return newFanout(opts, false), nil
+	return newFanout(o, false), nil
 }
 
 func newFanout(opts FanoutOptions, single bool) *Fanout {

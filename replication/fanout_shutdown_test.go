@@ -38,7 +38,7 @@ func (c *closeConn) Close() error { c.closed.Store(true); return nil }
 // connections).
 func TestFanoutClosesConnectionAcceptedAtStop(t *testing.T) {
 	l := &lateListener{conn: &closeConn{}}
-	fo, err := NewFanout(FanoutOptions{ShipperOptions: testShipperOptions(l, newMemLog(2)), Followers: []string{"a"}})
+	fo, err := NewFanout(&FanoutOptions{ShipperOptions: testShipperOptions(l, newMemLog(2)), Followers: []string{"a"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ type fanoutRig struct {
 }
 
 // newFanoutRig registers ids and gives follower id the faults faults[id].
-func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultConfig, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
+func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
 	t.Helper()
 	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*InProcess{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
 	var ls []Listener
@@ -131,7 +131,7 @@ func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultConfig, see
 		opts(&o)
 	}
 	var err error
-	if r.fo, err = NewFanout(o); err != nil {
+	if r.fo, err = NewFanout(&o); err != nil {
 		t.Fatal(err)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -185,7 +185,7 @@ func (r *fanoutRig) stop() {
 
 // noDisconnects is FaultsHeavy without broken connections: batches and acks
 // are still dropped, duplicated, reordered and delayed.
-func noDisconnects(c FaultConfig) FaultConfig {
+func noDisconnects(c FaultOptions) FaultOptions {
 	c.Disconnect = 0
 	return c
 }
@@ -202,7 +202,7 @@ func TestFanoutEveryFollowerGetsEveryBatch(t *testing.T) {
 		seeds = 50
 	}
 	ids := []string{"a", "b", "c"}
-	faults := map[string]FaultConfig{"a": FaultsHeavy, "b": noDisconnects(FaultsHeavy), "c": FaultsHeavy}
+	faults := map[string]FaultOptions{"a": FaultsHeavy, "b": noDisconnects(FaultsHeavy), "c": FaultsHeavy}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			r := newFanoutRig(t, ids, faults, seed, nil)
@@ -508,7 +508,7 @@ func TestFanoutHelloChecks(t *testing.T) {
 
 func TestNewFanoutValidates(t *testing.T) {
 	m := newMemLog(0)
-	_, err := NewFanout(FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, MaxInFlight: -1},
+	_, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, MaxInFlight: -1},
 		Followers: []string{"a", "", "a", "b c"}})
 	if !errors.Is(err, ErrBadShipperOptions) {
 		t.Fatalf("NewFanout = %v", err)
@@ -518,7 +518,7 @@ func TestNewFanoutValidates(t *testing.T) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
 	}
-	fo, err := NewFanout(FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: NewInProcess(FaultsNone, 1)}})
+	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: NewInProcess(FaultsNone, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// ErrBadFaultConfig: a FaultConfig field is out of range (see Validate).
-var ErrBadFaultConfig = errors.New("replication: bad fault config")
+// ErrBadFaultOptions: a FaultOptions field is out of range (see Validate).
+var ErrBadFaultOptions = errors.New("replication: bad fault options")
 
-// FaultConfig sets the faults an InProcess transport injects. Probabilities
+// FaultOptions sets the faults an InProcess transport injects. Probabilities
 // are per accepted Send, in [0, 1]. The zero value injects nothing.
-type FaultConfig struct {
+type FaultOptions struct {
 	DropBatch      float64 // batch silently lost
 	DuplicateBatch float64 // batch delivered twice (the copy first)
 	// ReorderBatch holds a batch back until 1..ReorderWindow later batches
@@ -40,26 +40,26 @@ type FaultConfig struct {
 
 // Fault presets. Treat them as constants: NewInProcess copies its argument.
 var (
-	FaultsNone  = FaultConfig{}
-	FaultsLight = FaultConfig{
+	FaultsNone  = FaultOptions{}
+	FaultsLight = FaultOptions{
 		DropBatch: 0.01, DuplicateBatch: 0.01, ReorderBatch: 0.01, DelayBatch: 0.01,
 		DropAck: 0.01, DelayAck: 0.01, Disconnect: 0.002,
 		ReorderWindow: 4, MaxDelay: time.Millisecond,
 	}
-	FaultsHeavy = FaultConfig{
+	FaultsHeavy = FaultOptions{
 		DropBatch: 0.1, DuplicateBatch: 0.1, ReorderBatch: 0.1, DelayBatch: 0.05,
 		DropAck: 0.1, DelayAck: 0.05, Disconnect: 0.02,
 		ReorderWindow: 8, MaxDelay: 2 * time.Millisecond,
 	}
 )
 
-func (c *FaultConfig) probs() []*float64 {
+func (c *FaultOptions) probs() []*float64 {
 	return []*float64{&c.DropBatch, &c.DuplicateBatch, &c.ReorderBatch, &c.DelayBatch,
 		&c.DropAck, &c.DelayAck, &c.Disconnect}
 }
 
-// Validate reports every out-of-range field, wrapped in ErrBadFaultConfig.
-func (c FaultConfig) Validate() error {
+// Validate reports every out-of-range field, wrapped in ErrBadFaultOptions.
+func (c *FaultOptions) Validate() error {
 	var errs []error
 	names := []string{"DropBatch", "DuplicateBatch", "ReorderBatch", "DelayBatch", "DropAck", "DelayAck", "Disconnect"}
 	for i, p := range c.probs() {
@@ -77,15 +77,15 @@ func (c FaultConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("QueueSize = %d < 0", c.QueueSize))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadFaultConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrBadFaultOptions, errors.Join(errs...))
 	}
 	return nil
 }
 
 // EnsureDefaults fills unset fields with their defaults and clamps
-// out-of-range values into range (NaN counts as 0), so any FaultConfig is
+// out-of-range values into range (NaN counts as 0), so any FaultOptions is
 // usable; call Validate first to reject bad input instead.
-func (c *FaultConfig) EnsureDefaults() *FaultConfig {
+func (c *FaultOptions) EnsureDefaults() *FaultOptions {
 	for _, p := range c.probs() {
 		switch {
 		case math.IsNaN(*p) || *p < 0:
@@ -106,10 +106,10 @@ func (c *FaultConfig) EnsureDefaults() *FaultConfig {
 	return c
 }
 
-// BatchFault is the fault decision for one batch Send. At most one of
+// batchFault is the fault decision for one batch Send. At most one of
 // Disconnect, Drop, or delivery applies; a delivered batch may be
 // duplicated and either held for reordering or delayed (Hold wins).
-type BatchFault struct {
+type batchFault struct {
 	Disconnect bool
 	Drop       bool
 	Duplicate  bool
@@ -117,39 +117,39 @@ type BatchFault struct {
 	Delay      time.Duration
 }
 
-// AckFault is the fault decision for one ack Send.
-type AckFault struct {
+// ackFault is the fault decision for one ack Send.
+type ackFault struct {
 	Disconnect bool
 	Drop       bool
 	Delay      time.Duration
 }
 
-// FaultPlan is the deterministic source of fault decisions. Batches and acks
+// faultPlan is the deterministic source of fault decisions. Batches and acks
 // draw from two independent PCG streams seeded from seed, and every decision
 // consumes a fixed number of draws, so the n-th batch decision depends only
 // on (config, seed, n) — never on acks, timing or which faults fired before.
 // Not safe for concurrent use.
-type FaultPlan struct {
-	cfg        FaultConfig
+type faultPlan struct {
+	cfg        FaultOptions
 	batch, ack *rand.Rand
 }
 
-// NewFaultPlan returns the decision sequence for cfg (defaults applied) and seed.
-func NewFaultPlan(cfg FaultConfig, seed uint64) *FaultPlan {
+// newFaultPlan returns the decision sequence for cfg (defaults applied) and seed.
+func newFaultPlan(cfg FaultOptions, seed uint64) *faultPlan {
 	cfg.EnsureDefaults()
-	return &FaultPlan{
+	return &faultPlan{
 		cfg:   cfg,
 		batch: rand.New(rand.NewPCG(seed, 0x6261746368)), // "batch"
 		ack:   rand.New(rand.NewPCG(seed, 0x61636b)),     // "ack"
 	}
 }
 
-func (p *FaultPlan) delay(r *rand.Rand) time.Duration {
+func (p *faultPlan) delay(r *rand.Rand) time.Duration {
 	return time.Duration(r.Uint64()%uint64(p.cfg.MaxDelay)) + 1
 }
 
 // NextBatch returns the decision for the next batch Send.
-func (p *FaultPlan) NextBatch() BatchFault {
+func (p *faultPlan) NextBatch() batchFault {
 	r, c := p.batch, &p.cfg
 	// Draw everything unconditionally: the stream position must not depend
 	// on which faults fired.
@@ -158,11 +158,11 @@ func (p *FaultPlan) NextBatch() BatchFault {
 	del, d := r.Float64() < c.DelayBatch, p.delay(r)
 	switch {
 	case disc:
-		return BatchFault{Disconnect: true}
+		return batchFault{Disconnect: true}
 	case drop:
-		return BatchFault{Drop: true}
+		return batchFault{Drop: true}
 	}
-	f := BatchFault{Duplicate: dup}
+	f := batchFault{Duplicate: dup}
 	if reo {
 		f.Hold = hold
 	} else if del {
@@ -172,19 +172,19 @@ func (p *FaultPlan) NextBatch() BatchFault {
 }
 
 // NextAck returns the decision for the next ack Send.
-func (p *FaultPlan) NextAck() AckFault {
+func (p *faultPlan) NextAck() ackFault {
 	r, c := p.ack, &p.cfg
 	disc, drop := r.Float64() < c.Disconnect, r.Float64() < c.DropAck
 	del, d := r.Float64() < c.DelayAck, p.delay(r)
 	switch {
 	case disc:
-		return AckFault{Disconnect: true}
+		return ackFault{Disconnect: true}
 	case drop:
-		return AckFault{Drop: true}
+		return ackFault{Drop: true}
 	case del:
-		return AckFault{Delay: d}
+		return ackFault{Delay: d}
 	}
-	return AckFault{}
+	return ackFault{}
 }
 
 // InProcessStats counts what an InProcess transport did. Sent counts Sends
@@ -208,7 +208,7 @@ type InProcessStats struct {
 
 // InProcess is a Transport over channels and slices in one process: both a
 // Listener (leader side) and a Dialer (follower side). It injects faults
-// from a FaultPlan.
+// from a faultPlan.
 //
 // Determinism: the n-th batch accepted by Send on any connection of the
 // transport (counted across reconnects, from 1) gets decision n of the plan's
@@ -224,8 +224,8 @@ type InProcessStats struct {
 // time.AfterFunc timers that are stopped when their connection ends.
 type InProcess struct {
 	mu       sync.Mutex
-	cfg      FaultConfig
-	plan     *FaultPlan
+	cfg      FaultOptions
+	plan     *faultPlan
 	pipes    map[*pipe]struct{}
 	closed   bool
 	closedCh chan struct{}
@@ -240,13 +240,13 @@ var (
 )
 
 // NewInProcess returns a transport that injects faults (defaults applied,
-// out-of-range values clamped; see FaultConfig.EnsureDefaults) decided by a
+// out-of-range values clamped; see FaultOptions.EnsureDefaults) decided by a
 // PCG generator seeded with seed.
-func NewInProcess(faults FaultConfig, seed uint64) *InProcess {
+func NewInProcess(faults FaultOptions, seed uint64) *InProcess {
 	faults.EnsureDefaults()
 	return &InProcess{
 		cfg:      faults,
-		plan:     NewFaultPlan(faults, seed),
+		plan:     newFaultPlan(faults, seed),
 		pipes:    make(map[*pipe]struct{}),
 		closedCh: make(chan struct{}),
 		acceptq:  make(chan *pipe),

@@ -127,7 +127,7 @@ func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 
 func TestFaultPlanDeterministic(t *testing.T) {
 	plan := func(seed uint64, interleaveAcks bool) []string {
-		p := NewFaultPlan(FaultsHeavy, seed)
+		p := newFaultPlan(FaultsHeavy, seed)
 		var out []string
 		for i := 0; i < 5000; i++ {
 			out = append(out, fmt.Sprintf("%+v", p.NextBatch()))
@@ -146,7 +146,7 @@ func TestFaultPlanDeterministic(t *testing.T) {
 	}
 
 	// Frequencies follow the configured probabilities.
-	p := NewFaultPlan(FaultsHeavy, 7)
+	p := newFaultPlan(FaultsHeavy, 7)
 	const n = 100_000
 	var disc, drop, dup, hold, delay int
 	for i := 0; i < n; i++ {
@@ -186,9 +186,9 @@ func TestFaultPlanDeterministic(t *testing.T) {
 	near("hold", hold, live*h.ReorderBatch)
 	near("delay", delay, live*(1-h.ReorderBatch)*h.DelayBatch)
 
-	none := NewFaultPlan(FaultsNone, 7)
+	none := newFaultPlan(FaultsNone, 7)
 	for i := 0; i < 1000; i++ {
-		if f, a := none.NextBatch(), none.NextAck(); f != (BatchFault{}) || a != (AckFault{}) {
+		if f, a := none.NextBatch(), none.NextAck(); f != (batchFault{}) || a != (ackFault{}) {
 			t.Fatalf("FaultsNone decided %+v %+v", f, a)
 		}
 	}
@@ -211,7 +211,7 @@ func pendingAcks(t *InProcess, c LeaderConn) int {
 // syncRun drives leader and follower from one goroutine: send a batch,
 // deliver whatever is queued, ack it, read the acks, reconnect on a
 // disconnect. With no delay faults the whole run is a function of the seed.
-func syncRun(t *testing.T, faults FaultConfig, seed uint64, n uint64) ([]string, InProcessStats) {
+func syncRun(t *testing.T, faults FaultOptions, seed uint64, n uint64) ([]string, InProcessStats) {
 	t.Helper()
 	tr := NewInProcess(faults, seed)
 	defer tr.Close()
@@ -372,7 +372,7 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 }
 
 func TestInProcessInjectedDisconnect(t *testing.T) {
-	tr := NewInProcess(FaultConfig{Disconnect: 1}, 1)
+	tr := NewInProcess(FaultOptions{Disconnect: 1}, 1)
 	defer tr.Close()
 	ctx := context.Background()
 	lc, fc := connect(t, tr, Ack{})
@@ -389,7 +389,7 @@ func TestInProcessInjectedDisconnect(t *testing.T) {
 
 func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultConfig{QueueSize: 1, DelayBatch: 1, MaxDelay: time.Hour}, 1)
+	tr := NewInProcess(FaultOptions{QueueSize: 1, DelayBatch: 1, MaxDelay: time.Hour}, 1)
 	ctx := context.Background()
 
 	// Cancelling ctx unblocks each call and leaves the connection usable.
@@ -456,7 +456,7 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 
 func TestInProcessDelayAndReorderDeliverEverything(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultConfig{DelayBatch: 0.3, ReorderBatch: 0.3, DuplicateBatch: 0.1, MaxDelay: time.Millisecond}, 5)
+	tr := NewInProcess(FaultOptions{DelayBatch: 0.3, ReorderBatch: 0.3, DuplicateBatch: 0.1, MaxDelay: time.Millisecond}, 5)
 	lc, fc := connect(t, tr, Ack{})
 	ctx := context.Background()
 	const n = 500
@@ -507,9 +507,9 @@ func TestFaultConfigValidate(t *testing.T) {
 	if err := FaultsHeavy.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bad := FaultConfig{DropBatch: -0.1, DuplicateBatch: math.NaN(), Disconnect: 2, QueueSize: -1, MaxDelay: -1, ReorderWindow: -3}
+	bad := FaultOptions{DropBatch: -0.1, DuplicateBatch: math.NaN(), Disconnect: 2, QueueSize: -1, MaxDelay: -1, ReorderWindow: -3}
 	err := bad.Validate()
-	if !errors.Is(err, ErrBadFaultConfig) {
+	if !errors.Is(err, ErrBadFaultOptions) {
 		t.Fatalf("Validate = %v", err)
 	}
 	for _, f := range []string{"DropBatch", "DuplicateBatch", "Disconnect", "QueueSize", "MaxDelay", "ReorderWindow"} {

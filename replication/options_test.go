@@ -40,7 +40,7 @@ func TestShipperOptionsValidate(t *testing.T) {
 				return
 			}
 			requireNamesAll(t, err, replication.ErrBadShipperOptions, tc.bad)
-			_, err = replication.NewFanout(tc.o)
+			_, err = replication.NewFanout(&tc.o)
 			require.ErrorIs(t, err, replication.ErrBadShipperOptions)
 		})
 	}

@@ -197,11 +197,15 @@ type Shipper struct {
 
 // NewShipper validates opts (every problem in one ErrBadShipperOptions
 // error) and returns a Shipper.
-func NewShipper(opts ShipperOptions) (*Shipper, error) {
-	if err := opts.Validate(); err != nil {
+func NewShipper(opts *ShipperOptions) (*Shipper, error) {
+	var o ShipperOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: opts}, true)}, nil
+	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: o}, true)}, nil
 }
 
 // Stats returns a snapshot of the counters. BadHellos counts every refused

@@ -247,7 +247,7 @@ type harness struct {
 	serveErr chan error
 }
 
-func startHarness(t *testing.T, faults FaultConfig, seed uint64, opts func(*ShipperOptions)) *harness {
+func startHarness(t *testing.T, faults FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
 	t.Helper()
 	h := &harness{t: t, tr: NewInProcess(faults, seed), log: newMemLog(2)}
 	h.f = &fakeFollower{shard: 2, epoch: 1}
@@ -256,7 +256,7 @@ func startHarness(t *testing.T, faults FaultConfig, seed uint64, opts func(*Ship
 		opts(&o)
 	}
 	var err error
-	if h.s, err = NewShipper(o); err != nil {
+	if h.s, err = NewShipper(&o); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -326,7 +326,7 @@ func TestShipperConverges(t *testing.T) {
 	}
 	for _, preset := range []struct {
 		name   string
-		faults FaultConfig
+		faults FaultOptions
 	}{{"light", FaultsLight}, {"heavy", FaultsHeavy}} {
 		var total ShipperStats
 		var ts InProcessStats
@@ -406,7 +406,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 
 	// No follower ever connects.
 	tr := NewInProcess(FaultsNone, 1)
-	s, err := NewShipper(testShipperOptions(tr, m))
+	s, err := NewShipper(new(testShipperOptions(tr, m)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,8 +420,8 @@ func TestShipperStopsCleanly(t *testing.T) {
 
 	// A follower that connects and never reads: the shipper blocks in Send
 	// (queue of 1), and must still stop.
-	tr2 := NewInProcess(FaultConfig{QueueSize: 1}, 1)
-	s2, err := NewShipper(testShipperOptions(tr2, m))
+	tr2 := NewInProcess(FaultOptions{QueueSize: 1}, 1)
+	s2, err := NewShipper(new(testShipperOptions(tr2, m)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +473,7 @@ func TestShipperFencing(t *testing.T) {
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Epoch = leaderEpoch
-	s, _ := NewShipper(o)
+	s, _ := NewShipper(&o)
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
 	if _, err := tr.Dial(ctx, Ack{Epoch: 4}); err != nil {
@@ -506,7 +506,7 @@ func TestShipperRefusesWrongShard(t *testing.T) {
 	m.append(t, 1, 1)
 	tr := NewInProcess(FaultsNone, 1)
 	defer tr.Close()
-	s, _ := NewShipper(testShipperOptions(tr, m))
+	s, _ := NewShipper(new(testShipperOptions(tr, m)))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()
@@ -561,7 +561,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 }
 
 func TestShipperWaitAckedHonoursContext(t *testing.T) {
-	s, err := NewShipper(ShipperOptions{Listener: NewInProcess(FaultsNone, 1), WALDir: "unused"})
+	s, err := NewShipper(&ShipperOptions{Listener: NewInProcess(FaultsNone, 1), WALDir: "unused"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +576,7 @@ func TestShipperWaitAckedHonoursContext(t *testing.T) {
 }
 
 func TestNewShipperValidates(t *testing.T) {
-	_, err := NewShipper(ShipperOptions{MaxInFlight: -1, RetransmitTimeout: -1, PollInterval: -1})
+	_, err := NewShipper(&ShipperOptions{MaxInFlight: -1, RetransmitTimeout: -1, PollInterval: -1})
 	if !errors.Is(err, ErrBadShipperOptions) {
 		t.Fatalf("NewShipper = %v", err)
 	}
@@ -605,7 +605,7 @@ func BenchmarkShipperInProcess(b *testing.B) {
 	o := testShipperOptions(tr, m)
 	o.MaxInFlight = 32
 	o.RetransmitTimeout = time.Hour
-	s, err := NewShipper(o)
+	s, err := NewShipper(&o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -633,7 +633,7 @@ func TestShipperRealWAL(t *testing.T) {
 		}
 		tr := NewInProcess(FaultsHeavy, seed)
 		notify := make(chan struct{}, 1)
-		s, err := NewShipper(ShipperOptions{
+		s, err := NewShipper(&ShipperOptions{
 			WALDir: dir, Shard: 4, Listener: tr, Epoch: func() uint64 { return 1 }, Notify: notify,
 			RetransmitTimeout: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, PollInterval: time.Millisecond,
 		})
@@ -697,7 +697,7 @@ func TestShipperRefusalStorm(t *testing.T) {
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.RetransmitTimeout = time.Hour
-	s, _ := NewShipper(o)
+	s, _ := NewShipper(&o)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()
@@ -766,7 +766,7 @@ func TestShipperRefusesDivergedFollower(t *testing.T) {
 	o := testShipperOptions(tr, m)
 	o.Epoch = func() uint64 { return 6 }
 	o.EpochStartLSN = 1
-	s, _ := NewShipper(o)
+	s, _ := NewShipper(&o)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()

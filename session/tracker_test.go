@@ -607,9 +607,10 @@ func TestOptionsDefaults(t *testing.T) {
 	o := (*TrackerOptions)(nil).EnsureDefaults()
 	require.Equal(t, DefaultCacheSize, o.CacheSize)
 	require.Equal(t, DefaultRetentionHorizon, o.RetentionHorizon)
+	// Negative values are not defaulted: Validate refuses them.
 	o = (&TrackerOptions{CacheSize: -1, RetentionHorizon: -time.Second}).EnsureDefaults()
-	require.Equal(t, 1<<20, o.CacheSize)
-	require.Equal(t, 24*time.Hour, o.RetentionHorizon)
+	require.Equal(t, -1, o.CacheSize)
+	require.ErrorIs(t, o.Validate(), ErrBadOptions)
 	tr := openTracker(t, memDB(t), &TrackerOptions{CacheSize: 5})
 	require.Equal(t, 5, tr.Options().CacheSize)
 	require.Equal(t, 24*time.Hour, tr.Options().RetentionHorizon)

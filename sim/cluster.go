@@ -46,8 +46,8 @@ type Config struct {
 	// Faults are the faults of every follower link (one InProcess
 	// transport per follower and shard, seeded independently); LinkFaults,
 	// if set, chooses per link instead.
-	Faults     replication.FaultConfig
-	LinkFaults func(follower int, shard uint32) replication.FaultConfig
+	Faults     replication.FaultOptions
+	LinkFaults func(follower int, shard uint32) replication.FaultOptions
 	// Transport, if set, replaces the InProcess links: shard's Listener
 	// for the leader and the Dialer every follower uses (faults are then
 	// the transport's business), and a func closing both.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
@@ -48,14 +49,14 @@ func tlsPair(t *testing.T, dir string) (server, client func() *tls.Config) {
 	}
 	p := func(n string) string { return filepath.Join(dir, n) }
 	server = func() *tls.Config {
-		c, err := grpctransport.LoadServerTLS(p(grpctransport.FileCA), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey))
+		c, err := grpctransport.LoadServerTLS(p(pki.FileCA), p(pki.FileLeader), p(pki.FileLeaderKey))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
 	client = func() *tls.Config {
-		c, err := grpctransport.LoadClientTLS(p(grpctransport.FileCA), p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
+		c, err := grpctransport.LoadClientTLS(p(pki.FileCA), p(pki.FileFollower), p(pki.FileFollowerKey))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -129,7 +129,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	fc, known := map[string]replication.FaultConfig{
+	fc, known := map[string]replication.FaultOptions{
 		"none": replication.FaultsNone, "light": replication.FaultsLight, "heavy": replication.FaultsHeavy,
 	}[*faults]
 	var c flagCheck

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/internal/pki"
 )
 
 const gencertsSynopsis = `gencerts DIR [--hosts H1,H2,…] [--days N]
@@ -24,7 +24,7 @@ const maxCertDays = 36_500
 
 func runGencerts(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("gencerts", gencertsSynopsis, stderr)
-	hosts := fs.String("hosts", strings.Join(grpctransport.DefaultHosts, ","), "names and IPs the leader certificate is valid for")
+	hosts := fs.String("hosts", strings.Join(pki.DefaultHosts, ","), "names and IPs the leader certificate is valid for")
 	days := fs.Int("days", 365, "validity in days")
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
@@ -49,7 +49,7 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 	}
 	dir := pos[0]
 	validFor := time.Duration(*days) * 24 * time.Hour
-	c, err := grpctransport.GenerateCerts(hs, validFor)
+	c, err := pki.GenerateCerts(hs, validFor)
 	if err == nil {
 		err = c.WriteDir(dir)
 	}
@@ -59,13 +59,13 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
 	fmt.Fprintf(stdout, "wrote %s, %s (0600), %s, %s (0600), %s, %s (0600)\n",
-		p(grpctransport.FileCA), p(grpctransport.FileCAKey), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey),
-		p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
+		p(pki.FileCA), p(pki.FileCAKey), p(pki.FileLeader), p(pki.FileLeaderKey),
+		p(pki.FileFollower), p(pki.FileFollowerKey))
 	fmt.Fprintf(stdout, "leader certificate valid for %s until %s\n\n", strings.Join(hs, ", "),
 		time.Now().Add(validFor).Format(time.DateOnly))
 	fmt.Fprintf(stdout, "  oncewal leader --dir /tmp/oncewal/n0 --followers f1 --listen 127.0.0.1:7070 --generate 5000 \\\n"+
-		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(grpctransport.FileCA), p(grpctransport.FileLeader), p(grpctransport.FileLeaderKey))
+		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(pki.FileCA), p(pki.FileLeader), p(pki.FileLeaderKey))
 	fmt.Fprintf(stdout, "  oncewal follower --dir /tmp/oncewal/f1 --id f1 --leader localhost:7070 \\\n"+
-		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(grpctransport.FileCA), p(grpctransport.FileFollower), p(grpctransport.FileFollowerKey))
+		"      --tls-ca %s --tls-cert %s --tls-key %s\n", p(pki.FileCA), p(pki.FileFollower), p(pki.FileFollowerKey))
 	return exitOK
 }

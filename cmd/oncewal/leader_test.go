@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -293,7 +293,7 @@ func TestGencerts(t *testing.T) {
 	if !strings.Contains(out, "oncewal follower --dir") || !strings.Contains(out, "oncewal leader --dir") {
 		t.Errorf("gencerts output: %s", out)
 	}
-	for _, k := range []string{grpctransport.FileCAKey, grpctransport.FileLeaderKey, grpctransport.FileFollowerKey} {
+	for _, k := range []string{pki.FileCAKey, pki.FileLeaderKey, pki.FileFollowerKey} {
 		fi, err := os.Stat(filepath.Join(certDir, k))
 		if err != nil {
 			t.Fatal(err)

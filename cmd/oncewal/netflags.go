@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
@@ -121,18 +122,20 @@ func loopbackTransport(on bool) func(uint32) (replication.Listener, replication.
 		return nil
 	}
 	return func(uint32) (replication.Listener, replication.Dialer, func() error, error) {
-		certs, err := grpctransport.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+		certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		st, err := certs.ServerTLS()
+		leaderPair, err := certs.LeaderPair()
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ct, err := certs.ClientTLS()
+		followerPair, err := certs.FollowerPair()
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		st := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
+		ct := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet})
 		if err != nil {

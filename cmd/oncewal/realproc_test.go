@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -125,7 +125,7 @@ func TestRealProcessesKilled(t *testing.T) {
 	leaderArgs := func(rate int) []string {
 		return []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", strings.Join(ids, ","),
 			"--listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--tls-ca", cert(grpctransport.FileCA), "--tls-cert", cert(grpctransport.FileLeader), "--tls-key", cert(grpctransport.FileLeaderKey),
+			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey),
 			"--generate", strconv.Itoa(rate), "--sessions", "30", "--batch", "64", "--retry-rate", "0.03",
 			"--ack", "majority", "--stats-interval", "500ms"}
 	}
@@ -134,8 +134,8 @@ func TestRealProcessesKilled(t *testing.T) {
 	for _, id := range ids {
 		fs[id] = &proc{name: id, log: filepath.Join(dir, id+".log"), args: []string{"follower",
 			"--dir", filepath.Join(dir, id), "--shards", "2", "--id", id, "--leader", fmt.Sprintf("localhost:%d", port),
-			"--tls-ca", cert(grpctransport.FileCA), "--tls-cert", cert(grpctransport.FileFollower),
-			"--tls-key", cert(grpctransport.FileFollowerKey), "--stats-interval", "100ms"}}
+			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileFollower),
+			"--tls-key", cert(pki.FileFollowerKey), "--stats-interval", "100ms"}}
 	}
 	all := []*proc{ld, fs["f1"], fs["f2"], fs["f3"]}
 	t.Cleanup(func() {

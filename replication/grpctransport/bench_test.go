@@ -78,7 +78,7 @@ func BenchmarkReplicate(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					ship, err := replication.NewShipper(replication.ShipperOptions{WALDir: walDir, Listener: l, PollInterval: time.Millisecond})
+					ship, err := replication.NewShipper(&replication.ShipperOptions{WALDir: walDir, Listener: l, PollInterval: time.Millisecond})
 					if err != nil {
 						b.Fatal(err)
 					}

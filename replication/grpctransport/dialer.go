@@ -54,22 +54,69 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = 10 * time.Second
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
 	}
-	if o.KeepaliveTime <= 0 {
-		o.KeepaliveTime = 20 * time.Second
+	if o.KeepaliveTime == 0 {
+		o.KeepaliveTime = DefaultDialerKeepaliveTime
 	}
-	if o.KeepaliveTimeout <= 0 {
-		o.KeepaliveTimeout = 10 * time.Second
+	if o.KeepaliveTimeout == 0 {
+		o.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
-	if o.RecvBuffer <= 0 {
-		o.RecvBuffer = 4
+	if o.RecvBuffer == 0 {
+		o.RecvBuffer = DefaultRecvBuffer
 	}
-	if o.MaxBatchSize <= 0 || o.MaxBatchSize > MaxBatchFrame-1 {
+	if o.MaxBatchSize == 0 {
 		o.MaxBatchSize = MaxBatchFrame - 1
 	}
 	return o
+}
+
+// Defaults of DialerOptions and ServerOptions.
+const (
+	DefaultConnectTimeout      = 10 * time.Second
+	DefaultDialerKeepaliveTime = 20 * time.Second
+	DefaultServerKeepaliveTime = 30 * time.Second
+	DefaultKeepaliveTimeout    = 10 * time.Second
+	DefaultHelloTimeout        = 10 * time.Second
+	DefaultRecvBuffer          = 4
+	DefaultSendBuffer          = 8
+)
+
+// Validate reports every invalid field, the TLS setup included, in one error
+// wrapping ErrBadOptions (zero fields are valid: they mean the default).
+func (o *DialerOptions) Validate() error {
+	errs := negatives([]namedValue{{"ConnectTimeout", int64(o.ConnectTimeout)}, {"KeepaliveTime", int64(o.KeepaliveTime)},
+		{"KeepaliveTimeout", int64(o.KeepaliveTimeout)}, {"RecvBuffer", int64(o.RecvBuffer)}, {"MaxBatchSize", int64(o.MaxBatchSize)}})
+	if o.MaxBatchSize > MaxBatchFrame-1 {
+		errs = append(errs, fmt.Errorf("MaxBatchSize %d is above the largest batch, %d", o.MaxBatchSize, MaxBatchFrame-1))
+	}
+	if _, err := o.creds(); err != nil {
+		errs = append(errs, err)
+	}
+	return badOptions(errs)
+}
+
+type namedValue struct {
+	name string
+	v    int64
+}
+
+func negatives(fields []namedValue) []error {
+	var errs []error
+	for _, f := range fields {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d is negative", f.name, f.v))
+		}
+	}
+	return errs
+}
+
+func badOptions(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 func (o *DialerOptions) creds() (credentials.TransportCredentials, error) {
@@ -117,7 +164,9 @@ func NewDialer(addr string, opts *DialerOptions) (*Dialer, error) {
 	if opts != nil {
 		d.opts = *opts
 	}
-	d.opts.EnsureDefaults()
+	if err := d.opts.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	var err error
 	if d.creds, err = d.opts.creds(); err != nil {
 		return nil, err

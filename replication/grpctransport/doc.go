@@ -113,8 +113,8 @@
 // failed dials at Warn, once per distinct reason per 30 s. Insecure
 // (plaintext) exists for tests and loopback experiments only.
 //
-// CA, NewCA, Issue and GenerateCerts make ECDSA P-256 certificates for
-// trying this locally (oncewal gencerts); production brings its own PKI.
+// For trying this locally, oncewal gencerts makes a throwaway CA and the
+// certificates; production brings its own PKI.
 //
 // # Tests
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
@@ -30,18 +31,22 @@ func Example() {
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.DiscardHandler)
 
-	certs, err := grpctransport.GenerateCerts(nil, time.Hour) // CA, leader and follower certificates
+	// A throwaway CA with a leader and a follower certificate; a deployment
+	// loads its own with LoadServerTLS and LoadClientTLS.
+	certs, err := pki.GenerateCerts(nil, time.Hour)
 	if err != nil {
 		log.Fatal(err)
 	}
-	serverTLS, err := certs.ServerTLS()
+	leaderPair, err := certs.LeaderPair()
 	if err != nil {
 		log.Fatal(err)
 	}
-	clientTLS, err := certs.ClientTLS()
+	followerPair, err := certs.FollowerPair()
 	if err != nil {
 		log.Fatal(err)
 	}
+	serverTLS := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
+	clientTLS := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 
 	// Leader: a gRPC server on loopback, shard 0's streams accepted on its
 	// per-shard listener, one registered follower.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -47,7 +48,7 @@ func TestFanoutBenchFollowerProcess(t *testing.T) {
 	}
 	parts := strings.Split(orders, "|")
 	dir := parts[0]
-	tlsConf, err := LoadClientTLS(filepath.Join(dir, FileCA), filepath.Join(dir, FileFollower), filepath.Join(dir, FileFollowerKey))
+	tlsConf, err := LoadClientTLS(filepath.Join(dir, pki.FileCA), filepath.Join(dir, pki.FileFollower), filepath.Join(dir, pki.FileFollowerKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	if l.r, err = wal.OpenReader(walDir, 0); err != nil {
 		b.Fatal(err)
 	}
-	st, err := certs(b).ServerTLS()
+	st, err := serverTLS(certs(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	for i := range followers {
 		l.ids = append(l.ids, fmt.Sprintf("f%d", i))
 	}
-	l.fo, err = replication.NewFanout(replication.FanoutOptions{
+	l.fo, err = replication.NewFanout(&replication.FanoutOptions{
 		ShipperOptions: replication.ShipperOptions{WALDir: walDir, Listener: l.srv, DurableLSN: durable, Epoch: epoch},
 		Followers:      l.ids,
 	})

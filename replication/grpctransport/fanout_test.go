@@ -60,7 +60,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	fo, err := replication.NewFanout(replication.FanoutOptions{
+	fo, err := replication.NewFanout(&replication.FanoutOptions{
 		ShipperOptions: replication.ShipperOptions{
 			WALDir: walDir, Listener: srv, DurableLSN: w.DurableLSN, Epoch: func() uint64 { return 1 },
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,

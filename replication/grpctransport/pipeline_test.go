@@ -35,11 +35,11 @@ func recorded(t testing.TB, cfg sim.WorkloadConfig) *sim.Log {
 func proxied(t testing.TB, seed uint64, f proxyFaults, px **faultProxy) func() (replication.Listener, replication.Dialer, func() error, error) {
 	return func() (replication.Listener, replication.Dialer, func() error, error) {
 		c := certs(t)
-		st, err := c.ServerTLS()
+		st, err := serverTLS(c)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ct, err := c.ClientTLS()
+		ct, err := clientTLS(c)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -128,7 +128,7 @@ func startLeader(t testing.TB, walDir, addr string, notify chan struct{}) *leade
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := certs(t).ServerTLS()
+	st, err := serverTLS(certs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func startLeader(t testing.TB, walDir, addr string, notify chan struct{}) *leade
 	if err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(replication.ShipperOptions{
+	ship, err := replication.NewShipper(&replication.ShipperOptions{
 		WALDir: walDir, Listener: srv, Notify: notify, DurableLSN: w.DurableLSN,
 		Epoch:             func() uint64 { return 1 },
 		RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,
@@ -197,7 +197,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	leader := startLeader(t, walDir, addr, notify)
 	px := newFaultProxy(t, addr, 7, proxyPresets["light"])
 	defer px.Close()
-	ct, err := certs(t).ClientTLS()
+	ct, err := clientTLS(certs(t))
 	if err != nil {
 		t.Fatal(err)
 	}

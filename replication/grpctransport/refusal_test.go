@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/wal"
@@ -34,7 +35,7 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(replication.ShipperOptions{WALDir: dir, Listener: srv})
+	ship, err := replication.NewShipper(&replication.ShipperOptions{WALDir: dir, Listener: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +46,13 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	return ship
 }
 
-func tlsPair(t *testing.T, c *Certs) (*tls.Config, *tls.Config) {
+func tlsPair(t *testing.T, c *pki.Certs) (*tls.Config, *tls.Config) {
 	t.Helper()
-	st, err := c.ServerTLS()
+	st, err := serverTLS(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct, err := c.ClientTLS()
+	ct, err := clientTLS(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func tlsPair(t *testing.T, c *Certs) (*tls.Config, *tls.Config) {
 func TestTLSRefusals(t *testing.T) {
 	checkGoroutines(t)
 	good := certs(t)
-	other, err := GenerateCerts(nil, time.Hour)
+	other, err := pki.GenerateCerts(nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestTLSRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiredLeader := *good
-	if expiredLeader.LeaderCert, expiredLeader.LeaderKey, err = good.CA.Issue("old-leader", DefaultHosts, true, past, past.Add(time.Hour)); err != nil {
+	if expiredLeader.LeaderCert, expiredLeader.LeaderKey, err = good.CA.Issue("old-leader", pki.DefaultHosts, true, past, past.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	// Follower with the right trust but a certificate from another CA.
@@ -89,7 +90,7 @@ func TestTLSRefusals(t *testing.T) {
 	)
 	cases := []struct {
 		name     string
-		server   *Certs
+		server   *pki.Certs
 		client   func(t *testing.T) credentials.TransportCredentials
 		refuser  side
 		logParts []string
@@ -199,7 +200,7 @@ func TestTLSRefusals(t *testing.T) {
 	}
 }
 
-func clientCreds(c *Certs) func(t *testing.T) credentials.TransportCredentials {
+func clientCreds(c *pki.Certs) func(t *testing.T) credentials.TransportCredentials {
 	return func(t *testing.T) credentials.TransportCredentials {
 		_, ct := tlsPair(t, c)
 		return credentials.NewTLS(ct)

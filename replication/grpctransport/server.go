@@ -70,19 +70,31 @@ func (o *ServerOptions) EnsureDefaults() *ServerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.SendBuffer <= 0 {
-		o.SendBuffer = 8
+	if o.SendBuffer == 0 {
+		o.SendBuffer = DefaultSendBuffer
 	}
-	if o.HelloTimeout <= 0 {
-		o.HelloTimeout = 10 * time.Second
+	if o.HelloTimeout == 0 {
+		o.HelloTimeout = DefaultHelloTimeout
 	}
-	if o.KeepaliveTime <= 0 {
-		o.KeepaliveTime = 30 * time.Second
+	if o.KeepaliveTime == 0 {
+		o.KeepaliveTime = DefaultServerKeepaliveTime
 	}
-	if o.KeepaliveTimeout <= 0 {
-		o.KeepaliveTimeout = 10 * time.Second
+	if o.KeepaliveTimeout == 0 {
+		o.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
 	return o
+}
+
+// Validate reports every invalid field, the TLS setup included, in one error
+// wrapping ErrBadOptions (zero fields are valid: they mean the default).
+func (o *ServerOptions) Validate() error {
+	errs := negatives([]namedValue{{"SendBuffer", int64(o.SendBuffer)}, {"HelloTimeout", int64(o.HelloTimeout)},
+		{"KeepaliveTime", int64(o.KeepaliveTime)}, {"KeepaliveTimeout", int64(o.KeepaliveTimeout)}})
+	var probe atomic.Uint64
+	if _, err := o.creds(&probe); err != nil {
+		errs = append(errs, err)
+	}
+	return badOptions(errs)
 }
 
 func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCredentials, error) {
@@ -146,8 +158,7 @@ func Listen(addr string, opts *ServerOptions) (*Server, error) {
 		o = *opts
 	}
 	// Validate before binding: bad options must not leave a port open.
-	var probe atomic.Uint64
-	if _, err := o.EnsureDefaults().creds(&probe); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", addr)
@@ -175,6 +186,9 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		s.opts = *opts
 	}
 	o := s.opts.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	creds, err := o.creds(&s.stats.refused)
 	if err != nil {
 		return nil, err

@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
 
-var testCerts = sync.OnceValues(func() (*Certs, error) { return GenerateCerts(nil, 24*time.Hour) })
+var testCerts = sync.OnceValues(func() (*pki.Certs, error) { return pki.GenerateCerts(nil, 24*time.Hour) })
 
-func certs(t testing.TB) *Certs {
+func certs(t testing.TB) *pki.Certs {
 	t.Helper()
 	c, err := testCerts()
 	if err != nil {
@@ -28,17 +29,35 @@ func certs(t testing.TB) *Certs {
 	return c
 }
 
+// serverTLS and clientTLS are the leader's and follower's mutual-TLS
+// configurations for the generated certificates.
+func serverTLS(c *pki.Certs) (*tls.Config, error) {
+	pair, err := c.LeaderPair()
+	if err != nil {
+		return nil, err
+	}
+	return ServerTLSConfig(c.CA.Pool(), pair), nil
+}
+
+func clientTLS(c *pki.Certs) (*tls.Config, error) {
+	pair, err := c.FollowerPair()
+	if err != nil {
+		return nil, err
+	}
+	return ClientTLSConfig(c.CA.Pool(), pair, ""), nil
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // mtls returns a TLS server on 127.0.0.1 and a Dialer for it.
 func mtls(t testing.TB, log *slog.Logger) (*Server, *Dialer) {
 	t.Helper()
 	c := certs(t)
-	st, err := c.ServerTLS()
+	st, err := serverTLS(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct, err := c.ClientTLS()
+	ct, err := clientTLS(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,8 +302,8 @@ func TestBackpressureSendHonoursCtx(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	c := certs(t)
-	st, _ := c.ServerTLS()
-	ct, _ := c.ClientTLS()
+	st, _ := serverTLS(c)
+	ct, _ := clientTLS(c)
 	noMutual := st.Clone()
 	noMutual.ClientAuth = tls.VerifyClientCertIfGiven
 	noCA := st.Clone()

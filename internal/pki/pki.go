@@ -1,4 +1,9 @@
-package grpctransport
+// Package pki makes a throwaway certificate authority and the leader's and
+// follower's certificates for trying oncewal's mutual TLS locally: oncewal
+// gencerts, the network demo, tests and examples. Production deployments
+// bring their own PKI and load it with grpctransport.LoadServerTLS and
+// LoadClientTLS. It is internal: not part of oncewal's API.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -140,22 +145,16 @@ func GenerateCerts(hosts []string, validFor time.Duration) (*Certs, error) {
 	return c, nil
 }
 
-// ServerTLS is ServerTLSConfig for the leader certificate.
-func (c *Certs) ServerTLS() (*tls.Config, error) {
-	cert, err := tls.X509KeyPair(c.LeaderCert, c.LeaderKey)
-	if err != nil {
-		return nil, err
-	}
-	return ServerTLSConfig(c.CA.Pool(), cert), nil
+// LeaderPair is the leader's certificate and key, for
+// grpctransport.ServerTLSConfig(c.CA.Pool(), pair).
+func (c *Certs) LeaderPair() (tls.Certificate, error) {
+	return tls.X509KeyPair(c.LeaderCert, c.LeaderKey)
 }
 
-// ClientTLS is ClientTLSConfig for the follower certificate.
-func (c *Certs) ClientTLS() (*tls.Config, error) {
-	cert, err := tls.X509KeyPair(c.FollowerCert, c.FollowerKey)
-	if err != nil {
-		return nil, err
-	}
-	return ClientTLSConfig(c.CA.Pool(), cert, ""), nil
+// FollowerPair is the follower's certificate and key, for
+// grpctransport.ClientTLSConfig(c.CA.Pool(), pair, "").
+func (c *Certs) FollowerPair() (tls.Certificate, error) {
+	return tls.X509KeyPair(c.FollowerCert, c.FollowerKey)
 }
 
 // Certificate file names WriteDir uses.
@@ -192,7 +191,7 @@ func (c *Certs) WriteDir(dir string) error {
 	}
 	for _, f := range files {
 		if _, err := os.Lstat(filepath.Join(dir, f.name)); err == nil {
-			return fmt.Errorf("grpctransport: %s already exists; not overwriting", filepath.Join(dir, f.name))
+			return fmt.Errorf("pki: %s already exists; not overwriting", filepath.Join(dir, f.name))
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
