@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"github.com/oncewal/oncewal/internal/pki"
 	"io"
 	"os"
 	"path/filepath"
@@ -93,18 +94,20 @@ func BenchmarkRebuild(b *testing.B) {
 		report(b, start)
 	})
 	b.Run("grpc-mtls", func(b *testing.B) {
-		certs, err := grpctransport.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+		certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}
-		st, err := certs.ServerTLS()
+		leaderPair, err := certs.LeaderPair()
 		if err != nil {
 			b.Fatal(err)
 		}
-		ct, err := certs.ClientTLS()
+		followerPair, err := certs.FollowerPair()
 		if err != nil {
 			b.Fatal(err)
 		}
+		st := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
+		ct := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet,
 			Snapshots: func(uint32) snapshot.Source { return donor }})
 		if err != nil {

@@ -2,6 +2,7 @@ package grpctransport
 
 import (
 	"context"
+	"github.com/oncewal/oncewal/internal/pki"
 	"log/slog"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	require.NoError(t, err)
 	defer donor.Close()
 
-	certs, err := GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+	certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 	require.NoError(t, err)
 	st, ct := tlsPair(t, certs)
 	srv, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st, Logger: quiet, Snapshots: func(shard uint32) snapshot.Source {
@@ -78,7 +79,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	require.ErrorIs(t, err, snapshot.ErrMismatch)
 
 	// A client the server does not trust.
-	other, err := GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+	other, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 	require.NoError(t, err)
 	_, badCT := tlsPair(t, other)
 	stranger, err := NewSnapshotClient(srv.Addr().String(), &DialerOptions{TLS: badCT, Logger: quiet, ConnectTimeout: time.Second})
