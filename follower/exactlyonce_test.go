@@ -51,11 +51,11 @@ var logModes = []int{-1, 1, 3, 0}
 // hostile is the simulation's injection of log shapes no correct leader
 // writes (sim.Log.Hostile): verbatim re-appends and late writes to closed
 // sessions, which followers must still apply exactly once.
-var hostile = sim.HostileConfig{Reappends: 0.1, LateWrites: 0.02}
+var hostile = sim.HostileOptions{Reappends: 0.1, LateWrites: 0.02}
 
 // recordLog runs a generated client workload through a leader of shards
 // shards (sim.Record) and, with h set, injects hostile shapes into its log.
-func recordLog(t testing.TB, cfg sim.WorkloadConfig, shards int, h *sim.HostileConfig) *sim.Log {
+func recordLog(t testing.TB, cfg sim.WorkloadOptions, shards int, h *sim.HostileOptions) *sim.Log {
 	t.Helper()
 	log, err := sim.Record(sim.GenerateWorkload(cfg), shards)
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func (s *simFollower) Restart()                                     { s.restart(
 func (s *simFollower) Crash(rng *rand.Rand)                         { s.crash(rng) }
 
 // runSim drives one seed to completion and checks the invariant.
-func runSim(t testing.TB, seed uint64, cfg sim.WorkloadConfig, faults bool) (*simNet, replication.Stats) {
+func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*simNet, replication.Stats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, 1, &hostile)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
@@ -282,7 +282,7 @@ func seedCount(t *testing.T, def int) (first uint64, n int) {
 // default, ONCEWAL_SEEDS=10000 for the long run, ONCEWAL_SEED=n to replay one.
 func TestExactlyOnceSeeds(t *testing.T) {
 	first, n := seedCount(t, 500)
-	cfg := sim.WorkloadConfig{Sessions: 6, Requests: 150, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
+	cfg := sim.WorkloadOptions{Sessions: 6, Requests: 150, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
 	var total replication.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
@@ -351,7 +351,7 @@ func (c *crashFS) MaybeError(op errorfs.Op) error {
 // (every one by default; ONCEWAL_LONG=1 also sweeps unsynced-data survival),
 // reopens from the crash image, finishes delivery and checks the invariant.
 func TestCrashSweep(t *testing.T) {
-	w := recordLog(t, sim.WorkloadConfig{Seed: 7, Sessions: 4, Requests: 120, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}, 1, &hostile)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 7, Sessions: 4, Requests: 120, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}, 1, &hostile)
 	log := encodeLog(t, w, 0, 1)
 
 	// Count the write points of a fault-free run.

@@ -71,7 +71,7 @@ func TestFailoverRequestsExactlyOnce(t *testing.T) {
 	var total sim.FailoverResult
 	phases := map[int]int{}
 	for _, seed := range seeds {
-		res, err := sim.RunFailover(sim.FailoverConfig{
+		res, err := sim.RunFailover(sim.FailoverOptions{
 			Dir: t.TempDir(), Seed: seed, Async: seed%2 == 0, Requests: 12 + int(seed%29),
 		})
 		require.NoError(t, err, "seed %d", seed)

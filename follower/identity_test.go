@@ -39,7 +39,7 @@ func appliedStore(t *testing.T, dir string, o follower.Options) uint64 {
 // it (its writes then only in Pebble's WAL, for the next Open to flush).
 func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64 {
 	t.Helper()
-	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Sessions: 4, Requests: 200, BatchSize: 20}, 1, nil)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 200, BatchSize: 20}, 1, nil)
 	o.Logger = quietLogger
 	f, err := follower.Open(dir, &o)
 	require.NoError(t, err)

@@ -20,7 +20,7 @@ import (
 // refuse everything after it, and — once reopened with the fault cleared —
 // finish delivery with the exactly-once invariant intact.
 func TestIOErrors(t *testing.T) {
-	w := recordLog(t, sim.WorkloadConfig{Seed: 3, Sessions: 5, Requests: 300, RetryRate: 0.1, BatchSize: 10}, 1, &hostile)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 5, Requests: 300, RetryRate: 0.1, BatchSize: 10}, 1, &hostile)
 	log := encodeLog(t, w, 0, 1)
 	// Pebble's WAL is written with Write and made durable with SyncData.
 	kinds := map[string]errorfs.OpKind{"write": errorfs.OpFileWrite, "syncdata": errorfs.OpFileSyncData}

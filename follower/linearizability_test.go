@@ -118,7 +118,7 @@ func checkHistory(t *testing.T, h []sim.ClientOp) porcupine.CheckResult {
 // replayed), with a replay that differs from the recorded outcome, or with
 // an execution that missed an earlier one (a stale counter read) fails.
 func TestFailoverHistoryCheckerCatchesViolations(t *testing.T) {
-	res, err := sim.RunFailover(sim.FailoverConfig{Dir: t.TempDir(), Seed: 7, Requests: 30})
+	res, err := sim.RunFailover(sim.FailoverOptions{Dir: t.TempDir(), Seed: 7, Requests: 30})
 	require.NoError(t, err)
 	require.True(t, res.Verified, "%v", res.VerifyErr)
 	require.Equal(t, porcupine.Ok, checkHistory(t, res.History))

@@ -71,7 +71,7 @@ func (s *simNode) Crash(rng *rand.Rand) {
 // the workload is routed by session (replication.ShardRouter), each shard's
 // log gets its own fault stream (seeded independently per shard), and
 // restarts and power-failure crashes hit the whole node.
-func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadConfig) (restarts, crashes int, st replication.Stats) {
+func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st replication.Stats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, shards, &hostile)
 	router, err := replication.NewShardRouter(shards)
@@ -118,7 +118,7 @@ func TestNodeExactlyOnceSeeds(t *testing.T) {
 		def = 500
 	}
 	first, n := seedCount(t, def)
-	cfg := sim.WorkloadConfig{Sessions: 10, Requests: 200, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
+	cfg := sim.WorkloadOptions{Sessions: 10, Requests: 200, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
 	var total replication.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
@@ -155,10 +155,10 @@ func TestNodeShardedPipeline(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				shards := 4 - 2*int(seed%2) // 2, 4, 2, …
-				res, err := sim.Run(context.Background(), sim.Config{
+				res, err := sim.Run(context.Background(), sim.Options{
 					Dir:      t.TempDir(),
 					Seed:     seed,
-					Workload: sim.WorkloadConfig{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
+					Workload: sim.WorkloadOptions{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
 					Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
@@ -190,7 +190,7 @@ func TestNodeWrongShard(t *testing.T) {
 	defer n.Close()
 	require.Equal(t, []uint32{1, 3}, n.Shards())
 
-	w := recordLog(t, sim.WorkloadConfig{Seed: 1, Requests: 40}, 1, nil)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 1, Requests: 40}, 1, nil)
 	good := encodeLog(t, w, 3, 1)
 	_, err = n.Apply(good[0])
 	require.NoError(t, err)
@@ -261,7 +261,7 @@ func TestNodeWindowBoundPerShard(t *testing.T) {
 		Follower: follower.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}})
 	require.NoError(t, err)
 	defer n.Close()
-	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Requests: 400}, 1, nil)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Requests: 400}, 1, nil)
 	for s := range uint32(3) {
 		for _, raw := range encodeLog(t, w, s, 1) {
 			_, err := n.Apply(raw)
@@ -289,10 +289,10 @@ func (stallDialer) Dial(ctx context.Context, _ replication.Ack) (replication.Fol
 // TestNodeStalledShard: one shard's transport never delivers anything; the
 // other shards of the node still finish, restarts included.
 func TestNodeStalledShard(t *testing.T) {
-	res, err := sim.Run(context.Background(), sim.Config{
+	res, err := sim.Run(context.Background(), sim.Options{
 		Dir:      t.TempDir(),
 		Seed:     3,
-		Workload: sim.WorkloadConfig{Sessions: 12, Requests: 800, BatchSize: 30},
+		Workload: sim.WorkloadOptions{Sessions: 12, Requests: 800, BatchSize: 30},
 		Faults:   replication.FaultsLight,
 		Restarts: 2,
 		Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
@@ -337,8 +337,8 @@ func TestNodeFailingShard(t *testing.T) {
 		trs[s] = replication.NewInProcess(replication.FaultsLight, sim.ShardSeed(9, uint32(s)))
 		defer trs[s].Close()
 	}
-	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 9, Sessions: 12, Requests: 800, RetryRate: 0.05, BatchSize: 30})
-	clock := sim.NewClock(w.Config.Start)
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 9, Sessions: 12, Requests: 800, RetryRate: 0.05, BatchSize: 30})
+	clock := sim.NewClock(w.Options.Start)
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{
 		Shards: shards, Followers: []string{"node"}, Wall: clock.Now, Logger: quietLogger,
 		Store:    follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},

@@ -29,10 +29,10 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	for _, p := range presets {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds/len(presets)); seed++ {
-				res, err := sim.Run(context.Background(), sim.Config{
+				res, err := sim.Run(context.Background(), sim.Options{
 					Dir:      t.TempDir(),
 					Seed:     seed,
-					Workload: sim.WorkloadConfig{Sessions: 10, Requests: 1500, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 40},
+					Workload: sim.WorkloadOptions{Sessions: 10, Requests: 1500, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
 					Follower: follower.Options{Logger: quietLogger},

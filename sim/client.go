@@ -42,7 +42,7 @@ type Client struct {
 // advancing clock by up to 3 ms before each batch (the clock is the
 // leader's Options.Wall; the steps come from the workload's seed).
 func NewClient(w *Workload, shards int, clock *Clock) *Client {
-	return &Client{w: w, clock: clock, rng: rand.New(rand.NewPCG(w.Config.Seed, 0x636c6f636b)),
+	return &Client{w: w, clock: clock, rng: rand.New(rand.NewPCG(w.Options.Seed, 0x636c6f636b)),
 		split: make([][]Request, shards), accepted: make([][]Accepted, shards), shardAppends: make([]int, shards)}
 }
 

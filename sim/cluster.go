@@ -19,7 +19,7 @@ import (
 	"github.com/oncewal/oncewal/session"
 )
 
-// Config describes one end-to-end run of a deployment: a leader (package
+// Options describes one end-to-end run of a deployment: a leader (package
 // leader) of Shards shards, Followers follower nodes each serving every
 // shard over its own links, a client sending a generated workload through
 // the leader, and the faults the seed schedules between the client's
@@ -28,7 +28,7 @@ import (
 // failure), and a promotion of the most advanced follower after the
 // leader's death. See the package documentation for the invariant Run
 // checks.
-type Config struct {
+type Options struct {
 	// Dir, if set, puts every node on the real filesystem: the leader in
 	// Dir/leader, follower f<i> in Dir/f<i>; a power failure is then a
 	// kill. Empty: each node has its own in-memory filesystem
@@ -37,7 +37,7 @@ type Config struct {
 	Dir  string
 	Seed uint64
 	// Workload is the client's workload; its Seed defaults to Seed.
-	Workload WorkloadConfig
+	Workload WorkloadOptions
 	// Shards is the deployment's shard count. Default 1.
 	Shards int
 	// Followers is the number of follower nodes, f1..fN, each serving
@@ -94,7 +94,7 @@ type Config struct {
 	Trace func(format string, args ...any)
 }
 
-func (c *Config) ensureDefaults() error {
+func (c *Options) ensureDefaults() error {
 	if c.Workload.Seed == 0 {
 		c.Workload.Seed = c.Seed
 	}
@@ -222,7 +222,7 @@ type FollowerShard struct {
 	AppliedLSN uint64
 	Receiver   replication.Stats          // over every incarnation
 	Shipper    replication.ShipperStats   // the leader's stream to it, over every leader incarnation
-	Transport  replication.InProcessStats // its link (zero with Config.Transport)
+	Transport  replication.InProcessStats // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
 	// promotion ("" if it did not): "diverged" or "behind retention".
 	Refused  string
@@ -255,19 +255,19 @@ type leaderNode struct {
 }
 
 type run struct {
-	cfg      Config
+	cfg      Options
 	ctx      context.Context
 	rng      *rand.Rand
 	clock    *Clock
 	client   *Client
 	router   replication.ShardRouter
 	links    [][]*replication.InProcess // [follower][shard]
-	shardLis []replication.Listener     // with Config.Transport
+	shardLis []replication.Listener     // with Options.Transport
 	shardDia []replication.Dialer
 	nodes    []*node
 	lead     *leaderNode
 	shipped  map[[2]int]replication.ShipperStats // [follower, shard] over retired leaders
-	closers  []func() error                      // of Config.Transport, once everything stopped
+	closers  []func() error                      // of Options.Transport, once everything stopped
 	res      *Result
 }
 
@@ -299,7 +299,7 @@ const (
 // Run runs cfg to completion: the whole workload sent, every follower that
 // can caught up, then verified. An error means the run could not be carried
 // out; a violated invariant is reported in Result.VerifyErr.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg Options) (*Result, error) {
 	if err := cfg.ensureDefaults(); err != nil {
 		return nil, err
 	}
@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	w := GenerateWorkload(cfg.Workload)
-	clock := NewClock(w.Config.Start)
+	clock := NewClock(w.Options.Start)
 	r := &run{
 		cfg: cfg, ctx: ctx, rng: rand.New(rand.NewPCG(cfg.Seed, 0x72756e)), clock: clock,
 		client: NewClient(w, cfg.Shards, clock), router: router, shipped: map[[2]int]replication.ShipperStats{},

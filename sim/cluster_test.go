@@ -46,11 +46,11 @@ func init() {
 var presets = []replication.FaultOptions{replication.FaultsNone, replication.FaultsLight, replication.FaultsHeavy}
 
 // clusterConfig is the multi-follower simulation of one seed.
-func clusterConfig(seed uint64) Config {
-	return Config{
+func clusterConfig(seed uint64) Options {
+	return Options{
 		Seed:   seed,
 		Shards: 2, Followers: 3,
-		Workload: WorkloadConfig{Sessions: 6, Requests: 60, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
+		Workload: WorkloadOptions{Sessions: 6, Requests: 60, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
 		LinkFaults: func(f int, s uint32) replication.FaultOptions {
 			return presets[ShardSeed(seed, uint32(f*2)+s+100)%3]
 		},

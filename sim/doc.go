@@ -27,8 +27,8 @@
 //
 // # Run: the invariant
 //
-// Run drives a deployment: a leader of Config.Shards shards and
-// Config.Followers follower nodes (each serves every shard, so N followers
+// Run drives a deployment: a leader of Options.Shards shards and
+// Options.Followers follower nodes (each serves every shard, so N followers
 // per shard), every follower on its own link per shard (an InProcess
 // transport with its own fault seed; the leader accepts from all of them),
 // the client's batches, and between them the faults the seed schedules:
@@ -75,7 +75,7 @@
 //
 // A run is seeded: the workload, every link's faults and every scheduled
 // event (its moment, its kind, the share of unsynced writes a crash image
-// keeps) come from Config.Seed. Goroutine timing is not: which batches a
+// keeps) come from Options.Seed. Goroutine timing is not: which batches a
 // follower has applied when a fault strikes varies, so a seed replays the
 // same faults, not the same interleaving.
 //

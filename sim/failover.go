@@ -23,12 +23,12 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// FailoverConfig describes one deterministic failover run: a client sends
+// FailoverOptions describes one deterministic failover run: a client sends
 // non-idempotent requests (adds to counters, each under its own request key)
 // to leader A, A ships its WAL to follower B, A is killed at a random point,
 // B is promoted, and the client retries against B every request whose answer
 // it did not see.
-type FailoverConfig struct {
+type FailoverOptions struct {
 	Dir  string // leader A in Dir/a, follower B in Dir/b (its store then its leader's), on FS
 	Seed uint64
 	// Requests is the number of distinct client requests. Default 40.
@@ -151,7 +151,7 @@ type failReq struct {
 }
 
 type failSim struct {
-	cfg  FailoverConfig
+	cfg  FailoverOptions
 	rng  *rand.Rand
 	res  *FailoverResult
 	wall atomic.Int64 // the simulated wall clock of both leaders; waiting claims read it from their goroutines
@@ -202,7 +202,7 @@ func (s *failSim) answer(op int, outcome []byte) {
 // RunFailover runs cfg and verifies the request-level exactly-once invariant.
 // An error means the run could not be carried out; a violated invariant is
 // reported in FailoverResult.VerifyErr.
-func RunFailover(cfg FailoverConfig) (*FailoverResult, error) {
+func RunFailover(cfg FailoverOptions) (*FailoverResult, error) {
 	if cfg.Requests <= 0 {
 		cfg.Requests = 40
 	}

@@ -35,7 +35,7 @@ type Log struct {
 // SeqNos, keys, WAL clock; on an in-memory filesystem, shipping to nobody)
 // and returns the log it wrote.
 func Record(w *Workload, shards int) (*Log, error) {
-	clock := NewClock(w.Config.Start)
+	clock := NewClock(w.Options.Start)
 	fs := vfs.NewMem()
 	l, err := leader.Open("/leader", &leader.Options{
 		Shards: shards, FS: fs, Wall: clock.Now, Logger: discard,
@@ -129,8 +129,8 @@ func (l *Log) Encode(shard, as uint32, epoch uint64) ([][]byte, error) {
 	return out, nil
 }
 
-// HostileConfig sets the log shapes Hostile injects.
-type HostileConfig struct {
+// HostileOptions sets the log shapes Hostile injects.
+type HostileOptions struct {
 	Seed uint64
 	// Reappends is the chance, per logged event, that a verbatim copy of
 	// an earlier event of the shard (same session, SeqNo and key; one of
@@ -152,7 +152,7 @@ type HostileConfig struct {
 // never writes them. The copy's Oracle is replayed over the new log. Added
 // events carry the time of the event they follow, so the WAL clock never
 // goes back.
-func (l *Log) Hostile(cfg HostileConfig) *Log {
+func (l *Log) Hostile(cfg HostileOptions) *Log {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x686f7374696c65))
 	out := &Log{Workload: l.Workload, Refused: l.Refused}
 	for _, batches := range l.Shards {

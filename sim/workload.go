@@ -11,8 +11,8 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// WorkloadConfig shapes a generated client workload.
-type WorkloadConfig struct {
+// WorkloadOptions shapes a generated client workload.
+type WorkloadOptions struct {
 	Seed uint64
 	// Sessions is the number of sessions open at any time. Default 8.
 	Sessions int
@@ -48,7 +48,7 @@ type WorkloadConfig struct {
 	Start time.Time
 }
 
-func (c *WorkloadConfig) ensureDefaults() {
+func (c *WorkloadOptions) ensureDefaults() {
 	if c.Sessions <= 0 {
 		c.Sessions = 8
 	}
@@ -97,7 +97,7 @@ func requestKey(id uint64) idempotency.Key {
 
 // Workload is a generated sequence of client batches.
 type Workload struct {
-	Config  WorkloadConfig
+	Options WorkloadOptions
 	Batches [][]Request
 	// What the generator put in it: requests (opens and closes included),
 	// distinct requests, retries and late requests.
@@ -110,10 +110,10 @@ type Workload struct {
 // write late to a closed session. About half of the data requests carry a
 // client key (idempotency.ClientKey of the request ID), which their retries
 // reuse; the rest are keyed by the leader.
-func GenerateWorkload(cfg WorkloadConfig) *Workload {
+func GenerateWorkload(cfg WorkloadOptions) *Workload {
 	cfg.ensureDefaults()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6f6e636577616c))
-	w := &Workload{Config: cfg}
+	w := &Workload{Options: cfg}
 	var nextID uint64
 	var live, closed []session.ID
 	var keyed []Request // client-keyed requests, for retries

@@ -48,7 +48,7 @@ func equalStates(t *testing.T, what string, a, b *Oracle) {
 // oracle replayed from the log equals the client's.
 func TestRecordedLog(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
-		w := GenerateWorkload(WorkloadConfig{Seed: seed, Sessions: 5, Requests: 400, BatchSize: 10,
+		w := GenerateWorkload(WorkloadOptions{Seed: seed, Sessions: 5, Requests: 400, BatchSize: 10,
 			RetryRate: 0.15, CloseRate: 0.05, LateRate: 0.05})
 		if w.Retries == 0 || w.Late == 0 {
 			t.Fatalf("seed %d: %d retries, %d late requests", seed, w.Retries, w.Late)
@@ -95,11 +95,11 @@ func TestRecordedLog(t *testing.T) {
 		// The client's view of the same requests: its oracle from what the
 		// leader accepted equals the one replayed from the log.
 		l, err := leader.Open("/l", &leader.Options{Shards: 2, FS: vfs.NewMem(), Logger: discard,
-			Wall: NewClock(w.Config.Start).Now, Store: follower.Options{Logger: discard, PebbleOptions: smallMemtable}})
+			Wall: NewClock(w.Options.Start).Now, Store: follower.Options{Logger: discard, PebbleOptions: smallMemtable}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := NewClient(w, 2, NewClock(w.Config.Start))
+		c := NewClient(w, 2, NewClock(w.Options.Start))
 		for !c.Done() {
 			if _, err := c.Send(l); err != nil {
 				t.Fatal(err)
@@ -128,9 +128,9 @@ func mustRecord(t *testing.T, w *Workload) *Log {
 // re-appends and late writes — must have no effect, so the hostile log's
 // oracle equals the original's, and the injected events are really there.
 func TestHostileChangesNothing(t *testing.T) {
-	w := GenerateWorkload(WorkloadConfig{Seed: 3, Sessions: 4, Requests: 300, BatchSize: 8, RetryRate: 0.1, CloseRate: 0.05})
+	w := GenerateWorkload(WorkloadOptions{Seed: 3, Sessions: 4, Requests: 300, BatchSize: 8, RetryRate: 0.1, CloseRate: 0.05})
 	log := mustRecord(t, w)
-	h := log.Hostile(HostileConfig{Seed: 3, Reappends: 0.1, LateWrites: 0.05})
+	h := log.Hostile(HostileOptions{Seed: 3, Reappends: 0.1, LateWrites: 0.05})
 	if h.Reappends == 0 || h.LateWrites == 0 {
 		t.Fatalf("%d re-appends, %d late writes injected", h.Reappends, h.LateWrites)
 	}

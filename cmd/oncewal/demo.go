@@ -179,10 +179,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	res, err := sim.Run(context.Background(), sim.Config{
+	res, err := sim.Run(context.Background(), sim.Options{
 		Dir:  root,
 		Seed: *seed,
-		Workload: sim.WorkloadConfig{
+		Workload: sim.WorkloadOptions{
 			Sessions: *sessions, Requests: *events, LateRate: *lateRate, RetryRate: *retryRate,
 			CloseRate: 0.002, BatchSize: 512,
 		},

@@ -56,7 +56,7 @@ func runFailoverDemo(root string, seed uint64, asJSON bool, stdout, stderr io.Wr
 	rep := failoverReport{Seed: seed, Totals: map[string]int{}, KillPhaseRuns: map[string]int{}, Verified: true,
 		Guarantee: "every request takes effect exactly once in the surviving history and every retry within the replay window gets the original outcome; with asynchronous replication, answers A gave for requests B never received are lost with A and those requests re-execute once on B"}
 	run := func(i int, s uint64, async bool, narrate bool) bool {
-		cfg := sim.FailoverConfig{
+		cfg := sim.FailoverOptions{
 			Dir: filepath.Join(root, fmt.Sprintf("run-%03d", i)), Seed: s, Async: async, Requests: 40, FS: vfs.Default,
 		}
 		if narrate && !asJSON {

@@ -113,7 +113,7 @@ func every(d time.Duration, done <-chan struct{}, fn func()) {
 	}
 }
 
-// loopbackTransport returns, when on, a sim.Config.Transport that runs the
+// loopbackTransport returns, when on, a sim.Options.Transport that runs the
 // demo over the real network transport: per shard a gRPC server on
 // 127.0.0.1 with mutual TLS, certificates generated in memory, and one
 // Dialer every follower shares.

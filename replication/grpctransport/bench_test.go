@@ -27,7 +27,7 @@ func BenchmarkReplicate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wl := recorded(b, sim.WorkloadConfig{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
+	wl := recorded(b, sim.WorkloadOptions{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
 	var last uint64
 	for _, evs := range wl.Shards[0] {
 		h, err := w.Append(1, evs)
@@ -121,7 +121,7 @@ func BenchmarkTransport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wl := recorded(b, sim.WorkloadConfig{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
+	wl := recorded(b, sim.WorkloadOptions{Seed: 1, Sessions: 100, Requests: 100_000, BatchSize: 512})
 	for _, evs := range wl.Shards[0] {
 		if _, err := w.Append(1, evs); err != nil {
 			b.Fatal(err)

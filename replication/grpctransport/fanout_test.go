@@ -88,7 +88,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		go func() { done <- f.Serve(ctx, d) }()
 		return done
 	}
-	wl := recorded(t, sim.WorkloadConfig{Seed: 7, Sessions: 8, Requests: 3000, RetryRate: 0.05, BatchSize: 32})
+	wl := recorded(t, sim.WorkloadOptions{Seed: 7, Sessions: 8, Requests: 3000, RetryRate: 0.05, BatchSize: 32})
 	batches := wl.Shards[0]
 	// The cache is fed before anyone connects: from then on a follower at
 	// the tail finds every batch there.

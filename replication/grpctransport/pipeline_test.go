@@ -23,7 +23,7 @@ func long() bool { return os.Getenv("ONCEWAL_LONG") == "1" }
 // 127.0.0.1, the fault proxy in front of it, and a Dialer aimed at the proxy.
 // recorded is a client workload as a leader logged it (sim.Record), on one
 // shard: the log these tests replay through a raw WAL writer.
-func recorded(t testing.TB, cfg sim.WorkloadConfig) *sim.Log {
+func recorded(t testing.TB, cfg sim.WorkloadOptions) *sim.Log {
 	t.Helper()
 	log, err := sim.Record(sim.GenerateWorkload(cfg), 1)
 	if err != nil {
@@ -83,10 +83,10 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/seed=%d", preset, seed), func(t *testing.T) {
 				var px *faultProxy
 				transport := proxied(t, seed, proxyPresets[preset], &px)
-				res, err := sim.Run(context.Background(), sim.Config{
+				res, err := sim.Run(context.Background(), sim.Options{
 					Dir:  t.TempDir(),
 					Seed: seed,
-					Workload: sim.WorkloadConfig{
+					Workload: sim.WorkloadOptions{
 						Sessions: 16, Requests: events, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 64,
 					},
 					Restarts:  3,
@@ -181,7 +181,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	walDir := filepath.Join(dir, "leader")
-	wl := recorded(t, sim.WorkloadConfig{
+	wl := recorded(t, sim.WorkloadOptions{
 		Seed: 7, Sessions: 16, Requests: 3000, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 64,
 	})
 	batches := wl.Shards[0]

@@ -27,7 +27,7 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, evs := range recorded(t, sim.WorkloadConfig{Seed: 1, Requests: 50}).Shards[0] {
+	for _, evs := range recorded(t, sim.WorkloadOptions{Seed: 1, Requests: 50}).Shards[0] {
 		if _, err := w.Append(1, evs); err != nil {
 			t.Fatal(err)
 		}
