@@ -43,7 +43,7 @@ func newPipelineCrashFS(k, pct int) *pipelineCrashFS {
 // was acknowledged before the crash (no ack precedes its batch's sync), and
 // finishing delivery yields the oracle's state (exactly once).
 func TestCrashSweepPipelined(t *testing.T) {
-	w := recordLog(t, sim.WorkloadConfig{Seed: 7, Sessions: 4, Requests: 120, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}, 1, &hostile)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 7, Sessions: 4, Requests: 120, RetryRate: 0.15, CloseRate: 0.03, BatchSize: 10}, 1, &hostile)
 	log := encodeLog(t, w, 0, 1)
 	probe := newPipelineCrashFS(-1, 0)
 	runPipelinedCrashPoint(t, w, log, probe)
@@ -225,7 +225,7 @@ func (l *scriptedLeader) Close() error { return nil }
 // pipeline needs far fewer. The acks still come in order, each for a
 // durable position, and the state is the oracle's.
 func TestServeOverlapsSyncs(t *testing.T) {
-	w := recordLog(t, sim.WorkloadConfig{Seed: 3, Sessions: 8, Requests: 240, BatchSize: 8}, 1, nil)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 8, Requests: 240, BatchSize: 8}, 1, nil)
 	log := encodeLog(t, w, 0, 1)
 	require.Greater(t, len(log), 20)
 	fs := &slowSyncFS{FS: vfs.NewMem(), d: 20 * time.Millisecond}
@@ -266,7 +266,7 @@ func TestServeOverlapsSyncs(t *testing.T) {
 // shards' batches interleaved and several in flight per shard; a batch for
 // a shard the node does not serve is refused with ErrWrongShard.
 func TestNodeStart(t *testing.T) {
-	w := recordLog(t, sim.WorkloadConfig{Seed: 5, Sessions: 4, Requests: 60, BatchSize: 6}, 1, nil)
+	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 60, BatchSize: 6}, 1, nil)
 	logs := [][][]byte{encodeLog(t, w, 0, 1), encodeLog(t, w, 1, 1)}
 	n, err := follower.OpenNode("/node", []uint32{0, 1}, &follower.NodeOptions{Follower: *testOptions(vfs.NewMem())})
 	require.NoError(t, err)

@@ -44,8 +44,8 @@ func BenchmarkDonorDuringRebuild(b *testing.B) {
 
 func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	dir := b.TempDir()
-	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: uint64(seed) + 1, Sessions: 1000, Requests: 60000, BatchSize: 256})
-	clock := sim.NewClock(w.Config.Start)
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: uint64(seed) + 1, Sessions: 1000, Requests: 60000, BatchSize: 256})
+	clock := sim.NewClock(w.Options.Start)
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(dir+"/leader", &leader.Options{

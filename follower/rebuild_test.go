@@ -23,8 +23,8 @@ import (
 // (its Donor, in process) and then replicates through the ordinary path;
 // every one ends equal to the oracle. With Rebuild=never the refusal stands.
 func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
-	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 11, Sessions: 6, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
-	clock := sim.NewClock(w.Config.Start)
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 11, Sessions: 6, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
+	clock := sim.NewClock(w.Options.Start)
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
@@ -63,7 +63,7 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	waitLSN(t, ctx, behind, c.LastLSN(0))
 	stopBehind()
 	// A diverged history: another workload's log, longer than this one.
-	other, err := sim.Record(sim.GenerateWorkload(sim.WorkloadConfig{Seed: 12, Sessions: 3, Requests: 800, BatchSize: 12}), 1)
+	other, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 12, Sessions: 3, Requests: 800, BatchSize: 12}), 1)
 	require.NoError(t, err)
 	batches, err := other.Encode(0, 0, 1)
 	require.NoError(t, err)
@@ -171,8 +171,8 @@ func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64
 // is rebuilt from its own donor (one Source for the node: snapshot.Router)
 // and the node ends equal to the oracle.
 func TestNodeRebuildsEachRefusedShard(t *testing.T) {
-	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 13, Sessions: 8, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
-	clock := sim.NewClock(w.Config.Start)
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 13, Sessions: 8, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
+	clock := sim.NewClock(w.Options.Start)
 	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
 	defer trs[0].Close()
 	defer trs[1].Close()
@@ -244,8 +244,8 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 // refused as diverged, rebuilt from B's snapshot, and equals the history B
 // continues.
 func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
-	w := sim.GenerateWorkload(sim.WorkloadConfig{Seed: 17, Sessions: 6, Requests: 400, RetryRate: 0.1, BatchSize: 12})
-	clock := sim.NewClock(w.Config.Start)
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 17, Sessions: 6, Requests: 400, RetryRate: 0.1, BatchSize: 12})
+	clock := sim.NewClock(w.Options.Start)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -37,7 +37,7 @@ func BenchmarkRebuild(b *testing.B) {
 		requests, _ = strconv.Atoi(s)
 	}
 	dir := b.TempDir()
-	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadConfig{Seed: 1, Sessions: 200, Requests: requests, BatchSize: 64, RetryRate: 0.05}), 1)
+	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 1, Sessions: 200, Requests: requests, BatchSize: 64, RetryRate: 0.05}), 1)
 	if err != nil {
 		b.Fatal(err)
 	}

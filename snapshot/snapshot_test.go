@@ -44,7 +44,7 @@ const target = "/node/store"
 
 func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 	t.Helper()
-	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadConfig{Seed: 3, Sessions: 6, Requests: 300, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}), 1)
+	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 3, Sessions: 6, Requests: 300, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}), 1)
 	require.NoError(t, err)
 	batches, err := log.Encode(0, 0, 1)
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	fs := vfs.NewMem()
 	so := &follower.Options{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}
-	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadConfig{Seed: 4, Sessions: 8, Requests: 2000, BatchSize: 20, RetryRate: 0.1}), 1)
+	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 4, Sessions: 8, Requests: 2000, BatchSize: 20, RetryRate: 0.1}), 1)
 	require.NoError(t, err)
 	batches, err := log.Encode(0, 0, 1)
 	require.NoError(t, err)
