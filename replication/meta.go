@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/corruption"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/keyspace"
@@ -131,7 +132,7 @@ func readMetaU64(r pebble.Reader, key []byte) (uint64, error) {
 		return 0, err
 	}
 	if len(v) != metaU64Size || v[0] != metaVersion {
-		return 0, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
+		return 0, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
 	}
 	return binary.LittleEndian.Uint64(v[1:]), nil
 }
@@ -144,7 +145,7 @@ func readBatchRef(r pebble.Reader, key []byte, lsn uint64) (BatchRef, error) {
 		return BatchRef{}, err
 	}
 	if len(v) != lastBatchSize || v[0] != metaVersion {
-		return BatchRef{}, fmt.Errorf("replication: %s: unrecognised value %x", key, v)
+		return BatchRef{}, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
 	}
 	if binary.LittleEndian.Uint64(v[1:]) != lsn {
 		return BatchRef{}, nil
