@@ -443,7 +443,9 @@ func (f *Follower) stop() bool {
 
 // Serve connects through d and applies what the leader ships until ctx ends,
 // Close is called, or the store fails (replication.ErrStoreFailed, after
-// which the follower must be closed and reopened). It redials whenever the
+// which the follower must be closed and reopened; also
+// replication.ErrStaging, an I/O error while composing a batch, which is
+// not sticky but is not retried in a loop either). It redials whenever the
 // link drops, each time stating its durable position in the handshake,
 // waiting a jittered backoff (Options.ReconnectBackoff, MaxReconnectBackoff,
 // ReconnectJitter) that grows while attempts keep failing. A run of failed
@@ -491,7 +493,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 			})
 			_ = conn.Close()
 			f.link.connected.Store(false)
-			if errors.Is(err, replication.ErrStoreFailed) {
+			if storeTrouble(err) {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
 			}
@@ -549,7 +551,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 			if failed != nil {
 				continue
 			}
-			if errors.Is(err, replication.ErrStoreFailed) {
+			if storeTrouble(err) {
 				_ = conn.Send(ctx, res.Ack)
 				failed = err
 				cancel()
@@ -706,3 +708,11 @@ type Stats struct {
 }
 
 var _ io.Closer = (*Follower)(nil)
+
+// storeTrouble: err ends Serve so that the embedder closes and reopens the
+// follower — the store failed for good (replication.ErrStoreFailed), or an
+// I/O error composed no batch (replication.ErrStaging: the receiver is still
+// usable, but a store that cannot be read is not retried in a loop).
+func storeTrouble(err error) bool {
+	return errors.Is(err, replication.ErrStoreFailed) || errors.Is(err, replication.ErrStaging)
+}

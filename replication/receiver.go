@@ -549,7 +549,7 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 }
 
 // decideEvent is steps 3 and 4 of decide for one event. An error is an I/O
-// failure (wrapping ErrStoreFailed and the cause).
+// failure (wrapping ErrStaging and the cause).
 func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (fate, error) {
 	if ev.LSN <= r.applied { // overlap with an already applied prefix
 		return fatePosition, nil
@@ -557,7 +557,7 @@ func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (
 	if ev.Seq != 0 {
 		d, err := ttx.Check(ev.Session, ev.Seq, ev.Time)
 		if err != nil {
-			return 0, fmt.Errorf("%w: reading HWM: %w", ErrStoreFailed, err)
+			return 0, fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
 		}
 		switch d {
 		case session.Duplicate:
@@ -571,11 +571,11 @@ func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (
 		}
 		p.advanced = true
 		if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
-			return 0, fmt.Errorf("%w: HWM advance: %w", ErrStoreFailed, err)
+			return 0, fmt.Errorf("%w: HWM advance: %w", ErrStaging, err)
 		}
 		if ev.Op == wal.OpClose {
 			if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
-				return 0, fmt.Errorf("%w: HWM close: %w", ErrStoreFailed, err)
+				return 0, fmt.Errorf("%w: HWM close: %w", ErrStaging, err)
 			}
 		}
 	}
@@ -612,18 +612,18 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 		return fail(refusedApply, fmt.Errorf("%w: %w", ErrApply, err)), false
 	}
 	if err := ttx.Flush(); err != nil {
-		return fail(refusedStore, fmt.Errorf("%w: HWM flush: %w", ErrStoreFailed, err)), false
+		return fail(refusedStore, fmt.Errorf("%w: HWM flush: %w", ErrStaging, err)), false
 	}
 	if r.opts.GCEvery > 0 && (r.commits+1)%uint64(r.opts.GCEvery) == 0 {
 		if _, err := ttx.CollectGarbage(r.opts.GCLimit); err != nil {
-			return fail(refusedStore, fmt.Errorf("%w: session GC: %w", ErrStoreFailed, err)), false
+			return fail(refusedStore, fmt.Errorf("%w: session GC: %w", ErrStaging, err)), false
 		}
 	}
 	if err := r.journal.stage(b, p.h.LastLSN(), p.record, r.window); err != nil {
-		return fail(refusedStore, fmt.Errorf("%w: window journal: %w", ErrStoreFailed, err)), false
+		return fail(refusedStore, fmt.Errorf("%w: window journal: %w", ErrStaging, err)), false
 	}
 	if err := r.stageMeta(b, p.h.LastLSN(), p.epoch, p.last); err != nil {
-		return fail(refusedStore, fmt.Errorf("%w: %w", ErrStoreFailed, err)), false
+		return fail(refusedStore, fmt.Errorf("%w: metadata: %w", ErrStaging, err)), false
 	}
 	// A batch that changed nothing but the position need not wait for fsync:
 	// if a crash loses it, the batch is redelivered and discarded again. A
