@@ -305,7 +305,7 @@ func refusalName(err error) string {
 		name string
 	}{{ErrWrongShard, "ErrWrongShard"}, {ErrStaleEpoch, "ErrStaleEpoch"}, {ErrDiverged, "ErrDiverged"},
 		{ErrOutOfOrder, "ErrOutOfOrder"}, {ErrSeqGap, "ErrSeqGap"}, {ErrApply, "ErrApply"},
-		{ErrStoreFailed, "ErrStoreFailed"}} {
+		{ErrStoreFailed, "ErrStoreFailed"}, {ErrStaging, "ErrStaging"}} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)
 		}
