@@ -108,7 +108,8 @@ type Config struct {
 	Rebuild bool
 	// LateJoiners are follower nodes beyond Followers (f<Followers+1>, …)
 	// that join once the client has sent everything: after retention
-	// deleted the start of the leader's WAL (Run waits up to 5 s for it),
+	// deleted the start of the leader's WAL (Run waits up to 100 ms for
+	// it; see Result.JoinsAfterRetention),
 	// the leader restarts with the joiner listed — how an operator adds a
 	// follower — and the joiner starts on an empty store, which the leader
 	// refuses as behind retention and the joiner rebuilds. Needs Rebuild.
@@ -212,10 +213,13 @@ type Result struct {
 	// without, they are left out of the comparison with the oracle, for
 	// that reason only.
 	Refusals map[string]int
-	// LateJoins are the late joiners that joined (Config.LateJoiners);
+	// LateJoins are the late joiners that joined (Config.LateJoiners),
+	// JoinsAfterRetention those that joined after retention had deleted
+	// the start of a shard's log of the current epoch (the others: the
+	// log started beyond LSN 1 because of the promotion, or at LSN 1);
 	// Rebuilds the shard stores rebuilt from a snapshot, over every
 	// follower.
-	LateJoins, Rebuilds int
+	LateJoins, JoinsAfterRetention, Rebuilds int
 	// Verified: every follower (and the final leader's store) equals the
 	// oracle, every counter is accounted for, every majority answer
 	// survived. VerifyErr says why not.
@@ -308,6 +312,7 @@ type run struct {
 	lead     *leaderNode
 	shipped  map[[2]int]replication.ShipperStats  // [follower, shard] over retired leaders
 	refused  map[[2]int]replication.HelloRefusals // [follower, shard] over retired leaders
+	logStart []uint64                             // per shard, the first LSN of the current epoch's log
 	closers  []func() error                       // of Config.Transport, once everything stopped
 	res      *Result
 }
@@ -432,6 +437,10 @@ func (r *run) run() error {
 		ln.shipTo = append(ln.shipTo, i)
 	}
 	r.lead = ln
+	r.logStart = make([]uint64, cfg.Shards)
+	for s := range r.logStart {
+		r.logStart[s] = 1
+	}
 	if err := r.openLeader(0); err != nil {
 		return err
 	}
@@ -902,6 +911,10 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 	r.lead = &leaderNode{dir: pn.dir, fs: pn.fs, mem: pn.mem, shipTo: rest}
 	if err := r.openLeader(epoch + 1); err != nil {
 		return err
+	}
+	for s := range uint32(r.cfg.Shards) {
+		sh, _ := r.lead.l.Shard(s)
+		r.logStart[s] = sh.Stats().Retention.FirstLSN
 	}
 	for _, i := range rest {
 		r.serve(r.nodes[i])

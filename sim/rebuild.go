@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/snapshot"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // leaderDonors serves snapshots of the current leader's shard stores
@@ -89,6 +90,14 @@ func (d shardDonor) End(ctx context.Context, id string) error {
 	return d.ld.donors[d.shard].End(ctx, id)
 }
 
+// segmentSize is the leader's WAL segment size.
+func (r *run) segmentSize() int64 {
+	if r.cfg.SegmentSize > 0 {
+		return r.cfg.SegmentSize
+	}
+	return wal.DefaultSegmentSize
+}
+
 // transplant replaces dst's store of shard (dst is closed) with a snapshot
 // of src's (src is paused): the follower rebuild path (follower.Rebuild)
 // with another follower as the donor.
@@ -117,30 +126,44 @@ func (r *run) transplant(src, dst *node, shard uint32) error {
 	return nil
 }
 
-// join adds late joiner n once the client sent everything: it waits (a
-// while) for retention to delete the start of the leader's WAL, restarts the
-// leader with n listed among its followers — how an operator adds a
+// join adds late joiner n once the client sent everything: it waits (up to
+// 100 ms, while a log has more than a segment) for retention to delete the
+// start of the leader's WAL of this epoch (a promoted leader's log starts
+// where its store stood, so after a promotion it never starts at LSN 1
+// anyway; Result.JoinsAfterRetention counts the joins it did), restarts
+// the leader with n listed among its followers — how an operator adds a
 // follower — and starts n on an empty store. Every shard whose log no
 // longer starts at LSN 1 must refuse n as behind retention, and n rebuilds
 // it from the leader's snapshot.
 func (r *run) join(n *node) error {
-	dropped := func() bool {
+	// dropped: retention deleted the start of a shard's log; wait: it
+	// still can (a log of one segment keeps it for good).
+	dropped := func() (dropped, wait bool) {
 		for s := range uint32(r.cfg.Shards) {
 			sh, _ := r.lead.l.Shard(s)
-			if !r.cfg.Skip(s) && sh.Stats().Retention.FirstLSN > 1 {
-				return true
+			st := sh.Stats().Retention
+			if r.cfg.Skip(s) {
+				continue
 			}
+			dropped = dropped || st.FirstLSN > r.logStart[s]
+			wait = wait || st.RetainedBytes > r.segmentSize()
 		}
-		return false
+		return dropped, wait && !dropped
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for deadline := time.Now().Add(5 * time.Second); !dropped() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+		if _, wait := dropped(); !wait {
+			break
+		}
 		select {
 		case <-r.ctx.Done():
 			return r.ctx.Err()
 		case <-tick.C:
 		}
+	}
+	if d, _ := dropped(); d {
+		r.res.JoinsAfterRetention++
 	}
 	if err := r.stopLeader(); err != nil {
 		return err
