@@ -55,6 +55,9 @@ func clusterConfig(seed uint64) Options {
 			return presets[ShardSeed(seed, uint32(f*2)+s+100)%3]
 		},
 		Restarts: 2, LeaderRestarts: 1, Promote: true, Answers: 3,
+		// A late joiner in every fourth seed: it costs a leader restart
+		// and a rebuild of every shard.
+		Rebuild: true, LateJoiners: map[bool]int{true: 1}[seed%4 == 1],
 		SegmentSize: 2 << 10, RetentionInterval: 5 * time.Millisecond,
 		RetransmitTimeout: 5 * time.Millisecond,
 		Timeout:           time.Minute,
@@ -74,7 +77,7 @@ func TestClusterExactlyOnceSeeds(t *testing.T) {
 	var mu sync.Mutex
 	tot := Result{Refusals: map[string]int{}}
 	var failed []string
-	followers, restarts, kills, crashes, promotions, zombies := 0, 0, 0, 0, 0, 0
+	followers, restarts, kills, crashes, promotions, zombies, lateRebuilt := 0, 0, 0, 0, 0, 0, 0
 	next := first
 	var wg sync.WaitGroup
 	for range min(8, n) {
@@ -103,6 +106,9 @@ func TestClusterExactlyOnceSeeds(t *testing.T) {
 					tot.LeaderRestarts += res.LeaderRestarts
 					tot.LeaderCrashes += res.LeaderCrashes
 					tot.Transplants += res.Transplants
+					tot.LateJoins += res.LateJoins
+					tot.JoinsAfterRetention += res.JoinsAfterRetention
+					tot.Rebuilds += res.Rebuilds
 					if res.Promoted != "" {
 						promotions++
 					}
@@ -117,6 +123,11 @@ func TestClusterExactlyOnceSeeds(t *testing.T) {
 						restarts += f.Restarts
 						kills += f.Kills
 						crashes += f.Crashes
+						for _, fs := range f.Shards {
+							if f.Late && fs.Rebuilt > 0 {
+								lateRebuilt++
+							}
+						}
 					}
 				}
 				mu.Unlock()
@@ -130,13 +141,15 @@ func TestClusterExactlyOnceSeeds(t *testing.T) {
 	if len(failed) > 0 {
 		return
 	}
-	t.Logf("%d seeds (2 shards × 3 followers) in %v: %d events logged, %d refused (late writes), %d lost with a deposed leader; "+
+	t.Logf("%d seeds (2 shards × 3 followers, a late joiner in every fourth seed) in %v: %d events logged, %d refused (late writes), %d lost with a deposed leader; "+
 		"%d majority answers, all survived; follower restarts %d clean, %d killed, %d power failures; leader restarts %d clean, %d power failures; "+
-		"%d promotions (%d with a zombie leader, %d shards rebuilt from a further follower); refused after promotion: %v",
+		"%d promotions (%d with a zombie leader, %d shards rebuilt from a further follower); refused, then rebuilt from the leader and verified: %v; "+
+		"%d late joiners (%d after retention deleted the start of the epoch's log), %d of their shard stores rebuilt; %d rebuilds in all",
 		n, time.Since(start).Round(time.Millisecond), tot.Logged, tot.Refused, tot.Lost, tot.Answers, restarts, kills, crashes,
-		tot.LeaderRestarts, tot.LeaderCrashes, promotions, zombies, tot.Transplants, tot.Refusals)
+		tot.LeaderRestarts, tot.LeaderCrashes, promotions, zombies, tot.Transplants, tot.Refusals, tot.LateJoins, tot.JoinsAfterRetention, lateRebuilt, tot.Rebuilds)
 	if n >= 100 {
-		if promotions != n || tot.Answers == 0 || crashes == 0 || tot.LeaderCrashes == 0 || tot.Refusals["diverged"] == 0 || tot.Refusals["behind retention"] == 0 {
+		if promotions != n || tot.Answers == 0 || crashes == 0 || tot.LeaderCrashes == 0 || tot.Refusals["diverged"] == 0 || tot.Refusals["behind retention"] == 0 ||
+			tot.LateJoins != (n+3)/4 || lateRebuilt == 0 {
 			t.Errorf("the sweep did not exercise every path")
 		}
 	}

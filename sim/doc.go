@@ -55,23 +55,30 @@
 //     follower it cannot continue: one behind the promoted store (the new
 //     log does not hold what it needs: replication.ErrBehindRetention) or
 //     one that applied the deposed leader's entries beyond it
-//     (replication.ErrDiverged). Those (follower, shard) pairs are predicted
-//     from the positions at the promotion, checked to be refused for exactly
-//     that reason and to have applied nothing of the new epoch, counted in
-//     Result.Refusals, and left out of point 1 for that reason only.
+//     (replication.ErrDiverged); and a late joiner (Options.LateJoiners)
+//     for a shard whose log no longer starts at LSN 1 (behind retention).
+//     Those (follower, shard) pairs are predicted from the positions at the
+//     promotion and from the logs' starts at the join, checked to be
+//     refused for exactly that reason and counted in Result.Refusals. With
+//     Options.Rebuild each must then have rebuilt its store from a snapshot
+//     of the current leader's (follower.RebuildAuto, the leader as donor)
+//     and is held to point 1 like every other follower; without it, the
+//     pair must have applied nothing of the new epoch and is left out of
+//     point 1 for that reason only.
 //
 // A promotion is decided as a failover controller would: the leader stops,
 // the followers are paused (their positions are final), and per shard the
 // most advanced store is chosen. The promoted node is the one that is most
 // advanced on the most shards; for a shard where another follower got
-// further, the promoted node's store is first replaced by a copy (a Pebble
-// checkpoint) of that follower's — a rebuild from the most advanced replica
-// — so that every shard's new history continues its most advanced store
+// further, the promoted node's store is first rebuilt from a snapshot of
+// that follower's (follower.Rebuild, the follower as donor) so that every
+// shard's new history continues its most advanced store
 // (Result.Transplants counts these). The new leader opens on the promoted
 // node's directory with the next epoch and ships to the others. In a third
 // of the promotions the deposed leader is a zombie: after the decision it
 // logs one more client batch and ships it to one of the other followers,
-// which must then be refused as diverged.
+// which must then be refused as diverged (and, with Options.Rebuild, is
+// rebuilt).
 //
 // A run is seeded: the workload, every link's faults and every scheduled
 // event (its moment, its kind, the share of unsynced writes a crash image

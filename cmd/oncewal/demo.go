@@ -77,7 +77,9 @@ type demoFollower struct {
 	ID        string   `json:"id"`
 	Verified  bool     `json:"verified"`
 	Promoted  bool     `json:"promoted,omitempty"`
-	Refused   []string `json:"refused,omitempty"` // shards refused after the promotion: "shard N: reason"
+	Late      bool     `json:"late,omitempty"`    // joined late, after retention dropped the WAL's start (--rebuild)
+	Refused   []string `json:"refused,omitempty"` // shards refused after the promotion or at a late join: "shard N: reason"
+	Rebuilt   bool     `json:"rebuilt"`           // a shard store was rebuilt from the leader's snapshot (--rebuild), then verified
 	Applied   uint64   `json:"applied"`
 	Discarded uint64   `json:"discarded"`
 	Delivered uint64   `json:"delivered"`
@@ -117,6 +119,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	restarts := fs.Int("restarts", 4, "follower restarts during the run, spread over the followers (clean or killed, as the seed picks)")
 	leaderRestarts := fs.Int("leader-restarts", 0, "leader restarts on its directory during the run")
 	promote := fs.Bool("promote", false, "kill the leader mid-run and promote the most advanced follower (needs --followers >= 2); followers it cannot continue are refused and reported")
+	rebuild := fs.Bool("rebuild", false, "followers rebuild a refused shard store from the leader's snapshot (--rebuild=auto): the last follower joins late, after retention dropped the WAL's start, and the promotion (implied) gives another a zombie leader's diverged batch; both are rebuilt and verified (needs --followers >= 3)")
 	seed := fs.Uint64("seed", 1, "seed for the workload and every fault decision")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process links; --faults is then ignored")
@@ -146,6 +149,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	inRange(&c, "leader-restarts", *leaderRestarts, 0, maxDemoRestarts)
 	if inRange(&c, "followers", *followers, 1, maxDemoFollowers) && *promote && *followers < 2 {
 		c.failf("--promote needs --followers >= 2")
+	}
+	if *rebuild && *followers < 3 {
+		c.failf("--rebuild needs --followers >= 3 (two for the promotion, one joining late)")
+	}
+	if *rebuild && *network {
+		c.failf("--rebuild does not combine with --network")
 	}
 	inRange(&c, "shards", *shards, 1, replication.MaxShards)
 	if *shards > 1 && *network {
@@ -179,7 +188,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	res, err := sim.Run(context.Background(), sim.Options{
+	cfg := sim.Options{
 		Dir:  root,
 		Seed: *seed,
 		Workload: sim.WorkloadOptions{
@@ -199,7 +208,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			PebbleOptions: func(*pebble.Options) {}},
 		Progress: progress,
 		Timeout:  time.Hour,
-	})
+	}
+	if *rebuild {
+		// One of the N followers joins late; small segments, so that
+		// retention drops the WAL's start while the others follow.
+		cfg.Followers, cfg.LateJoiners = *followers-1, 1
+		cfg.Promote, cfg.Diverge, cfg.Rebuild = true, true, true
+		cfg.SegmentSize, cfg.RetentionInterval = 64<<10, 10*time.Millisecond
+	}
+	res, err := sim.Run(context.Background(), cfg)
 	if progress != nil {
 		fmt.Fprintln(stderr)
 	}
@@ -240,7 +257,7 @@ func demoReportOf(res *sim.Result, seed uint64, faults string, sessions int) dem
 	}
 	var st replication.Stats
 	for _, f := range res.Followers {
-		row := demoFollower{ID: f.ID, Verified: !f.Promoted, Promoted: f.Promoted, Restarts: f.Restarts, Kills: f.Kills + f.Crashes}
+		row := demoFollower{ID: f.ID, Verified: !f.Promoted, Promoted: f.Promoted, Late: f.Late, Restarts: f.Restarts, Kills: f.Kills + f.Crashes}
 		for _, fs := range f.Shards {
 			row.Applied += fs.Receiver.Applied
 			row.Discarded += fs.Receiver.Discarded()
@@ -252,6 +269,7 @@ func demoReportOf(res *sim.Result, seed uint64, faults string, sessions int) dem
 			if fs.Refused != "" {
 				row.Refused = append(row.Refused, fmt.Sprintf("shard %d: %s", fs.Shard, fs.Refused))
 			}
+			row.Rebuilt = row.Rebuilt || fs.Rebuilt > 0
 			st = st.Add(fs.Receiver)
 			rep.BatchesShipped += fs.Shipper.BatchesSent
 			rep.BatchesResent += fs.Shipper.BatchesResent
@@ -310,8 +328,13 @@ func printDemo(w io.Writer, r *demoReport) {
 		switch {
 		case f.Promoted:
 			verdict = "promoted"
+		case f.Rebuilt:
+			verdict = fmt.Sprintf("%s, rebuilt after refused %v", verdict, f.Refused)
 		case len(f.Refused) > 0:
 			verdict = fmt.Sprintf("refused %v", f.Refused)
+		}
+		if f.Late {
+			verdict += ", joined late"
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%s\t\n", f.ID, f.Applied, f.Discarded, f.Delivered, f.Shipped, f.Faults, f.Restarts, f.Kills, f.LSNs, verdict)
 	}
