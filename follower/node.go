@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -418,7 +419,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 				default:
 					// Stopped only to see whether a rebuild was the
 					// answer: keep redialling as Serve would have.
-					if sleepCtx(ctx, ns.opts.MaxReconnectBackoff) != nil {
+					if ctxtime.Sleep(ctx, ns.opts.MaxReconnectBackoff) != nil {
 						return nil
 					}
 					continue
@@ -455,7 +456,7 @@ func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
 			return
 		}
 		log.Error("oncewal node: rebuild failed; the old store is kept, retrying", "shard", ns.shard, "err", err)
-		if sleepCtx(ctx, ns.opts.MaxReconnectBackoff) != nil {
+		if ctxtime.Sleep(ctx, ns.opts.MaxReconnectBackoff) != nil {
 			return
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
@@ -133,7 +133,7 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 			}
 			// Rebuilding is not the answer: keep redialling, as Serve
 			// would have, at the longest backoff.
-			if err := sleepCtx(ctx, o.MaxReconnectBackoff); err != nil {
+			if err := ctxtime.Sleep(ctx, o.MaxReconnectBackoff); err != nil {
 				return nil
 			}
 			continue
@@ -145,7 +145,7 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 				return nil
 			}
 			o.Logger.Error("oncewal follower: rebuild failed; the old store is kept, retrying", "dir", dir, "err", rerr)
-			if err := sleepCtx(ctx, o.MaxReconnectBackoff); err != nil {
+			if err := ctxtime.Sleep(ctx, o.MaxReconnectBackoff); err != nil {
 				return nil
 			}
 			continue
@@ -157,15 +157,4 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		}
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 	"slices"
 	"strings"
 	"sync"
@@ -467,7 +468,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 				return
 			}
 			f.opts.Logger.Warn("replication: shipper: accept failed, retrying", "err", err, "retry_in", backoff)
-			if !sleepCtx(ctx, backoff) {
+			if ctxtime.Sleep(ctx, backoff) != nil {
 				return
 			}
 			backoff = min(2*backoff, f.opts.MaxBackoff)

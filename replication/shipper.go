@@ -239,17 +239,6 @@ func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
 // Fanout.Appended).
 func (s *Shipper) Appended(h wal.Header, raw []byte) { s.f.Appended(h, raw) }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // ackPump reads acks off one connection so that the main loop can block in
 // Send without the follower blocking on its ack Send (which would deadlock a
 // transport with bounded buffers). The queue is bounded in practice by the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"os"
 	"path/filepath"
@@ -157,7 +158,7 @@ func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
 		if !errors.Is(err, ErrDisconnected) {
 			return err
 		}
-		if f.backoff > 0 && !sleepCtx(ctx, f.backoff) {
+		if f.backoff > 0 && ctxtime.Sleep(ctx, f.backoff) != nil {
 			return nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"sort"
 	"strconv"
@@ -176,7 +177,7 @@ func (d *Donor) Read(ctx context.Context, id, name string, off int64, p []byte) 
 	d.mu.Lock()
 	wait := d.pace.reserve(n)
 	d.mu.Unlock()
-	if err := sleep(ctx, wait); err != nil {
+	if err := ctxtime.Sleep(ctx, wait); err != nil {
 		return 0, err
 	}
 	return n, err
@@ -281,19 +282,4 @@ func hashDir(fs vfs.FS, dir string) ([]File, error) {
 		files = append(files, File{Name: name, Size: n, Sum: hex.EncodeToString(h.Sum(nil))})
 	}
 	return files, nil
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

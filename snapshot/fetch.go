@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"time"
 
@@ -115,7 +116,7 @@ func fetchFile(ctx context.Context, src Source, fs vfs.FS, staging, id string, f
 	failures, backoff := 0, o.RetryBackoff
 	for off < f.Size {
 		want := int(min(int64(len(buf)), f.Size-off))
-		if err := sleep(ctx, p.reserve(want)); err != nil {
+		if err := ctxtime.Sleep(ctx, p.reserve(want)); err != nil {
 			return err
 		}
 		n, rerr := src.Read(ctx, id, f.Name, off, buf[:want])
@@ -149,7 +150,7 @@ func fetchFile(ctx context.Context, src Source, fs vfs.FS, staging, id string, f
 		}
 		failures++
 		st.Retries++
-		if err := sleep(ctx, backoff); err != nil {
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 		backoff *= 2
@@ -193,7 +194,7 @@ func release(ctx context.Context, src Source, id string, o *Options) {
 		if src.End(ctx, id) == nil || try >= o.Retries {
 			return
 		}
-		_ = sleep(ctx, backoff)
+		_ = ctxtime.Sleep(ctx, backoff)
 		backoff *= 2
 	}
 }
@@ -209,7 +210,7 @@ func begin(ctx context.Context, src Source, shard uint32, o *Options, st *Stats)
 			return m, err
 		}
 		st.Retries++
-		if err := sleep(ctx, backoff); err != nil {
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return Manifest{}, err
 		}
 		backoff *= 2
