@@ -68,6 +68,24 @@
 // removed again (the directory if Open created it, else what Pebble wrote in
 // the empty directory).
 //
+// # Writing on a full disk
+//
+// The same failing flush can come while the store serves: Pebble then holds
+// the next commit that needs room in its memtables (a write stall), and
+// Flush and Close wait for the flush too — all without a deadline, for as
+// long as the disk stays full. The follower stays responsive
+// (TestServeOnFullDisk): Serve starts each batch on its own goroutine and
+// stops waiting for it when its context ends (the stuck batch is finished
+// in the background, in pipeline order, and holds back every later batch);
+// Close flushes and closes on its own goroutine and, after a few background
+// errors in a row, returns ErrStoreStalled wrapping the disk's error — the
+// store then closes itself if the disk recovers, else it stays open until
+// the process exits. Nothing acknowledged is lost: every acked batch is
+// synced in Pebble's WAL, and an abandoned store is recovered at the next
+// Open like a crashed one. Stats.WriteStalled (metric store_write_stalled)
+// shows the stall; with background errors /readyz fails and the first
+// stall is logged at Error.
+//
 // # Redialling
 //
 // Serve redials whenever its link drops. An attempt fails when the dial

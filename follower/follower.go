@@ -241,6 +241,8 @@ type Follower struct {
 	life    sync.RWMutex
 	stopped bool
 
+	stall stallGuard
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -544,7 +546,13 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 	defer cancel()
 	pending := make(chan *replication.Pending, pipelineDepth-1)
 	ackErr := make(chan error, 1)
+	var abandoned <-chan *replication.Pending // see start; set before pending is closed
 	go func() {
+		defer func() {
+			if abandoned != nil {
+				f.finishAbandoned(abandoned)
+			}
+		}()
 		var failed error
 		for p := range pending {
 			res, err := p.Wait() // every Pending is waited for, also after a failure
@@ -568,7 +576,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		ackErr <- failed
 	}()
 	var err error
-	for first := true; ; first = false {
+	for first := true; f.waitStalled(ctx); first = false {
 		var batch []byte
 		if batch, err = conn.Recv(ctx); err != nil {
 			break
@@ -577,11 +585,24 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if first {
 			delivered()
 		}
-		pending <- f.recv.Start(batch)
+		var p *replication.Pending
+		if p, abandoned = f.start(ctx, batch); p == nil {
+			err = fmt.Errorf("%w: %w", ErrStoreStalled, ctx.Err())
+			break
+		}
+		pending <- p
 	}
 	close(pending)
+	if abandoned != nil {
+		// The acknowledger finishes in the background: it waits for the
+		// earlier batches, then the abandoned one.
+		return err
+	}
 	if aerr := <-ackErr; aerr != nil {
 		return aerr // the acknowledger's failure is the cause; Recv saw its cancel
+	}
+	if err == nil {
+		err = ctx.Err() // waitStalled gave up
 	}
 	return err
 }
@@ -596,7 +617,8 @@ func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Positio
 func (f *Follower) Stats() Stats {
 	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity(),
 		HWMCacheLen: f.tracker.CachedLen(), AppliedWALTime: max(f.recv.LastEventTime(), f.tracker.Clock()),
-		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), Link: f.link.snapshot()}
+		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), WriteStalled: f.events.stalled.Load(),
+		Link: f.link.snapshot()}
 }
 
 // State is the read API of the default session state machine (valid when
@@ -621,6 +643,11 @@ func (f *Follower) DB() *pebble.DB { return f.db }
 // After replication.ErrStoreFailed the Pebble instance is wedged (its commit
 // pipeline stopped mid-write): Close then skips the flush and closes what it
 // can, and returns the store failure. Reopening the directory recovers.
+//
+// While Pebble cannot flush (a full disk), Close does not wait for it for
+// ever: it returns ErrStoreStalled, wrapping the disk's error, after a few
+// failed retries, and the store closes itself later if the disk recovers
+// (see ErrStoreStalled).
 func (f *Follower) Close() error {
 	return f.shutdown(true)
 }
@@ -636,21 +663,17 @@ func (f *Follower) Kill() error {
 func (f *Follower) shutdown(flush bool) error {
 	f.closeOnce.Do(func() {
 		f.stop()
-		if failed := f.recv.Err(); failed != nil {
-			_ = guard(f.db.Close) // best effort on a wedged store
-			f.closeErr = failed
-			return
-		}
-		var errs []error
-		if flush {
-			if err := guard(f.db.Flush); err != nil {
-				errs = append(errs, err)
+		f.stall.mu.Lock()
+		stalled := f.stall.abandoned != nil // its Start holds the receiver
+		f.stall.mu.Unlock()
+		if !stalled {
+			if failed := f.recv.Err(); failed != nil {
+				_ = guard(f.db.Close) // best effort on a wedged store
+				f.closeErr = failed
+				return
 			}
 		}
-		if err := guard(f.db.Close); err != nil {
-			errs = append(errs, err)
-		}
-		f.closeErr = errors.Join(errs...)
+		f.closeErr = f.closeStore(flush)
 	})
 	return f.closeErr
 }
@@ -705,6 +728,12 @@ type Stats struct {
 	// background work (flushes, compactions) on this store, its open
 	// included; each is retried after a backoff (see open.go).
 	BackgroundErrors uint64
+	// WriteStalled is true while Pebble holds the store's writes back
+	// (pebble.EventListener WriteStallBegin to WriteStallEnd): too many
+	// memtables waiting for a flush, or too many level-0 files. Brief
+	// stalls are normal under load; one that lasts, with BackgroundErrors
+	// growing, is a disk that cannot take a flush (full, failing).
+	WriteStalled bool
 }
 
 var _ io.Closer = (*Follower)(nil)

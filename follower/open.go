@@ -45,15 +45,17 @@ type storeEvents struct {
 	log     *slog.Logger
 	count   atomic.Uint64
 	opening atomic.Bool
+	stalled atomic.Bool   // Pebble holds writes back (WriteStallBegin..End)
 	dead    chan struct{} // closed when Pebble declared the open fatal (storeLogger)
 	die     sync.Once
 
-	mu         sync.Mutex
-	failed     chan struct{} // closed, and replaced, at every background error
-	last       error
-	lastLog    time.Time
-	suppressed uint64
-	backoff    time.Duration
+	mu           sync.Mutex
+	failed       chan struct{} // closed, and replaced, at every background error
+	last         error
+	lastLog      time.Time
+	lastStallLog time.Time
+	suppressed   uint64
+	backoff      time.Duration
 }
 
 func newStoreEvents(log *slog.Logger) *storeEvents {
@@ -75,6 +77,28 @@ func (e *storeEvents) listener() pebble.EventListener {
 				e.succeeded()
 			}
 		},
+		WriteStallBegin: e.writeStallBegin,
+		WriteStallEnd:   func() { e.stalled.Store(false) },
+	}
+}
+
+// writeStallBegin: Pebble holds writes back until flushes or compactions
+// catch up. Logged only when background work is failing, at most once per
+// bgLogEvery: then the stall lasts until the disk recovers.
+func (e *storeEvents) writeStallBegin(info pebble.WriteStallBeginInfo) {
+	e.stalled.Store(true)
+	e.mu.Lock()
+	failing := e.backoff > bgBackoffFirst // a background error since the last success
+	now := time.Now()
+	logNow := failing && now.Sub(e.lastStallLog) >= bgLogEvery
+	if logNow {
+		e.lastStallLog = now
+	}
+	last := e.last
+	e.mu.Unlock()
+	if logNow {
+		e.log.Error("oncewal follower: store writes stalled while Pebble's background work fails (disk full?)", "component", "pebble",
+			"reason", info.Reason, "err", last)
 	}
 }
 

@@ -44,6 +44,7 @@
 //	ledger_sweeps_total             counter  ledger expiry sweeps
 //	ledger_swept_entries_total      counter  entries the sweeps deleted
 //	store_background_errors_total   counter  Pebble background errors (flush, compaction)
+//	store_write_stalled             gauge    1 while Pebble holds the store's writes back (follower.Stats.WriteStalled)
 //
 // Follower link and node (prefix oncewal_follower_):
 //

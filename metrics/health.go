@@ -45,6 +45,8 @@ func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duratio
 		return fmt.Errorf("%w: shard %d: store down: %w", ErrNotReady, shard, down)
 	case !st.Link.Connected:
 		return fmt.Errorf("%w: shard %d: not connected to the leader", ErrNotReady, shard)
+	case st.WriteStalled && st.BackgroundErrors > 0:
+		return fmt.Errorf("%w: shard %d: store writes stalled, Pebble's background work failing (disk full?)", ErrNotReady, shard)
 	}
 	if lag := st.WALLag(now, LagIdle); maxLag > 0 && lag > maxLag {
 		return fmt.Errorf("%w: shard %d: %v behind the leader (more than %v)", ErrNotReady, shard, lag.Round(time.Millisecond), maxLag)

@@ -54,6 +54,7 @@ type storeDescs struct {
 	commit, fsync                                            *prometheus.Desc
 	window, windowCap, hwmCache                              *prometheus.Desc
 	ledgerRecords, ledgerSweeps, ledgerSwept, backgroundErrs *prometheus.Desc
+	writeStalled                                             *prometheus.Desc
 	all                                                      []*prometheus.Desc
 }
 
@@ -82,6 +83,7 @@ func newStoreDescs(prefix string) *storeDescs {
 	d.ledgerSweeps = def("ledger_sweeps_total", "Request-ledger expiry sweeps.")
 	d.ledgerSwept = def("ledger_swept_entries_total", "Request-ledger entries deleted by sweeps.")
 	d.backgroundErrs = def("store_background_errors_total", "Pebble background errors (flushes, compactions) of the store.")
+	d.writeStalled = def("store_write_stalled", "1 while Pebble holds the store's writes back (flushes or compactions behind; with background errors: a disk that cannot take a flush).")
 	return d
 }
 
@@ -126,6 +128,11 @@ func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st fol
 	e.counter(d.ledgerSweeps, st.Ledger.Sweeps, s)
 	e.counter(d.ledgerSwept, st.Ledger.Swept, s)
 	e.counter(d.backgroundErrs, st.BackgroundErrors, s)
+	stalled := 0.0
+	if st.WriteStalled {
+		stalled = 1
+	}
+	e.gauge(d.writeStalled, stalled, s)
 }
 
 // fsyncHistogram converts Pebble's WAL fsync histogram (nanoseconds, 100

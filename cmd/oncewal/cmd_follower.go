@@ -297,6 +297,6 @@ func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.Dia
 		"skipped_closed", r.SkippedClosed, "skipped_too_old", r.SkippedTooOld, "refused_events", r.RefusedEvents,
 		"refused_gap", r.SeqGaps + r.OutOfOrder, "refused_stale_epoch", r.StaleEpochs, "refused_wrong_shard", r.WrongShard,
 		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
-		"window", s.WindowLen, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
+		"window", s.WindowLen, "background_errors", s.BackgroundErrors, "write_stalled", s.WriteStalled, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
 		"bytes_received", t.BytesReceived}
 }

@@ -1,0 +1,128 @@
+package follower
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/oncewal/oncewal/replication"
+)
+
+// ErrStoreStalled: Pebble holds the store's writes and the follower stopped
+// waiting for them. While its flushes fail (a full disk, I/O errors) Pebble
+// retries them for ever, and a commit that needs room in the memtables, a
+// Flush and Close all wait for the failing flush, with no deadline. Close
+// returns this error (wrapping the disk's) instead of waiting: the store
+// closes itself in the background if the disk recovers, else it stays open
+// until the process exits. Nothing acknowledged is lost either way — every
+// acked batch is in Pebble's WAL, and an abandoned store is recovered at the
+// next Open like a crashed one.
+var ErrStoreStalled = errors.New("follower: store writes stalled")
+
+// closeGiveUp is the background errors in a row Close waits through before
+// it gives up on a flush and close that cannot finish (as openGiveUp for an
+// open).
+const closeGiveUp = openGiveUp
+
+// stallGuard keeps a follower responsive while Pebble stalls its writes.
+// serveConn starts each batch on its own goroutine (start) and stops
+// waiting for it when its ctx ends; the abandoned Start goes on in the
+// background, is waited for in order once Pebble lets it through, and holds
+// back every later Start (and the close) until then.
+type stallGuard struct {
+	mu        sync.Mutex
+	abandoned chan struct{} // closed when the abandoned Start has returned and been waited for; nil: none
+}
+
+// start runs f.recv.Start(batch) on its own goroutine and returns its
+// Pending; or, when ctx ends first, nil and the channel the abandoned
+// Start's Pending will come on. The caller must then call finishAbandoned
+// with it once every earlier Pending of the pipeline has been waited for
+// (Pending.Wait's order), which it cannot do at once: an earlier Pending's
+// Wait needs the receiver, which the stuck Start holds.
+func (f *Follower) start(ctx context.Context, batch []byte) (*replication.Pending, <-chan *replication.Pending) {
+	done := make(chan *replication.Pending, 1)
+	go func() { done <- f.recv.Start(batch) }()
+	select {
+	case p := <-done:
+		return p, nil
+	case <-ctx.Done():
+	}
+	select {
+	case p := <-done: // it returned meanwhile
+		return p, nil
+	default:
+	}
+	f.opts.Logger.Error("oncewal follower: stopped waiting for a commit Pebble holds back (its flushes fail: disk full?); it completes in the background if the disk recovers",
+		"err", f.events.lastErr())
+	f.stall.mu.Lock()
+	f.stall.abandoned = make(chan struct{})
+	f.stall.mu.Unlock()
+	return nil, done
+}
+
+// finishAbandoned waits for the abandoned Start and its Pending, so the
+// receiver's memory follows its store, and releases the Starts and the close
+// held back meanwhile.
+func (f *Follower) finishAbandoned(done <-chan *replication.Pending) {
+	_, _ = (<-done).Wait()
+	f.stall.mu.Lock()
+	close(f.stall.abandoned)
+	f.stall.abandoned = nil
+	f.stall.mu.Unlock()
+}
+
+// waitStalled waits until no abandoned Start is in flight, or ctx ends
+// (false).
+func (f *Follower) waitStalled(ctx context.Context) bool {
+	f.stall.mu.Lock()
+	ch := f.stall.abandoned
+	f.stall.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// closeStore flushes (with flush) and closes the Pebble store on its own
+// goroutine, after any abandoned Start, and waits for it or for
+// closeGiveUp background errors in a row: then it returns ErrStoreStalled
+// and the close goes on in the background.
+func (f *Follower) closeStore(flush bool) error {
+	errc := make(chan error, 1)
+	f.stall.mu.Lock()
+	abandoned := f.stall.abandoned
+	f.stall.mu.Unlock()
+	go func() {
+		if abandoned != nil {
+			<-abandoned
+		}
+		var errs []error
+		if flush {
+			if err := guard(f.db.Flush); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := guard(f.db.Close); err != nil {
+			errs = append(errs, err)
+		}
+		errc <- errors.Join(errs...)
+	}()
+	for failures := 0; ; {
+		select {
+		case err := <-errc:
+			return err
+		case <-f.events.nextFailure():
+			if failures++; failures >= closeGiveUp {
+				return fmt.Errorf("%w: %s: Pebble cannot flush (%d background errors; the store closes itself if a retry succeeds, else at process exit; acknowledged batches are durable): %w",
+					ErrStoreStalled, f.dir, f.events.count.Load(), f.events.lastErr())
+			}
+		}
+	}
+}

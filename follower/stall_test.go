@@ -1,0 +1,155 @@
+package follower_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/metrics"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/sim"
+	"github.com/stretchr/testify/require"
+)
+
+// feedConn delivers a log's batches in order, then waits for ctx, and keeps
+// the highest position acknowledged.
+type feedConn struct {
+	log   [][]byte
+	next  int
+	acked atomic.Uint64
+}
+
+func (c *feedConn) Recv(ctx context.Context) ([]byte, error) {
+	if c.next < len(c.log) {
+		c.next++
+		return c.log[c.next-1], nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (c *feedConn) Send(_ context.Context, a replication.Ack) error {
+	if !a.Refused && a.AppliedLSN > c.acked.Load() {
+		c.acked.Store(a.AppliedLSN)
+	}
+	return nil
+}
+
+func (c *feedConn) Close() error { return nil }
+
+type feedDialer struct {
+	once sync.Once
+	conn *feedConn
+}
+
+func (d *feedDialer) Dial(ctx context.Context, _ replication.Ack) (replication.FollowerConn, error) {
+	var c replication.FollowerConn
+	d.once.Do(func() { c = d.conn })
+	if c == nil {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return c, nil
+}
+
+// within runs fn on a goroutine and fails the test if it has not returned
+// after d.
+func within[T any](t *testing.T, d time.Duration, what string, fn func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- fn() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(d):
+		buf := make([]byte, 1<<20)
+		t.Logf("%s", buf[:runtime.Stack(buf, true)])
+		t.Fatalf("%s did not return within %v", what, d)
+		panic("unreachable")
+	}
+}
+
+// TestServeOnFullDisk: the disk fills up while the follower serves. Pebble
+// cannot flush, so it holds the next commit that needs room in the
+// memtables, with no deadline (a write stall), and its Flush and Close wait
+// too. Serve must still return when its ctx ends and Close must return
+// ErrStoreStalled wrapping ENOSPC, both in bounded time, with the stall in
+// Stats; once the disk has room again the store closes itself, and a
+// reopen holds every acknowledged batch and goes on to the oracle's state.
+func TestServeOnFullDisk(t *testing.T) {
+	w := recordLog(t, sim.WorkloadOptions{Seed: 7, Sessions: 50, Requests: 20000, BatchSize: 100}, 1, nil)
+	log := encodeLog(t, w, 0, 1)
+	var last uint64
+	for _, b := range w.Shards[0] {
+		last += uint64(len(b))
+	}
+
+	mem := vfs.NewMem()
+	var full atomic.Bool
+	var injected atomic.Int64
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, ".sst") &&
+			(op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt || op.Kind == errorfs.OpFilePreallocate || op.Kind == errorfs.OpCreate) {
+			injected.Add(1)
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	opts := testOptions(errorfs.Wrap(mem, inj))
+	f, err := follower.Open("/f", opts)
+	require.NoError(t, err)
+
+	full.Store(true)
+	conn := &feedConn{log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ctx, &feedDialer{conn: conn}) }()
+	deadline := time.Now().Add(time.Minute)
+	for !f.Stats().WriteStalled {
+		require.True(t, time.Now().Before(deadline), "the store never stalled (%d injected errors, acked %d)", injected.Load(), conn.acked.Load())
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Positive(t, f.Stats().BackgroundErrors)
+	err = metrics.FollowerReady(f, 0)()
+	require.ErrorIs(t, err, metrics.ErrNotReady)
+	require.ErrorContains(t, err, "stalled")
+	acked := conn.acked.Load()
+	require.Less(t, acked, last, "the whole log went in before the stall: the test needs a longer one")
+
+	cancel()
+	require.NoError(t, within(t, 10*time.Second, "Serve after its ctx ended", func() error { return <-served }))
+	err = within(t, 30*time.Second, "Close on a full disk", f.Close)
+	require.ErrorIs(t, err, follower.ErrStoreStalled)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+
+	// The disk recovers: the stalled commit and the close complete in the
+	// background, and the store can be opened again.
+	full.Store(false)
+	var g *follower.Follower
+	deadline = time.Now().Add(time.Minute)
+	for {
+		g, err = follower.Open("/f", testOptions(mem))
+		if err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the stalled store never closed: %v", err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	lsn, _ := g.Position()
+	require.GreaterOrEqual(t, lsn, acked, "an acknowledged batch was lost")
+	for _, raw := range log {
+		_, err := g.Apply(raw)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Oracle.Verify(g.State()))
+	require.NoError(t, g.Close())
+}
