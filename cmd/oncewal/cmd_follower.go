@@ -118,6 +118,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer stopWithin(ctx, log, "oncewal follower", shutdownGrace)()
 	if err := serveFollower(ctx, log, followerConfig{
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,

@@ -134,6 +134,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer stopWithin(ctx, log, "oncewal leader", shutdownGrace)()
 	if err := serveLeader(ctx, log, leaderConfig{
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
 		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize,
