@@ -104,7 +104,7 @@ func (f *Follower) closeStore(flush bool) error {
 			<-abandoned
 		}
 		var errs []error
-		if flush {
+		if flush && f.flushOnClose() {
 			if err := guard(f.db.Flush); err != nil {
 				errs = append(errs, err)
 			}
@@ -125,4 +125,23 @@ func (f *Follower) closeStore(flush bool) error {
 			}
 		}
 	}
+}
+
+// flushOnClose reports whether Close should flush the memtable, so that the
+// next Open replays no WAL. The flush is only that optimisation, and on a
+// full disk it can crash the process: it rotates Pebble's WAL, and when
+// closing the old WAL fails Pebble panics with its mutex released, which the
+// runtime turns into a fatal error nothing can recover ("sync: unlock of
+// unlocked mutex"; found by TestRealProcessesFullDisk). So Close skips it
+// after any background error, and with less free space than twice the
+// memtable plus 1 MiB (a filesystem that cannot tell: it flushes).
+func (f *Follower) flushOnClose() bool {
+	if f.events.count.Load() > 0 {
+		return false
+	}
+	u, err := f.opts.FS.GetDiskUsage(f.dir)
+	if err != nil {
+		return true
+	}
+	return u.AvailBytes >= 2*f.db.Metrics().MemTable.Size+1<<20
 }

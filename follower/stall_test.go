@@ -153,3 +153,41 @@ func TestServeOnFullDisk(t *testing.T) {
 	require.NoError(t, w.Oracle.Verify(g.State()))
 	require.NoError(t, g.Close())
 }
+
+// TestCloseOnFullDisk: Close on a full disk, with batches in the memtable
+// and no background error yet, must not flush — the flush would rotate
+// Pebble's WAL, and a failed close of the old WAL is a panic with Pebble's
+// mutex released: a fatal error that kills the process. Close returns, and
+// a reopen once the disk has room holds every batch applied.
+func TestCloseOnFullDisk(t *testing.T) {
+	w := recordLog(t, sim.WorkloadOptions{Seed: 8, Sessions: 20, Requests: 500, BatchSize: 50}, 1, nil)
+	log := encodeLog(t, w, 0, 1)
+	mem := vfs.NewMem()
+	var full atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt ||
+			op.Kind == errorfs.OpFilePreallocate || op.Kind == errorfs.OpCreate) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	f, err := follower.Open("/f", testOptions(errorfs.Wrap(mem, inj)))
+	require.NoError(t, err)
+	var lsn uint64
+	for _, raw := range log {
+		res, err := f.Apply(raw)
+		require.NoError(t, err)
+		lsn = res.Ack.AppliedLSN
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 4 << 10, TotalBytes: 64 << 20, UsedBytes: 64<<20 - 4<<10})
+	full.Store(true)
+	_ = within(t, 30*time.Second, "Close on a full disk", f.Close) // closing the WAL may fail: ENOSPC
+
+	full.Store(false)
+	g, err := follower.Open("/f", testOptions(mem))
+	require.NoError(t, err)
+	got, _ := g.Position()
+	require.Equal(t, lsn, got)
+	require.NoError(t, w.Oracle.Verify(g.State()))
+	require.NoError(t, g.Close())
+}
