@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/snapshot"
@@ -127,6 +129,13 @@ type Options struct {
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
+	// MinFreeBytes is the free space the store's disk keeps: below it no
+	// batch is applied (Apply and Start refuse it with
+	// replication.ErrDiskFull; Serve holds it and waits for room), so
+	// that Pebble never meets a full disk, which it cannot survive
+	// gracefully (internal/diskguard). Default diskguard.DefaultMinFree
+	// (64 MiB); negative: off.
+	MinFreeBytes int64
 }
 
 // Defaults of the redial options (see Options).
@@ -167,6 +176,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.ReconnectJitter == 0 {
 		o.ReconnectJitter = DefaultReconnectJitter
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = diskguard.DefaultMinFree
 	}
 	return o
 }
@@ -242,6 +254,8 @@ type Follower struct {
 	stopped bool
 
 	stall stallGuard
+	disk  *diskguard.Guard // MinFreeBytes
+	full  atomic.Bool      // the last check found the disk full
 
 	closeOnce sync.Once
 	closeErr  error
@@ -400,6 +414,7 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 		return nil, fmt.Errorf("follower: %w", err)
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.disk = diskguard.New(o.FS, dir, o.MinFreeBytes)
 	lsn, epoch := f.recv.Position()
 	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
 		"applied_lsn", lsn, "epoch", epoch, "window", f.window.Len())
@@ -409,12 +424,7 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 // Apply applies one shipped batch (see replication.Receiver.Apply). Embedders
 // with their own transport call it directly and send back the returned ack.
 func (f *Follower) Apply(batch []byte) (replication.Result, error) {
-	f.life.RLock()
-	defer f.life.RUnlock()
-	if f.stopped {
-		return replication.Result{Ack: f.recv.Hello()}, ErrFollowerClosed
-	}
-	return f.recv.Apply(batch)
+	return f.Start(batch).Wait()
 }
 
 // Start starts applying one shipped batch without waiting for its WAL sync
@@ -426,6 +436,9 @@ func (f *Follower) Start(batch []byte) *replication.Pending {
 	defer f.life.RUnlock()
 	if f.stopped {
 		return replication.Refused(f.recv.Hello(), ErrFollowerClosed)
+	}
+	if err := f.checkDisk(); err != nil {
+		return replication.Refused(f.recv.Hello(), err)
 	}
 	return f.recv.Start(batch)
 }
@@ -585,6 +598,9 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if first {
 			delivered()
 		}
+		if !f.waitForRoom(ctx) {
+			break // the batch is resent after the reconnect
+		}
 		var p *replication.Pending
 		if p, abandoned = f.start(ctx, batch); p == nil {
 			err = fmt.Errorf("%w: %w", ErrStoreStalled, ctx.Err())
@@ -617,7 +633,7 @@ func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Positio
 func (f *Follower) Stats() Stats {
 	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity(),
 		HWMCacheLen: f.tracker.CachedLen(), AppliedWALTime: max(f.recv.LastEventTime(), f.tracker.Clock()),
-		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), WriteStalled: f.events.stalled.Load(),
+		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), WriteStalled: f.events.stalled.Load(), DiskFull: f.full.Load(),
 		Link: f.link.snapshot()}
 }
 
@@ -734,6 +750,10 @@ type Stats struct {
 	// stalls are normal under load; one that lasts, with BackgroundErrors
 	// growing, is a disk that cannot take a flush (full, failing).
 	WriteStalled bool
+	// DiskFull is true while the store's disk has less free space than
+	// Options.MinFreeBytes: batches wait (Serve) or are refused
+	// (replication.ErrDiskFull) until there is room again.
+	DiskFull bool
 }
 
 var _ io.Closer = (*Follower)(nil)

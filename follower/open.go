@@ -82,13 +82,21 @@ func (e *storeEvents) listener() pebble.EventListener {
 	}
 }
 
+// failing reports whether a background error came after the last flush or
+// compaction that succeeded.
+func (e *storeEvents) failing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.backoff > bgBackoffFirst
+}
+
 // writeStallBegin: Pebble holds writes back until flushes or compactions
 // catch up. Logged only when background work is failing, at most once per
 // bgLogEvery: then the stall lasts until the disk recovers.
 func (e *storeEvents) writeStallBegin(info pebble.WriteStallBeginInfo) {
 	e.stalled.Store(true)
+	failing := e.failing()
 	e.mu.Lock()
-	failing := e.backoff > bgBackoffFirst // a background error since the last success
 	now := time.Now()
 	logNow := failing && now.Sub(e.lastStallLog) >= bgLogEvery
 	if logNow {

@@ -82,6 +82,8 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 		Logger:      f.opts.Logger,
 		OnAppend:    opts.OnAppend,
 		FS:          opts.WALFS,
+		// The WAL's disk keeps the store's minimum (usually the same disk).
+		MinFreeBytes: f.opts.MinFreeBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: promote: %w", err)

@@ -45,6 +45,8 @@ func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duratio
 		return fmt.Errorf("%w: shard %d: store down: %w", ErrNotReady, shard, down)
 	case !st.Link.Connected:
 		return fmt.Errorf("%w: shard %d: not connected to the leader", ErrNotReady, shard)
+	case st.DiskFull:
+		return fmt.Errorf("%w: shard %d: the disk is nearly full; not applying", ErrNotReady, shard)
 	case st.WriteStalled && st.BackgroundErrors > 0:
 		return fmt.Errorf("%w: shard %d: store writes stalled, Pebble's background work failing (disk full?)", ErrNotReady, shard)
 	}

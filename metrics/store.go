@@ -54,7 +54,7 @@ type storeDescs struct {
 	commit, fsync                                            *prometheus.Desc
 	window, windowCap, hwmCache                              *prometheus.Desc
 	ledgerRecords, ledgerSweeps, ledgerSwept, backgroundErrs *prometheus.Desc
-	writeStalled                                             *prometheus.Desc
+	writeStalled, diskFull                                   *prometheus.Desc
 	all                                                      []*prometheus.Desc
 }
 
@@ -83,6 +83,7 @@ func newStoreDescs(prefix string) *storeDescs {
 	d.ledgerSweeps = def("ledger_sweeps_total", "Request-ledger expiry sweeps.")
 	d.ledgerSwept = def("ledger_swept_entries_total", "Request-ledger entries deleted by sweeps.")
 	d.backgroundErrs = def("store_background_errors_total", "Pebble background errors (flushes, compactions) of the store.")
+	d.diskFull = def("store_disk_full", "1 while the store's disk has less free space than the follower keeps (MinFreeBytes): no batch is applied.")
 	d.writeStalled = def("store_write_stalled", "1 while Pebble holds the store's writes back (flushes or compactions behind; with background errors: a disk that cannot take a flush).")
 	return d
 }
@@ -133,6 +134,11 @@ func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st fol
 		stalled = 1
 	}
 	e.gauge(d.writeStalled, stalled, s)
+	full := 0.0
+	if st.DiskFull {
+		full = 1
+	}
+	e.gauge(d.diskFull, full, s)
 }
 
 // fsyncHistogram converts Pebble's WAL fsync histogram (nanoseconds, 100

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -69,6 +70,11 @@ type LedgerLogOptions struct {
 	// FS is the filesystem of the WAL (the store's is the DB's own).
 	// Default vfs.Default.
 	FS vfs.FS
+	// MinFreeBytes is the free space the WAL's disk keeps: below it every
+	// append is refused with ErrDiskFull and nothing is logged (see
+	// internal/diskguard). 0: the guard is off (leader.Open passes its
+	// store's follower.Options.MinFreeBytes).
+	MinFreeBytes int64
 	// OnAppend, if set, is called after every append with the batch's header
 	// and encoded bytes, synced and applied locally, in log order, under the
 	// log's append lock (a shipper's cache of recent batches). raw is only
@@ -109,6 +115,7 @@ type LedgerLog struct {
 	epochStart uint64   // first LSN of this epoch's history (0: unknown)
 	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
+	disk       *diskguard.Guard // MinFreeBytes, checked before each append
 	recv       *Receiver
 	ledger     *idempotency.Ledger
 	seqs       *session.Sequencer
@@ -185,7 +192,8 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 			return nil, err
 		}
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1)}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1),
+		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes)}
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
 	if err != nil {
 		return nil, err
@@ -346,6 +354,9 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	}
 	if l.failed != nil {
 		return wal.Header{}, l.failed
+	}
+	if err := l.disk.Check(); err != nil {
+		return wal.Header{}, err
 	}
 	evs := append(l.evs[:0], events...)
 	l.evs = evs[:0]

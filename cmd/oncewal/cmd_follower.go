@@ -54,6 +54,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	shard := fs.Uint("shard", 0, "shard replicated into the store DIR")
 	shards := fs.Int("shards", 0, "replicate every shard 0..N-1 into the node directory DIR (0: one shard, --shard)")
 	tf := addTLSFlags(fs, "follower")
+	minFree := minFreeFlag(fs)
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
@@ -97,6 +98,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	if *rebuildRate == 0 || *rebuildRate < -1 {
 		c.failf("--rebuild-rate must be positive or -1 (no cap)")
 	}
+	checkMinFree(&c, *minFree)
 	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -123,6 +125,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
 		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
+		minFree: *minFree,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -140,6 +143,7 @@ type followerConfig struct {
 	stopOnRefusal   bool
 	rebuild         follower.RebuildMode
 	rebuildRate     int64
+	minFree         int64                                   // --min-free-bytes
 	metricsAddr     string                                  // "": no metrics server
 	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
@@ -153,7 +157,8 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal}
+	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal,
+		MinFreeBytes: c.minFree}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats
@@ -298,6 +303,6 @@ func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.Dia
 		"skipped_closed", r.SkippedClosed, "skipped_too_old", r.SkippedTooOld, "refused_events", r.RefusedEvents,
 		"refused_gap", r.SeqGaps + r.OutOfOrder, "refused_stale_epoch", r.StaleEpochs, "refused_wrong_shard", r.WrongShard,
 		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
-		"window", s.WindowLen, "background_errors", s.BackgroundErrors, "write_stalled", s.WriteStalled, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
+		"window", s.WindowLen, "background_errors", s.BackgroundErrors, "write_stalled", s.WriteStalled, "disk_full", s.DiskFull, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
 		"bytes_received", t.BytesReceived}
 }

@@ -103,6 +103,8 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(leader, "--max-retained-bytes", "0"), []string{"--max-retained-bytes 0 is out of range"}},
 		{with(leader, "--retention-interval", "0s"), []string{"--retention-interval 0s is out of range"}},
 		{with(leader, "--segment-size", "100"), []string{"--segment-size 100 is out of range"}},
+		{with(leader, "--min-free-bytes", "0"), []string{"--min-free-bytes must be positive or -1"}},
+		{with(follower, "--min-free-bytes", "-2"), []string{"--min-free-bytes must be positive or -1"}},
 		{with(leader, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range"}},
 		{with(leader, "--ack", "most"), []string{`--ack "most" is not one of`}},
 		{with(leader, "--followers", "a,a"), []string{`"a" listed twice`}},

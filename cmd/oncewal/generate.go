@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/ctxtime"
+	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -37,10 +40,11 @@ type genShardStats struct {
 // (idempotency.ClientKey of its request ID), so a request sent again after
 // a "lost answer" is the same request to the followers' windows.
 type generator struct {
-	l     *leader.Leader
-	c     genConfig
-	rng   *mrand.Rand
-	runID string // request IDs are unique to this run of the generator
+	l      *leader.Leader
+	c      genConfig
+	logger *slog.Logger
+	rng    *mrand.Rand
+	runID  string // request IDs are unique to this run of the generator
 
 	ids    []session.ID
 	reqs   uint64                   // requests made
@@ -53,11 +57,11 @@ type generator struct {
 	per []genShardStats
 }
 
-func newGenerator(l *leader.Leader, c genConfig) *generator {
+func newGenerator(l *leader.Leader, c genConfig, log *slog.Logger) *generator {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	return &generator{
-		l: l, c: c,
+		l: l, c: c, logger: log,
 		rng:   mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 		runID: fmt.Sprintf("%x", seed),
 		ids:   make([]session.ID, c.sessions),
@@ -174,6 +178,20 @@ func (g *generator) send(ctx context.Context, evs []wal.Event) error {
 // handle (replace), the batch is dropped.
 func (g *generator) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
 	h, err := g.l.Append(b...)
+	if errors.Is(err, replication.ErrDiskFull) {
+		// Nothing was logged: wait for room and send the batch again, as
+		// a client told the leader is out of disk would.
+		g.logger.Error("oncewal leader: generator: the disk is nearly full; retrying until there is room", "shard", s, "err", err)
+		for errors.Is(err, replication.ErrDiskFull) {
+			if ctxtime.Sleep(ctx, diskguard.Interval) != nil {
+				return false, nil
+			}
+			h, err = g.l.Append(b...)
+		}
+		if err == nil {
+			g.logger.Info("oncewal leader: generator: the disk has room again", "shard", s)
+		}
+	}
 	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
 		g.replace(b)
 		g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })

@@ -26,7 +26,7 @@ import (
 
 const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
                       [--tls-ca F --tls-cert F --tls-key F | --insecure]
-                      [--max-retained-bytes B] [--segment-size B]
+                      [--max-retained-bytes B] [--segment-size B] [--min-free-bytes B]
                       [--generate RATE --sessions N --batch N --retry-rate F --ack POLICY]
 
 Runs the leader of every shard of a deployment on this node. DIR is the
@@ -80,6 +80,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	maxRetained := fs.Int64("max-retained-bytes", leader.DefaultMaxRetainedBytes, "per shard: WAL bytes the followers' slots may pin before the most lagging is dropped")
 	retainEvery := fs.Duration("retention-interval", leader.DefaultRetentionInterval, "how often slots advance and unneeded segments are deleted")
 	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "WAL segment size in bytes")
+	minFree := minFreeFlag(fs)
 	rate := fs.Int("generate", 0, "run a generated client workload at this many events/s (0: none)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")
@@ -105,6 +106,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	inRange(&c, "max-retained-bytes", *maxRetained, 1, math.MaxInt64)
 	inRange(&c, "retention-interval", *retainEvery, time.Millisecond, 24*time.Hour)
 	inRange(&c, "segment-size", *segSize, minSegmentSize, maxSegmentSize)
+	checkMinFree(&c, *minFree)
 	inRange(&c, "generate", *rate, 0, maxGenerateRate)
 	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
 	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
@@ -137,7 +139,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	defer stopWithin(ctx, log, "oncewal leader", shutdownGrace)()
 	if err := serveLeader(ctx, log, leaderConfig{
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
-		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize,
+		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize, minFree: *minFree,
 		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
 		statsEvery: *statsEvery, metricsAddr: *mf.addr,
 	}); err != nil {
@@ -198,6 +200,7 @@ type leaderConfig struct {
 	maxRetained int64
 	retainEvery time.Duration
 	segmentSize int64
+	minFree     int64 // --min-free-bytes
 	gen         genConfig
 	statsEvery  time.Duration
 	metricsAddr string                              // "": no metrics server
@@ -226,7 +229,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		MaxRetainedBytes:  c.maxRetained,
 		RetentionInterval: c.retainEvery,
 		SegmentSize:       c.segmentSize,
-		Store:             follower.Options{Logger: log},
+		Store:             follower.Options{Logger: log, MinFreeBytes: c.minFree},
 		Logger:            log,
 	})
 	if err != nil {
@@ -295,7 +298,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 	})
 	var gen *generator
 	if c.gen.rate > 0 {
-		gen = newGenerator(l, c.gen)
+		gen = newGenerator(l, c.gen, log)
 		wg.Go(func() {
 			if genErr = gen.run(runCtx); genErr != nil {
 				cancel()

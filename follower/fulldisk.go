@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/oncewal/oncewal/internal/ctxtime"
+	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/replication"
 )
 
@@ -35,8 +38,13 @@ type stallGuard struct {
 	abandoned chan struct{} // closed when the abandoned Start has returned and been waited for; nil: none
 }
 
+// stallPoll is how often start, once its ctx ended, looks again whether the
+// store is stalled.
+const stallPoll = 50 * time.Millisecond
+
 // start runs f.recv.Start(batch) on its own goroutine and returns its
-// Pending; or, when ctx ends first, nil and the channel the abandoned
+// Pending; or, when ctx ends first while Pebble stalls the store's writes
+// and its background work fails, nil and the channel the abandoned
 // Start's Pending will come on. The caller must then call finishAbandoned
 // with it once every earlier Pending of the pipeline has been waited for
 // (Pending.Wait's order), which it cannot do at once: an earlier Pending's
@@ -48,6 +56,15 @@ func (f *Follower) start(ctx context.Context, batch []byte) (*replication.Pendin
 	case p := <-done:
 		return p, nil
 	case <-ctx.Done():
+	}
+	// Only a stalled store is given up on: Serve's callers rely on nothing
+	// being applied after it returned (a promotion reads final positions).
+	for !f.events.stalled.Load() || !f.events.failing() {
+		select {
+		case p := <-done:
+			return p, nil
+		case <-time.After(stallPoll):
+		}
 	}
 	select {
 	case p := <-done: // it returned meanwhile
@@ -144,4 +161,30 @@ func (f *Follower) flushOnClose() bool {
 		return true
 	}
 	return u.AvailBytes >= 2*f.db.Metrics().MemTable.Size+1<<20
+}
+
+// checkDisk is the MinFreeBytes guard: nil, or replication.ErrDiskFull
+// (wrapped). The first refusal of a full-disk episode is logged at Error,
+// the return of room at Info.
+func (f *Follower) checkDisk() error {
+	err := f.disk.Check()
+	if was := f.full.Swap(err != nil); was != (err != nil) {
+		if err != nil {
+			f.opts.Logger.Error("oncewal follower: not applying: the disk is nearly full; waiting for room", "err", err)
+		} else {
+			f.opts.Logger.Info("oncewal follower: the disk has room again; applying")
+		}
+	}
+	return err
+}
+
+// waitForRoom waits until the disk guard lets a batch through, or ctx ends
+// (false).
+func (f *Follower) waitForRoom(ctx context.Context) bool {
+	for f.checkDisk() != nil {
+		if ctxtime.Sleep(ctx, diskguard.Interval) != nil {
+			return false
+		}
+	}
+	return true
 }

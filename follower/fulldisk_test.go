@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -190,4 +191,58 @@ func TestCloseOnFullDisk(t *testing.T) {
 	require.Equal(t, lsn, got)
 	require.NoError(t, w.Oracle.Verify(g.State()))
 	require.NoError(t, g.Close())
+}
+
+// TestMinFreeBytes: below Options.MinFreeBytes of free space, Apply refuses
+// a batch with replication.ErrDiskFull and changes nothing, and Serve holds
+// its batches (Stats.DiskFull, /readyz not ready) instead of writing them;
+// once there is room, the follower goes on to the oracle's state.
+func TestMinFreeBytes(t *testing.T) {
+	w := recordLog(t, sim.WorkloadOptions{Seed: 9, Sessions: 20, Requests: 2000, BatchSize: 50}, 1, nil)
+	log := encodeLog(t, w, 0, 1)
+	mem := vfs.NewMem()
+	o := testOptions(mem)
+	o.MinFreeBytes = 1 << 20
+	f, err := follower.Open("/f", o)
+	require.NoError(t, err)
+	res, err := f.Apply(log[0])
+	require.NoError(t, err)
+	first := res.Ack.AppliedLSN
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<20 - 1, TotalBytes: 1 << 30})
+	time.Sleep(diskguard.Interval) // the guard's last reading expires
+	res, err = f.Apply(log[1])
+	require.ErrorIs(t, err, replication.ErrDiskFull)
+	require.True(t, res.Ack.Refused)
+	lsn, _ := f.Position()
+	require.Equal(t, first, lsn)
+	require.True(t, f.Stats().DiskFull)
+
+	conn := &feedConn{log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ctx, &feedDialer{conn: conn}) }()
+	time.Sleep(3 * diskguard.Interval)
+	lsn, _ = f.Position()
+	require.Equal(t, first, lsn, "a batch was applied on a full disk")
+	err = metrics.FollowerReady(f, 0)()
+	require.ErrorIs(t, err, metrics.ErrNotReady)
+	require.ErrorContains(t, err, "nearly full")
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 1 << 30})
+	var last uint64
+	for _, b := range w.Shards[0] {
+		last += uint64(len(b))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for conn.acked.Load() < last {
+		require.True(t, time.Now().Before(deadline), "the follower never resumed: acked %d of %d", conn.acked.Load(), last)
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.False(t, f.Stats().DiskFull)
+	require.NoError(t, w.Oracle.Verify(f.State()))
+	cancel()
+	require.NoError(t, <-served)
+	require.NoError(t, f.Close())
 }
