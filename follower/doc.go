@@ -70,7 +70,15 @@
 //
 // # Writing on a full disk
 //
-// The same failing flush can come while the store serves: Pebble then holds
+// Pebble has no graceful answer to a full disk, so a follower stops before
+// it: below Options.MinFreeBytes of free space (default 64 MiB; the
+// internal/diskguard reading, at most every 100 ms) no batch is applied —
+// Apply and Start refuse it with replication.ErrDiskFull, Serve holds it
+// and waits for room (Stats.DiskFull, metric store_disk_full, /readyz
+// fails) — and it goes on by itself when there is room (TestMinFreeBytes).
+//
+// If the disk fills anyway (the guard off, another process writing), the
+// failing flush comes while the store serves: Pebble then holds
 // the next commit that needs room in its memtables (a write stall), and
 // Flush and Close wait for the flush too — all without a deadline, for as
 // long as the disk stays full. The follower stays responsive

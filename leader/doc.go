@@ -36,6 +36,13 @@
 //     followers' window.
 //   - Time: the WAL clock, below.
 //
+// Before any of that, an append on a disk with less free space than the
+// stores keep (Options.Store.MinFreeBytes, default 64 MiB) is refused with
+// replication.ErrDiskFull: nothing is logged and no SeqNo is taken, the
+// shard keeps serving its followers, and appends go on once there is room —
+// the WAL writer, which fails for good at its first short write, and the
+// store's Pebble never meet a full disk.
+//
 // # The WAL clock
 //
 // Each shard's WAL clock is the wall clock (Options.Wall) made strictly
