@@ -133,6 +133,17 @@ func (l *Leader) Run(ctx context.Context) error {
 	if l.opts.Listener == nil {
 		return ErrNotShipping
 	}
+	l.life.RLock()
+	if l.closed {
+		l.life.RUnlock()
+		return ErrClosed
+	}
+	l.runs.Add(1)
+	l.life.RUnlock()
+	defer l.runs.Done()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(l.ctx, stop)()
 	errs := make([]error, len(l.shards))
 	var wg sync.WaitGroup
 	for i, s := range l.shards {
@@ -155,7 +166,13 @@ func (l *Leader) retainLoop(ctx context.Context, s *Shard) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := l.retain(s); err != nil {
+			release, err := l.hold()
+			if err != nil {
+				return // closed
+			}
+			err = l.retain(s)
+			release()
+			if err != nil {
 				l.opts.Logger.Error("oncewal leader: retention pass failed (retried)", "shard", s.id, "err", err)
 			}
 		}
@@ -165,6 +182,11 @@ func (l *Leader) retainLoop(ctx context.Context, s *Shard) {
 // Retain runs one retention pass on every shard now (Run runs them every
 // RetentionInterval).
 func (l *Leader) Retain() error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	var errs []error
 	for _, s := range l.shards {
 		if s.ship == nil {
@@ -238,6 +260,11 @@ func (l *Leader) retain(s *Shard) error {
 // nothing. Registration lasts for this Leader's lifetime; Options.Followers
 // is what a restart registers.
 func (l *Leader) Register(id string) error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	for _, s := range l.shards {
 		if s.ship == nil {
 			return ErrNotShipping
@@ -263,6 +290,11 @@ func (l *Leader) Register(id string) error {
 // longer counts towards WaitAcked, its slot is deleted (it no longer pins the
 // WAL) and its next hello is refused (replication.ErrUnknownFollower).
 func (l *Leader) Unregister(id string) error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	for _, s := range l.shards {
 		if s.ship == nil {
 			return ErrNotShipping
@@ -285,12 +317,22 @@ func (l *Leader) Unregister(id string) error {
 // WaitAcked waits until the shard's followers that policy asks for have
 // acknowledged every LSN up to and including lsn (replication.AckMajority:
 // a majority of the registered followers; the leader itself is not
-// counted), or ctx ends.
+// counted), or ctx ends. Close ends the wait with ErrClosed.
 func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.AckPolicy) error {
 	if s.ship == nil {
 		return ErrNotShipping
 	}
-	return s.ship.fan.WaitAcked(ctx, lsn, policy)
+	if s.l.ctx.Err() != nil {
+		return ErrClosed
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(s.l.ctx, stop)()
+	err := s.ship.fan.WaitAcked(ctx, lsn, policy)
+	if err != nil && s.l.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // WaitAcked waits until, on every shard, the followers policy asks for have

@@ -58,6 +58,12 @@ type DonorOptions struct {
 	// IdleTimeout releases a snapshot nobody has read for that long (a
 	// fetcher that died). Default 2 minutes.
 	IdleTimeout time.Duration
+	// Hold, if set, is called before each use of the store (a Begin's cut)
+	// and its release after it; an error refuses the Begin. The owner of
+	// the store holds off its close with it: a leader's Close waits for a
+	// cut in progress, and a Begin after it is refused (leader.ErrClosed)
+	// instead of cutting a closed store.
+	Hold func() (release func(), err error)
 }
 
 // ErrDonorOptions: invalid DonorOptions.
@@ -124,6 +130,13 @@ func (d *Donor) Begin(ctx context.Context, shard uint32) (Manifest, error) {
 	dir := d.opts.FS.PathJoin(d.opts.Dir, "snap-"+strconv.Itoa(d.next))
 	d.mu.Unlock()
 
+	if d.opts.Hold != nil {
+		done, err := d.opts.Hold()
+		if err != nil {
+			return Manifest{}, fmt.Errorf("snapshot: donor: %w", err)
+		}
+		defer done()
+	}
 	release := func() {}
 	if d.opts.Pin != nil {
 		r, err := d.opts.Pin()
@@ -233,8 +246,18 @@ func (d *Donor) releaseIdleLocked() {
 // Create checkpoints db into dir (which must not exist) and returns the
 // sealed manifest of the checkpoint. The WAL is flushed first so the
 // checkpoint holds every committed batch; a checkpoint is a cut at a batch
-// boundary because every batch is one Pebble commit.
-func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (Manifest, error) {
+// boundary because every batch is one Pebble commit. A closed db gives an
+// error wrapping pebble.ErrClosed (Pebble panics with it).
+func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifest, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			pe, ok := p.(error)
+			if !ok || !errors.Is(pe, pebble.ErrClosed) {
+				panic(p)
+			}
+			m, err = Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, pe)
+		}
+	}()
 	if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, err)
 	}
@@ -246,7 +269,7 @@ func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (Manifest,
 	if err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Cut: cut, Files: files}
+	m = Manifest{Cut: cut, Files: files}
 	m.seal()
 	return m, nil
 }
