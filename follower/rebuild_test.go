@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -329,4 +331,76 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 	require.ErrorIs(t, reason, replication.ErrDiverged)
+}
+
+// TestRebuiltStoreHasNoLeaderRows: a follower rebuilt from a leader's donor
+// does not inherit the leader's own rows (its replication slots,
+// keyspace.MetaSlot): promoted later, it starts with exactly the slots of
+// the followers it registers, each at its log's start and none dropped —
+// not the deposed leader's positions and drops, which would pin or release
+// the wrong WAL.
+func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
+	dir := t.TempDir()
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	ids := []string{"f1", "f2"}
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 1, Followers: ids, SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr },
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 300, BatchSize: 4})
+	c := sim.NewClient(w, 1, sim.NewClock(w.Options.Start))
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
+	// No follower ever connected: the bound dropped both slots.
+	require.NoError(t, l.Retain())
+	for _, sl := range l.Stats()[0].Retention.Slots {
+		require.True(t, sl.Dropped, "slot %+v", sl)
+	}
+	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+	node := dir + "/node"
+	store := follower.ShardDir(node, 0)
+	so := &follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, _, err := follower.Rebuild(ctx, store, so, donor, nil)
+	require.NoError(t, err)
+	require.Equal(t, c.LastLSN(0), m.Cut.AppliedLSN)
+
+	f, err := follower.Open(store, so)
+	require.NoError(t, err)
+	it, err := f.DB().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
+	require.NoError(t, err)
+	var leaderRows []string
+	for it.First(); it.Valid(); it.Next() {
+		leaderRows = append(leaderRows, string(it.Key()))
+	}
+	require.NoError(t, it.Close())
+	require.NoError(t, c.Oracle().Verify(f.State()))
+	require.NoError(t, f.Close())
+	require.Empty(t, leaderRows, "the rebuilt follower holds the leader's own rows")
+	require.NoError(t, donor.Close())
+	require.NoError(t, l.Close())
+
+	// Promoted, it has exactly its registered followers' slots, fresh.
+	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
+	defer tr2.Close()
+	p, err := leader.Open(node, &leader.Options{
+		Shards: 1, Epoch: 2, Followers: ids, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr2 },
+	})
+	require.NoError(t, err)
+	defer p.Close()
+	st := p.Stats()[0]
+	start := st.Retention.FirstLSN - 1
+	require.Equal(t, m.Cut.AppliedLSN, start)
+	require.Equal(t, []leader.SlotStats{{ID: "f1", Acked: start}, {ID: "f2", Acked: start}}, st.Retention.Slots)
 }

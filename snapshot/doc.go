@@ -23,6 +23,11 @@
 // ledger the donor had at the snapshot's LSN. Nothing the follower decides
 // with is held only in memory: the in-memory window is rebuilt from the
 // journal and the HWM cache is read through from h/ after replaying hd/.
+// What only a leader keeps about its own followers (its replication slots,
+// keyspace.LeaderOnly) is in the checkpoint too; follower.Rebuild deletes it
+// from the staged store before the install, so a rebuilt store never
+// inherits a donor's slots (promoted later, it would pin or release the WAL
+// by another leader's followers' positions).
 //
 // # The manifest
 //
