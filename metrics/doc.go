@@ -12,6 +12,10 @@
 // the process serves HTTP: liveness) and /readyz (200 when the readiness
 // check passes, else 503 with the reason).
 //
+// A single store that follower.Run serves is reopened after every rebuild:
+// give NewFollowerCollectorOf and FollowerReadyOf a CurrentFollower fed by
+// Run's hooks, not the first Follower (the CLI does).
+//
 // # Names
 //
 // Prometheus conventions: counters end in _total, durations are histograms
@@ -56,6 +60,8 @@
 //	                                             behind_retention, unknown_follower, bad_follower_id, bad_hello,
 //	                                             auth (a certificate either side refused)
 //	store_reopens_total                 counter  (node) reopens of a shard whose store failed
+//	store_rebuilds_total                counter  times the store was replaced by a donor's snapshot
+//	                                             (--rebuild=auto; a follower's and a node's)
 //	store_down                          gauge    (node) 1 while the shard's store is failed
 //	node_batches_refused_total{reason}  counter  (node, no shard label) wrong_shard, corrupt
 //

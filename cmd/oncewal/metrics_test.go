@@ -204,6 +204,64 @@ func TestMetricsEndpoints(t *testing.T) {
 	}
 }
 
+// TestMetricsAfterRebuild: a single-store follower (--shard, --rebuild=auto)
+// joins after retention deleted its log's start, is rebuilt — follower.Run
+// closes its store and opens the rebuilt one — and its /metrics and /readyz
+// follow the store it serves now: the rebuilt store's applied LSN, one
+// rebuild counted, connected and ready. (They stayed bound to the first,
+// closed store.)
+func TestMetricsAfterRebuild(t *testing.T) {
+	dir := t.TempDir()
+	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"))
+	ld := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), followers: []string{"late"},
+		tls: serverTLS(), segmentSize: minSegmentSize, maxRetained: 32 << 10, retainEvery: 10 * time.Millisecond})
+	id := session.NewID()
+	deadline := time.Now().Add(60 * time.Second)
+	for ld.l.Stats()[0].Retention.FirstLSN == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("retention never deleted the log's start: %+v", ld.l.Stats()[0].Retention)
+		}
+		for range 50 {
+			if _, err := ld.l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	end := ld.ends()[0]
+
+	faddr := make(chan string, 1)
+	fl := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: ld.dialAddr(), id: "late",
+		tls: clientTLS(), rebuild: follower.RebuildAuto, rebuildRate: -1, metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
+		metricsServing: func(a string) { faddr <- a }})
+	addr := <-faddr
+	waitLog(t, fl.log, "oncewal follower: rebuilt", "reason=")
+	waitCaughtUp(t, []uint64{end}, fl)
+	for {
+		code, body := get(t, "http://"+addr+"/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rebuilt follower /readyz: %d %s", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ff := scrape(t, addr)
+	for name, want := range map[string]float64{
+		"oncewal_follower_applied_lsn":          float64(end),
+		"oncewal_follower_store_rebuilds_total": 1,
+		"oncewal_follower_connected":            1,
+	} {
+		if got := sample(t, ff, name, "shard", "0"); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	if err := fl.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFollowerStopOnRefusal: with --stop-on-refusal a follower the leader
 // refuses for good (here an ID it does not register) stops with the typed
 // refusal instead of redialling for ever.
