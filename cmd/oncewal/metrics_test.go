@@ -82,6 +82,22 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitStatus polls url until it answers code, for at most limit.
+func waitStatus(t *testing.T, what, url string, code int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got, body := get(t, url)
+		if got == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s: %d %s, want %d", what, url, got, body, code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestMetricsEndpoints starts a leader and a follower node over mutual TLS
 // with --metrics-addr on loopback, scrapes /metrics with the Prometheus text
 // parser and checks the follower's counters against its Stats() and the
@@ -122,17 +138,7 @@ func TestMetricsEndpoints(t *testing.T) {
 			t.Fatalf("%s /healthz: %d %s", addr, code, body)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := get(t, "http://"+faddr+"/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("follower /readyz: %d %s", code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, "follower", "http://"+faddr+"/readyz", http.StatusOK, 30*time.Second)
 	if code, body := get(t, "http://"+laddr+"/readyz"); code != http.StatusOK {
 		t.Fatalf("leader /readyz: %d %s", code, body)
 	}
@@ -189,16 +195,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	if err := ld.stop(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		code, body := get(t, "http://"+faddr+"/readyz")
-		if code == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline.Add(30 * time.Second)) {
-			t.Fatalf("follower still ready without its leader: %d %s", code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, "follower without its leader", "http://"+faddr+"/readyz", http.StatusServiceUnavailable, 30*time.Second)
 	if code, _ := get(t, "http://"+faddr+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d", code)
 	}
@@ -237,16 +234,7 @@ func TestMetricsAfterRebuild(t *testing.T) {
 	addr := <-faddr
 	waitLog(t, fl.log, "oncewal follower: rebuilt", "reason=")
 	waitCaughtUp(t, []uint64{end}, fl)
-	for {
-		code, body := get(t, "http://"+addr+"/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rebuilt follower /readyz: %d %s", code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, "rebuilt follower", "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
 	ff := scrape(t, addr)
 	for name, want := range map[string]float64{
 		"oncewal_follower_applied_lsn":          float64(end),
