@@ -62,7 +62,10 @@ func NeedsRebuild(err error) bool {
 // least the store's, and — when the store is not diverged (reason is not
 // replication.ErrDiverged) — an applied LSN at least the store's: a donor
 // behind the store would move it backwards. Anything refused leaves the
-// store as it was.
+// store as it was. It fetches as holder opts.ID/shard-NNNN
+// (snapshot.Options.Holder, unless opts.Snapshot sets one), so a rebuild
+// that is retried — its Begin answer lost, its process killed — releases
+// its earlier snapshot on the donor at once.
 func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source, reason error) (snapshot.Manifest, snapshot.Stats, error) {
 	var o Options
 	if opts != nil {
@@ -81,7 +84,13 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 			}
 		}
 	}
-	m, st, err := snapshot.Fetch(ctx, src, o.FS, dir, want, &o.Snapshot)
+	so := o.Snapshot
+	if so.Holder == "" && o.ID != "" {
+		// Stable across restarts: a rebuild killed mid-transfer releases
+		// its snapshot (and the donor's log pin) at its next Begin.
+		so.Holder = o.ID + "/" + shardDirName(o.Shard)
+	}
+	m, st, err := snapshot.Fetch(ctx, src, o.FS, dir, want, &so)
 	if err != nil {
 		return m, st, err
 	}

@@ -24,6 +24,12 @@ type RetentionStats struct {
 	SegmentsDeleted uint64 // segments deleted by retention
 	Errors          uint64 // passes that failed (retried at the next)
 	Slots           []SlotStats
+	// SnapshotPins is the number of snapshots of the shard's store being
+	// served (Leader.Donor); each keeps the log from SnapshotPinLSN (the
+	// lowest; 0 with none) until it is ended, superseded by its fetcher's
+	// next Begin, or idle for the donor's IdleTimeout.
+	SnapshotPins   int
+	SnapshotPinLSN uint64
 }
 
 // SlotStats is one registered follower's replication slot.
@@ -356,6 +362,12 @@ func (s *Shard) Stats() ShardStats {
 		st.Retention = s.ship.stats
 		for _, sl := range s.ship.slots {
 			st.Retention.Slots = append(st.Retention.Slots, SlotStats(sl))
+		}
+		st.Retention.SnapshotPins = len(s.ship.pins)
+		for _, lsn := range s.ship.pins {
+			if st.Retention.SnapshotPinLSN == 0 || lsn < st.Retention.SnapshotPinLSN {
+				st.Retention.SnapshotPinLSN = lsn
+			}
 		}
 		s.ship.mu.Unlock()
 	}

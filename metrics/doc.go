@@ -72,6 +72,7 @@
 //	hello_refusals_total{reason}            counter  bad_hello, unknown_follower, diverged, behind_retention, other
 //	wal_first_lsn, wal_retained_bytes       gauge
 //	wal_segments_deleted_total              counter
+//	wal_snapshot_pins, wal_snapshot_pin_lsn gauge    snapshots served that pin the WAL; the lowest LSN pinned
 //	retention_errors_total                  counter
 //	ledger_claims_total{outcome}            counter  fresh, replay, in_flight, conflict
 //	ledger_decisions_total{decision}        counter  complete, fail, release, extend, not_owner

@@ -55,6 +55,16 @@
 // (Want.Describe). A chunk is hashed before it is written: a filesystem may
 // scribble on a written buffer (Pebble's MemFS does in race builds).
 //
+// A snapshot the donor holds pins a checkpoint and, for a leader, the log
+// from its LSN on (invariant 4) until it is released: by its fetcher's End,
+// by the fetcher's next Begin (a HeldSource — Donor, Router, grpctransport's
+// client — releases the snapshots it still serves to the same
+// Options.Holder first: a Begin whose answer was lost, the fetch of a
+// killed process that restarted), or after DonorOptions.IdleTimeout unread
+// (2 min: a fetcher that never came back). DonorStats counts each
+// (Ended, Superseded, IdledOut) and shows the oldest unread; a leader
+// reports its pins in RetentionStats.SnapshotPins.
+//
 // # The install
 //
 // Install replaces the store directory D with the verified staging directory
