@@ -91,7 +91,7 @@ func TestLostBeginAnswerReleased(t *testing.T) {
 
 	// Another holder's snapshot is not touched; the idle timeout bounds it.
 	idle, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/idle", Describe: follower.Describe,
-		RateLimit: -1, IdleTimeout: 50 * time.Millisecond})
+		RateLimit: -1, IdleTimeout: 2 * time.Second}) // longer than a fetch on a loaded machine
 	require.NoError(t, err)
 	defer idle.Close()
 	_, err = idle.BeginFor(context.Background(), 0, "f2/shard-0000")
