@@ -108,11 +108,14 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 // dropLeaderRows deletes the leader-only rows (keyspace.LeaderOnly) from the
 // store staged in dir, synced, before it is installed.
 func dropLeaderRows(dir string, o *Options) error {
-	db, err := pebble.Open(dir, pebbleOptions(o, nil))
-	if err != nil {
+	var db *pebble.DB
+	if err := guard(func() (err error) {
+		db, err = pebble.Open(dir, pebbleOptions(o, nil))
+		return err
+	}); err != nil {
 		return fmt.Errorf("opening the staged store: %w", err)
 	}
-	err = guard(func() error {
+	err := guard(func() error {
 		b := db.NewBatch()
 		defer b.Close()
 		for _, p := range keyspace.LeaderOnly {
