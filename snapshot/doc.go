@@ -92,6 +92,10 @@
 //  3. A snapshot's applied LSN, epoch and identity are those of its own files,
 //     never of the donor's memory.
 //  4. A Donor pins its store's retained log (DonorOptions.Pin) from before
-//     the cut until the transfer ends or idles out, so the rebuilt store can
-//     replicate on from the snapshot's LSN + 1.
+//     the cut until the transfer ends, its holder begins another, or it
+//     idles out, so the rebuilt store can replicate on from the snapshot's
+//     LSN + 1.
+//  5. A Donor never cuts a closed store: its owner's Hold refuses the Begin
+//     (leader.ErrClosed), and a store closed under it gives an error
+//     wrapping pebble.ErrClosed, not Pebble's panic.
 package snapshot
