@@ -145,7 +145,9 @@
 //	                               (KeyIdentity; written when the store is created)
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
 //	m/epoch_prev                   the batch ending just before m/epoch_start (as m/last_batch)
-//	m/slot/<follower ID>           a leader's replication slot for that follower (package leader)
+//	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;
+//	                               leader-only: deleted when a new epoch starts, never
+//	                               inherited by a rebuilt store — keyspace.LeaderOnly)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 )
@@ -52,12 +54,18 @@ func NeedsRebuild(err error) bool {
 }
 
 // Rebuild replaces the store in dir — closed, or absent — with a snapshot
-// of opts.Shard from src (snapshot.Rebuild). The snapshot must have the
+// of opts.Shard from src: snapshot.Fetch, then the staged store loses the
+// donor's leader-only rows (keyspace.LeaderOnly: a leader donor's
+// replication slots, which would pin or release the wrong WAL if this store
+// were promoted), then snapshot.Install. The snapshot must have the
 // store's identity (opts' shard and decision-changing options), an epoch at
 // least the store's, and — when the store is not diverged (reason is not
 // replication.ErrDiverged) — an applied LSN at least the store's: a donor
 // behind the store would move it backwards. Anything refused leaves the
-// store as it was.
+// store as it was. It fetches as holder opts.ID/shard-NNNN
+// (snapshot.Options.Holder, unless opts.Snapshot sets one), so a rebuild
+// that is retried — its Begin answer lost, its process killed — releases
+// its earlier snapshot on the donor at once.
 func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source, reason error) (snapshot.Manifest, snapshot.Stats, error) {
 	var o Options
 	if opts != nil {
@@ -76,7 +84,54 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 			}
 		}
 	}
-	return snapshot.Rebuild(ctx, src, o.FS, dir, want, &o.Snapshot)
+	so := o.Snapshot
+	if so.Holder == "" && o.ID != "" {
+		// Stable across restarts: a rebuild killed mid-transfer releases
+		// its snapshot (and the donor's log pin) at its next Begin.
+		so.Holder = o.ID + "/" + shardDirName(o.Shard)
+	}
+	m, st, err := snapshot.Fetch(ctx, src, o.FS, dir, want, &so)
+	if err != nil {
+		return m, st, err
+	}
+	if err := dropLeaderRows(snapshot.StagingDir(dir), &o); err != nil {
+		// Not installed: the next Recover (every open) removes the staging.
+		_ = snapshot.Recover(o.FS, dir)
+		return m, st, fmt.Errorf("follower: rebuild of %s: %w", dir, err)
+	}
+	if err := snapshot.Install(o.FS, dir); err != nil {
+		return m, st, err
+	}
+	return m, st, nil
+}
+
+// dropLeaderRows deletes the leader-only rows (keyspace.LeaderOnly) from the
+// store staged in dir, synced, before it is installed.
+func dropLeaderRows(dir string, o *Options) error {
+	var db *pebble.DB
+	if err := guard(func() (err error) {
+		db, err = pebble.Open(dir, pebbleOptions(o, nil))
+		return err
+	}); err != nil {
+		return fmt.Errorf("opening the staged store: %w", err)
+	}
+	err := guard(func() error {
+		b := db.NewBatch()
+		defer b.Close()
+		for _, p := range keyspace.LeaderOnly {
+			if err := b.DeleteRange([]byte(p), keyspace.UpperBound(p), nil); err != nil {
+				return err
+			}
+		}
+		return b.Commit(pebble.Sync)
+	})
+	if cerr := guard(db.Close); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("dropping leader-only rows from the staged store: %w", err)
+	}
+	return nil
 }
 
 // RunHooks are told what Run does. Every field may be nil.

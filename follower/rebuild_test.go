@@ -2,12 +2,15 @@ package follower_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -329,4 +332,164 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 	require.ErrorIs(t, reason, replication.ErrDiverged)
+}
+
+// TestRebuiltStoreHasNoLeaderRows: a follower rebuilt from a leader's donor
+// does not inherit the leader's own rows (its replication slots,
+// keyspace.MetaSlot): promoted later, it starts with exactly the slots of
+// the followers it registers, each at its log's start and none dropped —
+// not the deposed leader's positions and drops, which would pin or release
+// the wrong WAL.
+func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
+	dir := t.TempDir()
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	ids := []string{"f1", "f2"}
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 1, Followers: ids, SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr },
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 300, BatchSize: 4})
+	c := sim.NewClient(w, 1, sim.NewClock(w.Options.Start))
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
+	// No follower ever connected: the bound dropped both slots.
+	require.NoError(t, l.Retain())
+	for _, sl := range l.Stats()[0].Retention.Slots {
+		require.True(t, sl.Dropped, "slot %+v", sl)
+	}
+	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+	node := dir + "/node"
+	store := follower.ShardDir(node, 0)
+	so := &follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, _, err := follower.Rebuild(ctx, store, so, donor, nil)
+	require.NoError(t, err)
+	require.Equal(t, c.LastLSN(0), m.Cut.AppliedLSN)
+
+	f, err := follower.Open(store, so)
+	require.NoError(t, err)
+	it, err := f.DB().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
+	require.NoError(t, err)
+	var leaderRows []string
+	for it.First(); it.Valid(); it.Next() {
+		leaderRows = append(leaderRows, string(it.Key()))
+	}
+	require.NoError(t, it.Close())
+	require.NoError(t, c.Oracle().Verify(f.State()))
+	require.NoError(t, f.Close())
+	require.Empty(t, leaderRows, "the rebuilt follower holds the leader's own rows")
+	require.NoError(t, donor.Close())
+	require.NoError(t, l.Close())
+
+	// Promoted, it has exactly its registered followers' slots, fresh.
+	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
+	defer tr2.Close()
+	p, err := leader.Open(node, &leader.Options{
+		Shards: 1, Epoch: 2, Followers: ids, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr2 },
+	})
+	require.NoError(t, err)
+	defer p.Close()
+	st := p.Stats()[0]
+	start := st.Retention.FirstLSN - 1
+	require.Equal(t, m.Cut.AppliedLSN, start)
+	require.Equal(t, []leader.SlotStats{{ID: "f1", Acked: start}, {ID: "f2", Acked: start}}, st.Retention.Slots)
+}
+
+// TestCloseDuringRebuild: a node whose shard is being rebuilt (a transfer
+// throttled to last far longer than the test) closes at once — Close
+// cancels the fetch and waits for it, Serve returns nil, nothing panics —
+// and the half-fetched staging directory is gone at the next open, which
+// finds the old store. The leader donating it closes under a fetch of its
+// own too: the fetch ends with leader.ErrClosed, not a panic.
+func TestCloseDuringRebuild(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 19, Sessions: 6, Requests: 400, BatchSize: 12})
+	clock := sim.NewClock(w.Options.Start)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	dir := t.TempDir()
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 1, Followers: []string{"gone", "node", "single"}, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run(context.Background()) }()
+	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+	c := sim.NewClient(w, 1, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	require.Greater(t, l.Stats()[0].Retention.FirstLSN, uint64(1))
+
+	slow := follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable,
+		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+		Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
+	no := slow
+	no.ID = "node"
+	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(context.Background(), func(uint32) replication.Dialer { return tr }) }()
+	store := follower.ShardDir(dir+"/node", 0)
+	require.Eventually(t, func() bool { _, err := os.Stat(snapshot.StagingDir(store)); return err == nil },
+		20*time.Second, time.Millisecond, "the rebuild never started")
+	closed := make(chan error, 1)
+	go func() { closed <- n.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Node.Close hung during a rebuild")
+	}
+	require.NoError(t, <-served)
+	n, err = follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
+	require.NoError(t, err)
+	_, err = os.Stat(snapshot.StagingDir(store))
+	require.ErrorIs(t, err, os.ErrNotExist, "the half-fetched snapshot is left")
+	lsn, _, err := n.Position(0)
+	require.NoError(t, err)
+	require.Zero(t, lsn, "the old (empty) store was replaced by a half-fetched one")
+	require.NoError(t, n.Close())
+
+	// The donor's leader closes under a fetch: an error, no panic.
+	so := slow
+	so.ID = "single"
+	fetched := make(chan error, 1)
+	go func() {
+		_, _, err := follower.Rebuild(context.Background(), dir+"/single", &so, donor, nil)
+		fetched <- err
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(snapshot.StagingDir(dir + "/single")); return err == nil },
+		20*time.Second, time.Millisecond, "the fetch never started")
+	require.NoError(t, l.Close())
+	require.NoError(t, <-ran)
+	_, err = donor.Begin(context.Background(), 0)
+	require.ErrorIs(t, err, leader.ErrClosed)
+	require.NoError(t, donor.Close()) // the fetch in flight now reads a released snapshot
+	select {
+	case err := <-fetched:
+		// It starts over, and the closed leader refuses the new snapshot.
+		require.ErrorIs(t, err, leader.ErrClosed)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a fetch from a closed leader's donor hung")
+	}
 }

@@ -67,6 +67,16 @@ const (
 	LedgerProbe = Ledger + "probe"
 )
 
+// LeaderOnly lists the row families a store holds only while it leads: a
+// leader's replication slots, its record of its own followers. They
+// describe one leader's epoch: a store that starts a new epoch starts
+// without them (replication stages their deletion with the raised epoch),
+// and a store rebuilt from a snapshot never inherits them (follower.Rebuild
+// deletes them from the staged store). m/epoch_start and m/epoch_prev are
+// not in it: they are facts of the history every replica of it shares, and
+// a promotion rewrites them.
+var LeaderOnly = []string{MetaSlot}
+
 // Reserved lists the spaces oncewal writes whatever the Applier: a custom
 // Applier must not write a key that starts with any of them.
 var Reserved = []string{HWM, HWMLog, Meta, Window, Ledger}

@@ -70,4 +70,15 @@
 // before anything is appended, so the store refuses the deposed leader's
 // batches from then on, and followers are checked against the new history
 // when they connect.
+//
+// # Closing
+//
+// Close is safe while anything else runs: it stops every Run (which then
+// returns nil) and every WaitAcked (ErrClosed), waits for Run's streams and
+// for the retention pass, slot write or snapshot cut in progress, and only
+// then closes the logs and stores. Every later call returns a typed error —
+// ErrClosed (Run, Retain, Register, Unregister, WaitAcked, Donor, a donor's
+// Begin), wal.ErrLogClosed (Append, Commit), idempotency.ErrLedgerClosed
+// (the ledger) — never a panic on a closed store; a donor's snapshots
+// already cut stay readable until they are ended.
 package leader

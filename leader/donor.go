@@ -21,12 +21,19 @@ const SnapshotsDirName = "snapshots"
 // from the store's position on, so the rebuilt follower continues from the
 // snapshot's LSN through the ordinary path. o may be nil; its Dir defaults
 // to SnapshotsDirName/shard-N in the leader's directory, FS to the store's,
-// Describe to follower.Describe, Pin to that retention pin.
+// Describe to follower.Describe, Pin to that retention pin. The donor holds
+// off the leader's Close while it cuts (DonorOptions.Hold): after Close, a
+// Begin is refused with ErrClosed, as is Donor itself.
 func (l *Leader) Donor(shard uint32, o *snapshot.DonorOptions) (*snapshot.Donor, error) {
 	s, err := l.Shard(shard)
 	if err != nil {
 		return nil, err
 	}
+	release, err := l.hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var do snapshot.DonorOptions
 	if o != nil {
 		do = *o
@@ -42,6 +49,22 @@ func (l *Leader) Donor(shard uint32, o *snapshot.DonorOptions) (*snapshot.Donor,
 	}
 	if do.Pin == nil {
 		do.Pin = s.pinRetention
+	}
+	if hold := do.Hold; hold == nil {
+		do.Hold = l.hold
+	} else {
+		do.Hold = func() (func(), error) {
+			release, err := l.hold()
+			if err != nil {
+				return nil, err
+			}
+			r, err := hold()
+			if err != nil {
+				release()
+				return nil, err
+			}
+			return func() { r(); release() }, nil
+		}
 	}
 	d, err := snapshot.NewDonor(s.store.DB(), &do)
 	if err != nil {

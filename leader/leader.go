@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,11 @@ var (
 	// ErrCrossShard: one Append was given events of sessions that route to
 	// different shards; a batch is atomic only within one shard's log.
 	ErrCrossShard = errors.New("leader: events route to more than one shard")
+	// ErrClosed: a call on a closed Leader — Run, Retain, Register,
+	// Unregister, WaitAcked, Donor and a Begin of its donors' snapshots
+	// (Append, Commit and the ledger answer with the log's own closed
+	// errors: wal.ErrLogClosed, idempotency.ErrLedgerClosed).
+	ErrClosed = errors.New("leader: closed")
 )
 
 // LockFileName is the file a Leader locks in its directory for as long as
@@ -185,12 +191,23 @@ type Leader struct {
 	shards []*Shard
 	lock   io.Closer
 
+	// life orders every use of the shard stores outside their logs —
+	// retention passes, slot writes, donors' cuts — and the start of Run
+	// against Close: they hold it shared (hold); Close takes it exclusively
+	// to set closed, so that after it none is in flight and none starts.
+	life   sync.RWMutex
+	closed bool
+	ctx    context.Context // cancelled by Close: stops every Run and WaitAcked
+	cancel context.CancelFunc
+	runs   sync.WaitGroup // Runs in progress
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // Shard is one shard of a Leader: its local store, its log and its ledger.
 type Shard struct {
+	l      *Leader
 	id     uint32
 	walDir string
 	fs     vfs.FS // of walDir
@@ -231,6 +248,7 @@ func Open(dir string, opts *Options) (*Leader, error) {
 		return nil, err
 	}
 	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	for s := range uint32(o.Shards) {
 		sh, err := l.openShard(s)
 		if err != nil {
@@ -305,7 +323,7 @@ func (l *Leader) openShard(s uint32) (*Shard, error) {
 		_, stored := f.Position()
 		epoch = max(stored, 1)
 	}
-	sh := &Shard{id: s, walDir: l.WALDir(), fs: l.opts.FS, store: f}
+	sh := &Shard{l: l, id: s, walDir: l.WALDir(), fs: l.opts.FS, store: f}
 	sh.log, err = f.Promote(follower.PromoteOptions{
 		WALDir:      sh.walDir,
 		Epoch:       epoch,
@@ -448,9 +466,30 @@ func (s *Shard) StoreStats() follower.Stats {
 // Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
 func (s *Shard) Log() *replication.LedgerLog { return s.log }
 
-// Close closes every shard's log and store. Idempotent.
+// hold keeps Close from closing the stores until release is called; after
+// Close it returns ErrClosed. Holds do not nest: a waiting Close would
+// deadlock a second one.
+func (l *Leader) hold() (release func(), err error) {
+	l.life.RLock()
+	if l.closed {
+		l.life.RUnlock()
+		return nil, ErrClosed
+	}
+	return l.life.RUnlock, nil
+}
+
+// Close stops every Run and WaitAcked (Run returns nil, WaitAcked
+// ErrClosed), waits for them and for every retention pass, slot write and
+// snapshot cut in progress, then closes every shard's log and store. It is
+// safe while any other method runs; afterwards they return ErrClosed (Append
+// and the ledger their log's closed errors). Idempotent.
 func (l *Leader) Close() error {
 	l.closeOnce.Do(func() {
+		l.cancel()
+		l.life.Lock()
+		l.closed = true
+		l.life.Unlock()
+		l.runs.Wait()
 		var errs []error
 		for _, sh := range l.shards {
 			if err := sh.log.Close(); err != nil {

@@ -24,6 +24,12 @@ type RetentionStats struct {
 	SegmentsDeleted uint64 // segments deleted by retention
 	Errors          uint64 // passes that failed (retried at the next)
 	Slots           []SlotStats
+	// SnapshotPins is the number of snapshots of the shard's store being
+	// served (Leader.Donor); each keeps the log from SnapshotPinLSN (the
+	// lowest; 0 with none) until it is ended, superseded by its fetcher's
+	// next Begin, or idle for the donor's IdleTimeout.
+	SnapshotPins   int
+	SnapshotPinLSN uint64
 }
 
 // SlotStats is one registered follower's replication slot.
@@ -133,6 +139,17 @@ func (l *Leader) Run(ctx context.Context) error {
 	if l.opts.Listener == nil {
 		return ErrNotShipping
 	}
+	l.life.RLock()
+	if l.closed {
+		l.life.RUnlock()
+		return ErrClosed
+	}
+	l.runs.Add(1)
+	l.life.RUnlock()
+	defer l.runs.Done()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(l.ctx, stop)()
 	errs := make([]error, len(l.shards))
 	var wg sync.WaitGroup
 	for i, s := range l.shards {
@@ -155,7 +172,13 @@ func (l *Leader) retainLoop(ctx context.Context, s *Shard) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := l.retain(s); err != nil {
+			release, err := l.hold()
+			if err != nil {
+				return // closed
+			}
+			err = l.retain(s)
+			release()
+			if err != nil {
 				l.opts.Logger.Error("oncewal leader: retention pass failed (retried)", "shard", s.id, "err", err)
 			}
 		}
@@ -165,6 +188,11 @@ func (l *Leader) retainLoop(ctx context.Context, s *Shard) {
 // Retain runs one retention pass on every shard now (Run runs them every
 // RetentionInterval).
 func (l *Leader) Retain() error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	var errs []error
 	for _, s := range l.shards {
 		if s.ship == nil {
@@ -238,6 +266,11 @@ func (l *Leader) retain(s *Shard) error {
 // nothing. Registration lasts for this Leader's lifetime; Options.Followers
 // is what a restart registers.
 func (l *Leader) Register(id string) error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	for _, s := range l.shards {
 		if s.ship == nil {
 			return ErrNotShipping
@@ -263,6 +296,11 @@ func (l *Leader) Register(id string) error {
 // longer counts towards WaitAcked, its slot is deleted (it no longer pins the
 // WAL) and its next hello is refused (replication.ErrUnknownFollower).
 func (l *Leader) Unregister(id string) error {
+	release, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
 	for _, s := range l.shards {
 		if s.ship == nil {
 			return ErrNotShipping
@@ -285,12 +323,22 @@ func (l *Leader) Unregister(id string) error {
 // WaitAcked waits until the shard's followers that policy asks for have
 // acknowledged every LSN up to and including lsn (replication.AckMajority:
 // a majority of the registered followers; the leader itself is not
-// counted), or ctx ends.
+// counted), or ctx ends. Close ends the wait with ErrClosed.
 func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.AckPolicy) error {
 	if s.ship == nil {
 		return ErrNotShipping
 	}
-	return s.ship.fan.WaitAcked(ctx, lsn, policy)
+	if s.l.ctx.Err() != nil {
+		return ErrClosed
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(s.l.ctx, stop)()
+	err := s.ship.fan.WaitAcked(ctx, lsn, policy)
+	if err != nil && s.l.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // WaitAcked waits until, on every shard, the followers policy asks for have
@@ -314,6 +362,12 @@ func (s *Shard) Stats() ShardStats {
 		st.Retention = s.ship.stats
 		for _, sl := range s.ship.slots {
 			st.Retention.Slots = append(st.Retention.Slots, SlotStats(sl))
+		}
+		st.Retention.SnapshotPins = len(s.ship.pins)
+		for _, lsn := range s.ship.pins {
+			if st.Retention.SnapshotPinLSN == 0 || lsn < st.Retention.SnapshotPinLSN {
+				st.Retention.SnapshotPinLSN = lsn
+			}
 		}
 		s.ship.mu.Unlock()
 	}

@@ -17,6 +17,12 @@ import (
 // WAL below the lowest slot is deleted, nothing at or above it is. Slots live
 // in the shard's local store under slotPrefix, one key per follower ID.
 //
+// Slots belong to one epoch's leader (keyspace.LeaderOnly): a store that
+// starts a new epoch starts without them (replication deletes them with
+// the raised epoch) and a rebuilt store never inherits them
+// (follower.Rebuild), so a promoted store's slots are exactly its registered
+// followers', each at its log's start.
+//
 // A slot only moves forward. It is persisted by the retention pass before any
 // segment is deleted, so after a crash the recorded value is at most the
 // follower's real position and retention stays conservative. A slot that the

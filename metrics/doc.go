@@ -12,6 +12,10 @@
 // the process serves HTTP: liveness) and /readyz (200 when the readiness
 // check passes, else 503 with the reason).
 //
+// A single store that follower.Run serves is reopened after every rebuild:
+// give NewFollowerCollectorOf and FollowerReadyOf a CurrentFollower fed by
+// Run's hooks, not the first Follower (the CLI does).
+//
 // # Names
 //
 // Prometheus conventions: counters end in _total, durations are histograms
@@ -58,6 +62,8 @@
 //	                                             behind_retention, unknown_follower, bad_follower_id, bad_hello,
 //	                                             auth (a certificate either side refused)
 //	store_reopens_total                 counter  (node) reopens of a shard whose store failed
+//	store_rebuilds_total                counter  times the store was replaced by a donor's snapshot
+//	                                             (--rebuild=auto; a follower's and a node's)
 //	store_down                          gauge    (node) 1 while the shard's store is failed
 //	node_batches_refused_total{reason}  counter  (node, no shard label) wrong_shard, corrupt
 //
@@ -68,6 +74,7 @@
 //	hello_refusals_total{reason}            counter  bad_hello, unknown_follower, diverged, behind_retention, other
 //	wal_first_lsn, wal_retained_bytes       gauge
 //	wal_segments_deleted_total              counter
+//	wal_snapshot_pins, wal_snapshot_pin_lsn gauge    snapshots served that pin the WAL; the lowest LSN pinned
 //	retention_errors_total                  counter
 //	ledger_claims_total{outcome}            counter  fresh, replay, in_flight, conflict
 //	ledger_decisions_total{decision}        counter  complete, fail, release, extend, not_owner

@@ -59,7 +59,19 @@ func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duratio
 // FollowerReady is the readiness check of a single-shard follower (see
 // NodeReady).
 func FollowerReady(f *follower.Follower, maxLag time.Duration) func() error {
-	return func() error { return shardReady(f.Shard(), f.Stats(), nil, maxLag, time.Now()) }
+	return FollowerReadyOf(func() (*follower.Follower, int) { return f, 0 }, maxLag)
+}
+
+// FollowerReadyOf is FollowerReady of whichever Follower current returns
+// (see CurrentFollower): not ready before the first open.
+func FollowerReadyOf(current CurrentFollower, maxLag time.Duration) func() error {
+	return func() error {
+		f, _ := current()
+		if f == nil {
+			return fmt.Errorf("%w: the store is not open", ErrNotReady)
+		}
+		return shardReady(f.Shard(), f.Stats(), nil, maxLag, time.Now())
+	}
 }
 
 // NodeReady is the readiness check of a follower node: every shard's store

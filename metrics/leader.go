@@ -17,7 +17,7 @@ type LeaderCollector struct {
 	walFirst, walRetained, walDeleted, retentionErrs, claims, decisions    *prometheus.Desc
 	fConnected, fAcked, fSent, fLagEvents, fLagBytes, fDropped             *prometheus.Desc
 	fBatches, fResent, fBytes, fAcks, fRefused, fRewinds, fTimeouts, fDisk *prometheus.Desc
-	fHelloRefused                                                          *prometheus.Desc
+	fHelloRefused, snapshotPins, snapshotPinLSN                            *prometheus.Desc
 	all                                                                    []*prometheus.Desc
 }
 
@@ -38,6 +38,8 @@ func NewLeaderCollector(l *leader.Leader) *LeaderCollector {
 	c.walFirst = def("wal_first_lsn", "First LSN the shard's WAL still holds.")
 	c.walRetained = def("wal_retained_bytes", "Bytes of the shard's retained WAL segments.")
 	c.walDeleted = def("wal_segments_deleted_total", "WAL segments deleted by retention.")
+	c.snapshotPins = def("wal_snapshot_pins", "Snapshots served from the shard's store that pin its WAL (until ended, superseded or idle).")
+	c.snapshotPinLSN = def("wal_snapshot_pin_lsn", "Lowest LSN a snapshot pins the shard's WAL from (0: none).")
 	c.retentionErrs = def("retention_errors_total", "Retention passes that failed.")
 	c.claims = def("ledger_claims_total", "Request-ledger claim answers, by outcome.", "outcome")
 	c.decisions = def("ledger_decisions_total", "Request-ledger owner decisions, by decision (not_owner: refused).", "decision")
@@ -89,6 +91,8 @@ func (c *LeaderCollector) Collect(ch chan<- prometheus.Metric) {
 		r := st.Retention
 		e.gauge(c.walFirst, float64(r.FirstLSN), s)
 		e.gauge(c.walRetained, float64(r.RetainedBytes), s)
+		e.gauge(c.snapshotPins, float64(r.SnapshotPins), s)
+		e.gauge(c.snapshotPinLSN, float64(r.SnapshotPinLSN), s)
 		e.counter(c.walDeleted, r.SegmentsDeleted, s)
 		e.counter(c.retentionErrs, r.Errors, s)
 		dropped := map[string]bool{}

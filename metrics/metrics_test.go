@@ -148,6 +148,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 		require.Positive(t, value(t, fams, "oncewal_follower_wal_fsync_duration_seconds", shard))
 		require.Equal(t, float64(ss.WindowLen), value(t, fams, "oncewal_follower_window_keys", shard))
 		require.Equal(t, 1.0, value(t, fams, "oncewal_follower_connected", shard))
+		require.Equal(t, float64(ss.Rebuilds), value(t, fams, "oncewal_follower_store_rebuilds_total", shard))
 
 		ls := l.Stats()[ss.Shard]
 		f1 := map[string]string{"shard": shard["shard"], "follower": "f1"}
@@ -155,6 +156,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 		require.Equal(t, float64(ss.AppliedLSN), value(t, fams, "oncewal_leader_follower_acked_lsn", f1))
 		require.Equal(t, 0.0, value(t, fams, "oncewal_leader_follower_lag_events", f1))
 		require.Equal(t, float64(ls.NextLSN-1), value(t, fams, "oncewal_leader_store_applied_lsn", shard))
+		require.Equal(t, float64(ls.Retention.SnapshotPins), value(t, fams, "oncewal_leader_wal_snapshot_pins", shard))
 	}
 	require.Equal(t, 1.0, value(t, fams, "oncewal_leader_ledger_claims_total", map[string]string{"shard": "0", "outcome": "fresh"}))
 

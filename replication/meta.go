@@ -85,8 +85,9 @@ func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) 
 
 // stageEpoch stages a leader's new epoch over a store that applied up to
 // applied, the last batch being prev: the epoch (which fences the older
-// ones), where its history starts and which batch it continues. A store
-// without metadata gets its format too.
+// ones), where its history starts and which batch it continues, and the
+// deletion of the old epoch's leader-only rows. A store without metadata
+// gets its format too.
 func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev BatchRef) error {
 	if err := b.Set(KeyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
@@ -99,6 +100,13 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 	// A follower stopped exactly at applied can be verified (CheckHello).
 	if err := b.Set(KeyEpochPrev, appendBatchRef(nil, applied, prev), nil); err != nil {
 		return err
+	}
+	// The rows of an earlier epoch's leader (its replication slots) are not
+	// this one's: its followers get fresh ones (keyspace.LeaderOnly).
+	for _, p := range keyspace.LeaderOnly {
+		if err := b.DeleteRange([]byte(p), keyspace.UpperBound(p), nil); err != nil {
+			return err
+		}
 	}
 	if _, _, ok, err := ReadMeta(db); err != nil || ok {
 		return err

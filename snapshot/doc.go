@@ -23,6 +23,11 @@
 // ledger the donor had at the snapshot's LSN. Nothing the follower decides
 // with is held only in memory: the in-memory window is rebuilt from the
 // journal and the HWM cache is read through from h/ after replaying hd/.
+// What only a leader keeps about its own followers (its replication slots,
+// keyspace.LeaderOnly) is in the checkpoint too; follower.Rebuild deletes it
+// from the staged store before the install, so a rebuilt store never
+// inherits a donor's slots (promoted later, it would pin or release the WAL
+// by another leader's followers' positions).
 //
 // # The manifest
 //
@@ -49,6 +54,16 @@
 // its applied LSN, epoch and identity are checked against the manifest
 // (Want.Describe). A chunk is hashed before it is written: a filesystem may
 // scribble on a written buffer (Pebble's MemFS does in race builds).
+//
+// A snapshot the donor holds pins a checkpoint and, for a leader, the log
+// from its LSN on (invariant 4) until it is released: by its fetcher's End,
+// by the fetcher's next Begin (a HeldSource — Donor, Router, grpctransport's
+// client — releases the snapshots it still serves to the same
+// Options.Holder first: a Begin whose answer was lost, the fetch of a
+// killed process that restarted), or after DonorOptions.IdleTimeout unread
+// (2 min: a fetcher that never came back). DonorStats counts each
+// (Ended, Superseded, IdledOut) and shows the oldest unread; a leader
+// reports its pins in RetentionStats.SnapshotPins.
 //
 // # The install
 //
@@ -77,6 +92,10 @@
 //  3. A snapshot's applied LSN, epoch and identity are those of its own files,
 //     never of the donor's memory.
 //  4. A Donor pins its store's retained log (DonorOptions.Pin) from before
-//     the cut until the transfer ends or idles out, so the rebuilt store can
-//     replicate on from the snapshot's LSN + 1.
+//     the cut until the transfer ends, its holder begins another, or it
+//     idles out, so the rebuilt store can replicate on from the snapshot's
+//     LSN + 1.
+//  5. A Donor never cuts a closed store: its owner's Hold refuses the Begin
+//     (leader.ErrClosed), and a store closed under it gives an error
+//     wrapping pebble.ErrClosed, not Pebble's panic.
 package snapshot

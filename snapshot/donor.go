@@ -36,6 +36,18 @@ type Source interface {
 	End(ctx context.Context, id string) error
 }
 
+// HeldSource is a Source that tells its fetchers apart. BeginFor is Begin
+// for holder, a name the fetcher keeps across its retries and restarts:
+// the source first releases every snapshot it still serves to that holder
+// — one whose Begin answer was lost (the fetcher retried), or one a fetcher
+// that was killed never ended — so neither pins the donor's checkpoint and
+// retained log until the idle timeout. An empty holder is Begin. Fetch uses
+// BeginFor when its source has it (Options.Holder).
+type HeldSource interface {
+	Source
+	BeginFor(ctx context.Context, shard uint32, holder string) (Manifest, error)
+}
+
 // DonorOptions configures a Donor. Every zero field takes the default named
 // in its comment.
 type DonorOptions struct {
@@ -56,8 +68,15 @@ type DonorOptions struct {
 	// called: a leader pins its retention (invariant 4).
 	Pin func() (release func(), err error)
 	// IdleTimeout releases a snapshot nobody has read for that long (a
-	// fetcher that died). Default 2 minutes.
+	// fetcher that died and never came back; one that comes back releases
+	// its own at its next BeginFor). Default 2 minutes.
 	IdleTimeout time.Duration
+	// Hold, if set, is called before each use of the store (a Begin's cut)
+	// and its release after it; an error refuses the Begin. The owner of
+	// the store holds off its close with it: a leader's Close waits for a
+	// cut in progress, and a Begin after it is refused (leader.ErrClosed)
+	// instead of cutting a closed store.
+	Hold func() (release func(), err error)
 }
 
 // ErrDonorOptions: invalid DonorOptions.
@@ -72,13 +91,28 @@ type Donor struct {
 	next  int
 	snaps map[string]*served
 	pace  pacer
+	stats DonorStats
 }
 
 type served struct {
 	dir      string
 	m        Manifest
+	holder   string
 	release  func()
 	lastUsed time.Time
+}
+
+// DonorStats are a Donor's figures. Every snapshot begun is served until it
+// is released for one of three reasons.
+type DonorStats struct {
+	Serving    int    // snapshots held now (each pins a checkpoint and, for a leader, its log)
+	Begun      uint64 // snapshots taken
+	Ended      uint64 // released by their fetcher's End
+	Superseded uint64 // released by a later BeginFor of their holder (a lost Begin answer, a restarted fetcher)
+	IdledOut   uint64 // released after IdleTimeout unread
+	// OldestUnread is how long the least recently read snapshot held has
+	// gone unread (0 with none): what IdleTimeout bounds.
+	OldestUnread time.Duration
 }
 
 // NewDonor returns a Donor of db.
@@ -118,12 +152,38 @@ func NewDonor(db *pebble.DB, opts *DonorOptions) (*Donor, error) {
 
 // Begin implements Source: a new checkpoint of the store.
 func (d *Donor) Begin(ctx context.Context, shard uint32) (Manifest, error) {
+	return d.BeginFor(ctx, shard, "")
+}
+
+// BeginFor implements HeldSource: Begin, after releasing every snapshot the
+// donor serves to holder (none for an empty holder).
+func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Manifest, error) {
 	d.mu.Lock()
 	d.releaseIdleLocked()
+	var stale []*served
+	if holder != "" {
+		for id, s := range d.snaps {
+			if s.holder == holder {
+				delete(d.snaps, id)
+				d.stats.Superseded++
+				stale = append(stale, s)
+			}
+		}
+	}
 	d.next++
 	dir := d.opts.FS.PathJoin(d.opts.Dir, "snap-"+strconv.Itoa(d.next))
 	d.mu.Unlock()
+	for _, s := range stale {
+		d.drop(s)
+	}
 
+	if d.opts.Hold != nil {
+		done, err := d.opts.Hold()
+		if err != nil {
+			return Manifest{}, fmt.Errorf("snapshot: donor: %w", err)
+		}
+		defer done()
+	}
 	release := func() {}
 	if d.opts.Pin != nil {
 		r, err := d.opts.Pin()
@@ -142,9 +202,16 @@ func (d *Donor) Begin(ctx context.Context, shard uint32) (Manifest, error) {
 		return Manifest{}, err
 	}
 	d.mu.Lock()
-	d.snaps[m.ID] = &served{dir: dir, m: m, release: release, lastUsed: time.Now()}
+	d.snaps[m.ID] = &served{dir: dir, m: m, holder: holder, release: release, lastUsed: time.Now()}
+	d.stats.Begun++
 	d.mu.Unlock()
 	return m, nil
+}
+
+// drop releases a snapshot taken out of d.snaps: its pin, then its files.
+func (d *Donor) drop(s *served) error {
+	s.release()
+	return d.opts.FS.RemoveAll(s.dir)
 }
 
 // Read implements Source, paced to DonorOptions.RateLimit.
@@ -188,12 +255,14 @@ func (d *Donor) End(_ context.Context, id string) error {
 	d.mu.Lock()
 	s := d.snaps[id]
 	delete(d.snaps, id)
+	if s != nil {
+		d.stats.Ended++
+	}
 	d.mu.Unlock()
 	if s == nil {
 		return nil
 	}
-	s.release()
-	return d.opts.FS.RemoveAll(s.dir)
+	return d.drop(s)
 }
 
 // Close releases every snapshot.
@@ -212,7 +281,8 @@ func (d *Donor) Close() error {
 }
 
 // Serving is the number of snapshots the donor holds, after it released
-// the idle ones (a fetcher that died, or a begin whose answer was lost).
+// the idle ones (a fetcher that never came back, a Begin whose answer was
+// lost and that no BeginFor of the same holder followed).
 func (d *Donor) Serving() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -220,12 +290,25 @@ func (d *Donor) Serving() int {
 	return len(d.snaps)
 }
 
+// Stats returns the donor's figures, after it released the idle snapshots.
+func (d *Donor) Stats() DonorStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseIdleLocked()
+	st := d.stats
+	st.Serving = len(d.snaps)
+	for _, s := range d.snaps {
+		st.OldestUnread = max(st.OldestUnread, time.Since(s.lastUsed))
+	}
+	return st
+}
+
 func (d *Donor) releaseIdleLocked() {
 	for id, s := range d.snaps {
 		if time.Since(s.lastUsed) > d.opts.IdleTimeout {
 			delete(d.snaps, id)
-			s.release()
-			_ = d.opts.FS.RemoveAll(s.dir)
+			d.stats.IdledOut++
+			_ = d.drop(s)
 		}
 	}
 }
@@ -233,8 +316,18 @@ func (d *Donor) releaseIdleLocked() {
 // Create checkpoints db into dir (which must not exist) and returns the
 // sealed manifest of the checkpoint. The WAL is flushed first so the
 // checkpoint holds every committed batch; a checkpoint is a cut at a batch
-// boundary because every batch is one Pebble commit.
-func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (Manifest, error) {
+// boundary because every batch is one Pebble commit. A closed db gives an
+// error wrapping pebble.ErrClosed (Pebble panics with it).
+func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifest, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			pe, ok := p.(error)
+			if !ok || !errors.Is(pe, pebble.ErrClosed) {
+				panic(p)
+			}
+			m, err = Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, pe)
+		}
+	}()
 	if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, err)
 	}
@@ -246,7 +339,7 @@ func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (Manifest,
 	if err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Cut: cut, Files: files}
+	m = Manifest{Cut: cut, Files: files}
 	m.seal()
 	return m, nil
 }

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ func Fetch(ctx context.Context, src Source, fs vfs.FS, storeDir string, want Wan
 	}
 	if err := Recover(fs, storeDir); err != nil {
 		return Manifest{}, Stats{}, err
+	}
+	if o.Holder == "" {
+		o.Holder = "fetch-" + rand.Text()
 	}
 	start := time.Now()
 	var st Stats
@@ -199,13 +203,14 @@ func release(ctx context.Context, src Source, id string, o *Options) {
 	}
 }
 
-// begin asks src for a snapshot, retrying what may be a dropped connection
-// (an error that is none of this package's refusals). A snapshot whose
-// answer was lost stays on the donor until its idle timeout.
+// begin asks src for a snapshot for o.Holder, retrying what may be a
+// dropped connection (an error that is none of this package's refusals). A
+// snapshot whose answer was lost is released by the retry on a HeldSource,
+// else by the donor's idle timeout.
 func begin(ctx context.Context, src Source, shard uint32, o *Options, st *Stats) (Manifest, error) {
 	backoff := o.RetryBackoff
 	for try := 0; ; try++ {
-		m, err := src.Begin(ctx, shard)
+		m, err := beginFor(ctx, src, shard, o.Holder)
 		if err == nil || try >= o.Retries || ctx.Err() != nil || refusal(err) {
 			return m, err
 		}

@@ -22,6 +22,16 @@ type Options struct {
 	// RetryBackoff is the first wait before a retry; it doubles each time.
 	// Default 50ms.
 	RetryBackoff time.Duration
+	// Holder names the fetcher to a donor that tells fetchers apart
+	// (HeldSource): each Begin releases the snapshots the donor still
+	// serves to the same holder — one whose Begin answer was lost, one a
+	// killed fetcher never ended — instead of leaving them to pin the
+	// donor's checkpoint and retained log until its idle timeout. It must
+	// be stable across the fetcher's restarts and unique among the donor's
+	// fetchers: follower.Rebuild uses the follower's ID and shard. Default:
+	// a random name per Fetch (its own retries are covered, a restart is
+	// left to the idle timeout).
+	Holder string
 }
 
 // DefaultRateLimit is the default transfer rate cap, bytes per second.

@@ -27,8 +27,16 @@ func NewRouter(donors func(shard uint32) Source) *Router {
 	return &Router{donors: donors, byID: map[string]Source{}}
 }
 
+var _ HeldSource = (*Router)(nil)
+
 // Begin implements Source.
 func (r *Router) Begin(ctx context.Context, shard uint32) (Manifest, error) {
+	return r.BeginFor(ctx, shard, "")
+}
+
+// BeginFor implements HeldSource: the shard's donor's BeginFor, or its
+// Begin if it has none.
+func (r *Router) BeginFor(ctx context.Context, shard uint32, holder string) (Manifest, error) {
 	var src Source
 	if r.donors != nil {
 		src = r.donors(shard)
@@ -36,7 +44,7 @@ func (r *Router) Begin(ctx context.Context, shard uint32) (Manifest, error) {
 	if src == nil {
 		return Manifest{}, fmt.Errorf("%w %d", ErrNoDonor, shard)
 	}
-	m, err := src.Begin(ctx, shard)
+	m, err := beginFor(ctx, src, shard, holder)
 	if err != nil {
 		return Manifest{}, err
 	}
@@ -71,4 +79,13 @@ func (r *Router) End(ctx context.Context, id string) error {
 		return nil
 	}
 	return src.End(ctx, id)
+}
+
+// beginFor begins a snapshot for holder on src: BeginFor if src is a
+// HeldSource and holder is set, else Begin.
+func beginFor(ctx context.Context, src Source, shard uint32, holder string) (Manifest, error) {
+	if hs, ok := src.(HeldSource); ok && holder != "" {
+		return hs.BeginFor(ctx, shard, holder)
+	}
+	return src.Begin(ctx, shard)
 }

@@ -317,3 +317,25 @@ func TestOptionsValidate(t *testing.T) {
 	_, err = snapshot.NewDonor(nil, &snapshot.DonorOptions{})
 	require.ErrorIs(t, err, snapshot.ErrDonorOptions)
 }
+
+// TestBeginOnClosedStore: a donor whose store was closed under it (a
+// follower donating, then closed) refuses Begin with an error wrapping
+// pebble.ErrClosed — Pebble panics with it — and leaves no checkpoint
+// behind; a Hold that refuses refuses the Begin before any cut.
+func TestBeginOnClosedStore(t *testing.T) {
+	fs := vfs.NewMem()
+	fx := newFixture(t, fs, -1)
+	held := errors.New("closing")
+	refusing, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: follower.Describe,
+		Hold: func() (func(), error) { return nil, held }})
+	require.NoError(t, err)
+	_, err = refusing.Begin(context.Background(), 0)
+	require.ErrorIs(t, err, held)
+	require.NoError(t, fx.donor.Close())
+	_, err = fx.d.Begin(context.Background(), 0)
+	require.ErrorIs(t, err, pebble.ErrClosed)
+	require.Zero(t, fx.d.Serving())
+	left, err := fs.List("/donor/snapshots")
+	require.NoError(t, err)
+	require.Empty(t, left)
+}

@@ -213,6 +213,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			}
 			defer client.Close()
 			var cur atomic.Pointer[follower.Follower]
+			var rebuilds atomic.Int64
 			cur.Store(f)
 			ro := fo
 			ro.Rebuild, ro.RebuildFrom, ro.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
@@ -223,6 +224,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 				return follower.Run(ctx, c.dir, &ro, d, &follower.RunHooks{
 					Opened: func(f *follower.Follower) { cur.Store(f) },
 					Rebuilt: func(reason error, m snapshot.Manifest, st snapshot.Stats) {
+						rebuilds.Add(1)
 						log.Info("oncewal follower: rebuilt", "reason", reason, "applied_lsn", m.Cut.AppliedLSN,
 							"epoch", m.Cut.Epoch, "bytes", st.Bytes, "mb_per_s", float64(st.Bytes)/1e6/max(st.Elapsed.Seconds(), 1e-9))
 					},
@@ -231,10 +233,13 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			rows = func() []follower.ShardStats {
 				f := cur.Load()
 				lsn, epoch := f.Position()
-				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
+				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats(), Rebuilds: int(rebuilds.Load())}}
 			}
 			closeFn = func() error { return nil } // Run closes each store it opened
-			collector = metrics.NewFollowerCollector(f)
+			// The metrics and the readiness check follow the store Run
+			// serves now (a rebuild reopens it), not the first one.
+			current := func() (*follower.Follower, int) { return cur.Load(), int(rebuilds.Load()) }
+			collector, ready = metrics.NewFollowerCollectorOf(current), metrics.FollowerReadyOf(current, c.readyMaxLag)
 		}
 	}
 	defer func() {

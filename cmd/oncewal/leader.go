@@ -244,13 +244,14 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 	// continue from the log (new after retention dropped its start, behind
 	// it, diverged, a deposed leader) rebuilds from it over the same port.
 	donors := make([]snapshot.Source, c.shards)
+	ds := make([]*snapshot.Donor, c.shards)
 	for s := range uint32(c.shards) {
 		d, err := l.Donor(s, nil)
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		donors[s] = d
+		donors[s], ds[s] = d, d
 	}
 	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil,
 		Snapshots: func(s uint32) snapshot.Source {
@@ -305,7 +306,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 			}
 		})
 	}
-	logStats := func() { logLeaderStats(log, l, srv, gen) }
+	logStats := func() { logLeaderStats(log, l, srv, gen, ds) }
 	wg.Go(func() { every(c.statsEvery, runCtx.Done(), logStats) })
 	wg.Wait()
 	logStats()
@@ -320,13 +321,18 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 }
 
 // logLeaderStats logs one line per shard, one per follower of each shard
-// and one for the transport.
-func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Server, gen *generator) {
+// and one for the transport. donors are the shards' snapshot donors.
+func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Server, gen *generator, donors []*snapshot.Donor) {
 	for _, st := range l.Stats() {
 		r := st.Retention
 		attrs := []any{"shard", st.Shard, "epoch", st.Epoch, "next_lsn", st.NextLSN,
 			"first_retained_lsn", r.FirstLSN, "retained_bytes", r.RetainedBytes, "segments_deleted", r.SegmentsDeleted,
-			"retention_errors", r.Errors, "refused", st.Shipping.Refused.Total()}
+			"retention_errors", r.Errors, "refused", st.Shipping.Refused.Total(), "snapshot_pins", r.SnapshotPins}
+		if int(st.Shard) < len(donors) {
+			d := donors[st.Shard].Stats()
+			attrs = append(attrs, "snapshots_serving", d.Serving, "snapshots_superseded", d.Superseded,
+				"snapshots_idled_out", d.IdledOut, "snapshot_oldest_unread", d.OldestUnread.Round(time.Millisecond))
+		}
 		if gen != nil {
 			g := gen.stats(st.Shard)
 			attrs = append(attrs, "generated", g.generated, "retried", g.retried, "acked", g.acked, "expired", g.expired)

@@ -82,6 +82,22 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitStatus polls url until it answers code, for at most limit.
+func waitStatus(t *testing.T, what, url string, code int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got, body := get(t, url)
+		if got == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s: %d %s, want %d", what, url, got, body, code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestMetricsEndpoints starts a leader and a follower node over mutual TLS
 // with --metrics-addr on loopback, scrapes /metrics with the Prometheus text
 // parser and checks the follower's counters against its Stats() and the
@@ -122,17 +138,7 @@ func TestMetricsEndpoints(t *testing.T) {
 			t.Fatalf("%s /healthz: %d %s", addr, code, body)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := get(t, "http://"+faddr+"/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("follower /readyz: %d %s", code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, "follower", "http://"+faddr+"/readyz", http.StatusOK, 30*time.Second)
 	if code, body := get(t, "http://"+laddr+"/readyz"); code != http.StatusOK {
 		t.Fatalf("leader /readyz: %d %s", code, body)
 	}
@@ -189,18 +195,58 @@ func TestMetricsEndpoints(t *testing.T) {
 	if err := ld.stop(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		code, body := get(t, "http://"+faddr+"/readyz")
-		if code == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline.Add(30 * time.Second)) {
-			t.Fatalf("follower still ready without its leader: %d %s", code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, "follower without its leader", "http://"+faddr+"/readyz", http.StatusServiceUnavailable, 30*time.Second)
 	if code, _ := get(t, "http://"+faddr+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d", code)
+	}
+}
+
+// TestMetricsAfterRebuild: a single-store follower (--shard, --rebuild=auto)
+// joins after retention deleted its log's start, is rebuilt — follower.Run
+// closes its store and opens the rebuilt one — and its /metrics and /readyz
+// follow the store it serves now: the rebuilt store's applied LSN, one
+// rebuild counted, connected and ready. (They stayed bound to the first,
+// closed store.)
+func TestMetricsAfterRebuild(t *testing.T) {
+	dir := t.TempDir()
+	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"))
+	ld := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), followers: []string{"late"},
+		tls: serverTLS(), segmentSize: minSegmentSize, maxRetained: 32 << 10, retainEvery: 10 * time.Millisecond})
+	id := session.NewID()
+	deadline := time.Now().Add(60 * time.Second)
+	for ld.l.Stats()[0].Retention.FirstLSN == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("retention never deleted the log's start: %+v", ld.l.Stats()[0].Retention)
+		}
+		for range 50 {
+			if _, err := ld.l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	end := ld.ends()[0]
+
+	faddr := make(chan string, 1)
+	fl := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: ld.dialAddr(), id: "late",
+		tls: clientTLS(), rebuild: follower.RebuildAuto, rebuildRate: -1, metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
+		metricsServing: func(a string) { faddr <- a }})
+	addr := <-faddr
+	waitLog(t, fl.log, "oncewal follower: rebuilt", "reason=")
+	waitCaughtUp(t, []uint64{end}, fl)
+	waitStatus(t, "rebuilt follower", "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
+	ff := scrape(t, addr)
+	for name, want := range map[string]float64{
+		"oncewal_follower_applied_lsn":          float64(end),
+		"oncewal_follower_store_rebuilds_total": 1,
+		"oncewal_follower_connected":            1,
+	} {
+		if got := sample(t, ff, name, "shard", "0"); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	if err := fl.stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -68,6 +68,43 @@ func (p *proc) stop(t *testing.T) error {
 	}
 }
 
+// realProcs is the setup of a real-process test: the oncewal binary built
+// into a temporary directory, gencerts' certificates, a free port.
+type realProcs struct {
+	dir, bin string
+	port     int
+}
+
+func newRealProcs(t *testing.T) *realProcs {
+	t.Helper()
+	rp := &realProcs{dir: t.TempDir()}
+	rp.bin = filepath.Join(rp.dir, "oncewal")
+	build := exec.Command("go", "build", "-o", rp.bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if _, e, err := rp.run("gencerts", filepath.Join(rp.dir, "certs")); err != nil {
+		t.Fatalf("gencerts: %v %s", err, e)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	rp.port = lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	return rp
+}
+
+// run runs the binary to its end: stdout, stderr, the exit error.
+func (rp *realProcs) run(args ...string) (string, string, error) {
+	var o, e strings.Builder
+	c := exec.Command(rp.bin, args...)
+	c.Stdout, c.Stderr = &o, &e
+	err := c.Run()
+	return o.String(), e.String(), err
+}
+
+// cert is the path of one of gencerts' files.
+func (rp *realProcs) cert(name string) string { return filepath.Join(rp.dir, "certs", name) }
+
 // TestRealProcessesKilled (ONCEWAL_LONG=1) runs the built oncewal binary as
 // separate processes over mutual TLS on 127.0.0.1: a leader of two shards
 // generating a workload with retried requests and majority acks, and three
@@ -97,28 +134,8 @@ func TestRealProcessesKilled(t *testing.T) {
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
 	rng := rand.New(rand.NewPCG(seed, 11))
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "oncewal")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	run := func(args ...string) (string, string, error) {
-		var o, e strings.Builder
-		c := exec.Command(bin, args...)
-		c.Stdout, c.Stderr = &o, &e
-		err := c.Run()
-		return o.String(), e.String(), err
-	}
-	certs := filepath.Join(dir, "certs")
-	if _, e, err := run("gencerts", certs); err != nil {
-		t.Fatalf("gencerts: %v %s", err, e)
-	}
-	cert := func(n string) string { return filepath.Join(certs, n) }
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	port := lis.Addr().(*net.TCPAddr).Port
-	lis.Close()
+	rp := newRealProcs(t)
+	dir, bin, run, cert, port := rp.dir, rp.bin, rp.run, rp.cert, rp.port
 
 	ids := []string{"f1", "f2", "f3"}
 	leaderDir := filepath.Join(dir, "leader")

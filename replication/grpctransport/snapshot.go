@@ -41,12 +41,13 @@ const (
 )
 
 type snapshotRequest struct {
-	Op    string `json:"op"` // begin, read, end
-	Shard uint32 `json:"shard,omitempty"`
-	ID    string `json:"id,omitempty"`
-	Name  string `json:"name,omitempty"`
-	Off   int64  `json:"off,omitempty"`
-	N     int    `json:"n,omitempty"`
+	Op     string `json:"op"` // begin, read, end
+	Shard  uint32 `json:"shard,omitempty"`
+	Holder string `json:"holder,omitempty"` // begin: snapshot.HeldSource's holder
+	ID     string `json:"id,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Off    int64  `json:"off,omitempty"`
+	N      int    `json:"n,omitempty"`
 }
 
 // snapshotService answers Snapshot calls from the donors the server was
@@ -66,7 +67,7 @@ func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any,
 	}
 	switch req.Op {
 	case "begin":
-		m, err := s.donors.Begin(ctx, req.Shard)
+		m, err := s.donors.BeginFor(ctx, req.Shard, req.Holder)
 		if err != nil {
 			return nil, snapshotStatus(err)
 		}
@@ -133,7 +134,7 @@ type SnapshotClient struct {
 	cc *grpc.ClientConn
 }
 
-var _ snapshot.Source = (*SnapshotClient)(nil)
+var _ snapshot.HeldSource = (*SnapshotClient)(nil)
 
 // NewSnapshotClient returns a SnapshotClient of the server at addr.
 func NewSnapshotClient(addr string, opts *DialerOptions) (*SnapshotClient, error) {
@@ -185,7 +186,13 @@ func (c *SnapshotClient) call(ctx context.Context, req snapshotRequest) ([]byte,
 
 // Begin implements snapshot.Source.
 func (c *SnapshotClient) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
-	b, err := c.call(ctx, snapshotRequest{Op: "begin", Shard: shard})
+	return c.BeginFor(ctx, shard, "")
+}
+
+// BeginFor implements snapshot.HeldSource: the donor releases the snapshots
+// it still serves to holder first.
+func (c *SnapshotClient) BeginFor(ctx context.Context, shard uint32, holder string) (snapshot.Manifest, error) {
+	b, err := c.call(ctx, snapshotRequest{Op: "begin", Shard: shard, Holder: holder})
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}

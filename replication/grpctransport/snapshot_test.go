@@ -71,8 +71,24 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	require.NoError(t, log.Oracle.Verify(f.State()))
 	require.NoError(t, f.Close())
 	// Released by End, or — a begin whose answer the proxy dropped — by
-	// the idle timeout.
+	// the retry's BeginFor for the same holder (or, a begin still running
+	// when its retry arrived, by the idle timeout).
 	require.Eventually(t, func() bool { return donor.Serving() == 0 }, 5*time.Second, 10*time.Millisecond)
+
+	// The holder crosses the wire: a second Begin for the same holder
+	// releases the first (a lost answer, a restarted fetcher).
+	direct, err := NewSnapshotClient(srv.Addr().String(), &DialerOptions{TLS: ct, Logger: quiet, ConnectTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	defer direct.Close()
+	superseded := donor.Stats().Superseded
+	_, err = direct.BeginFor(ctx, 0, "f1/shard-0000")
+	require.NoError(t, err)
+	held, err := direct.BeginFor(ctx, 0, "f1/shard-0000")
+	require.NoError(t, err)
+	require.Equal(t, 1, donor.Serving())
+	require.Equal(t, superseded+1, donor.Stats().Superseded)
+	require.NoError(t, direct.End(ctx, held.ID))
+	require.Zero(t, donor.Serving())
 
 	// Another shard: the server donates none.
 	_, _, err = snapshot.Fetch(ctx, client, fs, "/other", snapshot.Want{Shard: 1}, nil)

@@ -1,0 +1,108 @@
+package snapshot_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/snapshot"
+	"github.com/stretchr/testify/require"
+)
+
+// lostAnswers wraps a donor whose first lose Begin answers are lost on the
+// way back (the donor took the snapshot; the fetcher never hears of it) and
+// whose End fails while deaf is set (a fetcher killed before its End).
+type lostAnswers struct {
+	*snapshot.Donor
+	lose int
+	deaf bool
+}
+
+func (s *lostAnswers) BeginFor(ctx context.Context, shard uint32, holder string) (snapshot.Manifest, error) {
+	m, err := s.Donor.BeginFor(ctx, shard, holder)
+	if err == nil && s.lose > 0 {
+		s.lose--
+		return snapshot.Manifest{}, errDisconnected
+	}
+	return m, err
+}
+
+func (s *lostAnswers) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
+	return s.BeginFor(ctx, shard, "")
+}
+
+func (s *lostAnswers) End(ctx context.Context, id string) error {
+	if s.deaf {
+		return errDisconnected
+	}
+	return s.Donor.End(ctx, id)
+}
+
+// TestLostBeginAnswerReleased: a snapshot whose Begin answer was lost, and
+// one a killed fetcher never ended, no longer pin the donor's checkpoint
+// and log until the idle timeout: the fetcher's next Begin for the same
+// holder (the retry, or the restarted fetcher) releases them, and the
+// donor counts them (DonorStats.Superseded). Without a holder the idle
+// timeout releases them (IdledOut).
+func TestLostBeginAnswerReleased(t *testing.T) {
+	fs := vfs.NewMem()
+	fx := newFixture(t, fs, -1)
+	var mu sync.Mutex
+	pins := 0
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: follower.Describe, RateLimit: -1,
+		Pin: func() (func(), error) {
+			mu.Lock()
+			pins++
+			mu.Unlock()
+			return func() { mu.Lock(); pins--; mu.Unlock() }, nil
+		}})
+	require.NoError(t, err)
+	defer d.Close()
+	pinned := func() int { mu.Lock(); defer mu.Unlock(); return pins }
+	opts := &snapshot.Options{RetryBackoff: time.Millisecond}
+
+	// Two Begin answers lost: the retries release both (a random holder
+	// per Fetch).
+	_, _, err = snapshot.Fetch(context.Background(), &lostAnswers{Donor: d, lose: 2}, fs, target, fx.want(), opts)
+	require.NoError(t, err)
+	require.Zero(t, d.Serving(), "a snapshot whose Begin answer was lost is still served")
+	require.Zero(t, pinned(), "a snapshot whose Begin answer was lost still pins the log")
+	st := d.Stats()
+	require.Equal(t, uint64(2), st.Superseded)
+	require.Equal(t, uint64(3), st.Begun)
+	require.Equal(t, uint64(1), st.Ended)
+
+	// A fetcher killed before its End: the same holder's next Begin
+	// releases its snapshot.
+	held := *opts
+	held.Holder = "f1/shard-0000"
+	_, _, err = snapshot.Fetch(context.Background(), &lostAnswers{Donor: d, deaf: true}, fs, target, fx.want(), &held)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.Serving())
+	require.Equal(t, 1, pinned())
+	_, _, err = snapshot.Fetch(context.Background(), d, fs, target, fx.want(), &held)
+	require.NoError(t, err)
+	require.Zero(t, d.Serving())
+	require.Zero(t, pinned())
+	require.Equal(t, uint64(3), d.Stats().Superseded)
+
+	// Another holder's snapshot is not touched; the idle timeout bounds it.
+	idle, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/idle", Describe: follower.Describe,
+		RateLimit: -1, IdleTimeout: 2 * time.Second}) // longer than a fetch on a loaded machine
+	require.NoError(t, err)
+	defer idle.Close()
+	_, err = idle.BeginFor(context.Background(), 0, "f2/shard-0000")
+	require.NoError(t, err)
+	other := *opts
+	other.Holder = "f3/shard-0000"
+	_, _, err = snapshot.Fetch(context.Background(), idle, fs, target, fx.want(), &other)
+	require.NoError(t, err)
+	st = idle.Stats()
+	require.Equal(t, 1, st.Serving)
+	require.Zero(t, st.Superseded)
+	require.Eventually(t, func() bool { return idle.Stats().IdledOut == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, idle.Serving())
+}
