@@ -16,7 +16,6 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
-	"github.com/oncewal/oncewal/snapshot"
 )
 
 // Options describes one end-to-end run of a deployment: a leader (package
@@ -264,7 +263,10 @@ type FollowerShard struct {
 	// Refused names why the leader refused the follower after the
 	// promotion or at its late join ("" if it did not): "diverged" or
 	// "behind retention". Rebuilt counts the times the store was rebuilt
-	// from a snapshot (Options.Rebuild).
+	// from a snapshot (Options.Rebuild), over every incarnation: an install
+	// the node finished after a power failure's image was taken counts,
+	// although the image does not hold it (the node then restarts on its
+	// old store, is refused again and rebuilds again).
 	Refused  string
 	Rebuilt  int
 	Verified bool
@@ -306,7 +308,6 @@ type run struct {
 	links    [][]*replication.InProcess // [follower][shard]
 	shardLis []replication.Listener     // with Options.Transport
 	donors   leaderDonors               // with Options.Rebuild
-	rebuild  snapshot.Source            // every follower's RebuildFrom
 	shardDia []replication.Dialer
 	nodes    []*node
 	lead     *leaderNode
@@ -329,6 +330,9 @@ type event struct {
 	settle  bool // evPromote: every follower caught up before the leader dies
 	seq     int
 }
+
+// scheduleRNG is the random source of a run's schedule.
+func scheduleRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x72756e)) }
 
 // crashRNG is the random source of event e's crash image.
 func (r *run) crashRNG(e event) *rand.Rand {
@@ -359,7 +363,7 @@ func Run(ctx context.Context, cfg Options) (*Result, error) {
 	w := GenerateWorkload(cfg.Workload)
 	clock := NewClock(w.Options.Start)
 	r := &run{
-		cfg: cfg, ctx: ctx, rng: rand.New(rand.NewPCG(cfg.Seed, 0x72756e)), clock: clock,
+		cfg: cfg, ctx: ctx, rng: scheduleRNG(cfg.Seed), clock: clock,
 		client: NewClient(w, cfg.Shards, clock), router: router, shipped: map[[2]int]replication.ShipperStats{},
 		refused: map[[2]int]replication.HelloRefusals{},
 		res:     &Result{Workload: w, Refusals: map[string]int{}, AnsweredLSN: make([]uint64, cfg.Shards)},
@@ -398,9 +402,6 @@ func (r *run) run() error {
 			r.closers = append(r.closers, closeFn)
 			r.shardLis, r.shardDia = append(r.shardLis, l), append(r.shardDia, d)
 		}
-	}
-	if cfg.Rebuild {
-		r.rebuild = r.donors.source()
 	}
 	for i := range cfg.Followers + cfg.LateJoiners {
 		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]replication.Stats, cfg.Shards), rebuilt: make([]int, cfg.Shards)}
@@ -654,7 +655,7 @@ func (r *run) startNode(n *node) error {
 	o.Follower = r.followerOptions()
 	o.Follower.ID, o.Follower.FS = n.id, n.fs
 	if r.cfg.Rebuild {
-		o.Follower.Rebuild, o.Follower.RebuildFrom = follower.RebuildAuto, r.rebuild
+		o.Follower.Rebuild, o.Follower.RebuildFrom = follower.RebuildAuto, r.donors.source(n.id)
 	}
 	shards := make([]uint32, r.cfg.Shards)
 	for s := range shards {
@@ -729,9 +730,18 @@ func (r *run) restartNode(n *node, kind int, rng *rand.Rand) error {
 		}
 		n.res.Kills++
 	case Crash:
+		if testCrashImage != nil {
+			testCrashImage(n.id, false)
+		}
 		n.cut.Store(true)
 		clone := n.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
-		_ = n.close(true) // writes after the clone land on the lost filesystem
+		if testCrashImage != nil {
+			testCrashImage(n.id, true)
+		}
+		// Writes after the clone land on the lost filesystem, and what the
+		// node finishes meanwhile (an install: see catchUp) is counted
+		// although the image may not hold it.
+		_ = n.close(true)
 		n.mem, n.fs = clone, clone
 		n.res.Crashes++
 	}
@@ -975,13 +985,21 @@ func (r *run) zombie(g *node, pos [][]uint64) error {
 }
 
 // catchUp waits until every follower that can has applied the whole final
-// history of every shard that is not skipped.
+// history of every shard that is not skipped: its store stands at the
+// history's last LSN and the batch ending there is the final leader's (the
+// same epoch and CRC). The position alone proves nothing for a follower the
+// promotion left diverged: the deposed leader's entries can end at or beyond
+// the new history's last LSN. Nor does a rebuild counted for it: a power
+// failure's image may not hold an install that the node's old incarnation
+// finished on the lost filesystem after the image was taken (restartNode),
+// and the node then restarts on the diverged store it had, to be refused and
+// rebuilt again.
 func (r *run) catchUp() error {
 	type target struct {
-		n       *node
-		s       uint32
-		last    uint64
-		rebuild bool // refused: done once rebuilt and caught up
+		n    *node
+		s    uint32
+		last uint64
+		want replication.BatchRef // the final leader's batch ending at last
 	}
 	var targets []target
 	var total uint64
@@ -993,9 +1011,16 @@ func (r *run) catchUp() error {
 				continue
 			}
 			sh, _ := r.lead.l.Shard(s)
-			t := target{n, s, sh.NextLSN() - 1, refused}
-			targets = append(targets, t)
-			total += t.last
+			last := sh.NextLSN() - 1
+			at, want, err := replication.ReadLastBatch(sh.Store().DB())
+			switch {
+			case err != nil:
+				return fmt.Errorf("sim: reading the last batch of the leader's store of shard %d: %w", s, err)
+			case at != last || (last > 0 && want.IsZero()):
+				return fmt.Errorf("sim: the leader's store of shard %d stands at LSN %d (batch %v), its log ends at %d", s, at, want, last)
+			}
+			targets = append(targets, target{n, s, last, want})
+			total += last
 		}
 	}
 	tick := time.NewTicker(time.Millisecond)
@@ -1004,15 +1029,23 @@ func (r *run) catchUp() error {
 		var applied uint64
 		done := true
 		for _, t := range targets {
-			lsn, _, err := t.n.n.Position(t.s)
+			var lsn, stored uint64
+			var ref replication.BatchRef
+			err := t.n.n.Follower(t.s, func(f *follower.Follower) error {
+				lsn, _ = f.Position() // published: synced, in memory
+				var err error
+				stored, ref, err = replication.ReadLastBatch(f.DB())
+				return err
+			})
 			if err != nil {
-				lsn = 0 // the shard is down (reopening): not there yet
+				lsn = 0 // the shard is down (reopening, rebuilding): not there yet
 			}
-			if t.rebuild && lsn >= t.last && r.rebuilds(t.n, t.s) == 0 {
-				lsn = 0 // a diverged store may stand beyond the end; not rebuilt yet
+			ok := err == nil && lsn == t.last && stored == t.last && ref == t.want
+			if !ok && lsn >= t.last {
+				lsn = 0 // another history (diverged, not rebuilt yet) that ends at or beyond the end
 			}
 			applied += min(lsn, t.last)
-			done = done && lsn >= t.last
+			done = done && ok
 		}
 		if r.cfg.Progress != nil {
 			r.cfg.Progress(applied, total)
@@ -1148,9 +1181,14 @@ func (r *run) verify() {
 				}
 			}
 			keep := func(id session.ID) bool { return r.router.Shard(id) == s }
-			err := n.n.Follower(s, func(f *follower.Follower) error { return o.VerifyOnly(f.State(), keep) })
+			var at, epoch uint64
+			err := n.n.Follower(s, func(f *follower.Follower) error {
+				at, epoch = f.Position()
+				return o.VerifyOnly(f.State(), keep)
+			})
 			if err != nil {
-				r.fail("follower %s shard %d differs from the oracle: %v (replay: ONCEWAL_SEED=%d)", n.id, s, err, r.cfg.Seed)
+				r.fail("follower %s shard %d (at LSN %d, epoch %d; refused %q, rebuilt %d) differs from the oracle: %v (replay: ONCEWAL_SEED=%d)",
+					n.id, s, at, epoch, fs.Refused, fs.Rebuilt, err, r.cfg.Seed)
 				continue
 			}
 			fs.Verified = true

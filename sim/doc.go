@@ -38,7 +38,10 @@
 // restarts on the same directory (clean or a power failure likewise), answers
 // (the client waits for WaitAcked(AckMajority) on every shard) and a
 // promotion. What an outsider can check, after every follower that can has
-// caught up:
+// caught up (its store ends with the final leader's last batch: the same
+// LSN, epoch and CRC — a position alone does not tell a diverged store, whose
+// deposed entries may end at or beyond the new history's end, from a caught
+// up one):
 //
 //  1. Every follower's state, shard by shard, equals the oracle of the
 //     history: each distinct request the leaders accepted, once — the

@@ -22,11 +22,26 @@ type leaderDonors struct {
 	donors []*snapshot.Donor // nil while no leader is open
 }
 
-// source is the rebuild source of every follower node: shard s's snapshots
-// come from the current leader's donor of s.
-func (ld *leaderDonors) source() snapshot.Source {
-	return snapshot.NewRouter(func(s uint32) snapshot.Source { return shardDonor{ld, s} })
+// source is the rebuild source of follower node: shard s's snapshots come
+// from the current leader's donor of s.
+func (ld *leaderDonors) source(node string) snapshot.Source {
+	return snapshot.NewRouter(func(s uint32) snapshot.Source { return shardDonor{ld, s, node} })
 }
+
+// Test hooks, nil outside this package's tests: each holds a run at a moment
+// a test chooses, to force an interleaving that goroutine timing makes rare.
+var (
+	// testSnapshotEnd is called when follower node's fetch of shard
+	// releases its snapshot (Source.End): after a successful fetch that
+	// happens once the snapshot is staged and verified, and the install
+	// follows when the hook returns.
+	testSnapshotEnd func(node string, shard uint32)
+	// testCrashImage is called at the power failure of follower node:
+	// before its links are cut and its filesystem image is taken (taken
+	// false), and after the image was taken (taken true), while the node
+	// still runs.
+	testCrashImage func(node string, taken bool)
+)
 
 // open serves the stores of the leader r.lead opened.
 func (r *run) openDonors() error {
@@ -61,6 +76,7 @@ func (r *run) closeDonors() {
 type shardDonor struct {
 	ld    *leaderDonors
 	shard uint32
+	node  string // the follower fetching
 }
 
 func (d shardDonor) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
@@ -82,6 +98,9 @@ func (d shardDonor) Read(ctx context.Context, id, name string, off int64, p []by
 }
 
 func (d shardDonor) End(ctx context.Context, id string) error {
+	if testSnapshotEnd != nil {
+		testSnapshotEnd(d.node, d.shard)
+	}
 	d.ld.mu.RLock()
 	defer d.ld.mu.RUnlock()
 	if d.ld.donors == nil {
