@@ -57,7 +57,8 @@ type HelloLog interface {
 //     epoch and CRC; else ErrDiverged.
 //
 // An error reading the log is returned wrapped (the connection is refused
-// and the follower retries).
+// and the follower retries), except when retention deleted the LSN during
+// the check: then ErrBehindRetention.
 func CheckHello(hello Ack, log HelloLog) error {
 	first, last := log.Retained()
 	b := log.Boundary()
@@ -94,6 +95,13 @@ func CheckHello(hello Ack, log HelloLog) error {
 	}
 	ref, ok, err := log.BatchEndingAt(a)
 	if err != nil {
+		// Retention may have deleted the segment between Retained and the
+		// read (a follower behind its own slot: it lost what it acked, or
+		// its slot was dropped); that is a refusal, not a read error.
+		if first, _ := log.Retained(); a+1 < first {
+			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d (retention deleted it during the check: %v)",
+				ErrBehindRetention, a+1, first, err)
+		}
 		return fmt.Errorf("replication: checking the hello against the log at LSN %d: %w", a, err)
 	}
 	if !ok {

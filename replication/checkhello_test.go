@@ -2,6 +2,8 @@ package replication
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"testing"
 
 	"github.com/oncewal/oncewal/wal"
@@ -143,5 +145,41 @@ func TestFindBatchEndingAt(t *testing.T) {
 	ref, _, _ := FindBatchEndingAt(r, 5)
 	if want, _ := BatchRefOf(m.batches[1]); ref != want {
 		t.Errorf("ref %v, want %v", ref, want)
+	}
+}
+
+// trimmingHelloLog is a memHelloLog whose retention deletes the start of
+// the log while a hello is being checked: between Retained and the read.
+type trimmingHelloLog struct {
+	memHelloLog
+	to uint64 // the log's first LSN once trimmed
+}
+
+func (l trimmingHelloLog) BatchEndingAt(lsn uint64) (BatchRef, bool, error) {
+	l.m.mu.Lock()
+	for len(l.m.heads) > 0 && l.m.heads[0].FirstLSN < l.to {
+		l.m.heads, l.m.batches = l.m.heads[1:], l.m.batches[1:]
+	}
+	l.m.mu.Unlock()
+	return BatchRef{}, false, fmt.Errorf("open segment: %w", fs.ErrNotExist)
+}
+
+// TestCheckHelloRacingRetention: a segment retention deletes while the
+// hello is checked refuses the follower as behind retention (it must
+// rebuild), not with an untyped read error; a read error with the LSN
+// still retained stays a read error.
+func TestCheckHelloRacingRetention(t *testing.T) {
+	log := newMemLog(1)
+	for i := 0; i < 5; i++ {
+		log.append(t, 1, 2) // batches ending at 2, 4, …, 10
+	}
+	hello := Ack{Epoch: 1, AppliedLSN: 4, LastBatch: refOf(t, 1, 4, "x")}
+	err := CheckHello(hello, trimmingHelloLog{memHelloLog{m: log}, 7})
+	if !errors.Is(err, ErrBehindRetention) {
+		t.Fatalf("segment deleted during the check: %v, want ErrBehindRetention", err)
+	}
+	err = CheckHello(Ack{Epoch: 1, AppliedLSN: 8, LastBatch: refOf(t, 1, 8, "x")}, memHelloLog{m: log, err: fs.ErrPermission})
+	if !errors.Is(err, fs.ErrPermission) || errors.Is(err, ErrBehindRetention) {
+		t.Fatalf("read error on a retained LSN: %v", err)
 	}
 }
