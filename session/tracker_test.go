@@ -13,14 +13,14 @@ import (
 
 const hour = int64(time.Hour)
 
-func openDB(t *testing.T, fs vfs.FS) *pebble.DB {
+func openDB(t testing.TB, fs vfs.FS) *pebble.DB {
 	t.Helper()
 	db, err := pebble.Open("db", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest})
 	require.NoError(t, err)
 	return db
 }
 
-func memDB(t *testing.T) *pebble.DB {
+func memDB(t testing.TB) *pebble.DB {
 	db := openDB(t, vfs.NewMem())
 	t.Cleanup(func() { db.Close() })
 	return db
