@@ -13,7 +13,8 @@ import (
 // golang-lru's walk from a Go map to a heap-allocated list element.
 //
 // Layout: entries[i] holds a session's ID and record; links[i] its place in
-// a doubly linked list and logSeq[i] its state (kept apart, so a lookup
+// a doubly linked list, logSeq[i] its state and carries[i] how often its
+// logged record was carried forward unchanged (kept apart, so a lookup
 // never drags them into cache); table is a linear-probing table of uint64
 // slots, each the 32-bit hash of an ID and its entry index + 1. The hash in
 // the slot lets a miss finish without touching an entry. Deletion shifts the

@@ -114,15 +114,17 @@ type TrackerOptions struct {
 	// of a collected session would be taken for a new session. Default 24h.
 	RetentionHorizon time.Duration
 	// LogBatches: Flush writes a batch's HWM changes as one delta of the HWM
-	// log, and a session's row is rewritten (checkpointed) only once its
-	// latest change is LogBatches deltas old — a session that changes again
-	// meanwhile costs no row write. Reopening replays at most about
+	// log; a session whose latest entry is LogBatches deltas old is logged
+	// again in the current delta (carried forward, at most twice without a
+	// change) or else its row is rewritten (checkpointed) — a session that
+	// changes again meanwhile costs neither. Reopening replays at most about
 	// LogBatches deltas. Default 128; negative: no log, Flush writes one row
 	// per changed session (and checkpoints whatever an earlier run logged).
 	LogBatches int
 	// LogSessions bounds the sessions whose latest change is only in the
 	// log: they are pinned in memory beside the CacheSize clean ones, and
-	// Flush checkpoints the oldest beyond the bound. Default 1<<17.
+	// Flush checkpoints the oldest beyond the bound (nothing is carried
+	// while over it). Default 1<<17.
 	LogSessions int
 }
 
