@@ -267,7 +267,15 @@ func (r *Receiver) Start(raw []byte) *Pending {
 		return p
 	}
 
-	b := r.db.NewIndexedBatch() // the Applier's read view (see Applier); closed once its commit is waited for
+	// The Applier's read view (see Applier): indexed unless the Applier says
+	// it does not read this batch (BatchReader). Closed once its commit is
+	// waited for.
+	var b *pebble.Batch
+	if br, ok := r.applier.(BatchReader); ok && !br.ReadsBatch(events) {
+		b = r.db.NewBatch()
+	} else {
+		b = r.db.NewIndexedBatch()
+	}
 	ttx := r.tracker.Begin(b)
 	pl := r.decide(ttx, h, events)
 	inPebble := false

@@ -41,11 +41,12 @@ func (s *State) Begin(b *pebble.Batch) *StateTx {
 // pending key as the int64 it would read back (non-8-byte values and
 // deletions read as 0), not as bytes.
 type StateTx struct {
-	s       *State
-	b       *pebble.Batch
-	pending map[string]int64
-	kbuf    []byte
-	vbuf    []byte
+	s         *State
+	b         *pebble.Batch
+	writeOnly bool // WriteOnly: Add refused, nothing remembered
+	pending   map[string]int64
+	kbuf      []byte
+	vbuf      []byte
 }
 
 func (tx *StateTx) key(id ID, key []byte) []byte {
@@ -54,8 +55,8 @@ func (tx *StateTx) key(id ID, key []byte) []byte {
 }
 
 func (tx *StateTx) note(k []byte, v int64) {
-	if tx.indexed() {
-		return // Add reads the batch
+	if tx.writeOnly || tx.indexed() {
+		return // no Add follows, or Add reads the batch
 	}
 	if tx.pending == nil {
 		tx.pending = make(map[string]int64, 16)
@@ -87,6 +88,15 @@ func (tx *StateTx) Put(id ID, key, value []byte) error {
 	return nil
 }
 
+// ErrWriteOnly: Add on a StateTx declared WriteOnly.
+var ErrWriteOnly = errors.New("session: Add on a write-only state tx")
+
+// WriteOnly declares that this tx will only Put and Delete: they then
+// remember nothing for a later Add, which is refused (ErrWriteOnly, nothing
+// written). An Applier that knows a batch has no Add uses it with a plain
+// batch.
+func (tx *StateTx) WriteOnly() { tx.writeOnly = true }
+
 // indexed reports whether Add can read the batch itself (an indexed batch
 // sees its own writes), so that nothing needs to be remembered: a Put then
 // costs no map insert (and no key copy), which was a fifth of the default
@@ -112,6 +122,9 @@ func (tx *StateTx) Delete(id ID, key []byte) error {
 func (tx *StateTx) Add(id ID, key []byte, delta int64) error {
 	if err := tx.valid(); err != nil {
 		return err
+	}
+	if tx.writeOnly {
+		return ErrWriteOnly
 	}
 	k := tx.key(id, key)
 	cur, ok := tx.pending[string(k)]
