@@ -20,6 +20,11 @@
 //
 // Workloads also include 100% client retries (Retry: a fresh SeqNo carrying
 // the key of one of the last 50,000 fresh events, caught by the window).
+// These rows apply each batch and wait for its sync before the next, as
+// Receiver.Apply does; ReceiverPipelined applies Fresh and Retry the way a
+// serving follower does (4 batches between Start and Wait), to show how
+// much of a row's wall clock is the fsync wait (not a CLI row: its raw
+// reference would have to be pipelined too).
 //
 // Pipeline (e2e.go): leader WAL → Shipper → in-process transport → follower
 // on a client-request workload (16-byte request IDs as keys, 64-byte

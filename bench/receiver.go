@@ -109,6 +109,8 @@ type rig struct {
 	g       *generator
 	apply   func(batch int) (applied int, err error) // applies prepared slot batch
 	prepare func(slot int)                           // encodes g's current events into slot
+	raw     func(slot int) []byte                    // the batch prepared in slot (batch designs)
+	start   func(raw []byte) *replication.Pending    // the follower's Start (pipelined designs)
 	close   func() error
 }
 
@@ -172,6 +174,7 @@ func batchRig(r *rig, w Workload, db *pebble.DB, apply func(raw []byte) (int, er
 	raws := make([][]byte, chunk)
 	r.prepare = func(i int) { raws[i] = r.g.encode(raws[i]) }
 	r.apply = func(i int) (int, error) { return apply(raws[i]) }
+	r.raw = func(i int) []byte { return raws[i] }
 	return db.Flush()
 }
 
@@ -227,6 +230,12 @@ func diskWrites(db *pebble.DB) func(b *testing.B, events float64) {
 // run is the timed loop: compose(i) then prepare(i) for a chunk of batch
 // slots with the timer stopped, then timed(i) for each.
 func run(b *testing.B, prepare func(i int), compose func(i int) int, timed func(i int)) {
+	runDrain(b, prepare, compose, timed, nil)
+}
+
+// runDrain is run with drain (if not nil) called, timed, after the last
+// batch.
+func runDrain(b *testing.B, prepare func(i int), compose func(i int) int, timed func(i int), drain func()) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0, stopped := cpuNanos(), int64(0)
@@ -242,6 +251,9 @@ func run(b *testing.B, prepare func(i int), compose func(i int) int, timed func(
 			b.StartTimer()
 		}
 		timed(i % chunk)
+	}
+	if drain != nil {
+		drain()
 	}
 	b.StopTimer()
 	events := float64(b.N) * BatchEvents
@@ -265,6 +277,65 @@ func Receiver(w Workload) func(b *testing.B) {
 			})
 		})
 		measure(b, r)
+	}
+}
+
+// ReceiverPipelined is Receiver with the batches applied the way
+// follower.Serve applies them: each one started (decided, staged, handed to
+// Pebble) without waiting for the previous one's WAL sync, at most depth
+// started and not yet waited for (Serve keeps 4). Every batch is still
+// synced and checked; only the wait moves. Not a row of oncewal bench: it
+// shows how much of Receiver's wall clock per batch is the sync wait.
+func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
+	return func(b *testing.B) {
+		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v", w), func(r *rig) error {
+			f, err := follower.Open(r.dir, &follower.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			r.close, r.db, r.start = f.Close, f.DB(), f.Start
+			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
+				res, err := f.Apply(raw)
+				return res.Applied, err
+			})
+		})
+		type started struct {
+			p    *replication.Pending
+			want int
+		}
+		var queue []started
+		wait := func() {
+			s := queue[0]
+			queue = queue[1:]
+			res, err := s.p.Wait()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.Applied != s.want {
+				b.Fatalf("batch applied %d events, want %d", res.Applied, s.want)
+			}
+		}
+		fresh := make([]int, chunk)
+		done := false
+		defer func() {
+			if !done {
+				Release()
+			}
+		}()
+		runDrain(b, r.prepare, func(i int) int {
+			fresh[i] = r.g.fill(r.g.w.DupPercent)
+			return fresh[i]
+		}, func(i int) {
+			queue = append(queue, started{r.start(r.raw(i)), fresh[i]})
+			if len(queue) > depth {
+				wait()
+			}
+		}, func() {
+			for len(queue) > 0 {
+				wait()
+			}
+		})
+		done = true
 	}
 }
 

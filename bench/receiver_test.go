@@ -10,3 +10,12 @@ func BenchmarkReceiver(b *testing.B) {
 		b.Run(c.Name, c.Run)
 	}
 }
+
+// BenchmarkReceiverPipelined applies Receiver's workloads the way
+// follower.Serve does (4 batches between Start and Wait):
+//
+//	go test ./bench -run '^$' -bench ReceiverPipelined -count 3
+func BenchmarkReceiverPipelined(b *testing.B) {
+	b.Run("fresh", ReceiverPipelined(Fresh, 4))
+	b.Run("dup100-window", ReceiverPipelined(Retry, 4))
+}

@@ -80,11 +80,14 @@ type generator struct {
 	left   int               // events left in the current run
 
 	// The HWM log's schedule, for the write set (rows): the batch of each
-	// session's last change, and the sessions changed by each of the last
-	// DefaultLogBatches+1 batches.
+	// session's latest logged entry, and the sessions logged (changed or
+	// carried forward) by each of the last DefaultLogBatches+1 batches.
 	batchNo    int
-	lastChange map[session.ID]int
-	changedAt  [][]session.ID
+	lastChange map[session.ID]int      // batch+1 of the session's latest logged entry
+	carries    map[session.ID]int      // times carried forward unchanged
+	logged     map[session.ID][2]int64 // HWM and lastTS of the logged sessions
+	delta      []byte
+	changedAt  [][]session.ID // sessions logged by each of the last batches
 }
 
 func newGenerator(w Workload) *generator {
@@ -226,8 +229,9 @@ func (g *generator) encode(dst []byte) []byte {
 // LE, key, value), the state rows that applying the current events writes,
 // laid out as session.State lays them out. With writeSet it adds what the
 // receiver writes besides, at the tracker's default options: the batch's
-// HWM log delta (33 B per session), the HWM rows the tracker checkpoints
-// (sessions last changed session.DefaultLogBatches batches ago), the window
+// HWM log delta (~21 B per session changed, or carried forward: last logged
+// session.DefaultLogBatches batches ago), the HWM rows the tracker
+// checkpoints (such sessions already carried twice), the window
 // journal value (one 16-byte key per event), the position and the last
 // batch's identity. (The deletion of the obsolete delta, one tombstone per
 // batch, is left out.)
@@ -249,39 +253,63 @@ func (g *generator) rows(dst []byte, writeSet bool) []byte {
 	if !writeSet {
 		return dst
 	}
-	const hwmValLen, logEntryLen, logBatches = 18, 33, session.DefaultLogBatches
+	const hwmValLen, logBatches = 18, session.DefaultLogBatches
 	if g.lastChange == nil {
 		g.lastChange = make(map[session.ID]int)
+		g.carries = make(map[session.ID]int)
+		g.logged = make(map[session.ID][2]int64)
 		g.changedAt = make([][]session.ID, logBatches+1)
 	}
 	b := g.batchNo
 	g.batchNo++
-	changed := g.changedAt[b%(logBatches+1)][:0]
+	logged := g.changedAt[b%(logBatches+1)][:0]
 	for i := range g.events {
-		if id := g.events[i].Session; g.lastChange[id] != b+1 {
+		e := &g.events[i]
+		g.logged[e.Session] = [2]int64{int64(e.Seq), e.Time}
+		if id := e.Session; g.lastChange[id] != b+1 {
 			g.lastChange[id] = b + 1 // +1: 0 means never
-			changed = append(changed, id)
+			g.carries[id] = 0
+			logged = append(logged, id)
 		}
 	}
-	g.changedAt[b%(logBatches+1)] = changed
-	row(len(session.HWMLogPrefix)+8, 1+logEntryLen*len(changed))
-	dst = append(dst, session.HWMLogPrefix...)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(b+1))
-	dst = append(dst, 1)
-	for _, id := range changed {
-		dst = append(dst, id[:]...)
-		dst = append(dst, make([]byte, logEntryLen-len(id))...)
-	}
+	// Sessions last logged logBatches batches ago: carried forward into
+	// this delta (session.maxCarries = 2 times), then rewritten as rows.
+	var ckpt []session.ID
 	if b >= logBatches {
 		for _, id := range g.changedAt[(b-logBatches)%(logBatches+1)] {
 			if g.lastChange[id] != b-logBatches+1 {
-				continue // changed again since: its row is not rewritten
+				continue // logged again since
 			}
-			row(len(session.HWMPrefix)+len(id), hwmValLen)
-			dst = append(dst, session.HWMPrefix...)
-			dst = append(dst, id[:]...)
-			dst = append(dst, make([]byte, hwmValLen)...)
+			if g.carries[id] < 2 {
+				g.carries[id]++
+				g.lastChange[id] = b + 1
+				logged = append(logged, id)
+				continue
+			}
+			delete(g.lastChange, id)
+			delete(g.logged, id)
+			ckpt = append(ckpt, id)
 		}
+	}
+	g.changedAt[b%(logBatches+1)] = logged
+	// The delta, version 2: base, then ID | uvarint(HWM<<1) |
+	// varint(base − lastTS) per session.
+	g.delta = binary.LittleEndian.AppendUint64(append(g.delta[:0], 2), uint64(g.clock))
+	for _, id := range logged {
+		l := g.logged[id]
+		g.delta = append(g.delta, id[:]...)
+		g.delta = binary.AppendUvarint(g.delta, uint64(l[0])<<1)
+		g.delta = binary.AppendVarint(g.delta, g.clock-l[1])
+	}
+	row(len(session.HWMLogPrefix)+8, len(g.delta))
+	dst = append(dst, session.HWMLogPrefix...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(b+1))
+	dst = append(dst, g.delta...)
+	for _, id := range ckpt {
+		row(len(session.HWMPrefix)+len(id), hwmValLen)
+		dst = append(dst, session.HWMPrefix...)
+		dst = append(dst, id[:]...)
+		dst = append(dst, make([]byte, hwmValLen)...)
 	}
 	row(len(replication.JournalPrefix)+8, 1+16*len(g.events))
 	dst = append(dst, replication.JournalPrefix...)

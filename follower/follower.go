@@ -56,8 +56,9 @@ type Options struct {
 	HWMCacheSize int
 	// HWMLogBatches and HWMLogSessions configure the HWM log (see
 	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
-	// HWM changes as one value, and a session's row is rewritten only once
-	// its change is HWMLogBatches batches old. Defaults
+	// HWM changes as one value; a session whose entry is HWMLogBatches
+	// batches old is logged again (carried forward, twice at most) or has
+	// its row rewritten. Defaults
 	// session.DefaultLogBatches (128) and session.DefaultLogSessions (1<<17);
 	// HWMLogBatches -1 turns the log off (one HWM row per changed session
 	// per batch).

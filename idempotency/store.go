@@ -267,6 +267,13 @@ func (s *Store) warm(k *Key, h uint32) {
 	}
 }
 
+// Prefetch is a hint with no effect on the window: it pulls into cache the
+// lines a later operation on k will touch — its probe slots and, if k is
+// resident, its entry and list neighbours — without taking the lock. A
+// caller about to check a whole batch of keys prefetches them all first, so
+// that their cache misses overlap instead of stalling each check in turn.
+func (s *Store) Prefetch(k *Key) { s.warm(k, s.hash32(k)) }
+
 // prefetchVictim pulls in what the next eviction touches: the tail entry's
 // table slot and the entry that becomes the tail after it. The tail entry
 // itself was just touched by the caller. Called under the lock.

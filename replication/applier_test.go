@@ -156,3 +156,79 @@ func TestReservedKeysRefused(t *testing.T) {
 	})
 	require.NoError(t, replication.RouteLedger(n.table, ok).Apply(batch, nil))
 }
+
+// kindRecorder records whether each batch it got was indexed; reads says
+// what it answers as a BatchReader.
+type kindRecorder struct {
+	reads   func([]wal.Event) bool
+	indexed []bool
+}
+
+func (k *kindRecorder) ReadsBatch(events []wal.Event) bool { return k.reads(events) }
+func (k *kindRecorder) Apply(b *pebble.Batch, _ []wal.Event) error {
+	k.indexed = append(k.indexed, b.Indexed())
+	return nil
+}
+
+// TestBatchReaderChoosesBatchKind: an Applier that says it does not read a
+// batch gets a plain one, otherwise an indexed one — also behind
+// RouteLedger; an Applier without the method always gets an indexed batch
+// (TestCustomApplierReadsAndLedgerIsRouted reads through it).
+func TestBatchReaderChoosesBatchKind(t *testing.T) {
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	k := &kindRecorder{reads: func(evs []wal.Event) bool { return evs[0].Op == wal.OpAdd }}
+	r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, k), nil)
+	require.NoError(t, err)
+	s := session.ID{4}
+	put := wal.Event{Op: wal.OpPut, Session: s, Seq: 1, Time: t0, Key: []byte("k"), Value: []byte("v")}
+	add := wal.Event{Op: wal.OpAdd, Session: s, Seq: 2, Time: t0, Key: []byte("n"), Delta: 1}
+	b1, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{put})
+	require.NoError(t, err)
+	b2, err := wal.AppendBatch(nil, 0, 1, 2, []wal.Event{add})
+	require.NoError(t, err)
+	for _, b := range [][]byte{b1, b2} {
+		_, err := r.Apply(b)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []bool{false, true}, k.indexed)
+}
+
+// TestSessionApplierAddsAfterPuts: the default Applier's counters are right
+// whichever batch it gets: Adds building on a Put and an Add of the same
+// batch and on committed state, beside batches of Puts only (write-only).
+func TestSessionApplierAddsAfterPuts(t *testing.T) {
+	n := openNode(t, vfs.NewMem())
+	defer n.db.Close()
+	r := n.receiver()
+	s := session.ID{5}
+	seq := session.SeqNo(0)
+	ev := func(op wal.Op, key string, v []byte, d int64) wal.Event {
+		seq++
+		return wal.Event{Op: op, Session: s, Seq: seq, Time: t0, Key: []byte(key), Value: v, Delta: d}
+	}
+	le := func(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }
+	batches := [][]wal.Event{
+		{ev(wal.OpPut, "a", le(10), 0), ev(wal.OpPut, "b", []byte("x"), 0)},                      // Puts only
+		{ev(wal.OpPut, "c", le(100), 0), ev(wal.OpAdd, "c", nil, 5), ev(wal.OpAdd, "a", nil, 1)}, // on this batch's Put, on the committed one
+		{ev(wal.OpAdd, "c", nil, 1), ev(wal.OpAdd, "c", nil, 1), ev(wal.OpPut, "a", le(7), 0)},
+	}
+	lsn := uint64(1)
+	for _, evs := range batches {
+		raw, err := wal.AppendBatch(nil, 0, 1, lsn, evs)
+		require.NoError(t, err)
+		lsn += uint64(len(evs))
+		res, err := r.Apply(raw)
+		require.NoError(t, err)
+		require.Equal(t, len(evs), res.Applied)
+	}
+	for key, want := range map[string]int64{"a": 7, "c": 107} {
+		got, err := n.state.Counter(s, []byte(key))
+		require.NoError(t, err)
+		require.Equal(t, want, got, key)
+	}
+	v, ok, err := n.state.Get(s, []byte("b"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []byte("x"), v)
+}

@@ -192,6 +192,24 @@
 // recently seen keys — when such an event's SeqNo was fresh the HWM still
 // advances, so the next SeqNo is not a gap. Survivors go to the Applier.
 //
+// What a batch costs. Before deciding, the receiver touches every event's
+// HWM cache slot and window lines (session.TrackerTx.Prefetch,
+// idempotency.Store.Prefetch) so the batch's cache misses overlap instead
+// of stalling each check. The Applier gets an indexed batch (its read view)
+// unless it implements BatchReader and says it does not read this one: the
+// default SessionApplier reads only for an Add, so a batch without Adds is
+// written through a plain batch and Pebble indexes nothing. What one batch
+// of n fresh events of distinct sessions writes, in one Pebble batch: n
+// state rows; one HWM delta of ~21 B per session changed or carried
+// forward (session/doc.go, "Amortised HWM persistence"), rarely an HWM row;
+// one window journal value of 16 B per keyed event; the position, the last
+// batch's identity and the clocks. Measured with the default options, 100K
+// uniform sessions, 1000-event batches (bench Receiver/fresh): 187 WAL
+// bytes and ~1.02 Pebble keys per event, against 203 and ~1.28 before the
+// log carried old sessions forward in compact entries; the state rows alone
+// are 127 bytes (Receiver/raw-ingest). A batch of client retries writes no
+// state row: 59 WAL bytes per event (was 74).
+//
 // # Shards
 //
 // A deployment has a fixed number of shards. ShardRouter maps a session to

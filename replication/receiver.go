@@ -122,6 +122,7 @@ type Receiver struct {
 	keep    []wal.Event
 	fates   []fate
 	inBatch map[idempotency.Key]struct{}
+	cand    []int32 // events decide's step 4 looks at
 	record  []idempotency.Key
 	meta    [lastBatchSize]byte
 
@@ -267,7 +268,15 @@ func (r *Receiver) Start(raw []byte) *Pending {
 		return p
 	}
 
-	b := r.db.NewIndexedBatch() // the Applier's read view (see Applier); closed once its commit is waited for
+	// The Applier's read view (see Applier): indexed unless the Applier says
+	// it does not read this batch (BatchReader). Closed once its commit is
+	// waited for.
+	var b *pebble.Batch
+	if br, ok := r.applier.(BatchReader); ok && !br.ReadsBatch(events) {
+		b = r.db.NewBatch()
+	} else {
+		b = r.db.NewIndexedBatch()
+	}
 	ttx := r.tracker.Begin(b)
 	pl := r.decide(ttx, h, events)
 	inPebble := false
@@ -461,6 +470,10 @@ func refuse(kind refusalKind, err error) plan {
 	return plan{verdict: verdictRefuse, refusal: &refusal{kind: kind, err: err}}
 }
 
+// maxKeptMap is the most entries a per-batch scratch map may have held for
+// the receiver to clear and keep it rather than allocate a new one.
+const maxKeptMap = 1 << 13
+
 // decide takes every decision about a batch before anything is written, in
 // this order:
 //  1. shard (ErrWrongShard) and epoch fencing (ErrStaleEpoch; a newer epoch
@@ -473,9 +486,11 @@ func refuse(kind refusalKind, err error) plan {
 //     whole batch, ErrSeqGap); an applied SeqNo advances the HWM in the
 //     overlay (and closes the session for OpClose) whether or not the window
 //     then suppresses the operation, so the next SeqNo is not a gap;
-//  4. per event, the idempotency key (data events only): a key seen earlier in
-//     the batch, then one in the window, suppresses the operation; every
-//     distinct key is recorded.
+//  4. then, per event step 3 let through, in log order, the idempotency key
+//     (data events only): a key seen earlier in the batch, then one in the
+//     window, suppresses the operation; every distinct key is recorded.
+//     (Running step 3 over the whole batch first decides exactly what
+//     running both steps event by event would: see below.)
 //
 // Decoding and checksums come before decide (wal.DecodeBatch). decide
 // changes only ttx's pending overlay, which Abort drops.
@@ -500,7 +515,15 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: batchRef(h),
 		fates: r.fates[:0], keep: r.keep[:0], record: r.record[:0]}
 	defer func() { r.fates, r.keep, r.record = p.fates[:0], p.keep[:0], p.record[:0] }()
-	clear(r.inBatch)
+	if len(r.inBatch) > maxKeptMap {
+		// A Go map keeps the capacity it grew to, and clearing it costs
+		// that capacity: after one huge batch (a catch-up, a preload)
+		// every later batch would pay it (~90 µs per batch after a
+		// 25,000-event one). Start over instead.
+		r.inBatch = make(map[idempotency.Key]struct{}, len(events))
+	} else {
+		clear(r.inBatch)
+	}
 	// Touch every session's cache slot first, so that the batch's cache
 	// misses overlap instead of stalling the checks one at a time (a hint:
 	// it reads no Pebble and changes nothing). With 100K random sessions
@@ -511,19 +534,50 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 			ttx.Prefetch(ev.Session)
 		}
 	}
+	// Step 3 for every event, then step 4 for those it let through, in log
+	// order: the window's outcome never changes an HWM decision (the HWM
+	// advances either way) and a gap refuses the whole batch, so this is
+	// the same as both steps event by event. It lets the window's lines of
+	// the events that reach it be prefetched as step 3 finds them (a
+	// retry's key is resident: its slot, entry and neighbours are read by
+	// the check and by publish's recency update) without prefetching them
+	// for duplicates the HWM stops.
+	cand := r.cand[:0]
+	defer func() { r.cand = cand[:0] }()
 	for i := range events {
 		ev := &events[i]
-		f, err := r.decideEvent(ttx, ev, &p)
+		f, err := r.decideHWM(ttx, ev, &p)
 		if err != nil {
+			r.decideWindow(&p, cand)
 			fates := p.fates
 			p = refuse(refusedStore, err)
 			p.fates = fates
 			return p
 		}
 		p.fates = append(p.fates, f)
+		if f == fateGap {
+			r.decideWindow(&p, cand)
+			hwm, _, _, _ := r.tracker.Get(ev.Session)
+			fates := p.fates
+			p = refuse(refusedSeqGap, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
+				ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
+			p.fates = fates
+			return p
+		}
+		// Ledger records never enter the window: the position gate admits
+		// each once and re-applying one is harmless, and the window's slots
+		// are promised to operations ("the last Capacity distinct
+		// operations"). Leaders before wal.OpExtend gave them keys; ignored.
+		if f == fateApply && ev.HasIdemKey && !ev.Op.IsLedger() {
+			cand = append(cand, int32(i))
+			r.window.Prefetch(&ev.IdemKey)
+		}
+	}
+	r.decideWindow(&p, cand)
+	for i, f := range p.fates {
 		switch f {
 		case fateApply:
-			p.keep = append(p.keep, *ev)
+			p.keep = append(p.keep, events[i])
 		case fatePosition:
 			p.counts.position++
 		case fateHWM:
@@ -536,21 +590,16 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 			p.counts.inBatch++
 		case fateWindow:
 			p.counts.window++
-		case fateGap:
-			hwm, _, _, _ := r.tracker.Get(ev.Session)
-			fates := p.fates
-			p = refuse(refusedSeqGap, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
-				ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
-			p.fates = fates
-			return p
 		}
 	}
 	return p
 }
 
-// decideEvent is steps 3 and 4 of decide for one event. An error is an I/O
-// failure (wrapping ErrStaging and the cause).
-func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (fate, error) {
+// decideHWM is step 3 of decide for one event: the position and its
+// session's HWM. fateApply means it passed (its SeqNo, if any, consumed);
+// step 4 may still suppress it. An error is an I/O failure (wrapping
+// ErrStaging and the cause).
+func (r *Receiver) decideHWM(ttx *session.TrackerTx, ev *wal.Event, p *plan) (fate, error) {
 	if ev.LSN <= r.applied { // overlap with an already applied prefix
 		return fatePosition, nil
 	}
@@ -579,21 +628,26 @@ func (r *Receiver) decideEvent(ttx *session.TrackerTx, ev *wal.Event, p *plan) (
 			}
 		}
 	}
-	// Ledger records never enter the window: the position gate admits each
-	// once and re-applying one is harmless, and the window's slots are
-	// promised to operations ("the last Capacity distinct operations").
-	// Leaders before wal.OpExtend gave them keys; ignored.
-	if ev.HasIdemKey && !ev.Op.IsLedger() {
-		if _, dup := r.inBatch[ev.IdemKey]; dup {
-			return fateInBatch, nil
+	return fateApply, nil
+}
+
+// decideWindow is step 4 of decide for the events at indexes cand (keyed
+// operations step 3 let through, in log order): a key seen earlier in the
+// batch, then one in the window, suppresses the operation; every distinct
+// key is recorded.
+func (r *Receiver) decideWindow(p *plan, cand []int32) {
+	for _, i := range cand {
+		k := &p.events[i].IdemKey
+		if _, dup := r.inBatch[*k]; dup {
+			p.fates[i] = fateInBatch
+			continue
 		}
-		r.inBatch[ev.IdemKey] = struct{}{}
-		p.record = append(p.record, ev.IdemKey)
-		if r.window.Contains(ev.IdemKey) {
-			return fateWindow, nil
+		r.inBatch[*k] = struct{}{}
+		p.record = append(p.record, *k)
+		if r.window.Contains(*k) {
+			p.fates[i] = fateWindow
 		}
 	}
-	return fateApply, nil
 }
 
 // stage writes plan p into b — the Applier's writes of the surviving events,

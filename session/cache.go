@@ -13,7 +13,8 @@ import (
 // golang-lru's walk from a Go map to a heap-allocated list element.
 //
 // Layout: entries[i] holds a session's ID and record; links[i] its place in
-// a doubly linked list and logSeq[i] its state (kept apart, so a lookup
+// a doubly linked list, logSeq[i] its state and carries[i] how often its
+// logged record was carried forward unchanged (kept apart, so a lookup
 // never drags them into cache); table is a linear-probing table of uint64
 // slots, each the 32-bit hash of an ID and its entry index + 1. The hash in
 // the slot lets a miss finish without touching an entry. Deletion shifts the
@@ -53,6 +54,7 @@ type hwmCache struct {
 	entries  []cacheEntry
 	links    []cacheLinks // links[i] belongs to entries[i]
 	logSeq   []uint64     // logSeq[i]: 0 if entries[i] is clean, else its delta
+	carries  []uint8      // carries[i]: times entries[i]'s logged record was carried forward unchanged
 	seed0    uint64
 	seed1    uint64
 	mask     uint32
@@ -172,20 +174,21 @@ func (c *hwmCache) len() int {
 // recently put clean entry if CacheSize clean entries are cached. A dirty
 // entry of id becomes clean. Caller holds mu.
 func (c *hwmCache) put(id *ID, r record) {
-	c.set(id, r, 0)
+	c.set(id, r, 0, 0)
 }
 
 // putDirty caches r as id's committed record whose latest change is only in
 // the delta log, in delta seq (> 0): the entry is pinned (never evicted)
-// until markClean. It goes to the newest end of the dirty list. Caller
-// holds mu.
-func (c *hwmCache) putDirty(id *ID, r record, seq uint64) {
-	c.set(id, r, seq)
+// until markClean. It goes to the newest end of the dirty list. carries
+// counts how often r was re-logged unchanged (carried forward) since it
+// last changed. Caller holds mu.
+func (c *hwmCache) putDirty(id *ID, r record, seq uint64, carries uint8) {
+	c.set(id, r, seq, carries)
 }
 
 // set inserts or updates id with r; seq 0 makes it clean (LRU front), else
 // dirty (dirty list's newest end).
-func (c *hwmCache) set(id *ID, r record, seq uint64) {
+func (c *hwmCache) set(id *ID, r record, seq uint64, carries uint8) {
 	hwm := uint64(r.hwm)
 	if r.closed {
 		hwm |= closedBit
@@ -194,6 +197,7 @@ func (c *hwmCache) set(id *ID, r record, seq uint64) {
 	slot, i := c.find(id, h)
 	if i != nilIdx {
 		c.entries[i].hwm, c.entries[i].lastTS = hwm, r.lastTS
+		c.carries[i] = carries
 		if c.logSeq[i] == 0 && seq == 0 && i == c.lru.head {
 			return
 		}
@@ -216,8 +220,10 @@ func (c *hwmCache) set(id *ID, r record, seq uint64) {
 		c.entries = append(c.entries, cacheEntry{})
 		c.links = append(c.links, cacheLinks{})
 		c.logSeq = append(c.logSeq, 0)
+		c.carries = append(c.carries, 0)
 	}
 	c.entries[i] = cacheEntry{id: *id, hwm: hwm, lastTS: r.lastTS}
+	c.carries[i] = carries
 	c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
 	c.link(i, seq)
 	c.n++
@@ -236,6 +242,7 @@ func (c *hwmCache) markClean(id *ID) {
 	}
 	c.unlink(i)
 	c.link(i, 0)
+	c.carries[i] = 0
 	c.evictOverCapacity()
 }
 
@@ -250,9 +257,11 @@ func (c *hwmCache) evictOverCapacity() {
 }
 
 // oldestDirty returns the dirty entry with the oldest logged change, or
-// nilIdx; nextDirty the one after i. The tx goroutine walks them without mu.
+// nilIdx; nextDirty the one after i; carried how often i's record was
+// carried forward unchanged. The tx goroutine reads them without mu.
 func (c *hwmCache) oldestDirty() int32      { return c.dirty.head }
 func (c *hwmCache) nextDirty(i int32) int32 { return c.links[i].next }
+func (c *hwmCache) carried(i int32) uint8   { return c.carries[i] }
 
 // dirtyLen returns the number of dirty entries (tx goroutine only).
 func (c *hwmCache) dirtyLen() int { return int(c.ndirty) }
@@ -270,6 +279,7 @@ func (c *hwmCache) remove(id *ID) {
 func (c *hwmCache) freeIdx(i int32) {
 	c.entries[i] = cacheEntry{}
 	c.logSeq[i] = 0
+	c.carries[i] = 0
 	c.links[i] = cacheLinks{prev: nilIdx, next: c.free}
 	c.free = i
 }

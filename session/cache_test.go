@@ -160,7 +160,7 @@ func TestHWMCacheAgainstLRU(t *testing.T) {
 					c.mu.Lock()
 				case op < 12:
 					seq += uint64(rng.IntN(2))
-					c.putDirty(&id, r, seq+1)
+					c.putDirty(&id, r, seq+1, 0)
 					dropDirty(id)
 					ref.Remove(id)
 					dirty = append(dirty, dirtyRef{id, r, seq + 1})
@@ -242,7 +242,7 @@ func TestMaxSeqNo(t *testing.T) {
 	_, _, _, err := tr.Get(other)
 	require.ErrorIs(t, err, ErrCorrupt)
 	var lk [logKeyLen]byte
-	require.NoError(t, db.Set(logKey(&lk, 1<<40), appendLogEntry([]byte{formatVersion}, &other, record{hwm: MaxSeqNo + 1}, true), pebble.Sync))
+	require.NoError(t, db.Set(logKey(&lk, 1<<40), appendLogEntryV1([]byte{logVersion1}, &other, record{hwm: MaxSeqNo + 1}, true), pebble.Sync))
 	_, err = OpenTracker(db, nil)
 	require.ErrorIs(t, err, ErrCorrupt)
 }

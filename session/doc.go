@@ -43,7 +43,7 @@
 // GC never scans it; a hit reads one slot and one entry (two cache lines)
 // and allocates nothing; about 72 B of heap per cached session, fresh or
 // churned (bench.BenchmarkTrackerCacheMemory: entry 32 B, links 8 B, log
-// state 8 B, table slots; golang-lru/v2 held 130 B fresh, 165 B churned). Lookups do not refresh recency (a random list
+// state 9 B — delta and carry count —, table slots; golang-lru/v2 held 130 B fresh, 165 B churned). Lookups do not refresh recency (a random list
 // write costs more than the lookup); filling from Pebble and committing a
 // write do. golang-lru/v2 is the reference the cache is tested against.
 // Besides these clean entries (at most CacheSize), the cache pins the
@@ -56,45 +56,72 @@
 // One HWM row per changed session per batch made a fresh event cost two
 // Pebble keys (its state row and its session's HWM row), and a retry under a
 // fresh SeqNo one key although nothing applied. Instead, Flush writes all of
-// a batch's HWM changes as one value, a delta of the log (hwmlog.go):
+// a batch's HWM changes as one value, a delta of the log (hwmlog.go),
+// format 2:
 //
-//	hd/ + seq u64 BE → 1 | per session: ID(16) | HWM u64 LE | lastTS i64 LE | flags(1)
+//	hd/ + seq u64 BE → 2 | base i64 LE | per session: ID(16) | uvarint(HWM<<1 | closed) | varint(base − lastTS)
 //
-// flags: bit 0 closed, bit 1 deleted (a GC tombstone). Deltas are numbered
-// consecutively; the delta and the state it goes with commit in one batch.
-// A session whose latest change is only logged is pinned in the cache (the
-// cache's dirty list, ordered by the delta of its latest change). Each Flush
-// then checkpoints, in the same batch: it rewrites as rows the logged
-// sessions whose change is LogBatches deltas old (or the oldest beyond
-// LogSessions), skipping those the tx itself writes again, and deletes every
-// delta older than the oldest change still only logged. A session that
-// changes again within LogBatches batches is therefore never rewritten: with
-// 100K uniform sessions and 1000-event batches a fresh event costs 1/1000 of
-// a delta plus 0.28 rows at LogBatches 128 (0.99^128), 0.075 at 256, against
-// one row without the log (bench.BenchmarkTrackerWrites: hwm-keys/event
-// 0.995 → 0.277; tracker + state-row CPU 5.2–5.9 → 4.6–4.8 µs/event on a
-// loaded machine). CollectGarbage deletes expired logged sessions too (with
-// a tombstone, so a replay never brings them back).
+// base is the tx's WAL clock (no lastTS exceeds it), so a session that just
+// changed costs ~21 bytes (16 of them its ID) where format 1 spent 33; HWM
+// 0 is a GC tombstone (no time follows). Format-1 deltas (fixed 33-byte
+// entries, "1 | ID | HWM u64 | lastTS i64 | flags") are still read, so a
+// store an older binary wrote opens; an older binary refuses a format-2
+// delta with ErrCorrupt. Golden files in testdata pin both.
+//
+// Deltas are numbered consecutively; the delta and the state it goes with
+// commit in one batch. A session whose latest change is only logged is
+// pinned in the cache (the cache's dirty list, ordered by the delta of its
+// latest entry). Each Flush then retires, in the same batch, the logged
+// sessions whose entry is LogBatches deltas old (and the oldest beyond
+// LogSessions), skipping those the tx itself writes again:
+//
+//   - carried forward: while the log holds at most LogSessions sessions, an
+//     old session is logged again, unchanged, in the batch's own delta —
+//     about 21 bytes inside a value the batch writes anyway — at most
+//     maxCarries (2) times in a row;
+//   - checkpointed: otherwise (carried twice without a change, over the
+//     bound, or a Flush that writes no delta) its h/ row is rewritten, a
+//     Pebble key of its own (memtable insert, flush, every compaction).
+//
+// and deletes every delta older than the oldest entry still needed. A
+// session that changes again within LogBatches batches costs nothing
+// more. With 100K uniform sessions and 1000-event batches a fresh event
+// costs ~1.3 delta entries (its own, and 0.28 carried) and 0.02 rows
+// (0.28³), against 0.28 rows when old sessions were always rewritten and
+// one row without the log (bench.BenchmarkTrackerWrites log=128, 3000x:
+// hwm-keys/event 0.995 → 0.277 → 0.0215). Carrying, not rewriting, is
+// what pays: a row costs Pebble ~2 µs over its life here, an entry in a
+// value a few bytes of WAL, flush and compaction. Receiver/dup100-window
+// (every event a retry: an HWM entry and a journal key, no state row),
+// same run, loaded machine: 74.4 → 58.8 WAL bytes and 216 → 136 sstable
+// bytes per event with format 2 and carrying. CollectGarbage deletes
+// expired logged sessions too (with a tombstone, so a replay never brings
+// them back); carried sessions go before the tx's own changes in the
+// dirty list, which keeps it about ordered by last activity for GC's walk.
 //
 // OpenTracker replays the deltas in order and pins each logged session's
 // latest state. The log holds at most about LogBatches deltas and
-// LogSessions live sessions, which bounds the replay: 68–142 ms for 72K
-// pinned sessions at LogBatches 128, 122–196 ms for 92K at 256, against
-// 0.01–0.02 ms without the log (bench.BenchmarkTrackerOpen, 100K uniform
-// sessions, shared 2-vCPU machine under load). ScanHWMs merges rows and log
-// the same way.
+// LogSessions live sessions, which bounds the replay. With carrying, a
+// follower of up to LogSessions active sessions keeps all of them logged:
+// bench.BenchmarkReopen (100K uniform sessions, 200 batches after the
+// preload, loaded 2-vCPU machine) replays 100,000 sessions in 110–132 ms
+// (open 260–315 ms) where rewriting rows left 71,957 to replay in
+// 75–149 ms (open 199–261 ms); the store without the log opens in
+// 163–268 ms. ScanHWMs merges rows and log the same way.
 //
 // Crash and restart guarantees are unchanged, because every write of the
-// scheme — delta, checkpoint rows, delta deletions, tombstones — goes into
-// the batch of the events it belongs to: a crash keeps or loses the batch
-// whole, and the store always holds each session's committed record as its
-// row overlaid by the surviving deltas in order. Invariants:
+// scheme — delta, carried entries, checkpoint rows, delta deletions,
+// tombstones — goes into the batch of the events it belongs to: a crash
+// keeps or loses the batch whole, and the store always holds each
+// session's committed record as its row overlaid by the surviving deltas
+// in order. A carried entry repeats the committed record in a newer delta,
+// so the replay's "latest entry wins" finds the same record. Invariants:
 //
 //  7. A session whose row is not its committed record is in the cache (as
 //     logged); eviction takes clean entries only.
-//  8. Every delta from the oldest logged change on is kept; a delta is
-//     deleted only in a batch that checkpoints or supersedes every change
-//     it still holds for a logged session.
+//  8. Every delta from the oldest logged entry on is kept; a delta is
+//     deleted only in a batch that checkpoints, carries forward or
+//     supersedes every entry it still holds for a logged session.
 //
 // A StateTx writes through on every op and remembers pending counters, so an
 // Add after a Put/Add/Delete of the same key in the same batch builds on it.
@@ -142,7 +169,7 @@
 //
 //	h/ + ID(16)      → 1 | HWM u64 LE | lastTS i64 LE | flags (bit0 closed)   HWMPrefix
 //	h/clock          → 1 | WAL clock i64 LE                                   ClockKey
-//	hd/ + seq(8 BE)  → 1 | (ID | HWM | lastTS | flags) × n: the HWM log      HWMLogPrefix
+//	hd/ + seq(8 BE)  → 2 | base | (ID | uvarint | varint) × n: the HWM log  HWMLogPrefix (format 1 read too)
 //	s/ + ID(16) + k  → 1 | user value (Add: i64 LE, 8 bytes)                  StatePrefix
 //
 // ClockKey is 7 bytes, every HWM key 18, so scans of h/ tell them apart.

@@ -14,17 +14,36 @@ import (
 // one value listing its sessions' new records. See doc.go ("Amortised HWM
 // persistence") for the design and its invariants.
 //
-//	HWMLogPrefix + seq u64 BE → version(1) | entries, each 33 bytes:
-//	                             ID(16) | HWM u64 LE | lastTS i64 LE | flags(1)
+// Version 2 (written since 2026-11-23): entries are compact, about 21 bytes
+// for a session that just changed.
 //
-// flags: bit 0 closed, bit 1 deleted (a tombstone written by garbage
-// collection: the session's row was deleted in the same batch).
+//	HWMLogPrefix + seq u64 BE → 2 | base i64 LE | entries, each:
+//	    ID(16) | uvarint(HWM<<1 | closed) | varint(base − lastTS)
+//	    ID(16) | uvarint(0)                      (a tombstone)
+//
+// base is the writing tx's WAL clock, which no lastTS exceeds, so the
+// zigzag varint of the difference is 3–4 bytes for sessions active within
+// the last few seconds. A live record's HWM is at least 1 (Advance starts
+// a session at 1), so HWM 0 marks a tombstone — written by garbage
+// collection: the session's row was deleted in the same batch — and it
+// carries no time.
+//
+// Version 1 (read, never written any more): fixed 33-byte entries,
+//
+//	HWMLogPrefix + seq u64 BE → 1 | entries: ID(16) | HWM u64 LE | lastTS i64 LE | flags(1)
+//
+// flags: bit 0 closed, bit 1 deleted. A store written by an older binary
+// replays as before; a binary that predates version 2 refuses a version-2
+// delta with ErrCorrupt naming its key (it does not misread it).
 const (
 	HWMLogPrefix = keyspace.HWMLog
 
-	logKeyLen   = len(HWMLogPrefix) + 8
-	logEntryLen = len(ID{}) + 8 + 8 + 1
-	flagDeleted = 1 << 1
+	logKeyLen     = len(HWMLogPrefix) + 8
+	logVersion1   = 1
+	logVersion2   = 2
+	logHeaderLen  = 1 + 8 // version, base (version 2)
+	logEntryLenV1 = len(ID{}) + 8 + 8 + 1
+	flagDeleted   = 1 << 1
 )
 
 func logKey(buf *[logKeyLen]byte, seq uint64) []byte {
@@ -33,18 +52,91 @@ func logKey(buf *[logKeyLen]byte, seq uint64) []byte {
 	return buf[:]
 }
 
-func appendLogEntry(dst []byte, id *ID, r record, exists bool) []byte {
-	var flags byte
-	switch {
-	case !exists:
-		flags, r = flagDeleted, record{}
-	case r.closed:
-		flags = flagClosed
+// appendLogHeader starts a version-2 delta in dst (which it resets) whose
+// entries' times are relative to base, the tx's WAL clock.
+func appendLogHeader(dst []byte, base int64) []byte {
+	dst = append(dst[:0], logVersion2)
+	return binary.LittleEndian.AppendUint64(dst, uint64(base))
+}
+
+// appendLogEntry appends id's record to v, a delta begun by
+// appendLogHeader: r, or a tombstone when !exists. A live record with HWM 0
+// cannot be encoded (HWM 0 means a tombstone): ErrCorrupt.
+func appendLogEntry(v []byte, id *ID, r record, exists bool) ([]byte, error) {
+	v = append(v, id[:]...)
+	if !exists {
+		return append(v, 0), nil
 	}
-	dst = append(dst, id[:]...)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.hwm))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.lastTS))
-	return append(dst, flags)
+	if r.hwm == 0 {
+		return v, fmt.Errorf("%w: session %s: live HWM record with HWM 0", ErrCorrupt, *id)
+	}
+	x := uint64(r.hwm) << 1
+	if r.closed {
+		x |= 1
+	}
+	v = binary.AppendUvarint(v, x)
+	base := int64(binary.LittleEndian.Uint64(v[1:logHeaderLen]))
+	return binary.AppendVarint(v, base-r.lastTS), nil
+}
+
+// decodeDelta calls fn for every entry of delta value v, in order; a value
+// that does not decode is ErrCorrupt (the caller names the key).
+func decodeDelta(v []byte, fn func(id *ID, l loggedRecord)) error {
+	if len(v) == 0 {
+		return ErrCorrupt
+	}
+	var id ID
+	switch v[0] {
+	case logVersion1:
+		if (len(v)-1)%logEntryLenV1 != 0 {
+			return ErrCorrupt
+		}
+		for e := v[1:]; len(e) > 0; e = e[logEntryLenV1:] {
+			copy(id[:], e)
+			flags := e[logEntryLenV1-1]
+			hwm := SeqNo(binary.LittleEndian.Uint64(e[16:]))
+			if flags&^(flagClosed|flagDeleted) != 0 || hwm > MaxSeqNo {
+				return ErrCorrupt
+			}
+			fn(&id, loggedRecord{
+				rec:    record{hwm: hwm, lastTS: int64(binary.LittleEndian.Uint64(e[24:])), closed: flags&flagClosed != 0},
+				exists: flags&flagDeleted == 0,
+			})
+		}
+		return nil
+	case logVersion2:
+		if len(v) < logHeaderLen {
+			return ErrCorrupt
+		}
+		base := int64(binary.LittleEndian.Uint64(v[1:]))
+		for e := v[logHeaderLen:]; len(e) > 0; {
+			if len(e) < len(id)+1 {
+				return ErrCorrupt
+			}
+			copy(id[:], e)
+			e = e[len(id):]
+			x, n := binary.Uvarint(e)
+			if n <= 0 {
+				return ErrCorrupt
+			}
+			e = e[n:]
+			if x == 0 {
+				fn(&id, loggedRecord{})
+				continue
+			}
+			if x>>1 == 0 {
+				return ErrCorrupt // closed with HWM 0
+			}
+			d, n := binary.Varint(e)
+			if n <= 0 {
+				return ErrCorrupt
+			}
+			e = e[n:]
+			fn(&id, loggedRecord{rec: record{hwm: SeqNo(x >> 1), lastTS: base - d, closed: x&1 != 0}, exists: true})
+		}
+		return nil
+	}
+	return ErrCorrupt
 }
 
 // loggedRecord is a session's latest state in the log and the delta that
@@ -75,31 +167,20 @@ func replayLog(r pebble.Reader) (latest map[ID]loggedRecord, first, next uint64,
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		if len(key) != logKeyLen || len(v) == 0 || v[0] != formatVersion || (len(v)-1)%logEntryLen != 0 {
+		if len(key) != logKeyLen {
 			return nil, 0, 0, fmt.Errorf("%w: delta %x", ErrCorrupt, key)
 		}
 		seq := binary.BigEndian.Uint64(key[len(HWMLogPrefix):])
+		if err := decodeDelta(v, func(id *ID, l loggedRecord) {
+			l.seq = seq
+			latest[*id] = l
+		}); err != nil {
+			return nil, 0, 0, fmt.Errorf("%w: delta %x", err, key)
+		}
 		if !found {
 			first, found = seq, true
 		}
 		next = seq + 1
-		for e := v[1:]; len(e) > 0; e = e[logEntryLen:] {
-			var id ID
-			copy(id[:], e)
-			flags := e[logEntryLen-1]
-			if flags&^(flagClosed|flagDeleted) != 0 || SeqNo(binary.LittleEndian.Uint64(e[16:])) > MaxSeqNo {
-				return nil, 0, 0, fmt.Errorf("%w: delta %x", ErrCorrupt, key)
-			}
-			latest[id] = loggedRecord{
-				rec: record{
-					hwm:    SeqNo(binary.LittleEndian.Uint64(e[16:])),
-					lastTS: int64(binary.LittleEndian.Uint64(e[24:])),
-					closed: flags&flagClosed != 0,
-				},
-				exists: flags&flagDeleted == 0,
-				seq:    seq,
-			}
-		}
 	}
 	return latest, first, next, it.Error()
 }

@@ -114,15 +114,17 @@ type TrackerOptions struct {
 	// of a collected session would be taken for a new session. Default 24h.
 	RetentionHorizon time.Duration
 	// LogBatches: Flush writes a batch's HWM changes as one delta of the HWM
-	// log, and a session's row is rewritten (checkpointed) only once its
-	// latest change is LogBatches deltas old — a session that changes again
-	// meanwhile costs no row write. Reopening replays at most about
+	// log; a session whose latest entry is LogBatches deltas old is logged
+	// again in the current delta (carried forward, at most twice without a
+	// change) or else its row is rewritten (checkpointed) — a session that
+	// changes again meanwhile costs neither. Reopening replays at most about
 	// LogBatches deltas. Default 128; negative: no log, Flush writes one row
 	// per changed session (and checkpoints whatever an earlier run logged).
 	LogBatches int
 	// LogSessions bounds the sessions whose latest change is only in the
 	// log: they are pinned in memory beside the CacheSize clean ones, and
-	// Flush checkpoints the oldest beyond the bound. Default 1<<17.
+	// Flush checkpoints the oldest beyond the bound (nothing is carried
+	// while over it). Default 1<<17.
 	LogSessions int
 }
 
@@ -237,7 +239,7 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 	t.logFirst, t.logNext = first, next
 	for _, l := range sortedLogged(logged, true) {
 		if l.exists {
-			t.cache.putDirty(&l.id, l.rec, l.seq)
+			t.cache.putDirty(&l.id, l.rec, l.seq, 0)
 		}
 	}
 	return t, nil
@@ -321,12 +323,24 @@ func (t *Tracker) Begin(b *pebble.Batch) *TrackerTx {
 	return tx
 }
 
+// maxKeptIdx is the most sessions a tx's index may have held for release to
+// clear and keep it for the next tx.
+const maxKeptIdx = 1 << 13
+
 // release hands the tx's buffers back for reuse; the tx cannot touch them
 // again because every method checks done first.
 func (tx *TrackerTx) release() {
 	if tx.idx != nil {
-		clear(tx.idx)
-		buf := &txBuf{idx: tx.idx, ents: tx.ents[:0], dirty: tx.dirty[:0], ckpt: tx.ckpt[:0], lbuf: tx.lbuf[:0]}
+		idx := tx.idx
+		if len(idx) > maxKeptIdx {
+			// Clearing a Go map costs the capacity it grew to; after one
+			// huge batch every later tx would pay it. Let the next tx
+			// grow a map of its own size.
+			idx = nil
+		} else {
+			clear(idx)
+		}
+		buf := &txBuf{idx: idx, ents: tx.ents[:0], dirty: tx.dirty[:0], ckpt: tx.ckpt[:0], lbuf: tx.lbuf[:0]}
 		tx.t.spare.Store(buf)
 	}
 	tx.txBuf = txBuf{}
@@ -345,19 +359,24 @@ type txEntry struct {
 	exists bool // a row exists in the tx's view (false: never seen or collected in this tx)
 	state  uint8
 
+	// carries: how often rec was logged again unchanged (carried forward)
+	// since it last changed; 0 once the tx changes it.
+	carries uint8
+
 	// What Commit publishes: the state last written to the batch.
-	written   bool
-	pubExists bool   // false: the row was deleted (garbage collection)
-	pubRow    bool   // written as the session's row; else logged in delta pubSeq
-	pubSeq    uint64 //
-	pub       record
+	written    bool
+	pubExists  bool   // false: the row was deleted (garbage collection)
+	pubRow     bool   // written as the session's row; else logged in delta pubSeq
+	pubSeq     uint64 //
+	pubCarries uint8  //
+	pub        record
 }
 
 // wrote records that e's current state went into the batch: as its row, or
 // in delta seq.
 func (e *txEntry) wrote(row bool, seq uint64) {
 	e.state, e.written = entWritten, true
-	e.pubExists, e.pubRow, e.pubSeq, e.pub = e.exists, row, seq, e.rec
+	e.pubExists, e.pubRow, e.pubSeq, e.pubCarries, e.pub = e.exists, row, seq, e.carries, e.rec
 }
 
 // TrackerTx is the Tracker's view of one Pebble batch. Not safe for concurrent
@@ -552,7 +571,7 @@ func (tx *TrackerTx) put(e *txEntry, ts int64) {
 	if e.state != entDirty {
 		tx.dirty = append(tx.dirty, tx.idx[e.id])
 	}
-	e.state = entDirty
+	e.state, e.carries = entDirty, 0
 	if ts > tx.clock {
 		tx.clock = ts
 	}
@@ -633,9 +652,9 @@ func (tx *TrackerTx) Flush() error {
 		return ErrNilBatch
 	}
 	logging := tx.t.opts.LogBatches > 0
+	v := appendLogHeader(tx.lbuf, tx.clock)
 	if len(tx.dirty) > 0 {
 		seq := tx.logNext
-		v := append(tx.lbuf[:0], formatVersion)
 		for _, i := range tx.dirty {
 			e := &tx.ents[i]
 			if !logging {
@@ -645,19 +664,25 @@ func (tx *TrackerTx) Flush() error {
 				e.wrote(true, 0)
 				continue
 			}
-			v = appendLogEntry(v, &e.id, e.rec, e.exists)
-			e.wrote(false, seq)
-		}
-		tx.lbuf = v
-		if len(v) > 1 {
-			if err := tx.writeDelta(v); err != nil {
+			var err error
+			if v, err = appendLogEntry(v, &e.id, e.rec, e.exists); err != nil {
 				return err
 			}
+			e.wrote(false, seq)
 		}
 	}
 	tx.dirty = tx.dirty[:0]
-	if err := tx.checkpoint(); err != nil {
+	// The delta is written after checkpoint, which may carry old logged
+	// sessions forward into it.
+	v, err := tx.checkpoint(v)
+	tx.lbuf = v
+	if err != nil {
 		return err
+	}
+	if len(v) > logHeaderLen {
+		if err := tx.writeDelta(v); err != nil {
+			return err
+		}
 	}
 	if tx.clock > tx.t.clock.Load() && tx.clock != tx.flushedClock {
 		var cb [clockValLen]byte
@@ -679,20 +704,37 @@ func (tx *TrackerTx) writeDelta(v []byte) error {
 	return nil
 }
 
-// checkpoint rewrites as rows the committed logged sessions whose change is
+// maxCarries is how often an unchanged logged session is carried forward
+// (logged again in a newer delta) before checkpoint writes its row instead.
+const maxCarries = 2
+
+// checkpoint retires the committed logged sessions whose change is
 // LogBatches deltas old (all of them with the log off), oldest first, and
 // more while over LogSessions, then deletes the deltas older than every
 // change still needed. A session this tx wrote is skipped: the tx's own
 // write supersedes its logged change.
-func (tx *TrackerTx) checkpoint() error {
+//
+// v is the delta this Flush is about to write (its version byte and this
+// tx's changes; empty when it writes none). An old session is carried
+// forward — its committed record appended to v, superseding its old entry —
+// while it was carried fewer than maxCarries times and the log is within
+// LogSessions: a few bytes in a value the batch writes anyway, where a row
+// is a Pebble key of its own (insert, flush, compactions). Otherwise, or
+// when this Flush writes no delta, its row is rewritten.
+func (tx *TrackerTx) checkpoint(v []byte) ([]byte, error) {
 	c, o := tx.t.cache, tx.t.opts
 	if tx.ckptAt == ckptNotStarted {
 		tx.ckptAt = c.oldestDirty()
 	}
+	delta := len(v) > logHeaderLen // this Flush writes delta tx.logNext
 	newest := tx.logNext - 1
+	if delta {
+		newest = tx.logNext
+	}
 	for i := tx.ckptAt; i != nilIdx; i = tx.ckptAt {
 		old := o.LogBatches <= 0 || c.logSeq[i]+uint64(o.LogBatches) <= newest
-		if !old && c.dirtyLen()-len(tx.ckpt) <= o.LogSessions {
+		over := c.dirtyLen()-len(tx.ckpt) > o.LogSessions
+		if !old && !over {
 			break
 		}
 		tx.ckptAt = c.nextDirty(i)
@@ -700,9 +742,25 @@ func (tx *TrackerTx) checkpoint() error {
 		if tx.superseded(&id) {
 			continue
 		}
+		if delta && !over && c.carried(i) < maxCarries {
+			j, seen := tx.idx[id]
+			if !seen {
+				r, _ := c.peek(&id)
+				j = tx.add(txEntry{id: id, rec: r, exists: true})
+			}
+			// Not superseded, so the tx holds id's committed record.
+			e := &tx.ents[j]
+			e.carries = c.carried(i) + 1
+			var err error
+			if v, err = appendLogEntry(v, &id, e.rec, true); err != nil {
+				return v, err
+			}
+			e.wrote(false, tx.logNext)
+			continue
+		}
 		r, _ := c.peek(&id)
 		if err := tx.b.Set(hwmKey(&tx.kbuf, id), encodeRecord(&tx.vbuf, r), nil); err != nil {
-			return err
+			return v, err
 		}
 		tx.ckpt = append(tx.ckpt, id)
 	}
@@ -719,10 +777,10 @@ func (tx *TrackerTx) checkpoint() error {
 	var kb [logKeyLen]byte
 	for ; tx.logFirst < keep; tx.logFirst++ {
 		if err := tx.b.Delete(logKey(&kb, tx.logFirst), nil); err != nil {
-			return err
+			return v, err
 		}
 	}
-	return nil
+	return v, nil
 }
 
 // superseded reports whether this tx wrote a state of the session to the
@@ -744,9 +802,17 @@ func (tx *TrackerTx) Commit() {
 	c := t.cache
 	// The tx's deltas are published in delta order, so the cache's list of
 	// logged sessions stays ordered by delta (checkpoint relies on it).
+	// Within a delta, sessions carried forward (unchanged, so older) go
+	// before the tx's own changes: the list then stays about ordered by
+	// last activity too, which CollectGarbage's walk of it relies on.
 	pub := tx.dirty[:0] // Flush emptied it; reuse as scratch
 	for i := range tx.ents {
-		if tx.ents[i].written {
+		if e := &tx.ents[i]; e.written && e.pubCarries > 0 && !e.pubRow {
+			pub = append(pub, int32(i))
+		}
+	}
+	for i := range tx.ents {
+		if e := &tx.ents[i]; e.written && (e.pubCarries == 0 || e.pubRow) {
 			pub = append(pub, int32(i))
 		}
 	}
@@ -765,7 +831,7 @@ func (tx *TrackerTx) Commit() {
 		case e.pubRow:
 			c.put(&e.id, e.pub)
 		default:
-			c.putDirty(&e.id, e.pub, e.pubSeq)
+			c.putDirty(&e.id, e.pub, e.pubSeq, e.pubCarries)
 		}
 	}
 	c.mu.Unlock()
@@ -913,10 +979,10 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	// An older delta may still hold a collected session's last change:
 	// a tombstone delta keeps the replay at open from bringing it back.
 	if len(collected) > 0 && (tx.t.opts.LogBatches > 0 || tx.logFirst < tx.logNext) {
-		v := append(tx.lbuf[:0], formatVersion)
+		v := appendLogHeader(tx.lbuf, tx.clock)
 		for _, i := range collected {
 			e := &tx.ents[i]
-			v = appendLogEntry(v, &e.id, record{}, false)
+			v, _ = appendLogEntry(v, &e.id, record{}, false) // a tombstone never fails
 			e.wrote(false, tx.logNext)
 		}
 		tx.lbuf = v

@@ -13,14 +13,14 @@ import (
 
 const hour = int64(time.Hour)
 
-func openDB(t *testing.T, fs vfs.FS) *pebble.DB {
+func openDB(t testing.TB, fs vfs.FS) *pebble.DB {
 	t.Helper()
 	db, err := pebble.Open("db", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest})
 	require.NoError(t, err)
 	return db
 }
 
-func memDB(t *testing.T) *pebble.DB {
+func memDB(t testing.TB) *pebble.DB {
 	db := openDB(t, vfs.NewMem())
 	t.Cleanup(func() { db.Close() })
 	return db
@@ -260,12 +260,13 @@ func testManyEventsOfOneSessionInOneTx(t *testing.T, opts *TrackerOptions) {
 	require.Equal(t, base+5, tx.Clock(), "tx sees its pending clock")
 	require.Equal(t, base+3, tr.Clock())
 
-	// one Set per session per flush (+ clock); with the log one delta (+
-	// clock), c's row (checkpointed: logged one delta ago; a's logged change
-	// is superseded by this tx) and the deletion of the delta that held them
+	// one Set per session per flush (+ clock); with the log one delta
+	// holding a and c (c, logged one delta ago, is carried forward into it
+	// instead of rewriting its row; a's logged change is superseded by this
+	// tx) (+ clock) and the deletion of the delta that held them
 	want := uint32(2)
 	if opts.LogBatches > 0 {
-		want = 4
+		want = 3
 	}
 	require.NoError(t, tx.Flush())
 	require.Equal(t, want, b.Count())
@@ -651,4 +652,49 @@ func TestIDs(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadID, bad)
 	}
 	require.Equal(t, "000102030405060708090a0b0c0d0e0f", ID{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}.String())
+}
+
+// An unchanged logged session is carried forward into newer deltas
+// maxCarries times, then checkpointed as its row; a change resets the
+// count. Every step survives a reopen (the replay sees the carried entry).
+func TestLogCarriesForwardThenCheckpoints(t *testing.T) {
+	fs := vfs.NewMem()
+	db := openDB(t, fs)
+	opts := &TrackerOptions{LogBatches: 1}
+	tr := openTracker(t, db, opts)
+	x, y := NewID(), NewID()
+	base := 100 * hour
+	applyBatch(t, db, tr, ev{x, 1, base})
+	step := func(seq SeqNo) {
+		applyBatch(t, db, tr, ev{y, seq, base + int64(seq)})
+	}
+	for n := 1; n <= maxCarries; n++ {
+		step(SeqNo(n))
+		_, row := diskRecord(t, db, x)
+		require.False(t, row, "carry %d: x must be carried in the log, not written as a row", n)
+		r, ok := storedRecord(t, db, x)
+		require.True(t, ok)
+		require.Equal(t, record{hwm: 1, lastTS: base}, r)
+	}
+	step(maxCarries + 1)
+	r, row := diskRecord(t, db, x)
+	require.True(t, row, "after %d carries x's row is rewritten", maxCarries)
+	require.Equal(t, record{hwm: 1, lastTS: base}, r)
+
+	// A change resets the count: x is carried again, not rewritten.
+	applyBatch(t, db, tr, ev{x, 2, base + 10})
+	step(maxCarries + 2)
+	r, _ = diskRecord(t, db, x)
+	require.Equal(t, SeqNo(1), r.hwm, "the row is stale; the log holds x's change")
+	requireHWM(t, tr, x, 2, false)
+
+	// A reopen replays the carried entries: nothing is lost, nothing older
+	// comes back, and the log holds at most LogBatches+1 deltas.
+	require.NoError(t, db.Close())
+	db = openDB(t, fs)
+	defer db.Close()
+	tr = openTracker(t, db, opts)
+	requireHWM(t, tr, x, 2, false)
+	requireHWM(t, tr, y, maxCarries+2, false)
+	require.LessOrEqual(t, tr.logNext-tr.logFirst, uint64(opts.LogBatches+1))
 }

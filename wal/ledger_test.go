@@ -3,7 +3,6 @@ package wal
 import (
 	"bytes"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // ledgerRecords covers every record kind with edge values.
@@ -151,20 +151,8 @@ func keyedLedgerEvents() []Event {
 // readGolden reads (or, with ONCEWAL_UPDATE_GOLDEN=1, first writes) a hex
 // golden file.
 func readGolden(t *testing.T, name string, buf []byte) []byte {
-	path := filepath.Join("testdata", name)
-	if buf != nil && os.Getenv("ONCEWAL_UPDATE_GOLDEN") == "1" {
-		var sb strings.Builder
-		for off := 0; off < len(buf); off += 32 {
-			sb.WriteString(hex.EncodeToString(buf[off:min(off+32, len(buf))]))
-			sb.WriteByte('\n')
-		}
-		require.NoError(t, os.WriteFile(path, []byte(sb.String()), 0o644))
-	}
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	want, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(raw)), "\n", ""))
-	require.NoError(t, err)
-	return want
+	t.Helper()
+	return testutil.ReadGolden(t, filepath.Join("testdata", name), buf)
 }
 
 // TestGoldenLedgerBatchKeyed: a batch logged before ledger records lost their
