@@ -52,15 +52,15 @@ type ReceiverOptions struct {
 	// Ack.FollowerID and ValidFollowerID). Default "" (anonymous).
 	FollowerID string
 	// NoSync commits batches without waiting for fsync. Default false: every
-	// batch that changes state (or raises the epoch) is synced before it is
-	// acknowledged. A batch whose events were all discarded changes only the
-	// position and is committed without fsync: a crash may lose that position
-	// advance, after which the follower reports the lower position in its
-	// handshake and the batch is redelivered and discarded again. With
-	// NoSync an ack may cover any batch a power failure loses; the follower
-	// then reports its real position at the next handshake and the leader
-	// resends, so exactly-once still holds, but the ack no longer proves
-	// durability.
+	// batch is synced before it is acknowledged, also one whose events were
+	// all discarded (it changes only the position): the leader deletes its
+	// log up to an acknowledged position (replication slots), so that
+	// position must survive a crash. With NoSync an ack may cover any batch
+	// a power failure loses; the follower then reports its real position at
+	// the next handshake and the leader resends, so exactly-once still
+	// holds, but the ack no longer proves durability: if the leader's
+	// retention deleted what the follower now needs, it is refused (behind
+	// retention) until it is rebuilt.
 	NoSync bool
 	// GCEvery runs session garbage collection (see session.Tracker) inside
 	// every GCEvery-th committed batch. Default 64; negative disables.
@@ -679,10 +679,12 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	if err := r.stageMeta(b, p.h.LastLSN(), p.epoch, p.last); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: metadata: %w", ErrStaging, err)), false
 	}
-	// A batch that changed nothing but the position need not wait for fsync:
-	// if a crash loses it, the batch is redelivered and discarded again. A
-	// raised epoch is always synced: the fence it sets must survive a crash.
-	p.syncing = !r.opts.NoSync && (len(p.keep) > 0 || p.advanced || p.epoch != r.epoch)
+	// Every batch is synced before its ack, also one that changed nothing
+	// but the position (all its events discarded): the ack tells the leader
+	// it may delete the log up to that position (its replication slot), so
+	// a crash must not lose it — the follower would come back needing a
+	// batch the leader no longer holds.
+	p.syncing = !r.opts.NoSync
 	p.started = time.Now()
 	if err := startCommit(r.db, b, p.syncing); err != nil {
 		r.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)

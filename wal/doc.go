@@ -220,7 +220,8 @@
 // reading a segment that is deleted under it keeps reading that segment (an
 // open file stays readable on Unix) and continues into the next one if it is
 // still there; a Reader that must open a deleted segment returns
-// ErrCompacted.
+// ErrCompacted. OpenReader does not fail when DeleteBelow deletes segments
+// it listed before it could check them: they are compacted, like any other.
 //
 // A batch's identity is its Header: the header CRC (Header.HeaderCRC)
 // covers shard, epoch, LSNs, count, length and body CRC. Reader.BatchEndingAt

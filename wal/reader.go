@@ -37,7 +37,10 @@ type Reader struct {
 // of every segment of the shard decodes, carries the shard
 // (ErrShardMismatch) and starts at the LSN in the segment's name. Defects
 // further into a segment surface from Next. Only the last segment may be
-// shorter than a header (a Writer may be creating it).
+// shorter than a header (a Writer may be creating it). A segment that
+// retention deletes during the validation is skipped, not an error: a
+// reader of later LSNs (a leader checking a follower's hello, a stream)
+// must not fail because the log's start moved meanwhile.
 func OpenReader(dir string, shard uint32) (*Reader, error) {
 	return OpenReaderFS(vfs.Default, dir, shard)
 }
@@ -52,7 +55,13 @@ func OpenReaderFS(fs vfs.FS, dir string, shard uint32) (*Reader, error) {
 		return nil, err
 	}
 	for i, seg := range segs {
-		if err := checkSegmentStart(fs, dir, seg, shard, i == len(segs)-1); err != nil {
+		err := checkSegmentStart(fs, dir, seg, shard, i == len(segs)-1)
+		if errors.Is(err, os.ErrNotExist) {
+			// Retention (Writer.DeleteBelow) deleted it since the listing:
+			// it is compacted, as Seek and Next report if asked for it.
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -247,3 +247,53 @@ func TestBatchEndingAt(t *testing.T) {
 	require.Equal(t, hs[i], h)
 	require.False(t, errors.Is(err, ErrCompacted))
 }
+
+// listThenDeleteFS runs deleted once, right after its next listing of the
+// directory: retention deleting segments between a reader's listing and
+// its opening them.
+type listThenDeleteFS struct {
+	vfs.FS
+	deleted func()
+}
+
+func (fs *listThenDeleteFS) List(dir string) ([]string, error) {
+	names, err := fs.FS.List(dir)
+	if f := fs.deleted; f != nil && err == nil {
+		fs.deleted = nil
+		f()
+	}
+	return names, err
+}
+
+// TestOpenReaderRacingDeleteBelow: segments retention deletes after
+// OpenReader listed them and before it checked them do not fail the open;
+// the reader serves every LSN still retained and reports the deleted ones
+// as compacted. (Found by the multi-follower simulation: a leader refused a
+// follower's hello, "checking the hello against the log at LSN 32: open
+// …/0000000001-00000000000000000005.wal: file does not exist", because
+// retention deleted the log's oldest segment, far below LSN 32, while the
+// hello check opened its reader.)
+func TestOpenReaderRacingDeleteBelow(t *testing.T) {
+	dir := t.TempDir()
+	w, hs := buildSegments(t, dir, 60)
+	defer w.Close()
+	segs, err := listSegments(vfs.Default, dir, 1)
+	require.NoError(t, err)
+	require.Greater(t, len(segs), 4)
+	fs := &listThenDeleteFS{FS: vfs.Default, deleted: func() {
+		n, err := w.DeleteBelow(segs[3].first)
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+	}}
+	r, err := OpenReaderFS(fs, dir, 1)
+	require.NoError(t, err, "a segment deleted during the open")
+	defer r.Close()
+	require.Nil(t, fs.deleted, "the deletion ran inside the open")
+
+	last := hs[len(hs)-1]
+	require.NoError(t, r.Seek(last.FirstLSN))
+	h, _, err := r.Next()
+	require.NoError(t, err)
+	require.Equal(t, last.FirstLSN, h.FirstLSN)
+	require.ErrorIs(t, r.Seek(1), ErrCompacted)
+}
