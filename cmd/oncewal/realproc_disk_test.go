@@ -3,12 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,27 +45,19 @@ func TestRealProcessesFullDisk(t *testing.T) {
 	if os.Getenv("ONCEWAL_LONG") == "" {
 		t.Skip("real processes on full disks: ONCEWAL_LONG=1")
 	}
-	dir := t.TempDir()
+	rp := newRealProcs(t)
+	dir, bin := rp.dir, rp.bin
 	growLeader := tinyDisk(t, filepath.Join(dir, "ldisk"), 16<<20)
 	growFollower := tinyDisk(t, filepath.Join(dir, "fdisk"), 1<<30)
-	bin := filepath.Join(dir, "oncewal")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	run := func(args ...string) string {
 		t.Helper()
-		var o, e strings.Builder
-		c := exec.Command(bin, args...)
-		c.Stdout, c.Stderr = &o, &e
-		if err := c.Run(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, e.String())
+		o, e, err := rp.run(args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, e)
 		}
-		return o.String()
+		return o
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", rp.port)
 
 	const minFree = 4 << 20
 	leaderDir := filepath.Join(dir, "ldisk", "leader")
@@ -83,23 +72,7 @@ func TestRealProcessesFullDisk(t *testing.T) {
 	fl := &proc{name: "f1", log: filepath.Join(dir, "f1.log"), args: []string{"follower", "--dir", followerDir,
 		"--id", "f1", "--leader", addr, "--insecure", "--stats-interval", "200ms", "--min-free-bytes", fmt.Sprint(minFree)}}
 	all := []*proc{ld, fl}
-	t.Cleanup(func() {
-		for _, p := range all {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(syscall.SIGKILL)
-				<-p.done
-			}
-		}
-		if t.Failed() {
-			for _, p := range all {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 20000 {
-					b = b[len(b)-20000:]
-				}
-				t.Logf("--- %s (tail):\n%s", p.name, b)
-			}
-		}
-	})
+	reapProcs(t, all)
 	alive := func() {
 		t.Helper()
 		for _, p := range all {
@@ -123,14 +96,7 @@ func TestRealProcessesFullDisk(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	generated := func() uint64 {
-		m := generatedLine.FindAllStringSubmatch(readFile(t, ld.log), -1)
-		if len(m) == 0 {
-			return 0
-		}
-		v, _ := strconv.ParseUint(m[len(m)-1][1], 10, 64)
-		return v
-	}
+	generated := func() uint64 { return lastInt(readFile(t, ld.log), generatedLine) }
 	used := func(disk string) int64 {
 		var st syscall.Statfs_t
 		must(t, syscall.Statfs(filepath.Join(dir, disk), &st))

@@ -68,6 +68,28 @@ func (p *proc) stop(t *testing.T) error {
 	}
 }
 
+// reapProcs makes the end of the test SIGKILL every process of all still
+// running and, if the test failed, log the tail of each one's output.
+func reapProcs(t *testing.T, all []*proc) {
+	t.Cleanup(func() {
+		for _, p := range all {
+			if p.cmd != nil && p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Signal(syscall.SIGKILL)
+				<-p.done
+			}
+		}
+		if t.Failed() {
+			for _, p := range all {
+				b, _ := os.ReadFile(p.log)
+				if len(b) > 20000 {
+					b = b[len(b)-20000:]
+				}
+				t.Logf("--- %s (tail):\n%s", p.name, b)
+			}
+		}
+	})
+}
+
 // realProcs is the setup of a real-process test: the oncewal binary built
 // into a temporary directory, gencerts' certificates, a free port.
 type realProcs struct {
@@ -155,22 +177,7 @@ func TestRealProcessesKilled(t *testing.T) {
 			"--tls-key", cert(pki.FileFollowerKey), "--stats-interval", "100ms"}}
 	}
 	all := []*proc{ld, fs["f1"], fs["f2"], fs["f3"]}
-	t.Cleanup(func() {
-		for _, p := range all {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			}
-		}
-		if t.Failed() {
-			for _, p := range all {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 20000 {
-					b = b[len(b)-20000:]
-				}
-				t.Logf("--- %s (tail):\n%s", p.name, b)
-			}
-		}
-	})
+	reapProcs(t, all)
 	for _, p := range all {
 		p.start(t, bin)
 	}

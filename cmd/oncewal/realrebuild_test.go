@@ -85,24 +85,8 @@ func TestRealProcessRebuildKilled(t *testing.T) {
 	live := &proc{name: "live", args: followerArgs("live"), log: filepath.Join(dir, "live.log")}
 	late := &proc{name: "late", log: filepath.Join(dir, "late.log")}
 	all := []*proc{ld, live, late}
-	t.Cleanup(func() {
-		for _, p := range all {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(os.Kill)
-				<-p.done
-			}
-		}
-		stopArchive()
-		if t.Failed() {
-			for _, p := range all {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 20000 {
-					b = b[len(b)-20000:]
-				}
-				t.Logf("--- %s (tail):\n%s", p.name, b)
-			}
-		}
-	})
+	t.Cleanup(stopArchive)
+	reapProcs(t, all) // runs first: the processes stop before the archive
 	waitFor := func(what string, limit time.Duration, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(limit)
