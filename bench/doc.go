@@ -21,10 +21,13 @@
 // Workloads also include 100% client retries (Retry: a fresh SeqNo carrying
 // the key of one of the last 50,000 fresh events, caught by the window).
 // These rows apply each batch and wait for its sync before the next, as
-// Receiver.Apply does; ReceiverPipelined applies Fresh and Retry the way a
-// serving follower does (4 batches between Start and Wait), to show how
-// much of a row's wall clock is the fsync wait (not a CLI row: its raw
-// reference would have to be pipelined too).
+// Receiver.Apply does; ReceiverPipelined applies them the way a serving
+// follower does (4 batches between Start and Wait), to show how much of a
+// row's wall clock is the fsync wait. oncewal bench has the pipelined
+// duplicate rows (dup100_pipelined, dup100_window_pipelined: a batch whose
+// events all die is still synced before its ack, so one at a time it waits
+// out an fdatasync per batch); pipelined fresh apply is not a CLI row, as
+// its raw reference would have to be pipelined too.
 //
 // Pipeline (e2e.go): leader WAL → Shipper → in-process transport → follower
 // on a client-request workload (16-byte request IDs as keys, 64-byte

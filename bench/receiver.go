@@ -284,8 +284,8 @@ func Receiver(w Workload) func(b *testing.B) {
 // follower.Serve applies them: each one started (decided, staged, handed to
 // Pebble) without waiting for the previous one's WAL sync, at most depth
 // started and not yet waited for (Serve keeps 4). Every batch is still
-// synced and checked; only the wait moves. Not a row of oncewal bench: it
-// shows how much of Receiver's wall clock per batch is the sync wait.
+// synced and checked; only the wait moves. It shows how much of
+// Receiver's wall clock per batch is the sync wait.
 func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v", w), func(r *rig) error {

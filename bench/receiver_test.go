@@ -17,5 +17,6 @@ func BenchmarkReceiver(b *testing.B) {
 //	go test ./bench -run '^$' -bench ReceiverPipelined -count 3
 func BenchmarkReceiverPipelined(b *testing.B) {
 	b.Run("fresh", ReceiverPipelined(Fresh, 4))
+	b.Run("dup100", ReceiverPipelined(Dup, 4))
 	b.Run("dup100-window", ReceiverPipelined(Retry, 4))
 }
