@@ -32,8 +32,12 @@
 // # The manifest
 //
 // A Manifest names the cut (shard, epoch, applied LSN, the store identity as
-// the donor recorded it) and every file with its size and BLAKE3 sum; its own
-// BLAKE3 over all of that is the snapshot's ID. Fetch checks the manifest
+// the donor recorded it), the Begin that took it (Serial: the donor's random
+// name and a count) and every file with its size and BLAKE3 sum; its own
+// BLAKE3 over all of that is the snapshot's ID. Two cuts of an idle store
+// hold the same bytes, so without the Serial two fetchers beginning at once
+// would share an ID, and one End would release one of their two pins while
+// the other stayed for good. Fetch checks the manifest
 // against what the caller wants (Want) before it writes anything: another
 // shard or identity (ErrMismatch), an older epoch (ErrOlderEpoch), a donor
 // whose cut is below the LSN the caller needs (ErrDonorBehind), a manifest

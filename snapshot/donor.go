@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -87,6 +88,9 @@ type Donor struct {
 	db   *pebble.DB
 	opts DonorOptions
 
+	// name is this Donor's random name, in every Manifest.Serial it seals.
+	name string
+
 	mu    sync.Mutex
 	next  int
 	snaps map[string]*served
@@ -147,7 +151,7 @@ func NewDonor(db *pebble.DB, opts *DonorOptions) (*Donor, error) {
 	if err := wal.MkdirAllSynced(o.FS, o.Dir); err != nil {
 		return nil, fmt.Errorf("snapshot: creating donor directory %s: %w", o.Dir, err)
 	}
-	return &Donor{db: db, opts: o, snaps: map[string]*served{}, pace: pacer{rate: o.RateLimit}}, nil
+	return &Donor{db: db, opts: o, name: rand.Text(), snaps: map[string]*served{}, pace: pacer{rate: o.RateLimit}}, nil
 }
 
 // Begin implements Source: a new checkpoint of the store.
@@ -171,7 +175,8 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 		}
 	}
 	d.next++
-	dir := d.opts.FS.PathJoin(d.opts.Dir, "snap-"+strconv.Itoa(d.next))
+	serial := strconv.Itoa(d.next)
+	dir := d.opts.FS.PathJoin(d.opts.Dir, "snap-"+serial)
 	d.mu.Unlock()
 	for _, s := range stale {
 		d.drop(s)
@@ -193,6 +198,11 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 		release = r
 	}
 	m, err := Create(d.db, d.opts.FS, dir, d.opts.Describe)
+	if err == nil {
+		// The ID is the key of d.snaps: it must name this Begin alone.
+		m.Serial = d.name + "-" + serial
+		m.seal()
+	}
 	if err == nil && m.Cut.Shard != shard {
 		err = fmt.Errorf("%w: donor holds shard %d, asked for shard %d", ErrMismatch, m.Cut.Shard, shard)
 	}

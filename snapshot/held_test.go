@@ -2,6 +2,9 @@ package snapshot_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -105,4 +108,65 @@ func TestLostBeginAnswerReleased(t *testing.T) {
 	require.Zero(t, st.Superseded)
 	require.Eventually(t, func() bool { return idle.Stats().IdledOut == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Zero(t, idle.Serving())
+}
+
+// meetFS holds the checkpoint of first back until the checkpoint of second
+// has begun (its WAL flush is done): the two cuts then hold the same files.
+type meetFS struct {
+	vfs.FS
+	first, second string
+	met           chan struct{}
+}
+
+func (fs *meetFS) MkdirAll(dir string, perm os.FileMode) error {
+	switch dir {
+	case fs.first:
+		<-fs.met
+	case fs.second:
+		close(fs.met)
+	}
+	return fs.FS.MkdirAll(dir, perm)
+}
+
+// TestConcurrentBeginsPinApart: two fetchers begin at once on an idle store
+// (two followers rebuilt from one leader), so both checkpoints hold the
+// same bytes. Each Begin is still its own snapshot with its own ID, and
+// each End releases its own pin: an entry keyed by content alone would let
+// the second Begin overwrite the first and leak the first's pin (the
+// leader's WAL retained for good).
+func TestConcurrentBeginsPinApart(t *testing.T) {
+	fs := &meetFS{FS: vfs.NewMem(), first: "/donor/pins/snap-1", second: "/donor/pins/snap-2", met: make(chan struct{})}
+	fx := newFixture(t, fs, -1)
+	var mu sync.Mutex
+	pins := 0
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: follower.Describe, RateLimit: -1,
+		Pin: func() (func(), error) {
+			mu.Lock()
+			pins++
+			mu.Unlock()
+			return func() { mu.Lock(); pins--; mu.Unlock() }, nil
+		}})
+	require.NoError(t, err)
+	defer d.Close()
+	var ms [2]snapshot.Manifest
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range ms {
+		wg.Go(func() { ms[i], errs[i] = d.BeginFor(context.Background(), 0, "f"+strconv.Itoa(i)) })
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
+	require.Equal(t, ms[0].Files, ms[1].Files, "the test did not make the two cuts alike")
+	require.NotEqual(t, ms[0].ID, ms[1].ID, "two Begins share one ID")
+	st := d.Stats()
+	require.Equal(t, 2, st.Serving)
+	require.Equal(t, uint64(2), st.Begun)
+	for _, m := range ms {
+		require.NoError(t, m.Check())
+		require.NoError(t, d.End(context.Background(), m.ID))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, pins, "a pin outlived its snapshot")
+	require.Zero(t, d.Serving())
 }

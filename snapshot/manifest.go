@@ -55,9 +55,14 @@ type File struct {
 // Manifest names a snapshot: the cut and its files. ID is the BLAKE3 sum of
 // everything else in it, so one value checks the whole snapshot.
 type Manifest struct {
-	ID    string
-	Cut   Cut
-	Files []File
+	ID  string
+	Cut Cut
+	// Serial names the Begin that took the snapshot on its donor (the
+	// donor's random name and a count). Two cuts of an idle store hold the
+	// same bytes; without it two fetchers' Begins would get one ID, and the
+	// donor could neither serve nor release them apart.
+	Serial string
+	Files  []File
 }
 
 // Bytes is the snapshot's size.
