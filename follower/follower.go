@@ -122,7 +122,11 @@ type Options struct {
 	Rebuild RebuildMode
 	// RebuildFrom is the donor a rebuild fetches from: the shard's leader
 	// or another follower (snapshot.Donor in process, or grpctransport's
-	// snapshot client). Required with RebuildAuto.
+	// snapshot client). Required with RebuildAuto. A donor that answers
+	// snapshot.ErrDonorClosed (its leader closed) is asked once, not
+	// retried: after MaxReconnectBackoff the store goes back to the
+	// Dialer, which reaches whichever leader serves now; a new refusal
+	// asks RebuildFrom again.
 	RebuildFrom snapshot.Source
 	// Snapshot configures the rebuild's transfer (chunk size, the RateLimit
 	// throttle, retries). Default: snapshot.Options defaults.

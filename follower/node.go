@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -438,7 +439,11 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 
 // rebuild closes ns's store and replaces it with a snapshot from
 // ns.opts.RebuildFrom (Rebuild), retrying at the longest redial backoff
-// until it succeeds or ctx ends; the old store stays meanwhile.
+// until it succeeds or ctx ends; the old store stays meanwhile. A closed
+// donor (snapshot.ErrDonorClosed) is not asked again: after that backoff
+// the shard goes back to its Dialer, which reaches the current leader (a
+// restarted or a new one, which may no longer refuse it; if it does, the
+// next rebuild asks the donor again), as Run does after a failed rebuild.
 func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
 	log := ns.opts.Logger
 	ns.mu.Lock()
@@ -455,8 +460,13 @@ func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
 				"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
 			return
 		}
-		log.Error("oncewal node: rebuild failed; the old store is kept, retrying", "shard", ns.shard, "err", err)
-		if ctxtime.Sleep(ctx, ns.opts.MaxReconnectBackoff) != nil {
+		closed := errors.Is(err, snapshot.ErrDonorClosed)
+		if closed {
+			log.Error("oncewal node: rebuild failed: the donor is closed; the old store is kept, redialling the leader", "shard", ns.shard, "err", err)
+		} else {
+			log.Error("oncewal node: rebuild failed; the old store is kept, retrying", "shard", ns.shard, "err", err)
+		}
+		if ctxtime.Sleep(ctx, ns.opts.MaxReconnectBackoff) != nil || closed {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package follower_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -492,4 +493,71 @@ func TestCloseDuringRebuild(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a fetch from a closed leader's donor hung")
 	}
+}
+
+// closedDonor is a snapshot.Source whose owner has closed: it refuses every
+// Begin with snapshot.ErrDonorClosed.
+type closedDonor struct{ begins atomic.Int64 }
+
+func (d *closedDonor) Begin(context.Context, uint32) (snapshot.Manifest, error) {
+	d.begins.Add(1)
+	return snapshot.Manifest{}, fmt.Errorf("%w: test", snapshot.ErrDonorClosed)
+}
+
+func (d *closedDonor) Read(context.Context, string, string, int64, []byte) (int, error) {
+	return 0, snapshot.ErrUnknownSnapshot
+}
+
+func (d *closedDonor) End(context.Context, string) error { return nil }
+
+// TestNodeRebuildFromClosedDonorRedials: a shard refused for a rebuild whose
+// donor is closed does not keep asking that donor: it goes back to its
+// Dialer (the store reopened, Reopens counts it), where the current leader
+// — here the same one, which refuses it again — decides whether to rebuild
+// again.
+func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 23, Sessions: 6, Requests: 400, BatchSize: 12})
+	clock := sim.NewClock(w.Options.Start)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	dir := t.TempDir()
+	l, err := leader.Open(dir+"/leader", &leader.Options{
+		Shards: 1, Followers: []string{"gone", "node"}, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: func(uint32) replication.Listener { return tr },
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run(ctx) }()
+	c := sim.NewClient(w, 1, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	require.Greater(t, l.Stats()[0].Retention.FirstLSN, uint64(1))
+	donor := &closedDonor{}
+	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{
+		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
+		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+		Rebuild: follower.RebuildAuto, RebuildFrom: donor,
+	}})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(sctx, func(uint32) replication.Dialer { return tr }) }()
+	require.Eventually(t, func() bool { return n.Stats().Shards[0].Reopens >= 2 }, 20*time.Second, 5*time.Millisecond,
+		"the shard kept asking a closed donor instead of redialling the leader")
+	require.GreaterOrEqual(t, donor.begins.Load(), int64(2))
+	require.Zero(t, n.Stats().Shards[0].Rebuilds)
+	stop()
+	require.NoError(t, <-served)
+	require.NoError(t, n.Close())
+	cancel()
+	<-ran
 }

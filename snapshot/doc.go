@@ -100,6 +100,7 @@
 //     idles out, so the rebuilt store can replicate on from the snapshot's
 //     LSN + 1.
 //  5. A Donor never cuts a closed store: its owner's Hold refuses the Begin
-//     (leader.ErrClosed), and a store closed under it gives an error
-//     wrapping pebble.ErrClosed, not Pebble's panic.
+//     (ErrDonorClosed wrapping leader.ErrClosed), and a store closed under
+//     it gives ErrDonorClosed wrapping pebble.ErrClosed, not Pebble's panic.
+//     Fetch does not retry a closed donor's Begin: it returns at once.
 package snapshot

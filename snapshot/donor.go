@@ -73,7 +73,8 @@ type DonorOptions struct {
 	// its own at its next BeginFor). Default 2 minutes.
 	IdleTimeout time.Duration
 	// Hold, if set, is called before each use of the store (a Begin's cut)
-	// and its release after it; an error refuses the Begin. The owner of
+	// and its release after it; an error refuses the Begin (ErrDonorClosed,
+	// wrapping the error: the owner is closing the store). The owner of
 	// the store holds off its close with it: a leader's Close waits for a
 	// cut in progress, and a Begin after it is refused (leader.ErrClosed)
 	// instead of cutting a closed store.
@@ -185,7 +186,7 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 	if d.opts.Hold != nil {
 		done, err := d.opts.Hold()
 		if err != nil {
-			return Manifest{}, fmt.Errorf("snapshot: donor: %w", err)
+			return Manifest{}, fmt.Errorf("%w: %w", ErrDonorClosed, err)
 		}
 		defer done()
 	}
@@ -327,7 +328,7 @@ func (d *Donor) releaseIdleLocked() {
 // sealed manifest of the checkpoint. The WAL is flushed first so the
 // checkpoint holds every committed batch; a checkpoint is a cut at a batch
 // boundary because every batch is one Pebble commit. A closed db gives an
-// error wrapping pebble.ErrClosed (Pebble panics with it).
+// error wrapping ErrDonorClosed and pebble.ErrClosed (Pebble panics with it).
 func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifest, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -335,7 +336,7 @@ func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifes
 			if !ok || !errors.Is(pe, pebble.ErrClosed) {
 				panic(p)
 			}
-			m, err = Manifest{}, fmt.Errorf("snapshot: checkpoint into %s: %w", dir, pe)
+			m, err = Manifest{}, fmt.Errorf("%w: checkpoint into %s: %w", ErrDonorClosed, dir, pe)
 		}
 	}()
 	if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {

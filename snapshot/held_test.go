@@ -170,3 +170,25 @@ func TestConcurrentBeginsPinApart(t *testing.T) {
 	require.Zero(t, pins, "a pin outlived its snapshot")
 	require.Zero(t, d.Serving())
 }
+
+// TestClosedDonorNotRetried: a donor whose owner closed (DonorOptions.Hold
+// refuses) is a refusal, not a dropped connection: Fetch returns
+// ErrDonorClosed, still wrapping the owner's error, after one Begin instead
+// of retrying it Options.Retries times (about 1.5 s by default) on a donor
+// that will not serve again.
+func TestClosedDonorNotRetried(t *testing.T) {
+	fs := vfs.NewMem()
+	fx := newFixture(t, fs, -1)
+	errOwnerClosed := errors.New("test: owner closed")
+	holds := 0
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/closed", Describe: follower.Describe,
+		Hold: func() (func(), error) { holds++; return nil, errOwnerClosed }})
+	require.NoError(t, err)
+	defer d.Close()
+	_, st, err := snapshot.Fetch(context.Background(), d, fs, target, fx.want(), nil)
+	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.ErrorIs(t, err, errOwnerClosed)
+	require.Equal(t, 1, holds, "Begins asked of a closed donor")
+	require.Zero(t, st.Retries)
+	require.Zero(t, d.Serving())
+}

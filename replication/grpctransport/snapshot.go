@@ -107,6 +107,10 @@ func snapshotStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, snapshot.ErrMismatch):
 		code = codes.FailedPrecondition
+	case errors.Is(err, snapshot.ErrDonorClosed):
+		// Not Unavailable, which a fetch retries: this server's donor
+		// will not serve again.
+		code = codes.Aborted
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		code = codes.Canceled
 	}
@@ -123,6 +127,8 @@ func snapshotError(err error) error {
 		return fmt.Errorf("%w (donor: %s)", snapshot.ErrUnknownSnapshot, st.Message())
 	case codes.FailedPrecondition:
 		return fmt.Errorf("%w (donor: %s)", snapshot.ErrMismatch, st.Message())
+	case codes.Aborted:
+		return fmt.Errorf("%w (donor: %s)", snapshot.ErrDonorClosed, st.Message())
 	}
 	return fmt.Errorf("grpctransport: snapshot: %w", err)
 }

@@ -2,6 +2,7 @@ package grpctransport
 
 import (
 	"context"
+	"errors"
 	"github.com/oncewal/oncewal/internal/pki"
 	"log/slog"
 	"testing"
@@ -44,9 +45,17 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
 	require.NoError(t, err)
 	st, ct := tlsPair(t, certs)
+	// Shard 2's donor is closed: its owner refuses every Begin.
+	errOwnerClosed := errors.New("test: owner closed")
+	closed, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/closed-snapshots", Describe: follower.Describe,
+		Hold: func() (func(), error) { return nil, errOwnerClosed }})
+	require.NoError(t, err)
 	srv, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st, Logger: quiet, Snapshots: func(shard uint32) snapshot.Source {
-		if shard == 0 {
+		switch shard {
+		case 0:
 			return donor
+		case 2:
+			return closed
 		}
 		return nil
 	}})
@@ -93,6 +102,12 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	// Another shard: the server donates none.
 	_, _, err = snapshot.Fetch(ctx, client, fs, "/other", snapshot.Want{Shard: 1}, nil)
 	require.ErrorIs(t, err, snapshot.ErrMismatch)
+
+	// A closed donor crosses the wire as ErrDonorClosed, and the fetch
+	// does not retry its Begin.
+	_, fst, err := snapshot.Fetch(ctx, direct, fs, "/other", snapshot.Want{Shard: 2}, nil)
+	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.Zero(t, fst.Retries, "the fetch retried a closed donor's Begin")
 
 	// A client the server does not trust.
 	other, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
