@@ -300,6 +300,10 @@
 //  4. In-memory HWMs, window, position and epoch change only after that batch
 //     reached the store; the reported position and the acks only after it is
 //     synced (replication's invariant 2 states this for the pipeline).
+//  5. A batch from an epoch below the highest committed one is refused before
+//     it touches anything.
+//  6. (Node) A shard's batches touch only that shard's store; a batch for a
+//     shard the node does not serve touches none.
 //
 // # Pipeline
 //
@@ -313,8 +317,4 @@
 // Follower.Start. TestCrashSweepPipelined crashes at every WAL write and sync
 // with batches in every stage and checks that recovery keeps every
 // acknowledged LSN and ends in the oracle's state.
-//  5. A batch from an epoch below the highest committed one is refused before
-//     it touches anything.
-//  6. (Node) A shard's batches touch only that shard's store; a batch for a
-//     shard the node does not serve touches none.
 package follower
