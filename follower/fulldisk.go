@@ -23,11 +23,6 @@ import (
 // next Open like a crashed one.
 var ErrStoreStalled = errors.New("follower: store writes stalled")
 
-// closeGiveUp is the background errors in a row Close waits through before
-// it gives up on a flush and close that cannot finish (as openGiveUp for an
-// open).
-const closeGiveUp = openGiveUp
-
 // stallGuard keeps a follower responsive while Pebble stalls its writes.
 // serveConn starts each batch on its own goroutine (start) and stops
 // waiting for it when its ctx ends; the abandoned Start goes on in the
@@ -108,11 +103,12 @@ func (f *Follower) waitStalled(ctx context.Context) bool {
 }
 
 // closeStore flushes (with flush) and closes the Pebble store on its own
-// goroutine, after any abandoned Start, and waits for it or for
-// closeGiveUp background errors in a row: then it returns ErrStoreStalled
-// and the close goes on in the background.
+// goroutine, after any abandoned Start, and waits for it as an open is
+// waited for (storeEvents.waitOut): after openGiveUp background errors it
+// returns ErrStoreStalled and the close goes on in the background.
 func (f *Follower) closeStore(flush bool) error {
-	errc := make(chan error, 1)
+	done := make(chan struct{})
+	var err error // set before done is closed
 	f.stall.mu.Lock()
 	abandoned := f.stall.abandoned
 	f.stall.mu.Unlock()
@@ -129,19 +125,14 @@ func (f *Follower) closeStore(flush bool) error {
 		if err := guard(f.db.Close); err != nil {
 			errs = append(errs, err)
 		}
-		errc <- errors.Join(errs...)
+		err = errors.Join(errs...)
+		close(done)
 	}()
-	for failures := 0; ; {
-		select {
-		case err := <-errc:
-			return err
-		case <-f.events.nextFailure():
-			if failures++; failures >= closeGiveUp {
-				return fmt.Errorf("%w: %s: Pebble cannot flush (%d background errors; the store closes itself if a retry succeeds, else at process exit; acknowledged batches are durable): %w",
-					ErrStoreStalled, f.dir, f.events.count.Load(), f.events.lastErr())
-			}
-		}
+	if f.events.waitOut(done, nil, nil) {
+		return err
 	}
+	return fmt.Errorf("%w: %s: Pebble cannot flush (%d background errors; the store closes itself if a retry succeeds, else at process exit; acknowledged batches are durable): %w",
+		ErrStoreStalled, f.dir, f.events.count.Load(), f.events.lastErr())
 }
 
 // flushOnClose reports whether Close should flush the memtable, so that the

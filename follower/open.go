@@ -189,6 +189,29 @@ func (e *storeEvents) nextFailure() <-chan struct{} {
 	return e.failed
 }
 
+// waitOut waits until done is closed (true), or until openGiveUp
+// background errors have come while it waited, or dead or cancel is closed
+// (false; a nil channel never is): how Open and Close wait for a Pebble call
+// that a failing flush can hold back for ever. A failed flush can succeed
+// when Pebble retries it (the failed attempt's partial file is deleted,
+// freeing its space), so one failure is not enough to give up.
+func (e *storeEvents) waitOut(done, dead, cancel <-chan struct{}) bool {
+	for failures := 0; ; {
+		select {
+		case <-done:
+			return true
+		case <-e.nextFailure():
+			if failures++; failures >= openGiveUp {
+				return false
+			}
+		case <-dead:
+			return false
+		case <-cancel:
+			return false
+		}
+	}
+}
+
 // lastErr is the latest background error.
 func (e *storeEvents) lastErr() error {
 	e.mu.Lock()
@@ -294,25 +317,9 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 		opens.mu.Unlock()
 	}
 
-	// A failed flush can succeed when Pebble retries it (the failed
-	// attempt's partial file is deleted, freeing its space), so the open is
-	// given up only after openGiveUp failures in a row while this caller
-	// waits.
-wait:
-	for failures := 0; ; {
-		select {
-		case <-p.done:
-			break wait
-		case <-p.ev.nextFailure():
-			if failures++; failures >= openGiveUp {
-				break wait
-			}
-		case <-p.ev.dead:
-			break wait
-		case <-ctx.Done():
-			break wait
-		}
-	}
+	// Whatever ended the wait, the open may have completed meanwhile: that
+	// is read under opens.mu below.
+	p.ev.waitOut(p.done, p.ev.dead, ctx.Done())
 	opens.mu.Lock()
 	p.waiters--
 	select {
