@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/diskguard"
+	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/snapshot"
@@ -248,15 +249,10 @@ type Follower struct {
 	ledger  *idempotency.LedgerTable
 	recv    *replication.Receiver
 
-	ctx    context.Context // cancelled by Close; parents every Serve
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // running Serves
-
-	// life orders Apply and the start of Serve against stop (Close, Kill,
-	// Promote): they hold it shared; stop takes it exclusively to set
-	// stopped, so after stop no Apply is in flight and no Serve can start.
-	life    sync.RWMutex
-	stopped bool
+	// life orders Apply (a hold) and Serve (a run) against stop (Close,
+	// Kill, Promote): after stop no Apply is in flight, every Serve has
+	// returned and neither can start.
+	life *lifegate.Gate
 
 	stall stallGuard
 	disk  *diskguard.Guard // MinFreeBytes
@@ -418,7 +414,7 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 	if err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
 	}
-	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.life = lifegate.New()
 	f.disk = diskguard.New(o.FS, dir, o.MinFreeBytes)
 	lsn, epoch := f.recv.Position()
 	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
@@ -437,11 +433,11 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 // pipeline batches call it, then Wait for each Pending in order and send
 // its ack. Wait for every Pending before Close.
 func (f *Follower) Start(batch []byte) *replication.Pending {
-	f.life.RLock()
-	defer f.life.RUnlock()
-	if f.stopped {
+	release, ok := f.life.Hold()
+	if !ok {
 		return replication.Refused(f.recv.Hello(), ErrFollowerClosed)
 	}
+	defer release()
 	if err := f.checkDisk(); err != nil {
 		return replication.Refused(f.recv.Hello(), err)
 	}
@@ -451,15 +447,7 @@ func (f *Follower) Start(batch []byte) *replication.Pending {
 // stop cancels every Serve, waits for in-flight Applies, forbids new ones and
 // new Serves, and waits for the Serves to return. It reports false if the
 // follower was already stopped.
-func (f *Follower) stop() bool {
-	f.cancel()
-	f.life.Lock()
-	already := f.stopped
-	f.stopped = true
-	f.life.Unlock()
-	f.wg.Wait()
-	return !already
-}
+func (f *Follower) stop() bool { return f.life.Close() }
 
 // Serve connects through d and applies what the leader ships until ctx ends,
 // Close is called, or the store fails (replication.ErrStoreFailed, after
@@ -475,23 +463,11 @@ func (f *Follower) stop() bool {
 // when stopped by ctx or Close, and ErrPermanentRefusal at a refusal no
 // retry can fix when Options.StopOnPermanentRefusal is set.
 func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
-	f.life.RLock()
-	if f.stopped {
-		f.life.RUnlock()
+	ctx, done, ok := f.life.Enter(ctx)
+	if !ok {
 		return ErrFollowerClosed
 	}
-	f.wg.Add(1)
-	f.life.RUnlock()
-	defer f.wg.Done()
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-f.ctx.Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	defer done()
 
 	log := f.opts.Logger
 	backoff := newRedialBackoff(&f.opts)

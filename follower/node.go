@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
@@ -122,14 +123,10 @@ type Node struct {
 	corrupt    atomic.Uint64 // batches whose header did not decode
 
 	serving atomic.Bool
-	ctx     context.Context // cancelled by Close/Kill
-	cancel  context.CancelFunc
-	// life orders Serve's wg.Add before shutdown's wg.Wait: a Serve that
-	// starts as the node closes either returns ErrFollowerClosed or is waited for,
+	// life orders Serve (a run) against shutdown: a Serve that starts as
+	// the node closes either returns ErrFollowerClosed or is waited for,
 	// never runs on closed stores.
-	life   sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	life *lifegate.Gate
 
 	closeOnce sync.Once
 	closeErr  error
@@ -236,7 +233,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 		}
 		return nil, err
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.life = lifegate.New()
 	return n, nil
 }
 
@@ -353,7 +350,7 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // (NodeOptions.ReopenBackoff) until the store opens, then resumes serving it
 // from its durable position. The other shards are not touched.
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
-	if n.ctx.Err() != nil {
+	if n.life.Context().Err() != nil {
 		return ErrFollowerClosed
 	}
 	if dial == nil {
@@ -363,23 +360,11 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 		return ErrNodeServing
 	}
 	defer n.serving.Store(false)
-	n.life.Lock()
-	if n.closed {
-		n.life.Unlock()
+	ctx, done, ok := n.life.Enter(ctx)
+	if !ok {
 		return ErrFollowerClosed
 	}
-	n.wg.Add(1)
-	n.life.Unlock()
-	defer n.wg.Done()
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-n.ctx.Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	defer done()
 	var wg sync.WaitGroup
 	errs := make([]error, len(n.shards))
 	for i, ns := range n.shards {
@@ -588,11 +573,7 @@ func (n *Node) Kill() error { return n.shutdown(false) }
 
 func (n *Node) shutdown(clean bool) error {
 	n.closeOnce.Do(func() {
-		n.life.Lock()
-		n.closed = true
-		n.life.Unlock()
-		n.cancel()
-		n.wg.Wait()
+		n.life.Close()
 		errs := make([]error, len(n.shards))
 		var wg sync.WaitGroup
 		for i, ns := range n.shards {

@@ -1,7 +1,6 @@
 package leader
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -192,14 +192,9 @@ type Leader struct {
 	lock   io.Closer
 
 	// life orders every use of the shard stores outside their logs —
-	// retention passes, slot writes, donors' cuts — and the start of Run
-	// against Close: they hold it shared (hold); Close takes it exclusively
-	// to set closed, so that after it none is in flight and none starts.
-	life   sync.RWMutex
-	closed bool
-	ctx    context.Context // cancelled by Close: stops every Run and WaitAcked
-	cancel context.CancelFunc
-	runs   sync.WaitGroup // Runs in progress
+	// retention passes, slot writes, donors' cuts (hold) — and every Run
+	// against Close; its Context stops every WaitAcked.
+	life *lifegate.Gate
 
 	closeOnce sync.Once
 	closeErr  error
@@ -248,7 +243,7 @@ func Open(dir string, opts *Options) (*Leader, error) {
 		return nil, err
 	}
 	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.life = lifegate.New()
 	for s := range uint32(o.Shards) {
 		sh, err := l.openShard(s)
 		if err != nil {
@@ -470,12 +465,11 @@ func (s *Shard) Log() *replication.LedgerLog { return s.log }
 // Close it returns ErrClosed. Holds do not nest: a waiting Close would
 // deadlock a second one.
 func (l *Leader) hold() (release func(), err error) {
-	l.life.RLock()
-	if l.closed {
-		l.life.RUnlock()
+	release, ok := l.life.Hold()
+	if !ok {
 		return nil, ErrClosed
 	}
-	return l.life.RUnlock, nil
+	return release, nil
 }
 
 // Close stops every Run and WaitAcked (Run returns nil, WaitAcked
@@ -485,11 +479,7 @@ func (l *Leader) hold() (release func(), err error) {
 // and the ledger their log's closed errors). Idempotent.
 func (l *Leader) Close() error {
 	l.closeOnce.Do(func() {
-		l.cancel()
-		l.life.Lock()
-		l.closed = true
-		l.life.Unlock()
-		l.runs.Wait()
+		l.life.Close()
 		var errs []error
 		for _, sh := range l.shards {
 			if err := sh.log.Close(); err != nil {

@@ -139,17 +139,11 @@ func (l *Leader) Run(ctx context.Context) error {
 	if l.opts.Listener == nil {
 		return ErrNotShipping
 	}
-	l.life.RLock()
-	if l.closed {
-		l.life.RUnlock()
+	ctx, done, ok := l.life.Enter(ctx)
+	if !ok {
 		return ErrClosed
 	}
-	l.runs.Add(1)
-	l.life.RUnlock()
-	defer l.runs.Done()
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	defer context.AfterFunc(l.ctx, stop)()
+	defer done()
 	errs := make([]error, len(l.shards))
 	var wg sync.WaitGroup
 	for i, s := range l.shards {
@@ -328,14 +322,15 @@ func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.Ac
 	if s.ship == nil {
 		return ErrNotShipping
 	}
-	if s.l.ctx.Err() != nil {
+	closing := s.l.life.Context()
+	if closing.Err() != nil {
 		return ErrClosed
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	defer context.AfterFunc(s.l.ctx, stop)()
+	defer context.AfterFunc(closing, stop)()
 	err := s.ship.fan.WaitAcked(ctx, lsn, policy)
-	if err != nil && s.l.ctx.Err() != nil {
+	if err != nil && closing.Err() != nil {
 		return ErrClosed
 	}
 	return err
