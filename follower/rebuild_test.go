@@ -32,19 +32,11 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
-	l, err := leader.Open(dir+"/leader", &leader.Options{
-		Shards: 1, Followers: []string{"live", "late", "diverged", "behind", "refused"}, Wall: clock.Now,
-		SegmentSize: 4 << 10, MaxRetainedBytes: 16 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-		Listener: func(uint32) replication.Listener { return tr },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
-	})
-	require.NoError(t, err)
-	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- l.Run(ctx) }()
+	l, ran := runLeader(t, ctx, dir+"/leader", clock, 1, []string{"live", "late", "diverged", "behind", "refused"}, 16<<10,
+		func(uint32) replication.Listener { return tr })
+	defer l.Close()
 	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
 	require.NoError(t, err)
 	defer donor.Close()
@@ -159,6 +151,41 @@ func serveFollower(t *testing.T, ctx context.Context, dir string, o *follower.Op
 	}
 }
 
+// runLeader opens a leader in dir of shards shards on the clock, shipping
+// over listen to followers, that keeps at most retained bytes of its log
+// (4 KiB segments; retention passes only when the test calls Retain), and
+// starts its Run with ctx: ran gets what Run returns.
+func runLeader(t *testing.T, ctx context.Context, dir string, clock *sim.Clock, shards int, followers []string, retained int64,
+	listen func(uint32) replication.Listener) (l *leader.Leader, ran <-chan error) {
+	t.Helper()
+	l, err := leader.Open(dir, &leader.Options{
+		Shards: shards, Followers: followers, Wall: clock.Now,
+		SegmentSize: 4 << 10, MaxRetainedBytes: retained, RetentionInterval: time.Hour,
+		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Listener: listen,
+		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+	})
+	require.NoError(t, err)
+	r := make(chan error, 1)
+	go func() { r <- l.Run(ctx) }()
+	return l, r
+}
+
+// sendRetaining sends c's whole workload to l with a retention pass after
+// every request, and checks that retention deleted the start of every
+// shard's log: a follower that starts empty is refused as behind it.
+func sendRetaining(t *testing.T, c *sim.Client, l *leader.Leader) {
+	t.Helper()
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		require.NoError(t, l.Retain())
+	}
+	for _, st := range l.Stats() {
+		require.Greater(t, st.Retention.FirstLSN, uint64(1), "shard %d: retention deleted the log's start", st.Shard)
+	}
+}
+
 func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64) {
 	t.Helper()
 	for {
@@ -181,19 +208,11 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	defer trs[0].Close()
 	defer trs[1].Close()
 	dir := t.TempDir()
-	l, err := leader.Open(dir+"/leader", &leader.Options{
-		Shards: 2, Followers: []string{"gone", "node"}, Wall: clock.Now,
-		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-		Listener: func(s uint32) replication.Listener { return trs[s] },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
-	})
-	require.NoError(t, err)
-	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- l.Run(ctx) }()
+	l, ran := runLeader(t, ctx, dir+"/leader", clock, 2, []string{"gone", "node"}, 8<<10,
+		func(s uint32) replication.Listener { return trs[s] })
+	defer l.Close()
 	var donors []snapshot.Source
 	for s := range uint32(2) {
 		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
@@ -202,14 +221,7 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 		donors = append(donors, d)
 	}
 	c := sim.NewClient(w, 2, clock)
-	for !c.Done() {
-		_, err := c.Send(l)
-		require.NoError(t, err)
-		require.NoError(t, l.Retain())
-	}
-	for _, st := range l.Stats() {
-		require.Greater(t, st.Retention.FirstLSN, uint64(1), "shard %d: retention deleted the log's start", st.Shard)
-	}
+	sendRetaining(t, c, l)
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{
 		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
 		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
@@ -419,27 +431,14 @@ func TestCloseDuringRebuild(t *testing.T) {
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
-	l, err := leader.Open(dir+"/leader", &leader.Options{
-		Shards: 1, Followers: []string{"gone", "node", "single"}, Wall: clock.Now,
-		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-		Listener: func(uint32) replication.Listener { return tr },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
-	})
-	require.NoError(t, err)
+	l, ran := runLeader(t, context.Background(), dir+"/leader", clock, 1, []string{"gone", "node", "single"}, 8<<10,
+		func(uint32) replication.Listener { return tr })
 	defer l.Close()
-	ran := make(chan error, 1)
-	go func() { ran <- l.Run(context.Background()) }()
 	donor, err := l.Donor(0, &snapshot.DonorOptions{RateLimit: -1})
 	require.NoError(t, err)
 	defer donor.Close()
 	c := sim.NewClient(w, 1, clock)
-	for !c.Done() {
-		_, err := c.Send(l)
-		require.NoError(t, err)
-		require.NoError(t, l.Retain())
-	}
-	require.Greater(t, l.Stats()[0].Retention.FirstLSN, uint64(1))
+	sendRetaining(t, c, l)
 
 	slow := follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable,
 		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
@@ -521,26 +520,13 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
-	l, err := leader.Open(dir+"/leader", &leader.Options{
-		Shards: 1, Followers: []string{"gone", "node"}, Wall: clock.Now,
-		SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
-		Listener: func(uint32) replication.Listener { return tr },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
-	})
-	require.NoError(t, err)
-	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- l.Run(ctx) }()
+	l, ran := runLeader(t, ctx, dir+"/leader", clock, 1, []string{"gone", "node"}, 8<<10,
+		func(uint32) replication.Listener { return tr })
+	defer l.Close()
 	c := sim.NewClient(w, 1, clock)
-	for !c.Done() {
-		_, err := c.Send(l)
-		require.NoError(t, err)
-		require.NoError(t, l.Retain())
-	}
-	require.Greater(t, l.Stats()[0].Retention.FirstLSN, uint64(1))
+	sendRetaining(t, c, l)
 	donor := &closedDonor{}
 	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{
 		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,

@@ -44,6 +44,20 @@ func (s *lostAnswers) End(ctx context.Context, id string) error {
 	return s.Donor.End(ctx, id)
 }
 
+// countPins returns a DonorOptions.Pin that counts the pins it holds, and
+// their number.
+func countPins() (pin func() (func(), error), pinned func() int) {
+	var mu sync.Mutex
+	pins := 0
+	pin = func() (func(), error) {
+		mu.Lock()
+		pins++
+		mu.Unlock()
+		return func() { mu.Lock(); pins--; mu.Unlock() }, nil
+	}
+	return pin, func() int { mu.Lock(); defer mu.Unlock(); return pins }
+}
+
 // TestLostBeginAnswerReleased: a snapshot whose Begin answer was lost, and
 // one a killed fetcher never ended, no longer pin the donor's checkpoint
 // and log until the idle timeout: the fetcher's next Begin for the same
@@ -53,18 +67,10 @@ func (s *lostAnswers) End(ctx context.Context, id string) error {
 func TestLostBeginAnswerReleased(t *testing.T) {
 	fs := vfs.NewMem()
 	fx := newFixture(t, fs, -1)
-	var mu sync.Mutex
-	pins := 0
-	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: follower.Describe, RateLimit: -1,
-		Pin: func() (func(), error) {
-			mu.Lock()
-			pins++
-			mu.Unlock()
-			return func() { mu.Lock(); pins--; mu.Unlock() }, nil
-		}})
+	pin, pinned := countPins()
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: follower.Describe, RateLimit: -1, Pin: pin})
 	require.NoError(t, err)
 	defer d.Close()
-	pinned := func() int { mu.Lock(); defer mu.Unlock(); return pins }
 	opts := &snapshot.Options{RetryBackoff: time.Millisecond}
 
 	// Two Begin answers lost: the retries release both (a random holder
@@ -137,15 +143,8 @@ func (fs *meetFS) MkdirAll(dir string, perm os.FileMode) error {
 func TestConcurrentBeginsPinApart(t *testing.T) {
 	fs := &meetFS{FS: vfs.NewMem(), first: "/donor/pins/snap-1", second: "/donor/pins/snap-2", met: make(chan struct{})}
 	fx := newFixture(t, fs, -1)
-	var mu sync.Mutex
-	pins := 0
-	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: follower.Describe, RateLimit: -1,
-		Pin: func() (func(), error) {
-			mu.Lock()
-			pins++
-			mu.Unlock()
-			return func() { mu.Lock(); pins--; mu.Unlock() }, nil
-		}})
+	pin, pinned := countPins()
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: follower.Describe, RateLimit: -1, Pin: pin})
 	require.NoError(t, err)
 	defer d.Close()
 	var ms [2]snapshot.Manifest
@@ -165,9 +164,7 @@ func TestConcurrentBeginsPinApart(t *testing.T) {
 		require.NoError(t, m.Check())
 		require.NoError(t, d.End(context.Background(), m.ID))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	require.Zero(t, pins, "a pin outlived its snapshot")
+	require.Zero(t, pinned(), "a pin outlived its snapshot")
 	require.Zero(t, d.Serving())
 }
 
