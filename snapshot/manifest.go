@@ -67,8 +67,10 @@ type Manifest struct {
 	// Serial names the Begin that took the snapshot on its donor (the
 	// donor's random name and a count). Two cuts of an idle store hold the
 	// same bytes; without it two fetchers' Begins would get one ID, and the
-	// donor could neither serve nor release them apart.
-	Serial string
+	// donor could neither serve nor release them apart. Omitted when empty,
+	// so a manifest of a donor older than the field sums as it did there: a
+	// new fetcher can rebuild from an old donor (followers upgrade first).
+	Serial string `json:",omitempty"`
 	Files  []File
 }
 
