@@ -215,7 +215,7 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) 
 				return res, errAt(off, err)
 			}
 			if _, err := checkBody(h, b); err != nil {
-				if off+n == size && hasZeroSector(b, off) {
+				if (off+n == size || size-off <= MaxUnsyncedBytes) && hasZeroSector(b, off) {
 					res.torn = true
 					return res, nil
 				}
@@ -261,9 +261,10 @@ func allZero(f vfs.File, off, size int64) (bool, error) {
 // of the last segment and does not start with a valid header, is what an
 // interrupted append leaves: all zero bytes; or, at most one batch long, it
 // starts with zeros up to a sector boundary or holds a zero sector (pages
-// that never reached the disk) and holds no header of a later batch of the
-// log (shard, first LSN after next) — a later batch would mean the damaged
-// one was acknowledged.
+// that never reached the disk) and either is within MaxUnsyncedBytes (the
+// unsynced batches of one group commit) or holds no header of a later batch
+// of the log (shard, first LSN after next) — beyond that bound a later batch
+// would mean the damaged one was acknowledged.
 func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
 	zero, err := allZero(f, off, size)
 	if err != nil || zero {
@@ -282,7 +283,7 @@ func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]b
 	if !allZeroBytes(b[:lead]) && !hasZeroSector(b, off) {
 		return false, nil
 	}
-	return !hasLaterHeader(b, shard, next), nil
+	return n <= MaxUnsyncedBytes || !hasLaterHeader(b, shard, next), nil
 }
 
 // hasLaterHeader reports whether a valid header of shard's batch starting
