@@ -215,7 +215,11 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) 
 				return res, errAt(off, err)
 			}
 			if _, err := checkBody(h, b); err != nil {
-				if (off+n == size || size-off <= MaxUnsyncedBytes) && hasZeroSector(b, off) {
+				torn, terr := tornBatch(f, b, off, size)
+				if terr != nil {
+					return res, errAt(off, terr)
+				}
+				if torn {
 					res.torn = true
 					return res, nil
 				}
@@ -255,6 +259,28 @@ func allZero(f vfs.File, off, size int64) (bool, error) {
 		off += n
 	}
 	return true, nil
+}
+
+// tornBatch reports whether b, a whole batch at off in the last segment
+// whose body CRC fails, is torn: it holds a zero sector and is the last
+// batch; or, within MaxUnsyncedBytes of the end (a group commit's unsynced
+// batches, which may reach the disk with holes), a zero sector overlaps it —
+// the sector holding its end may run into the next batch.
+func tornBatch(f vfs.File, b []byte, off, size int64) (bool, error) {
+	n := int64(len(b))
+	last, group := off+n == size, size-off <= MaxUnsyncedBytes
+	if !last && !group {
+		return false, nil
+	}
+	if hasZeroSector(b, off) || last {
+		return hasZeroSector(b, off), nil
+	}
+	end := min(size, (off+n+sectorSize-1)/sectorSize*sectorSize)
+	ext := make([]byte, end-off)
+	if _, err := f.ReadAt(ext, off); err != nil {
+		return false, err
+	}
+	return hasZeroSector(ext, off), nil
 }
 
 // tornAppend reports whether f[off:size], which follows the last valid batch
