@@ -207,7 +207,7 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 // that applies that WAL — and holds every append that had returned.
 func TestLedgerLogGroupCommitCrashImages(t *testing.T) {
 	total, _ := crashRun(t, -1, 0, nil) // count the filesystem operations
-	step := int64(3) // ONCEWAL_LONG=1: every operation
+	step := int64(3)                    // ONCEWAL_LONG=1: every operation
 	if os.Getenv("ONCEWAL_LONG") != "" {
 		step = 1
 	}
