@@ -77,9 +77,9 @@ type LedgerLogOptions struct {
 	// store's follower.Options.MinFreeBytes).
 	MinFreeBytes int64
 	// OnAppend, if set, is called after every append with the batch's header
-	// and encoded bytes, synced and applied locally, in log order, under the
-	// log's append lock (a shipper's cache of recent batches). raw is only
-	// valid during the call.
+	// and encoded bytes (those in the WAL), synced and applied locally, one
+	// batch at a time in log order, before the append returns (a shipper's
+	// cache of recent batches). raw is only valid during the call.
 	OnAppend func(h wal.Header, raw []byte)
 }
 

@@ -15,7 +15,8 @@ type SyncPolicy uint8
 
 const (
 	// SyncEveryBatch syncs each batch before Append returns (the default):
-	// an acknowledged batch survives a crash.
+	// an acknowledged batch survives a crash. Concurrent Appends share
+	// syncs (group commit, see SyncTo).
 	SyncEveryBatch SyncPolicy = iota
 	// SyncManual syncs only on Sync, Close and segment rolls; the caller
 	// trades durability of recent batches for throughput.
@@ -77,7 +78,8 @@ func (o *WriterOptions) Validate() error {
 }
 
 // Writer appends batches to the log of one shard in a directory. It is safe
-// for concurrent use; appends are serialized. After an I/O error the Writer
+// for concurrent use; writes are serialized, syncs shared (SyncTo). After an
+// I/O error the Writer
 // is failed: every later call returns that error, which wraps
 // ErrWriterFailed and the cause (a failed write or fsync leaves the file in
 // an unknown state; reopening recovers it).
