@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -20,11 +21,26 @@ import (
 )
 
 // groupLeader opens a ledger log over n with its WAL on fs (walDir).
-func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte)) (*replication.LedgerLog, error) {
-	return replication.OpenLedgerLog(&replication.LedgerLogOptions{
+func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte), wall ...func() int64) (*replication.LedgerLog, error) {
+	o := &replication.LedgerLogOptions{
 		WALDir: "/wal", FS: fs, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table, State: n.state,
 		OnAppend: onAppend,
-	})
+	}
+	if len(wall) > 0 {
+		o.Wall = wall[0]
+	}
+	return replication.OpenLedgerLog(o)
+}
+
+// spinUntil waits until cond holds, at most 10 s (a serialized log would
+// never let it), and reports whether it did.
+func spinUntil(cond func() bool) bool {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); runtime.Gosched() {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 // readWAL returns every batch of shard 0's log on fs, raw.
@@ -177,9 +193,8 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	for range others {
 		go func() { _, err := l.Append(add); errs <- err }()
 	}
-	for l.Writer().NextLSN() != okEnd+1+1+others {
-		runtime.Gosched()
-	}
+	require.True(t, spinUntil(func() bool { return l.Writer().NextLSN() == okEnd+1+1+others }),
+		"the others write while the sync is in flight")
 	close(proceed)
 	for range others + 1 {
 		err := <-errs
@@ -196,6 +211,67 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
 	require.Error(t, l.Close())
+	require.NoError(t, a.db.Close())
+}
+
+// TestLedgerLogExpiryJudgedByBatchInFlight: a session whose applied
+// activity is about to pass the retention horizon gets an append A, and
+// while A waits for its sync, an append B past that point: B is judged by
+// A (the session is alive: followers apply A first), not by the store,
+// which does not show A yet, and continues its SeqNos.
+func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
+	mem := vfs.NewMem()
+	a := openNode(t, mem)
+	var hold atomic.Bool
+	held := make(chan struct{})
+	release := make(chan struct{})
+	walFS := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileSyncData && hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-release
+		}
+		return nil
+	}))
+	wall := newWall()
+	l, err := a.groupLeader(walFS, nil, wall.Now)
+	require.NoError(t, err)
+	sid := session.ID{4}
+	add := wal.Event{Op: wal.OpAdd, Session: sid, Key: []byte("n"), Delta: 1}
+	_, err = l.Append(add)
+	require.NoError(t, err)
+
+	wall.Advance(session.DefaultRetentionHorizon - time.Millisecond)
+	hold.Store(true)
+	errA := make(chan error, 1)
+	go func() { _, err := l.Append(add); errA <- err }()
+	<-held // A is written, its sync in flight, not applied
+	wall.Advance(time.Second)
+	errB := make(chan error, 1)
+	go func() { _, err := l.Append(add); errB <- err }()
+	var bErr error
+	bDone := false
+	spinUntil(func() bool { // B is stamped and written too (or refused)
+		select {
+		case bErr = <-errB:
+			bDone = true
+		default:
+		}
+		return bDone || l.Writer().NextLSN() == 4
+	})
+	close(release)
+	require.NoError(t, <-errA)
+	if !bDone {
+		bErr = <-errB
+	}
+	require.NoError(t, bErr, "B is judged by A, not by the store")
+	_, raws := readWAL(t, mem)
+	require.Len(t, raws, 3)
+	for i, raw := range raws {
+		_, evs, err := wal.DecodeBatch(raw, nil)
+		require.NoError(t, err)
+		require.EqualValues(t, i+1, evs[0].Seq)
+	}
+	require.NoError(t, l.Close())
 	require.NoError(t, a.db.Close())
 }
 

@@ -121,7 +121,6 @@ type LedgerLog struct {
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
 	recv       *Receiver
 	ledger     *idempotency.Ledger
-	seqs       *session.Sequencer
 	notify     chan struct{}
 
 	clockMu sync.Mutex
@@ -131,12 +130,11 @@ type LedgerLog struct {
 	evs    []wal.Event
 	failed error
 	closed bool
-	// inFlight holds the sessions of batches written, perhaps not yet
-	// applied: the tracker does not show those yet, so stamping must not
-	// ask it about them (see stampSession). Entries of applied batches are
-	// dropped when met or by prune.
-	inFlight  map[session.ID]inFlight
-	pruneSize int
+	// sessions is what stamping knows of every session it stamped and has
+	// not forgotten (closed, expired): it replaces the store's view for a
+	// session whose last batch is not applied yet (see admitSession).
+	sessions map[session.ID]stamped
+	closing  []closingRef // sessions closed by batches perhaps not applied yet
 
 	applyMu   sync.Mutex
 	applyTurn *sync.Cond    // on applyMu: applyNext or failFrom moved
@@ -146,12 +144,20 @@ type LedgerLog struct {
 	bufs      sync.Pool     // *[]byte: encoded batches between write and apply
 }
 
-// inFlight is what stamping needs of a session whose last batch may not be
-// applied yet.
-type inFlight struct {
-	lsn    uint64 // last LSN of the session's last batch
-	ts     int64  // WAL time of its last event
-	closed bool   // that batch closes it
+// stamped is a session as stamping left it: its last SeqNo and, of the
+// last batch that stamped it, the last LSN, the WAL time and whether it
+// closes the session.
+type stamped struct {
+	seq    session.SeqNo
+	lsn    uint64
+	ts     int64
+	closed bool
+}
+
+// closingRef is a session closed by the batch ending at lsn.
+type closingRef struct {
+	id  session.ID
+	lsn uint64
 }
 
 // OpenLedgerLog opens the leader: it fences older epochs, opens (recovering)
@@ -215,8 +221,8 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 			return nil, err
 		}
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1),
-		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), inFlight: make(map[session.ID]inFlight)}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, notify: make(chan struct{}, 1),
+		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped)}
 	l.applyTurn = sync.NewCond(&l.applyMu)
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
 	if err != nil {
@@ -421,22 +427,23 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 	if err := l.disk.Check(); err != nil {
 		return wal.Header{}, nil, err
 	}
+	l.forgetClosed()
 	evs := append(l.evs[:0], events...)
 	l.evs = evs[:0]
-	type taken struct {
-		id   session.ID
-		prev session.SeqNo
+	// Writes happen only under mu, so the batch will end here.
+	last := l.w.NextLSN() + uint64(len(evs)) - 1
+	type undoRef struct {
+		id    session.ID
+		prev  stamped
+		known bool
 	}
-	var stamped []taken             // sessions whose SeqNo this call took, to undo on refusal
-	var closing map[session.ID]bool // sessions an earlier event of this batch closes
+	var undos []undoRef // sessions this call changed, to restore on refusal
 	undo := func() {
-		// Newest first, so each session ends as before this call (0: it is
-		// re-seeded from the tracker on next use). Never re-seeded while a
-		// batch of it is in flight: the tracker would be behind.
-		for i := len(stamped) - 1; i >= 0; i-- {
-			l.seqs.Forget(stamped[i].id)
-			if prev := stamped[i].prev; prev > 0 {
-				l.seqs.Observe(stamped[i].id, prev)
+		for i := len(undos) - 1; i >= 0; i-- { // newest first: each ends as before the call
+			if u := undos[i]; u.known {
+				l.sessions[u.id] = u.prev
+			} else {
+				delete(l.sessions, u.id)
 			}
 		}
 	}
@@ -444,6 +451,7 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		undo()
 		return wal.Header{}, nil, err
 	}
+	closes := false
 	for i := range evs {
 		ev := &evs[i]
 		if isTail := i >= len(evs)-ledgerTail; ev.Op.IsLedger() != isTail {
@@ -458,21 +466,20 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		if ev.Session == (session.ID{}) {
 			continue
 		}
-		if closing[ev.Session] {
+		prev, known := l.sessions[ev.Session]
+		if known && prev.closed && prev.lsn == last {
 			return refuse(fmt.Errorf("%w: event %d: session %s closed earlier in the batch", session.ErrSessionClosed, i, ev.Session))
 		}
-		prev := l.seqs.Last(ev.Session)
-		if err := l.admitSession(ev.Session, ts); err != nil {
+		st, err := l.admitSession(ev.Session, prev, known, ts)
+		if err != nil {
 			return refuse(fmt.Errorf("%w: event %d: session %s", err, i, ev.Session))
 		}
-		if ev.Op == wal.OpClose {
-			if closing == nil {
-				closing = make(map[session.ID]bool)
-			}
-			closing[ev.Session] = true
-		}
-		ev.Seq = l.seqs.Next(ev.Session)
-		stamped = append(stamped, taken{ev.Session, prev})
+		undos = append(undos, undoRef{ev.Session, prev, known})
+		st.seq++
+		st.lsn, st.ts, st.closed = last, ts, ev.Op == wal.OpClose
+		closes = closes || st.closed
+		l.sessions[ev.Session] = st
+		ev.Seq = st.seq
 		if !ev.HasIdemKey {
 			var op [64]byte
 			ev.HasIdemKey, ev.IdemKey = true, idempotency.DeriveKey(ev.Session, ev.Seq, ev.AppendOpBytes(op[:0]))
@@ -487,76 +494,70 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
 		return wal.Header{}, nil, l.failed
 	}
-	for i := range evs {
-		if id := evs[i].Session; id != (session.ID{}) && !evs[i].Op.IsLedger() {
-			l.inFlight[id] = inFlight{lsn: h.LastLSN(), ts: ts, closed: closing[id]}
+	if closes {
+		for _, u := range undos {
+			if l.sessions[u.id].closed {
+				l.closing = append(l.closing, closingRef{u.id, last})
+			}
 		}
-	}
-	if len(l.inFlight) > l.pruneSize {
-		l.prune()
 	}
 	return h, raw, nil
 }
 
 // admitSession checks that the session may take its next SeqNo at WAL time
-// ts and makes sure the Sequencer knows its last one. A session whose last
-// batch is written but perhaps not applied is judged by that batch (the
-// tracker does not show it yet, and the Sequencer holds its SeqNo); any
-// other by the tracker, as followers will judge it. Holds mu.
-func (l *LedgerLog) admitSession(id session.ID, ts int64) error {
-	if p, ok := l.inFlight[id]; ok {
-		if p.lsn > l.applied.Load() {
-			if p.closed {
-				return session.ErrSessionClosed
-			}
-			if l.cfg.Tracker.ExpiredSince(p.ts, ts) {
-				return ErrSessionExpired // kept in the Sequencer: its batch is still to apply
-			}
-			return nil
+// ts and returns it as stamped so far (st, known: its entry in sessions).
+// A session whose last batch is written but perhaps not applied is judged
+// by that batch: the store does not show it yet. Any other is judged by the
+// tracker, as followers will judge it, and a session stamping does not know
+// continues from its HWM there. Holds mu.
+func (l *LedgerLog) admitSession(id session.ID, st stamped, known bool, ts int64) (stamped, error) {
+	if known && st.lsn > l.applied.Load() {
+		if st.closed {
+			return st, session.ErrSessionClosed
 		}
-		l.settle(id, p)
+		if l.cfg.Tracker.ExpiredSince(st.ts, ts) {
+			return st, ErrSessionExpired // kept: its batch is still to apply
+		}
+		return st, nil
+	}
+	if known && st.closed {
+		return st, session.ErrSessionClosed // applied since forgetClosed ran
 	}
 	expired, err := l.cfg.Tracker.Expired(id, ts)
 	if err != nil {
-		return err
+		return st, err
 	}
 	if expired {
-		l.seqs.Forget(id)
-		return ErrSessionExpired
+		delete(l.sessions, id) // followers forgot it; so does stamping
+		return st, ErrSessionExpired
 	}
-	if l.seqs.Last(id) == 0 {
+	if !known {
 		hwm, closed, _, err := l.cfg.Tracker.Get(id)
 		if err != nil {
-			return err
+			return st, err
 		}
 		if closed {
-			return session.ErrSessionClosed
+			return st, session.ErrSessionClosed
 		}
-		l.seqs.Observe(id, hwm)
+		st = stamped{seq: hwm}
 	}
-	return nil
+	return st, nil
 }
 
-// settle drops the in-flight entry of a session whose batch is applied; a
-// closed session leaves the Sequencer too (the tracker answers "closed").
-// Holds mu.
-func (l *LedgerLog) settle(id session.ID, p inFlight) {
-	if p.closed {
-		l.seqs.Forget(id)
-	}
-	delete(l.inFlight, id)
-}
-
-// prune settles every in-flight entry whose batch is applied, so the map
-// holds about the sessions of the batches in flight. Holds mu.
-func (l *LedgerLog) prune() {
+// forgetClosed forgets the sessions closed by applied batches: from now on
+// the tracker answers "closed" for them. Holds mu.
+func (l *LedgerLog) forgetClosed() {
 	applied := l.applied.Load()
-	for id, p := range l.inFlight {
-		if p.lsn <= applied {
-			l.settle(id, p)
+	n := 0
+	for _, c := range l.closing {
+		if c.lsn > applied {
+			l.closing[n] = c
+			n++
+		} else if st := l.sessions[c.id]; st.closed && st.lsn == c.lsn {
+			delete(l.sessions, c.id)
 		}
 	}
-	l.pruneSize = 2*len(l.inFlight) + 1024
+	l.closing = l.closing[:n]
 }
 
 // applyInOrder waits for the batch's turn, applies it to the local store
