@@ -135,6 +135,7 @@ type LedgerLog struct {
 	// session whose last batch is not applied yet (see admitSession).
 	sessions map[session.ID]stamped
 	closing  []closingRef // sessions closed by batches perhaps not applied yet
+	undos    []undoRef    // scratch of stampAndWrite
 
 	applyMu   sync.Mutex
 	applyTurn *sync.Cond    // on applyMu: applyNext or failFrom moved
@@ -152,6 +153,13 @@ type stamped struct {
 	lsn    uint64
 	ts     int64
 	closed bool
+}
+
+// undoRef is a session as it was before an append changed it.
+type undoRef struct {
+	id    session.ID
+	prev  stamped
+	known bool
 }
 
 // closingRef is a session closed by the batch ending at lsn.
@@ -432,12 +440,8 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 	l.evs = evs[:0]
 	// Writes happen only under mu, so the batch will end here.
 	last := l.w.NextLSN() + uint64(len(evs)) - 1
-	type undoRef struct {
-		id    session.ID
-		prev  stamped
-		known bool
-	}
-	var undos []undoRef // sessions this call changed, to restore on refusal
+	undos := l.undos[:0] // sessions this call changed, to restore on refusal
+	defer func() { l.undos = undos[:0] }()
 	undo := func() {
 		for i := len(undos) - 1; i >= 0; i-- { // newest first: each ends as before the call
 			if u := undos[i]; u.known {
