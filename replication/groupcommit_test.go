@@ -32,6 +32,38 @@ func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte), wall ..
 	return replication.OpenLedgerLog(o)
 }
 
+// heldSync is one fdatasync held by holdSync.
+type heldSync struct{ started, done chan struct{} }
+
+// Wait returns once the held sync has started.
+func (h heldSync) Wait() { <-h.started }
+
+// Go lets the held sync finish (with holdSync's result).
+func (h heldSync) Go() { close(h.done) }
+
+// holdSync wraps fs so that the next fdatasync after each call of the
+// returned function is held until the heldSync it returned is let go, and
+// then returns result (nil: the sync happens).
+func holdSync(fs vfs.FS, result error) (vfs.FS, func() heldSync) {
+	var next atomic.Pointer[heldSync]
+	wrapped := errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind != errorfs.OpFileSyncData {
+			return nil
+		}
+		if h := next.Swap(nil); h != nil {
+			h.started <- struct{}{}
+			<-h.done
+			return result
+		}
+		return nil
+	}))
+	return wrapped, func() heldSync {
+		h := &heldSync{started: make(chan struct{}), done: make(chan struct{})}
+		next.Store(h)
+		return *h
+	}
+}
+
 // spinUntil waits until cond holds, at most 10 s (a serialized log would
 // never let it), and reports whether it did.
 func spinUntil(cond func() bool) bool {
@@ -163,17 +195,7 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
 	injected := errors.New("injected fdatasync failure")
-	var arm atomic.Bool
-	waiting := make(chan struct{})
-	proceed := make(chan struct{})
-	walFS := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpFileSyncData && arm.CompareAndSwap(true, false) {
-			waiting <- struct{}{}
-			<-proceed // others write meanwhile and wait for the next sync
-			return injected
-		}
-		return nil
-	}))
+	walFS, hold := holdSync(mem, injected)
 	var shipped []wal.Header
 	l, err := a.groupLeader(walFS, func(h wal.Header, _ []byte) { shipped = append(shipped, h) })
 	require.NoError(t, err)
@@ -185,17 +207,17 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	}
 	okEnd, _ := l.Position()
 
-	arm.Store(true)
 	const others = 5
 	errs := make(chan error, others+1)
+	release := hold() // the next sync is held, then fails
 	go func() { _, err := l.Append(add); errs <- err }()
-	<-waiting
+	release.Wait()
 	for range others {
 		go func() { _, err := l.Append(add); errs <- err }()
 	}
 	require.True(t, spinUntil(func() bool { return l.Writer().NextLSN() == okEnd+1+1+others }),
 		"the others write while the sync is in flight")
-	close(proceed)
+	release.Go()
 	for range others + 1 {
 		err := <-errs
 		require.ErrorIs(t, err, replication.ErrLogFailed)
@@ -222,16 +244,7 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
-	var hold atomic.Bool
-	held := make(chan struct{})
-	release := make(chan struct{})
-	walFS := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpFileSyncData && hold.CompareAndSwap(true, false) {
-			held <- struct{}{}
-			<-release
-		}
-		return nil
-	}))
+	walFS, hold := holdSync(mem, nil)
 	wall := newWall()
 	l, err := a.groupLeader(walFS, nil, wall.Now)
 	require.NoError(t, err)
@@ -241,10 +254,10 @@ func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 	require.NoError(t, err)
 
 	wall.Advance(session.DefaultRetentionHorizon - time.Millisecond)
-	hold.Store(true)
+	release := hold()
 	errA := make(chan error, 1)
 	go func() { _, err := l.Append(add); errA <- err }()
-	<-held // A is written, its sync in flight, not applied
+	release.Wait() // A is written, its sync in flight, not applied
 	wall.Advance(time.Second)
 	errB := make(chan error, 1)
 	go func() { _, err := l.Append(add); errB <- err }()
@@ -258,7 +271,7 @@ func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 		}
 		return bDone || l.Writer().NextLSN() == 4
 	})
-	close(release)
+	release.Go()
 	require.NoError(t, <-errA)
 	if !bDone {
 		bErr = <-errB
