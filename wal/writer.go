@@ -360,9 +360,9 @@ func (w *Writer) fail(err error) error {
 // MaxUnsyncedBytes bounds, under SyncEveryBatch, the bytes written but not
 // yet synced when a batch is written after others that are still unsynced:
 // the Writer syncs first rather than go past it (a lone batch may be
-// larger). A crash can damage
-// only unsynced bytes, so recovery cuts damage followed by later batches
-// only within this bound of the segment's end (see the package doc).
+// larger). A crash can damage only unsynced bytes, so recovery cuts damage
+// followed by later batches only within this bound of the segment's end
+// (see the package doc).
 const MaxUnsyncedBytes = 1 << 20
 
 // Append encodes events as one batch of epoch, assigns them the next LSNs
