@@ -171,3 +171,24 @@ func TestGroupCommitSyncFailure(t *testing.T) {
 	require.ErrorIs(t, err, ErrWriterFailed)
 	require.ErrorIs(t, w.Close(), ErrWriterFailed)
 }
+
+// TestWriteBoundsUnsyncedBytes: under SyncEveryBatch the Writer never lets
+// unsynced batches add up past MaxUnsyncedBytes — the bound the recovery of
+// a group's torn tail relies on — and syncs first instead.
+func TestWriteBoundsUnsyncedBytes(t *testing.T) {
+	w, err := OpenWriter("/wal", &WriterOptions{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	big := testEvents(1, 1)
+	big[0].Value = make([]byte, 300<<10)
+	var written int64
+	for range 10 {
+		h, buf, err := w.Write(nil, 1, big)
+		require.NoError(t, err)
+		written += int64(len(buf))
+		durableEnd := w.DurableLSN()
+		unsynced := int64(h.LastLSN()-durableEnd) * int64(len(buf)) // equal batches
+		require.LessOrEqual(t, unsynced, int64(MaxUnsyncedBytes), "after %d bytes", written)
+	}
+	require.Positive(t, w.DurableLSN(), "the bound made the Writer sync")
+	require.NoError(t, w.Close())
+}
