@@ -276,8 +276,9 @@
 //     expired) by that batch, which the store does not show yet.
 //   - The local store is a materialisation of the WAL. Its receiver commits
 //     without fsync (the WAL is already synced); after a crash OpenLedgerLog
-//     re-applies the WAL beyond the store's position (crash images at
-//     filesystem operations of concurrent appends: TestLedgerLogGroupCommitCrashImages).
+//     re-applies the WAL beyond the store's position (crash images of
+//     concurrent appends at their filesystem operations:
+//     TestLedgerLogGroupCommitCrashImages).
 //   - A promoted follower is the same thing: OpenLedgerLog over the
 //     follower's store with a higher epoch. The new log starts at the
 //     store's applied LSN + 1 (wal.WriterOptions.FirstLSN), the higher epoch
