@@ -28,7 +28,9 @@
 //     local store. The store applies every appended batch before Append
 //     returns, with the same receiver a follower runs, and Open re-applies
 //     whatever the WAL holds beyond it, so a restarted leader continues every
-//     session where its log left it and never reuses a SeqNo.
+//     session where its log left it and never reuses a SeqNo. Concurrent
+//     appends to a shard share the WAL's fdatasyncs (group commit; the rule
+//     is replication's LedgerLog).
 //   - Idempotency key: derived from (session, SeqNo, operation bytes)
 //     (idempotency.DeriveKey), unless the caller supplies a client's key for a
 //     retry (idempotency.ClientKey turns a request ID into one). A retry

@@ -263,9 +263,22 @@
 //     before the Ledger answers. Commit puts an operation's data events and
 //     its complete record in ONE batch: on the leader and on every follower
 //     the outcome commits atomically with the effect.
+//   - Group commit. An append is stamped and written to the WAL under the
+//     log's lock, so SeqNo order is LSN order, and encoded once: the bytes
+//     written are the bytes applied locally and handed to OnAppend. Then,
+//     without the lock, it waits for a WAL fdatasync covering it
+//     (wal.Writer.SyncTo: concurrent appenders share one), and then it is
+//     applied locally and handed to OnAppend one batch at a time, in LSN
+//     order. Nothing of a batch is applied, shipped or answered before the
+//     sync that covers it; a failed sync or local apply fails that batch and
+//     every later one (ErrLogFailed: reopen). While a batch is written but
+//     not applied, stamping judges its sessions (next SeqNo, closed,
+//     expired) by that batch, which the store does not show yet.
 //   - The local store is a materialisation of the WAL. Its receiver commits
 //     without fsync (the WAL is already synced); after a crash OpenLedgerLog
-//     re-applies the WAL beyond the store's position.
+//     re-applies the WAL beyond the store's position (crash images of
+//     concurrent appends at their filesystem operations:
+//     TestLedgerLogGroupCommitCrashImages).
 //   - A promoted follower is the same thing: OpenLedgerLog over the
 //     follower's store with a higher epoch. The new log starts at the
 //     store's applied LSN + 1 (wal.WriterOptions.FirstLSN), the higher epoch

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -76,9 +77,9 @@ type LedgerLogOptions struct {
 	// store's follower.Options.MinFreeBytes).
 	MinFreeBytes int64
 	// OnAppend, if set, is called after every append with the batch's header
-	// and encoded bytes, synced and applied locally, in log order, under the
-	// log's append lock (a shipper's cache of recent batches). raw is only
-	// valid during the call.
+	// and encoded bytes (those in the WAL), synced and applied locally, one
+	// batch at a time in log order, before the append returns (a shipper's
+	// cache of recent batches). raw is only valid during the call.
 	OnAppend func(h wal.Header, raw []byte)
 }
 
@@ -108,7 +109,9 @@ func (o *LedgerLogOptions) Validate() error {
 }
 
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
-// concurrent use; appends are serialized.
+// concurrent use. Appends are stamped and written to the WAL one at a time,
+// in LSN order, then share fdatasyncs (wal.Writer.SyncTo: group commit), then
+// are applied locally and handed to OnAppend one at a time, in LSN order.
 type LedgerLog struct {
 	cfg        LedgerLogOptions
 	epoch      uint64
@@ -118,17 +121,51 @@ type LedgerLog struct {
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
 	recv       *Receiver
 	ledger     *idempotency.Ledger
-	seqs       *session.Sequencer
 	notify     chan struct{}
 
 	clockMu sync.Mutex
 	last    int64
 
-	mu     sync.Mutex // serializes append: WAL order = local apply order
-	buf    []byte
+	mu     sync.Mutex // serializes stamping and WAL writes: SeqNo order = LSN order
 	evs    []wal.Event
 	failed error
 	closed bool
+	// sessions is what stamping knows of every session it stamped and has
+	// not forgotten (closed, expired): it replaces the store's view for a
+	// session whose last batch is not applied yet (see admitSession).
+	sessions map[session.ID]stamped
+	closing  []closingRef // sessions closed by batches perhaps not applied yet
+	undos    []undoRef    // scratch of stampAndWrite
+
+	applyMu   sync.Mutex
+	applyTurn *sync.Cond    // on applyMu: applyNext or failFrom moved
+	applyNext uint64        // first LSN of the next batch to apply locally
+	failFrom  uint64        // every batch from this LSN on fails (0: none)
+	applied   atomic.Uint64 // last LSN applied locally
+	bufs      sync.Pool     // *[]byte: encoded batches between write and apply
+}
+
+// stamped is a session as stamping left it: its last SeqNo and, of the
+// last batch that stamped it, the last LSN, the WAL time and whether it
+// closes the session.
+type stamped struct {
+	seq    session.SeqNo
+	lsn    uint64
+	ts     int64
+	closed bool
+}
+
+// undoRef is a session as it was before an append changed it.
+type undoRef struct {
+	id    session.ID
+	prev  stamped
+	known bool
+}
+
+// closingRef is a session closed by the batch ending at lsn.
+type closingRef struct {
+	id  session.ID
+	lsn uint64
 }
 
 // OpenLedgerLog opens the leader: it fences older epochs, opens (recovering)
@@ -192,8 +229,9 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 			return nil, err
 		}
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, seqs: session.NewSequencer(), notify: make(chan struct{}, 1),
-		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes)}
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, notify: make(chan struct{}, 1),
+		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped)}
+	l.applyTurn = sync.NewCond(&l.applyMu)
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
 	if err != nil {
 		return nil, err
@@ -214,6 +252,8 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err := l.catchUp(applied); err != nil {
 		return fail(err)
 	}
+	l.applyNext = l.w.NextLSN()
+	l.applied.Store(l.applyNext - 1)
 	clock, err := cfg.Table.Clock()
 	if err != nil {
 		return fail(err)
@@ -344,112 +384,35 @@ func (l *LedgerLog) Commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 }
 
 // append stamps the data events with ts (ledger events keep their decision
-// time), appends them as one synced batch and applies it locally. The last
+// time), appends them as one batch and applies it locally. The last
 // ledgerTail events are ledger records made by the Ledger; no others may be.
+//
+// Three steps, so that concurrent appenders share fsyncs: under mu, stamp
+// and write (encoded once: the WAL's bytes are the ones applied and shipped);
+// then wait for a sync covering the batch; then, in LSN order, apply it
+// locally and hand it to OnAppend. Nothing of a batch is applied, shipped or
+// answered before its sync, and a batch whose sync or local apply failed
+// fails every later one.
 func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.Header, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return wal.Header{}, wal.ErrLogClosed
+	bp, _ := l.bufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
-	if l.failed != nil {
-		return wal.Header{}, l.failed
-	}
-	if err := l.disk.Check(); err != nil {
+	defer func() {
+		if cap(*bp) <= 4<<20 { // do not pin a rare huge batch
+			l.bufs.Put(bp)
+		}
+	}()
+	h, raw, err := l.stampAndWrite(events, ts, ledgerTail, *bp)
+	if err != nil {
 		return wal.Header{}, err
 	}
-	evs := append(l.evs[:0], events...)
-	l.evs = evs[:0]
-	var stamped []session.ID        // sessions whose SeqNo this call took, to undo on refusal
-	var closing map[session.ID]bool // sessions an earlier event of this batch closes
-	undo := func() {
-		for _, id := range stamped {
-			l.seqs.Forget(id) // re-seeded from the tracker on next use
-		}
+	*bp = raw
+	if err := l.w.SyncTo(h.LastLSN()); err != nil {
+		return wal.Header{}, l.fail(h.FirstLSN, err)
 	}
-	for i := range evs {
-		ev := &evs[i]
-		if isTail := i >= len(evs)-ledgerTail; ev.Op.IsLedger() != isTail {
-			undo()
-			return wal.Header{}, fmt.Errorf("%w: event %d: %s; ledger records are logged by the Ledger", ErrBadEvent, i, ev.Op)
-		} else if isTail {
-			continue
-		}
-		if ev.Seq != 0 {
-			undo()
-			return wal.Header{}, fmt.Errorf("%w: event %d has SeqNo %d; the log assigns SeqNos", ErrBadEvent, i, ev.Seq)
-		}
-		ev.Time = ts
-		if ev.Session == (session.ID{}) {
-			continue
-		}
-		expired, err := l.cfg.Tracker.Expired(ev.Session, ts)
-		if err != nil {
-			undo()
-			return wal.Header{}, err
-		}
-		if expired {
-			undo()
-			l.seqs.Forget(ev.Session)
-			return wal.Header{}, fmt.Errorf("%w: event %d: session %s", ErrSessionExpired, i, ev.Session)
-		}
-		if l.seqs.Last(ev.Session) == 0 {
-			hwm, closed, _, err := l.cfg.Tracker.Get(ev.Session)
-			if err != nil {
-				undo()
-				return wal.Header{}, err
-			}
-			if closed {
-				undo()
-				return wal.Header{}, fmt.Errorf("%w: event %d: session %s", session.ErrSessionClosed, i, ev.Session)
-			}
-			l.seqs.Observe(ev.Session, hwm)
-		}
-		if closing[ev.Session] {
-			undo()
-			return wal.Header{}, fmt.Errorf("%w: event %d: session %s closed earlier in the batch", session.ErrSessionClosed, i, ev.Session)
-		}
-		if ev.Op == wal.OpClose {
-			if closing == nil {
-				closing = make(map[session.ID]bool)
-			}
-			closing[ev.Session] = true
-		}
-		ev.Seq = l.seqs.Next(ev.Session)
-		stamped = append(stamped, ev.Session)
-		if !ev.HasIdemKey {
-			var op [64]byte
-			ev.HasIdemKey, ev.IdemKey = true, idempotency.DeriveKey(ev.Session, ev.Seq, ev.AppendOpBytes(op[:0]))
-		}
-	}
-	h, err := l.w.Append(l.epoch, evs)
-	if err != nil {
-		undo()
-		if errors.Is(err, wal.ErrInvalidEvent) || errors.Is(err, wal.ErrTooLarge) {
-			return wal.Header{}, err // nothing was written
-		}
-		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
-		return wal.Header{}, l.failed
-	}
-	l.buf, err = wal.AppendBatch(l.buf[:0], l.cfg.Shard, l.epoch, h.FirstLSN, evs)
-	if err == nil {
-		_, err = l.recv.Apply(l.buf)
-	}
-	if err != nil {
-		// The batch is in the WAL but not in the store: stop, so nothing is
-		// answered from a store that disagrees with the log. Reopening
-		// re-applies the WAL.
-		l.failed = fmt.Errorf("%w: local apply of LSN %d: %w", ErrLogFailed, h.FirstLSN, err)
-		return wal.Header{}, l.failed
-	}
-	for id := range closing {
-		l.seqs.Forget(id) // the tracker now answers "closed" for it
-	}
-	if l.cfg.OnAppend != nil {
-		l.cfg.OnAppend(h, l.buf)
-	}
-	if cap(l.buf) > 4<<20 {
-		l.buf = nil
+	if err := l.applyInOrder(h, raw); err != nil {
+		return wal.Header{}, err
 	}
 	select {
 	case l.notify <- struct{}{}:
@@ -458,15 +421,221 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	return h, nil
 }
 
-// Close closes the Ledger and the WAL writer (not the store, which belongs
-// to the caller). Idempotent.
-func (l *LedgerLog) Close() error {
-	_ = l.ledger.Close()
+// stampAndWrite stamps the events and writes them to the WAL as one batch
+// encoded into buf, under mu.
+func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, buf []byte) (wal.Header, []byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
+		return wal.Header{}, nil, wal.ErrLogClosed
+	}
+	if l.failed != nil {
+		return wal.Header{}, nil, l.failed
+	}
+	if err := l.disk.Check(); err != nil {
+		return wal.Header{}, nil, err
+	}
+	l.forgetClosed()
+	evs := append(l.evs[:0], events...)
+	l.evs = evs[:0]
+	// Writes happen only under mu, so the batch will end here.
+	last := l.w.NextLSN() + uint64(len(evs)) - 1
+	undos := l.undos[:0] // sessions this call changed, to restore on refusal
+	defer func() { l.undos = undos[:0] }()
+	undo := func() {
+		for i := len(undos) - 1; i >= 0; i-- { // newest first: each ends as before the call
+			if u := undos[i]; u.known {
+				l.sessions[u.id] = u.prev
+			} else {
+				delete(l.sessions, u.id)
+			}
+		}
+	}
+	refuse := func(err error) (wal.Header, []byte, error) {
+		undo()
+		return wal.Header{}, nil, err
+	}
+	closes := false
+	for i := range evs {
+		ev := &evs[i]
+		if isTail := i >= len(evs)-ledgerTail; ev.Op.IsLedger() != isTail {
+			return refuse(fmt.Errorf("%w: event %d: %s; ledger records are logged by the Ledger", ErrBadEvent, i, ev.Op))
+		} else if isTail {
+			continue
+		}
+		if ev.Seq != 0 {
+			return refuse(fmt.Errorf("%w: event %d has SeqNo %d; the log assigns SeqNos", ErrBadEvent, i, ev.Seq))
+		}
+		ev.Time = ts
+		if ev.Session == (session.ID{}) {
+			continue
+		}
+		prev, known := l.sessions[ev.Session]
+		if known && prev.closed && prev.lsn == last {
+			return refuse(fmt.Errorf("%w: event %d: session %s closed earlier in the batch", session.ErrSessionClosed, i, ev.Session))
+		}
+		st, err := l.admitSession(ev.Session, prev, known, ts)
+		if err != nil {
+			return refuse(fmt.Errorf("%w: event %d: session %s", err, i, ev.Session))
+		}
+		undos = append(undos, undoRef{ev.Session, prev, known})
+		st.seq++
+		st.lsn, st.ts, st.closed = last, ts, ev.Op == wal.OpClose
+		closes = closes || st.closed
+		l.sessions[ev.Session] = st
+		ev.Seq = st.seq
+		if !ev.HasIdemKey {
+			var op [64]byte
+			ev.HasIdemKey, ev.IdemKey = true, idempotency.DeriveKey(ev.Session, ev.Seq, ev.AppendOpBytes(op[:0]))
+		}
+	}
+	h, raw, err := l.w.Write(buf, l.epoch, evs)
+	if err != nil {
+		undo()
+		if errors.Is(err, wal.ErrInvalidEvent) || errors.Is(err, wal.ErrTooLarge) {
+			return wal.Header{}, nil, err // nothing was written
+		}
+		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
+		return wal.Header{}, nil, l.failed
+	}
+	if closes {
+		for _, u := range undos {
+			if l.sessions[u.id].closed {
+				l.closing = append(l.closing, closingRef{u.id, last})
+			}
+		}
+	}
+	return h, raw, nil
+}
+
+// admitSession checks that the session may take its next SeqNo at WAL time
+// ts and returns it as stamped so far (st, known: its entry in sessions).
+// A session whose last batch is written but perhaps not applied is judged
+// by that batch: the store does not show it yet. Any other is judged by the
+// tracker, as followers will judge it, and a session stamping does not know
+// continues from its HWM there. Holds mu.
+func (l *LedgerLog) admitSession(id session.ID, st stamped, known bool, ts int64) (stamped, error) {
+	if known && st.lsn > l.applied.Load() {
+		if st.closed {
+			return st, session.ErrSessionClosed
+		}
+		if l.cfg.Tracker.ExpiredSince(st.ts, ts) {
+			return st, ErrSessionExpired // kept: its batch is still to apply
+		}
+		return st, nil
+	}
+	if known && st.closed {
+		return st, session.ErrSessionClosed // applied since forgetClosed ran
+	}
+	expired, err := l.cfg.Tracker.Expired(id, ts)
+	if err != nil {
+		return st, err
+	}
+	if expired {
+		delete(l.sessions, id) // followers forgot it; so does stamping
+		return st, ErrSessionExpired
+	}
+	if !known {
+		hwm, closed, _, err := l.cfg.Tracker.Get(id)
+		if err != nil {
+			return st, err
+		}
+		if closed {
+			return st, session.ErrSessionClosed
+		}
+		st = stamped{seq: hwm}
+	}
+	return st, nil
+}
+
+// forgetClosed forgets the sessions closed by applied batches: from now on
+// the tracker answers "closed" for them. Holds mu.
+func (l *LedgerLog) forgetClosed() {
+	applied := l.applied.Load()
+	n := 0
+	for _, c := range l.closing {
+		if c.lsn > applied {
+			l.closing[n] = c
+			n++
+		} else if st := l.sessions[c.id]; st.closed && st.lsn == c.lsn {
+			delete(l.sessions, c.id)
+		}
+	}
+	l.closing = l.closing[:n]
+}
+
+// applyInOrder waits for the batch's turn, applies it to the local store
+// and hands it to OnAppend. raw is the batch as written and synced.
+func (l *LedgerLog) applyInOrder(h wal.Header, raw []byte) error {
+	l.applyMu.Lock()
+	for l.applyNext != h.FirstLSN && (l.failFrom == 0 || h.FirstLSN < l.failFrom) {
+		l.applyTurn.Wait()
+	}
+	if l.failFrom != 0 && h.FirstLSN >= l.failFrom {
+		l.applyMu.Unlock()
+		return l.failure()
+	}
+	_, err := l.recv.Apply(raw)
+	if err != nil {
+		l.applyMu.Unlock()
+		// The batch is in the WAL but not in the store: stop, so nothing is
+		// answered from a store that disagrees with the log. Reopening
+		// re-applies the WAL.
+		return l.fail(h.FirstLSN, fmt.Errorf("local apply of LSN %d: %w", h.FirstLSN, err))
+	}
+	l.applied.Store(h.LastLSN())
+	if l.cfg.OnAppend != nil {
+		l.cfg.OnAppend(h, raw)
+	}
+	l.applyNext = h.LastLSN() + 1
+	l.applyTurn.Broadcast()
+	l.applyMu.Unlock()
+	return nil
+}
+
+// fail marks the log failed from the batch at first on: that batch, and
+// every later one whether written or not, fails with the same error
+// wrapping ErrLogFailed and cause.
+func (l *LedgerLog) fail(first uint64, cause error) error {
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, cause)
+	}
+	l.mu.Unlock()
+	l.applyMu.Lock()
+	if l.failFrom == 0 || first < l.failFrom {
+		l.failFrom = first
+	}
+	l.applyTurn.Broadcast()
+	l.applyMu.Unlock()
+	return l.failure()
+}
+
+// failure is the error of a failed log.
+func (l *LedgerLog) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
+}
+
+// Close closes the Ledger and the WAL writer (not the store, which belongs
+// to the caller), after the appends in flight have ended: it refuses new
+// ones (wal.ErrLogClosed) and waits until every written batch is applied or
+// failed. Idempotent.
+func (l *LedgerLog) Close() error {
+	_ = l.ledger.Close()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return nil
 	}
 	l.closed = true
+	end := l.w.NextLSN() // nothing is written after closed
+	l.mu.Unlock()
+	l.applyMu.Lock()
+	for l.applyNext < end && (l.failFrom == 0 || l.applyNext < l.failFrom) {
+		l.applyTurn.Wait()
+	}
+	l.applyMu.Unlock()
 	return l.w.Close()
 }

@@ -284,7 +284,14 @@ func (t *Tracker) Expired(id ID, at int64) (bool, error) {
 			return false, err
 		}
 	}
-	return r.lastTS < t.cutoff(max(t.Clock(), at)), nil
+	return t.ExpiredSince(r.lastTS, at), nil
+}
+
+// ExpiredSince is Expired for a session whose last activity is at lastTS:
+// a leader asks it about a session whose last batch is logged but not yet
+// committed here, which the committed row does not show yet.
+func (t *Tracker) ExpiredSince(lastTS, at int64) bool {
+	return lastTS < t.cutoff(max(t.Clock(), at))
 }
 
 func (t *Tracker) read(id ID) (record, bool, error) {

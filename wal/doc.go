@@ -140,14 +140,27 @@
 //     sector — and no valid header of a later batch of this log (the shard,
 //     first LSN above the expected one) appears anywhere in them (the same
 //     torn write, with the page holding its header lost; a later batch would
-//     mean the damaged one had been acknowledged).
+//     mean the damaged one had been acknowledged), or
+//   - the remaining bytes are no more than MaxUnsyncedBytes (1 MiB) and start
+//     with a batch whose header does not decode or whose body CRC fails, with
+//     pages that never reached the disk — zeros from its start up to a sector
+//     boundary, or an all-zero sector-aligned sector overlapping it —
+//     whatever follows: the batches of one group commit (below), written
+//     together and never synced, reach the disk in any order, so an intact
+//     later batch of the group proves nothing.
 //
-// With SyncEveryBatch only one append can be unsynced at a crash, so these
-// rules cover every crash image (proved by a crash sweep with Pebble's
-// crashable MemFS at every file operation of a workload with rolls,
-// retention and reopens, and at every operation of the recovery itself).
-// Under SyncManual several unsynced appends may have holes, and a crash image
-// can be refused as corrupt.
+// With SyncEveryBatch what is unsynced at a crash is one append, or the
+// batches of a group commit: appenders that write while a sync is in flight
+// and wait for the next, at most MaxUnsyncedBytes together (the Writer syncs
+// before going past it), so these rules cover every crash image (proved by
+// a crash sweep with Pebble's crashable MemFS at every file operation of a
+// workload with rolls, retention and reopens, and at every operation of the
+// recovery itself, and by crash images of groups of unsynced batches with
+// holes). The price of the last rule: a zeroed sector in synced data within
+// the last MiB of the log reads as a torn tail and is cut, as in Pebble
+// before its WAL recorded the synced offset (this format has no room for it)
+// and in PostgreSQL. Under SyncManual several unsynced appends may have
+// holes beyond that bound, and a crash image can be refused as corrupt.
 //
 // The tail is cut by copying the valid prefix to the segment's temporary
 // file, syncing it, renaming it over the segment and syncing the directory
@@ -171,11 +184,22 @@
 // the first batch header of every segment (decodes, shard, LSN in the name);
 // defects further in surface from Next.
 //
-// The Writer serializes Appends with a mutex, so it may be shared by
-// goroutines; each Append is one batch with consecutive LSNs. After a failed
+// The Writer serializes writes with a mutex, so it may be shared by
+// goroutines; each Append is one batch with consecutive LSNs. Syncs are
+// group commits, as in Pebble's LogWriter and PostgreSQL: Append is Write
+// then SyncTo; a sync runs outside the mutex and covers every batch written
+// before it started; an appender whose batch a sync in flight does not cover
+// waits for it and then syncs, for every batch written meanwhile (one
+// fdatasync for all of them); no SyncTo, hence no Append, returns before the
+// sync that covers its batch. The active segment is neither rolled nor
+// closed under a sync in flight. Write returns the batch's encoded bytes —
+// those in the log — so a caller applies and ships them without encoding the
+// batch again. After a failed
 // write, sync or segment creation it refuses all further work with the same
 // error, which wraps ErrWriterFailed and the cause (an fsync error cannot be
-// retried safely); Close returns it too and still releases the lock. What
+// retried safely): a failed sync fails every batch it was to cover and every
+// later one, while batches an earlier sync covered stay durable; Close
+// returns it too and still releases the lock. What
 // part of a failed append reached the file is a torn tail: a Reader stops
 // there with io.EOF, and the reopen that recovers cuts it (or keeps the
 // batch, if it is whole: it was never acknowledged, but is valid). Epochs are

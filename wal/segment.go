@@ -215,7 +215,11 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) 
 				return res, errAt(off, err)
 			}
 			if _, err := checkBody(h, b); err != nil {
-				if off+n == size && hasZeroSector(b, off) {
+				torn, terr := tornBatch(f, b, off, size)
+				if terr != nil {
+					return res, errAt(off, terr)
+				}
+				if torn {
 					res.torn = true
 					return res, nil
 				}
@@ -257,13 +261,36 @@ func allZero(f vfs.File, off, size int64) (bool, error) {
 	return true, nil
 }
 
+// tornBatch reports whether b, a whole batch at off in the last segment
+// whose body CRC fails, is torn: it holds a zero sector and is the last
+// batch; or, within MaxUnsyncedBytes of the end (a group commit's unsynced
+// batches, which may reach the disk with holes), a zero sector overlaps it —
+// the sector holding its end may run into the next batch.
+func tornBatch(f vfs.File, b []byte, off, size int64) (bool, error) {
+	n := int64(len(b))
+	last, group := off+n == size, size-off <= MaxUnsyncedBytes
+	if !last && !group {
+		return false, nil
+	}
+	if hasZeroSector(b, off) || last {
+		return hasZeroSector(b, off), nil
+	}
+	end := min(size, (off+n+sectorSize-1)/sectorSize*sectorSize)
+	ext := make([]byte, end-off)
+	if _, err := f.ReadAt(ext, off); err != nil {
+		return false, err
+	}
+	return hasZeroSector(ext, off), nil
+}
+
 // tornAppend reports whether f[off:size], which follows the last valid batch
 // of the last segment and does not start with a valid header, is what an
 // interrupted append leaves: all zero bytes; or, at most one batch long, it
 // starts with zeros up to a sector boundary or holds a zero sector (pages
-// that never reached the disk) and holds no header of a later batch of the
-// log (shard, first LSN after next) — a later batch would mean the damaged
-// one was acknowledged.
+// that never reached the disk) and either is within MaxUnsyncedBytes (the
+// unsynced batches of one group commit) or holds no header of a later batch
+// of the log (shard, first LSN after next) — beyond that bound a later batch
+// would mean the damaged one was acknowledged.
 func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
 	zero, err := allZero(f, off, size)
 	if err != nil || zero {
@@ -282,7 +309,7 @@ func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]b
 	if !allZeroBytes(b[:lead]) && !hasZeroSector(b, off) {
 		return false, nil
 	}
-	return !hasLaterHeader(b, shard, next), nil
+	return n <= MaxUnsyncedBytes || !hasLaterHeader(b, shard, next), nil
 }
 
 // hasLaterHeader reports whether a valid header of shard's batch starting

@@ -468,12 +468,23 @@ func TestTornTailHeaderLost(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
 		checkRecovered(t, d, want, lastFirst, fmt.Sprintf("zero from %d to %d", lastOff, zeroTo))
 
-		// The same, but a complete later batch follows: not a torn append.
+		// The same, but a complete later batch follows: a group commit's
+		// unsynced batches, cut with the damaged one, while the damage is
+		// within MaxUnsyncedBytes of the end...
 		d = copyDir(t, dir)
 		next, err := AppendBatch(nil, 0, 2, uint64(len(want)+1), testEvents(2, 9))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(d, name), append(slices.Clone(z), next...), 0o644))
-		requireOpenFails(t, d, ErrCorrupt, fmt.Sprintf("zero from %d to %d, then a batch", lastOff, zeroTo))
+		checkRecovered(t, d, want, lastFirst, fmt.Sprintf("zero from %d to %d, then a batch", lastOff, zeroTo))
+
+		// ...and beyond it the later batch was acknowledged: corruption.
+		d = copyDir(t, dir)
+		big := testEvents(1, 9)
+		big[0].Op, big[0].Key, big[0].Value = OpPut, []byte("k"), make([]byte, MaxUnsyncedBytes)
+		next, err = AppendBatch(nil, 0, 2, uint64(len(want)+1), big)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(d, name), append(slices.Clone(z), next...), 0o644))
+		requireOpenFails(t, d, ErrCorrupt, fmt.Sprintf("zero from %d to %d, then a large batch", lastOff, zeroTo))
 	}
 	// Damage that is not zeros (a flipped magic byte) is corruption.
 	d := copyDir(t, dir)

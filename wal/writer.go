@@ -15,7 +15,8 @@ type SyncPolicy uint8
 
 const (
 	// SyncEveryBatch syncs each batch before Append returns (the default):
-	// an acknowledged batch survives a crash.
+	// an acknowledged batch survives a crash. Concurrent Appends share
+	// syncs (group commit, see SyncTo).
 	SyncEveryBatch SyncPolicy = iota
 	// SyncManual syncs only on Sync, Close and segment rolls; the caller
 	// trades durability of recent batches for throughput.
@@ -77,12 +78,14 @@ func (o *WriterOptions) Validate() error {
 }
 
 // Writer appends batches to the log of one shard in a directory. It is safe
-// for concurrent use; appends are serialized. After an I/O error the Writer
+// for concurrent use; writes are serialized, syncs shared (SyncTo). After an
+// I/O error the Writer
 // is failed: every later call returns that error, which wraps
 // ErrWriterFailed and the cause (a failed write or fsync leaves the file in
 // an unknown state; reopening recovers it).
 type Writer struct {
 	mu     sync.Mutex
+	synced *sync.Cond // on mu: a sync ended (see SyncTo)
 	dir    string
 	opts   WriterOptions
 	fs     vfs.FS
@@ -94,6 +97,12 @@ type Writer struct {
 	err    error // sticky
 	closed bool
 	lock   *dirLock
+
+	// Group commit (SyncTo): one fdatasync at a time, outside mu, covering
+	// every batch written before it started; the active segment is not
+	// rolled or closed under it.
+	syncing    bool
+	syncedSize int64 // bytes of the active segment known synced
 
 	next     atomic.Uint64 // LSN of the next appended event
 	durable  atomic.Uint64 // highest LSN known synced
@@ -121,6 +130,7 @@ type sizedSegment struct {
 // nothing on disk: the log is validated before the lock file is created.
 func OpenWriter(dir string, opts *WriterOptions) (*Writer, error) {
 	w := &Writer{dir: dir}
+	w.synced = sync.NewCond(&w.mu)
 	if opts != nil {
 		w.opts = *opts
 	}
@@ -304,7 +314,7 @@ func (w *Writer) recover(scan logScan, scratch []byte) error {
 		_ = f.Close()
 		return err
 	}
-	w.f, w.seg, w.size = f, last.segment, last.size
+	w.f, w.seg, w.size, w.syncedSize = f, last.segment, last.size, last.size
 	w.old = scan.segs[:len(scan.segs)-1]
 	w.next.Store(scan.next)
 	w.durable.Store(scan.next - 1)
@@ -337,7 +347,7 @@ func (w *Writer) createSegment(first uint64) error {
 		_ = f.Close()
 		return err
 	}
-	w.f, w.seg, w.size = f, segment{name: name, first: first}, 0
+	w.f, w.seg, w.size, w.syncedSize = f, segment{name: name, first: first}, 0, 0
 	return nil
 }
 
@@ -347,54 +357,102 @@ func (w *Writer) fail(err error) error {
 	return w.err
 }
 
+// MaxUnsyncedBytes bounds, under SyncEveryBatch, the bytes written but not
+// yet synced when a batch is written after others that are still unsynced:
+// the Writer syncs first rather than go past it (a lone batch may be
+// larger). A crash can damage only unsynced bytes, so recovery cuts damage
+// followed by later batches only within this bound of the segment's end
+// (see the package doc).
+const MaxUnsyncedBytes = 1 << 20
+
 // Append encodes events as one batch of epoch, assigns them the next LSNs
 // (setting events[i].LSN) and appends it, rolling the segment first if the
 // batch would push a non-empty segment past SegmentSize. With SyncEveryBatch
-// the batch is durable when Append returns. Invalid events (ErrInvalidEvent,
-// ErrTooLarge) change nothing.
+// the batch is durable when Append returns; concurrent Appends share
+// fdatasyncs (SyncTo). Invalid events (ErrInvalidEvent, ErrTooLarge) change
+// nothing.
 func (w *Writer) Append(epoch uint64, events []Event) (Header, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return Header{}, ErrLogClosed
+	h, buf, err := w.write(w.buf[:0], epoch, events)
+	if err == nil && cap(buf) <= 4<<20 { // keep a reusable buffer, but do not pin a rare huge one
+		w.buf = buf
 	}
-	if w.err != nil {
-		return Header{}, w.err
-	}
-	buf, h, err := appendBatch(w.buf[:0], w.opts.Shard, epoch, w.next.Load(), events)
+	w.mu.Unlock()
 	if err != nil {
 		return Header{}, err
 	}
-	if cap(buf) <= 4<<20 { // keep a reusable buffer, but do not pin a rare huge one
-		w.buf = buf
-	}
-	if w.size > 0 && w.size+int64(len(buf)) > w.opts.SegmentSize {
-		if err := w.roll(h.FirstLSN); err != nil {
+	if w.opts.Sync == SyncEveryBatch {
+		if err := w.SyncTo(h.LastLSN()); err != nil {
 			return Header{}, err
 		}
-	}
-	if _, err := w.f.WriteAt(buf, w.size); err != nil {
-		// What part of the batch reached the file is a torn tail: a Reader
-		// stops there (io.EOF) and the reopen that recovers cuts it.
-		return Header{}, w.fail(err)
-	}
-	w.size += int64(len(buf))
-	w.retained.Add(int64(len(buf)))
-	w.next.Store(h.LastLSN() + 1)
-	if w.opts.Sync == SyncEveryBatch {
-		if err := w.f.SyncData(); err != nil {
-			return Header{}, w.fail(err)
-		}
-		w.durable.Store(h.LastLSN())
-	}
-	for i := range events {
-		events[i].LSN = h.FirstLSN + uint64(i)
 	}
 	return h, nil
 }
 
+// Write is Append without the sync, whatever the SyncPolicy: it encodes
+// the batch into dst[:0] (growing it as needed), writes it and returns its
+// header and the encoded bytes, which are exactly the bytes in the log (a
+// caller that applies or ships the batch uses them instead of encoding it
+// again). The batch is not durable, and must not be acknowledged, applied
+// as durable or shipped, before SyncTo(h.LastLSN()) returns nil. Writes are
+// in LSN order: a caller that needs its own order (stamping) holds its own
+// lock across Write and releases it before SyncTo, so that concurrent
+// writers share one sync.
+func (w *Writer) Write(dst []byte, epoch uint64, events []Event) (Header, []byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.write(dst[:0], epoch, events)
+}
+
+// write encodes and writes one batch; w.mu is held.
+func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte, error) {
+	for {
+		if w.closed {
+			return Header{}, nil, ErrLogClosed
+		}
+		if w.err != nil {
+			return Header{}, nil, w.err
+		}
+		buf, h, err := appendBatch(dst, w.opts.Shard, epoch, w.next.Load(), events)
+		if err != nil {
+			return Header{}, nil, err
+		}
+		n := int64(len(buf))
+		roll := w.size > 0 && w.size+n > w.opts.SegmentSize
+		flush := !roll && w.opts.Sync == SyncEveryBatch && w.size > w.syncedSize && w.size-w.syncedSize+n > MaxUnsyncedBytes
+		if (roll || flush) && w.syncing {
+			// Neither roll nor sync the segment under a sync in flight;
+			// the LSN may have moved when we get mu back: encode again.
+			w.synced.Wait()
+			continue
+		}
+		if roll {
+			if err := w.roll(h.FirstLSN); err != nil {
+				return Header{}, nil, err
+			}
+		} else if flush {
+			if err := w.syncLocked(); err != nil {
+				return Header{}, nil, err
+			}
+		}
+		if _, err := w.f.WriteAt(buf, w.size); err != nil {
+			// What part of the batch reached the file is a torn tail: a Reader
+			// stops there (io.EOF) and the reopen that recovers cuts it.
+			return Header{}, nil, w.fail(err)
+		}
+		w.size += n
+		w.retained.Add(n)
+		w.next.Store(h.LastLSN() + 1)
+		for i := range events {
+			events[i].LSN = h.FirstLSN + uint64(i)
+		}
+		return h, buf, nil
+	}
+}
+
 // roll syncs and closes the active segment and starts one at first. The old
 // segment is synced first so that only the last segment can ever be torn.
+// No sync is in flight (w.syncing is false).
 func (w *Writer) roll(first uint64) error {
 	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
@@ -412,21 +470,82 @@ func (w *Writer) roll(first uint64) error {
 	return nil
 }
 
-// Sync makes every appended batch durable.
-func (w *Writer) Sync() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return ErrLogClosed
-	}
-	if w.err != nil {
-		return w.err
-	}
+// syncLocked syncs the active segment under w.mu; no sync is in flight.
+func (w *Writer) syncLocked() error {
 	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
 	w.durable.Store(w.next.Load() - 1)
+	w.syncedSize = w.size
 	return nil
+}
+
+// SyncTo returns once every batch up to lsn is durable — group commit, as
+// Pebble's LogWriter and PostgreSQL's WAL flush do it: a caller whose batch
+// an earlier sync covered returns at once; one that finds a sync in flight
+// waits for it and, if that sync started before its batch was written,
+// starts the next; a sync covers every batch written before it started. The
+// fdatasync runs without w.mu, so others write meanwhile. A failed sync
+// fails the Writer (ErrWriterFailed): SyncTo of every batch it did not
+// cover — and every later call — returns that error. lsn must have been
+// written (below NextLSN).
+func (w *Writer) SyncTo(lsn uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if w.durable.Load() >= lsn {
+			return nil
+		}
+		if w.err != nil {
+			return w.err
+		}
+		if w.closed {
+			return ErrLogClosed
+		}
+		if lsn >= w.next.Load() {
+			return fmt.Errorf("wal: SyncTo(%d): the log ends at LSN %d", lsn, w.next.Load()-1)
+		}
+		if !w.syncing {
+			break
+		}
+		w.synced.Wait()
+	}
+	w.syncing = true
+	f, target, size := w.f, w.next.Load()-1, w.size
+	w.mu.Unlock()
+	err := f.SyncData()
+	w.mu.Lock()
+	w.syncing = false
+	w.synced.Broadcast()
+	if err != nil {
+		if w.err == nil {
+			w.fail(err)
+		}
+		return w.err
+	}
+	// Durable even if a later write failed meanwhile: its torn bytes lie
+	// after target.
+	if target > w.durable.Load() {
+		w.durable.Store(target)
+		w.syncedSize = max(w.syncedSize, size)
+	}
+	return nil
+}
+
+// Sync makes every appended batch durable.
+func (w *Writer) Sync() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrLogClosed
+	}
+	if w.err != nil {
+		w.mu.Unlock()
+		return w.err
+	}
+	end := w.next.Load() - 1
+	w.mu.Unlock()
+	return w.SyncTo(end)
 }
 
 // NextLSN is the LSN the next appended event will get.
@@ -510,6 +629,12 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return ErrLogClosed
+	}
+	for w.syncing {
+		w.synced.Wait() // do not close the segment under a sync in flight
+	}
 	if w.closed {
 		return ErrLogClosed
 	}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// concurrentBatch is the batch size of LeaderConcurrent: client-sized
+// batches, where the fsync, not the events, is the cost.
+const concurrentBatch = 100
+
+// LeaderConcurrent measures n goroutines appending 100-event batches of puts
+// (24-byte keys, 100-byte values, sessions drawn from 10,000 shared by all
+// of them) to one shard of a leader on disk (WAL synced per batch, its own
+// store applied, no followers): events/s, the process CPU per event, and
+// the file syncs per batch (the WAL's, the store's and the directories'
+// together), which group commit brings below one as n grows.
+func LeaderConcurrent(n int) func(*testing.B) {
+	return func(b *testing.B) {
+		Release()
+		dir, err := os.MkdirTemp("", "oncewal-bench-concurrent-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		fs := &syncCountingFS{FS: vfs.Default}
+		l, err := leader.Open(dir, &leader.Options{Shards: 1, FS: fs, Logger: quietSlog(),
+			Store: follower.Options{Logger: quietSlog()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		sh, err := l.Shard(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		ids := make([]session.ID, leaderSessions)
+		for i := range ids {
+			binary.LittleEndian.PutUint64(ids[i][:8], rng.Uint64())
+			binary.LittleEndian.PutUint64(ids[i][8:], rng.Uint64())
+		}
+		val := make([]byte, 100)
+		var left atomic.Int64
+		left.Store(int64(b.N))
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		syncs0, cpu0 := fs.syncs.Load(), cpuNanos()
+		b.ResetTimer()
+		for g := range n {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 3))
+				evs := make([]wal.Event, concurrentBatch)
+				for left.Add(-1) >= 0 {
+					for i := range evs {
+						var key [24]byte
+						binary.LittleEndian.PutUint64(key[:], rng.Uint64())
+						evs[i] = wal.Event{Op: wal.OpPut, Session: ids[rng.IntN(len(ids))], Key: key[:], Value: val}
+					}
+					if _, err := sh.Append(evs...); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		events := float64(b.N * concurrentBatch)
+		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
+		b.ReportMetric(float64(fs.syncs.Load()-syncs0)/float64(b.N), "fsyncs/batch")
+	}
+}
+
+// syncCountingFS counts Sync and SyncData calls on the files it opens for
+// writing.
+type syncCountingFS struct {
+	vfs.FS
+	syncs atomic.Int64
+}
+
+func (fs *syncCountingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(f, err)
+}
+
+func (fs *syncCountingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(f, err)
+}
+
+func (fs *syncCountingFS) ReuseForWrite(old, new string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(old, new, c)
+	return fs.wrap(f, err)
+}
+
+func (fs *syncCountingFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	return fs.wrap(f, err)
+}
+
+func (fs *syncCountingFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &syncCountingFile{File: f, n: &fs.syncs}, nil
+}
+
+type syncCountingFile struct {
+	vfs.File
+	n *atomic.Int64
+}
+
+func (f *syncCountingFile) Sync() error     { f.n.Add(1); return f.File.Sync() }
+func (f *syncCountingFile) SyncData() error { f.n.Add(1); return f.File.SyncData() }

@@ -1,0 +1,194 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGroupCommitCrashImages: batches written by a group of appenders and
+// not yet synced can reach the disk with holes — a damaged batch followed by
+// an intact later one of the same group. Every such crash image reopens
+// with every synced batch and a contiguous run of the group, cut at its
+// first damaged batch (before MaxUnsyncedBytes, recovery refused these
+// images as corrupt).
+func TestGroupCommitCrashImages(t *testing.T) {
+	holes := 0
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		mem := vfs.NewCrashableMem()
+		w, err := OpenWriter(crashDir, &WriterOptions{FS: mem})
+		require.NoError(t, err)
+		var all []Header
+		for i := range 3 {
+			h, err := w.Append(1, crashBatch(i))
+			require.NoError(t, err)
+			all = append(all, h)
+		}
+		synced := len(all)
+		for i := range 2 + rng.IntN(8) { // one group's writes, never synced
+			h, _, err := w.Write(nil, 1, crashBatch(100+i))
+			require.NoError(t, err)
+			all = append(all, h)
+		}
+		img := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 20 + rng.IntN(70), RNG: rng})
+		require.NoError(t, w.Close())
+
+		var buf []byte
+		scan, err := scanLog(img, crashDir, 0, &buf)
+		require.NoError(t, err, "seed %d: the image is a torn tail, not corruption", seed)
+		if scan.torn && hasIntactLater(t, img, scan, all) {
+			holes++
+		}
+		st := crashState{acked: all[:synced]}
+		checkCrashImage(t, img, st, all, fmt.Sprintf("seed %d", seed))
+	}
+	require.Positive(t, holes, "some image must have an intact batch after a damaged one")
+}
+
+// hasIntactLater reports whether the bytes cut from scan's last segment
+// hold an intact batch of the log after the damaged one.
+func hasIntactLater(t *testing.T, fs vfs.FS, scan logScan, all []Header) bool {
+	last := scan.segs[len(scan.segs)-1]
+	f, err := fs.Open(fs.PathJoin(crashDir, last.name))
+	require.NoError(t, err)
+	defer f.Close()
+	b := make([]byte, scan.lastSize-last.size)
+	_, err = f.ReadAt(b, last.size)
+	require.NoError(t, err)
+	for i := 1; i+HeaderSize <= len(b); i++ {
+		h, err := DecodeHeader(b[i:])
+		if err != nil || h.FirstLSN <= scan.next || i+h.Size() > len(b) {
+			continue
+		}
+		if _, err := checkBody(h, b[i:]); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// blockingSyncFS holds every SyncData of a segment until release is closed,
+// counting them.
+type blockingSyncFS struct {
+	vfs.FS
+	started chan struct{}
+	release chan struct{}
+	syncs   atomic.Int64
+}
+
+func (fs *blockingSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return &blockingSyncFile{File: f, fs: fs}, err
+}
+
+type blockingSyncFile struct {
+	vfs.File
+	fs *blockingSyncFS
+}
+
+func (f *blockingSyncFile) SyncData() error {
+	f.fs.syncs.Add(1)
+	f.fs.started <- struct{}{}
+	<-f.fs.release
+	return f.File.SyncData()
+}
+
+// TestGroupCommitSharesSync: appenders that write while a sync is in flight
+// wait for it, and the next sync covers all of them: three appends, two
+// fdatasyncs; none returns before the sync that covers it.
+func TestGroupCommitSharesSync(t *testing.T) {
+	fs := &blockingSyncFS{FS: vfs.NewMem(), started: make(chan struct{}, 8), release: make(chan struct{})}
+	w, err := OpenWriter("/wal", &WriterOptions{FS: fs})
+	require.NoError(t, err)
+	fs.syncs.Store(0) // a fresh log's segment is created without a data sync; be exact anyway
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	appendOne := func(i int) {
+		defer wg.Done()
+		_, err := w.Append(1, testEvents(3, i))
+		require.NoError(t, err)
+		done.Add(1)
+	}
+	wg.Add(1)
+	go appendOne(1)
+	<-fs.started // the first append's sync is in flight
+	wg.Add(2)
+	go appendOne(2)
+	go appendOne(3)
+	for w.NextLSN() != 10 { // both others wrote and wait for a sync
+		runtime.Gosched()
+	}
+	require.Zero(t, done.Load(), "nothing returns before its sync")
+	fs.release <- struct{}{} // first sync ends: covers only batch 1
+	<-fs.started             // one sync for batches 2 and 3
+	fs.release <- struct{}{}
+	wg.Wait()
+	require.EqualValues(t, 2, fs.syncs.Load())
+	require.EqualValues(t, 9, w.DurableLSN())
+	close(fs.release)
+	require.NoError(t, w.Close())
+}
+
+// TestGroupCommitSyncFailure: a failed shared sync fails every batch it was
+// to cover and every later call, with the same ErrWriterFailed error.
+func TestGroupCommitSyncFailure(t *testing.T) {
+	var fail atomic.Bool
+	injected := errors.New("injected sync failure")
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if fail.Load() && op.Kind == errorfs.OpFileSyncData {
+			return injected
+		}
+		return nil
+	}))
+	w, err := OpenWriter("/wal", &WriterOptions{FS: fs})
+	require.NoError(t, err)
+	h0, err := w.Append(1, testEvents(2, 1))
+	require.NoError(t, err)
+	fail.Store(true)
+	var hs []Header
+	for i := range 4 {
+		h, _, err := w.Write(nil, 1, testEvents(2, 2+i))
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		err := w.SyncTo(h.LastLSN())
+		require.ErrorIs(t, err, ErrWriterFailed)
+		require.ErrorIs(t, err, injected)
+	}
+	require.NoError(t, w.SyncTo(h0.LastLSN()), "what an earlier sync covered stays durable")
+	require.Equal(t, h0.LastLSN(), w.DurableLSN())
+	_, err = w.Append(1, testEvents(2, 9))
+	require.ErrorIs(t, err, ErrWriterFailed)
+	require.ErrorIs(t, w.Close(), ErrWriterFailed)
+}
+
+// TestWriteBoundsUnsyncedBytes: under SyncEveryBatch the Writer never lets
+// unsynced batches add up past MaxUnsyncedBytes — the bound the recovery of
+// a group's torn tail relies on — and syncs first instead.
+func TestWriteBoundsUnsyncedBytes(t *testing.T) {
+	w, err := OpenWriter("/wal", &WriterOptions{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	big := testEvents(1, 1)
+	big[0].Value = make([]byte, 300<<10)
+	var written int64
+	for range 10 {
+		h, buf, err := w.Write(nil, 1, big)
+		require.NoError(t, err)
+		written += int64(len(buf))
+		durableEnd := w.DurableLSN()
+		unsynced := int64(h.LastLSN()-durableEnd) * int64(len(buf)) // equal batches
+		require.LessOrEqual(t, unsynced, int64(MaxUnsyncedBytes), "after %d bytes", written)
+	}
+	require.Positive(t, w.DurableLSN(), "the bound made the Writer sync")
+	require.NoError(t, w.Close())
+}
