@@ -136,8 +136,8 @@ type Options struct {
 	// follower's CPU. Memory: a shard that writes holds about two memtables
 	// (the one being filled and the one being flushed or kept for reuse),
 	// so 64 MiB per shard at the default (doc.go, "Memory per shard").
-	// Default DefaultMemTableSize (32 MiB); at least MinMemTableSize, below
-	// 4 GiB. PebbleOptions may still change it.
+	// Default DefaultMemTableSize (32 MiB); MinMemTableSize (256 KiB) to
+	// MaxMemTableSize (2 GiB). PebbleOptions may still change it.
 	MemTableSize int64
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
@@ -153,11 +153,11 @@ type Options struct {
 
 // Bounds and default of Options.MemTableSize. The default is where the
 // CPU saved levels off on the fresh and retry benchmarks (doc.go, "Memory
-// per shard"). Pebble refuses 4 GiB and more.
+// per shard"). Pebble refuses 4 GiB − 1 and more.
 const (
 	DefaultMemTableSize = 32 << 20
 	MinMemTableSize     = 256 << 10
-	MaxMemTableSize     = 4<<30 - 1
+	MaxMemTableSize     = 2 << 30
 )
 
 // Defaults of the redial options (see Options).
