@@ -238,12 +238,12 @@
 // per writing shard at the default (Pebble starts at 256 KiB and doubles
 // per memtable up to the size, so an idle shard holds little), and up to
 // MemTableStopWritesThreshold (2) queued memtables plus the one being
-// filled while flushes fall behind. A node of 30 writing shards: ~2 GiB; set
-// it lower for more shards (16 MiB halves the memory and keeps about half
-// the CPU saved, below). Pebble counts memtables against its block cache
-// (CacheSize, 8 MiB by default, not changed here): two memtables of any
-// size from 4 MiB up leave no block cache, as two of Pebble's 4 MiB
-// default did already.
+// filled while flushes fall behind. A node of 30 writing shards: ~2 GiB;
+// set it lower for more shards (16 MiB halves the memory and keeps about
+// half of the CPU saved on fresh events, four fifths on retries; below).
+// Pebble counts memtables against its block cache (CacheSize, 8 MiB by
+// default, not changed here): two memtables of any size from 4 MiB up
+// leave no block cache, as two of Pebble's 4 MiB default did already.
 //
 // Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
 // deltas, kept HWMLogBatches (128) batches (package session), and the
@@ -251,10 +251,11 @@
 // (replication/journal.go) — outlived a 4 MiB memtable (about 20 fresh
 // 1000-event batches), so they were flushed and compacted although they are
 // deleted soon after; compactions were ~41% of the process's CPU on fresh
-// apply. Shortening their lifetime instead costs more than it saves: the
-// journal must hold at least the whole window (1.6 MB at 100,000 keys), and
-// a shorter HWM log carries or checkpoints most sessions (100,000 uniform
-// sessions touched once per ~100 batches). A larger memtable lets most of
+// apply. Shortening their lifetime instead was not measured, and looks
+// dearer: the journal must hold at least the whole window (1.6 MB at
+// 100,000 keys), and a shorter HWM log carries or checkpoints more
+// sessions (100,000 uniform sessions are touched once per ~100 batches; a
+// checkpoint is a Pebble row of its own). A larger memtable lets most of
 // them die in it; it costs a deeper skiplist (each insert a little dearer)
 // and a longer WAL replay after a crash; Close flushes, so a clean restart
 // replays nothing. go test ./bench -run '^$' -bench Reopen -benchtime 3x
@@ -263,8 +264,8 @@
 // 32 MiB; a closed one in 211/173 ms at 4 MiB, 75/110 ms at 32 MiB (fewer
 // tables and tombstones under the HWM log it replays).
 //
-// Measured with the same binary and only the memtable changed on the
-// follower and the raw references alike (the benchmarks' openPebble),
+// Measured with one binary, only the memtable changed (4 MiB is main's),
+// on the follower and the raw references alike (the benchmarks' openPebble),
 // CPU ns per event, two interleaved rounds, load 1–2 (go test ./bench
 // -run '^$' -bench 'Receiver/(fresh|dup100-window|raw-ingest)$' -benchtime
 // 1500x, 2026-11-23):
