@@ -26,10 +26,12 @@ func BenchmarkShards(b *testing.B) {
 }
 
 // BenchmarkReopen is the open time of a follower whose HWM log is full,
-// against one without the log (see Reopen):
+// against one without the log (see Reopen), and of one that was killed
+// (ReopenKilled: Pebble's WAL replayed too):
 //
 //	go test ./bench -run '^$' -bench Reopen -benchtime 5x
 func BenchmarkReopen(b *testing.B) {
 	b.Run("hwm-log", Reopen(0))
 	b.Run("no-log", Reopen(-1))
+	b.Run("killed", ReopenKilled())
 }

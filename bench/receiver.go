@@ -81,11 +81,14 @@ func cpuNanos() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// openPebble opens a plain store with the options follower.Open uses.
+// openPebble opens a plain store with the options follower.Open uses that
+// shape its write path (format, memtable size), so that the raw references
+// (RawIngest, PipelineRaw) and the follower flush and compact alike.
 func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
 	// A FatalLogger without a Logger drops Pebble's lines (benchmark output
 	// stays readable) and still panics on Fatalf.
-	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}}
+	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{},
+		MemTableSize: follower.DefaultMemTableSize}
 	for _, f := range tune {
 		f(o)
 	}

@@ -19,7 +19,16 @@ import (
 // a second Tracker on the opened store; replayed-sessions is how many
 // sessions the replay pinned. logBatches -1 is the design without the log
 // (one HWM row per changed session), the reference.
-func Reopen(logBatches int) func(*testing.B) {
+func Reopen(logBatches int) func(*testing.B) { return reopen(logBatches, false) }
+
+// ReopenKilled is Reopen of a follower that was killed instead of closed
+// (follower.Kill: no flush), so that every open also replays Pebble's WAL
+// — up to a memtable's worth (follower.Options.MemTableSize) — into a
+// memtable and flushes it. Each op opens a copy of the killed store, made
+// with the timer stopped.
+func ReopenKilled() func(*testing.B) { return reopen(0, true) }
+
+func reopen(logBatches int, kill bool) func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
 		dir, err := os.MkdirTemp("", "oncewal-bench-reopen-")
@@ -27,6 +36,7 @@ func Reopen(logBatches int) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
+		defer os.RemoveAll(dir + "-copy")
 		opts := &follower.Options{HWMLogBatches: logBatches, Logger: quietSlog()}
 		f, err := follower.Open(dir, opts)
 		if err != nil {
@@ -48,14 +58,30 @@ func Reopen(logBatches int) func(*testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := f.Close(); err != nil {
+		stop := f.Close
+		if kill {
+			stop = f.Kill
+		}
+		if err := stop(); err != nil {
 			b.Fatal(err)
 		}
+		open := dir
 		b.ResetTimer()
 		var replay time.Duration
 		pinned := 0
 		for range b.N {
-			f, err := follower.Open(dir, opts)
+			if kill {
+				b.StopTimer()
+				open = dir + "-copy"
+				if err := os.RemoveAll(open); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.CopyFS(open, os.DirFS(dir)); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			f, err := follower.Open(open, opts)
 			if err != nil {
 				b.Fatal(err)
 			}

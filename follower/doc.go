@@ -226,9 +226,65 @@
 // shard's compaction debt or corruption would be every shard's. It also
 // reuses the single-shard Follower as it is — no shard prefix threaded
 // through the session and replication key spaces — and a shard moves to
-// another node by moving its directory. The cost is per-store overhead: a
-// memtable (4 MiB by default), caches and background goroutines per shard,
-// so a node should serve tens of shards, not thousands.
+// another node by moving its directory. The cost is per-store overhead:
+// memtables (below), caches and background goroutines per shard, so a node
+// should serve tens of shards, not thousands.
+//
+// # Memory per shard: the memtable
+//
+// Options.MemTableSize (default 32 MiB; --memtable-size) sizes each store's
+// memtable. A shard that writes holds about two of them — the one being
+// filled and the one being flushed, or kept by Pebble for reuse — so 64 MiB
+// per writing shard at the default (Pebble starts at 256 KiB and doubles
+// per memtable up to the size, so an idle shard holds little), and up to
+// MemTableStopWritesThreshold (2) queued memtables plus the one being
+// filled while flushes fall behind. A node of 30 writing shards: ~2 GiB;
+// set it lower for more shards (16 MiB halves the memory and keeps about
+// half of the CPU saved on fresh events, four fifths on retries; below).
+// Pebble counts memtables against its block cache (CacheSize, 8 MiB by
+// default, not changed here): two memtables of any size from 4 MiB up
+// leave no block cache, as two of Pebble's 4 MiB default did already.
+//
+// Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
+// deltas, kept HWMLogBatches (128) batches (package session), and the
+// window journal, compacted into a snapshot every ~WindowCapacity keys
+// (replication/journal.go) — outlived a 4 MiB memtable (about 20 fresh
+// 1000-event batches), so they were flushed and compacted although they are
+// deleted soon after; compactions were ~41% of the process's CPU on fresh
+// apply. Shortening their lifetime instead was not measured, and looks
+// dearer: the journal must hold at least the whole window (1.6 MB at
+// 100,000 keys), and a shorter HWM log carries or checkpoints more
+// sessions (100,000 uniform sessions are touched once per ~100 batches; a
+// checkpoint is a Pebble row of its own). A larger memtable lets most of
+// them die in it; it costs a deeper skiplist (each insert a little dearer)
+// and a longer WAL replay after a crash; Close flushes, so a clean restart
+// replays nothing. go test ./bench -run '^$' -bench Reopen -benchtime 3x
+// (100,000 sessions, 200 batches after the preload; two rounds each, load
+// 3–5): a killed follower opens in 300/337 ms at 4 MiB, 353/371 ms at
+// 32 MiB; a closed one in 211/173 ms at 4 MiB, 75/110 ms at 32 MiB (fewer
+// tables and tombstones under the HWM log it replays).
+//
+// Measured with one binary, only the memtable changed (4 MiB is main's),
+// on the follower and the raw references alike (the benchmarks' openPebble),
+// CPU ns per event, two interleaved rounds, load 1–2 (go test ./bench
+// -run '^$' -bench 'Receiver/(fresh|dup100-window|raw-ingest)$' -benchtime
+// 1500x, 2026-11-23):
+//
+//	memtable               4 MiB        16 MiB       32 MiB       64 MiB
+//	raw-ingest             2943 3450    2581 2729    2337 2974    2473 2444
+//	fresh                  5363 6370    4516 5137    3989 4063    4391 3686
+//	  sstable B/event      969 1032     650 680      472 446      292 285
+//	dup100-window (retry)  1296 1515    985 1022     920 907      861 905
+//	  sstable B/event      136          46           26           18
+//
+// 32 MiB takes most of the saving (fresh −30%, retries −35%); 64 MiB adds
+// little for twice the memory. End to end against main (go test ./bench
+// -run '^$' -bench 'Pipeline/(e2e|e2e-raw|e2e-dup30|e2e-raw-dup30)$'
+// -benchtime 500x, three interleaved rounds, load ~2.8): e2e 3844–4575 →
+// 3279–3857, e2e-dup30 3267–3868 → 2108–3216 cpu-ns/event; the
+// at-least-once references gain as much or more (e2e-raw 2808–3101 →
+// 2144–2301), since every random-key workload compacts less with larger
+// flushes.
 //
 // # Throughput with many shards
 //

@@ -132,6 +132,18 @@ type Options struct {
 	// Snapshot configures the rebuild's transfer (chunk size, the RateLimit
 	// throttle, retries). Default: snapshot.Options defaults.
 	Snapshot snapshot.Options
+	// MemTableSize is the size of the store's memtable (Pebble's
+	// MemTableSize). The rows that live only briefly — the HWM log's deltas
+	// (kept for HWMLogBatches batches) and the window journal (compacted
+	// every ~WindowCapacity keys) — then mostly die in the memtable instead
+	// of being flushed and compacted: at Pebble's 4 MiB they outlive it,
+	// and flushes and compactions of them were the largest part of a
+	// follower's CPU. Memory: a shard that writes holds about two memtables
+	// (the one being filled and the one being flushed or kept for reuse),
+	// so 64 MiB per shard at the default (doc.go, "Memory per shard").
+	// Default DefaultMemTableSize (32 MiB); MinMemTableSize (256 KiB) to
+	// MaxMemTableSize (2 GiB). PebbleOptions may still change it.
+	MemTableSize int64
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
@@ -143,6 +155,15 @@ type Options struct {
 	// (64 MiB); negative: off.
 	MinFreeBytes int64
 }
+
+// Bounds and default of Options.MemTableSize. The default is where the
+// CPU saved levels off on the fresh and retry benchmarks (doc.go, "Memory
+// per shard"). Pebble refuses 4 GiB − 1 and more.
+const (
+	DefaultMemTableSize = 32 << 20
+	MinMemTableSize     = 256 << 10
+	MaxMemTableSize     = 2 << 30
+)
 
 // Defaults of the redial options (see Options).
 const (
@@ -186,6 +207,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.MinFreeBytes == 0 {
 		o.MinFreeBytes = diskguard.DefaultMinFree
 	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
 	return o
 }
 
@@ -206,6 +230,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RetentionHorizon < 0 {
 		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
+	}
+	if o.MemTableSize < MinMemTableSize || o.MemTableSize > MaxMemTableSize {
+		errs = append(errs, fmt.Errorf("MemTableSize %d is outside [%d, %d]", o.MemTableSize, MinMemTableSize, int64(MaxMemTableSize)))
 	}
 	if o.ReconnectBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))

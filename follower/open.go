@@ -234,6 +234,7 @@ func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 	// exist (a new session); bloom filters keep them from visiting every
 	// table. Later levels inherit the policy.
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	po.MemTableSize = uint64(o.MemTableSize)
 	if o.PebbleOptions != nil {
 		o.PebbleOptions(po)
 	}

@@ -1,10 +1,15 @@
 package follower_test
 
 import (
+	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/stretchr/testify/require"
 )
@@ -41,4 +46,47 @@ func TestNodeOptionsValidate(t *testing.T) {
 			require.ErrorIs(t, err, follower.ErrBadNodeOptions)
 		})
 	}
+}
+
+// TestMemTableSize: the store's memtable is Options.MemTableSize (default
+// DefaultMemTableSize), as Pebble records it in the store's OPTIONS file;
+// PebbleOptions still has the last word (the simulations and crash tests
+// shrink it to exercise flushes); sizes Pebble cannot take are refused.
+func TestMemTableSize(t *testing.T) {
+	recorded := func(t *testing.T, o follower.Options) string {
+		fs := vfs.NewMem()
+		o.FS, o.Logger = fs, slog.New(slog.DiscardHandler)
+		f, err := follower.Open("store", &o)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		names, err := fs.List("store")
+		require.NoError(t, err)
+		for _, n := range names {
+			if !strings.HasPrefix(n, "OPTIONS-") {
+				continue
+			}
+			file, err := fs.Open(fs.PathJoin("store", n))
+			require.NoError(t, err)
+			b, err := io.ReadAll(file)
+			require.NoError(t, err)
+			require.NoError(t, file.Close())
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "mem_table_size="); ok {
+					return v
+				}
+			}
+		}
+		t.Fatal("no mem_table_size in the store's OPTIONS file")
+		return ""
+	}
+	require.Equal(t, fmt.Sprint(follower.DefaultMemTableSize), recorded(t, follower.Options{}))
+	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{MemTableSize: 8 << 20}))
+	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{MemTableSize: 8 << 20,
+		PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}))
+
+	for _, bad := range []int64{-1, follower.MinMemTableSize - 1, follower.MaxMemTableSize + 1} {
+		err := (&follower.Options{MemTableSize: bad}).EnsureDefaults().Validate()
+		require.ErrorContains(t, err, "MemTableSize", "MemTableSize %d", bad)
+	}
+	require.NoError(t, (&follower.Options{MemTableSize: follower.MinMemTableSize}).EnsureDefaults().Validate())
 }

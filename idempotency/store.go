@@ -274,6 +274,54 @@ func (s *Store) warm(k *Key, h uint32) {
 // that their cache misses overlap instead of stalling each check in turn.
 func (s *Store) Prefetch(k *Key) { s.warm(k, s.hash32(k)) }
 
+// prefetchChunk is how many keys PrefetchKeys keeps in flight per pass:
+// about what the CPU's outstanding-miss buffers hold, and small enough for
+// the chunk's hashes and indexes to live on the stack.
+const prefetchChunk = 32
+
+// PrefetchKeys is Prefetch for a whole batch of keys, which a caller about
+// to check them all (the follower's receiver) calls first. Prefetch must
+// load a key's table slot to find its entry, and the entry to find its
+// neighbours, so each call waits for two cache misses in turn; here each
+// step is one pass over a chunk of keys — prefetch every home slot, then
+// read the slots and prefetch the entries, then read the entries and
+// prefetch their neighbours — so a chunk's misses overlap. Like Prefetch,
+// a hint with no effect on the window.
+func (s *Store) PrefetchKeys(keys []Key) {
+	prefetchLinks(unsafe.Pointer(&s.entries[0]), &s.tail)
+	var hs [prefetchChunk]uint32
+	var idx [prefetchChunk]int32
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), prefetchChunk)]
+		keys = keys[len(chunk):]
+		for j := range chunk {
+			hs[j] = s.hash32(&chunk[j])
+			prefetch(unsafe.Pointer(&s.table[hs[j]>>s.shift]))
+		}
+		for j := range chunk {
+			idx[j] = nilIdx
+			slot := hs[j] >> s.shift
+			for range 4 {
+				v := atomic.LoadUint64(&s.table[slot])
+				if v == 0 {
+					break
+				}
+				if uint32(v>>32) == hs[j] {
+					idx[j] = int32(uint32(v) - 1)
+					prefetch(unsafe.Pointer(&s.entries[idx[j]]))
+					break
+				}
+				slot = (slot + 1) & s.mask
+			}
+		}
+		for j := range chunk {
+			if idx[j] != nilIdx {
+				prefetchLinks(unsafe.Pointer(&s.entries[0]), &idx[j])
+			}
+		}
+	}
+}
+
 // prefetchVictim pulls in what the next eviction touches: the tail entry's
 // table slot and the entry that becomes the tail after it. The tail entry
 // itself was just touched by the caller. Called under the lock.

@@ -284,6 +284,14 @@ func TestStoreDifferential(t *testing.T) {
 						k = key(r.Uint64N(universe))
 					}
 					switch op := r.IntN(100); {
+					case op < 5:
+						// A hint: the model does not change. Batches
+						// cross PrefetchKeys's chunks.
+						batch := make([]Key, r.IntN(3*prefetchChunk))
+						for j := range batch {
+							batch[j] = key(r.Uint64N(universe))
+						}
+						s.PrefetchKeys(batch)
 					case op < 75:
 						if got, want := s.CheckAndRecord(k), m.checkAndRecord(k); got != want {
 							t.Fatalf("step %d CheckAndRecord(%v) = %v, model %v", i, k, got, want)
@@ -370,6 +378,7 @@ func TestStoreConcurrentMixed(t *testing.T) {
 					s.Release(k)
 				case 1:
 					s.Contains(k)
+					s.PrefetchKeys([]Key{k, key(r.Uint64N(2000))})
 				case 2:
 					if i%100 == 0 {
 						buf = s.Keys(buf[:0])
@@ -391,12 +400,17 @@ func TestStoreConcurrentMixed(t *testing.T) {
 func TestStoreOpsDoNotAllocate(t *testing.T) {
 	s := NewStore(100)
 	i := uint64(0)
+	batch := make([]Key, 2*prefetchChunk+1)
+	for j := range batch {
+		batch[j] = key(uint64(j))
+	}
 	if a := testing.AllocsPerRun(1000, func() {
 		i++
 		s.CheckAndRecord(key(i))
 		s.CheckAndRecord(key(i))
 		s.Contains(key(i - 3))
 		s.Release(key(i - 1))
+		s.PrefetchKeys(batch)
 	}); a != 0 {
 		t.Fatalf("%v allocs per op set", a)
 	}

@@ -55,6 +55,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	shards := fs.Int("shards", 0, "replicate every shard 0..N-1 into the node directory DIR (0: one shard, --shard)")
 	tf := addTLSFlags(fs, "follower")
 	minFree := minFreeFlag(fs)
+	memTable := memTableFlag(fs)
 	serverName := fs.String("tls-server-name", "", "name to verify in the leader's certificate (default: the host of --leader)")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
@@ -99,6 +100,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		c.failf("--rebuild-rate must be positive or -1 (no cap)")
 	}
 	checkMinFree(&c, *minFree)
+	checkMemTable(&c, *memTable)
 	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -125,7 +127,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
 		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
-		minFree: *minFree,
+		minFree: *minFree, memTable: *memTable,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -144,6 +146,7 @@ type followerConfig struct {
 	rebuild         follower.RebuildMode
 	rebuildRate     int64
 	minFree         int64                                   // --min-free-bytes
+	memTable        int64                                   // --memtable-size
 	metricsAddr     string                                  // "": no metrics server
 	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
@@ -158,7 +161,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	}
 	defer d.Close()
 	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal,
-		MinFreeBytes: c.minFree}
+		MinFreeBytes: c.minFree, MemTableSize: c.memTable}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats

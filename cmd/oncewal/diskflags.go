@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/diskguard"
 )
 
@@ -17,4 +18,15 @@ func checkMinFree(c *flagCheck, v int64) {
 	if v == 0 || v < -1 {
 		c.failf("--min-free-bytes must be positive or -1 (off)")
 	}
+}
+
+// memTableFlag defines --memtable-size (follower.Options.MemTableSize: the
+// memtable of every shard store; the leader's local stores too).
+func memTableFlag(fs *flag.FlagSet) *int64 {
+	return fs.Int64("memtable-size", follower.DefaultMemTableSize,
+		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (README, Memory per shard)")
+}
+
+func checkMemTable(c *flagCheck, v int64) {
+	inRange(c, "memtable-size", v, follower.MinMemTableSize, follower.MaxMemTableSize)
 }

@@ -105,6 +105,8 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(leader, "--segment-size", "100"), []string{"--segment-size 100 is out of range"}},
 		{with(leader, "--min-free-bytes", "0"), []string{"--min-free-bytes must be positive or -1"}},
 		{with(follower, "--min-free-bytes", "-2"), []string{"--min-free-bytes must be positive or -1"}},
+		{with(follower, "--memtable-size", "1000"), []string{"--memtable-size 1000 is out of range"}},
+		{with(leader, "--memtable-size", "4294967296"), []string{"--memtable-size 4294967296 is out of range"}},
 		{with(leader, "--retry-rate", "NaN"), []string{"--retry-rate NaN is out of range"}},
 		{with(leader, "--ack", "most"), []string{`--ack "most" is not one of`}},
 		{with(leader, "--followers", "a,a"), []string{`"a" listed twice`}},

@@ -26,7 +26,7 @@ import (
 
 const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
                       [--tls-ca F --tls-cert F --tls-key F | --insecure]
-                      [--max-retained-bytes B] [--segment-size B] [--min-free-bytes B]
+                      [--max-retained-bytes B] [--segment-size B] [--min-free-bytes B] [--memtable-size B]
                       [--generate RATE --sessions N --batch N --retry-rate F --ack POLICY]
 
 Runs the leader of every shard of a deployment on this node. DIR is the
@@ -81,6 +81,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	retainEvery := fs.Duration("retention-interval", leader.DefaultRetentionInterval, "how often slots advance and unneeded segments are deleted")
 	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "WAL segment size in bytes")
 	minFree := minFreeFlag(fs)
+	memTable := memTableFlag(fs)
 	rate := fs.Int("generate", 0, "run a generated client workload at this many events/s (0: none)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
 	batch := fs.Int("batch", 256, "max events per generated batch")
@@ -107,6 +108,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	inRange(&c, "retention-interval", *retainEvery, time.Millisecond, 24*time.Hour)
 	inRange(&c, "segment-size", *segSize, minSegmentSize, maxSegmentSize)
 	checkMinFree(&c, *minFree)
+	checkMemTable(&c, *memTable)
 	inRange(&c, "generate", *rate, 0, maxGenerateRate)
 	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
 	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
@@ -139,7 +141,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	defer stopWithin(ctx, log, "oncewal leader", shutdownGrace)()
 	if err := serveLeader(ctx, log, leaderConfig{
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
-		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize, minFree: *minFree,
+		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize, minFree: *minFree, memTable: *memTable,
 		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
 		statsEvery: *statsEvery, metricsAddr: *mf.addr,
 	}); err != nil {
@@ -201,6 +203,7 @@ type leaderConfig struct {
 	retainEvery time.Duration
 	segmentSize int64
 	minFree     int64 // --min-free-bytes
+	memTable    int64 // --memtable-size
 	gen         genConfig
 	statsEvery  time.Duration
 	metricsAddr string                              // "": no metrics server
@@ -229,7 +232,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		MaxRetainedBytes:  c.maxRetained,
 		RetentionInterval: c.retainEvery,
 		SegmentSize:       c.segmentSize,
-		Store:             follower.Options{Logger: log, MinFreeBytes: c.minFree},
+		Store:             follower.Options{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
 		Logger:            log,
 	})
 	if err != nil {
