@@ -219,6 +219,10 @@ func (e *storeEvents) lastErr() error {
 	return e.last
 }
 
+// blockCacheSize is the block cache a store keeps beside its memtables
+// (Pebble's default cache size).
+const blockCacheSize = 8 << 20
+
 // pebbleOptions are the Pebble options of a store opened with o; ev, if not
 // nil, receives its events.
 func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
@@ -237,6 +241,13 @@ func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 	po.MemTableSize = uint64(o.MemTableSize)
 	if o.PebbleOptions != nil {
 		o.PebbleOptions(po)
+	}
+	if po.Cache == nil && po.CacheSize == 0 {
+		// Pebble charges its memtables to the block cache (each new memtable
+		// reserves its size there), so its default 8 MiB cache beside two
+		// memtables of MemTableSize would hold no blocks at all: HWM misses,
+		// the Applier's and the ledger's reads would all go to the files.
+		po.CacheSize = blockCacheSize + 2*int64(po.MemTableSize)
 	}
 	if ev != nil {
 		l := ev.listener()

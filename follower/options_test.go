@@ -53,7 +53,7 @@ func TestNodeOptionsValidate(t *testing.T) {
 // PebbleOptions still has the last word (the simulations and crash tests
 // shrink it to exercise flushes); sizes Pebble cannot take are refused.
 func TestMemTableSize(t *testing.T) {
-	recorded := func(t *testing.T, o follower.Options) string {
+	recordedAs := func(t *testing.T, o follower.Options, key string) string {
 		fs := vfs.NewMem()
 		o.FS, o.Logger = fs, slog.New(slog.DiscardHandler)
 		f, err := follower.Open("store", &o)
@@ -71,18 +71,26 @@ func TestMemTableSize(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, file.Close())
 			for _, line := range strings.Split(string(b), "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "mem_table_size="); ok {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
 					return v
 				}
 			}
 		}
-		t.Fatal("no mem_table_size in the store's OPTIONS file")
+		t.Fatalf("no %s in the store's OPTIONS file", key)
 		return ""
 	}
+	recorded := func(t *testing.T, o follower.Options) string { return recordedAs(t, o, "mem_table_size") }
 	require.Equal(t, fmt.Sprint(follower.DefaultMemTableSize), recorded(t, follower.Options{}))
 	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{MemTableSize: 8 << 20}))
 	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{MemTableSize: 8 << 20,
 		PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}))
+	// Pebble charges memtables to the block cache: the cache holds two of
+	// them on top of 8 MiB of blocks, unless PebbleOptions sizes it.
+	require.Equal(t, fmt.Sprint(8<<20+2*follower.DefaultMemTableSize), recordedAs(t, follower.Options{}, "cache_size"))
+	require.Equal(t, fmt.Sprint(8<<20+2*(256<<10)), recordedAs(t, follower.Options{
+		PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}, "cache_size"))
+	require.Equal(t, fmt.Sprint(1<<20), recordedAs(t, follower.Options{
+		PebbleOptions: func(o *pebble.Options) { o.CacheSize = 1 << 20 }}, "cache_size"))
 
 	for _, bad := range []int64{-1, follower.MinMemTableSize - 1, follower.MaxMemTableSize + 1} {
 		err := (&follower.Options{MemTableSize: bad}).EnsureDefaults().Validate()
