@@ -241,9 +241,10 @@
 // filled while flushes fall behind. A node of 30 writing shards: ~2 GiB;
 // set it lower for more shards (16 MiB halves the memory and keeps about
 // half of the CPU saved on fresh events, four fifths on retries; below).
-// Pebble counts memtables against its block cache (CacheSize, 8 MiB by
-// default, not changed here): two memtables of any size from 4 MiB up
-// leave no block cache, as two of Pebble's 4 MiB default did already.
+// Pebble counts memtables against its block cache, so the store's
+// CacheSize is 8 MiB of blocks on top of two memtables (72 MiB at the
+// default) unless PebbleOptions sets Cache or CacheSize: with Pebble's
+// 8 MiB, two memtables of 4 MiB or more left no block cache at all.
 //
 // Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
 // deltas, kept HWMLogBatches (128) batches (package session), and the
