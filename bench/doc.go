@@ -43,7 +43,9 @@
 // leader's own (stamping, WAL append and sync, its local store, one shipping
 // stream per follower) — compared at 1 and 3 followers; LeaderQuorum's
 // followers are real (on disk, synced) and the client waits for a majority
-// after every batch.
+// after every batch. LeaderConcurrent (leader_concurrent.go): n goroutines
+// append 100-event batches to one shard, no followers — group commit shares
+// the WAL's fdatasync among them (oncewal bench: 16 appenders against 1).
 //
 // Components: the idempotency window against golang-lru/v2 (check cost,
 // heap per entry fresh and churned; window.go), DeriveKey against

@@ -78,6 +78,8 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("leader_ship_3", bench.LeaderShip(3)),
 		e2e("leader_quorum_1", bench.LeaderQuorum(1)),
 		e2e("leader_quorum_3", bench.LeaderQuorum(3)),
+		e2e("leader_append_1", bench.LeaderConcurrent(1)),
+		e2e("leader_append_16", bench.LeaderConcurrent(16)),
 		{name: "burst_raw_ingest", run: bench.RawIngest(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		{name: "burst_fresh", run: bench.Receiver(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		micro("derive64", bench.DeriveKey(64)),
@@ -319,6 +321,7 @@ func benchRows(s map[string][]float64) []benchRow {
 	add("leader CPU per event, 3 followers", "ns", "leader_ship_3_cpu", "the same with 1 follower", "leader_ship_1_cpu",
 		func(v, ref float64) (string, bool) { return "<= 1.3x 1 follower", v <= 1.3*ref })
 	add("sync replication, WaitAcked(majority) of 3", evs, "leader_quorum_3", "WaitAcked of 1 follower", "leader_quorum_1", nil)
+	add("leader, 16 concurrent appenders of one shard (group commit)", evs, "leader_append_16", "1 appender", "leader_append_1", nil)
 	add("window heap, freshly filled (100K keys)", "B/entry", "window_heap_fresh", "golang-lru/v2", "window_heap_lru_fresh", nil)
 	add("window heap, after churn", "B/entry", "window_heap_churned", "golang-lru/v2", "window_heap_lru_churned", nil)
 	add("DeriveKey, 64-byte op", "ns", "derive64", "blake3.Sum256 of the same bytes", "derive64_sum256", nil)
