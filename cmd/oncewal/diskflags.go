@@ -24,7 +24,7 @@ func checkMinFree(c *flagCheck, v int64) {
 // memtable of every shard store; the leader's local stores too).
 func memTableFlag(fs *flag.FlagSet) *int64 {
 	return fs.Int64("memtable-size", follower.DefaultMemTableSize,
-		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (README, Memory per shard)")
+		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (follower/doc.go, Memory per shard)")
 }
 
 func checkMemTable(c *flagCheck, v int64) {
