@@ -97,6 +97,12 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(leader, "--generate", "-1"), []string{"--generate -1 is out of range"}},
 		{with(leader, "--sessions", "0"), []string{"--sessions 0 is out of range"}},
 		{with(leader, "--batch", "0"), []string{"--batch 0 is out of range"}},
+		{with(leader, "--clients", "0"), []string{"--clients 0 is out of range"}},
+		{with(leader, "--clients", "-3"), []string{"--clients -3 is out of range"}},
+		{with(leader, "--clients", "1025"), []string{"--clients 1025 is out of range"}},
+		{with(leader, "--clients", "x"), []string{"-clients"}},
+		{with(leader, "--sessions", "4", "--clients", "5"), []string{"--clients 5 exceeds --sessions 4"}},
+		{with(leader, "--sessions", "0", "--clients", "0"), []string{"--sessions 0", "--clients 0"}},
 		{with(leader, "--batch", "1000000"), []string{"--batch 1000000 is out of range"}},
 		{with(leader, "--shards", "0"), []string{"--shards 0 is out of range"}},
 		{with(leader, "--shards", "65537"), []string{"--shards 65537 is out of range"}},
@@ -256,6 +262,25 @@ func TestLogFlags(t *testing.T) {
 		}
 		if strings.Join(levels, ",") != strings.Join(tc.wantLevel, ",") {
 			t.Errorf("%q: levels %q, want %q", tc.args, levels, tc.wantLevel)
+		}
+	}
+}
+
+// TestSessionShare: --clients partitions --sessions, every client with at
+// least one.
+func TestSessionShare(t *testing.T) {
+	for _, tc := range [][2]int{{30, 4}, {100, 1}, {4, 4}, {7, 3}, {1_000_000, 1024}} {
+		sessions, clients := tc[0], tc[1]
+		sum := 0
+		for i := range clients {
+			n := sessionShare(sessions, clients, i)
+			if n < sessions/clients || n > sessions/clients+1 || n < 1 {
+				t.Errorf("%d sessions, %d clients: client %d has %d", sessions, clients, i, n)
+			}
+			sum += n
+		}
+		if sum != sessions {
+			t.Errorf("%d sessions, %d clients: shares sum to %d", sessions, clients, sum)
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 // genConfig is the generated client workload of oncewal leader --generate.
 type genConfig struct {
 	rate, sessions, batch int
+	clients               int // concurrent clients (0 counts as 1)
 	retryRate             float64
 	ack                   replication.AckPolicy // 0: do not wait
 }
@@ -34,40 +35,72 @@ type genShardStats struct {
 	expired   uint64 // events refused because their session had expired or closed
 }
 
-// generator is a synthetic client population. Everything it logs goes
-// through Leader.Append — the leader stamps SeqNo, time and (for session
-// opens) the key — and every request carries a client key
-// (idempotency.ClientKey of its request ID), so a request sent again after
-// a "lost answer" is the same request to the followers' windows.
+// generator is a synthetic client population of c.clients clients, each
+// appending from its own goroutine, so that appenders of one shard share
+// the WAL's sync (group commit). Everything it logs goes through
+// Leader.Append — the leader stamps SeqNo, time and (for session opens)
+// the key — and every request carries a client key (idempotency.ClientKey
+// of its request ID), so a request sent again after a "lost answer" is the
+// same request to the followers' windows. The sessions are partitioned
+// among the clients: a session's requests come from one client, in order.
 type generator struct {
 	l      *leader.Leader
 	c      genConfig
 	logger *slog.Logger
-	rng    *mrand.Rand
 	runID  string // request IDs are unique to this run of the generator
 
+	clients []*genClient
+
+	mu  sync.Mutex
+	per []genShardStats
+}
+
+// genClient is one client of the generator: its own sessions, requests
+// and retries. Only its goroutine touches it.
+type genClient struct {
+	g      *generator
+	n      int     // the client's index
+	rate   float64 // its share of --generate, events/s
+	rng    *mrand.Rand
 	ids    []session.ID
 	reqs   uint64                   // requests made
 	opens  []wal.Event              // sessions to open before the next requests
 	retry  map[idempotency.Key]bool // requests whose answer the client will "lose"
 	again  []wal.Event
 	groups [][]wal.Event
-
-	mu  sync.Mutex
-	per []genShardStats
 }
 
 func newGenerator(l *leader.Leader, c genConfig, log *slog.Logger) *generator {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	return &generator{
+	c.clients = max(c.clients, 1)
+	g := &generator{
 		l: l, c: c, logger: log,
-		rng:   mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 		runID: fmt.Sprintf("%x", seed),
-		ids:   make([]session.ID, c.sessions),
-		retry: map[idempotency.Key]bool{},
 		per:   make([]genShardStats, l.Shards()),
 	}
+	now := uint64(time.Now().UnixNano())
+	for i := range c.clients {
+		n := sessionShare(c.sessions, c.clients, i)
+		g.clients = append(g.clients, &genClient{
+			g: g, n: i, rate: float64(c.rate) / float64(c.clients),
+			rng:   mrand.New(mrand.NewPCG(now, uint64(i))),
+			ids:   make([]session.ID, n),
+			retry: map[idempotency.Key]bool{},
+		})
+	}
+	return g
+}
+
+// sessionShare is how many of the sessions client i of clients has:
+// sessions/clients, one more for the first sessions%clients, and at least
+// one (the CLI refuses --clients above --sessions).
+func sessionShare(sessions, clients, i int) int {
+	n := sessions / clients
+	if i < sessions%clients {
+		n++
+	}
+	return max(n, 1)
 }
 
 func (g *generator) stats(shard uint32) genShardStats {
@@ -82,11 +115,31 @@ func (g *generator) count(shard int, fn func(*genShardStats)) {
 	g.mu.Unlock()
 }
 
-// run opens the sessions and then sends requests at the configured rate
-// until ctx ends (nil) or the leader fails (the error).
+// run runs every client until ctx ends (nil) or the leader fails (the
+// first client's error; the others are then stopped).
 func (g *generator) run(ctx context.Context) error {
-	for i := range g.ids {
-		g.openSession(i)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, c := range g.clients {
+		wg.Go(func() {
+			if err := c.run(ctx); err != nil {
+				once.Do(func() { first = err })
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// run opens the client's sessions and then sends requests at its share of
+// the configured rate until ctx ends (nil) or the leader fails (the error).
+func (c *genClient) run(ctx context.Context) error {
+	for i := range c.ids {
+		c.openSession(i)
 	}
 	const tick = 10 * time.Millisecond
 	t := time.NewTicker(tick)
@@ -94,17 +147,17 @@ func (g *generator) run(ctx context.Context) error {
 	start, done := time.Now(), uint64(0)
 	var evs []wal.Event
 	for {
-		evs = append(evs[:0], g.opens...)
-		g.opens = g.opens[:0]
-		due := uint64(time.Since(start).Seconds() * float64(g.c.rate))
+		evs = append(evs[:0], c.opens...)
+		c.opens = c.opens[:0]
+		due := uint64(time.Since(start).Seconds() * c.rate)
 		for ; done < due; done++ {
-			ev := g.request(done)
+			ev := c.request(done)
 			evs = append(evs, ev)
-			if g.rng.Float64() < g.c.retryRate {
-				g.retry[ev.IdemKey] = true
+			if c.rng.Float64() < c.g.c.retryRate {
+				c.retry[ev.IdemKey] = true
 			}
 		}
-		if err := g.send(ctx, evs); err != nil || ctx.Err() != nil {
+		if err := c.send(ctx, evs); err != nil || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -116,18 +169,19 @@ func (g *generator) run(ctx context.Context) error {
 }
 
 // openSession gives slot i a new session, opened before its next request.
-func (g *generator) openSession(i int) {
-	g.ids[i] = session.NewID()
-	g.opens = append(g.opens, wal.Event{Op: wal.OpOpen, Session: g.ids[i]})
+func (c *genClient) openSession(i int) {
+	c.ids[i] = session.NewID()
+	c.opens = append(c.opens, wal.Event{Op: wal.OpOpen, Session: c.ids[i]})
 }
 
-// request is the n-th request: an operation of a session, with the client
-// key of a request ID unique to this run.
-func (g *generator) request(n uint64) wal.Event {
-	id := g.ids[n%uint64(len(g.ids))]
-	g.reqs++
+// request is the client's n-th request: an operation of one of its
+// sessions, with the client key of a request ID unique to this run and
+// client.
+func (c *genClient) request(n uint64) wal.Event {
+	id := c.ids[n%uint64(len(c.ids))]
+	c.reqs++
 	ev := wal.Event{Session: id, HasIdemKey: true,
-		IdemKey: idempotency.ClientKey(fmt.Appendf(nil, "oncewal-generate-%s-%d", g.runID, g.reqs))}
+		IdemKey: idempotency.ClientKey(fmt.Appendf(nil, "oncewal-generate-%s-%d-%d", c.g.runID, c.n, c.reqs))}
 	key := fmt.Appendf(nil, "k%d", n%16)
 	switch n % 10 {
 	case 0:
@@ -147,22 +201,22 @@ func (g *generator) request(n uint64) wal.Event {
 // closed logged nothing: its sessions are replaced (the client opens new
 // ones) and its requests dropped, as a client told its session is gone
 // would.
-func (g *generator) send(ctx context.Context, evs []wal.Event) error {
-	g.groups = g.l.Split(evs, g.groups)
-	for s, shardEvs := range g.groups {
+func (c *genClient) send(ctx context.Context, evs []wal.Event) error {
+	c.groups = c.g.l.Split(evs, c.groups)
+	for s, shardEvs := range c.groups {
 		for len(shardEvs) > 0 {
-			chunk := shardEvs[:min(len(shardEvs), g.c.batch)]
+			chunk := shardEvs[:min(len(shardEvs), c.g.c.batch)]
 			shardEvs = shardEvs[len(chunk):]
-			g.again = g.again[:0]
+			c.again = c.again[:0]
 			for _, ev := range chunk {
-				if ev.HasIdemKey && g.retry[ev.IdemKey] {
-					delete(g.retry, ev.IdemKey)
-					g.again = append(g.again, ev)
+				if ev.HasIdemKey && c.retry[ev.IdemKey] {
+					delete(c.retry, ev.IdemKey)
+					c.again = append(c.again, ev)
 				}
 			}
-			logged, err := g.log(ctx, s, chunk, false)
-			if err == nil && logged && len(g.again) > 0 {
-				_, err = g.log(ctx, s, g.again, true)
+			logged, err := c.log(ctx, s, chunk, false)
+			if err == nil && logged && len(c.again) > 0 {
+				_, err = c.log(ctx, s, c.again, true)
 			}
 			if err != nil {
 				return err
@@ -176,62 +230,62 @@ func (g *generator) send(ctx context.Context, evs []wal.Event) error {
 // sent again) and waits for the --ack policy. logged is false when the
 // batch was refused for an expired or closed session: the client's to
 // handle (replace), the batch is dropped.
-func (g *generator) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
-	h, err := g.l.Append(b...)
+func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
+	h, err := c.g.l.Append(b...)
 	if errors.Is(err, replication.ErrDiskFull) {
 		// Nothing was logged: wait for room and send the batch again, as
 		// a client told the leader is out of disk would.
-		g.logger.Error("oncewal leader: generator: the disk is nearly full; retrying until there is room", "shard", s, "err", err)
+		c.g.logger.Error("oncewal leader: generator: the disk is nearly full; retrying until there is room", "shard", s, "err", err)
 		for errors.Is(err, replication.ErrDiskFull) {
 			if ctxtime.Sleep(ctx, diskguard.Interval) != nil {
 				return false, nil
 			}
-			h, err = g.l.Append(b...)
+			h, err = c.g.l.Append(b...)
 		}
 		if err == nil {
-			g.logger.Info("oncewal leader: generator: the disk has room again", "shard", s)
+			c.g.logger.Info("oncewal leader: generator: the disk has room again", "shard", s)
 		}
 	}
 	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
-		g.replace(b)
-		g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })
+		c.replace(b)
+		c.g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	g.count(s, func(st *genShardStats) {
+	c.g.count(s, func(st *genShardStats) {
 		st.generated += uint64(len(b))
 		if retried {
 			st.retried += uint64(len(b))
 		}
 	})
-	if g.c.ack == 0 {
+	if c.g.c.ack == 0 {
 		return true, nil
 	}
-	sh, err := g.l.Shard(uint32(s))
+	sh, err := c.g.l.Shard(uint32(s))
 	if err != nil {
 		return true, err
 	}
-	if err := sh.WaitAcked(ctx, h.LastLSN(), g.c.ack); err != nil {
+	if err := sh.WaitAcked(ctx, h.LastLSN(), c.g.c.ack); err != nil {
 		if ctx.Err() != nil {
 			return true, nil
 		}
 		return true, err
 	}
-	g.count(s, func(st *genShardStats) { st.acked += uint64(len(b)) })
+	c.g.count(s, func(st *genShardStats) { st.acked += uint64(len(b)) })
 	return true, nil
 }
 
 // replace gives every slot whose session appears in evs a new session.
-func (g *generator) replace(evs []wal.Event) {
+func (c *genClient) replace(evs []wal.Event) {
 	gone := map[session.ID]bool{}
 	for _, ev := range evs {
 		gone[ev.Session] = true
 	}
-	for i, id := range g.ids {
+	for i, id := range c.ids {
 		if gone[id] {
-			g.openSession(i)
+			c.openSession(i)
 		}
 	}
 }

@@ -27,7 +27,7 @@ import (
 const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
                       [--tls-ca F --tls-cert F --tls-key F | --insecure]
                       [--max-retained-bytes B] [--segment-size B] [--min-free-bytes B] [--memtable-size B]
-                      [--generate RATE --sessions N --batch N --retry-rate F --ack POLICY]
+                      [--generate RATE --sessions N --clients N --batch N --retry-rate F --ack POLICY]
 
 Runs the leader of every shard of a deployment on this node. DIR is the
 leader node directory: DIR/shard-NNNN is each shard's local store (the same
@@ -52,8 +52,11 @@ With --generate the leader also runs a client workload at RATE events/s
 through the leader's one stamping path (sessions opening, puts, deletes,
 non-idempotent adds, each with a client request key; --retry-rate of them
 sent again with the same key, as a client retries after a lost answer).
---ack waits for that many followers' acknowledgements of each batch before
-the next (none, one, majority, all). Logs one stats line per shard and per
+--clients N splits it among N clients appending concurrently (each with
+its share of the sessions and of RATE), so appends to one shard share the
+WAL's sync (group commit). --ack waits for that many followers'
+acknowledgements of each batch before the client's next (none, one,
+majority, all). Logs one stats line per shard and per
 follower every --stats-interval; stops cleanly on SIGINT/SIGTERM.
 --metrics-addr serves /metrics, /healthz and /readyz (ready: open and
 shipping).`
@@ -65,6 +68,7 @@ const (
 	maxGenerateRate     = 10_000_000
 	maxGenerateSessions = 1_000_000
 	maxGenerateBatch    = 100_000
+	maxGenerateClients  = 1024
 	minSegmentSize      = 4 << 10
 	maxSegmentSize      = 1 << 40
 )
@@ -84,6 +88,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	memTable := memTableFlag(fs)
 	rate := fs.Int("generate", 0, "run a generated client workload at this many events/s (0: none)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions of the generated workload")
+	clients := fs.Int("clients", 1, "generator: concurrent clients, each appending its share of the sessions")
 	batch := fs.Int("batch", 256, "max events per generated batch")
 	retryRate := fs.Float64("retry-rate", 0.01, "share of generated requests sent twice with the same client key")
 	ack := fs.String("ack", "none", "generator: wait for this many followers per batch: none, one, majority, all")
@@ -110,7 +115,10 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	checkMinFree(&c, *minFree)
 	checkMemTable(&c, *memTable)
 	inRange(&c, "generate", *rate, 0, maxGenerateRate)
-	inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
+	okSessions := inRange(&c, "sessions", *sessions, 1, maxGenerateSessions)
+	if inRange(&c, "clients", *clients, 1, maxGenerateClients) && okSessions && *clients > *sessions {
+		c.failf("--clients %d exceeds --sessions %d: each client needs a session of its own", *clients, *sessions)
+	}
 	inRange(&c, "batch", *batch, 1, maxGenerateBatch)
 	inRange(&c, "retry-rate", *retryRate, 0, 1)
 	policy, ackOK := parseAckPolicy(*ack)
@@ -142,7 +150,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if err := serveLeader(ctx, log, leaderConfig{
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
 		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize, minFree: *minFree, memTable: *memTable,
-		gen:        genConfig{rate: *rate, sessions: *sessions, batch: *batch, retryRate: *retryRate, ack: policy},
+		gen:        genConfig{rate: *rate, sessions: *sessions, clients: *clients, batch: *batch, retryRate: *retryRate, ack: policy},
 		statsEvery: *statsEvery, metricsAddr: *mf.addr,
 	}); err != nil {
 		log.Error("oncewal leader: stopped", "dir", *dir, "err", err)
@@ -273,7 +281,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 	sh0, _ := l.Shard(0)
 	log.Info("oncewal leader: serving", "dir", c.dir, "listen", srv.Addr().String(), "shards", c.shards,
 		"epoch", sh0.Epoch(), "followers", strings.Join(c.followers, ","), "mtls", c.tls != nil,
-		"generate_per_s", c.gen.rate, "max_retained_bytes", c.maxRetained)
+		"generate_per_s", c.gen.rate, "clients", max(c.gen.clients, 1), "max_retained_bytes", c.maxRetained)
 	if c.ready != nil {
 		c.ready(srv.Addr().String(), l)
 	}

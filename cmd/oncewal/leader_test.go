@@ -24,9 +24,9 @@ import (
 
 // TestLeaderThreeFollowersMTLS runs the CLI topology in-process over mutual
 // TLS on 127.0.0.1 with certificates from gencerts: one leader of two
-// shards generating a client workload (with retried requests) that waits
-// for a majority of its three registered followers, each a node directory
-// of both shards. A second leader on the directory is refused at once,
+// shards generating a client workload (with retried requests) from four
+// concurrent clients, each waiting for a majority of its three registered
+// followers, each a node directory of both shards. A second leader on the directory is refused at once,
 // naming it; an unregistered follower is refused and logs why; a follower
 // and the leader restart on the same directories. Every follower store, and
 // the leader's own, then equals the oracle computed from the leader's WAL
@@ -38,7 +38,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	ids := []string{"f1", "f2", "f3"}
 	lc := leaderConfig{
 		dir: filepath.Join(dir, "leader"), shards: 2, followers: ids, tls: srvTLS(), statsEvery: 50 * time.Millisecond,
-		gen: genConfig{rate: 3000, sessions: 20, batch: 64, retryRate: 0.05, ack: replication.AckMajority},
+		gen: genConfig{rate: 3000, sessions: 20, clients: 4, batch: 64, retryRate: 0.05, ack: replication.AckMajority},
 	}
 	l := startLeader(t, lc)
 	lc.listen = l.addr // restarts come back on the same address

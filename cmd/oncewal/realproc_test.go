@@ -129,7 +129,8 @@ func (rp *realProcs) cert(name string) string { return filepath.Join(rp.dir, "ce
 
 // TestRealProcessesKilled (ONCEWAL_LONG=1) runs the built oncewal binary as
 // separate processes over mutual TLS on 127.0.0.1: a leader of two shards
-// generating a workload with retried requests and majority acks, and three
+// generating a workload with retried requests and majority acks from four
+// concurrent clients (--clients 4: appends share the WAL's sync), and three
 // follower nodes. It SIGKILLs followers and the leader at random moments,
 // many times, restarting each; checks that a second leader on the live
 // directory exits 1 at once naming it; then lets the followers catch up
@@ -165,7 +166,7 @@ func TestRealProcessesKilled(t *testing.T) {
 		return []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", strings.Join(ids, ","),
 			"--listen", fmt.Sprintf("127.0.0.1:%d", port),
 			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey),
-			"--generate", strconv.Itoa(rate), "--sessions", "30", "--batch", "64", "--retry-rate", "0.03",
+			"--generate", strconv.Itoa(rate), "--sessions", "30", "--clients", "4", "--batch", "64", "--retry-rate", "0.03",
 			"--ack", "majority", "--stats-interval", "500ms"}
 	}
 	ld := &proc{name: "leader", args: leaderArgs(2000), log: filepath.Join(dir, "leader.log")}
@@ -192,6 +193,9 @@ func TestRealProcessesKilled(t *testing.T) {
 		}
 	}
 	waitFor("the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+	if !strings.Contains(readFile(t, ld.log), " clients=4 ") {
+		t.Fatalf("the leader does not run 4 generator clients:\n%s", readFile(t, ld.log))
+	}
 
 	// A second leader on the live directory: exit 1 at once, naming it.
 	start := time.Now()
