@@ -42,11 +42,16 @@ type SlotStats struct {
 // ShardStats are one shard's figures: the log's extent, shipping per
 // follower, retention.
 type ShardStats struct {
-	Shard     uint32
-	Epoch     uint64
-	NextLSN   uint64
-	Shipping  replication.FanoutStats
-	Retention RetentionStats
+	Shard   uint32
+	Epoch   uint64
+	NextLSN uint64
+	// WALBatches and WALSyncs count, since the shard opened, the batches
+	// written to its WAL and the fdatasyncs that made them durable: fewer
+	// syncs than batches is group commit sharing syncs among concurrent
+	// appenders.
+	WALBatches, WALSyncs uint64
+	Shipping             replication.FanoutStats
+	Retention            RetentionStats
 }
 
 // shipping is one shard's half that ships its log: the Fanout, the slots
@@ -367,6 +372,7 @@ func (s *Shard) Stats() ShardStats {
 		s.ship.mu.Unlock()
 	}
 	st.Retention.FirstLSN, st.Retention.RetainedBytes = w.FirstLSN(), w.RetainedBytes()
+	st.WALBatches, st.WALSyncs = w.Batches(), w.Syncs()
 	return st
 }
 

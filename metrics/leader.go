@@ -17,7 +17,7 @@ type LeaderCollector struct {
 	walFirst, walRetained, walDeleted, retentionErrs, claims, decisions    *prometheus.Desc
 	fConnected, fAcked, fSent, fLagEvents, fLagBytes, fDropped             *prometheus.Desc
 	fBatches, fResent, fBytes, fAcks, fRefused, fRewinds, fTimeouts, fDisk *prometheus.Desc
-	fHelloRefused, snapshotPins, snapshotPinLSN                            *prometheus.Desc
+	fHelloRefused, snapshotPins, snapshotPinLSN, walBatches, walSyncs      *prometheus.Desc
 	all                                                                    []*prometheus.Desc
 }
 
@@ -38,6 +38,8 @@ func NewLeaderCollector(l *leader.Leader) *LeaderCollector {
 	c.walFirst = def("wal_first_lsn", "First LSN the shard's WAL still holds.")
 	c.walRetained = def("wal_retained_bytes", "Bytes of the shard's retained WAL segments.")
 	c.walDeleted = def("wal_segments_deleted_total", "WAL segments deleted by retention.")
+	c.walBatches = def("wal_batches_total", "Batches written to the shard's WAL since it opened.")
+	c.walSyncs = def("wal_syncs_total", "Fdatasyncs that made the shard's WAL batches durable since it opened; below wal_batches_total when concurrent appenders share them (group commit).")
 	c.snapshotPins = def("wal_snapshot_pins", "Snapshots served from the shard's store that pin its WAL (until ended, superseded or idle).")
 	c.snapshotPinLSN = def("wal_snapshot_pin_lsn", "Lowest LSN a snapshot pins the shard's WAL from (0: none).")
 	c.retentionErrs = def("retention_errors_total", "Retention passes that failed.")
@@ -87,6 +89,8 @@ func (c *LeaderCollector) Collect(ch chan<- prometheus.Metric) {
 		e.gauge(c.epoch, float64(st.Epoch), s)
 		e.gauge(c.lastLSN, float64(st.NextLSN-1), s)
 		e.counter(c.accepted, st.Shipping.Accepted, s)
+		e.counter(c.walBatches, st.WALBatches, s)
+		e.counter(c.walSyncs, st.WALSyncs, s)
 		e.refusals(c.helloRefused, st.Shipping.Refused, s)
 		r := st.Retention
 		e.gauge(c.walFirst, float64(r.FirstLSN), s)

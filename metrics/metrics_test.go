@@ -157,6 +157,9 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 		require.Equal(t, 0.0, value(t, fams, "oncewal_leader_follower_lag_events", f1))
 		require.Equal(t, float64(ls.NextLSN-1), value(t, fams, "oncewal_leader_store_applied_lsn", shard))
 		require.Equal(t, float64(ls.Retention.SnapshotPins), value(t, fams, "oncewal_leader_wal_snapshot_pins", shard))
+		require.Equal(t, float64(ls.WALBatches), value(t, fams, "oncewal_leader_wal_batches_total", shard))
+		require.Equal(t, float64(ls.WALSyncs), value(t, fams, "oncewal_leader_wal_syncs_total", shard))
+		require.Positive(t, ls.WALSyncs)
 	}
 	require.Equal(t, 1.0, value(t, fams, "oncewal_leader_ledger_claims_total", map[string]string{"shard": "0", "outcome": "fresh"}))
 

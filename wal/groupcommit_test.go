@@ -133,6 +133,8 @@ func TestGroupCommitSharesSync(t *testing.T) {
 	fs.release <- struct{}{}
 	wg.Wait()
 	require.EqualValues(t, 2, fs.syncs.Load())
+	require.EqualValues(t, 2, w.Syncs(), "the Writer counts the syncs the file saw")
+	require.EqualValues(t, 3, w.Batches())
 	require.EqualValues(t, 9, w.DurableLSN())
 	close(fs.release)
 	require.NoError(t, w.Close())
@@ -190,5 +192,29 @@ func TestWriteBoundsUnsyncedBytes(t *testing.T) {
 		require.LessOrEqual(t, unsynced, int64(MaxUnsyncedBytes), "after %d bytes", written)
 	}
 	require.Positive(t, w.DurableLSN(), "the bound made the Writer sync")
+	require.NoError(t, w.Close())
+}
+
+// TestSyncCounts: one append at a time, each synced on its own: Syncs
+// equals Batches; a segment roll syncs the old segment too.
+func TestSyncCounts(t *testing.T) {
+	w, err := OpenWriter("/wal", &WriterOptions{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	for i := range 5 {
+		_, err := w.Append(1, testEvents(2, i))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 5, w.Batches())
+	require.EqualValues(t, 5, w.Syncs())
+	require.NoError(t, w.Close())
+
+	w, err = OpenWriter("/rolled", &WriterOptions{FS: vfs.NewMem(), SegmentSize: 1})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := w.Append(1, testEvents(2, i))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 3, w.Batches())
+	require.EqualValues(t, 5, w.Syncs(), "3 appends and the 2 rolls before the second and third")
 	require.NoError(t, w.Close())
 }

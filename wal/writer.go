@@ -104,6 +104,8 @@ type Writer struct {
 	syncing    bool
 	syncedSize int64 // bytes of the active segment known synced
 
+	batches  atomic.Uint64 // batches written since open
+	syncs    atomic.Uint64 // fdatasyncs of the active segment since open
 	next     atomic.Uint64 // LSN of the next appended event
 	durable  atomic.Uint64 // highest LSN known synced
 	first    atomic.Uint64 // first retained LSN
@@ -442,6 +444,7 @@ func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte
 		}
 		w.size += n
 		w.retained.Add(n)
+		w.batches.Add(1)
 		w.next.Store(h.LastLSN() + 1)
 		for i := range events {
 			events[i].LSN = h.FirstLSN + uint64(i)
@@ -457,6 +460,7 @@ func (w *Writer) roll(first uint64) error {
 	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
+	w.syncs.Add(1)
 	w.durable.Store(first - 1)
 	if err := w.f.Close(); err != nil {
 		return w.fail(err)
@@ -475,6 +479,7 @@ func (w *Writer) syncLocked() error {
 	if err := w.f.SyncData(); err != nil {
 		return w.fail(err)
 	}
+	w.syncs.Add(1)
 	w.durable.Store(w.next.Load() - 1)
 	w.syncedSize = w.size
 	return nil
@@ -523,6 +528,7 @@ func (w *Writer) SyncTo(lsn uint64) error {
 		}
 		return w.err
 	}
+	w.syncs.Add(1)
 	// Durable even if a later write failed meanwhile: its torn bytes lie
 	// after target.
 	if target > w.durable.Load() {
@@ -547,6 +553,15 @@ func (w *Writer) Sync() error {
 	w.mu.Unlock()
 	return w.SyncTo(end)
 }
+
+// Batches is the number of batches written since the Writer opened.
+func (w *Writer) Batches() uint64 { return w.batches.Load() }
+
+// Syncs is the number of fdatasyncs that made written batches durable since
+// the Writer opened (group commit, segment rolls, Sync; not Close's). Under
+// SyncEveryBatch, Syncs below Batches is group commit at work: concurrent
+// appenders shared a sync.
+func (w *Writer) Syncs() uint64 { return w.syncs.Load() }
 
 // NextLSN is the LSN the next appended event will get.
 func (w *Writer) NextLSN() uint64 { return w.next.Load() }

@@ -338,7 +338,8 @@ func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Serve
 		r := st.Retention
 		attrs := []any{"shard", st.Shard, "epoch", st.Epoch, "next_lsn", st.NextLSN,
 			"first_retained_lsn", r.FirstLSN, "retained_bytes", r.RetainedBytes, "segments_deleted", r.SegmentsDeleted,
-			"retention_errors", r.Errors, "refused", st.Shipping.Refused.Total(), "snapshot_pins", r.SnapshotPins}
+			"retention_errors", r.Errors, "refused", st.Shipping.Refused.Total(), "snapshot_pins", r.SnapshotPins,
+			"wal_batches", st.WALBatches, "wal_syncs", st.WALSyncs}
 		if int(st.Shard) < len(donors) {
 			d := donors[st.Shard].Stats()
 			attrs = append(attrs, "snapshots_serving", d.Serving, "snapshots_superseded", d.Superseded,
