@@ -1,11 +1,12 @@
 // Package session owns what a follower knows about client sessions: their IDs,
-// the leader-side SeqNo Sequencer, the follower-side high-water-mark Tracker,
-// and the default session state machine (State).
+// the follower-side high-water-mark Tracker, and the default session state
+// machine (State). The leader numbers events when it stamps them
+// (replication.LedgerLog), continuing each session from its Tracker.
 //
 // # Job
 //
-// Every session event carries (ID, SeqNo, leader timestamp). The leader's
-// Sequencer numbers a session's events 1, 2, 3, …. A follower's Tracker keeps,
+// Every session event carries (ID, SeqNo, leader timestamp). The leader
+// numbers a session's events 1, 2, 3, …. A follower's Tracker keeps,
 // per session, the highest SeqNo applied (HWM) and decides for each redelivered
 // or new event: Apply (seq == HWM+1), Duplicate (seq <= HWM), Gap (seq > HWM+1:
 // refuse the batch, never apply past a hole), Closed (session closed, seq >
@@ -166,7 +167,8 @@
 //     (seq 1) or checks as Gap (seq > 1), and a session that pauses longer than
 //     the horizon is over — its next SeqNo checks as Gap, which a receiver must
 //     refuse. The leader must therefore expire sessions by the same rule (stop
-//     sequencing them, Sequencer.Forget) and clients open a new session.
+//     stamping them: LedgerLog refuses with ErrSessionExpired) and clients
+//     open a new session.
 //
 // # Key layout (values start with a format-version byte, 1)
 //

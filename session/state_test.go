@@ -3,7 +3,6 @@ package session
 import (
 	"encoding/binary"
 	"sort"
-	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -192,64 +191,6 @@ func TestStatePersistsAcrossReopen(t *testing.T) {
 	require.Equal(t, int64(42), n)
 }
 
-func TestSequencer(t *testing.T) {
-	s := NewSequencer()
-	a, c := NewID(), NewID()
-	require.Equal(t, SeqNo(0), s.Last(a))
-	require.Equal(t, SeqNo(1), s.Next(a))
-	require.Equal(t, SeqNo(2), s.Next(a))
-	require.Equal(t, SeqNo(1), s.Next(c))
-	require.Equal(t, SeqNo(2), s.Last(a))
-	s.Observe(a, 10)
-	s.Observe(a, 3)
-	require.Equal(t, SeqNo(11), s.Next(a))
-	require.Equal(t, 2, s.Len())
-	s.Forget(a)
-	require.Equal(t, SeqNo(0), s.Last(a))
-	require.Equal(t, 1, s.Len())
-}
-
-func TestSequencerConcurrent(t *testing.T) {
-	s := NewSequencer()
-	ids := []ID{NewID(), NewID(), NewID()}
-	const goroutines, per = 8, 2000
-	got := make([][]SeqNo, goroutines)
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range per {
-				n := s.Next(ids[i%len(ids)])
-				if i%len(ids) == 0 {
-					got[g] = append(got[g], n)
-				}
-				_ = s.Last(ids[(i+1)%len(ids)])
-			}
-		}()
-	}
-	wg.Wait()
-	// every SeqNo of ids[0] handed out exactly once, 1..N
-	seen := map[SeqNo]bool{}
-	for _, ns := range got {
-		for _, n := range ns {
-			require.False(t, seen[n], "SeqNo %d handed out twice", n)
-			seen[n] = true
-		}
-	}
-	total := SeqNo(len(seen))
-	for n := SeqNo(1); n <= total; n++ {
-		require.True(t, seen[n])
-	}
-	require.Equal(t, total, s.Last(ids[0]))
-	require.Equal(t, SeqNo(goroutines*per), s.Last(ids[0])+s.Last(ids[1])+s.Last(ids[2]))
-}
-
-// BenchmarkStatePut: the default Applier's write of a fresh event — a Put of
-// a 24 B key / 100 B value row, 1000 per batch (ns/op is per Put): into an
-// indexed batch (what an Applier gets by default), a plain one (the pending
-// map of a tx that may Add), and a plain one write-only (the receiver's
-// batch without Adds).
 func BenchmarkStatePut(b *testing.B) {
 	for _, m := range []string{"indexed", "plain", "write-only"} {
 		b.Run(m, func(b *testing.B) { benchmarkStatePut(b, m) })
