@@ -248,9 +248,10 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 
 // LeaderWAL is the ceiling of Pipeline with sync: the client composing
 // the same requests and appending them to the leader's WAL, synced per
-// batch, with nothing shipped. wal.Writer syncs inside Append (its mutex
-// held), so appends and syncs of the leader form one serial chain that no
-// follower-side pipelining can shorten.
+// batch, with nothing shipped. One client appends one batch at a time and
+// Append returns only after the sync that covers its batch, so appends and
+// syncs form one serial chain that no follower-side pipelining can shorten
+// (group commit needs concurrent appenders: LeaderConcurrent).
 func LeaderWAL() func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
