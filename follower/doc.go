@@ -248,7 +248,7 @@
 //
 // Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
 // deltas, kept HWMLogBatches (128) batches (package session), and the
-// window journal, compacted into a snapshot every ~WindowCapacity keys
+// window journal, whose entries live about WindowCapacity keys
 // (replication/journal.go) — outlived a 4 MiB memtable (about 20 fresh
 // 1000-event batches), so they were flushed and compacted although they are
 // deleted soon after; compactions were ~41% of the process's CPU on fresh

@@ -64,6 +64,8 @@ type Store struct {
 	tail int32 // least recently seen, or nilIdx
 	free int32 // free list (via next) of released entries, or nilIdx
 	used int32 // entries[used:] have never been handed out
+
+	evictions atomic.Uint64 // keys CheckAndRecord evicted, ever (written under mu)
 }
 
 // NewStore returns an empty window remembering up to capacity keys
@@ -220,6 +222,7 @@ func (s *Store) CheckAndRecord(k Key) bool {
 	case s.n == s.capacity:
 		i = s.tail
 		s.removeIdx(i)
+		s.evictions.Store(s.evictions.Load() + 1) // under mu: no read-modify-write needed
 		// The shift may have opened a hole earlier on k's probe path.
 		slot, _ = s.find(&k, h)
 	case s.free != nilIdx:
@@ -373,6 +376,13 @@ func (s *Store) Len() int {
 	s.mu.Unlock()
 	return int(n)
 }
+
+// Evictions returns how many keys CheckAndRecord has evicted since
+// NewStore. After Capacity evictions following a key's last recording, that
+// key has left the window: each eviction takes the least recently seen key,
+// and fewer than Capacity keys are ever behind it (the window journal relies
+// on this to drop entries nothing in the window needs).
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Capacity returns the maximum number of keys the window remembers.
 func (s *Store) Capacity() int { return int(s.capacity) }

@@ -26,14 +26,37 @@ import (
 //
 // Why the replay is exact: an LRU's contents and order depend only on the
 // order of each key's last access, and the journal holds every access since
-// its oldest entry. To keep it bounded, once it holds more than twice the
-// capacity in keys, the next batch writes a compacted entry — the whole
-// window as it stands (oldest to newest) followed by the batch's own keys —
-// and deletes every older entry in the same Pebble batch. Pruning by key count
-// alone would be wrong: a key recorded many times counts many times but
-// occupies one window slot, so a count-pruned journal rebuilds a smaller
-// window than the live one. Cost: one extra Pebble key and 16 bytes per keyed
-// event, plus a capacity×16-byte snapshot every ~capacity keys.
+// its oldest entry. Replaying any suffix of the accesses that still holds
+// the last access of every key in the window rebuilds the same window: those
+// keys are the most recently accessed distinct ones, so no key the suffix
+// adds besides them can outrank them.
+//
+// So the oldest entry is deleted (in the batch being staged) once none of
+// its keys can still be in the window because of it: once the window has
+// evicted Capacity keys since the entry's keys were recorded. Each eviction
+// takes the least recently seen key, and fewer than Capacity keys are ever
+// behind a key that is not seen again, so by then every key of the entry
+// was either evicted or seen again in a later entry (idempotency.Store
+// Evictions). With a full window of mostly new keys, an entry lives about
+// Capacity keys, and the journal holds about one window's worth.
+//
+// Hits evict nothing, so a window that mostly sees its own keys again keeps
+// old entries alive. To keep the journal bounded anyway, once it holds more
+// than maxJournalWindows (3) times the capacity in keys, the next batch
+// writes a compacted entry — the whole window as it stands (oldest to
+// newest) followed by the batch's own keys — and deletes every older entry
+// in the same Pebble batch. Three, not two: a compacted entry itself lives
+// until Capacity evictions after it, while about a window of new entries
+// piles up behind it; at twice the capacity that pile would trigger the
+// next snapshot, and a journal of new keys would go from snapshot to
+// snapshot instead of back to one window's worth. Pruning
+// by key count alone would be wrong: a key recorded many times counts many
+// times but occupies one window slot, so a count-pruned journal rebuilds a
+// smaller window than the live one. Cost: one extra Pebble key and 16 bytes
+// per keyed event, one deletion per entry, and, only when hits dominate, a
+// capacity×16-byte snapshot every ~capacity keys. (Before eviction pruning,
+// every journal reached the snapshot: 32 bytes per fresh event instead of
+// 16, all of it flushed and compacted.)
 //
 // A journal entry that does not decode fails the open with an error marked
 // corruption.Err, naming the key. It is not skipped: a window rebuilt
@@ -48,9 +71,16 @@ var JournalPrefix = []byte(keyspace.Journal)
 
 const journalVersion = 1
 
+// maxJournalWindows bounds the journal, in windows' worth of keys, before
+// the next entry is a compacted one (see above).
+const maxJournalWindows = 3
+
 type journalEntry struct {
 	lsn uint64
 	n   int
+	// evicted is the window's Evictions once the entry's keys were
+	// recorded: Capacity evictions later, the entry can go.
+	evicted uint64
 }
 
 type journal struct {
@@ -61,6 +91,7 @@ type journal struct {
 	// Staged by the batch being composed; folded in by committed().
 	staged    journalEntry
 	compacted bool // the staged entry replaces every live entry
+	pruned    int  // oldest live entries the staged batch deletes
 	buf       []byte
 	snap      []idempotency.Key
 }
@@ -91,7 +122,8 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*jou
 			copy(key[:], v[1+16*i:])
 			window.CheckAndRecord(key)
 		}
-		j.entries = append(j.entries, journalEntry{lsn: binary.BigEndian.Uint64(k[len(JournalPrefix):]), n: n})
+		j.entries = append(j.entries, journalEntry{lsn: binary.BigEndian.Uint64(k[len(JournalPrefix):]), n: n,
+			evicted: window.Evictions()})
 		j.total += n
 	}
 	if err := it.Close(); err != nil {
@@ -101,11 +133,24 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*jou
 }
 
 // stage writes this batch's recorded keys into b; when the journal has grown
-// past twice the window's capacity, the entry is a compacted one (see above).
+// past maxJournalWindows times the window's capacity, the entry is a compacted
+// one, and the oldest entries the window no longer needs are deleted (see above).
 // window must still hold its state from before this batch.
 func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, window *idempotency.Store) error {
-	j.staged, j.compacted = journalEntry{}, false
-	compact := j.total+len(keys) > 2*window.Capacity()
+	j.staged, j.compacted, j.pruned = journalEntry{}, false, 0
+	compact := j.total+len(keys) > maxJournalWindows*window.Capacity()
+	if !compact {
+		evictions, capacity := window.Evictions(), uint64(window.Capacity())
+		for _, e := range j.entries[j.head:] {
+			if evictions-e.evicted < capacity {
+				break
+			}
+			if err := b.Delete(journalKey(e.lsn), nil); err != nil {
+				return err
+			}
+			j.pruned++
+		}
+	}
 	if len(keys) == 0 && !compact {
 		return nil
 	}
@@ -134,12 +179,22 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, win
 	return nil
 }
 
-// committed folds the staged entry in after the batch committed.
-func (j *journal) committed() {
+// committed folds the staged batch in after it committed and its keys were
+// recorded in window.
+func (j *journal) committed(window *idempotency.Store) {
 	if j.compacted {
 		j.entries, j.head, j.total = j.entries[:0], 0, 0
 	}
+	for ; j.pruned > 0; j.pruned-- {
+		j.total -= j.entries[j.head].n
+		j.head++
+	}
+	if j.head > len(j.entries)/2 { // amortised O(1) per entry
+		j.entries = j.entries[:copy(j.entries, j.entries[j.head:])]
+		j.head = 0
+	}
 	if j.staged.n > 0 {
+		j.staged.evicted = window.Evictions()
 		j.entries = append(j.entries, j.staged)
 		j.total += j.staged.n
 	}

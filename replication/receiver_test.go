@@ -3,6 +3,7 @@ package replication_test
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -342,6 +343,91 @@ func TestWindowJournalRepeatedKeys(t *testing.T) {
 			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
 			require.NoError(t, err)
 			require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "capacity %d after batch %d", capacity, i)
+		}
+	}
+}
+
+// TestWindowJournalPrunesEvictedEntries: with a full window of new keys, an
+// entry is deleted once the window evicted Capacity keys after it, so the
+// journal holds about one window and never needs the 2×Capacity snapshot;
+// every prefix of the history still reopens into the live window.
+func TestWindowJournalPrunesEvictedEntries(t *testing.T) {
+	const capacity, maxBatch = 8, 3
+	r := newRig(t, nil)
+	r.window = idempotency.NewStore(capacity)
+	var err error
+	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+	require.NoError(t, err)
+	id := session.NewID()
+	seq := session.SeqNo(1)
+	for b := 0; b < 200; b++ {
+		var evs []wal.Event
+		for i := 0; i < 1+b%maxBatch; i++ {
+			k := idempotency.Key{byte(b), byte(b >> 8), byte(i), 0x77}
+			evs = append(evs, add(id, seq, 1, &k))
+			seq++
+		}
+		_, err := r.recv.Apply(r.batch(evs...))
+		require.NoError(t, err)
+
+		fresh := idempotency.NewStore(capacity)
+		_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
+		require.NoError(t, err)
+		require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "after batch %d", b)
+		_, n, err := replication.JournalWindow(r.db, capacity)
+		require.NoError(t, err)
+		// Kept once the window is full: the oldest entry with fewer than
+		// capacity evictions after it, what followed it (< capacity keys),
+		// and the batch just written. A journal left to the snapshot grows
+		// to 3×capacity first.
+		if b >= 4*capacity {
+			require.LessOrEqual(t, n, capacity-1+2*maxBatch, "after batch %d", b)
+		}
+	}
+}
+
+// TestWindowJournalPruningModel drives a receiver with seeded random
+// batches of new keys and window hits (hits evict nothing, so they keep old
+// entries alive and exercise the snapshot fallback too) and checks after
+// every batch that a reopened window equals the live one.
+func TestWindowJournalPruningModel(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		capacity := 2 + rng.IntN(10)
+		r := newRig(t, nil)
+		r.window = idempotency.NewStore(capacity)
+		var err error
+		r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+		require.NoError(t, err)
+		id := session.NewID()
+		seq := session.SeqNo(1)
+		var issued []idempotency.Key
+		hitPct := rng.IntN(90)
+		for b := 0; b < 150; b++ {
+			var evs []wal.Event
+			for i := rng.IntN(5); i > 0; i-- {
+				var k idempotency.Key
+				if len(issued) > 0 && rng.IntN(100) < hitPct {
+					k = issued[len(issued)-1-rng.IntN(min(len(issued), 2*capacity))]
+				} else {
+					k = idempotency.Key{byte(len(issued)), byte(len(issued) >> 8), byte(seed), 0x55}
+					issued = append(issued, k)
+				}
+				evs = append(evs, add(id, seq, 1, &k))
+				seq++
+			}
+			if len(evs) == 0 {
+				continue
+			}
+			_, err := r.recv.Apply(r.batch(evs...))
+			require.NoError(t, err)
+			fresh := idempotency.NewStore(capacity)
+			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
+			require.NoError(t, err)
+			require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "seed %d capacity %d hits %d%% after batch %d", seed, capacity, hitPct, b)
+			_, n, err := replication.JournalWindow(r.db, capacity)
+			require.NoError(t, err)
+			require.LessOrEqual(t, n, 3*capacity+4, "seed %d: journal unbounded", seed)
 		}
 	}
 }
