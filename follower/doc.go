@@ -247,7 +247,7 @@
 // 8 MiB, two memtables of 4 MiB or more left no block cache at all.
 //
 // Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
-// deltas, kept HWMLogBatches (128) batches (package session), and the
+// deltas, kept HWMLogBatches (256) batches (package session), and the
 // window journal, whose entries live about WindowCapacity keys
 // (replication/journal.go) — outlived a 4 MiB memtable (about 20 fresh
 // 1000-event batches), so they were flushed and compacted although they are

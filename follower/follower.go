@@ -60,7 +60,7 @@ type Options struct {
 	// HWM changes as one value; a session whose entry is HWMLogBatches
 	// batches old is logged again (carried forward, twice at most) or has
 	// its row rewritten. Defaults
-	// session.DefaultLogBatches (128) and session.DefaultLogSessions (1<<17);
+	// session.DefaultLogBatches (256) and session.DefaultLogSessions (1<<17);
 	// HWMLogBatches -1 turns the log off (one HWM row per changed session
 	// per batch).
 	HWMLogBatches  int

@@ -89,11 +89,17 @@
 //
 // and deletes every delta older than the oldest entry still needed. A
 // session that changes again within LogBatches batches costs nothing
-// more. With 100K uniform sessions and 1000-event batches a fresh event
-// costs ~1.3 delta entries (its own, and 0.28 carried) and 0.02 rows
-// (0.28³), against 0.28 rows when old sessions were always rewritten and
-// one row without the log (bench.BenchmarkTrackerWrites log=128, 3000x:
-// hwm-keys/event 0.995 → 0.277 → 0.0215). Carrying, not rewriting, is
+// more. With 100K uniform sessions and 1000-event batches (each session
+// touched once per ~100 batches) and LogBatches 128, a fresh event cost
+// ~1.3 delta entries (its own, and 0.28 carried: e^-1.28 of sessions go
+// 128 batches untouched) and 0.02 rows (0.28³), against 0.28 rows when old
+// sessions were always rewritten and one row without the log
+// (bench.BenchmarkTrackerWrites log=128, 3000x: hwm-keys/event 0.995 →
+// 0.277 → 0.0215). The default is 256 since 2026-11-24: 0.08 carried and
+// 0.0005 rows per fresh event (log=256, same benchmark, one run: 0.0023
+// HWM keys, 146.5 against 152.1 WAL bytes and 2,249 against 2,451 CPU ns
+// per event; sstable bytes 203 against 185, the deltas living longer), for
+// a replay twice as long (below). Carrying, not rewriting, is
 // what pays: a row costs Pebble ~2 µs over its life here, an entry in a
 // value a few bytes of WAL, flush and compaction. Receiver/dup100-window
 // (every event a retry: an HWM entry and a journal key, no state row),
@@ -108,10 +114,14 @@
 // LogSessions live sessions, which bounds the replay. With carrying, a
 // follower of up to LogSessions active sessions keeps all of them logged:
 // bench.BenchmarkReopen (100K uniform sessions, 200 batches after the
-// preload, loaded 2-vCPU machine) replays 100,000 sessions in 110–132 ms
+// preload, loaded 2-vCPU machine) replayed 100,000 sessions in 110–132 ms
 // (open 260–315 ms) where rewriting rows left 71,957 to replay in
 // 75–149 ms (open 199–261 ms); the store without the log opens in
-// 163–268 ms. ScanHWMs merges rows and log the same way.
+// 163–268 ms. With LogBatches 256 (reopenBatches, LogBatches + 72 batches
+// after the preload, so the log is as long as it gets; 2 runs, 3x each,
+// against 128 interleaved): replay 56 ms against 39–42, open 106–108 ms
+// against 59–67, and a killed follower's open (its Pebble WAL replay
+// included) 239–241 ms against 177–182. ScanHWMs merges rows and log the same way.
 //
 // Crash and restart guarantees are unchanged, because every write of the
 // scheme — delta, carried entries, checkpoint rows, delta deletions,

@@ -98,7 +98,7 @@ var (
 const (
 	DefaultCacheSize        = 1 << 20
 	DefaultRetentionHorizon = 24 * time.Hour
-	DefaultLogBatches       = 128
+	DefaultLogBatches       = 256
 	DefaultLogSessions      = 1 << 17
 )
 
@@ -118,7 +118,7 @@ type TrackerOptions struct {
 	// again in the current delta (carried forward, at most twice without a
 	// change) or else its row is rewritten (checkpointed) — a session that
 	// changes again meanwhile costs neither. Reopening replays at most about
-	// LogBatches deltas. Default 128; negative: no log, Flush writes one row
+	// LogBatches deltas. Default 256; negative: no log, Flush writes one row
 	// per changed session (and checkpoints whatever an earlier run logged).
 	LogBatches int
 	// LogSessions bounds the sessions whose latest change is only in the
