@@ -105,13 +105,15 @@ func TestBenchQuickJSON(t *testing.T) {
 			t.Errorf("row without a figure: %+v", r)
 		}
 	}
-	for _, want := range []string{"fresh apply (1000-event batches, Sync)", "100%-duplicate batches", "30%-duplicate mix",
+	for _, want := range []string{"fresh apply (1000-event batches, Sync)", "100%-duplicate batches, pipelined as Serve applies them",
+		"100%-duplicate batches, one at a time", "30%-duplicate mix",
 		"naive dedup, every key in Pebble (fresh)", "window heap, freshly filled (100K keys)", "window heap, after churn",
 		"DeriveKey, 64-byte op", "window check, duplicate", "window check, new key (evicts)",
 		"leader CPU per event, 3 followers", "sync replication, WaitAcked(majority) of 3",
-		"100%-retry batches (fresh SeqNo, known key)", "pipeline, client requests (leader WAL → follower, Sync both)",
+		"100%-retry batches (fresh SeqNo, known key), pipelined", "100%-retry batches, one at a time",
+		"leader, 16 concurrent appenders of one shard (group commit)", "pipeline, client requests (leader WAL → follower, Sync both)",
 		"pipeline, 30% client retries", "pipeline, client requests (fsync hidden?)", "node of 4 shards, Sync",
-		"pipeline, client requests: its leader-WAL ceiling", "raw ingest of everything fresh apply writes (its ceiling)",
+		"pipeline, client requests: its leader-WAL ceiling", "raw ingest of everything fresh apply writes",
 		"fresh apply against its write set's ingest"} {
 		if !names[want] {
 			t.Errorf("no row %q", want)
