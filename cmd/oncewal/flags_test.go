@@ -102,6 +102,7 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(leader, "--clients", "1025"), []string{"--clients 1025 is out of range"}},
 		{with(leader, "--clients", "x"), []string{"-clients"}},
 		{with(leader, "--sessions", "4", "--clients", "5"), []string{"--clients 5 exceeds --sessions 4"}},
+		{with(leader, "--generate", "0", "--ack-log", filepath.Join(dir, "acked")), []string{"--ack-log needs --generate"}},
 		{with(leader, "--sessions", "0", "--clients", "0"), []string{"--sessions 0", "--clients 0"}},
 		{with(leader, "--batch", "1000000"), []string{"--batch 1000000 is out of range"}},
 		{with(leader, "--shards", "0"), []string{"--shards 0 is out of range"}},

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
@@ -25,6 +26,11 @@ type genConfig struct {
 	clients               int // concurrent clients (0 counts as 1)
 	retryRate             float64
 	ack                   replication.AckPolicy // 0: do not wait
+	// ackLog, if not nil, receives the client key (16 bytes) of every
+	// request whose batch was acknowledged (logged, and the ack policy
+	// met), one write per batch: what a client was told is done, for a
+	// test to check against the WAL after kill -9.
+	ackLog io.Writer
 }
 
 // genShardStats count one shard's generated events.
@@ -53,6 +59,9 @@ type generator struct {
 
 	mu  sync.Mutex
 	per []genShardStats
+
+	ackMu  sync.Mutex
+	ackBuf []byte
 }
 
 // genClient is one client of the generator: its own sessions, requests
@@ -261,7 +270,7 @@ func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool)
 		}
 	})
 	if c.g.c.ack == 0 {
-		return true, nil
+		return true, c.g.acked(b)
 	}
 	sh, err := c.g.l.Shard(uint32(s))
 	if err != nil {
@@ -274,7 +283,26 @@ func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool)
 		return true, err
 	}
 	c.g.count(s, func(st *genShardStats) { st.acked += uint64(len(b)) })
-	return true, nil
+	return true, c.g.acked(b)
+}
+
+// acked appends the client keys of b's requests to the ack log, if any.
+func (g *generator) acked(b []wal.Event) error {
+	if g.c.ackLog == nil {
+		return nil
+	}
+	g.ackMu.Lock()
+	defer g.ackMu.Unlock()
+	g.ackBuf = g.ackBuf[:0]
+	for i := range b {
+		if b[i].HasIdemKey {
+			g.ackBuf = append(g.ackBuf, b[i].IdemKey[:]...)
+		}
+	}
+	if _, err := g.c.ackLog.Write(g.ackBuf); err != nil {
+		return fmt.Errorf("ack log: %w", err)
+	}
+	return nil
 }
 
 // replace gives every slot whose session appears in evs a new session.

@@ -27,7 +27,8 @@ import (
 const leaderSynopsis = `leader --dir DIR --followers ID,ID,... [--shards N] [--epoch E] [--listen ADDR]
                       [--tls-ca F --tls-cert F --tls-key F | --insecure]
                       [--max-retained-bytes B] [--segment-size B] [--min-free-bytes B] [--memtable-size B]
-                      [--generate RATE --sessions N --clients N --batch N --retry-rate F --ack POLICY]
+                      [--generate RATE --sessions N --clients N --batch N --retry-rate F --ack POLICY
+                       --ack-log FILE]
 
 Runs the leader of every shard of a deployment on this node. DIR is the
 leader node directory: DIR/shard-NNNN is each shard's local store (the same
@@ -56,7 +57,9 @@ sent again with the same key, as a client retries after a lost answer).
 its share of the sessions and of RATE), so appends to one shard share the
 WAL's sync (group commit). --ack waits for that many followers'
 acknowledgements of each batch before the client's next (none, one,
-majority, all). Logs one stats line per shard and per
+majority, all). --ack-log FILE appends the 16-byte client key of every
+request acknowledged to its client (logged, and --ack met) to FILE, so a
+test can check after kill -9 that nothing acknowledged was lost. Logs one stats line per shard and per
 follower every --stats-interval; stops cleanly on SIGINT/SIGTERM.
 --metrics-addr serves /metrics, /healthz and /readyz (ready: open and
 shipping).`
@@ -92,6 +95,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	batch := fs.Int("batch", 256, "max events per generated batch")
 	retryRate := fs.Float64("retry-rate", 0.01, "share of generated requests sent twice with the same client key")
 	ack := fs.String("ack", "none", "generator: wait for this many followers per batch: none, one, majority, all")
+	ackLog := fs.String("ack-log", "", "generator: append the 16-byte client key of every acknowledged request to this file")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log stats this often (0: only at exit)")
 	mf := addMetricsFlags(fs, false)
 	lf := addLogFlags(fs)
@@ -125,6 +129,9 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if !ackOK {
 		c.failf("--ack %q is not one of none, one, majority, all", *ack)
 	}
+	if *ackLog != "" && *rate == 0 {
+		c.failf("--ack-log needs --generate: only the generator's requests are acknowledged")
+	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
 	mf.check(&c)
 	lf.check(&c)
@@ -151,6 +158,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 		dir: *dir, shards: *shards, epoch: *epoch, followers: ids, listen: *listen, tls: tlsCfg,
 		maxRetained: *maxRetained, retainEvery: *retainEvery, segmentSize: *segSize, minFree: *minFree, memTable: *memTable,
 		gen:        genConfig{rate: *rate, sessions: *sessions, clients: *clients, batch: *batch, retryRate: *retryRate, ack: policy},
+		ackLog:     *ackLog,
 		statsEvery: *statsEvery, metricsAddr: *mf.addr,
 	}); err != nil {
 		log.Error("oncewal leader: stopped", "dir", *dir, "err", err)
@@ -213,6 +221,7 @@ type leaderConfig struct {
 	minFree     int64 // --min-free-bytes
 	memTable    int64 // --memtable-size
 	gen         genConfig
+	ackLog      string // --ack-log: the generator's acknowledged client keys
 	statsEvery  time.Duration
 	metricsAddr string                              // "": no metrics server
 	ready       func(addr string, l *leader.Leader) // tests: called once serving
@@ -233,6 +242,16 @@ func (l lateListener) Accept(ctx context.Context) (replication.LeaderConn, repli
 }
 
 func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err error) {
+	if c.ackLog != "" {
+		// Appended to, never synced: a kill -9 keeps what was written in
+		// the page cache, which is all a test on this machine reads.
+		f, err := os.OpenFile(c.ackLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--ack-log: %w", err)
+		}
+		defer f.Close()
+		c.gen.ackLog = f
+	}
 	var srv *grpctransport.Server
 	l, err := leader.Open(c.dir, &leader.Options{
 		Shards: c.shards, Epoch: c.epoch, Followers: c.followers,

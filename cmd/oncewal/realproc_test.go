@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -162,12 +163,19 @@ func TestRealProcessesKilled(t *testing.T) {
 
 	ids := []string{"f1", "f2", "f3"}
 	leaderDir := filepath.Join(dir, "leader")
+	ackLog := filepath.Join(dir, "acked")
 	leaderArgs := func(rate int) []string {
-		return []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", strings.Join(ids, ","),
+		args := []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", strings.Join(ids, ","),
 			"--listen", fmt.Sprintf("127.0.0.1:%d", port),
 			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey),
 			"--generate", strconv.Itoa(rate), "--sessions", "30", "--clients", "4", "--batch", "64", "--retry-rate", "0.03",
 			"--ack", "majority", "--stats-interval", "500ms"}
+		if rate > 0 {
+			// Every request a client was told is done (a majority
+			// acknowledged it), for the check at the end.
+			args = append(args, "--ack-log", ackLog)
+		}
+		return args
 	}
 	ld := &proc{name: "leader", args: leaderArgs(2000), log: filepath.Join(dir, "leader.log")}
 	fs := map[string]*proc{}
@@ -235,11 +243,28 @@ func TestRealProcessesKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("waldump: %v %s", err, e)
 	}
+	logged := map[string]bool{} // client keys in the leader's WAL
 	dec := json.NewDecoder(strings.NewReader(dumped))
 	for dec.More() {
 		var ev eventJSON
 		must(t, dec.Decode(&ev))
 		ends[ev.Shard] = max(ends[ev.Shard], ev.LSN)
+		if ev.Idem != nil {
+			logged[*ev.Idem] = true
+		}
+	}
+	// Nothing acknowledged to a client is lost, however often the leader
+	// was killed: each key in the ack log is in the WAL the followers
+	// match below. (A kill can cut the log's last write short.)
+	acked := []byte(readFile(t, ackLog))
+	acked = acked[:len(acked)-len(acked)%16]
+	if len(acked) == 0 {
+		t.Fatal("the generator acknowledged no request")
+	}
+	for k := acked; len(k) > 0; k = k[16:] {
+		if key := hex.EncodeToString(k[:16]); !logged[key] {
+			t.Fatalf("request %s was acknowledged to its client but is not in the leader's WAL", key)
+		}
 	}
 	for _, id := range ids {
 		waitFor(id+" to catch up", func() bool {
@@ -284,7 +309,8 @@ func TestRealProcessesKilled(t *testing.T) {
 			t.Fatalf("after catching up: %s", out)
 		}
 	}
-	t.Logf("%d events (%d retried requests), shards end at %v; %d kills, %d of the leader", events, retried, ends, kills, leaderKills)
+	t.Logf("%d events (%d retried requests), shards end at %v; %d kills, %d of the leader; all %d acknowledged requests in the WAL",
+		events, retried, ends, kills, leaderKills, len(acked)/16)
 }
 
 func readFile(t *testing.T, p string) string {
