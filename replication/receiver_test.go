@@ -49,6 +49,26 @@ func newRig(t *testing.T, applier func(*session.State) replication.Applier) *rig
 	return r
 }
 
+// newWindowRig is newRig with a window of capacity keys.
+func newWindowRig(t *testing.T, capacity int) *rig {
+	r := newRig(t, nil)
+	r.window = idempotency.NewStore(capacity)
+	var err error
+	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+	require.NoError(t, err)
+	return r
+}
+
+// reopenedWindow is the window a receiver opening r's store rebuilds from
+// its journal, least recently seen key first (as Store.Keys).
+func (r *rig) reopenedWindow() []idempotency.Key {
+	r.t.Helper()
+	w := idempotency.NewStore(r.window.Capacity())
+	_, err := replication.NewReceiver(r.db, r.tracker, w, r.applier, &replication.ReceiverOptions{Shard: 3})
+	require.NoError(r.t, err)
+	return w.Keys(nil)
+}
+
 // batch encodes events as the next batch of shard 3, epoch 5.
 func (r *rig) batch(events ...wal.Event) []byte {
 	return r.batchAt(3, 5, events...)
@@ -284,11 +304,7 @@ func FuzzReceiver(f *testing.F) {
 // store rebuilds exactly the window the previous one had — same keys, same
 // recency order — and that the journal stays bounded by the capacity.
 func TestWindowJournalRestoresWindow(t *testing.T) {
-	r := newRig(t, nil)
-	r.window = idempotency.NewStore(8)
-	var err error
-	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
-	require.NoError(t, err)
+	r := newWindowRig(t, 8)
 	id := session.NewID()
 	seq := session.SeqNo(1)
 	for b := 0; b < 300; b++ {
@@ -307,10 +323,7 @@ func TestWindowJournalRestoresWindow(t *testing.T) {
 	want := r.window.Keys(nil)
 	require.Len(t, want, 8)
 
-	fresh := idempotency.NewStore(8)
-	_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
-	require.NoError(t, err)
-	require.Equal(t, want, fresh.Keys(nil))
+	require.Equal(t, want, r.reopenedWindow())
 
 	_, n, err := replication.JournalWindow(r.db, 8)
 	require.NoError(t, err)
@@ -323,11 +336,7 @@ func TestWindowJournalRestoresWindow(t *testing.T) {
 // A would have applied again after a restart.
 func TestWindowJournalRepeatedKeys(t *testing.T) {
 	for _, capacity := range []int{3, 4, 7} {
-		r := newRig(t, nil)
-		r.window = idempotency.NewStore(capacity)
-		var err error
-		r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
-		require.NoError(t, err)
+		r := newWindowRig(t, capacity)
 		id := session.NewID()
 		seq := session.SeqNo(1)
 		keys := []idempotency.Key{{0xa}, {0xb}, {0xc}}
@@ -339,10 +348,7 @@ func TestWindowJournalRepeatedKeys(t *testing.T) {
 			_, err := r.recv.Apply(r.batch(add(id, seq, 1, &k)))
 			require.NoError(t, err)
 			seq++
-			fresh := idempotency.NewStore(capacity)
-			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
-			require.NoError(t, err)
-			require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "capacity %d after batch %d", capacity, i)
+			require.Equal(t, r.window.Keys(nil), r.reopenedWindow(), "capacity %d after batch %d", capacity, i)
 		}
 	}
 }
@@ -353,11 +359,7 @@ func TestWindowJournalRepeatedKeys(t *testing.T) {
 // every prefix of the history still reopens into the live window.
 func TestWindowJournalPrunesEvictedEntries(t *testing.T) {
 	const capacity, maxBatch = 8, 3
-	r := newRig(t, nil)
-	r.window = idempotency.NewStore(capacity)
-	var err error
-	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
-	require.NoError(t, err)
+	r := newWindowRig(t, capacity)
 	id := session.NewID()
 	seq := session.SeqNo(1)
 	for b := 0; b < 200; b++ {
@@ -370,10 +372,7 @@ func TestWindowJournalPrunesEvictedEntries(t *testing.T) {
 		_, err := r.recv.Apply(r.batch(evs...))
 		require.NoError(t, err)
 
-		fresh := idempotency.NewStore(capacity)
-		_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
-		require.NoError(t, err)
-		require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "after batch %d", b)
+		require.Equal(t, r.window.Keys(nil), r.reopenedWindow(), "after batch %d", b)
 		_, n, err := replication.JournalWindow(r.db, capacity)
 		require.NoError(t, err)
 		// Kept once the window is full: the oldest entry with fewer than
@@ -394,11 +393,7 @@ func TestWindowJournalPruningModel(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		capacity := 2 + rng.IntN(10)
-		r := newRig(t, nil)
-		r.window = idempotency.NewStore(capacity)
-		var err error
-		r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
-		require.NoError(t, err)
+		r := newWindowRig(t, capacity)
 		id := session.NewID()
 		seq := session.SeqNo(1)
 		var issued []idempotency.Key
@@ -421,10 +416,7 @@ func TestWindowJournalPruningModel(t *testing.T) {
 			}
 			_, err := r.recv.Apply(r.batch(evs...))
 			require.NoError(t, err)
-			fresh := idempotency.NewStore(capacity)
-			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
-			require.NoError(t, err)
-			require.Equal(t, r.window.Keys(nil), fresh.Keys(nil), "seed %d capacity %d hits %d%% after batch %d", seed, capacity, hitPct, b)
+			require.Equal(t, r.window.Keys(nil), r.reopenedWindow(), "seed %d capacity %d hits %d%% after batch %d", seed, capacity, hitPct, b)
 			_, n, err := replication.JournalWindow(r.db, capacity)
 			require.NoError(t, err)
 			require.LessOrEqual(t, n, 3*capacity+4, "seed %d: journal unbounded", seed)
