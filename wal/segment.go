@@ -272,8 +272,8 @@ func tornBatch(f vfs.File, b []byte, off, size int64) (bool, error) {
 	if !last && !group {
 		return false, nil
 	}
-	if hasZeroSector(b, off) || last {
-		return hasZeroSector(b, off), nil
+	if zero := hasZeroSector(b, off); zero || last {
+		return zero, nil
 	}
 	end := min(size, (off+n+sectorSize-1)/sectorSize*sectorSize)
 	ext := make([]byte, end-off)

@@ -455,13 +455,11 @@ func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte
 
 // roll syncs and closes the active segment and starts one at first. The old
 // segment is synced first so that only the last segment can ever be torn.
-// No sync is in flight (w.syncing is false).
+// No sync is in flight (w.syncing is false); first is NextLSN.
 func (w *Writer) roll(first uint64) error {
-	if err := w.f.SyncData(); err != nil {
-		return w.fail(err)
+	if err := w.syncLocked(); err != nil {
+		return err
 	}
-	w.syncs.Add(1)
-	w.durable.Store(first - 1)
 	if err := w.f.Close(); err != nil {
 		return w.fail(err)
 	}
