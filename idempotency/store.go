@@ -254,20 +254,29 @@ func (s *Store) warm(k *Key, h uint32) {
 	// A miss records k and, when full, evicts the tail: warm the tail and
 	// the entry that becomes the next tail.
 	prefetchLinks(unsafe.Pointer(&s.entries[0]), &s.tail)
+	if i := s.residentHint(h); i != nilIdx {
+		// A hit refreshes recency: warm its list neighbours too.
+		prefetchLinks(unsafe.Pointer(&s.entries[0]), &i)
+	}
+}
+
+// residentHint is the entry index in the first of the first four probe
+// slots of hash h that carries h, or nilIdx: where a key of that hash most
+// likely lives. Read with atomic loads and without the lock, for prefetching
+// only (the hash may collide, the table may change).
+func (s *Store) residentHint(h uint32) int32 {
 	slot := h >> s.shift
 	for range 4 {
 		v := atomic.LoadUint64(&s.table[slot])
 		if v == 0 {
-			return
+			return nilIdx
 		}
 		if uint32(v>>32) == h {
-			// A hit refreshes recency: warm its list neighbours too.
-			i := int32(uint32(v) - 1)
-			prefetchLinks(unsafe.Pointer(&s.entries[0]), &i)
-			return
+			return int32(uint32(v) - 1)
 		}
 		slot = (slot + 1) & s.mask
 	}
+	return nilIdx
 }
 
 // Prefetch is a hint with no effect on the window: it pulls into cache the
@@ -302,19 +311,8 @@ func (s *Store) PrefetchKeys(keys []Key) {
 			prefetch(unsafe.Pointer(&s.table[hs[j]>>s.shift]))
 		}
 		for j := range chunk {
-			idx[j] = nilIdx
-			slot := hs[j] >> s.shift
-			for range 4 {
-				v := atomic.LoadUint64(&s.table[slot])
-				if v == 0 {
-					break
-				}
-				if uint32(v>>32) == hs[j] {
-					idx[j] = int32(uint32(v) - 1)
-					prefetch(unsafe.Pointer(&s.entries[idx[j]]))
-					break
-				}
-				slot = (slot + 1) & s.mask
+			if idx[j] = s.residentHint(hs[j]); idx[j] != nilIdx {
+				prefetch(unsafe.Pointer(&s.entries[idx[j]]))
 			}
 		}
 		for j := range chunk {
