@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -44,12 +43,7 @@ func LeaderConcurrent(n int) func(*testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rng := rand.New(rand.NewPCG(1, 2))
-		ids := make([]session.ID, leaderSessions)
-		for i := range ids {
-			binary.LittleEndian.PutUint64(ids[i][:8], rng.Uint64())
-			binary.LittleEndian.PutUint64(ids[i][8:], rng.Uint64())
-		}
+		ids := randomIDs(rand.New(rand.NewPCG(1, 2)), leaderSessions)
 		val := make([]byte, 100)
 		var left atomic.Int64
 		left.Store(int64(b.N))
