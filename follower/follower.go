@@ -134,8 +134,8 @@ type Options struct {
 	Snapshot snapshot.Options
 	// MemTableSize is the size of the store's memtable (Pebble's
 	// MemTableSize). The rows that live only briefly — the HWM log's deltas
-	// (kept for HWMLogBatches batches) and the window journal (compacted
-	// every ~WindowCapacity keys) — then mostly die in the memtable instead
+	// (kept for HWMLogBatches batches) and the window journal's entries
+	// (kept for about WindowCapacity keys) — then mostly die in the memtable instead
 	// of being flushed and compacted: at Pebble's 4 MiB they outlive it,
 	// and flushes and compactions of them were the largest part of a
 	// follower's CPU. Memory: a shard that writes holds about two memtables
