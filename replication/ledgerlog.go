@@ -601,6 +601,7 @@ func (l *LedgerLog) fail(first uint64, cause error) error {
 	if l.failed == nil {
 		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, cause)
 	}
+	err := l.failed
 	l.mu.Unlock()
 	l.applyMu.Lock()
 	if l.failFrom == 0 || first < l.failFrom {
@@ -608,7 +609,7 @@ func (l *LedgerLog) fail(first uint64, cause error) error {
 	}
 	l.applyTurn.Broadcast()
 	l.applyMu.Unlock()
-	return l.failure()
+	return err
 }
 
 // failure is the error of a failed log.
