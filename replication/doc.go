@@ -301,8 +301,9 @@
 //     (OpenLedgerLog, leader.Open) re-applies it and serves, and a
 //     restarted follower gets it again from its durable position; with
 //     the Applier still broken, the reopen refuses with the same ErrApply
-//     and changes nothing (leader's TestApplierFailsThenFixed,
-//     TestValidatePanics).
+//     and commits nothing of the failed batch (leader's
+//     TestApplierFailsThenFixed, TestValidatePanics; follower's
+//     TestNodeApplierFailure).
 //
 // # LedgerLog: the leader with a request ledger
 //
