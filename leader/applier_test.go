@@ -102,6 +102,9 @@ func (g guarded) Validate(b *pebble.Batch, events []wal.Event) error {
 	}
 	for i := range events {
 		ev := &events[i]
+		if ev.Op.IsLedger() {
+			return fmt.Errorf("ledger record %s reached Validate", ev.Op)
+		}
 		if string(ev.Key) == "poison" && g.panics {
 			panic("guarded: poisoned event")
 		}
@@ -400,4 +403,34 @@ func TestValidatePanics(t *testing.T) {
 	h, err := l.Append(deposit(id, "alice", 1))
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), h.FirstLSN)
+}
+
+// TestValidatorRejectsCommit: a Commit (the operation's events and its
+// complete record in one batch) refused by Validate logs nothing, neither
+// effect nor outcome; the claim stays the caller's, and Fail records the
+// rejection for the request's retries to replay. Validate sees only the
+// operation's events, never the ledger records.
+func TestValidatorRejectsCommit(t *testing.T) {
+	var lagged atomic.Int64
+	l := open(t, t.TempDir(), &leader.Options{Shards: 1, Store: follower.Options{Applier: guarded{lagged: &lagged}}})
+	defer l.Close()
+	sh, _ := l.Shard(0)
+	id := session.NewID()
+	c, err := sh.Ledger().Claim("payments", "pay-1", []byte("take 5"))
+	require.NoError(t, err)
+	next := sh.NextLSN()
+	_, err = sh.Commit(c, []byte("paid"), deposit(id, "alice", -5))
+	require.ErrorIs(t, err, replication.ErrRejected)
+	require.ErrorIs(t, err, errOverdraft)
+	require.Equal(t, next, sh.NextLSN(), "a refused commit was logged")
+	require.NoError(t, sh.Ledger().Fail(c, []byte("overdraft"), 0))
+
+	retry, err := sh.Ledger().Claim("payments", "pay-1", []byte("take 5"))
+	require.NoError(t, err)
+	require.True(t, retry.Replayed)
+	require.True(t, retry.CachedFailure)
+	require.Equal(t, "overdraft", string(retry.Outcome))
+	for _, ev := range readLog(t, l.WALDir(), 0) {
+		require.True(t, ev.Op.IsLedger(), "an effect of the refused commit was logged: %+v", ev)
+	}
 }
