@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -136,14 +138,19 @@ func replicaState(t *testing.T, db pebble.Reader) map[string]string {
 	return out
 }
 
-// bankOracle applies every event of the shard-0 log in walDir once, in
-// LSN order, by bank's rules (never failing), and returns the rows a
-// replica must hold.
+// bankOracle applies every distinct event (by idempotency key) of the
+// shard-0 log in walDir once, in LSN order, by bank's rules (never
+// failing), and returns the rows a replica must hold.
 func bankOracle(t *testing.T, walDir string) map[string]string {
 	t.Helper()
 	bal := map[string]int64{}
 	out := map[string]string{}
+	seen := map[idempotency.Key]bool{}
 	for _, ev := range readLog(t, walDir, 0) {
+		if seen[ev.IdemKey] {
+			continue
+		}
+		seen[ev.IdemKey] = true
 		acct := string(ev.Key)
 		if n := bal[acct] + ev.Delta; n >= 0 {
 			bal[acct] = n
@@ -227,6 +234,18 @@ func TestValidatorRejects(t *testing.T) {
 	require.Equal(t, int64(6), passed.Load())
 	require.Equal(t, int64(6), refused.Load())
 	require.Zero(t, lagged.Load(), "Validate judged a store behind the log")
+
+	// Validate judges what Apply will get: a client's retry of a
+	// withdrawal that was applied dies in the window, so it is not judged
+	// against the balance that withdrawal left.
+	withdraw := deposit(id, "carol", -5)
+	withdraw.HasIdemKey, withdraw.IdemKey = true, idempotency.ClientKey([]byte("withdraw-1"))
+	_, err = l.Append(deposit(id, "carol", 5))
+	require.NoError(t, err)
+	_, err = l.Append(withdraw)
+	require.NoError(t, err)
+	_, err = l.Append(withdraw)
+	require.NoError(t, err, "a retry was judged as a new withdrawal")
 	require.Equal(t, bankOracle(t, walDir), replicaState(t, sh.Store().DB()))
 	require.NotContains(t, replicaState(t, sh.Store().DB()), string(rejKey(h.FirstLSN)))
 }
@@ -238,9 +257,20 @@ type replica struct {
 	done chan error
 }
 
-func serveReplica(t *testing.T, dir, id string, a replication.Applier, tr *replication.InProcess) *replica {
+// warnings is a slog.Handler counting the records at Warn and above.
+type warnings struct{ n atomic.Int64 }
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+
+func serveReplica(t *testing.T, dir, id string, a replication.Applier, tr *replication.InProcess, log *slog.Logger) *replica {
 	t.Helper()
-	f, err := follower.Open(dir, &follower.Options{ID: id, Applier: a, Logger: discard(),
+	if log == nil {
+		log = discard()
+	}
+	f, err := follower.Open(dir, &follower.Options{ID: id, Applier: a, Logger: log,
 		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
@@ -296,8 +326,8 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	runDone := make(chan error, 1)
 	go func() { runDone <- l.Run(ctx) }()
 	f1Dir, f2Dir := filepath.Join(t.TempDir(), "f1"), filepath.Join(t.TempDir(), "f2")
-	f1 := serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr)
-	f2 := serveReplica(t, f2Dir, "f2", bank{}, tr)
+	f1 := serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr, nil)
+	f2 := serveReplica(t, f2Dir, "f2", bank{}, tr, nil)
 
 	ids := []session.ID{session.NewID(), session.NewID(), session.NewID()}
 	for i := range 30 {
@@ -353,19 +383,26 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	// f1, still broken, meets the batch the leader logged: Serve stops
 	// with the typed error after one refusal instead of having the batch
 	// resent for ever; f2 applies it.
-	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2)
-	f2 = serveReplica(t, f2Dir, "f2", bank{}, tr2)
+	var logged warnings
+	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2, slog.New(&logged))
+	f2 = serveReplica(t, f2Dir, "f2", bank{}, tr2, nil)
 	err = f1.wait(t)
 	require.ErrorIs(t, err, replication.ErrApply)
 	require.ErrorContains(t, err, "fix the Applier")
 	require.Equal(t, uint64(1), f1.f.Stats().Receiver.ApplyErrors)
+	// Reported once: the stop (and, for a panic, its stack).
+	wantLogged := int64(1)
+	if panics {
+		wantLogged = 2
+	}
+	require.Equal(t, wantLogged, logged.n.Load())
 	lsn, _ := f1.f.Position()
 	require.Equal(t, poisonLSN-1, lsn)
 	require.NoError(t, f1.f.Close())
 	require.NoError(t, sh.WaitAcked(ctx, sh.NextLSN()-1, replication.AckOne))
 	// Restarted with the fixed Applier, f1 goes on from its position.
 	f1Broken.Store(false)
-	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2)
+	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2, nil)
 	require.NoError(t, l.WaitAcked(ctx, replication.AckAll))
 
 	want := bankOracle(t, l.WALDir())
