@@ -274,7 +274,9 @@
 //     store lags the log by the batches between their WAL write and their
 //     local apply, so a log whose Applier is a Validator appends one batch
 //     at a time (stamp, validate, write, sync, apply) and gives up group
-//     commit — every append waits for one fdatasync of its own. Judging
+//     commit — every append waits for one fdatasync of its own (8
+//     goroutines of one-event appends, on disk here: 1.7–2.0K appends/s,
+//     against 3.3–4.9K without a Validator). Judging
 //     against the applied state alone would let two concurrent
 //     withdrawals pass against the same balance; a speculative view of the
 //     batches in flight would need each one's writes kept and dropped in
