@@ -18,7 +18,9 @@ import (
 )
 
 // ErrLogFailed: a LedgerLog whose WAL or local apply failed refuses all
-// further appends; reopen it (OpenLedgerLog recovers from the WAL).
+// further appends; reopen it (OpenLedgerLog recovers from the WAL). When it
+// wraps ErrApply, fix the Applier first: reopening re-applies the batch it
+// failed (the Applier contract in doc.go).
 var ErrLogFailed = errors.New("replication: ledger log failed")
 
 // ErrBadEvent: an event given to LedgerLog.Append or Commit that the log
