@@ -412,7 +412,8 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	if l.validator != nil {
 		// Validate must judge against every earlier logged batch, which
 		// the store shows only once it is applied: one append at a time
-		// (the Applier contract in doc.go says why not a speculative view).
+		// (invariant 10; the Applier contract in doc.go says why not a
+		// speculative view).
 		l.validMu.Lock()
 		defer l.validMu.Unlock()
 	}
