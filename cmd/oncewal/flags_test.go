@@ -149,8 +149,11 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, errOut)
 			}
 		}
-		if !strings.Contains(errOut, "usage: oncewal "+tc.args[0]) || out != "" {
-			t.Errorf("%q: want the usage on stderr and nothing on stdout; stdout %q", tc.args, out)
+		// The error, then one line pointing at -h: the help itself would
+		// scroll the error away (it did: 50–90 lines after it).
+		hint := "run 'oncewal " + tc.args[0] + " -h' for the flags\n"
+		if !strings.HasSuffix(errOut, hint) || strings.Contains(errOut, "usage: oncewal") || strings.Count(errOut, "\n") != 2 || out != "" {
+			t.Errorf("%q: want the error and %q on stderr, no help, nothing on stdout; stdout %q, stderr:\n%s", tc.args, hint, out, errOut)
 		}
 		if _, err := os.Stat(target); !os.IsNotExist(err) {
 			t.Fatalf("%q created %s before refusing its flags", tc.args, target)
