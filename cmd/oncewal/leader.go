@@ -310,7 +310,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 	defer cancel()
 	shipping := func() error {
 		if runCtx.Err() != nil {
-			return fmt.Errorf("%w: the leader stopped shipping", metrics.ErrNotReady)
+			return metrics.NotReady("the leader stopped shipping")
 		}
 		return nil
 	}
