@@ -353,13 +353,13 @@ func (d *dumper) scanSegment(path string, seg *segment, emit bool) (uint64, erro
 	br := bufio.NewReaderSize(f, 64<<10)
 
 	var (
-		shard    uint32
-		haveSh   bool
-		expect   uint64 // LSN the next batch must start at; 0: unknown
-		last     uint64
-		off      int64
-		buf      = make([]byte, wal.HeaderSize)
-		where    = func() string { return fmt.Sprintf("%s offset %d", name, off) }
+		shard  uint32
+		haveSh bool
+		expect uint64 // LSN the next batch must start at; 0: unknown
+		last   uint64
+		off    int64
+		buf    = make([]byte, wal.HeaderSize)
+		where  = func() string { return fmt.Sprintf("%s offset %d", name, off) }
 		// badHere is the error of a batch whose header cannot be
 		// trusted: its shard is the segment's, else the one the file
 		// name still shows (a renamed copy, "….wal.bak"), else --shard,
