@@ -83,7 +83,7 @@ func (h *logRecords) link() []string {
 	defer h.mu.Unlock()
 	var out []string
 	for _, r := range h.recs {
-		if strings.Contains(r.Message, "connect") {
+		if strings.Contains(r.Message, "connect") || strings.Contains(r.Message, "refused") {
 			out = append(out, r.Level.String()+" "+r.Message)
 		}
 	}
@@ -178,6 +178,94 @@ func TestServeLogsPermanentRefusalOnce(t *testing.T) {
 	require.True(t, strings.HasPrefix(got[0], "ERROR"), "first line: %q", got[0])
 	for _, l := range got[1:] {
 		require.True(t, strings.HasPrefix(l, "DEBUG"), "after the first line only Debug: %q", got)
+	}
+}
+
+// withAttrs returns the redial loop's records as "LEVEL message k=v …".
+func (h *logRecords) withAttrs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if !strings.Contains(r.Message, "connect") && !strings.Contains(r.Message, "refused") {
+			continue
+		}
+		line := r.Level.String() + " " + r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			line += " " + a.Key + "=" + a.Value.String()
+			return true
+		})
+		out = append(out, line)
+	}
+	return out
+}
+
+// TestRefusalLogSaysWhatNext: the Error line of a refusal says what the
+// follower does now and what the operator does about it, once per reason:
+// a retry (with the wait) and the remedy of that reason, again only when
+// the reason changes; with StopOnPermanentRefusal, that it stops. It said
+// "refused for good; stopping" — also while it went on retrying.
+func TestRefusalLogSaysWhatNext(t *testing.T) {
+	unknown := fmt.Errorf("dial: %w: %w: \"f3\" is not registered", replication.ErrRefused, replication.ErrUnknownFollower)
+	wrongShard := fmt.Errorf("dial: %w: %w: hello for shard 1, serving 0", replication.ErrRefused, replication.ErrWrongShard)
+	duplicate := fmt.Errorf("dial: %w: %w: \"f3\" is already connected", replication.ErrRefused, replication.ErrDuplicateFollower)
+	for _, tc := range []struct {
+		name   string
+		stop   bool
+		script func(n int) error
+		want   []string // the Error lines, in order, each holding every "|"-separated part
+	}{
+		{"unknown follower", false, func(int) error { return unknown },
+			[]string{"the leader refused this follower; retrying in|reason=unknown_follower|remedy=add f3 to the leader's --followers"}},
+		{"reason changes", false, func(n int) error {
+			if n <= 5 {
+				return unknown
+			}
+			return wrongShard
+		}, []string{"retrying in|reason=unknown_follower", "retrying in|reason=wrong_shard|remedy=start this follower with the shard the leader ships (oncewal follower --shard)"}},
+		{"stop on refusal", true, func(int) error { return wrongShard },
+			[]string{"the leader refused this follower; stopping: StopOnPermanentRefusal is set|reason=wrong_shard"}},
+		{"duplicate ID is retried even with stop on refusal", true, func(int) error { return duplicate },
+			[]string{"retrying in|reason=duplicate_follower|remedy=another process is using --id f3; give each follower its own --id"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &logRecords{}
+			o := &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable, ID: "f3",
+				ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond, StopOnPermanentRefusal: tc.stop}
+			f, err := follower.Open("f", o)
+			require.NoError(t, err)
+			defer f.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d := &scriptDialer{script: func(n int) (bool, error) {
+				if n >= 12 {
+					cancel()
+				}
+				return false, tc.script(n)
+			}}
+			err = f.Serve(ctx, d)
+			if tc.stop && tc.name == "stop on refusal" {
+				require.ErrorIs(t, err, follower.ErrPermanentRefusal)
+				require.Len(t, d.times(), 1)
+			} else {
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, len(d.times()), 12)
+			}
+			var errorLines []string
+			for _, l := range logs.withAttrs() {
+				if strings.HasPrefix(l, "ERROR") {
+					errorLines = append(errorLines, l)
+				} else {
+					require.True(t, strings.HasPrefix(l, "DEBUG"), "a repeated refusal logs at Debug: %q", l)
+				}
+			}
+			require.Len(t, errorLines, len(tc.want), "one Error line per reason:\n%s", strings.Join(errorLines, "\n"))
+			for i, w := range tc.want {
+				for _, part := range strings.Split(w, "|") {
+					require.Contains(t, errorLines[i], part)
+				}
+			}
+		})
 	}
 }
 
