@@ -534,7 +534,11 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				backoff.reset()
 			})
 			_ = conn.Close()
-			f.link.dropped(err)
+			if ctx.Err() != nil {
+				f.link.dropped(nil) // stopped: no news about the link
+			} else {
+				f.link.dropped(err)
+			}
 			if storeTrouble(err) {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
@@ -551,11 +555,12 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		capped := backoff.capped()
 		wait := backoff.wait(rand.Float64())
 		if working {
-			level := slog.LevelDebug
 			if errors.Is(err, replication.ErrLeaderSilent) {
-				level = slog.LevelWarn // a stopped or cut-off leader is news; a drop the leader saw is not
+				// A stopped or cut-off leader is news; a drop the leader saw is not.
+				log.Warn("oncewal follower: dropped the connection to a silent leader, reconnecting", "err", err, "next_in", wait)
+			} else {
+				log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
 			}
-			log.Log(ctx, level, "oncewal follower: link down, redialling", "err", err, "next_in", wait)
 		} else {
 			f.link.failed(err)
 			next, stop := f.afterRefusal(err, wait)

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/stretchr/testify/require"
 )
@@ -296,4 +298,94 @@ func TestPebbleLinesLabelled(t *testing.T) {
 		}
 	}
 	require.NotZero(t, pebbleLines, "no Pebble line reached the logger")
+}
+
+// silentDialer hands out connections whose leader promised heartbeats
+// every 10ms; a connection whose heard() stays fixed is a leader that
+// stopped (SIGSTOP, a hung process, a cut network that TCP has not
+// noticed yet), one whose heard() follows the clock is an idle, live one.
+type silentDialer struct {
+	live  bool
+	dials atomic.Int64
+}
+
+func (d *silentDialer) Dial(ctx context.Context, _ replication.Ack) (replication.FollowerConn, error) {
+	d.dials.Add(1)
+	return &silentConn{live: d.live, since: time.Now()}, nil
+}
+
+type silentConn struct {
+	live  bool
+	since time.Time
+}
+
+func (c *silentConn) Recv(ctx context.Context) ([]byte, error) {
+	<-ctx.Done() // no batch ever
+	return nil, ctx.Err()
+}
+func (c *silentConn) Send(context.Context, replication.Ack) error { return nil }
+func (c *silentConn) Close() error                                { return nil }
+func (c *silentConn) HeartbeatInterval() time.Duration            { return 10 * time.Millisecond }
+func (c *silentConn) LastHeard() (time.Time, replication.Heartbeat) {
+	if c.live {
+		return time.Now(), replication.Heartbeat{LastLSN: 7}
+	}
+	return c.since, replication.Heartbeat{}
+}
+
+// TestServeDropsSilentLeader: a leader that promised heartbeats and sends
+// nothing for LeaderTimeout is taken for stopped: Serve drops the
+// connection (Link.Connected false, LastError naming
+// replication.ErrLeaderSilent) and redials, and the readiness check says
+// why; an idle leader that keeps sending heartbeats keeps its connection.
+// (A SIGSTOPped leader left its followers connected and ready.)
+func TestServeDropsSilentLeader(t *testing.T) {
+	for _, live := range []bool{false, true} {
+		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
+			logs := &logRecords{}
+			f, err := follower.Open("f", &follower.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable,
+				LeaderTimeout: 50 * time.Millisecond, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond})
+			require.NoError(t, err)
+			defer f.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			d := &silentDialer{live: live}
+			served := make(chan error, 1)
+			go func() { served <- f.Serve(ctx, d) }()
+			if live {
+				// Several LeaderTimeouts pass on one connection.
+				deadline := time.Now().Add(300 * time.Millisecond)
+				for time.Now().Before(deadline) {
+					st := f.Stats().Link
+					require.LessOrEqual(t, d.dials.Load(), int64(1), "a live leader's connection was dropped: %+v", st)
+					time.Sleep(5 * time.Millisecond)
+				}
+				st := f.Stats().Link
+				require.True(t, st.Connected)
+				require.Equal(t, 10*time.Millisecond, st.HeartbeatInterval)
+				require.Equal(t, uint64(7), st.LeaderLSN)
+				require.NoError(t, metrics.FollowerReady(f, 0)())
+			} else {
+				for start := time.Now(); d.dials.Load() < 3; time.Sleep(time.Millisecond) {
+					require.Less(t, time.Since(start), 10*time.Second, "the silent leader's connection was never dropped: %+v", f.Stats().Link)
+				}
+				cancel()
+				require.NoError(t, <-served)
+				served <- nil
+				st := f.Stats().Link
+				require.False(t, st.Connected)
+				require.Contains(t, st.LastError, replication.ErrLeaderSilent.Error())
+				require.Contains(t, st.LastError, "no batch, no heartbeat")
+				err := metrics.FollowerReady(f, 0)()
+				require.ErrorIs(t, err, metrics.ErrNotReady)
+				require.Contains(t, err.Error(), "not connected to the leader: "+replication.ErrLeaderSilent.Error())
+				var warned bool
+				for _, l := range logs.withAttrs() {
+					warned = warned || strings.HasPrefix(l, "WARN") && strings.Contains(l, replication.ErrLeaderSilent.Error())
+				}
+				require.True(t, warned, "the drop is logged at Warn: %q", logs.withAttrs())
+			}
+			cancel()
+			<-served
+		})
+	}
 }

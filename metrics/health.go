@@ -63,6 +63,8 @@ func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duratio
 	switch {
 	case down != nil:
 		return NotReady("shard %d: store down: %w", shard, down)
+	case !st.Link.Connected && st.Link.LastError != "":
+		return NotReady("shard %d: not connected to the leader: %s", shard, st.Link.LastError)
 	case !st.Link.Connected:
 		return NotReady("shard %d: not connected to the leader", shard)
 	case st.DiskFull:
