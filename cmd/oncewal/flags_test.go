@@ -132,6 +132,7 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(follower, "--id", "a b"), []string{"--id"}},
 		{with(follower, "--metrics-addr", "9090"), []string{`--metrics-addr "9090" is not host:port`}},
 		{with(follower, "--ready-max-lag", "-1s"), []string{"--ready-max-lag -1s must be >= 0s"}},
+		{with(follower, "--leader-timeout", "-1s"), []string{"--leader-timeout -1s must be >= 0s"}},
 		{with(leader, "--metrics-addr", "localhost:http"), []string{`port "http" is not a number`}},
 		{with(follower, "--log-format", "xml"), []string{`--log-format "xml": want text or json`}},
 		{with(leader, "--log-level", "loud"), []string{`--log-level "loud": want debug, info, warn or error`}},
