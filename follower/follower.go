@@ -543,7 +543,9 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
 			}
-			if !working && time.Since(start) >= f.opts.MaxReconnectBackoff {
+			// A leader that fell silent had accepted the connection and
+			// served it: a drop, not a failed attempt.
+			if !working && (time.Since(start) >= f.opts.MaxReconnectBackoff || errors.Is(err, replication.ErrLeaderSilent)) {
 				working = true
 				streak.end(log)
 				backoff.reset()
