@@ -408,15 +408,21 @@ func (l *shipLoop) fenced(epoch uint64) bool {
 	return l.o.Epoch != nil && epoch > l.o.Epoch()
 }
 
+// fencedErr is ErrFenced by a follower that has seen epoch.
+func (l *shipLoop) fencedErr(epoch uint64) error {
+	return fmt.Errorf("%w: follower %q at epoch %d, this leader at %d: a newer leader was promoted; stop this one and point the followers at the current leader",
+		ErrFenced, l.p.id, epoch, l.o.Epoch())
+}
+
 // checkHello applies the checks that need the leader's state, in order:
 // fencing (ErrFenced, which ends Run), the epoch-start rule, VerifyHello.
 func (l *shipLoop) checkHello(h Ack) error {
 	if l.fenced(h.Epoch) {
-		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, h.Epoch, l.o.Epoch())
+		return l.fencedErr(h.Epoch)
 	}
 	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && h.Epoch < l.o.Epoch() && h.AppliedLSN >= l.o.EpochStartLSN {
-		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
-			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN)
+		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d; %s",
+			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN, remedyDiverged)
 	}
 	if l.o.VerifyHello != nil {
 		return l.o.VerifyHello(h)
@@ -584,7 +590,7 @@ func (l *shipLoop) onAck(a Ack) error {
 		return nil // not ours; never happens on a connection whose hello matched
 	}
 	if l.fenced(a.Epoch) {
-		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, a.Epoch, l.o.Epoch())
+		return l.fencedErr(a.Epoch)
 	}
 	if a.AppliedLSN > l.acked {
 		l.acked = a.AppliedLSN

@@ -67,12 +67,12 @@ const MaxFollowerIDLen = 64
 // ErrBadFollowerID.
 func ValidFollowerID(id string) error {
 	if len(id) > MaxFollowerIDLen {
-		return fmt.Errorf("%w: %d bytes > %d", ErrBadFollowerID, len(id), MaxFollowerIDLen)
+		return fmt.Errorf("%w: %d bytes > %d; choose an ID of 1-%d bytes of [A-Za-z0-9._-]", ErrBadFollowerID, len(id), MaxFollowerIDLen, MaxFollowerIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q: byte %#x at %d is not in [A-Za-z0-9._-]", ErrBadFollowerID, id, c, i)
+			return fmt.Errorf("%w: %q: byte %#x at %d is not in [A-Za-z0-9._-]; choose an ID of 1-%d bytes of [A-Za-z0-9._-]", ErrBadFollowerID, id, c, i, MaxFollowerIDLen)
 		}
 	}
 	return nil

@@ -73,6 +73,10 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 	return o
 }
 
+// remedyAuth is what an operator does about a TLS handshake either side
+// refused.
+const remedyAuth = "check that the leader and the follower trust each other's CA (--tls-ca), that neither certificate has expired, and that the leader's certificate names the host in --leader (or --tls-server-name)"
+
 // Defaults of DialerOptions and ServerOptions.
 const (
 	DefaultConnectTimeout      = 10 * time.Second
@@ -324,7 +328,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		}
 		if probe != nil && !errors.Is(err, replication.ErrRefused) {
 			if authErr := probe.slot.get(); authErr != nil {
-				return nil, fmt.Errorf("%w: %w: dial %s: TLS: %w", replication.ErrDisconnected, replication.ErrAuthFailed, d.addr, authErr)
+				return nil, fmt.Errorf("%w: %w: dial %s: TLS: %w; %s", replication.ErrDisconnected, replication.ErrAuthFailed, d.addr, authErr, remedyAuth)
 			}
 		}
 		return nil, err

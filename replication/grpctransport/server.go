@@ -419,7 +419,8 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 		q, routed, served, ok := s.queueFor(c.hello.Shard)
 		if !ok {
 			s.stats.unserved.Add(1)
-			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v)", replication.ErrWrongShard, c.hello.Shard, served)
+			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v); start the follower with a shard the leader serves (oncewal follower --shard, --shards)",
+				replication.ErrWrongShard, c.hello.Shard, served)
 			s.opts.Logger.Warn("oncewal leader: refused a stream for a shard it does not serve", "remote", remote,
 				"follower", c.hello.FollowerID, "err", why)
 			return status.Error(codes.NotFound, refusalMessage(why))
