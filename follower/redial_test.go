@@ -85,7 +85,7 @@ func (h *logRecords) link() []string {
 	defer h.mu.Unlock()
 	var out []string
 	for _, r := range h.recs {
-		if strings.Contains(r.Message, "connect") || strings.Contains(r.Message, "refused") {
+		if isLinkLine(r.Message) {
 			out = append(out, r.Level.String()+" "+r.Message)
 		}
 	}
@@ -183,13 +183,19 @@ func TestServeLogsPermanentRefusalOnce(t *testing.T) {
 	}
 }
 
+// isLinkLine reports whether msg is one of the redial loop's lines (not,
+// say, "batch refused").
+func isLinkLine(msg string) bool {
+	return strings.Contains(msg, "connect") || strings.Contains(msg, "refused this follower") || strings.Contains(msg, "refused by the leader")
+}
+
 // withAttrs returns the redial loop's records as "LEVEL message k=v …".
 func (h *logRecords) withAttrs() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
 	for _, r := range h.recs {
-		if !strings.Contains(r.Message, "connect") && !strings.Contains(r.Message, "refused") {
+		if !isLinkLine(r.Message) {
 			continue
 		}
 		line := r.Level.String() + " " + r.Message
