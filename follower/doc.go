@@ -103,16 +103,38 @@
 // (100ms) up to MaxReconnectBackoff (5s), and a working connection resets
 // it. Every wait is jittered (±ReconnectJitter, 50%) so that followers that
 // lost a leader together do not redial it in step. A run of failures is
-// logged once at Warn as it starts, once at Error when it reaches the cap
-// (at once for a refusal no retry can fix, such as
-// replication.ErrWrongShard), at Info when it ends, and otherwise at Debug.
-// A leader's refusal reaches Serve typed (replication.ErrRefused wrapping
-// the reason: wrong shard, fenced, diverged, behind retention, unknown or
-// malformed follower ID), and a certificate either side refuses as
+// logged once at Warn as it starts, once at Error when it reaches the cap,
+// at Info when it ends, and otherwise at Debug. A leader's refusal reaches
+// Serve typed (replication.ErrRefused wrapping the reason: wrong shard,
+// fenced, diverged, behind retention, unknown, duplicate or malformed
+// follower ID), and a certificate either side refuses as
 // replication.ErrAuthFailed; Stats().Link counts them by reason
-// (PermanentReasons). Serve keeps redialling at the capped backoff, so an
-// operator's fix on the leader takes effect without a restart, unless
-// Options.StopOnPermanentRefusal makes it return ErrPermanentRefusal.
+// (PermanentReasons). A refusal is logged at Error once per reason — when
+// it first comes and when the reason changes, not at every retry — saying
+// what Serve does next ("retrying in 1.6s, then at most every 5s until the
+// leader accepts it", "rebuilding the store from a snapshot of the leader",
+// "stopping: StopOnPermanentRefusal is set") and, as remedy, what the
+// operator does (refusalReasons). Serve keeps redialling at the capped
+// backoff, so an operator's fix on the leader takes effect without a
+// restart, unless Options.StopOnPermanentRefusal makes it return
+// ErrPermanentRefusal; Run and Node with Rebuild auto get that error at a
+// refusal only a rebuild fixes (NeedsRebuild) and rebuild. A duplicate
+// follower ID (replication.ErrDuplicateFollower: another live process is
+// connected with this ID) is retried even then: it passes by itself when
+// the other connection turns out dead.
+//
+// # The leader's liveness
+//
+// A leader that promised heartbeats (replication.LivenessConn; the gRPC
+// transport's leader sends one per second) and sends nothing — no batch, no
+// heartbeat — for Options.LeaderTimeout (default 5s) while Serve waits for
+// a batch is stopped, hung or cut off: Serve drops the connection
+// (replication.ErrLeaderSilent, logged at Warn) and redials, so
+// Stats().Link.Connected, the connected metric and /readyz follow the
+// leader's liveness rather than the TCP connection's, which a frozen
+// process keeps open. Time the follower spends applying does not count: the
+// transport holds messages back meanwhile. Link.LastError says why the
+// last connection ended; readiness quotes it.
 //
 // # Store failure
 //

@@ -149,6 +149,21 @@ type Options struct {
 	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
 	// size, memtable size, …). It must not replace FS or Logger.
 	PebbleOptions func(*pebble.Options)
+	// LeaderTimeout bounds the leader's silence on a connection whose
+	// leader promised heartbeats (replication.LivenessConn): when nothing
+	// — no batch, no heartbeat — arrives for this long while Serve waits
+	// for the next batch, the leader is stopped, hung or cut off, and Serve
+	// drops the connection (replication.ErrLeaderSilent) and redials, so
+	// Stats.Link.Connected and readiness follow the leader's liveness, not
+	// only the TCP connection's. Time spent applying does not count. Default
+	// DefaultLeaderTimeout (5s: five of the gRPC transport's 1s heartbeats);
+	// negative: no bound (a leader that sends no heartbeats gets none).
+	LeaderTimeout time.Duration
+	// rebuilder is set by Run and Node when Rebuild is RebuildAuto: Serve
+	// then returns ErrPermanentRefusal at a refusal only a rebuild fixes
+	// (NeedsRebuild), for them to rebuild the store, and keeps redialling
+	// at the others unless StopOnPermanentRefusal.
+	rebuilder bool
 	// MinFreeBytes is the free space the store's disk keeps: below it no
 	// batch is applied (Apply and Start refuse it with
 	// replication.ErrDiskFull; Serve holds it and waits for room), so
@@ -172,6 +187,7 @@ const (
 	DefaultReconnectBackoff    = 100 * time.Millisecond
 	DefaultMaxReconnectBackoff = 5 * time.Second
 	DefaultReconnectJitter     = 0.5
+	DefaultLeaderTimeout       = 5 * time.Second
 )
 
 // EnsureDefaults fills unset fields with their documented defaults.
@@ -205,6 +221,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.ReconnectJitter == 0 {
 		o.ReconnectJitter = DefaultReconnectJitter
+	}
+	if o.LeaderTimeout == 0 {
+		o.LeaderTimeout = DefaultLeaderTimeout
 	}
 	if o.MinFreeBytes == 0 {
 		o.MinFreeBytes = diskguard.DefaultMinFree
@@ -509,7 +528,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		conn, err := d.Dial(ctx, f.recv.Hello())
 		working := false
 		if err == nil {
-			f.link.connected.Store(true)
+			f.link.serving(conn)
 			// A connection works once it delivers a batch; one that stays
 			// up for the longest backoff without (an idle leader) counts
 			// too, so that its drop is not taken for a refusal.
@@ -519,7 +538,11 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				backoff.reset()
 			})
 			_ = conn.Close()
-			f.link.connected.Store(false)
+			if ctx.Err() != nil {
+				f.link.dropped(nil) // stopped: no news about the link
+			} else {
+				f.link.dropped(err)
+			}
 			if errors.Is(err, replication.ErrApply) {
 				log.Error("oncewal follower: the Applier failed; serving stopped: fix the Applier and restart the follower", "err", err)
 				return err
@@ -528,7 +551,9 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
 			}
-			if !working && time.Since(start) >= f.opts.MaxReconnectBackoff {
+			// A leader that fell silent had accepted the connection and
+			// served it: a drop, not a failed attempt.
+			if !working && (time.Since(start) >= f.opts.MaxReconnectBackoff || errors.Is(err, replication.ErrLeaderSilent)) {
 				working = true
 				streak.end(log)
 				backoff.reset()
@@ -540,14 +565,19 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		capped := backoff.capped()
 		wait := backoff.wait(rand.Float64())
 		if working {
-			log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
+			if errors.Is(err, replication.ErrLeaderSilent) {
+				// A stopped or cut-off leader is news; a drop the leader saw is not.
+				log.Warn("oncewal follower: dropped the connection to a silent leader, reconnecting", "err", err, "next_in", wait)
+			} else {
+				log.Debug("oncewal follower: link down, redialling", "err", err, "next_in", wait)
+			}
 		} else {
 			f.link.failed(err)
-			if f.opts.StopOnPermanentRefusal && permanent(err) {
-				log.Error("oncewal follower: refused for good; stopping", "err", err)
+			next, stop := f.afterRefusal(err, wait)
+			streak.fail(log, err, capped, wait, next, f.opts.ID)
+			if stop {
 				return fmt.Errorf("%w: %w", ErrPermanentRefusal, err)
 			}
-			streak.fail(log, err, capped, wait)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -557,6 +587,20 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		}
 	}
 	return nil
+}
+
+// afterRefusal says what Serve does after the failed attempt err, for the
+// log line that reports a refusal: stop (StopOnPermanentRefusal, or a
+// rebuild its Run or Node does), or retry after wait.
+func (f *Follower) afterRefusal(err error, wait time.Duration) (next string, stop bool) {
+	switch {
+	case f.opts.rebuilder && NeedsRebuild(err):
+		return "rebuilding the store from a snapshot of the leader", true
+	case f.opts.StopOnPermanentRefusal && permanent(err):
+		return "stopping: StopOnPermanentRefusal is set (oncewal follower --stop-on-refusal: the process exits 1)", true
+	}
+	return fmt.Sprintf("retrying in %v, then at most every %v until the leader accepts it",
+		wait.Round(time.Millisecond), f.opts.MaxReconnectBackoff), false
 }
 
 // pipelineDepth is how many batches serveConn keeps between Start and the
@@ -607,7 +651,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 	var err error
 	for first := true; f.waitStalled(ctx); first = false {
 		var batch []byte
-		if batch, err = conn.Recv(ctx); err != nil {
+		if batch, err = f.recvLive(ctx, conn); err != nil {
 			break
 		}
 		f.link.lastBatch.Store(time.Now().UnixNano())
@@ -637,6 +681,37 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		err = ctx.Err() // waitStalled gave up
 	}
 	return err
+}
+
+// recvLive is conn.Recv bounded by Options.LeaderTimeout when the leader
+// promised heartbeats: it returns replication.ErrLeaderSilent once
+// nothing has come from the leader for that long while it waited. The
+// silence is counted from the later of the wait's start and the last
+// message: while the follower was busy applying, the transport held
+// messages back, so their absence says nothing about the leader.
+func (f *Follower) recvLive(ctx context.Context, conn replication.FollowerConn) ([]byte, error) {
+	lc, ok := conn.(replication.LivenessConn)
+	if !ok || lc.HeartbeatInterval() <= 0 || f.opts.LeaderTimeout <= 0 {
+		return conn.Recv(ctx)
+	}
+	waited := time.Now()
+	for {
+		since, _ := lc.LastHeard()
+		if since.Before(waited) {
+			since = waited
+		}
+		left := f.opts.LeaderTimeout - time.Since(since)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w for %v (no batch, no heartbeat; it promised one every %v): it is stopped, hung or cut off; redialling",
+				replication.ErrLeaderSilent, time.Since(since).Round(time.Millisecond), lc.HeartbeatInterval())
+		}
+		rctx, cancel := context.WithTimeout(ctx, left)
+		b, err := conn.Recv(rctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return b, err
+		}
+	}
 }
 
 // Shard is the shard the follower serves.

@@ -147,10 +147,9 @@ type nodeShard struct {
 	reopens   int
 	rebuilds  int
 	lastErr   error
-	// stopOnRefusal is the caller's Options.StopOnPermanentRefusal: with
-	// Rebuild auto the shard's Follower stops at every permanent refusal
-	// (so that serveShard can rebuild), and this says what to do with the
-	// others.
+	// stopOnRefusal is the caller's Options.StopOnPermanentRefusal: the
+	// shard's Follower returns at a permanent refusal with it, or at one
+	// only a rebuild fixes with Rebuild auto (Options.rebuilder).
 	stopOnRefusal bool
 }
 
@@ -206,9 +205,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			so.Shard = s
 		}
 		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so, stopOnRefusal: so.StopOnPermanentRefusal}
-		if so.Rebuild == RebuildAuto {
-			ns.opts.StopOnPermanentRefusal = true
-		}
+		ns.opts.rebuilder = so.Rebuild == RebuildAuto
 		n.shards = append(n.shards, ns)
 		n.byID[s] = ns
 	}

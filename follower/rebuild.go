@@ -164,9 +164,7 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		h = *hooks
 	}
 	serveOpts := o
-	if o.Rebuild == RebuildAuto {
-		serveOpts.StopOnPermanentRefusal = true
-	}
+	serveOpts.rebuilder = o.Rebuild == RebuildAuto
 	for ctx.Err() == nil {
 		f, err := OpenContext(ctx, dir, &serveOpts)
 		if err != nil {

@@ -3,6 +3,7 @@ package follower
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync/atomic"
@@ -52,77 +53,121 @@ func (b *redialBackoff) wait(r float64) time.Duration {
 // connections that ended before they delivered a batch (a leader refusing
 // the hello ends the stream at once) — logged so that a misconfiguration
 // (a wrong CA, a wrong shard) says why once, loudly, instead of at every
-// retry: the first failure at Warn (Error for a refusal no retry can fix),
-// the first wait at the backoff cap at Error if nothing was yet, the rest at
-// Debug, and the end of the streak at Info.
+// retry: a refusal at Error when its reason is new to the streak (with what
+// happens next and the remedy), another first failure at Warn, the first
+// wait at the backoff cap at Error if nothing was yet, the rest at Debug,
+// and the end of the streak at Info.
 type linkStreak struct {
 	failures int
 	since    time.Time
 	errored  bool
+	reason   string // the refusal reason last logged at Error
 }
 
-// permanentReasons are the failures no retry can fix — only an operator
-// can (wrong shard, fenced, diverged or unknown follower, a follower behind
-// the leader's retained log, a hello the leader rejects, a certificate
-// either side refuses) — with the names LinkStats.Refusals and the metrics
-// use, most specific first (a refusal may wrap several).
-var permanentReasons = [...]struct {
-	name string
-	err  error
+// refusalReasons are the refusals the leader (or the transport's
+// authentication) gives, with the names LinkStats.Refusals and the metrics
+// use, most specific first (a refusal may wrap several). Every one but
+// duplicate_follower is permanent: no retry can fix it, only an operator
+// can. A duplicate ID passes by itself when the other connection turns out
+// dead (a restarted follower whose old connection the leader had not seen
+// end), so it is retried even with StopOnPermanentRefusal. remedy is what
+// the operator does, %[1]s the follower's ID.
+var refusalReasons = [...]struct {
+	name   string
+	err    error
+	retry  bool
+	remedy string
 }{
-	{"wrong_shard", replication.ErrWrongShard},
-	{"fenced", replication.ErrFenced},
-	{"stale_epoch", replication.ErrStaleEpoch},
-	{"diverged", replication.ErrDiverged},
-	{"behind_retention", replication.ErrBehindRetention},
-	{"unknown_follower", replication.ErrUnknownFollower},
-	{"bad_follower_id", replication.ErrBadFollowerID},
-	{"bad_hello", replication.ErrBadHello},
-	{"auth", replication.ErrAuthFailed},
+	{"wrong_shard", replication.ErrWrongShard, false,
+		"start this follower with the shard the leader ships (oncewal follower --shard), or point --leader at that shard's leader"},
+	{"fenced", replication.ErrFenced, false,
+		"this leader was deposed by a newer epoch: point --leader at the current leader"},
+	{"stale_epoch", replication.ErrStaleEpoch, false,
+		"this leader was deposed by a newer epoch: point --leader at the current leader"},
+	{"diverged", replication.ErrDiverged, false,
+		"this store holds entries the leader's log does not: rebuild it (oncewal follower --rebuild auto, the default, fetches a snapshot)"},
+	{"behind_retention", replication.ErrBehindRetention, false,
+		"the leader no longer holds the log this store needs: rebuild it (oncewal follower --rebuild auto, the default), or keep more log on the leader (oncewal leader --max-retained-bytes)"},
+	{"unknown_follower", replication.ErrUnknownFollower, false,
+		"add %[1]s to the leader's --followers (oncewal leader --followers ...,%[1]s), or start this follower with a registered --id"},
+	{"duplicate_follower", replication.ErrDuplicateFollower, true,
+		"another process is using --id %[1]s; give each follower its own --id"},
+	{"bad_follower_id", replication.ErrBadFollowerID, false,
+		"give this follower an --id of 1-64 bytes of [A-Za-z0-9._-]"},
+	{"bad_hello", replication.ErrBadHello, false,
+		"run the same oncewal version on the leader and its followers"},
+	{"auth", replication.ErrAuthFailed, false,
+		"the leader and this follower must trust each other's certificates: check --tls-ca, --tls-cert and --tls-key on both sides (same CA, not expired, the leader's name in its certificate)"},
 }
 
-// PermanentReasons lists the names of the permanent failures LinkStats
-// counts (LinkStats.Refusals keys), in order.
+// PermanentReasons lists the names of the refusals LinkStats.Refusals
+// counts, in order: the permanent ones, and duplicate_follower (retried;
+// see refusalReasons).
 func PermanentReasons() []string {
-	out := make([]string, len(permanentReasons))
-	for i, r := range permanentReasons {
+	out := make([]string, len(refusalReasons))
+	for i, r := range refusalReasons {
 		out[i] = r.name
 	}
 	return out
 }
 
-// permanentReason names err's permanent reason, or "" for a failure a retry
-// may fix.
-func permanentReason(err error) string {
-	for _, r := range permanentReasons {
+// refusalReason is the index in refusalReasons of err's reason, or -1 for
+// a failure that is no refusal.
+func refusalReason(err error) int {
+	for i, r := range refusalReasons {
 		if errors.Is(err, r.err) {
-			return r.name
+			return i
 		}
 	}
-	return ""
+	return -1
 }
 
 // permanent reports whether err is a failure no retry can fix.
-func permanent(err error) bool { return permanentReason(err) != "" }
+func permanent(err error) bool {
+	i := refusalReason(err)
+	return i >= 0 && !refusalReasons[i].retry
+}
+
+// remedy is what the operator does about err, "" when the failure is no
+// refusal.
+func remedy(err error, id string) string {
+	i := refusalReason(err)
+	if i < 0 {
+		return ""
+	}
+	return fmt.Sprintf(refusalReasons[i].remedy, id)
+}
 
 // fail records a failed attempt; capped says the wait that follows is at
-// the backoff cap.
-func (s *linkStreak) fail(log *slog.Logger, err error, capped bool, wait time.Duration) {
+// the backoff cap; next says what Serve does now (retry, stop, rebuild)
+// and id is the follower's, for the remedy.
+func (s *linkStreak) fail(log *slog.Logger, err error, capped bool, wait time.Duration, next, id string) {
 	s.failures++
+	if s.failures == 1 {
+		s.since = time.Now()
+	}
+	attrs := []any{"err", err, "attempts", s.failures, "for", time.Since(s.since).Round(time.Millisecond), "next_in", wait.Round(time.Millisecond)}
+	if i := refusalReason(err); i >= 0 {
+		r := refusalReasons[i]
+		if r.name == s.reason {
+			log.Debug("oncewal follower: refused by the leader again", append(attrs, "reason", r.name)...)
+			return
+		}
+		// Once per reason: the operator reads why, what happens now and
+		// what to do; the retries that follow repeat nothing new.
+		s.reason, s.errored = r.name, true
+		log.Error("oncewal follower: the leader refused this follower; "+next, append(attrs, "reason", r.name, "remedy", remedy(err, id))...)
+		return
+	}
 	level, msg := slog.LevelDebug, "oncewal follower: cannot connect to the leader, retrying"
 	switch {
 	case s.failures == 1:
-		s.since = time.Now()
 		level = slog.LevelWarn
-		if permanent(err) {
-			level, s.errored = slog.LevelError, true
-		}
 	case !s.errored && capped:
 		level, s.errored = slog.LevelError, true
 		msg = "oncewal follower: still cannot connect to the leader, retrying at the longest backoff"
 	}
-	log.Log(context.Background(), level, msg, "err", err, "attempts", s.failures,
-		"for", time.Since(s.since).Round(time.Millisecond), "next_in", wait.Round(time.Millisecond))
+	log.Log(context.Background(), level, msg, attrs...)
 }
 
 // end closes a streak when a connection works.
@@ -143,40 +188,86 @@ type LinkStats struct {
 	// Failures counts attempts that failed: the dial, or the connection
 	// before it delivered a batch (a refused hello ends it at once).
 	Failures uint64
-	// Permanent counts the failures no retry can fix; Refusals breaks them
-	// down by reason (PermanentReasons: wrong_shard, fenced, stale_epoch,
-	// diverged, behind_retention, unknown_follower, bad_follower_id,
-	// bad_hello, auth — a certificate either side refused).
+	// Permanent counts the failures no retry can fix; Refusals breaks the
+	// refusals down by reason (PermanentReasons: wrong_shard, fenced,
+	// stale_epoch, diverged, behind_retention, unknown_follower,
+	// duplicate_follower — retried, not counted in Permanent —,
+	// bad_follower_id, bad_hello, auth — a certificate either side
+	// refused).
 	Permanent uint64
 	Refusals  map[string]uint64
 	// LastBatch is when the last batch arrived (unix ns; 0: none yet).
 	LastBatch int64
+	// HeartbeatInterval is the interval the leader of the connection in
+	// service promised (0: not connected, or a leader that sends none).
+	HeartbeatInterval time.Duration
+	// LastHeard is when the leader last sent anything on the connection
+	// in service, a batch or a heartbeat (unix ns; 0: not connected or
+	// not known); LeaderLSN and LeaderWALTime are from its last heartbeat.
+	LastHeard     int64
+	LeaderLSN     uint64
+	LeaderWALTime int64
+	// LastError is why the last connection ended or the last attempt
+	// failed ("" before the first); readiness quotes it.
+	LastError string
 }
 
 type linkCounters struct {
 	connected          atomic.Bool
 	attempts, failures atomic.Uint64
-	refusals           [len(permanentReasons)]atomic.Uint64
+	refusals           [len(refusalReasons)]atomic.Uint64
 	lastBatch          atomic.Int64
+	conn               atomic.Pointer[replication.FollowerConn] // in service
+	lastErr            atomic.Pointer[string]
+}
+
+// serving records conn as the connection in service.
+func (c *linkCounters) serving(conn replication.FollowerConn) {
+	c.conn.Store(&conn)
+	c.connected.Store(true)
+}
+
+// dropped records the end of the connection in service, and why.
+func (c *linkCounters) dropped(err error) {
+	c.connected.Store(false)
+	c.conn.Store(nil)
+	c.setErr(err)
+}
+
+func (c *linkCounters) setErr(err error) {
+	if err != nil {
+		msg := err.Error()
+		c.lastErr.Store(&msg)
+	}
 }
 
 func (c *linkCounters) failed(err error) {
 	c.failures.Add(1)
-	for i := range permanentReasons {
-		if errors.Is(err, permanentReasons[i].err) {
-			c.refusals[i].Add(1)
-			return
-		}
+	c.setErr(err)
+	if i := refusalReason(err); i >= 0 {
+		c.refusals[i].Add(1)
 	}
 }
 
 func (c *linkCounters) snapshot() LinkStats {
 	st := LinkStats{Connected: c.connected.Load(), Attempts: c.attempts.Load(), Failures: c.failures.Load(),
-		LastBatch: c.lastBatch.Load(), Refusals: make(map[string]uint64, len(permanentReasons))}
-	for i, r := range permanentReasons {
+		LastBatch: c.lastBatch.Load(), Refusals: make(map[string]uint64, len(refusalReasons))}
+	for i, r := range refusalReasons {
 		n := c.refusals[i].Load()
 		st.Refusals[r.name] = n
-		st.Permanent += n
+		if !r.retry {
+			st.Permanent += n
+		}
+	}
+	if p := c.lastErr.Load(); p != nil {
+		st.LastError = *p
+	}
+	if p := c.conn.Load(); p != nil && st.Connected {
+		if lc, ok := (*p).(replication.LivenessConn); ok && lc.HeartbeatInterval() > 0 {
+			heard, hb := lc.LastHeard()
+			st.HeartbeatInterval, st.LastHeard = lc.HeartbeatInterval(), heard.UnixNano()
+			st.LeaderLSN, st.LeaderWALTime = hb.LastLSN, hb.WALTime
+		}
 	}
 	return st
 }

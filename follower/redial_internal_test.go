@@ -1,9 +1,13 @@
 package follower
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
 func TestRedialBackoff(t *testing.T) {
@@ -71,5 +75,34 @@ func TestRedialOptions(t *testing.T) {
 	}
 	if err := (&Options{ReconnectJitter: -1}).EnsureDefaults().Validate(); err != nil {
 		t.Errorf("negative jitter (none): %v", err)
+	}
+}
+
+// TestAfterRefusal: what Serve says it does after a refusal — rebuild (for
+// Run and Node with Rebuild auto, only at a refusal a rebuild fixes), stop
+// (StopOnPermanentRefusal, only at a permanent one), else retry.
+func TestAfterRefusal(t *testing.T) {
+	diverged := fmt.Errorf("%w: %w", replication.ErrRefused, replication.ErrDiverged)
+	unknown := fmt.Errorf("%w: %w", replication.ErrRefused, replication.ErrUnknownFollower)
+	duplicate := fmt.Errorf("%w: %w", replication.ErrRefused, replication.ErrDuplicateFollower)
+	for _, tc := range []struct {
+		name            string
+		rebuilder, stop bool
+		err             error
+		next            string
+		stops           bool
+	}{
+		{"diverged, rebuild", true, false, diverged, "rebuilding the store from a snapshot", true},
+		{"diverged, rebuild and stop", true, true, diverged, "rebuilding the store from a snapshot", true},
+		{"unknown, rebuild", true, false, unknown, "retrying in 2s, then at most every 5s", false},
+		{"unknown, stop", false, true, unknown, "stopping: StopOnPermanentRefusal is set", true},
+		{"diverged, neither", false, false, diverged, "retrying in 2s", false},
+		{"duplicate, stop", true, true, duplicate, "retrying in 2s", false},
+	} {
+		f := &Follower{opts: Options{rebuilder: tc.rebuilder, StopOnPermanentRefusal: tc.stop, MaxReconnectBackoff: 5 * time.Second}}
+		next, stops := f.afterRefusal(tc.err, 2*time.Second)
+		if !strings.Contains(next, tc.next) || stops != tc.stops {
+			t.Errorf("%s: %q, stop %v; want %q, stop %v", tc.name, next, stops, tc.next, tc.stops)
+		}
 	}
 }

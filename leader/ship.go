@@ -98,6 +98,7 @@ func (l *Leader) openShipping(s *Shard) error {
 	so.Epoch = s.log.Epoch
 	so.Notify = s.log.Notify()
 	so.DurableLSN = s.log.Writer().DurableLSN
+	so.WALTime = s.log.LastEventTime
 	so.VerifyHello = func(h replication.Ack) error { return replication.CheckHello(h, helloLog{s}) }
 	if so.Logger == nil {
 		so.Logger = l.opts.Logger.With("shard", s.id)

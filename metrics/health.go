@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/oncewal/oncewal/follower"
@@ -24,7 +25,7 @@ func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
 		if ready != nil {
 			if err := ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintln(w, "not ready:", err)
+				fmt.Fprintln(w, notReadyBody(err))
 				return
 			}
 		}
@@ -33,8 +34,27 @@ func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
 	return mux
 }
 
+// notReadyBody is the /readyz answer for err: "not ready: " once, then the
+// reasons. A check that wrapped ErrNotReady with fmt.Errorf("%w: …") led
+// its text with "not ready" itself; it is said once, not twice.
+func notReadyBody(err error) string {
+	return "not ready: " + strings.TrimPrefix(err.Error(), ErrNotReady.Error()+": ")
+}
+
 // ErrNotReady wraps every readiness failure.
 var ErrNotReady = errors.New("not ready")
+
+// NotReady returns an error wrapping ErrNotReady (and whatever format
+// wraps with %w) whose text is the reason alone: the /readyz handler puts
+// "not ready: " before it, once.
+func NotReady(format string, args ...any) error {
+	return notReady{fmt.Errorf(format, args...)}
+}
+
+type notReady struct{ err error }
+
+func (e notReady) Error() string   { return e.err.Error() }
+func (e notReady) Unwrap() []error { return []error{ErrNotReady, e.err} }
 
 // shardReady is the readiness of one follower shard: its store open, a
 // connection to the leader in service, and its WAL-clock lag
@@ -42,16 +62,18 @@ var ErrNotReady = errors.New("not ready")
 func shardReady(shard uint32, st follower.Stats, down error, maxLag time.Duration, now time.Time) error {
 	switch {
 	case down != nil:
-		return fmt.Errorf("%w: shard %d: store down: %w", ErrNotReady, shard, down)
+		return NotReady("shard %d: store down: %w", shard, down)
+	case !st.Link.Connected && st.Link.LastError != "":
+		return NotReady("shard %d: not connected to the leader: %s", shard, st.Link.LastError)
 	case !st.Link.Connected:
-		return fmt.Errorf("%w: shard %d: not connected to the leader", ErrNotReady, shard)
+		return NotReady("shard %d: not connected to the leader", shard)
 	case st.DiskFull:
-		return fmt.Errorf("%w: shard %d: the disk is nearly full; not applying", ErrNotReady, shard)
+		return NotReady("shard %d: the disk is nearly full; not applying", shard)
 	case st.WriteStalled && st.BackgroundErrors > 0:
-		return fmt.Errorf("%w: shard %d: store writes stalled, Pebble's background work failing (disk full?)", ErrNotReady, shard)
+		return NotReady("shard %d: store writes stalled, Pebble's background work failing (disk full?)", shard)
 	}
 	if lag := st.WALLag(now, LagIdle); maxLag > 0 && lag > maxLag {
-		return fmt.Errorf("%w: shard %d: %v behind the leader (more than %v)", ErrNotReady, shard, lag.Round(time.Millisecond), maxLag)
+		return NotReady("shard %d: %v behind the leader (more than %v)", shard, lag.Round(time.Millisecond), maxLag)
 	}
 	return nil
 }
@@ -68,7 +90,7 @@ func FollowerReadyOf(current CurrentFollower, maxLag time.Duration) func() error
 	return func() error {
 		f, _ := current()
 		if f == nil {
-			return fmt.Errorf("%w: the store is not open", ErrNotReady)
+			return NotReady("the store is not open")
 		}
 		return shardReady(f.Shard(), f.Stats(), nil, maxLag, time.Now())
 	}
@@ -80,12 +102,18 @@ func FollowerReadyOf(current CurrentFollower, maxLag time.Duration) func() error
 func NodeReady(n *follower.Node, maxLag time.Duration) func() error {
 	return func() error {
 		now := time.Now()
-		var errs []error
+		var why []string
+		var errs []any
 		for _, ss := range n.Stats().Shards {
 			if err := shardReady(ss.Shard, ss.Stats, ss.Err, maxLag, now); err != nil {
+				why = append(why, "%w")
 				errs = append(errs, err)
 			}
 		}
-		return errors.Join(errs...)
+		if len(errs) == 0 {
+			return nil
+		}
+		// One line for /readyz: "not ready: shard 0: …; shard 2: …".
+		return NotReady(strings.Join(why, "; "), errs...)
 	}
 }

@@ -75,7 +75,7 @@ func (e emitter) refusals(d *prometheus.Desc, r replication.HelloRefusals, label
 		reason string
 		n      uint64
 	}{{"bad_hello", r.BadHello}, {"unknown_follower", r.UnknownFollower}, {"diverged", r.Diverged},
-		{"behind_retention", r.BehindRetention}, {"other", r.Other}} {
+		{"behind_retention", r.BehindRetention}, {"duplicate_follower", r.DuplicateFollower}, {"other", r.Other}} {
 		e.counter(d, c.n, append(labels, c.reason)...)
 	}
 }

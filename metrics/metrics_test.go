@@ -3,6 +3,8 @@ package metrics_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -188,6 +190,40 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	code, body = get("/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "not connected")
+	require.Equal(t, 1, strings.Count(body, "not ready"), "said once: %q", body)
+	require.Equal(t, 1, strings.Count(body, "\n"), "one line for every shard: %q", body)
+}
+
+// TestReadyzBody: /readyz says "not ready: " once, then the reasons — of a
+// check built with NotReady, of several shards, and of an embedder's check
+// that wrapped ErrNotReady itself. (It said "not ready: not ready: shard
+// 0: …".)
+func TestReadyzBody(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ready func() error
+		code  int
+		body  string
+	}{
+		{"ready", func() error { return nil }, http.StatusOK, "ready\n"},
+		{"NotReady", func() error { return metrics.NotReady("shard %d: not connected to the leader", 0) },
+			http.StatusServiceUnavailable, "not ready: shard 0: not connected to the leader\n"},
+		{"wrapped by the embedder", func() error { return fmt.Errorf("%w: draining", metrics.ErrNotReady) },
+			http.StatusServiceUnavailable, "not ready: draining\n"},
+		{"other error", func() error { return errors.New("no leader elected") },
+			http.StatusServiceUnavailable, "not ready: no leader elected\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			metrics.Handler(prometheus.NewRegistry(), tc.ready).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			require.Equal(t, tc.code, rec.Code)
+			require.Equal(t, tc.body, rec.Body.String())
+		})
+	}
+	err := metrics.NotReady("shard 3: store down: %w", replication.ErrStoreFailed)
+	require.ErrorIs(t, err, metrics.ErrNotReady)
+	require.ErrorIs(t, err, replication.ErrStoreFailed)
+	require.Equal(t, "shard 3: store down: "+replication.ErrStoreFailed.Error(), err.Error())
 }
 
 // TestFollowerReadyLag: the readiness check refuses a follower that applies

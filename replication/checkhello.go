@@ -60,6 +60,25 @@ type HelloLog interface {
 // and the follower retries), except when retention deleted the LSN during
 // the check: then ErrBehindRetention.
 func CheckHello(hello Ack, log HelloLog) error {
+	err := checkHello(hello, log)
+	switch {
+	case errors.Is(err, ErrDiverged):
+		return fmt.Errorf("%w; %s", err, remedyDiverged)
+	case errors.Is(err, ErrBehindRetention):
+		return fmt.Errorf("%w; %s", err, remedyBehind)
+	}
+	return err
+}
+
+// What an operator does about a follower refused as diverged or behind
+// retention: only a rebuild helps (or, for the latter, keeping more log
+// from then on).
+const (
+	remedyDiverged = "rebuild the follower's store from a snapshot (oncewal follower --rebuild auto, the default)"
+	remedyBehind   = "rebuild the follower's store from a snapshot (oncewal follower --rebuild auto, the default), and keep more log on the leader if it falls behind again (oncewal leader --max-retained-bytes)"
+)
+
+func checkHello(hello Ack, log HelloLog) error {
 	first, last := log.Retained()
 	b := log.Boundary()
 	a := hello.AppliedLSN

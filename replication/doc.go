@@ -111,11 +111,20 @@
 //   - Live tail: io.EOF from the reader means "caught up"; the stream waits
 //     for PollInterval or a Notify signal and reads on.
 //   - Connections: one per follower at a time. A newly accepted connection
-//     of a follower replaces that follower's current one (a restarted
-//     follower may reconnect before the old link is known to be dead). The
-//     Shipper's one follower is whoever dials; a Fanout routes each
-//     connection by its hello's FollowerID to that follower's stream, so
-//     followers never replace each other's connections.
+//     of a follower replaces that follower's current one unless the current
+//     one is known to be alive (invariant 11; see "One process per
+//     follower ID"): a restarted follower may reconnect before the old link
+//     is known to be dead. The Shipper's one follower is whoever dials; a
+//     Fanout routes each connection by its hello's FollowerID to that
+//     follower's stream, so followers never replace each other's
+//     connections.
+//   - Heartbeats: on a connection whose transport carries them
+//     (HeartbeatConn with a non-zero interval), the stream sends a
+//     Heartbeat — the end of the log it knows and the leader's WAL clock —
+//     every interval whether or not batches flow. The follower bounds the
+//     leader's silence with them (follower.Options.LeaderTimeout,
+//     ErrLeaderSilent) and answers each, which tells the leader the
+//     connection is alive (PeerConn.LastHeard).
 //   - Hello checks, before anything is shipped: the shard (ErrBadHello),
 //     the follower (Fanout: ErrUnknownFollower), fencing, EpochStartLSN
 //     (ErrDiverged) and VerifyHello. A refused connection is closed, counted
@@ -139,6 +148,28 @@
 // A refused connection ends with RefusingConn.Refuse where the transport
 // has it (grpctransport does), so the follower learns the reason; else
 // with Close.
+//
+// # One process per follower ID
+//
+// Two processes started with the same follower ID used to take the stream
+// from each other in turn, silently, each reconnect replacing the other's
+// connection (84 connections and 990 resent batches in 8 s). A second
+// connection of an ID is now refused with ErrDuplicateFollower — its
+// refusal names the address already connected and says to give each
+// follower its own ID — while the connection in service is alive: its
+// follower answered within 3 heartbeat intervals (3 s with grpctransport's
+// default). Otherwise the new connection replaces it, as before: a
+// follower killed and restarted gets its stream back at once when the
+// leader saw the old connection end (the usual case: the kernel closes a
+// killed process's sockets), and within 3 heartbeat intervals when it did
+// not (a host that died); the leader logs a Warn naming both addresses and
+// ends the old connection with an ErrDuplicateFollower refusal saying by
+// whom it was replaced. A transport without heartbeats (in-process, a
+// follower of an earlier version) cannot show a connection alive, so its
+// connections are replaced as before. The follower counts the refusal
+// (reason duplicate_follower) and retries it, even with
+// StopOnPermanentRefusal: it passes by itself when the other connection
+// turns out dead.
 //
 // # Hello verification
 //
@@ -392,4 +423,8 @@
 //     logged, or Apply records the rejection; an Apply error or panic
 //     commits nothing, stops the shard with ErrApply, and reopening with a
 //     fixed Applier continues.
+//  11. A follower ID is served on one connection at a time, and a
+//     connection known to be alive (it answered within 3 heartbeat
+//     intervals) is never replaced by another of its ID: the newcomer is
+//     refused with ErrDuplicateFollower.
 package replication

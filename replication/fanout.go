@@ -119,21 +119,28 @@ type HelloRefusals struct {
 	UnknownFollower uint64 // follower ID not registered, or empty
 	Diverged        uint64 // ErrDiverged: the follower's history is not a prefix of this leader's log
 	BehindRetention uint64 // ErrBehindRetention: the log no longer holds what the follower needs next
-	Other           uint64 // any other VerifyHello error (e.g. the check could not read the log)
+	// DuplicateFollower counts ErrDuplicateFollower: a connection refused
+	// because a live one serves its follower ID, or one replaced by a
+	// newer connection of its ID.
+	DuplicateFollower uint64
+	Other             uint64 // any other VerifyHello error (e.g. the check could not read the log)
 }
 
 // Total is the number of refused connections.
 func (r HelloRefusals) Total() uint64 {
-	return r.BadHello + r.UnknownFollower + r.Diverged + r.BehindRetention + r.Other
+	return r.BadHello + r.UnknownFollower + r.Diverged + r.BehindRetention + r.DuplicateFollower + r.Other
 }
 
 type refusalCounters struct {
-	badHello, unknown, diverged, behind, other atomic.Uint64
+	badHello, unknown, diverged, behind, duplicate, other atomic.Uint64
 }
 
 // count records a refusal and returns its reason's name.
 func (c *refusalCounters) count(err error) string {
 	switch {
+	case errors.Is(err, ErrDuplicateFollower):
+		c.duplicate.Add(1)
+		return "duplicate follower"
 	case errors.Is(err, ErrDiverged):
 		c.diverged.Add(1)
 		return "diverged"
@@ -154,7 +161,7 @@ func (c *refusalCounters) count(err error) string {
 func (c *refusalCounters) snapshot() HelloRefusals {
 	return HelloRefusals{
 		BadHello: c.badHello.Load(), UnknownFollower: c.unknown.Load(), Diverged: c.diverged.Load(),
-		BehindRetention: c.behind.Load(), Other: c.other.Load(),
+		BehindRetention: c.behind.Load(), DuplicateFollower: c.duplicate.Load(), Other: c.other.Load(),
 	}
 }
 
@@ -216,6 +223,7 @@ type peer struct {
 	// Guarded by Fanout.mu.
 	acked     uint64
 	connected bool
+	conn      LeaderConn         // the connection in service, nil when none
 	pending   *accepted          // newest accepted connection, not yet taken
 	abort     context.CancelFunc // aborts the stream's current connection
 	stop      context.CancelFunc // ends the stream (Unregister, end of Run)
@@ -486,7 +494,17 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 	f.mu.Lock()
 	p, err := f.routeLocked(hello)
 	if err == nil && hello.Shard != f.opts.Shard {
-		err = fmt.Errorf("%w: %w: hello for shard %d, serving %d", ErrBadHello, ErrWrongShard, hello.Shard, f.opts.Shard)
+		err = fmt.Errorf("%w: %w: the follower asked for shard %d, this leader ships shard %d; start the follower with the leader's shard (oncewal follower --shard %d)",
+			ErrBadHello, ErrWrongShard, hello.Shard, f.opts.Shard, f.opts.Shard)
+	}
+	var replaced LeaderConn
+	if err == nil && p != f.single && p.conn != nil {
+		if live, ago := connLive(p.conn); live {
+			err = fmt.Errorf("%w: %q is already connected from %s (heard from %v ago): another process is using follower ID %s; give each follower its own ID (oncewal follower --id)",
+				ErrDuplicateFollower, p.id, remoteAddr(p.conn), ago.Round(time.Millisecond), p.id)
+		} else {
+			replaced = p.conn
+		}
 	}
 	if err != nil {
 		f.mu.Unlock()
@@ -501,10 +519,45 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 		p.abort()
 	}
 	f.mu.Unlock()
+	if replaced != nil {
+		// Usually the follower restarted before this leader saw its old
+		// connection end; if that connection is in fact a second process
+		// that answers no heartbeats, it learns why it lost the stream.
+		f.opts.Logger.Warn("replication: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
+			"follower", p.id, "old_addr", remoteAddr(replaced), "new_addr", remoteAddr(c))
+		endConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
+			ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
+	}
 	if old != nil {
 		old.conn.Close() // superseded before its stream took it
 	}
 	signal(p.connCh)
+}
+
+// livenessHeartbeats is how many heartbeat intervals a connection may stay
+// silent and still count as live (connLive).
+const livenessHeartbeats = 3
+
+// connLive reports whether c's follower is known to be alive: it answered
+// within livenessHeartbeats heartbeat intervals (invariant 11). A
+// connection whose transport cannot tell (no heartbeats, no PeerConn) is
+// not known to be alive; ago is how long it has been silent.
+func connLive(c LeaderConn) (live bool, ago time.Duration) {
+	pc, ok := c.(PeerConn)
+	hc, ok2 := c.(HeartbeatConn)
+	if !ok || !ok2 || hc.HeartbeatInterval() <= 0 {
+		return false, 0
+	}
+	ago = time.Since(pc.LastHeard())
+	return ago < livenessHeartbeats*hc.HeartbeatInterval(), ago
+}
+
+// remoteAddr is c's peer address for log lines and refusals.
+func remoteAddr(c LeaderConn) string {
+	if pc, ok := c.(PeerConn); ok {
+		return pc.RemoteAddr()
+	}
+	return "an unknown address"
 }
 
 // routeLocked finds the stream for hello; p is nil for an unknown follower.
@@ -516,7 +569,7 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 		return nil, fmt.Errorf("%w: %w", ErrBadHello, err)
 	}
 	if hello.FollowerID == "" {
-		return nil, fmt.Errorf("%w: anonymous follower (no ID in its hello)", ErrUnknownFollower)
+		return nil, fmt.Errorf("%w: anonymous follower (no ID in its hello): give the follower an ID the leader registers (oncewal follower --id, oncewal leader --followers)", ErrUnknownFollower)
 	}
 	if p, ok := f.peers[hello.FollowerID]; ok {
 		return p, nil
@@ -525,7 +578,8 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 		f.opts.Logger.Info("replication: shipper: registered a follower on its first hello", "shard", f.opts.Shard, "follower", hello.FollowerID)
 		return f.registerLocked(hello.FollowerID), nil
 	}
-	return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownFollower, hello.FollowerID)
+	return nil, fmt.Errorf("%w: %q is not registered with the leader of shard %d: add %s to the leader's followers (oncewal leader --followers), or start the follower with a registered --id",
+		ErrUnknownFollower, hello.FollowerID, f.opts.Shard, hello.FollowerID)
 }
 
 // refuse closes a connection whose hello was refused (c, if not nil),
@@ -569,11 +623,13 @@ func (f *Fanout) takePending(p *peer) *accepted {
 	return a
 }
 
-// setConn records p's connection in service (abort non-nil) or none.
-func (f *Fanout) setConn(p *peer, abort context.CancelFunc) {
+// setConn records p's connection in service, c with its abort, or none
+// (nil, nil).
+func (f *Fanout) setConn(p *peer, c LeaderConn, abort context.CancelFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p.abort = abort
+	p.conn = c
 	p.connected = abort != nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -527,5 +528,120 @@ func TestNewFanoutValidates(t *testing.T) {
 	}
 	if err := fo.WaitAcked(context.Background(), 0, 0); !errors.Is(err, ErrBadAckPolicy) {
 		t.Fatalf("WaitAcked with policy 0: %v", err)
+	}
+}
+
+// liveListener wraps every accepted connection in a liveConn: the leader's
+// view of a transport with heartbeats, whose follower's liveness the test
+// sets.
+type liveListener struct {
+	Listener
+	every time.Duration
+	mu    sync.Mutex
+	conns []*liveConn
+}
+
+func (l *liveListener) Accept(ctx context.Context) (LeaderConn, Ack, error) {
+	c, h, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return c, h, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lc := &liveConn{LeaderConn: c, addr: fmt.Sprintf("10.0.0.%d:4000", len(l.conns)+1), every: l.every}
+	lc.heard.Store(time.Now().UnixNano())
+	l.conns = append(l.conns, lc)
+	return lc, h, nil
+}
+
+func (l *liveListener) conn(i int) *liveConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conns[i]
+}
+
+type liveConn struct {
+	LeaderConn
+	addr       string
+	every      time.Duration
+	heard      atomic.Int64
+	heartbeats atomic.Int64
+}
+
+func (c *liveConn) RemoteAddr() string               { return c.addr }
+func (c *liveConn) LastHeard() time.Time             { return time.Unix(0, c.heard.Load()) }
+func (c *liveConn) HeartbeatInterval() time.Duration { return c.every }
+func (c *liveConn) SendHeartbeat(hb Heartbeat) error { c.heartbeats.Add(1); return nil }
+func (c *liveConn) Refuse(reason error) error        { return c.LeaderConn.(RefusingConn).Refuse(reason) }
+func (c *liveConn) silent()                          { c.heard.Store(time.Now().Add(-time.Hour).UnixNano()) }
+
+// TestFanoutDuplicateFollowerID: a second connection claiming the ID of a
+// follower whose connection is alive (it answered within 3 heartbeat
+// intervals) is refused with ErrDuplicateFollower, told why (the address
+// already connected and the remedy), and the live connection keeps its
+// stream: two processes with one ID no longer take it from each other in
+// turn. A connection that has gone silent — a follower killed on a host
+// the leader has not heard from since — is replaced at once by the next
+// one (a restart is not refused), with a WARN naming both addresses, and
+// is itself refused with the reason. Heartbeats go out on the connection in
+// service. (Every same-ID connection used to replace the previous one,
+// silently: 84 connections in 8 s.)
+func TestFanoutDuplicateFollowerID(t *testing.T) {
+	ctx := context.Background()
+	var lis *liveListener
+	r := newFanoutRig(t, []string{"a"}, nil, 1, func(o *FanoutOptions) {
+		lis = &liveListener{Listener: o.Listener, every: 10 * time.Millisecond}
+		o.Listener = lis
+	})
+	defer r.stop()
+	r.log.append(t, 1, 1)
+	first, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second live process with the same ID: refused, told why.
+	second, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = second.Recv(ctx)
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrDuplicateFollower) ||
+		!strings.Contains(err.Error(), `"a" is already connected from 10.0.0.1:4000`) || !strings.Contains(err.Error(), "give each follower its own ID") {
+		t.Fatalf("second connection: %v", err)
+	}
+	// The first keeps its stream.
+	r.log.append(t, 1, 1)
+	signal(r.log.notify)
+	if _, err := first.Recv(ctx); err != nil {
+		t.Fatalf("first connection after the duplicate: %v", err)
+	}
+	if st := r.stats("a"); st.Connections != 1 || st.Refused.DuplicateFollower != 1 || !st.Connected {
+		t.Fatalf("%+v", st)
+	}
+	for lis.conn(0).heartbeats.Load() == 0 {
+		time.Sleep(time.Millisecond) // the first is due at once, then every 10ms
+	}
+
+	// The first goes silent (its host died): a restart takes the stream.
+	lis.conn(0).silent()
+	restarted, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Recv(ctx); err != nil {
+		t.Fatalf("restarted follower: %v", err)
+	}
+	if _, err := first.Recv(ctx); !errors.Is(err, ErrDuplicateFollower) || !strings.Contains(err.Error(), "replaced by a newer one from 10.0.0.3:4000") {
+		t.Fatalf("the replaced connection: %v", err)
+	}
+	if !r.logs.find("level=WARN", "replaces its previous one", "follower=a", "old_addr=10.0.0.1:4000", "new_addr=10.0.0.3:4000") {
+		t.Fatalf("no WARN naming both addresses: %s", r.logs)
+	}
+	if st := r.stats("a"); st.Connections != 2 || !st.Connected {
+		t.Fatalf("%+v", st)
 	}
 }

@@ -505,7 +505,7 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", ErrWrongShard, h.Shard, r.opts.Shard))
 	}
 	if h.Epoch < r.epoch {
-		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d", ErrStaleEpoch, h.Epoch, r.epoch))
+		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d: it comes from a deposed leader; point this follower at the current leader", ErrStaleEpoch, h.Epoch, r.epoch))
 	}
 	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
 		return refuse(refusedStaleEpoch, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",

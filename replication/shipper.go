@@ -90,6 +90,10 @@ type ShipperOptions struct {
 	// Logger receives the shipper's diagnostic lines (refused hellos, lost
 	// connections, WAL read retries). Default: discard.
 	Logger *slog.Logger
+	// WALTime, if set, reports the leader's WAL clock (unix ns of the
+	// newest event logged) for the heartbeats (Heartbeat.WALTime). nil:
+	// heartbeats carry 0.
+	WALTime func() int64
 }
 
 // Defaults of ShipperOptions.
@@ -306,6 +310,9 @@ type shipLoop struct {
 	rto        time.Duration
 	rewoundTo  uint64 // position of the last go-back-N on this connection
 	maxSent    uint64
+
+	hb     HeartbeatConn // the connection, if it carries heartbeats; nil: none
+	hbNext time.Time     // when the next heartbeat is due
 }
 
 func newShipLoop(f *Fanout, p *peer) *shipLoop {
@@ -346,6 +353,7 @@ func (l *shipLoop) run(ctx context.Context) error {
 		if l.conn == nil {
 			continue
 		}
+		l.heartbeat()
 
 		// Sleep until something can make progress.
 		var wake time.Time
@@ -356,6 +364,9 @@ func (l *shipLoop) run(ctx context.Context) error {
 		}
 		if len(l.inflight) > 0 {
 			earliest(l.progressAt.Add(l.rto))
+		}
+		if l.hb != nil {
+			earliest(l.hbNext)
 		}
 		if l.needSeek && !l.seekRetry.IsZero() {
 			earliest(l.seekRetry)
@@ -397,15 +408,21 @@ func (l *shipLoop) fenced(epoch uint64) bool {
 	return l.o.Epoch != nil && epoch > l.o.Epoch()
 }
 
+// fencedErr is ErrFenced by a follower that has seen epoch.
+func (l *shipLoop) fencedErr(epoch uint64) error {
+	return fmt.Errorf("%w: follower %q at epoch %d, this leader at %d: a newer leader was promoted; stop this one and point the followers at the current leader",
+		ErrFenced, l.p.id, epoch, l.o.Epoch())
+}
+
 // checkHello applies the checks that need the leader's state, in order:
 // fencing (ErrFenced, which ends Run), the epoch-start rule, VerifyHello.
 func (l *shipLoop) checkHello(h Ack) error {
 	if l.fenced(h.Epoch) {
-		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, h.Epoch, l.o.Epoch())
+		return l.fencedErr(h.Epoch)
 	}
 	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && h.Epoch < l.o.Epoch() && h.AppliedLSN >= l.o.EpochStartLSN {
-		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
-			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN)
+		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d; %s",
+			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN, remedyDiverged)
 	}
 	if l.o.VerifyHello != nil {
 		return l.o.VerifyHello(h)
@@ -437,10 +454,15 @@ func (l *shipLoop) startConn(ctx context.Context, a *accepted) {
 	l.p.stats.connections.Add(1)
 	l.conn = a.conn
 	l.cctx, l.cabort = context.WithCancel(ctx)
-	l.f.setConn(l.p, l.cabort)
+	l.f.setConn(l.p, l.conn, l.cabort)
 	l.pump = &ackPump{wake: make(chan struct{}, 1)}
 	pump, conn, cctx := l.pump, l.conn, l.cctx
 	l.wg.Go(func() { pump.run(cctx, conn) })
+
+	l.hb = nil
+	if hc, ok := a.conn.(HeartbeatConn); ok && hc.HeartbeatInterval() > 0 {
+		l.hb, l.hbNext = hc, time.Now() // the first at once: the follower learns the log's end
+	}
 
 	l.acked = a.hello.AppliedLSN
 	l.f.setAcked(l.p, l.acked)
@@ -449,15 +471,34 @@ func (l *shipLoop) startConn(ctx context.Context, a *accepted) {
 	l.seekTo(l.acked + 1)
 }
 
+// heartbeat sends the connection's heartbeat when it is due: every
+// interval, whether or not batches flow, so that the follower's silence
+// bound (follower.Options.LeaderTimeout) measures this stream's liveness,
+// not the log's traffic.
+func (l *shipLoop) heartbeat() {
+	if l.hb == nil || time.Now().Before(l.hbNext) {
+		return
+	}
+	hb := Heartbeat{LastLSN: l.f.endLSN()}
+	if l.o.WALTime != nil {
+		hb.WALTime = l.o.WALTime()
+	}
+	// A full send buffer drops it (the batches queued are signs of life);
+	// a dead connection shows in the ack pump.
+	_ = l.hb.SendHeartbeat(hb)
+	l.hbNext = time.Now().Add(l.hb.HeartbeatInterval())
+}
+
 func (l *shipLoop) dropConn() {
 	if l.conn == nil {
 		return
 	}
+	l.hb = nil
 	l.cabort()
 	l.conn.Close()
 	l.conn, l.pump = nil, nil
 	l.inflight = l.inflight[:0]
-	l.f.setConn(l.p, nil)
+	l.f.setConn(l.p, nil, nil)
 }
 
 // seekTo makes lsn the next position to send from. The WAL reader is
@@ -549,7 +590,7 @@ func (l *shipLoop) onAck(a Ack) error {
 		return nil // not ours; never happens on a connection whose hello matched
 	}
 	if l.fenced(a.Epoch) {
-		return fmt.Errorf("%w: follower at epoch %d, leader at %d", ErrFenced, a.Epoch, l.o.Epoch())
+		return l.fencedErr(a.Epoch)
 	}
 	if a.AppliedLSN > l.acked {
 		l.acked = a.AppliedLSN

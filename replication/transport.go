@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -28,8 +29,18 @@ var (
 	// ErrDisconnected (the connection is over) and, when the transport
 	// carried it, the reason's sentinel: ErrWrongShard, ErrFenced,
 	// ErrStaleEpoch, ErrDiverged, ErrBehindRetention, ErrUnknownFollower,
-	// ErrBadFollowerID or ErrBadHello.
+	// ErrDuplicateFollower, ErrBadFollowerID or ErrBadHello.
 	ErrRefused = errors.New("replication: refused by the leader")
+	// ErrDuplicateFollower: another live connection already serves this
+	// follower ID (two processes were started with the same ID), or this
+	// connection was replaced by a newer one of the same ID. See the
+	// package documentation, "One process per follower ID".
+	ErrDuplicateFollower = errors.New("replication: duplicate follower ID")
+	// ErrLeaderSilent: the leader sent nothing — no batch, no heartbeat —
+	// for longer than the follower's bound (follower.Options.LeaderTimeout)
+	// on a connection whose leader promised heartbeats: it is stopped,
+	// hung or cut off. The follower drops the connection and redials.
+	ErrLeaderSilent = errors.New("replication: the leader sent nothing")
 	// ErrAuthFailed: the transport could not authenticate the peer, or the
 	// peer refused this side's credentials (a certificate from another CA,
 	// an expired one, a name mismatch). Wrapped with ErrDisconnected and the
@@ -56,12 +67,12 @@ const MaxFollowerIDLen = 64
 // ErrBadFollowerID.
 func ValidFollowerID(id string) error {
 	if len(id) > MaxFollowerIDLen {
-		return fmt.Errorf("%w: %d bytes > %d", ErrBadFollowerID, len(id), MaxFollowerIDLen)
+		return fmt.Errorf("%w: %d bytes > %d; choose an ID of 1-%d bytes of [A-Za-z0-9._-]", ErrBadFollowerID, len(id), MaxFollowerIDLen, MaxFollowerIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q: byte %#x at %d is not in [A-Za-z0-9._-]", ErrBadFollowerID, id, c, i)
+			return fmt.Errorf("%w: %q: byte %#x at %d is not in [A-Za-z0-9._-]; choose an ID of 1-%d bytes of [A-Za-z0-9._-]", ErrBadFollowerID, id, c, i, MaxFollowerIDLen)
 		}
 	}
 	return nil
@@ -155,6 +166,56 @@ type RefusingConn interface {
 	// Refuse ends the connection like Close, carrying reason to the
 	// follower. Idempotent with Close: the first of them decides.
 	Refuse(reason error) error
+}
+
+// Heartbeat is the leader's sign of life on a stream, sent every heartbeat
+// interval whether or not batches flow, so a follower can tell an idle
+// leader from a stopped one (see "Heartbeats" in the package
+// documentation).
+type Heartbeat struct {
+	// LastLSN is the end of the leader's log as its stream knows it.
+	LastLSN uint64
+	// WALTime is the leader's WAL clock (unix ns) of the newest event it
+	// logged; 0: unknown.
+	WALTime int64
+}
+
+// HeartbeatConn is implemented by a LeaderConn whose transport carries
+// heartbeats. The Fanout sends one every HeartbeatInterval on each
+// connection in service.
+type HeartbeatConn interface {
+	// HeartbeatInterval is how often to send one; 0 means this follower
+	// did not ask for heartbeats (an older follower, which would take the
+	// frame for a bad batch): send none.
+	HeartbeatInterval() time.Duration
+	// SendHeartbeat queues hb without blocking; when the connection's send
+	// buffer is full (batches waiting) it drops it, as those batches are
+	// a sign of life themselves.
+	SendHeartbeat(hb Heartbeat) error
+}
+
+// PeerConn is implemented by a LeaderConn whose transport knows its peer:
+// the Fanout uses it to tell a live connection from a dead one when a
+// second connection claims the same follower ID, and names both addresses
+// in its log.
+type PeerConn interface {
+	// RemoteAddr is the follower's network address.
+	RemoteAddr() string
+	// LastHeard is when the follower last sent anything on the
+	// connection: its hello, an ack, an answer to a heartbeat.
+	LastHeard() time.Time
+}
+
+// LivenessConn is implemented by a FollowerConn whose transport carries
+// the leader's heartbeats.
+type LivenessConn interface {
+	// HeartbeatInterval is the interval the leader promised when it
+	// accepted the connection; 0: it sends none (an older leader), and
+	// silence proves nothing.
+	HeartbeatInterval() time.Duration
+	// LastHeard is when the leader last sent anything (a batch or a
+	// heartbeat), and its last heartbeat (zero before the first).
+	LastHeard() (time.Time, Heartbeat)
 }
 
 // Dialer is the follower side of a Transport: it connects to the leader.

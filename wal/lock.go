@@ -86,7 +86,7 @@ func (f closerFunc) Close() error { return f() }
 func lockFile(fs vfs.FS, dir, name string) (*dirLock, error) {
 	path := fs.PathJoin(dir, name)
 	locked := func(cause error) error {
-		return fmt.Errorf("%w: directory %s (lock file %s): %w", ErrLocked, dir, path, cause)
+		return fmt.Errorf("%w: directory %s (lock file %s): %w; another process is using it: stop that process first, or use another directory", ErrLocked, dir, path, cause)
 	}
 	l := &dirLock{}
 	st, err := fs.Stat(dir)

@@ -43,8 +43,9 @@ with --shards, a WAL or leader directory, unrelated files, a store of
 another shard or with other options) is refused unchanged. Stops cleanly on
 SIGINT/SIGTERM, also while a store is opening (the stores are flushed and
 closed); logs its stats every --stats-interval. --metrics-addr serves
-/metrics, /healthz and /readyz (ready: every store open, connected, within
---ready-max-lag of the leader).`
+/metrics, /healthz and /readyz (ready: every store open, connected to a
+leader that sent something within --leader-timeout, within --ready-max-lag
+of the leader).`
 
 func runFollower(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("follower", followerSynopsis, stderr)
@@ -61,6 +62,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	noSync := fs.Bool("nosync", false, "commit without fsync (faster; an ack then does not prove durability)")
 	stopOnRefusal := fs.Bool("stop-on-refusal", false, "exit 1 when the leader refuses this follower for a reason no retry fixes (wrong shard, unknown ID, diverged, behind retention, a refused certificate)")
 	rebuild := fs.String("rebuild", "auto", "auto: when the leader refuses this store as diverged or behind its retained log (also an empty store after retention dropped the log's start), replace it with a verified snapshot fetched from the leader, then replicate on; never: leave the refusal standing (see README, Rebuilding a follower)")
+	leaderTimeout := fs.Duration("leader-timeout", follower.DefaultLeaderTimeout,
+		"drop the connection and redial when the leader sends nothing (no batch, no heartbeat; it sends one every second) for this long: it is stopped, hung or cut off, and /readyz fails meanwhile (0: no bound)")
 	rebuildRate := fs.Int64("rebuild-rate", snapshot.DefaultRateLimit, "cap a rebuild's transfer at this many bytes/s (the donor's own cap applies too); -1: no cap")
 	mf := addMetricsFlags(fs, true)
 	lf := addLogFlags(fs)
@@ -92,6 +95,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
+	atLeast(&c, "leader-timeout", *leaderTimeout, 0)
 	rebuildMode, err := follower.ParseRebuildMode(*rebuild)
 	if err != nil {
 		c.failf("--rebuild: %v", err)
@@ -127,7 +131,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		dir: *dir, leader: *leaderAddr, id: *id, shard: uint32(*shard), shards: *shards,
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
 		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
-		minFree: *minFree, memTable: *memTable,
+		minFree: *minFree, memTable: *memTable, leaderTimeout: *leaderTimeout,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -149,6 +153,7 @@ type followerConfig struct {
 	memTable        int64                                   // --memtable-size
 	metricsAddr     string                                  // "": no metrics server
 	readyMaxLag     time.Duration                           // /readyz lag bound (0: none)
+	leaderTimeout   time.Duration                           // --leader-timeout (0: none)
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
 	openedRows      func(rows func() []follower.ShardStats) // tests: each shard's figures, once open
 	metricsServing  func(addr string)                       // tests: the metrics server's address
@@ -161,7 +166,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	}
 	defer d.Close()
 	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal,
-		MinFreeBytes: c.minFree, MemTableSize: c.memTable}
+		MinFreeBytes: c.minFree, MemTableSize: c.memTable, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout)}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats
@@ -313,4 +318,13 @@ func followerStatsAttrs(lsn, epoch uint64, s follower.Stats, t grpctransport.Dia
 		"refused_corrupt", r.Corrupt, "refused_apply_error", r.ApplyErrors,
 		"window", s.WindowLen, "background_errors", s.BackgroundErrors, "write_stalled", s.WriteStalled, "disk_full", s.DiskFull, "dials", t.Dials, "dial_failures", t.DialFailures, "refused_by_leader", t.Refused,
 		"bytes_received", t.BytesReceived}
+}
+
+// leaderTimeoutOption is --leader-timeout as follower.Options.LeaderTimeout,
+// where 0 means the default and a negative value none.
+func leaderTimeoutOption(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -132,6 +132,7 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(follower, "--id", "a b"), []string{"--id"}},
 		{with(follower, "--metrics-addr", "9090"), []string{`--metrics-addr "9090" is not host:port`}},
 		{with(follower, "--ready-max-lag", "-1s"), []string{"--ready-max-lag -1s must be >= 0s"}},
+		{with(follower, "--leader-timeout", "-1s"), []string{"--leader-timeout -1s must be >= 0s"}},
 		{with(leader, "--metrics-addr", "localhost:http"), []string{`port "http" is not a number`}},
 		{with(follower, "--log-format", "xml"), []string{`--log-format "xml": want text or json`}},
 		{with(leader, "--log-level", "loud"), []string{`--log-level "loud": want debug, info, warn or error`}},
@@ -149,8 +150,11 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, errOut)
 			}
 		}
-		if !strings.Contains(errOut, "usage: oncewal "+tc.args[0]) || out != "" {
-			t.Errorf("%q: want the usage on stderr and nothing on stdout; stdout %q", tc.args, out)
+		// The error, then one line pointing at -h: the help itself would
+		// scroll the error away (it did: 50–90 lines after it).
+		hint := "run 'oncewal " + tc.args[0] + " -h' for the flags\n"
+		if !strings.HasSuffix(errOut, hint) || strings.Contains(errOut, "usage: oncewal") || strings.Count(errOut, "\n") != 2 || out != "" {
+			t.Errorf("%q: want the error and %q on stderr, no help, nothing on stdout; stdout %q, stderr:\n%s", tc.args, hint, out, errOut)
 		}
 		if _, err := os.Stat(target); !os.IsNotExist(err) {
 			t.Fatalf("%q created %s before refusing its flags", tc.args, target)

@@ -310,7 +310,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 	defer cancel()
 	shipping := func() error {
 		if runCtx.Err() != nil {
-			return fmt.Errorf("%w: the leader stopped shipping", metrics.ErrNotReady)
+			return metrics.NotReady("the leader stopped shipping")
 		}
 		return nil
 	}
@@ -381,7 +381,7 @@ func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Serve
 				"acked_lsn", f.AckedLSN, "lag_events", f.LagEvents, "lag_bytes", f.LagBytes,
 				"slot_lsn", slot.Acked, "dropped", slot.Dropped, "connections", f.Connections,
 				"refused_unknown", f.Refused.UnknownFollower, "refused_diverged", f.Refused.Diverged,
-				"refused_behind_retention", f.Refused.BehindRetention, "refused_bad_hello", f.Refused.BadHello,
+				"refused_behind_retention", f.Refused.BehindRetention, "refused_duplicate", f.Refused.DuplicateFollower, "refused_bad_hello", f.Refused.BadHello,
 				"refused_other", f.Refused.Other, "batches_sent", f.BatchesSent, "resent", f.BatchesResent,
 				"disk_reads", f.DiskReads)
 		}

@@ -62,7 +62,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	// A follower nobody registered is refused, and says why.
 	stranger := startFollower(t, followerConfig{dir: filepath.Join(dir, "stranger"), leader: l.dialAddr(), id: "stranger",
 		shards: 2, tls: cliTLS()})
-	waitLog(t, stranger.log, "level=ERROR", "cannot connect to the leader", "refused by the leader", "unknown follower")
+	waitLog(t, stranger.log, "level=ERROR", "the leader refused this follower; retrying in", "unknown follower", "add stranger to the leader's --followers")
 	if err := stranger.stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -61,8 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c := lookup(name); c != nil {
 		return c.run(rest, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "oncewal: unknown command %q\n\n", name)
-	usage(stderr)
+	fmt.Fprintf(stderr, "oncewal: unknown command %q\n%s\n", name, helpHint(""))
 	return exitUsage
 }
 
@@ -83,8 +82,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	}
 	c := lookup(args[0])
 	if c == nil {
-		fmt.Fprintf(stderr, "oncewal help: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "oncewal help: unknown command %q\n%s\n", args[0], helpHint(""))
 		return exitUsage
 	}
 	// Asked-for help goes to stdout, so `oncewal help waldump | less` works.
@@ -139,7 +137,7 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 // The returned exit status is meaningful only when ok is false: exitOK for
 // -h/--help (usage was printed to stdout: asked-for help is output, so
 // `oncewal demo -h | less` works), exitUsage for a bad flag (the error and
-// usage went to the FlagSet's output, stderr).
+// helpHint went to the FlagSet's output, stderr; see usageError).
 func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string, status int, ok bool) {
 	// The flag package prints usage before it returns, not knowing yet
 	// whether it was asked for; hold the text until the outcome says where
@@ -154,8 +152,10 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string,
 				_, _ = held.WriteTo(stdout)
 				return nil, exitOK, false
 			}
-			_, _ = held.WriteTo(stderr)
-			return nil, exitUsage, false
+			// The held text is the error and the whole help: print the
+			// error alone, as every other usage error does.
+			fs.SetOutput(stderr)
+			return nil, usageError(fs, stderr, "%v", err), false
 		}
 		rest := fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
@@ -169,11 +169,21 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string,
 	}
 }
 
-// usageError prints msg and the subcommand's usage, and returns exitUsage.
+// usageError prints msg and one line pointing at the subcommand's help,
+// and returns exitUsage. Every command's usage errors (a bad flag, a bad
+// value, a missing argument) come through here. The help itself is not
+// printed: at 50–90 lines it scrolled the error out of sight; -h prints it.
 func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "oncewal %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
-	fs.Usage()
+	fmt.Fprintf(stderr, "oncewal %s: %s\n%s\n", fs.Name(), fmt.Sprintf(format, args...), helpHint(fs.Name()))
 	return exitUsage
+}
+
+// helpHint is the line that follows a usage error: where the help is.
+func helpHint(cmd string) string {
+	if cmd == "" {
+		return "run 'oncewal help' for the commands"
+	}
+	return fmt.Sprintf("run 'oncewal %s -h' for the flags", cmd)
 }
 
 // quote renders user bytes for human output: Go-quoted, cut at max bytes with

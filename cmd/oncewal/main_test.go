@@ -33,7 +33,7 @@ func TestUsage(t *testing.T) {
 		t.Errorf("no arguments: code %d, stderr %q", code, errOut)
 	}
 	_, errOut, code = runCmd(t, "frobnicate")
-	if code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+	if code != exitUsage || errOut != "oncewal: unknown command \"frobnicate\"\nrun 'oncewal help' for the commands\n" {
 		t.Errorf("unknown command: code %d, stderr %q", code, errOut)
 	}
 	_, errOut, code = runCmd(t, "help", "frobnicate")

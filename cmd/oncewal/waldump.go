@@ -77,6 +77,7 @@ func runWaldump(args []string, stdout, stderr io.Writer) int {
 // corruptError is a batch waldump could not read: where it is and why.
 type corruptError struct {
 	shard    uint32
+	noShard  bool   // the shard is not known: no valid header, no segment name, no --shard
 	lsn      uint64 // the batch's first LSN, or the LSN expected there when its header is unreadable
 	expected bool   // lsn is the expected LSN, not read from a valid header
 	where    string // segment file and offset, when known
@@ -89,13 +90,17 @@ func (e *corruptError) Error() string {
 	if errors.Is(e.err, wal.ErrTruncated) {
 		what = "incomplete batch"
 	}
+	shard := fmt.Sprintf("shard %d", e.shard)
+	if e.noShard {
+		shard = "shard unknown"
+	}
 	switch {
 	case e.expected && e.lsn == 0:
-		fmt.Fprintf(&b, "%s at the start of the file (shard %d", what, e.shard)
+		fmt.Fprintf(&b, "%s at the start of the file (%s", what, shard)
 	case e.expected:
-		fmt.Fprintf(&b, "%s at expected LSN %d (shard %d", what, e.lsn, e.shard)
+		fmt.Fprintf(&b, "%s at expected LSN %d (%s", what, e.lsn, shard)
 	default:
-		fmt.Fprintf(&b, "%s at LSN %d (shard %d", what, e.lsn, e.shard)
+		fmt.Fprintf(&b, "%s at LSN %d (%s", what, e.lsn, shard)
 	}
 	if e.where != "" {
 		fmt.Fprintf(&b, ", %s", e.where)
@@ -348,21 +353,29 @@ func (d *dumper) scanSegment(path string, seg *segment, emit bool) (uint64, erro
 	br := bufio.NewReaderSize(f, 64<<10)
 
 	var (
-		shard    uint32
-		haveSh   bool
-		expect   uint64 // LSN the next batch must start at; 0: unknown
-		last     uint64
-		off      int64
-		buf      = make([]byte, wal.HeaderSize)
-		where    = func() string { return fmt.Sprintf("%s offset %d", name, off) }
-		errShard = func() uint32 {
-			if haveSh {
-				return shard
+		shard  uint32
+		haveSh bool
+		expect uint64 // LSN the next batch must start at; 0: unknown
+		last   uint64
+		off    int64
+		buf    = make([]byte, wal.HeaderSize)
+		where  = func() string { return fmt.Sprintf("%s offset %d", name, off) }
+		// badHere is the error of a batch whose header cannot be
+		// trusted: its shard is the segment's, else the one the file
+		// name still shows (a renamed copy, "….wal.bak"), else --shard,
+		// else unknown — never a guess.
+		badHere = func(err error) *corruptError {
+			e := &corruptError{shard: shard, lsn: expect, expected: true, where: where(), err: err}
+			switch {
+			case haveSh:
+			case d.shard >= 0:
+				e.shard = uint32(d.shard)
+			default:
+				var ok bool
+				e.shard, ok = shardInName(name)
+				e.noShard = !ok
 			}
-			if d.shard >= 0 {
-				return uint32(d.shard)
-			}
-			return 0
+			return e
 		}
 	)
 	if seg != nil {
@@ -370,15 +383,14 @@ func (d *dumper) scanSegment(path string, seg *segment, emit bool) (uint64, erro
 	}
 	for off < size {
 		if size-off < wal.HeaderSize {
-			return last, &corruptError{shard: errShard(), lsn: expect, expected: true, where: where(),
-				err: fmt.Errorf("%w: %d bytes at the end of the file, a batch header needs %d", wal.ErrTruncated, size-off, wal.HeaderSize)}
+			return last, badHere(fmt.Errorf("%w: %d bytes at the end of the file, a batch header needs %d", wal.ErrTruncated, size-off, wal.HeaderSize))
 		}
 		if _, err := io.ReadFull(br, buf[:wal.HeaderSize]); err != nil {
 			return last, fmt.Errorf("%s: %w", where(), err)
 		}
 		h, err := wal.DecodeHeader(buf[:wal.HeaderSize])
 		if err != nil {
-			return last, &corruptError{shard: errShard(), lsn: expect, expected: true, where: where(), err: err}
+			return last, badHere(err)
 		}
 		if !haveSh {
 			shard, haveSh = h.Shard, true
@@ -533,4 +545,16 @@ func (d *dumper) endShard(shard uint32) {
 		return
 	}
 	fmt.Fprintf(d.out, "shard %d: %d batches, %d events printed, lsn %d..%d\n", shard, d.batches, d.count, d.firstLSN, d.endLSN)
+}
+
+// shardInName reads the shard from a file name that starts with a segment
+// name (wal.SegmentName) followed by anything, e.g. a copy saved as
+// "0000000001-00000000000000000001.wal.bak"; ok is false for any other name.
+func shardInName(name string) (shard uint32, ok bool) {
+	i := strings.Index(name, ".wal")
+	if i < 0 {
+		return 0, false
+	}
+	shard, _, err := wal.ParseSegmentName(name[:i+len(".wal")])
+	return shard, err == nil
 }

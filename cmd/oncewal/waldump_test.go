@@ -504,3 +504,41 @@ func TestWaldumpBadPaths(t *testing.T) {
 		t.Errorf("junk file: code %d, stderr %q", code, errOut)
 	}
 }
+
+// TestWaldumpCorruptFirstHeaderShard: a file whose first batch header is
+// corrupt has no header to take the shard from; waldump names the shard
+// its file name shows (a segment name, also with a suffix such as a
+// backup's), else --shard, else says it is unknown. It printed "shard 0"
+// for a file of shard 1.
+func TestWaldumpCorruptFirstHeaderShard(t *testing.T) {
+	src := t.TempDir()
+	writeLog(t, src, 1, 0, testBatches(1))
+	seg := segments(t, src)[0]
+	flip(t, seg, 21) // inside the first header: its CRC fails
+	raw, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(seg)
+	for _, tc := range []struct {
+		file  string
+		flags []string
+		want  string
+	}{
+		{name, nil, "(shard 1, "},
+		{name + ".bak", nil, "(shard 1, "},
+		{"copy.wal", nil, "(shard unknown, "},
+		{"copy.wal", []string{"--shard", "1"}, "(shard 1, "},
+	} {
+		path := filepath.Join(t.TempDir(), tc.file)
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"waldump", path}, tc.flags...)
+		_, errOut, code := runCmd(t, args...)
+		if code != exitFailure || !strings.Contains(errOut, "corrupt batch at ") || !strings.Contains(errOut, tc.want) ||
+			strings.Contains(errOut, "shard 0") {
+			t.Errorf("%q: exit %d, stderr %q; want %q", args[1:], code, errOut, tc.want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/oncewal/oncewal/replication"
@@ -72,6 +73,10 @@ func (o *DialerOptions) EnsureDefaults() *DialerOptions {
 	return o
 }
 
+// remedyAuth is what an operator does about a TLS handshake either side
+// refused.
+const remedyAuth = "check that the leader and the follower trust each other's CA (--tls-ca), that neither certificate has expired, and that the leader's certificate names the host in --leader (or --tls-server-name)"
+
 // Defaults of DialerOptions and ServerOptions.
 const (
 	DefaultConnectTimeout      = 10 * time.Second
@@ -81,6 +86,7 @@ const (
 	DefaultHelloTimeout        = 10 * time.Second
 	DefaultRecvBuffer          = 4
 	DefaultSendBuffer          = 8
+	DefaultHeartbeatInterval   = time.Second
 )
 
 // Validate reports every invalid field, the TLS setup included, in one error
@@ -322,7 +328,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 		}
 		if probe != nil && !errors.Is(err, replication.ErrRefused) {
 			if authErr := probe.slot.get(); authErr != nil {
-				return nil, fmt.Errorf("%w: %w: dial %s: TLS: %w", replication.ErrDisconnected, replication.ErrAuthFailed, d.addr, authErr)
+				return nil, fmt.Errorf("%w: %w: dial %s: TLS: %w; %s", replication.ErrDisconnected, replication.ErrAuthFailed, d.addr, authErr, remedyAuth)
 			}
 		}
 		return nil, err
@@ -330,7 +336,9 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	// The dial ctx bounds the handshake only; the stream lives on sctx.
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	cs, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: streamName, ServerStreams: true, ClientStreams: true}, fullMethod)
+	// Ask for heartbeats: a leader that knows them promises an interval in
+	// its header; an older one ignores the key.
+	cs, err := cc.NewStream(metadata.AppendToOutgoingContext(sctx, heartbeatKey, "1"), &grpc.StreamDesc{StreamName: streamName, ServerStreams: true, ClientStreams: true}, fullMethod)
 	if err != nil {
 		return fail(fmt.Errorf("%w: dial %s: %w", replication.ErrDisconnected, d.addr, err))
 	}
@@ -358,6 +366,12 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	if !stop() {
 		return fail(ctx.Err()) // ctx ended just now and cancelled the stream
 	}
+	if v := md.Get(heartbeatIntervalKey); len(v) == 1 {
+		if every, perr := time.ParseDuration(v[0]); perr == nil && every > 0 {
+			c.hb = every
+		}
+	}
+	c.heard.Store(time.Now().UnixNano())
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -385,6 +399,42 @@ type followerConn struct {
 	local bool
 	done  chan struct{}
 	once  sync.Once
+
+	// sendMu serialises SendMsg between Send (acks) and the pongs of
+	// recvLoop: gRPC allows one SendMsg at a time.
+	sendMu sync.Mutex
+	hb     time.Duration // the leader's heartbeat interval; 0: none
+	heard  atomic.Int64  // unix ns of the last frame from the leader
+	lastHB atomic.Pointer[replication.Heartbeat]
+}
+
+var _ replication.LivenessConn = (*followerConn)(nil)
+
+// HeartbeatInterval implements replication.LivenessConn.
+func (c *followerConn) HeartbeatInterval() time.Duration { return c.hb }
+
+// LastHeard implements replication.LivenessConn.
+func (c *followerConn) LastHeard() (time.Time, replication.Heartbeat) {
+	var hb replication.Heartbeat
+	if p := c.lastHB.Load(); p != nil {
+		hb = *p
+	}
+	return time.Unix(0, c.heard.Load()), hb
+}
+
+// heartbeat records a heartbeat and answers it, unless an ack is being
+// sent just now (that ack tells the leader the same).
+func (c *followerConn) heartbeat(f []byte) error {
+	hb, err := decodeHeartbeat(f)
+	if err != nil {
+		return err
+	}
+	c.lastHB.Store(&hb)
+	if c.sendMu.TryLock() {
+		_ = c.cs.SendMsg(&frame{[]byte{framePong}}) // a failure shows in RecvMsg
+		c.sendMu.Unlock()
+	}
+	return nil
 }
 
 func (c *followerConn) fail(err error) {
@@ -446,11 +496,17 @@ func (c *followerConn) recvLoop() {
 			c.fail(err)
 			return
 		}
+		c.heard.Store(time.Now().UnixNano())
+		if c.hb > 0 && len(f.b) > 0 && f.b[0] == frameHeartbeat {
+			if err := c.heartbeat(f.b); err != nil {
+				c.badFrame(err)
+				return
+			}
+			continue
+		}
 		b, err := decodeBatchFrame(f.b)
 		if err != nil {
-			c.d.stats.badFrames.Add(1)
-			c.d.opts.Logger.Warn("oncewal follower: closing stream: bad frame from leader", "leader", c.d.addr, "err", err)
-			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
+			c.badFrame(err)
 			return
 		}
 		c.d.stats.batches.Add(1)
@@ -462,6 +518,13 @@ func (c *followerConn) recvLoop() {
 			return
 		}
 	}
+}
+
+// badFrame ends the stream for a frame the leader should not have sent.
+func (c *followerConn) badFrame(err error) {
+	c.d.stats.badFrames.Add(1)
+	c.d.opts.Logger.Warn("oncewal follower: closing stream: bad frame from leader", "leader", c.d.addr, "err", err)
+	c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
 }
 
 // Recv implements replication.FollowerConn. The returned slice is the
@@ -493,7 +556,9 @@ func (c *followerConn) Send(ctx context.Context, ack replication.Ack) error {
 		return err
 	}
 	stop := context.AfterFunc(ctx, func() { c.fail(fmt.Errorf("%w: send cancelled", replication.ErrDisconnected)) })
+	c.sendMu.Lock()
 	err := c.cs.SendMsg(&frame{encodeAck(ack)})
+	c.sendMu.Unlock()
 	if !stop() {
 		return ctx.Err()
 	}

@@ -40,8 +40,9 @@
 // refusal's kind and text, and the follower's Recv (or Dial) returns an
 // error wrapping ErrRefused, replication.ErrDisconnected and the refusal's
 // own sentinel (replication.ErrWrongShard, ErrFenced, ErrStaleEpoch,
-// ErrDiverged, ErrBehindRetention, ErrUnknownFollower, ErrBadFollowerID,
-// ErrBadHello — the most specific one a refusal wraps), so the follower's
+// ErrDiverged, ErrBehindRetention, ErrUnknownFollower,
+// ErrDuplicateFollower, ErrBadFollowerID, ErrBadHello — the most specific
+// one a refusal wraps), so the follower's
 // redial loop knows that retrying alone will not fix it, logs why and
 // counts it by reason. ErrRefused is replication.ErrRefused, which the
 // in-process transport returns too.
@@ -58,6 +59,15 @@
 // ProtocolVersion is 2; a leader refuses a hello of any other version (the
 // 22-byte version-1 hello included) and a version-1 leader refuses version 2,
 // so a leader and its followers are upgraded together. See frame.go.
+//
+// Heartbeats (0x04: the leader's last LSN u64 and WAL time i64) and the
+// follower's answer to each (0x05, one byte) are negotiated per stream
+// outside the hello: the follower asks with request metadata
+// oncewal-heartbeat: 1, and a leader that sends them promises its interval
+// (ServerOptions.HeartbeatInterval, default 1s) in the accept header
+// oncewal-heartbeat-interval. A peer of the previous release neither asks
+// nor promises and never receives either frame, so the hello stays at
+// version 2 and a leader or a follower can be upgraded first.
 //
 // # Limits and bad input
 //
@@ -93,6 +103,11 @@
 //     DialerOptions KeepaliveTime/KeepaliveTimeout; the server's enforcement
 //     policy permits client pings every 5s) drop a dead peer; the follower
 //     redials, the Shipper accepts the new stream and resumes from the hello.
+//     Keepalives take 30–40 s and are answered by gRPC itself, so on top of
+//     them the leader's stream sends heartbeats (replication.HeartbeatConn)
+//     that the follower bounds (follower.Options.LeaderTimeout: a stopped
+//     leader is noticed in seconds) and answers (replication.PeerConn: the
+//     leader tells a live connection of a follower ID from a dead one).
 //
 // # Security
 //

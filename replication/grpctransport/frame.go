@@ -20,14 +20,33 @@ import (
 //	       last batch epoch u64 | last batch header CRC u32 | id length u8 | follower ID
 //	ack    (follower → leader, then):          0x02 | flags u8 | shard u32 | epoch u64 | applied u64
 //	batch  (leader → follower):                0x03 | wal batch bytes (header + body, as wal.AppendBatch made them)
+//	heartbeat (leader → follower):             0x04 | last LSN u64 | WAL time i64 (unix ns)
+//	pong   (follower → leader, per heartbeat): 0x05
+//
+// Heartbeats and pongs are sent only on a stream whose follower asked for
+// them in its request metadata (heartbeatKey) and whose leader answered
+// with its interval in the response header (heartbeatIntervalKey). A peer
+// of an earlier version neither asks nor answers, so it never sees a frame
+// type it does not know: the hello stays at version 2 and each side of an
+// upgrade works with the other.
 //
 // The hello is 35 bytes plus the follower ID (0..replication.MaxFollowerIDLen
 // bytes of [A-Za-z0-9._-]); its length must match the ID length exactly.
 // Ack flags: bit 0 = Refused; the other bits must be zero.
 const (
-	frameHello byte = 0x01
-	frameAck   byte = 0x02
-	frameBatch byte = 0x03
+	frameHello     byte = 0x01
+	frameAck       byte = 0x02
+	frameBatch     byte = 0x03
+	frameHeartbeat byte = 0x04
+	framePong      byte = 0x05
+
+	heartbeatFrameSize = 1 + 8 + 8
+
+	// heartbeatKey is the request metadata by which a follower asks for
+	// heartbeats; heartbeatIntervalKey the response header by which the
+	// leader promises them, with their interval (a Go duration string).
+	heartbeatKey         = "oncewal-heartbeat"
+	heartbeatIntervalKey = "oncewal-heartbeat-interval"
 
 	// ProtocolVersion is carried in the hello; a leader refuses other values.
 	// Version 2 added the follower ID and the last batch's identity.
@@ -148,6 +167,20 @@ func decodeAck(f []byte) (replication.Ack, error) {
 	}
 	a.Refused = flags&1 != 0
 	return a, nil
+}
+
+func encodeHeartbeat(hb replication.Heartbeat) []byte {
+	b := make([]byte, 0, heartbeatFrameSize)
+	b = append(b, frameHeartbeat)
+	b = binary.LittleEndian.AppendUint64(b, hb.LastLSN)
+	return binary.LittleEndian.AppendUint64(b, uint64(hb.WALTime))
+}
+
+func decodeHeartbeat(f []byte) (replication.Heartbeat, error) {
+	if len(f) != heartbeatFrameSize || f[0] != frameHeartbeat {
+		return replication.Heartbeat{}, fmt.Errorf("%w: heartbeat of %d bytes, want %d", ErrBadFrame, len(f), heartbeatFrameSize)
+	}
+	return replication.Heartbeat{LastLSN: binary.LittleEndian.Uint64(f[1:]), WALTime: int64(binary.LittleEndian.Uint64(f[9:]))}, nil
 }
 
 // decodeBatchFrame checks a batch frame's type, header and length and returns

@@ -58,6 +58,13 @@ type ServerOptions struct {
 	// dropping the connection. Defaults 30s and 10s. The enforcement policy
 	// lets followers ping every 5s at most.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// HeartbeatInterval is how often the leader sends a heartbeat on each
+	// stream whose follower asks for them (replication.Heartbeat), whether
+	// or not batches flow, so that a follower can tell a stopped leader
+	// from an idle one; the follower answers each, which tells the leader
+	// which connection of a follower ID is alive. Default
+	// DefaultHeartbeatInterval (1s); negative: none.
+	HeartbeatInterval time.Duration
 	// Snapshots, if set, gives the snapshot donor of a shard (nil: none)
 	// that the Snapshot method serves (see snapshot.go); a follower that
 	// must be rebuilt fetches from it with a SnapshotClient. Default: none
@@ -82,11 +89,15 @@ func (o *ServerOptions) EnsureDefaults() *ServerOptions {
 	if o.KeepaliveTimeout == 0 {
 		o.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
 	return o
 }
 
 // Validate reports every invalid field, the TLS setup included, in one error
-// wrapping ErrBadOptions (zero fields are valid: they mean the default).
+// wrapping ErrBadOptions (zero fields are valid: they mean the default;
+// a negative HeartbeatInterval turns heartbeats off).
 func (o *ServerOptions) Validate() error {
 	errs := negatives([]namedValue{{"SendBuffer", int64(o.SendBuffer)}, {"HelloTimeout", int64(o.HelloTimeout)},
 		{"KeepaliveTime", int64(o.KeepaliveTime)}, {"KeepaliveTimeout", int64(o.KeepaliveTimeout)}})
@@ -369,6 +380,7 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	c := &leaderConn{
 		s:      s,
 		remote: remote,
+		hb:     wantsHeartbeats(ctx, s.opts.HeartbeatInterval),
 		ss:     ss,
 		sendq:  make(chan []byte, s.opts.SendBuffer),
 		acks:   make(chan replication.Ack, 64),
@@ -407,7 +419,8 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 		q, routed, served, ok := s.queueFor(c.hello.Shard)
 		if !ok {
 			s.stats.unserved.Add(1)
-			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v)", replication.ErrWrongShard, c.hello.Shard, served)
+			why := fmt.Errorf("%w: leader serves no shard %d (it serves shards %v); start the follower with a shard the leader serves (oncewal follower --shard, --shards)",
+				replication.ErrWrongShard, c.hello.Shard, served)
 			s.opts.Logger.Warn("oncewal leader: refused a stream for a shard it does not serve", "remote", remote,
 				"follower", c.hello.FollowerID, "err", why)
 			return status.Error(codes.NotFound, refusalMessage(why))
@@ -426,8 +439,13 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 			return status.Error(codes.Unavailable, "oncewal: leader shutting down")
 		}
 	}
-	// The header tells the follower's Dial that the leader took the stream.
-	if err := ss.SendHeader(metadata.Pairs("oncewal-accepted", "1")); err != nil {
+	// The header tells the follower's Dial that the leader took the stream,
+	// and, if it asked, the heartbeat interval promised.
+	md := metadata.Pairs("oncewal-accepted", "1")
+	if c.hb > 0 {
+		md.Set(heartbeatIntervalKey, c.hb.String())
+	}
+	if err := ss.SendHeader(md); err != nil {
 		return err
 	}
 	for {
@@ -436,8 +454,10 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 			if err := ss.SendMsg(&frame{b}); err != nil {
 				return err
 			}
-			s.stats.batches.Add(1)
-			s.stats.bytes.Add(uint64(len(b) - 1))
+			if b[0] == frameBatch {
+				s.stats.batches.Add(1)
+				s.stats.bytes.Add(uint64(len(b) - 1))
+			}
 		case <-c.done:
 			local = c.closedLocally()
 			return c.status()
@@ -449,10 +469,22 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	}
 }
 
+// wantsHeartbeats is the heartbeat interval of a stream: every, if the
+// follower asked for heartbeats in its request metadata, else 0.
+func wantsHeartbeats(ctx context.Context, every time.Duration) time.Duration {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if every <= 0 || !slices.Contains(md.Get(heartbeatKey), "1") {
+		return 0
+	}
+	return every
+}
+
 // leaderConn is the leader's end of one stream; implements replication.LeaderConn.
 type leaderConn struct {
 	s      *Server
 	remote string
+	hb     time.Duration // heartbeat interval; 0: the follower did not ask
+	heard  atomic.Int64  // unix ns of the last frame from the follower
 	ss     grpc.ServerStream
 	hello  replication.Ack
 	helloc chan replication.Ack
@@ -466,7 +498,36 @@ type leaderConn struct {
 	done    chan struct{}
 }
 
-var _ replication.RefusingConn = (*leaderConn)(nil)
+var (
+	_ replication.RefusingConn  = (*leaderConn)(nil)
+	_ replication.HeartbeatConn = (*leaderConn)(nil)
+	_ replication.PeerConn      = (*leaderConn)(nil)
+)
+
+// HeartbeatInterval implements replication.HeartbeatConn.
+func (c *leaderConn) HeartbeatInterval() time.Duration { return c.hb }
+
+// SendHeartbeat implements replication.HeartbeatConn: it queues the
+// heartbeat unless the send queue is full.
+func (c *leaderConn) SendHeartbeat(hb replication.Heartbeat) error {
+	if c.hb <= 0 {
+		return nil
+	}
+	if err := c.ended(); err != nil {
+		return fmt.Errorf("grpctransport: heartbeat: %w", err)
+	}
+	select {
+	case c.sendq <- encodeHeartbeat(hb):
+	default:
+	}
+	return nil
+}
+
+// RemoteAddr implements replication.PeerConn.
+func (c *leaderConn) RemoteAddr() string { return c.remote }
+
+// LastHeard implements replication.PeerConn.
+func (c *leaderConn) LastHeard() time.Time { return time.Unix(0, c.heard.Load()) }
 
 // refusedPrefix starts the status message of a refused stream: then the
 // refusal's kind (refusalKinds, or "other"), ": " and its text. The
@@ -489,6 +550,7 @@ var refusalKinds = []refusalKind{
 	{"diverged", replication.ErrDiverged},
 	{"behind-retention", replication.ErrBehindRetention},
 	{"unknown-follower", replication.ErrUnknownFollower},
+	{"duplicate-follower", replication.ErrDuplicateFollower},
 	{"bad-follower-id", replication.ErrBadFollowerID},
 	{"bad-hello", replication.ErrBadHello},
 }
@@ -524,6 +586,10 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 			}
 			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
 			return
+		}
+		c.heard.Store(time.Now().UnixNano())
+		if !first && c.hb > 0 && len(f.b) == 1 && f.b[0] == framePong {
+			continue // its only job: heard, above
 		}
 		if first {
 			first = false

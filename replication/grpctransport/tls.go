@@ -149,7 +149,7 @@ func (c loggedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		c.refused.Add(1)
 		c.log.Warn("oncewal leader: refused follower connection: TLS handshake failed",
-			"remote", raw.RemoteAddr().String(), "reason", err.Error())
+			"remote", raw.RemoteAddr().String(), "reason", err.Error(), "remedy", remedyAuth)
 		return nil, nil, err
 	}
 	if ti, ok := info.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {

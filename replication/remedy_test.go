@@ -1,0 +1,49 @@
+package replication
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// fixedLog is a HelloLog that holds LSNs first..last and no batch
+// identities.
+type fixedLog struct{ first, last uint64 }
+
+func (l fixedLog) Retained() (uint64, uint64)                   { return l.first, l.last }
+func (l fixedLog) BatchEndingAt(uint64) (BatchRef, bool, error) { return BatchRef{}, false, nil }
+func (l fixedLog) Boundary() EpochBoundary                      { return EpochBoundary{} }
+
+// TestRefusalTextsSayWhatToDo: every refusal a leader gives names its cause
+// and what the operator does about it, and keeps its sentinel (errors.Is).
+// (They named the cause only: `unknown follower: "f3" is not registered`.)
+func TestRefusalTextsSayWhatToDo(t *testing.T) {
+	fo := newFanout(FanoutOptions{ShipperOptions: ShipperOptions{Shard: 2}, Followers: []string{"f1"}}, false)
+	route := func(h Ack) error {
+		fo.mu.Lock()
+		defer fo.mu.Unlock()
+		_, err := fo.routeLocked(h)
+		return err
+	}
+	l := &shipLoop{p: &peer{id: "f1"}, o: &ShipperOptions{Epoch: func() uint64 { return 2 }}}
+	for _, tc := range []struct {
+		name     string
+		err      error
+		sentinel error
+		remedy   string
+	}{
+		{"unknown follower", route(Ack{Shard: 2, FollowerID: "f3"}), ErrUnknownFollower,
+			`"f3" is not registered with the leader of shard 2: add f3 to the leader's followers (oncewal leader --followers)`},
+		{"anonymous follower", route(Ack{Shard: 2}), ErrUnknownFollower, "oncewal follower --id"},
+		{"bad follower ID", route(Ack{Shard: 2, FollowerID: "a b"}), ErrBadFollowerID, "choose an ID of 1-64 bytes"},
+		{"diverged", CheckHello(Ack{AppliedLSN: 9, LastBatch: BatchRef{Epoch: 1, CRC: 1}}, fixedLog{1, 5}), ErrDiverged,
+			"rebuild the follower's store from a snapshot (oncewal follower --rebuild auto"},
+		{"behind retention", CheckHello(Ack{AppliedLSN: 2, LastBatch: BatchRef{Epoch: 1, CRC: 1}}, fixedLog{10, 20}), ErrBehindRetention,
+			"oncewal leader --max-retained-bytes"},
+		{"fenced", l.fencedErr(3), ErrFenced, "a newer leader was promoted; stop this one"},
+	} {
+		if !errors.Is(tc.err, tc.sentinel) || !strings.Contains(tc.err.Error(), tc.remedy) {
+			t.Errorf("%s: %v; want %v saying %q", tc.name, tc.err, tc.sentinel, tc.remedy)
+		}
+	}
+}
