@@ -48,7 +48,14 @@ func readRows(path string, stderr io.Writer) (rows []storeRow, node bool, err er
 	return []storeRow{{arg: path, dir: path, pos: pos}}, false, nil
 }
 
+// readStorePosition reads the position of the store in dir; Pebble's
+// corruption comes back as follower.ErrStoreCorrupt.
 func readStorePosition(dir string, stderr io.Writer) (replication.Ack, error) {
+	pos, err := readStorePositionOf(dir, stderr)
+	return pos, follower.CorruptStoreError(dir, err)
+}
+
+func readStorePositionOf(dir string, stderr io.Writer) (replication.Ack, error) {
 	db, err := openReadOnly(dir, stderr)
 	if err != nil {
 		return replication.Ack{}, err
@@ -165,6 +172,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 	}
 	best, marked := mostAdvanced(dirs, rows)
 	failed := 0
+	var rowErrs []error
 	if jsonOut {
 		res := struct {
 			Stores       []positionJSON `json:"stores"`
@@ -178,6 +186,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 			}
 			if r.err != nil {
 				p.Error, failed = r.err.Error(), failed+1
+				rowErrs = append(rowErrs, r.err)
 			}
 			res.Stores = append(res.Stores, p)
 		}
@@ -197,6 +206,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 			}
 			if r.err != nil {
 				failed++
+				rowErrs = append(rowErrs, r.err)
 				fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t\t\n", filepath.Clean(r.dir), shard, r.err)
 				continue
 			}
@@ -215,7 +225,9 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d stores could not be read", failed, len(rows))
+		// Each reason, typed (errors.Is: follower.ErrStoreLocked,
+		// ErrStoreCorrupt, ...), not only the count.
+		return fmt.Errorf("%d of %d stores could not be read: %w", failed, len(rows), errors.Join(rowErrs...))
 	}
 	return nil
 }
