@@ -157,6 +157,20 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	// Every store is read in full before anything changes: a damaged block
+	// met by the leader's open would otherwise stop the promotion after the
+	// move and after earlier shards took the new epoch.
+	for _, d := range append([]string{c.dir}, c.peers...) {
+		rs, _, err := readRows(d, stderr)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if err := verifyStore(r.dir, stderr); err != nil {
+				return fmt.Errorf("%w: %w", errCannotPromote, err)
+			}
+		}
+	}
 	epoch := c.epoch
 	if epoch == 0 {
 		epoch = seen + 1
