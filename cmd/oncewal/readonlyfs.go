@@ -49,7 +49,7 @@ func (readOnlyFS) Lock(name string) (io.Closer, error) {
 		f.Close()
 		// A refused shared lock: a process holds the store
 		// (follower.ErrStoreLocked).
-		return nil, fmt.Errorf("lock %s: %w", name, follower.LockError(name, err))
+		return nil, follower.LockError(name, err)
 	}
 	return f, nil
 }
