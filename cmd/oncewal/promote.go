@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -35,7 +36,13 @@ store before promote returns; from then on those stores refuse the deposed
 leader's batches. A peer behind the promoted follower cannot continue from
 the new leader's log (it starts after the promoted position: refused as
 behind retention) and must be rebuilt, e.g. from a copy of DIR taken before
-the promotion. Nothing is moved or written when a check fails.`
+the promotion. Nothing is moved or written when a check fails: every
+store of DIR and the peers is read in full first (a damaged one is refused,
+naming it). Then the decision (epoch, target) is written to PROMOTING in the
+node directory being made, and the move and each shard's new epoch follow:
+a promotion interrupted at any step (a crash, an error) is finished by
+running the same command again; oncewal leader refuses the directory until
+then.`
 
 // Refusals of promote.
 var (
@@ -95,9 +102,21 @@ type promoteConfig struct {
 	dir, out string
 	epoch    uint64
 	peers    []string
+	fs       vfs.FS // what promote changes files through (nil: the OS); its reads are the OS's
 }
 
 func promote(c promoteConfig, stdout, stderr io.Writer) error {
+	fs := c.fs
+	if fs == nil {
+		fs = vfs.Default
+	}
+	// An interrupted run of this command is finished, not started again.
+	if in, ok, err := findIntent(fs, c); err != nil {
+		return err
+	} else if ok {
+		fmt.Fprintf(stdout, "finishing an interrupted promotion of %s to epoch %d\n", in.Dir, in.Epoch)
+		return reportPromoted(finishPromote(fs, in, stdout), in, stdout)
+	}
 	rows, node, err := readRows(c.dir, stderr)
 	if err != nil {
 		return err
@@ -178,33 +197,40 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --epoch %d is not above epoch %d, which %s has seen", replication.ErrStaleEpoch, epoch, seen, seenBy)
 	}
 
-	target := c.dir
+	in := promoteIntent{Dir: c.dir, Out: c.out, Node: node, Shards: shards, Epoch: epoch}
 	if c.out != "" {
-		if _, err := os.Lstat(c.out); err == nil || !errors.Is(err, os.ErrNotExist) {
+		// An empty --out (or one holding a partial intent) is what a run
+		// interrupted before its intent was durable leaves.
+		names, err := fs.List(c.out)
+		names = slices.DeleteFunc(names, func(n string) bool { return n == promoteIntentName+".tmp" })
+		if err == nil && len(names) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: --out %s already exists", errCannotPromote, c.out)
 		}
-		target = c.out
-		if err := moveInto(c.dir, c.out, node); err != nil {
-			return err
+		if !node {
+			if err := fs.MkdirAll(c.out, 0o755); err != nil {
+				return err
+			}
+			if err := syncDirFS(fs, filepath.Dir(filepath.Clean(c.out))); err != nil {
+				return err
+			}
 		}
-		fmt.Fprintf(stdout, "moved %s to %s\n", c.dir, storeDirIn(c.out, node))
 	}
-	l, err := leader.Open(target, &leader.Options{
-		Shards: shards, Epoch: epoch,
-		Logger: slog.New(slog.DiscardHandler), Store: follower.Options{Logger: slog.New(slog.DiscardHandler)},
-	})
-	if err != nil {
-		return fmt.Errorf("opening %s as the leader at epoch %d: %w", target, epoch, err)
-	}
-	for s := range uint32(shards) {
-		sh, _ := l.Shard(s)
-		fmt.Fprintf(stdout, "shard %d: epoch %d starts at LSN %d (after %s)\n", s, sh.Epoch(), sh.NextLSN(), fmtBatchRef(rows[s].pos.LastBatch))
-	}
-	if err := l.Close(); err != nil {
+	// From here on the promotion is all or nothing: the intent is durable
+	// before anything else changes, and the same command run again after a
+	// crash or an error finishes it (finishPromote).
+	if err := writeIntent(fs, in.home(false), in); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "promoted: %s is the leader node directory of %d shard(s) at epoch %d\n", target, shards, epoch)
-	fmt.Fprintf(stdout, "serve it: oncewal leader --dir %s --shards %d --followers ID,... --listen ADDR (TLS flags)\n", target, shards)
+	return reportPromoted(finishPromote(fs, in, stdout), in, stdout)
+}
+
+func reportPromoted(err error, in promoteIntent, stdout io.Writer) error {
+	if err != nil {
+		return err
+	}
+	target := in.target()
+	fmt.Fprintf(stdout, "promoted: %s is the leader node directory of %d shard(s) at epoch %d\n", target, in.Shards, in.Epoch)
+	fmt.Fprintf(stdout, "serve it: oncewal leader --dir %s --shards %d --followers ID,... --listen ADDR (TLS flags)\n", target, in.Shards)
 	return nil
 }
 
@@ -231,35 +257,21 @@ func storeDirIn(out string, node bool) string {
 }
 
 // moveInto renames a node directory to out, or a single store to
-// out/shard-0000, and makes the renames durable. A rename is atomic: after
-// a crash the directory is in one place or the other.
-func moveInto(dir, out string, node bool) error {
+// out/shard-0000 (out exists then: promote made it), and makes the renames
+// durable. A rename is atomic: after a crash the directory is in one place
+// or the other.
+func moveInto(fs vfs.FS, dir, out string, node bool) error {
 	parent := filepath.Dir(filepath.Clean(out))
 	if !node {
-		if err := os.Mkdir(out, 0o755); err != nil {
-			return err
-		}
 		parent = out
 	}
-	if err := os.Rename(dir, storeDirIn(out, node)); err != nil {
-		if !node {
-			_ = os.Remove(out)
-		}
+	if err := fs.Rename(dir, storeDirIn(out, node)); err != nil {
 		return fmt.Errorf("moving %s: %w", dir, err)
 	}
 	for _, d := range []string{filepath.Dir(filepath.Clean(dir)), parent, filepath.Dir(filepath.Clean(out))} {
-		if err := syncDir(d); err != nil {
+		if err := syncDirFS(fs, d); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
