@@ -221,7 +221,12 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 		if best != "" {
 			fmt.Fprintf(out, "\nmost advanced: %s\n", best)
 		} else {
-			fmt.Fprintln(out, "\nmost advanced: none (no directory is ahead on every shard, or a store could not be read)")
+			switch {
+			case failed > 0:
+				fmt.Fprintln(out, "\nmost advanced: none known (a store could not be read)")
+			default:
+				fmt.Fprintf(out, "\nmost advanced: none (no directory is ahead on every shard); %s\n", catchUpAdvice(dirs))
+			}
 		}
 	}
 	if failed > 0 {

@@ -15,7 +15,7 @@ import (
 	"github.com/oncewal/oncewal/replication"
 )
 
-const promoteSynopsis = `promote --dir DIR [--out LEADER_DIR] [--epoch E] [--peers DIR,DIR,...]
+const promoteSynopsis = `promote --dir DIR [--out LEADER_DIR] [--epoch E] [--peers DIR,DIR,... [--catch-up]]
 
 Turns a stopped follower into the leader of its shards at a higher epoch,
 after its leader died: oncewal leader --dir LEADER_DIR then serves it.
@@ -29,7 +29,10 @@ the leader of a one-shard deployment; --out is then required.
 --peers names the other followers of the same shards (stopped: promote
 reads their stores): promote refuses DIR if any of them is more advanced on
 any shard — the later last-batch epoch, then the higher applied LSN; equal
-is fine — naming it, so the LSNs a majority acknowledged survive. --epoch
+is fine — naming it, so the LSNs a majority acknowledged survive. When no
+follower is the most advanced on every shard, --catch-up first replaces each
+store of DIR a peer is ahead on with a verified copy of the most advanced
+peer's store of that shard (same identity; installed atomically). --epoch
 must exceed every epoch DIR and the peers have seen (default: the highest
 + 1). The new epoch and the LSN its log starts at are persisted in each
 store before promote returns; from then on those stores refuse the deposed
@@ -60,6 +63,7 @@ func runPromote(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "move it here first (required for a single store, which becomes OUT/shard-0000)")
 	epoch := fs.Uint64("epoch", 0, "the new leader epoch (0: the highest epoch DIR and the peers have seen + 1)")
 	peers := fs.String("peers", "", "comma-separated other followers of the same shards, to check DIR is the most advanced")
+	catchUp := fs.Bool("catch-up", false, "first replace each store of DIR that a peer is ahead on with a verified copy of the most advanced peer's store of that shard (when no follower is the most advanced on every shard)")
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -91,7 +95,13 @@ func runPromote(args []string, stdout, stderr io.Writer) int {
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
-	if err := promote(promoteConfig{dir: *dir, out: *out, epoch: *epoch, peers: peerDirs}, stdout, stderr); err != nil {
+	if *catchUp && len(peerDirs) == 0 {
+		c.failf("--catch-up needs --peers")
+	}
+	if code, bad := c.refuse(fs, stderr); bad {
+		return code
+	}
+	if err := promote(promoteConfig{dir: *dir, out: *out, epoch: *epoch, peers: peerDirs, catchUp: *catchUp}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "oncewal promote: %v\n", err)
 		return exitFailure
 	}
@@ -102,6 +112,7 @@ type promoteConfig struct {
 	dir, out string
 	epoch    uint64
 	peers    []string
+	catchUp  bool   // replace DIR's stores that a peer is ahead on with a verified copy of the most advanced
 	fs       vfs.FS // what promote changes files through (nil: the OS); its reads are the OS's
 }
 
@@ -115,7 +126,7 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 		return err
 	} else if ok {
 		fmt.Fprintf(stdout, "finishing an interrupted promotion of %s to epoch %d\n", in.Dir, in.Epoch)
-		return reportPromoted(finishPromote(fs, in, stdout), in, stdout)
+		return reportPromoted(finishPromote(fs, in, stdout, stderr), in, stdout)
 	}
 	rows, node, err := readRows(c.dir, stderr)
 	if err != nil {
@@ -152,6 +163,10 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	for _, r := range rows {
 		note(r)
 	}
+	// best is, per shard, the most advanced store of DIR and the peers
+	// (DIR's on a tie).
+	best := slices.Clone(rows)
+	all := slices.Clone(rows)
 	for _, p := range c.peers {
 		prows, pnode, err := readRows(p, stderr)
 		if err != nil {
@@ -168,13 +183,23 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			if int(pr.shard) >= shards {
 				return fmt.Errorf("%w: peer %s holds shard %d, %s only shards 0..%d", errCannotPromote, p, pr.shard, c.dir, shards-1)
 			}
-			mine := rows[pr.shard]
-			if replication.ComparePositions(pr.pos, mine.pos) > 0 {
-				return fmt.Errorf("%w: %s%s is at LSN %d (last batch %s), peer %s is ahead at LSN %d (last batch %s): promote %s instead",
-					errNotMostAdvanced, c.dir, shardNote(mine), mine.pos.AppliedLSN, fmtBatchRef(mine.pos.LastBatch),
-					pr.dir, pr.pos.AppliedLSN, fmtBatchRef(pr.pos.LastBatch), p)
+			if replication.ComparePositions(pr.pos, best[pr.shard].pos) > 0 {
+				best[pr.shard] = pr
 			}
 		}
+		all = append(all, prows...)
+	}
+	var catchUp []catchUpStore
+	for s, b := range best {
+		if b.arg == c.dir {
+			continue
+		}
+		mine := rows[s]
+		if !c.catchUp {
+			return notMostAdvanced(c, mine, b, all)
+		}
+		catchUp = append(catchUp, catchUpStore{Shard: uint32(s), From: b.dir, AppliedLSN: b.pos.AppliedLSN,
+			LastBatch: b.pos.LastBatch})
 	}
 	// Every store is read in full before anything changes: a damaged block
 	// met by the leader's open would otherwise stop the promotion after the
@@ -190,6 +215,11 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	for _, cu := range catchUp {
+		if err := checkCatchUpIdentity(c.dir, node, cu); err != nil {
+			return err
+		}
+	}
 	epoch := c.epoch
 	if epoch == 0 {
 		epoch = seen + 1
@@ -197,7 +227,7 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --epoch %d is not above epoch %d, which %s has seen", replication.ErrStaleEpoch, epoch, seen, seenBy)
 	}
 
-	in := promoteIntent{Dir: c.dir, Out: c.out, Node: node, Shards: shards, Epoch: epoch}
+	in := promoteIntent{Dir: c.dir, Out: c.out, Node: node, Shards: shards, Epoch: epoch, CatchUp: catchUp}
 	if c.out != "" {
 		// An empty --out (or one holding a partial intent) is what a run
 		// interrupted before its intent was durable leaves.
@@ -221,7 +251,7 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	if err := writeIntent(fs, in.home(false), in); err != nil {
 		return err
 	}
-	return reportPromoted(finishPromote(fs, in, stdout), in, stdout)
+	return reportPromoted(finishPromote(fs, in, stdout, stderr), in, stdout)
 }
 
 func reportPromoted(err error, in promoteIntent, stdout io.Writer) error {
@@ -232,6 +262,30 @@ func reportPromoted(err error, in promoteIntent, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "promoted: %s is the leader node directory of %d shard(s) at epoch %d\n", target, in.Shards, in.Epoch)
 	fmt.Fprintf(stdout, "serve it: oncewal leader --dir %s --shards %d --followers ID,... --listen ADDR (TLS flags)\n", target, in.Shards)
 	return nil
+}
+
+// notMostAdvanced is the refusal of DIR when peer row ahead is ahead of
+// DIR's row mine: "promote X instead" when one directory is the most
+// advanced on every shard; otherwise the catch-up command (the same advice
+// whichever directory was given: no two answers name each other).
+func notMostAdvanced(c promoteConfig, mine, ahead storeRow, all []storeRow) error {
+	args := append([]string{c.dir}, c.peers...)
+	what := fmt.Sprintf("%s%s is at LSN %d (last batch %s), peer %s is ahead at LSN %d (last batch %s)",
+		c.dir, shardNote(mine), mine.pos.AppliedLSN, fmtBatchRef(mine.pos.LastBatch),
+		ahead.dir, ahead.pos.AppliedLSN, fmtBatchRef(ahead.pos.LastBatch))
+	if best, _ := mostAdvanced(args, all); best != "" {
+		return fmt.Errorf("%w: %s: promote %s instead", errNotMostAdvanced, what, best)
+	}
+	return fmt.Errorf("%w: %s, and no follower is the most advanced on every shard: %s",
+		errNotMostAdvanced, what, catchUpAdvice(args))
+}
+
+// catchUpAdvice is the recipe when no directory is the most advanced on
+// every shard: promote the first with the others' stores of the shards
+// they lead.
+func catchUpAdvice(args []string) string {
+	return fmt.Sprintf("promote one with a copy of the most advanced store of each shard: oncewal promote --dir %s --peers %s --catch-up",
+		args[0], strings.Join(args[1:], ","))
 }
 
 func shardsOf(rows []storeRow) []uint32 {

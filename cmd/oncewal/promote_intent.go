@@ -32,6 +32,8 @@ type promoteIntent struct {
 	Node   bool   `json:"node"`
 	Shards int    `json:"shards"`
 	Epoch  uint64 `json:"epoch"`
+	// CatchUp are the stores of Dir replaced first (promote --catch-up).
+	CatchUp []catchUpStore `json:"catch_up,omitempty"`
 }
 
 // intentHome is the directory that holds the intent: the node directory
@@ -126,11 +128,20 @@ func writeIntent(fs vfs.FS, dir string, in promoteIntent) error {
 
 // finishPromote carries out a promotion whose intent is durable, every
 // step of it idempotent, so that the same command run again after a crash
-// or an error at any step finishes it: move DIR into --out if it is still
-// in place, open the target as the leader at the intent's epoch (each
+// or an error at any step finishes it: replace the --catch-up stores (if
+// DIR is still in place), move DIR into --out if it is still in place, open the target as the leader at the intent's epoch (each
 // shard's store takes the epoch and its log starts; a shard that took it
 // already keeps it), then remove the intent.
-func finishPromote(fs vfs.FS, in promoteIntent, stdout io.Writer) error {
+func finishPromote(fs vfs.FS, in promoteIntent, stdout, stderr io.Writer) error {
+	if exists(fs, in.Dir) {
+		// Not moved yet: the catch-up copies come first.
+		if err := catchUp(fs, in, stderr); err != nil {
+			return fmt.Errorf("%w (run %s again to finish the promotion)", err, in.command())
+		}
+		for _, cu := range in.CatchUp {
+			fmt.Fprintf(stdout, "shard %d: caught up from %s (LSN %d, last batch %s)\n", cu.Shard, cu.From, cu.AppliedLSN, fmtBatchRef(cu.LastBatch))
+		}
+	}
 	if in.Out != "" {
 		if _, err := fs.Stat(in.Dir); err == nil {
 			if err := moveInto(fs, in.Dir, in.Out, in.Node); err != nil {
@@ -192,4 +203,9 @@ func checkNoIntent(dir string) error {
 	}
 	return fmt.Errorf("%w: %s holds %s (%s): run %s again to finish it first",
 		errCannotPromote, dir, errPromoteInterrupted, promoteIntentName, cmd)
+}
+
+func exists(fs vfs.FS, path string) bool {
+	_, err := fs.Stat(path)
+	return err == nil
 }

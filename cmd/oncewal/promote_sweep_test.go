@@ -63,7 +63,8 @@ func promotedState(t *testing.T, target string, shards int) map[string]uint64 {
 // TestPromoteErrorSweep fails promote at every operation that changes the
 // disk in turn (the intent, the move, each shard's store taking the epoch,
 // its log starting, closing, removing the intent), for a node promoted in
-// place, a node moved with --out and a single store moved with --out. After
+// place, a node moved with --out, a single store moved with --out and a
+// node caught up from a peer ahead on shard 1 (--catch-up) then moved. After
 // each failure either nothing changed (the directory is as it was, --out
 // absent or empty) or the same command, run again, finishes the promotion
 // (a Pebble panic the fault causes counts as a crash there);
@@ -76,21 +77,30 @@ func TestPromoteErrorSweep(t *testing.T) {
 	writeNode(t, pristine, 3)
 	single := filepath.Join(base, "single")
 	copyTree(t, follower.ShardDir(pristine, 0), single)
+	ahead0, ahead1 := filepath.Join(base, "ahead0"), filepath.Join(base, "ahead1")
+	writeNodeUpTo(t, ahead0, [2]int{-1, 5})
+	writeNodeUpTo(t, ahead1, [2]int{5, -1})
 	for _, tc := range []struct {
 		name   string
 		src    string
+		peer   string // with --catch-up
 		out    bool
 		shards int
 	}{
-		{"node in place", pristine, false, 2},
-		{"node --out", pristine, true, 2},
-		{"store --out", single, true, 1},
+		{"node in place", pristine, "", false, 2},
+		{"node --out", pristine, "", true, 2},
+		{"store --out", single, "", true, 1},
+		{"node --catch-up --out", ahead0, ahead1, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			caseDir := func(name string) promoteConfig {
 				d := filepath.Join(t.TempDir(), name)
 				copyTree(t, tc.src, filepath.Join(d, "f"))
 				c := promoteConfig{dir: filepath.Join(d, "f")}
+				if tc.peer != "" {
+					copyTree(t, tc.peer, filepath.Join(d, "p"))
+					c.peers, c.catchUp = []string{filepath.Join(d, "p")}, true
+				}
 				if tc.out {
 					c.out = filepath.Join(d, "out")
 				}
@@ -129,6 +139,9 @@ func TestPromoteErrorSweep(t *testing.T) {
 				args := []string{"promote", "--dir", c.dir}
 				if c.out != "" {
 					args = append(args, "--out", c.out)
+				}
+				if c.catchUp {
+					args = append(args, "--peers", c.peers[0], "--catch-up")
 				}
 				fired, err := promoteWithFault(t, n, c)
 				if !fired {
@@ -177,7 +190,8 @@ func TestPromoteErrorSweep(t *testing.T) {
 func promoteWithFault(t *testing.T, n int, c promoteConfig) (bool, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPromoteFaultChild$")
-	cmd.Env = append(os.Environ(), "ONCEWAL_FAULT_N="+strconv.Itoa(n), "ONCEWAL_FAULT_DIR="+c.dir, "ONCEWAL_FAULT_OUT="+c.out)
+	cmd.Env = append(os.Environ(), "ONCEWAL_FAULT_N="+strconv.Itoa(n), "ONCEWAL_FAULT_DIR="+c.dir, "ONCEWAL_FAULT_OUT="+c.out,
+		"ONCEWAL_FAULT_PEERS="+strings.Join(c.peers, ","))
 	out, err := cmd.CombinedOutput()
 	fired := strings.Contains(string(out), "FAULT FIRED")
 	if i := strings.Index(string(out), "PROMOTE ERROR: "); i >= 0 {
@@ -208,6 +222,9 @@ func TestPromoteFaultChild(t *testing.T) {
 	inj := &failNth{}
 	inj.n.Store(int64(n))
 	c := promoteConfig{dir: os.Getenv("ONCEWAL_FAULT_DIR"), out: os.Getenv("ONCEWAL_FAULT_OUT"), fs: errorfs.Wrap(vfs.Default, inj)}
+	if p := os.Getenv("ONCEWAL_FAULT_PEERS"); p != "" {
+		c.peers, c.catchUp = strings.Split(p, ","), true
+	}
 	err = promote(c, io.Discard, io.Discard)
 	if inj.fired.Load() {
 		fmt.Println("FAULT FIRED")
