@@ -1,14 +1,18 @@
 package follower_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -128,4 +132,76 @@ func TestNodeServesAroundDamagedShard(t *testing.T) {
 	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
 	require.NoError(t, n.Close())
 	require.Equal(t, before, storeDigest(t, store), "the node changed the damaged store")
+}
+
+// TestNodeRebuildsDamagedShard: a node of two shards replicates from a
+// leader and stops; one byte of shard 1's sstable is flipped. Reopened with
+// Rebuild auto, the node opens with shard 1 down (ErrStoreCorrupt), serves
+// shard 0, rebuilds shard 1 from the leader's snapshot, and ends equal to
+// the oracle with exactly one rebuild, of shard 1.
+func TestNodeRebuildsDamagedShard(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 21, Sessions: 4, Requests: 60, BatchSize: 6})
+	clock := sim.NewClock(w.Options.Start)
+	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	defer trs[0].Close()
+	defer trs[1].Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, ran := runLeader(t, ctx, dir+"/leader", clock, 2, []string{"node"}, 0,
+		func(s uint32) replication.Listener { return trs[s] })
+	defer l.Close()
+	var donors []snapshot.Source
+	for s := range uint32(2) {
+		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
+		require.NoError(t, err)
+		defer d.Close()
+		donors = append(donors, d)
+	}
+	c := sim.NewClient(w, 2, clock)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
+	opts := &follower.NodeOptions{Follower: follower.Options{
+		ID: "node", Logger: quietLogger, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
+		Rebuild:     follower.RebuildAuto,
+		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
+	}, ReopenBackoff: time.Millisecond}
+	serve := func(n *follower.Node) {
+		sctx, stop := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+		for s := range uint32(2) {
+			for {
+				lsn, _, err := n.Position(s)
+				if err == nil && lsn == c.LastLSN(s) {
+					break
+				}
+				require.NoError(t, ctx.Err(), "shard %d never caught up", s)
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		stop()
+		require.NoError(t, <-served)
+	}
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
+	require.NoError(t, err)
+	serve(n)
+	require.NoError(t, n.Close())
+	flipSSTByte(t, follower.ShardDir(dir+"/node", 1))
+
+	n, err = follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
+	require.NoError(t, err)
+	defer n.Close()
+	require.ErrorIs(t, n.Stats().Shards[1].Err, follower.ErrStoreCorrupt)
+	serve(n)
+	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
+	for _, ss := range n.Stats().Shards {
+		require.Equal(t, int(ss.Shard), ss.Rebuilds, "shard %d", ss.Shard)
+		require.NoError(t, ss.Err, "shard %d", ss.Shard)
+	}
+	require.NoError(t, n.Close())
+	cancel()
+	<-ran
 }
