@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -173,12 +175,26 @@ func TestRealProcessDamagedStore(t *testing.T) {
 
 	// The node keeps serving shard 0 and reports shard 1 once.
 	fl := &proc{name: "node", log: filepath.Join(rp.dir, "node.log"), args: []string{"follower", "--dir", node, "--shards", "2",
-		"--id", "a", "--insecure", "--leader", "127.0.0.1:1", "--rebuild", "never", "--stats-interval", "0s"}}
+		"--id", "a", "--insecure", "--leader", "127.0.0.1:1", "--rebuild", "never", "--stats-interval", "0s",
+		"--metrics-addr", "127.0.0.1:0"}}
 	reapProcs(t, []*proc{fl})
 	fl.start(t, rp.bin)
-	log := waitFile(t, fl.log, "shard store is damaged", "shard=1", follower.ErrStoreCorrupt.Error(), "replicating")
+	log := waitFile(t, fl.log, "shard store is damaged", "shard=1", follower.ErrStoreCorrupt.Error(), "replicating", "serving metrics")
 	if strings.Count(log, "shard store is damaged") != 1 || strings.Contains(log, "panic") {
 		t.Fatalf("the damaged shard should be logged once:\n%s", log)
+	}
+	// /readyz names the shard and why; store_down says which shard is down.
+	m := regexp.MustCompile(`serving metrics" addr=(\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", log)
+	}
+	if code, body := get(t, "http://"+m[1]+"/readyz"); code != http.StatusServiceUnavailable ||
+		!strings.Contains(body, "shard 1: store down: ") || !strings.Contains(body, follower.ErrStoreCorrupt.Error()) {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	if _, body := get(t, "http://"+m[1]+"/metrics"); !strings.Contains(body, `oncewal_follower_store_down{shard="1"} 1`) ||
+		!strings.Contains(body, `oncewal_follower_store_down{shard="0"} 0`) {
+		t.Fatalf("/metrics store_down:\n%s", body)
 	}
 
 	// Its healthy store is locked: inspect and a second follower say so.
