@@ -44,7 +44,8 @@ store of DIR and the peers is read in full first (a damaged one is refused,
 naming it). Then the decision (epoch, target) is written to PROMOTING in the
 node directory being made, and the move and each shard's new epoch follow:
 a promotion interrupted at any step (a crash, an error) is finished by
-running the same command again; oncewal leader refuses the directory until
+running the same command again; oncewal leader and oncewal follower refuse
+the directory until
 then.`
 
 // Refusals of promote.

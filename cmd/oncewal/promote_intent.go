@@ -189,8 +189,9 @@ func syncDirFS(fs vfs.FS, dir string) error {
 }
 
 // checkNoIntent refuses a directory that holds the intent of an
-// interrupted promotion: its shards may stand at different epochs until
-// the promote command that left it, run again, finishes.
+// interrupted promotion (oncewal leader, oncewal follower --shards): its
+// shards may stand at different epochs until the promote command that left
+// it, run again, finishes.
 func checkNoIntent(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, promoteIntentName))
 	if err != nil {
@@ -201,8 +202,8 @@ func checkNoIntent(dir string) error {
 	if json.Unmarshal(b, &in) == nil {
 		cmd = in.command()
 	}
-	return fmt.Errorf("%w: %s holds %s (%s): run %s again to finish it first",
-		errCannotPromote, dir, errPromoteInterrupted, promoteIntentName, cmd)
+	return fmt.Errorf("%s holds %w (%s): run %s again to finish it first",
+		dir, errPromoteInterrupted, promoteIntentName, cmd)
 }
 
 func exists(fs vfs.FS, path string) bool {

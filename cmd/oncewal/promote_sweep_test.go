@@ -168,6 +168,13 @@ func TestPromoteErrorSweep(t *testing.T) {
 							!strings.Contains(stderr, "oncewal promote --dir "+c.dir) {
 							t.Fatalf("oncewal leader on a half-promoted directory: %v\n%s", lerr, stderr)
 						}
+						if tc.shards > 1 {
+							_, stderr, ferr := rp.run("follower", "--dir", target(c), "--shards", "2", "--id", "a", "--insecure",
+								"--leader", "127.0.0.1:1")
+							if exitCode(t, ferr) != exitFailure || !strings.Contains(stderr, errPromoteInterrupted.Error()) {
+								t.Fatalf("oncewal follower on a half-promoted directory: %v\n%s", ferr, stderr)
+							}
+						}
 					}
 					// Run again as the operator would, in a new process.
 					if _, stderr, rerr := rp.run(args...); rerr != nil {
