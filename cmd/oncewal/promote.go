@@ -45,8 +45,7 @@ naming it). Then the decision (epoch, target) is written to PROMOTING in the
 node directory being made, and the move and each shard's new epoch follow:
 a promotion interrupted at any step (a crash, an error) is finished by
 running the same command again; oncewal leader and oncewal follower refuse
-the directory until
-then.`
+the directory until then.`
 
 // Refusals of promote.
 var (
