@@ -205,3 +205,61 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 	cancel()
 	<-ran
 }
+
+// TestDamagedBlockMetWhileApplying: a store with one byte flipped in a
+// block Open does not read opens; the batch whose reads meet the block
+// fails the store (replication.ErrStoreFailed, sticky: the next batch is
+// refused the same way, no retry loop), with Pebble's corruption, which
+// CorruptStoreError types. The block is found by flipping one byte at each
+// twentieth of the sstable in turn (the store is written the same way every
+// run) until Open succeeds and applying meets it.
+func TestDamagedBlockMetWhileApplying(t *testing.T) {
+	pristine := filepath.Join(t.TempDir(), "s")
+	w := recordLog(t, sim.WorkloadOptions{Seed: 4, Sessions: 600, Requests: 3000, BatchSize: 600}, 1, nil)
+	batches := encodeLog(t, w, 0, 1)
+	f, err := follower.Open(pristine, &follower.Options{Logger: quietLogger})
+	require.NoError(t, err)
+	half := len(batches) / 2
+	for _, b := range batches[:half] {
+		_, err := f.Apply(b)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Close())
+	ssts, err := filepath.Glob(filepath.Join(pristine, "*.sst"))
+	require.NoError(t, err)
+	require.Len(t, ssts, 1)
+	orig, err := os.ReadFile(ssts[0])
+	require.NoError(t, err)
+
+	for i := 1; i < 20; i++ {
+		dir := filepath.Join(t.TempDir(), "s")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(pristine)))
+		b := append([]byte(nil), orig...)
+		b[len(b)*i/20] ^= 0xff
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(ssts[0])), b, 0o644))
+		f, err := follower.Open(dir, &follower.Options{Logger: quietLogger})
+		if err != nil {
+			require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+			continue // a block Open reads
+		}
+		var failed error
+		for _, b := range batches[half:] {
+			if _, err := f.Apply(b); err != nil {
+				failed = err
+				break
+			}
+		}
+		if failed == nil {
+			require.NoError(t, f.Close())
+			continue // a block applying did not read
+		}
+		require.ErrorIs(t, failed, replication.ErrStoreFailed)
+		require.ErrorIs(t, follower.CorruptStoreError(dir, failed), follower.ErrStoreCorrupt)
+		_, err = f.Apply(batches[len(batches)-1])
+		require.ErrorIs(t, err, replication.ErrStoreFailed, "the failure is sticky")
+		_ = f.Close()
+		t.Logf("byte %d of %d: Open succeeded, applying failed: %v", len(b)*i/20, len(b), failed)
+		return
+	}
+	t.Fatal("no damaged block was met by applying but not by Open")
+}

@@ -436,6 +436,17 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					}
 					continue
 				}
+			} else if err := CorruptStoreError(ns.dir, err); errors.Is(err, ErrStoreCorrupt) {
+				// A damaged block met while serving: reopening would
+				// meet it again. Rebuilt (Rebuild auto, in reopen) or down.
+				ns.mu.Lock()
+				ns.retire(err)
+				ns.mu.Unlock()
+				ns.logDamaged(err)
+				if ns.opts.Rebuild != RebuildAuto {
+					<-ctx.Done()
+					return nil
+				}
 			} else {
 				log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
 				ns.mu.Lock()
