@@ -127,6 +127,19 @@
 // store holds either the whole failed batch or none of it, and the leader
 // resends from the position the follower reports in its handshake.
 //
+// # Applier failure
+//
+// A custom Applier (Options.Applier) keeps replication's Applier contract
+// (invariant 10 there): deterministic, a rejection recorded as a result
+// (Example_rejectionRecorded), never an error. An error or a panic
+// (recovered) refuses the batch with replication.ErrApply and commits
+// nothing; the same Applier would fail the resent batch again, so Serve
+// stops at once — one refusal, counted in Stats.ApplyErrors (metric
+// batches_refused_total{reason="apply_error"}), one Error log line —
+// instead of having it resent, and a Node keeps that shard down
+// (ShardStats.Err). Reopened with a fixed Applier, the follower goes on
+// from its durable position.
+//
 // # Pebble key layout
 //
 // One store per follower shard. Every value begins with a one-byte format

@@ -79,7 +79,9 @@ type Options struct {
 	// reads the store through the batch it is handed and never sees the
 	// request-ledger records: the follower applies them to LedgerTable()
 	// itself (replication.RouteLedger), so it needs nothing from the
-	// Follower and can be given before Open.
+	// Follower and can be given before Open. It must keep the Applier
+	// contract (package replication): deterministic, rejections as
+	// results; on a leader, a replication.Validator refuses before logging.
 	Applier replication.Applier
 	// Ledger configures the request-ledger table (sweep interval and limit,
 	// on the WAL clock). Default: idempotency.TableOptions defaults.
@@ -486,7 +488,9 @@ func (f *Follower) stop() bool { return f.life.Close() }
 // Close is called, or the store fails (replication.ErrStoreFailed, after
 // which the follower must be closed and reopened; also
 // replication.ErrStaging, an I/O error while composing a batch, which is
-// not sticky but is not retried in a loop either). It redials whenever the
+// not sticky but is not retried in a loop either), or the Applier fails
+// (replication.ErrApply: the follower must be reopened with a fixed Applier;
+// see the Applier contract in package replication). It redials whenever the
 // link drops, each time stating its durable position in the handshake,
 // waiting a jittered backoff (Options.ReconnectBackoff, MaxReconnectBackoff,
 // ReconnectJitter) that grows while attempts keep failing. A run of failed
@@ -522,6 +526,10 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 			})
 			_ = conn.Close()
 			f.link.connected.Store(false)
+			if errors.Is(err, replication.ErrApply) {
+				log.Error("oncewal follower: the Applier failed; serving stopped: fix the Applier and restart the follower", "err", err)
+				return err
+			}
 			if storeTrouble(err) {
 				log.Error("oncewal follower: store failed; close and reopen the follower", "err", err)
 				return err
@@ -775,7 +783,10 @@ var _ io.Closer = (*Follower)(nil)
 // storeTrouble: err ends Serve so that the embedder closes and reopens the
 // follower — the store failed for good (replication.ErrStoreFailed), or an
 // I/O error composed no batch (replication.ErrStaging: the receiver is still
-// usable, but a store that cannot be read is not retried in a loop).
+// usable, but a store that cannot be read is not retried in a loop), or the
+// Applier failed (replication.ErrApply: deterministic, it would fail the
+// resent batch again, so only a fixed Applier, after a restart, goes on).
 func storeTrouble(err error) bool {
-	return errors.Is(err, replication.ErrStoreFailed) || errors.Is(err, replication.ErrStaging)
+	return errors.Is(err, replication.ErrStoreFailed) || errors.Is(err, replication.ErrStaging) ||
+		errors.Is(err, replication.ErrApply)
 }

@@ -374,7 +374,11 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // (replication.ErrStoreFailed) only that shard stops: the node closes its
 // Follower and reopens it from disk, retrying with backoff
 // (NodeOptions.ReopenBackoff) until the store opens, then resumes serving it
-// from its durable position. The other shards are not touched.
+// from its durable position. When a shard's Applier fails
+// (replication.ErrApply) the shard stops and stays down (ShardStats.Err)
+// until the node is reopened with a fixed Applier; Serve returns that error,
+// marked with the shard, once every shard stopped. The other shards are not
+// touched.
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
 	if n.life.Context().Err() != nil {
 		return ErrFollowerClosed
@@ -437,8 +441,10 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					continue
 				}
 			} else if err := CorruptStoreError(ns.dir, err); errors.Is(err, ErrStoreCorrupt) {
-				// A damaged block met while serving: reopening would
-				// meet it again. Rebuilt (Rebuild auto, in reopen) or down.
+				// A damaged block met while serving (also by the Applier's
+				// reads: checked before ErrApply, it is not the Applier's
+				// fault): reopening would meet it again. Rebuilt (Rebuild
+				// auto, in reopen) or down.
 				ns.mu.Lock()
 				ns.retire(err)
 				ns.mu.Unlock()
@@ -447,6 +453,14 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					<-ctx.Done()
 					return nil
 				}
+			} else if errors.Is(err, replication.ErrApply) {
+				// Reopening would meet the same batch with the same
+				// Applier: the shard stays down until the process
+				// restarts with a fixed one (Serve logged it).
+				ns.mu.Lock()
+				ns.retire(err)
+				ns.mu.Unlock()
+				return fmt.Errorf("shard %d: %w", ns.shard, err)
 			} else {
 				log.Error("oncewal node: shard store failed; reopening it", "shard", ns.shard, "err", err)
 				ns.mu.Lock()

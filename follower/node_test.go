@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -478,4 +480,83 @@ func TestNodeCloseStopsServe(t *testing.T) {
 		require.Less(t, i, 500, "goroutines leaked: %d before, %d after", before, runtime.NumGoroutine())
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// brokenApplier fails every batch: a state machine with a bug.
+type brokenApplier struct{}
+
+var errBrokenApplier = errors.New("broken state machine")
+
+func (brokenApplier) Apply(*pebble.Batch, []wal.Event) error { return errBrokenApplier }
+
+// TestNodeApplierFailure: a shard whose Applier fails stops and stays down
+// (replication.ErrApply in its ShardStats.Err and in what Serve returns),
+// instead of being reopened to meet the same batch again, while the other
+// shard serves on; the node reopened with a fixed Applier catches it up.
+func TestNodeApplierFailure(t *testing.T) {
+	const bad = 1
+	dir := t.TempDir()
+	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	for _, tr := range trs {
+		defer tr.Close()
+	}
+	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{Shards: 2, Followers: []string{"node"}, Logger: quietLogger,
+		Store: follower.Options{Logger: quietLogger}, Listener: func(s uint32) replication.Listener { return trs[s] }})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go l.Run(ctx)
+	for i := 0; i < 40; i++ {
+		_, err := l.Append(wal.Event{Op: wal.OpPut, Session: session.NewID(), Key: []byte("k"), Value: []byte{byte(i)}})
+		require.NoError(t, err)
+	}
+	at := func(n *follower.Node, s uint32) bool {
+		sh, _ := l.Shard(s)
+		lsn, _, err := n.Position(s)
+		return err == nil && lsn == sh.NextLSN()-1
+	}
+	waitFor := func(n *follower.Node, what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s: %+v", what, n.Stats())
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}
+	nodeOpts := &follower.NodeOptions{Follower: follower.Options{ID: "node", Logger: quietLogger}, ReopenBackoff: time.Millisecond,
+		PerShard: func(s uint32, o *follower.Options) {
+			if s == bad {
+				o.Applier = brokenApplier{}
+			}
+		}}
+	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1}, nodeOpts)
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+	waitFor(n, "the good shard to catch up and the bad one to stop", func() bool { return at(n, 0) && n.Stats().Down == 1 })
+	st := n.Stats()
+	require.ErrorIs(t, st.Shards[bad].Err, replication.ErrApply)
+	require.ErrorIs(t, st.Shards[bad].Err, errBrokenApplier)
+	stop()
+	err = <-served
+	require.ErrorIs(t, err, replication.ErrApply, "Serve must report the stopped shard")
+	st = n.Stats()
+	require.Zero(t, st.Shards[bad].Reopens, "a shard whose Applier failed was reopened")
+	require.Equal(t, uint64(1), st.Shards[bad].Receiver.ApplyErrors)
+	require.NoError(t, n.Close())
+
+	nodeOpts.PerShard = nil // the fixed Applier: the default one
+	n, err = follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1}, nodeOpts)
+	require.NoError(t, err)
+	defer n.Close()
+	sctx, stop = context.WithCancel(ctx)
+	defer stop()
+	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+	waitFor(n, "both shards to catch up", func() bool { return at(n, 0) && at(n, bad) })
+	stop()
+	require.NoError(t, <-served)
 }

@@ -45,6 +45,20 @@
 // the WAL writer, which fails for good at its first short write, and the
 // store's Pebble never meet a full disk.
 //
+// # The Applier
+//
+// A shard's store applies its log with Options.Store.Applier, which keeps
+// replication's Applier contract (invariant 10 there). An Applier that is a
+// replication.Validator judges every append before it is logged: a refusal
+// is replication.ErrRejected wrapping its reason, nothing is logged and no
+// SeqNo is taken; the shard then appends one batch at a time, so each is
+// judged by every batch before it. An Apply error or panic on the leader's
+// own store fails the shard's log (replication.ErrLogFailed wrapping
+// replication.ErrApply): every later append fails. The batch is in the
+// synced WAL, so Close, fix the Applier and Open again: Open re-applies it
+// and the shard serves; with the Applier still broken Open refuses with
+// the same ErrApply.
+//
 // # The WAL clock
 //
 // Each shard's WAL clock is the wall clock (Options.Wall) made strictly

@@ -3,6 +3,8 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/batchrepr"
@@ -36,10 +38,65 @@ import (
 // ledger table: the follower and a leader route them there themselves
 // (RouteLedger), so an Applier given in follower.Options never sees them.
 //
-// An error from Apply aborts the whole batch: nothing is committed, the
-// receiver's in-memory state is untouched, and the batch may be delivered again.
+// Apply must keep the Applier contract (package doc, "The Applier
+// contract"; invariant 10): it is deterministic, and a business-rule rejection is a
+// result — refused before logging by a Validator, or recorded in b and
+// answered with nil — never an error. An error (or a panic, recovered as
+// ErrApplierPanic) aborts the whole batch: nothing is committed, the
+// receiver's in-memory state is untouched, and Apply returns ErrApply; the
+// shard stops until the Applier is fixed and the store reopened.
 type Applier interface {
 	Apply(b *pebble.Batch, events []wal.Event) error
+}
+
+// Validator is implemented by an Applier that refuses events before they
+// are logged (path (a) of the Applier contract). A leader (LedgerLog) calls
+// Validate for every append, after stamping and before writing the WAL,
+// with the events Apply would get (stamped: SeqNo, WAL time, idempotency
+// key; those the window suppresses and the request-ledger records left
+// out), and b, a scratch indexed batch over the store as it stands after
+// every batch logged before this one; b is discarded. Validate may read b
+// and write into it — running Apply into b is the simplest way to judge
+// later events by the effects of earlier ones — and returns nil to accept
+// the append or its reason to refuse it: the caller then gets ErrRejected
+// wrapping that reason, and nothing is logged (no WAL bytes, no SeqNo, no
+// HWM advance). Followers never call Validate: they apply what the leader
+// logged, so Apply must accept whatever Validate accepted on the same state.
+type Validator interface {
+	Validate(b *pebble.Batch, events []wal.Event) error
+}
+
+// ErrRejected: the Applier's Validate refused an append (a business rule,
+// such as an overdraft). Nothing was logged and the session's SeqNo was not
+// used; the error wraps the Validator's reason. It is an answer for the
+// caller, not a failure: the shard keeps serving.
+var ErrRejected = errors.New("replication: rejected by the Applier's Validate (nothing was logged)")
+
+// ErrApplierPanic: the Applier (Apply or Validate) panicked. The panic is
+// recovered at the call and reported as this error, wrapped in ErrApply, so
+// a bug in the state machine stops the shard instead of the process.
+var ErrApplierPanic = errors.New("replication: applier panicked")
+
+// callApplier runs an Applier's Apply or Validate, turning a panic into an
+// error wrapping ErrApplierPanic (invariant 10: never a crash); the stack
+// goes to log, since the error keeps only the panic's value.
+func callApplier(log *slog.Logger, f func(*pebble.Batch, []wal.Event) error, b *pebble.Batch, events []wal.Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("replication: applier panicked", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", ErrApplierPanic, p)
+		}
+	}()
+	return f(b, events)
+}
+
+// applyFailed is the error of a batch the Applier failed (ErrApply), with
+// the remedy: the batch is in the leader's log and is delivered again, so
+// only a fixed Applier gets the shard past it.
+func applyFailed(h wal.Header, err error) error {
+	return fmt.Errorf("%w on the batch at LSN %d-%d: %w; nothing of the batch was applied: fix the Applier "+
+		"(deterministic, business-rule rejections as results: see the Applier contract in package replication) "+
+		"and reopen the store, which applies the batch again", ErrApply, h.FirstLSN, h.LastLSN(), err)
 }
 
 // BatchReader is implemented by an Applier that can tell, before a batch is
@@ -180,20 +237,7 @@ func (r *ledgerRouter) Apply(b *pebble.Batch, events []wal.Event) error {
 	if err := applyLedger(b, r.ledger, events); err != nil {
 		return err
 	}
-	rest := events
-	for i := range events {
-		if events[i].Op.IsLedger() {
-			// Copy only batches that carry ledger records.
-			rest = append(r.rest[:0], events[:i]...)
-			for j := i + 1; j < len(events); j++ {
-				if !events[j].Op.IsLedger() {
-					rest = append(rest, events[j])
-				}
-			}
-			r.rest = rest[:0]
-			break
-		}
-	}
+	rest := r.withoutLedger(events)
 	from := b.Len()
 	err := r.next.Apply(b, rest)
 	clear(r.rest[:cap(r.rest)]) // drop references into the shipped batch
@@ -201,6 +245,40 @@ func (r *ledgerRouter) Apply(b *pebble.Batch, events []wal.Event) error {
 		return err
 	}
 	return checkUnreserved(b.Repr()[from:])
+}
+
+// Validate implements Validator: next's Validate, if it has one, on the
+// events next would get (the ledger records are the router's).
+func (r *ledgerRouter) Validate(b *pebble.Batch, events []wal.Event) error {
+	v, ok := r.next.(Validator)
+	if !ok {
+		return nil
+	}
+	rest := r.withoutLedger(events)
+	if len(rest) == 0 {
+		return nil // only ledger records: nothing for next to judge
+	}
+	err := v.Validate(b, rest)
+	clear(r.rest[:cap(r.rest)])
+	return err
+}
+
+// withoutLedger returns events without the ledger records, in order; it
+// copies (into r.rest) only a slice that carries any.
+func (r *ledgerRouter) withoutLedger(events []wal.Event) []wal.Event {
+	for i := range events {
+		if events[i].Op.IsLedger() {
+			rest := append(r.rest[:0], events[:i]...)
+			for j := i + 1; j < len(events); j++ {
+				if !events[j].Op.IsLedger() {
+					rest = append(rest, events[j])
+				}
+			}
+			r.rest = rest[:0]
+			return rest
+		}
+	}
+	return events
 }
 
 // checkUnreserved returns ErrReservedKey if a record of the batch

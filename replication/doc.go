@@ -251,6 +251,62 @@
 // The golden-value test (router_test.go) pins the function; it must never
 // change. A different function would be a new, explicitly versioned router.
 //
+// # The Applier contract
+//
+// An Applier (applier.go) is the embedder's state machine. The leader runs
+// it on its own store and every follower on its own, each over the same
+// log, so the replicas agree only if it keeps this contract (invariant 10):
+//
+//   - Deterministic: the same store state and the same events make the same
+//     writes, on every replica and every run. Time is the event's WAL time
+//     (Event.Time), never the wall clock; no randomness, no map order, no
+//     reads but through b, no state outside the store.
+//   - A business-rule rejection (an overdraft, a name taken) is a result,
+//     never an error. Two ways, one example each:
+//     (a) Before it is logged: the Applier also implements Validator. The
+//     leader (LedgerLog) runs Validate after stamping an append and before
+//     writing it; a refusal returns ErrRejected wrapping the reason to the
+//     caller and logs nothing — no WAL bytes, no SeqNo consumed, no HWM
+//     advanced: the session's next append gets the same SeqNo (package
+//     follower's Example_rejectedBeforeLogging; leader's
+//     TestValidatorRejects). Validate judges the store
+//     as it stands after every batch logged before this one, exactly: the
+//     store lags the log by the batches between their WAL write and their
+//     local apply, so a log whose Applier is a Validator appends one batch
+//     at a time (stamp, validate, write, sync, apply) and gives up group
+//     commit — every append waits for one fdatasync of its own (8
+//     goroutines of one-event appends, on disk here: 1.7–2.0K appends/s,
+//     against 3.3–4.9K without a Validator). Judging
+//     against the applied state alone would let two concurrent
+//     withdrawals pass against the same balance; a speculative view of the
+//     batches in flight would need each one's writes kept and dropped in
+//     LSN order beside the store, a second receive path. An embedder that
+//     needs the throughput puts more events in each append or uses (b). A
+//     Commit refused this way leaves the claim with the caller: Fail it
+//     (the rejection replays to retries) or Release it. Followers never
+//     run Validate: Apply must accept what Validate accepted on the same
+//     state.
+//     (b) After it is logged: Apply writes its own record of the rejection
+//     (in the Applier's key space) and returns nil; every replica records
+//     the same rejection, and clients read the outcome from the store
+//     (package follower's Example_rejectionRecorded).
+//   - An error from Apply is a failure, not an answer — a read of b that
+//     failed, a bug — and a panic is recovered at the call and counts as
+//     one (ErrApplierPanic). Either refuses the batch with ErrApply and
+//     commits nothing. Deterministic, the Applier would fail the same batch
+//     again, so the shard stops instead of retrying: a LedgerLog fails
+//     (ErrLogFailed wrapping ErrApply; every later append too), a
+//     follower's Serve returns ErrApply (logged once at Error, counted in
+//     Stats.ApplyErrors) and a follower.Node keeps that shard down. The
+//     way back is the same everywhere: fix the Applier and reopen. The
+//     failed batch is in the leader's synced WAL, so reopening the leader
+//     (OpenLedgerLog, leader.Open) re-applies it and serves, and a
+//     restarted follower gets it again from its durable position; with
+//     the Applier still broken, the reopen refuses with the same ErrApply
+//     and commits nothing of the failed batch (leader's
+//     TestApplierFailsThenFixed, TestValidatePanics; follower's
+//     TestNodeApplierFailure).
+//
 // # LedgerLog: the leader with a request ledger
 //
 // A LedgerLog is the leader side of request-level idempotency for one shard:
@@ -331,4 +387,9 @@
 //     modified, within CacheBytes.
 //  9. WaitAcked(lsn, policy) returns nil only once policy's share of the
 //     followers registered at that moment have acknowledged lsn.
+//  10. An Applier is deterministic; a rejection is a result, never a wedge
+//     (the Applier contract above): Validate refuses before anything is
+//     logged, or Apply records the rejection; an Apply error or panic
+//     commits nothing, stops the shard with ErrApply, and reopening with a
+//     fixed Applier continues.
 package replication

@@ -18,7 +18,9 @@ import (
 )
 
 // ErrLogFailed: a LedgerLog whose WAL or local apply failed refuses all
-// further appends; reopen it (OpenLedgerLog recovers from the WAL).
+// further appends; reopen it (OpenLedgerLog recovers from the WAL). When it
+// wraps ErrApply, fix the Applier first: reopening re-applies the batch it
+// failed (the Applier contract in doc.go).
 var ErrLogFailed = errors.New("replication: ledger log failed")
 
 // ErrBadEvent: an event given to LedgerLog.Append or Commit that the log
@@ -54,7 +56,9 @@ type LedgerLogOptions struct {
 	// Applier applies batches to the local store. Default
 	// SessionApplier{State: State, Ledger: Table}. A custom Applier gets
 	// every event but the ledger records, which go to Table
-	// (RouteLedger).
+	// (RouteLedger). One that is a Validator judges every append before
+	// it is logged (the Applier contract in doc.go), and the log then
+	// appends one batch at a time.
 	Applier Applier
 	// State is the session state machine of the default Applier.
 	State *session.State
@@ -121,7 +125,13 @@ type LedgerLog struct {
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
 	recv       *Receiver
 	ledger     *idempotency.Ledger
-	notify     chan struct{}
+	// validator is the Applier's Validate (behind RouteLedger), nil when
+	// the Applier is no Validator. validMu then makes each append wait for
+	// the previous one's local apply before it is stamped, so Validate
+	// sees the store after every batch logged before its own.
+	validator Validator
+	validMu   sync.Mutex
+	notify    chan struct{}
 
 	clockMu sync.Mutex
 	last    int64
@@ -176,10 +186,15 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		return nil, err
 	}
 	cfg := *opts
+	var validator Validator
 	if cfg.Applier == nil {
 		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
 	} else {
+		_, validates := cfg.Applier.(Validator)
 		cfg.Applier = RouteLedger(cfg.Table, cfg.Applier)
+		if validates {
+			validator = cfg.Applier.(Validator)
+		}
 	}
 	if cfg.Wall == nil {
 		cfg.Wall = func() int64 { return time.Now().UnixNano() }
@@ -230,7 +245,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		}
 	}
 	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, notify: make(chan struct{}, 1),
-		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped)}
+		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped), validator: validator}
 	l.applyTurn = sync.NewCond(&l.applyMu)
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
 	if err != nil {
@@ -394,6 +409,14 @@ func (l *LedgerLog) Commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 // answered before its sync, and a batch whose sync or local apply failed
 // fails every later one.
 func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.Header, error) {
+	if l.validator != nil {
+		// Validate must judge against every earlier logged batch, which
+		// the store shows only once it is applied: one append at a time
+		// (invariant 10; the Applier contract in doc.go says why not a
+		// speculative view).
+		l.validMu.Lock()
+		defer l.validMu.Unlock()
+	}
 	bp, _ := l.bufs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
@@ -487,6 +510,17 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		if !ev.HasIdemKey {
 			var op [64]byte
 			ev.HasIdemKey, ev.IdemKey = true, idempotency.DeriveKey(ev.Session, ev.Seq, ev.AppendOpBytes(op[:0]))
+		}
+	}
+	if l.validator != nil && len(evs) > 0 {
+		// validMu is held: the store holds every batch written so far.
+		first := l.w.NextLSN()
+		for i := range evs {
+			evs[i].LSN = first + uint64(i)
+		}
+		h := wal.Header{Shard: l.cfg.Shard, Epoch: l.epoch, FirstLSN: first, Count: uint32(len(evs))}
+		if err := l.recv.validate(l.validator, h, evs); err != nil {
+			return refuse(err)
 		}
 	}
 	h, raw, err := l.w.Write(buf, l.epoch, evs)

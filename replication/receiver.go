@@ -35,7 +35,12 @@ var (
 	// deposed leader that the new history does not have: it must be rebuilt
 	// from the new leader (or a snapshot), never patched by skipping.
 	ErrDiverged = errors.New("replication: follower history diverged from the leader's")
-	// ErrApply: the Applier returned an error; the batch was not committed.
+	// ErrApply: the Applier returned an error or panicked (ErrApplierPanic);
+	// the batch was not committed. An Applier is deterministic (the
+	// Applier contract, doc.go), so the same batch on the same state fails
+	// again: a follower's Serve stops instead of retrying it, and a leader's
+	// log fails (ErrLogFailed). The remedy is to fix the Applier and reopen
+	// the store, which applies the batch again; the error's text says so.
 	ErrApply = errors.New("replication: applier failed")
 	// ErrStoreFailed: the Pebble commit failed. Pebble treats a failed WAL
 	// write or sync as fatal, so the receiver refuses all further batches; the
@@ -674,8 +679,8 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 		p.verdict = verdictRefuse
 		return &refusal{kind: kind, err: err}
 	}
-	if err := r.applier.Apply(b, p.keep); err != nil {
-		return fail(refusedApply, fmt.Errorf("%w: %w", ErrApply, err)), false
+	if err := callApplier(r.opts.Logger, r.applier.Apply, b, p.keep); err != nil {
+		return fail(refusedApply, applyFailed(p.h, err)), false
 	}
 	if err := ttx.Flush(); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: HWM flush: %w", ErrStaging, err)), false
@@ -704,6 +709,37 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	}
 	r.commits++
 	return nil, true
+}
+
+// validate runs the Applier's Validate (a Validator's; see there) on a
+// batch not logged yet, with header h and events stamped and given their
+// LSNs: decide picks the events Apply would get, as it would for the
+// logged batch, and Validate reads a scratch indexed batch over the
+// store. Nothing is written and memory is untouched (decide changes only
+// ttx's overlay, which Abort drops). It returns Validate's reason wrapped
+// in ErrRejected, or ErrApply for a panic.
+func (r *Receiver) validate(v Validator, h wal.Header, events []wal.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed != nil {
+		return r.failed
+	}
+	b := r.db.NewIndexedBatch()
+	defer b.Close()
+	ttx := r.tracker.Begin(b)
+	defer ttx.Abort()
+	p := r.decide(ttx, h, events)
+	if p.verdict != verdictStage || len(p.keep) == 0 {
+		return nil // a refusal here is the logged batch's to report
+	}
+	err := callApplier(r.opts.Logger, v.Validate, b, p.keep)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrApplierPanic):
+		return applyFailed(h, err)
+	}
+	return fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
 // publish makes memory follow the batch stage handed to the store

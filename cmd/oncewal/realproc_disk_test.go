@@ -33,7 +33,7 @@ func tinyDisk(t *testing.T, dir string, size int64) (resize func(size int64)) {
 	}
 }
 
-// TestRealProcessesFullDisk (ONCEWAL_LONG=1, root: it mounts small tmpfs
+// TestRealProcessesFullDisk (root: it mounts small tmpfs
 // disks) runs the built binary as an operator would on disks that fill up.
 // The leader's disk fills while it generates: the leader stops logging at
 // --min-free-bytes (the generator is refused with ErrDiskFull and retries)
@@ -42,9 +42,6 @@ func tinyDisk(t *testing.T, dir string, size int64) (resize func(size int64)) {
 // everything resumes by itself; both stores end equal to the oracle of the
 // leader's WAL.
 func TestRealProcessesFullDisk(t *testing.T) {
-	if os.Getenv("ONCEWAL_LONG") == "" {
-		t.Skip("real processes on full disks: ONCEWAL_LONG=1")
-	}
 	rp := newRealProcs(t)
 	dir, bin := rp.dir, rp.bin
 	growLeader := tinyDisk(t, filepath.Join(dir, "ldisk"), 16<<20)

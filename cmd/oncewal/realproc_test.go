@@ -128,7 +128,36 @@ func (rp *realProcs) run(args ...string) (string, string, error) {
 // cert is the path of one of gencerts' files.
 func (rp *realProcs) cert(name string) string { return filepath.Join(rp.dir, "certs", name) }
 
-// TestRealProcessesKilled (ONCEWAL_LONG=1) runs the built oncewal binary as
+// realProcKills is the number of kills of a real-process test: long under
+// ONCEWAL_LONG=1, a short run otherwise (CI runs every real-process test in
+// its short form, so no change lands untested against the real binary);
+// ONCEWAL_KILLS sets it.
+func realProcKills(t *testing.T, long, short int) int {
+	t.Helper()
+	if s := os.Getenv("ONCEWAL_KILLS"); s != "" {
+		v, err := strconv.Atoi(s)
+		must(t, err)
+		return v
+	}
+	if os.Getenv("ONCEWAL_LONG") != "" {
+		return long
+	}
+	return short
+}
+
+// realProcSeed is a real-process test's schedule seed: ONCEWAL_SEED, or the
+// clock.
+func realProcSeed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv("ONCEWAL_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		must(t, err)
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// TestRealProcessesKilled runs the built oncewal binary as
 // separate processes over mutual TLS on 127.0.0.1: a leader of two shards
 // generating a workload with retried requests and majority acks from four
 // concurrent clients (--clients 4: appends share the WAL's sync), and three
@@ -138,23 +167,10 @@ func (rp *realProcs) cert(name string) string { return filepath.Join(rp.dir, "ce
 // with a serving-only leader, stops everything cleanly and checks every
 // follower store, and the leader's own, against the oracle of the leader's
 // WAL (oncewal waldump --json, oncewal inspect --json). ONCEWAL_SEED
-// replays a run; ONCEWAL_KILLS sets the number of kills (default 40).
+// replays a run; ONCEWAL_KILLS sets the number of kills (default 8; 40 with
+// ONCEWAL_LONG=1).
 func TestRealProcessesKilled(t *testing.T) {
-	if os.Getenv("ONCEWAL_LONG") == "" {
-		t.Skip("real processes with SIGKILL: ONCEWAL_LONG=1")
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ONCEWAL_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		must(t, err)
-		seed = v
-	}
-	kills := 40
-	if s := os.Getenv("ONCEWAL_KILLS"); s != "" {
-		v, err := strconv.Atoi(s)
-		must(t, err)
-		kills = v
-	}
+	seed, kills := realProcSeed(t), realProcKills(t, 40, 8)
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
 	rng := rand.New(rand.NewPCG(seed, 11))
 

@@ -21,7 +21,7 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// TestRealProcessRebuildKilled (ONCEWAL_LONG=1) SIGKILLs a follower process
+// TestRealProcessRebuildKilled SIGKILLs a follower process
 // again and again while it rebuilds its store from the leader's snapshot,
 // over mutual TLS between real processes. A leader of one shard with small
 // segments and a small retention bound generates a workload while a live
@@ -39,23 +39,9 @@ import (
 // deletions do not hide the log's start from waldump); and the leader
 // released the killed fetches' snapshots at their successors' Begin
 // (snapshots_superseded). ONCEWAL_SEED replays a schedule, ONCEWAL_KILLS
-// sets the kills (default 10).
+// sets the kills (default 3; 10 with ONCEWAL_LONG=1).
 func TestRealProcessRebuildKilled(t *testing.T) {
-	if os.Getenv("ONCEWAL_LONG") == "" {
-		t.Skip("real processes killed mid-rebuild: ONCEWAL_LONG=1")
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ONCEWAL_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		must(t, err)
-		seed = v
-	}
-	kills := 10
-	if s := os.Getenv("ONCEWAL_KILLS"); s != "" {
-		v, err := strconv.Atoi(s)
-		must(t, err)
-		kills = v
-	}
+	seed, kills := realProcSeed(t), realProcKills(t, 10, 3)
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
 	rng := rand.New(rand.NewPCG(seed, 13))
 	rp := newRealProcs(t)
