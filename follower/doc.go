@@ -396,6 +396,13 @@
 //     it touches anything.
 //  6. (Node) A shard's batches touch only that shard's store; a batch for a
 //     shard the node does not serve touches none.
+//  7. A damaged store never panics (DESIGN invariant 10): a block failing
+//     Pebble's checksum is an error of the read (Pebble's DataCorruption
+//     hook logs instead of calling Fatalf, replication.NonFatalCorruption,
+//     on every store opened), typed ErrStoreCorrupt at the store boundary
+//     (CorruptStoreError: Open, Describe, a node's shards, oncewal inspect
+//     and promote). It changes nothing on disk; a node keeps its other
+//     shards serving and rebuilds the damaged one with Rebuild auto.
 //
 // # Pipeline
 //

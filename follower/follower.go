@@ -329,8 +329,14 @@ func Open(dir string, opts *Options) (*Follower, error) {
 // commit. A store Pebble cannot open because its recovery fails in the
 // background (a full disk, I/O errors) gives ErrStoreUnavailable in bounded time
 // instead of hanging, and ctx ending gives ctx.Err() (see the notes in
-// open.go).
+// open.go). A store whose files fail Pebble's checksums gives
+// ErrStoreCorrupt.
 func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
+	f, err := openContext(ctx, dir, opts)
+	return f, CorruptStoreError(dir, err)
+}
+
+func openContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
 	var o Options
 	if opts != nil {
 		o = *opts

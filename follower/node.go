@@ -147,6 +147,10 @@ type nodeShard struct {
 	reopens   int
 	rebuilds  int
 	lastErr   error
+	// damagedLogged: the store's damage (ErrStoreCorrupt) was logged;
+	// reset when the store opens again. Used by serveShard's goroutine
+	// (and OpenNode before it).
+	damagedLogged bool
 	// stopOnRefusal is the caller's Options.StopOnPermanentRefusal: the
 	// shard's Follower returns at a permanent refusal with it, or at one
 	// only a rebuild fixes with Rebuild auto (Options.rebuilder).
@@ -155,7 +159,11 @@ type nodeShard struct {
 
 // OpenNode opens (or creates) the store of every shard in shards under dir
 // and recovers each from its own position, epoch, HWMs and window journal.
-// Shards are opened in parallel; if any fails, the others are closed again.
+// Shards are opened in parallel; if any fails, the others are closed again —
+// except a damaged store (ErrStoreCorrupt): its shard starts down (Stats
+// Err, logged once with the remedy) while the others serve, and Serve
+// rebuilds it when Options.Rebuild is auto. Every shard damaged fails the
+// open.
 // It is OpenNodeContext without a deadline.
 func OpenNode(dir string, shards []uint32, opts *NodeOptions) (*Node, error) {
 	return OpenNodeContext(context.Background(), dir, shards, opts)
@@ -210,6 +218,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 		n.byID[s] = ns
 	}
 	openErrs := make([]error, len(n.shards))
+	damaged := 0
 	var wg sync.WaitGroup
 	for i, ns := range n.shards {
 		wg.Go(func() {
@@ -222,6 +231,23 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 		})
 	}
 	wg.Wait()
+	// A damaged store keeps only its own shard down (Serve rebuilds it
+	// with Rebuild auto); any other failure, or every shard damaged, fails
+	// the open as before.
+	for i, err := range openErrs {
+		if errors.Is(err, ErrStoreCorrupt) {
+			damaged++
+			openErrs[i] = nil
+			n.shards[i].lastErr = err
+			n.shards[i].logDamaged(err)
+		}
+	}
+	if damaged == len(n.shards) {
+		openErrs = nil
+		for _, ns := range n.shards {
+			openErrs = append(openErrs, ns.lastErr)
+		}
+	}
 	if err := errors.Join(openErrs...); err != nil {
 		for _, ns := range n.shards {
 			if ns.f != nil {
@@ -411,6 +437,19 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					}
 					continue
 				}
+			} else if err := CorruptStoreError(ns.dir, err); errors.Is(err, ErrStoreCorrupt) {
+				// A damaged block met while serving (also by the Applier's
+				// reads: checked before ErrApply, it is not the Applier's
+				// fault): reopening would meet it again. Rebuilt (Rebuild
+				// auto, in reopen) or down.
+				ns.mu.Lock()
+				ns.retire(err)
+				ns.mu.Unlock()
+				ns.logDamaged(err)
+				if ns.opts.Rebuild != RebuildAuto {
+					<-ctx.Done()
+					return nil
+				}
 			} else if errors.Is(err, replication.ErrApply) {
 				// Reopening would meet the same batch with the same
 				// Applier: the shard stays down until the process
@@ -479,11 +518,31 @@ func (ns *nodeShard) retire(cause error) {
 	ns.lastErr = cause
 }
 
+// logDamaged logs, once per damaged spell of the shard, that its store is
+// damaged (ErrStoreCorrupt, whose text holds the remedy) and what the node
+// does about it.
+func (ns *nodeShard) logDamaged(err error) {
+	if ns.damagedLogged {
+		return
+	}
+	ns.damagedLogged = true
+	does := "the shard stays down (the other shards serve) until the store is replaced: Rebuild is never"
+	if ns.opts.Rebuild == RebuildAuto {
+		does = "the shard is rebuilt from the leader's snapshot (the other shards serve meanwhile)"
+	}
+	ns.opts.Logger.Error("oncewal node: shard store is damaged; "+does, "shard", ns.shard, "err", err)
+}
+
 // reopen opens ns's store again, retrying with backoff until it opens or
-// ctx ends.
+// ctx ends. A damaged store (ErrStoreCorrupt) is rebuilt with Rebuild auto;
+// otherwise it is retried quietly (logged once), in case the operator
+// replaces the directory.
 func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 	backoff := n.opts.ReopenBackoff
 	for ctx.Err() == nil {
+		if errors.Is(ns.lastErr, ErrStoreCorrupt) && ns.opts.Rebuild == RebuildAuto {
+			n.rebuild(ctx, ns, ns.lastErr)
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -492,14 +551,18 @@ func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 		f, err := OpenContext(ctx, ns.dir, &ns.opts)
 		ns.mu.Lock()
 		if err == nil {
-			ns.f, ns.lastErr = f, nil
+			ns.f, ns.lastErr, ns.damagedLogged = f, nil, false
 			ns.reopens++
 			ns.mu.Unlock()
 			return
 		}
 		ns.lastErr = err
 		ns.mu.Unlock()
-		ns.opts.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
+		if errors.Is(err, ErrStoreCorrupt) {
+			ns.logDamaged(err)
+		} else {
+			ns.opts.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
+		}
 		backoff = min(2*backoff, 32*n.opts.ReopenBackoff)
 	}
 }

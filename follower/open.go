@@ -13,11 +13,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 )
@@ -27,6 +29,52 @@ import (
 // Pebble keeps retrying slowly; an Open of the same directory later takes the
 // store over if a retry succeeded (see the package documentation).
 var ErrStoreUnavailable = errors.New("follower: store cannot be opened now")
+
+// ErrStoreCorrupt: a file of the store fails Pebble's checksums (one bad
+// byte in an sstable, a damaged MANIFEST): Pebble's corruption error
+// (pebble.IsCorruptionError) at the store boundary. It is in the corruption
+// class (errors.Is(err, corruption.Err)). Retrying will not help; the
+// store must be rebuilt from the leader (a follower with Rebuild auto does
+// it by itself) or restored from a copy. Nothing is changed on disk.
+var ErrStoreCorrupt = corruption.Mark(errors.New("follower: store is damaged"))
+
+// CorruptStoreError returns err typed ErrStoreCorrupt, naming dir and the
+// remedy, when it reports Pebble corruption; any other err (nil included)
+// comes back as it is. Every entry point that opens or reads a store (Open,
+// Describe, a node's shard, oncewal inspect and promote) passes its errors
+// through it.
+func CorruptStoreError(dir string, err error) error {
+	if err == nil || errors.Is(err, ErrStoreCorrupt) || !pebble.IsCorruptionError(err) {
+		return err
+	}
+	return &corruptStoreError{dir: dir, err: err}
+}
+
+type corruptStoreError struct {
+	dir string
+	err error
+}
+
+func (e *corruptStoreError) Error() string {
+	// Pebble joins its corruption details to the error on a line of their
+	// own ("<corruption detail carrier>"); keep the message on one line.
+	var parts []string
+	for _, line := range strings.Split(e.err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" && line != "<corruption detail carrier>" {
+			parts = append(parts, line)
+		}
+	}
+	cause := strings.Join(parts, "; ")
+	if !strings.Contains(cause, e.dir) {
+		cause = e.dir + ": " + cause
+	}
+	return fmt.Sprintf("%v: %s; its data cannot be trusted: stop the process using it and move %s aside, "+
+		"then a follower rebuilds it from the leader's snapshot (oncewal follower --rebuild=auto, the default); "+
+		"a leader's store is replaced by promoting a follower (oncewal promote), or restore it from a copy",
+		ErrStoreCorrupt, cause, e.dir)
+}
+
+func (e *corruptStoreError) Unwrap() []error { return []error{ErrStoreCorrupt, e.err} }
 
 // Background error backoff: the first wait and the cap; how long a
 // store's background errors are logged only once; the background errors
@@ -256,6 +304,7 @@ func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 		}
 		po.EventListener = &l
 	}
+	replication.NonFatalCorruption(po, o.Logger)
 	return po
 }
 
@@ -444,6 +493,7 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
 		Logger:             replication.FatalLogger{},
 	}
+	replication.NonFatalCorruption(po, nil)
 	db, err := func() (db *pebble.DB, err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -490,7 +540,29 @@ func (fs peekFS) Lock(name string) (io.Closer, error) {
 	if _, err := fs.FS.Stat(name); errors.Is(err, os.ErrNotExist) {
 		return nopCloser{}, nil
 	}
-	return fs.FS.Lock(name)
+	c, err := fs.FS.Lock(name)
+	return c, LockError(name, err)
+}
+
+// ErrStoreLocked: another process (or another open in this process) holds
+// the store's Pebble LOCK file: a follower or leader is running on it. Stop
+// that process first, or read a copy of the directory. Nothing is changed.
+// (wal.ErrLocked is the same refusal for a WAL directory.)
+var ErrStoreLocked = errors.New("follower: store locked by another process")
+
+// LockError returns the error of taking the Pebble lock file name typed
+// ErrStoreLocked, naming the file and the remedy, when the lock is held
+// elsewhere (fcntl's EAGAIN or EACCES; Pebble's "lock held by current
+// process"); any other err comes back as it is (nil included).
+func LockError(name string, err error) error {
+	var pe *os.PathError
+	held := errors.Is(err, syscall.EAGAIN) || (errors.Is(err, syscall.EACCES) && !errors.As(err, &pe)) ||
+		(err != nil && strings.Contains(err.Error(), "lock held by current process"))
+	if !held {
+		return err
+	}
+	return fmt.Errorf("%w: %s is held (%w): stop the follower or leader running on %s first, or use a copy of the directory",
+		ErrStoreLocked, name, err, filepath.Dir(name))
 }
 
 func (fs peekFS) Unwrap() vfs.FS { return fs.FS }

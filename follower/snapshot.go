@@ -13,6 +13,11 @@ import (
 // it. It is the snapshot.Describer of shard stores: a donor describes its
 // checkpoint with it, and a fetch checks the staged store with it.
 func Describe(fs vfs.FS, dir string) (snapshot.Cut, error) {
+	cut, err := describe(fs, dir)
+	return cut, CorruptStoreError(dir, err)
+}
+
+func describe(fs vfs.FS, dir string) (snapshot.Cut, error) {
 	db, err := openPeek(fs, dir)
 	if err != nil {
 		return snapshot.Cut{}, fmt.Errorf("follower: describing store %s: %w", dir, err)

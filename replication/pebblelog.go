@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // discardLogger is the default Logger of every options struct of the
@@ -44,4 +46,29 @@ func (l FatalLogger) log(level slog.Level, format string, args ...any) {
 		return
 	}
 	l.Logger.Log(ctx, level, strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "component", "pebble")
+}
+
+// NonFatalCorruption makes po report on-disk corruption as an error instead
+// of a crash. Pebble's default DataCorruption hook calls Logger.Fatalf, which
+// FatalLogger (and every logger oncewal gives Pebble) turns into a panic,
+// raised on whatever goroutine read the bad block — an iterator, a Get, a
+// compaction — so one flipped byte in an sstable would panic every command
+// that opens the store (invariant 10). With the hook set, the read returns
+// Pebble's corruption error (pebble.IsCorruptionError), which the store
+// boundary types (follower.ErrStoreCorrupt); log, if not nil, gets one
+// Error line per report. A hook po already has is kept and called too.
+func NonFatalCorruption(po *pebble.Options, log *slog.Logger) {
+	var el pebble.EventListener
+	if po.EventListener != nil {
+		el = *po.EventListener // the caller's listener stays as it was
+	}
+	prev := el.DataCorruption
+	l := FatalLogger{Logger: log}
+	el.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		l.Errorf("on-disk corruption: %s", info)
+		if prev != nil {
+			prev(info)
+		}
+	}
+	po.EventListener = &el
 }

@@ -302,6 +302,13 @@ func (r *Receiver) Start(raw []byte) *Pending {
 		return p
 	case verdictRefuse:
 		ttx.Abort()
+		if r.failed == nil && pebble.IsCorruptionError(pl.refusal.err) {
+			// A read met a block that fails its checksum: no retry of
+			// the batch helps, so the store is failed (sticky, as after a
+			// failed commit) and the embedder reopens or rebuilds it.
+			r.failed = fmt.Errorf("%w: %w", ErrStoreFailed, pl.refusal.err)
+			pl.refusal.err = r.failed
+		}
 		if !inPebble {
 			// A batch Pebble failed to commit may still be in its commit
 			// pipeline; the store is failed and the batch is left to it.

@@ -190,6 +190,9 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			defer client.Close()
 			no.Rebuild, no.RebuildFrom, no.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
 		}
+		if err := checkNoIntent(c.dir); err != nil {
+			return err
+		}
 		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no})
 		if err != nil {
 			return err

@@ -120,18 +120,25 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 			db, err = nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, fe)
 		}
 	}()
-	db, err = pebble.Open(dir, &pebble.Options{
+	po := &pebble.Options{
 		FS:                 readOnlyFS{vfs.Default},
 		ReadOnly:           true,
 		ErrorIfNotExists:   true,
 		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
 		Logger:             inspectLogger{w: stderr},
-	})
+	}
+	// A block that fails its checksum is an error of the read, not a
+	// Fatalf (which inspectLogger would turn into a panic on the reading
+	// goroutine).
+	replication.NonFatalCorruption(po, nil)
+	db, err = pebble.Open(dir, po)
 	switch {
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return nil, fmt.Errorf("%s: %w: no Pebble store in it", dir, errNotStore)
-	case errors.Is(err, errStoreLocked):
-		return nil, fmt.Errorf("%s: the store is locked — is a follower running on it? (%w)", dir, err)
+	case errors.Is(err, follower.ErrStoreLocked):
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	case pebble.IsCorruptionError(err):
+		return nil, follower.CorruptStoreError(dir, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, err)
 	}
@@ -167,6 +174,10 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	if shards := nodeShardsOf(dir); len(shards) > 0 {
 		return inspectNode(dir, shards, jsonOut, out, stderr)
 	}
+	return follower.CorruptStoreError(dir, inspectOneStore(dir, jsonOut, out, stderr))
+}
+
+func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
 	db, err := openReadOnly(dir, stderr)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,11 +56,13 @@ func nodeShardsOf(dir string) []uint32 {
 func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
 	rows := make([]inspectNodeShard, 0, len(shards))
 	failed := 0
+	var errs []error
 	for _, s := range shards {
 		row := inspectNodeShard{Shard: s, Dir: follower.ShardDir(dir, s)}
-		if err := readNodeShard(&row, stderr); err != nil {
+		if err := follower.CorruptStoreError(row.Dir, readNodeShard(&row, stderr)); err != nil {
 			row.Error = err.Error()
 			failed++
+			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
 		}
 		rows = append(rows, row)
 	}
@@ -79,7 +82,8 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 		fmt.Fprintln(tw, "shard\tapplied lsn\tepoch\tlast batch\tsessions\tjournal keys\twal clock\t")
 		for _, r := range rows {
 			if r.Error != "" {
-				fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t%s\t\n", r.Shard, r.Error)
+				// The reason is in the command's error, below the table.
+				fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\tcannot be read\t\n", r.Shard)
 				continue
 			}
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%d\t%s\t\n", r.Shard, r.AppliedLSN, r.Epoch, fmtBatchRef(r.last),
@@ -88,7 +92,9 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 		tw.Flush()
 	}
 	if failed > 0 {
-		return fmt.Errorf("%s: %d of %d shards could not be read", dir, failed, len(rows))
+		// Each reason, typed (errors.Is: follower.ErrStoreLocked,
+		// ErrStoreCorrupt, ...), not only the count.
+		return fmt.Errorf("%s: %d of %d shards could not be read: %w", dir, failed, len(rows), errors.Join(errs...))
 	}
 	return nil
 }

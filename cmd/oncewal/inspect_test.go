@@ -321,7 +321,10 @@ func TestInspectLockedStore(t *testing.T) {
 		t.Fatalf("helper: %q, %v", line, err)
 	}
 	_, errOut, code := runCmd(t, "inspect", dir)
-	if code != exitFailure || !strings.Contains(errOut, "the store is locked — is a follower running on it?") {
+	// follower.ErrStoreLocked, naming the lock file and the remedy (was:
+	// "the store is locked — is a follower running on it?").
+	if code != exitFailure || !strings.Contains(errOut, follower.ErrStoreLocked.Error()) ||
+		!strings.Contains(errOut, filepath.Join(dir, "LOCK")) || !strings.Contains(errOut, "stop the follower or leader running on "+dir) {
 		t.Errorf("inspect of a locked store: code %d, stderr %q", code, errOut)
 	}
 }

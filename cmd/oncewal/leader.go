@@ -253,6 +253,9 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		defer f.Close()
 		c.gen.ackLog = f
 	}
+	if err := checkNoIntent(c.dir); err != nil {
+		return err
+	}
 	var srv *grpctransport.Server
 	l, err := leader.Open(c.dir, &leader.Options{
 		Shards: c.shards, Epoch: c.epoch, Followers: c.followers,

@@ -48,7 +48,14 @@ func readRows(path string, stderr io.Writer) (rows []storeRow, node bool, err er
 	return []storeRow{{arg: path, dir: path, pos: pos}}, false, nil
 }
 
+// readStorePosition reads the position of the store in dir; Pebble's
+// corruption comes back as follower.ErrStoreCorrupt.
 func readStorePosition(dir string, stderr io.Writer) (replication.Ack, error) {
+	pos, err := readStorePositionOf(dir, stderr)
+	return pos, follower.CorruptStoreError(dir, err)
+}
+
+func readStorePositionOf(dir string, stderr io.Writer) (replication.Ack, error) {
 	db, err := openReadOnly(dir, stderr)
 	if err != nil {
 		return replication.Ack{}, err
@@ -165,6 +172,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 	}
 	best, marked := mostAdvanced(dirs, rows)
 	failed := 0
+	var rowErrs []error
 	if jsonOut {
 		res := struct {
 			Stores       []positionJSON `json:"stores"`
@@ -178,6 +186,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 			}
 			if r.err != nil {
 				p.Error, failed = r.err.Error(), failed+1
+				rowErrs = append(rowErrs, r.err)
 			}
 			res.Stores = append(res.Stores, p)
 		}
@@ -197,6 +206,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 			}
 			if r.err != nil {
 				failed++
+				rowErrs = append(rowErrs, r.err)
 				fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t\t\n", filepath.Clean(r.dir), shard, r.err)
 				continue
 			}
@@ -211,11 +221,45 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 		if best != "" {
 			fmt.Fprintf(out, "\nmost advanced: %s\n", best)
 		} else {
-			fmt.Fprintln(out, "\nmost advanced: none (no directory is ahead on every shard, or a store could not be read)")
+			switch {
+			case failed > 0:
+				fmt.Fprintln(out, "\nmost advanced: none known (a store could not be read)")
+			default:
+				fmt.Fprintf(out, "\nmost advanced: none (no directory is ahead on every shard); %s\n", catchUpAdvice(dirs))
+			}
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d stores could not be read", failed, len(rows))
+		// Each reason, typed (errors.Is: follower.ErrStoreLocked,
+		// ErrStoreCorrupt, ...), not only the count.
+		return fmt.Errorf("%d of %d stores could not be read: %w", failed, len(rows), errors.Join(rowErrs...))
+	}
+	return nil
+}
+
+// verifyStore reads every key and value of the store in dir read-only, so
+// that each of its blocks has its checksum verified: Pebble reads blocks
+// only when asked, and a command that changes stores (promote) checks them
+// all before it changes anything, instead of meeting a damaged block half way
+// through. Corruption is follower.ErrStoreCorrupt naming dir.
+func verifyStore(dir string, stderr io.Writer) error {
+	db, err := openReadOnly(dir, stderr)
+	if err != nil {
+		return follower.CorruptStoreError(dir, err)
+	}
+	defer db.Close()
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return follower.CorruptStoreError(dir, err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if _, err := it.ValueAndErr(); err != nil {
+			_ = it.Close()
+			return follower.CorruptStoreError(dir, fmt.Errorf("%s: reading a value: %w", dir, err))
+		}
+	}
+	if err := it.Close(); err != nil {
+		return follower.CorruptStoreError(dir, fmt.Errorf("%s: reading the store: %w", dir, err))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
 )
 
 // errReadOnlyFS is what readOnlyFS returns for any attempt to change a file.
@@ -38,9 +39,6 @@ func (readOnlyFS) ReuseForWrite(oldname, _ string, _ vfs.DiskWriteCategory) (vfs
 	return nil, refuse("reuse", oldname)
 }
 
-// errStoreLocked: the shared lock was refused — a process holds the store.
-var errStoreLocked = errors.New("store locked")
-
 // Lock opens the existing lock file read-only and takes a shared lock on it.
 func (readOnlyFS) Lock(name string) (io.Closer, error) {
 	f, err := os.Open(name)
@@ -49,7 +47,9 @@ func (readOnlyFS) Lock(name string) (io.Closer, error) {
 	}
 	if err := sharedLock(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w: %w", name, errStoreLocked, err)
+		// A refused shared lock: a process holds the store
+		// (follower.ErrStoreLocked).
+		return nil, follower.LockError(name, err)
 	}
 	return f, nil
 }
