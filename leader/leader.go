@@ -61,7 +61,10 @@ type Options struct {
 	// epoch is a promotion: it is persisted in each shard's store before the
 	// first append, and from then on that store and every follower that sees
 	// the new epoch refuse the old one. A lower epoch than a store has
-	// committed is refused (replication.ErrStaleEpoch).
+	// committed, or than the last batch of its WAL (the authority on the
+	// epoch: a store rebuilt from the log takes the log's), is refused
+	// (replication.ErrStaleEpoch); one above replication.MaxEpoch too
+	// (replication.ErrEpochExhausted).
 	Epoch uint64
 	// Store is the template for every shard's local store (Shard is set per
 	// shard). The leader applies its own log to it with the same receiver a
@@ -151,6 +154,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SegmentSize < 0 {
 		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
+		errs = append(errs, err)
 	}
 	if err := o.Store.Validate(); err != nil {
 		errs = append(errs, err)

@@ -92,13 +92,7 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 	if err := b.Set(KeyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
 	}
-	// A follower that applied this LSN or later under an older epoch has
-	// diverged.
-	if err := b.Set(KeyEpochStart, appendMetaU64(nil, applied+1), nil); err != nil {
-		return err
-	}
-	// A follower stopped exactly at applied can be verified (CheckHello).
-	if err := b.Set(KeyEpochPrev, appendBatchRef(nil, applied, prev), nil); err != nil {
+	if err := stageEpochStart(b, applied+1, prev); err != nil {
 		return err
 	}
 	// The rows of an earlier epoch's leader (its replication slots) are not
@@ -112,6 +106,18 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 		return err
 	}
 	return StageFormat(b)
+}
+
+// stageEpochStart stages where the current epoch's history starts: its
+// first LSN and prev, the batch ending just before it.
+func stageEpochStart(b *pebble.Batch, start uint64, prev BatchRef) error {
+	// A follower that applied start or later under an older epoch has
+	// diverged.
+	if err := b.Set(KeyEpochStart, appendMetaU64(nil, start), nil); err != nil {
+		return err
+	}
+	// A follower stopped exactly at start-1 can be verified (CheckHello).
+	return b.Set(KeyEpochPrev, appendBatchRef(nil, start-1, prev), nil)
 }
 
 // StageFormat stages the store format marker (KeyFormat) into b: what makes
