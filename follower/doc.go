@@ -148,6 +148,9 @@
 //	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;
 //	                               leader-only: deleted when a new epoch starts, never
 //	                               inherited by a rebuilt store — keyspace.LeaderOnly)
+//	m/leader                       the epoch at which a leader raised this store's epoch: the
+//	                               mark that it is a leader's store (leader.Open refuses a
+//	                               store without it; leader-only, like m/slot/)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)

@@ -92,6 +92,9 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 	if err != nil {
 		return nil, fmt.Errorf("follower: promote: %w", err)
 	}
+	if f.opts.LeaderStore {
+		return l, nil
+	}
 	lsn, _ := l.Position()
 	f.opts.Logger.Info("oncewal follower promoted to leader", "dir", f.dir, "shard", f.opts.Shard, "epoch", epoch,
 		"applied_lsn", lsn, "wal", opts.WALDir)

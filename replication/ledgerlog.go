@@ -213,18 +213,8 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Epoch == 0 {
-		cfg.Epoch = max(stored, logged.LastEpoch, 1)
-		if err := CheckEpoch("the committed epoch", cfg.Epoch); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Epoch < stored {
-		return nil, fmt.Errorf("%w: leader epoch %d, store has committed epoch %d", ErrStaleEpoch, cfg.Epoch, stored)
-	}
-	if cfg.Epoch < logged.LastEpoch {
-		return nil, fmt.Errorf("%w: leader epoch %d is below epoch %d of the last batch of the WAL in %s: "+
-			"give no epoch (--epoch 0) to continue at the log's, or one above it to raise it", ErrStaleEpoch, cfg.Epoch, logged.LastEpoch, cfg.WALDir)
+	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
+		return nil, err
 	}
 	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
 		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped)}
