@@ -185,7 +185,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			defer client.Close()
 			no.Rebuild, no.RebuildFrom, no.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
 		}
-		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no})
+		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no, ShardCount: c.shards})
 		if err != nil {
 			return err
 		}

@@ -114,6 +114,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	ids := followerList(&c, *followers)
 	hostPort(&c, "listen", *listen, false)
 	inRange(&c, "shards", *shards, 1, replication.MaxShards)
+	checkEpochFlag(&c, *epoch)
 	inRange(&c, "max-retained-bytes", *maxRetained, 1, math.MaxInt64)
 	inRange(&c, "retention-interval", *retainEvery, time.Millisecond, 24*time.Hour)
 	inRange(&c, "segment-size", *segSize, minSegmentSize, maxSegmentSize)

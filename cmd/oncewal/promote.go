@@ -78,6 +78,7 @@ func runPromote(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	checkEpochFlag(&c, *epoch)
 	if *out != "" && filepath.Clean(*out) == filepath.Clean(*dir) {
 		c.failf("--out is --dir: leave --out out to promote a node directory in place")
 	}
@@ -159,7 +160,9 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	}
 	epoch := c.epoch
 	if epoch == 0 {
-		epoch = seen + 1
+		if epoch, err = replication.NextEpoch(seen, seenBy); err != nil {
+			return err
+		}
 	} else if epoch <= seen {
 		return fmt.Errorf("%w: --epoch %d is not above epoch %d, which %s has seen", replication.ErrStaleEpoch, epoch, seen, seenBy)
 	}
@@ -176,7 +179,7 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "moved %s to %s\n", c.dir, storeDirIn(c.out, node))
 	}
 	l, err := leader.Open(target, &leader.Options{
-		Shards: shards, Epoch: epoch,
+		Shards: shards, Epoch: epoch, Promote: true,
 		Logger: slog.New(slog.DiscardHandler), Store: follower.Options{Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
@@ -189,8 +192,29 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	if err := l.Close(); err != nil {
 		return err
 	}
+	if err := checkPromoted(target, shards, epoch); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "promoted: %s is the leader node directory of %d shard(s) at epoch %d\n", target, shards, epoch)
 	fmt.Fprintf(stdout, "serve it: oncewal leader --dir %s --shards %d --followers ID,... --listen ADDR (TLS flags)\n", target, shards)
+	return nil
+}
+
+// checkPromoted re-reads every store of target as persisted and refuses to
+// report a promotion the stores do not hold: each must be at epoch, marked
+// a leader's.
+func checkPromoted(target string, shards int, epoch uint64) error {
+	for s := range uint32(shards) {
+		dir := follower.ShardDir(target, s)
+		info, err := follower.PeekStore(nil, dir)
+		if err != nil {
+			return fmt.Errorf("re-reading %s after the promotion: %w", dir, err)
+		}
+		if info.Epoch != epoch || !info.Leader {
+			return fmt.Errorf("%w: %s holds epoch %d (leader's store: %v) after the promotion to epoch %d",
+				errCannotPromote, dir, info.Epoch, info.Leader, epoch)
+		}
+	}
 	return nil
 }
 
