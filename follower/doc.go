@@ -190,6 +190,15 @@
 //	n.Stats()        // per shard and totals
 //	n.Close()
 //
+// With NodeOptions.ShardCount (oncewal follower --shards N) the node
+// directory records the deployment's shard count in dir/SHARDS when it is
+// created (a synced file renamed into place; a directory from before the
+// record takes it once from the stores it holds) and OpenNode refuses
+// another count with *ShardCountError (ErrShardCount) before it creates
+// anything: sessions route by the count, so a node of another count would
+// hold stores no leader ships to. A refused OpenNode removes the stores it
+// created for the shards that did open.
+//
 // A Node runs one Follower per shard, each in its own store directory
 // dir/shard-NNNN (ShardDir) with its own applied position, epoch, HWMs and
 // window; the Follower code, key layout and guarantees above hold per shard

@@ -69,11 +69,15 @@ func TestEpochBound(t *testing.T) {
 	fdir := t.TempDir()
 	feed(t, follower.ShardDir(fdir, 0), filepath.Join(dir, leader.WALDirName), 1, 2)
 	refusedUnchanged(t, fdir, leader.Options{Shards: 1, Promote: true}, replication.ErrEpochExhausted)
-	f, err := follower.Open(follower.ShardDir(fdir, 0), quiet())
-	require.NoError(t, err)
-	_, err = f.Promote(follower.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal")})
-	require.ErrorIs(t, err, replication.ErrEpochExhausted)
-	require.NoError(t, f.Close())
+	for _, epoch := range []uint64{0, replication.MaxEpoch + 1, math.MaxUint64} {
+		f, err := follower.Open(follower.ShardDir(fdir, 0), quiet())
+		require.NoError(t, err)
+		_, err = f.Promote(follower.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
+		require.ErrorIs(t, err, replication.ErrEpochExhausted, "PromoteOptions.Epoch %d", epoch)
+		_, stored := f.Position()
+		require.EqualValues(t, replication.MaxEpoch, stored)
+		require.NoError(t, f.Close())
+	}
 }
 
 // TestLostStoreTwoEpochs: a leader restarted once with a higher epoch

@@ -204,7 +204,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The WAL is the authority on the leader's epoch (invariant 5): a store
+	// The WAL is the authority on the leader's epoch (invariant 10): a store
 	// rebuilt from it after it was lost knows no epoch until it re-applies
 	// the log, and a leader serving below its log's last epoch would append
 	// batches every reader refuses. Read-only: a refusal below changes
