@@ -180,6 +180,12 @@ func TestLeaderOnFollowerDir(t *testing.T) {
 		err := refusedUnchanged(t, fdir, leader.Options{Shards: 1, Epoch: epoch}, leader.ErrNotLeaderStore)
 		require.ErrorContains(t, err, "oncewal promote --dir "+fdir)
 	}
+	// Also a follower node that never received anything.
+	empty := t.TempDir()
+	n, err := follower.OpenNode(empty, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: *quiet()})
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	refusedUnchanged(t, empty, leader.Options{Shards: 1}, leader.ErrNotLeaderStore)
 	// A promotion must raise the epoch above what the store has seen.
 	refusedUnchanged(t, fdir, leader.Options{Shards: 1, Epoch: 4, Promote: true}, replication.ErrStaleEpoch)
 

@@ -336,6 +336,10 @@ func preflight(fs vfs.FS, dir string, o *Options) (plan, error) {
 		return p, err
 	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
 		return p, &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
+	case layout == follower.LayoutNode && !o.Promote:
+		return p, fmt.Errorf("%w: %s is a follower node directory (%s, no %s or %s/): serving it would take its old leader's epoch "+
+			"without fencing it; promote it first with oncewal promote --dir %s (it checks that it is the most advanced follower "+
+			"and raises the epoch), then start the leader", ErrNotLeaderStore, dir, detail, LockFileName, WALDirName, dir)
 	}
 	stores, err := follower.NodeShards(fs, dir)
 	if err != nil {
