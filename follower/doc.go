@@ -183,6 +183,9 @@
 //	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;
 //	                               leader-only: deleted when a new epoch starts, never
 //	                               inherited by a rebuilt store — keyspace.LeaderOnly)
+//	m/leader                       the epoch at which a leader raised this store's epoch: the
+//	                               mark that it is a leader's store (leader.Open refuses a
+//	                               store without it; leader-only, like m/slot/)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)
@@ -221,6 +224,15 @@
 //	n.Apply(batch)   // routed by the batch header's shard
 //	n.Stats()        // per shard and totals
 //	n.Close()
+//
+// With NodeOptions.ShardCount (oncewal follower --shards N) the node
+// directory records the deployment's shard count in dir/SHARDS when it is
+// created (a synced file renamed into place; a directory from before the
+// record takes it once from the stores it holds) and OpenNode refuses
+// another count with *ShardCountError (ErrShardCount) before it creates
+// anything: sessions route by the count, so a node of another count would
+// hold stores no leader ships to. A refused OpenNode removes the stores it
+// created for the shards that did open.
 //
 // A Node runs one Follower per shard, each in its own store directory
 // dir/shard-NNNN (ShardDir) with its own applied position, epoch, HWMs and

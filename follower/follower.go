@@ -88,6 +88,10 @@ type Options struct {
 	Ledger idempotency.TableOptions
 	// Logger receives the follower's log lines. Default slog.Default().
 	Logger *slog.Logger
+	// LeaderStore: the store is a leader's own (package leader sets it),
+	// so its open and Promote are not logged as a follower's — the leader
+	// logs what it did, once. Default false.
+	LeaderStore bool
 	// FS is the filesystem Pebble uses. Default vfs.Default (the OS). Tests
 	// pass vfs.NewCrashableMem() or an errorfs wrapper.
 	FS vfs.FS
@@ -470,9 +474,11 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 	}
 	f.life = lifegate.New()
 	f.disk = diskguard.New(o.FS, dir, o.MinFreeBytes)
-	lsn, epoch := f.recv.Position()
-	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
-		"applied_lsn", lsn, "epoch", epoch, "window", f.window.Len())
+	if !o.LeaderStore {
+		lsn, epoch := f.recv.Position()
+		o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
+			"applied_lsn", lsn, "epoch", epoch, "window", f.window.Len())
+	}
 	return f, nil
 }
 

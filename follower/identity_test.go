@@ -15,19 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// dirState is testutil.TreeDigest of dir, to prove a refused open changed
-// nothing, except that Pebble's LOCK file counts only by its presence: the
-// identity check locks an existing LOCK (vfs.Default's Lock truncates the
-// empty file, which moves its mtime).
+// dirState is testutil.TreeState of dir, to prove a refused open changed
+// nothing.
 func dirState(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	d := testutil.TreeDigest(t, dir)
-	for name := range d {
-		if filepath.Base(name) == "LOCK" {
-			d[name] = "present"
-		}
-	}
-	return d
+	return testutil.TreeState(t, dir)
 }
 
 // appliedStore fills a store of shard with a short workload and closes it.

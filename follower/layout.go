@@ -26,7 +26,9 @@ const (
 	// shard-NNNN (ShardDir).
 	LayoutNode
 	// LayoutLeader: a leader node directory (package leader): its lock file
-	// LeaderLockFileName, the WAL directory LeaderWALDirName, shard stores.
+	// LeaderLockFileName, or a WAL directory LeaderWALDirName that holds WAL
+	// segments; and shard stores. (A folder named LeaderWALDirName without
+	// segments is just a folder: LayoutOther.)
 	LayoutLeader
 	// LayoutWAL: WAL segments (package wal).
 	LayoutWAL
@@ -117,8 +119,14 @@ func DirLayout(fs vfs.FS, dir string) (Layout, string, error) {
 		switch {
 		case name == LeaderLockFileName:
 			leader = name
+		case name == ShardCountFileName, name == ShardCountFileName+".tmp":
+			// A node's record (leader or follower): the rest tells which.
 		case name == LeaderWALDirName && isDir(fs, fs.PathJoin(dir, name)):
-			leader = name + "/"
+			if shards, err := wal.ListShardsFS(fs, fs.PathJoin(dir, name)); err == nil && len(shards) > 0 {
+				leader = name + "/"
+			} else if other == "" {
+				other = name + "/ (no WAL segments in it)"
+			}
 		case isPebbleFile(name):
 			if name != "LOCK" && pebbleFile == "" {
 				pebbleFile = name

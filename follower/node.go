@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/oncewal/oncewal/internal/ctxtime"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,6 +37,13 @@ type NodeOptions struct {
 	// PerShard, if set, adjusts one shard's options after the template was
 	// copied (a different FS or Applier per shard, …).
 	PerShard func(shard uint32, o *Options)
+	// ShardCount is the deployment's shard count (oncewal follower
+	// --shards). When set, it is recorded in the node directory when the
+	// directory is created (ShardCountFileName) and OpenNode refuses another
+	// count (*ShardCountError) before anything is created; a directory
+	// without the record takes the count of the shards it holds, once.
+	// 0: not recorded or checked (a node serving a subset of the shards).
+	ShardCount int
 	// ReopenBackoff is the first wait before reopening a shard whose store
 	// failed; it doubles up to 32× while reopening keeps failing. Default
 	// DefaultReopenBackoff; negative is refused.
@@ -60,6 +68,9 @@ func (o *NodeOptions) Validate() error {
 	var errs []error
 	if o.ReopenBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
+	}
+	if o.ShardCount < 0 || o.ShardCount > replication.MaxShards {
+		errs = append(errs, fmt.Errorf("ShardCount %d is outside 0..%d", o.ShardCount, replication.MaxShards))
 	}
 	if err := o.Follower.Validate(); err != nil {
 		errs = append(errs, err)
@@ -190,6 +201,9 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if len(sorted) > 0 && o.ShardCount > 0 && int(sorted[len(sorted)-1]) >= o.ShardCount {
+		errs = append(errs, fmt.Errorf("shard %d is outside the deployment's ShardCount %d", sorted[len(sorted)-1], o.ShardCount))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrBadNodeOptions, errors.Join(errs...))
 	}
@@ -201,7 +215,29 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	case layout != LayoutEmpty && layout != LayoutNode:
 		return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutNode, Detail: detail}
 	}
-	if err := wal.MkdirAllSynced(o.Follower.FS, dir); err != nil {
+	// A refused start leaves the node directory as it was: the store
+	// directories this open creates are removed again if any shard fails
+	// (a new store's Open removes only its own when it fails itself).
+	fs := o.Follower.FS
+	_, statErr := fs.Stat(dir)
+	newDir := errors.Is(statErr, os.ErrNotExist)
+	had, err := NodeShards(fs, dir)
+	if err != nil && !newDir {
+		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
+	}
+	// The shard count is checked before anything is created; a node
+	// directory from before the record takes it from the shards it holds.
+	record := o.ShardCount > 0
+	if o.ShardCount > 0 && !newDir {
+		present := 0
+		if len(had) > 0 {
+			present = int(had[len(had)-1]) + 1
+		}
+		if record, err = CheckShardCount(fs, dir, o.ShardCount, present); err != nil {
+			return nil, err
+		}
+	}
+	if err := wal.MkdirAllSynced(fs, dir); err != nil {
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	}
 	n := &Node{dir: dir, opts: o, byID: make(map[uint32]*nodeShard, len(sorted))}
@@ -251,10 +287,23 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if err := errors.Join(openErrs...); err != nil {
 		for _, ns := range n.shards {
 			if ns.f != nil {
-				_ = ns.f.Close()
+				if err := ns.f.Close(); err == nil && !slices.Contains(had, ns.shard) {
+					_ = fs.RemoveAll(ns.dir)
+				}
 			}
 		}
+		if newDir {
+			_ = fs.Remove(dir) // only if nothing is left in it
+		}
 		return nil, err
+	}
+	if record {
+		if err := RecordShardCount(fs, dir, o.ShardCount); err != nil {
+			for _, ns := range n.shards {
+				_ = ns.f.Close()
+			}
+			return nil, err
+		}
 	}
 	n.life = lifegate.New()
 	return n, nil

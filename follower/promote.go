@@ -20,6 +20,7 @@ type PromoteOptions struct {
 	// fresh store) — enough only if this follower has applied a batch of the
 	// current leader (a follower that received nothing has never seen its
 	// epoch). A leader restarting on its own store passes its current epoch.
+	// At most replication.MaxEpoch (replication.ErrEpochExhausted).
 	Epoch uint64
 	// Ledger configures the request ledger (TTL, Lease, FailureTTL).
 	Ledger idempotency.LedgerOptions
@@ -64,7 +65,10 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 	epoch := opts.Epoch
 	if epoch == 0 {
 		_, stored := f.recv.Position()
-		epoch = stored + 1
+		var err error
+		if epoch, err = replication.NextEpoch(stored, "store "+f.dir); err != nil {
+			return nil, fmt.Errorf("follower: promote: %w", err)
+		}
 	}
 	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
 		WALDir:      opts.WALDir,
@@ -87,6 +91,9 @@ func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follower: promote: %w", err)
+	}
+	if f.opts.LeaderStore {
+		return l, nil
 	}
 	lsn, _ := l.Position()
 	f.opts.Logger.Info("oncewal follower promoted to leader", "dir", f.dir, "shard", f.opts.Shard, "epoch", epoch,

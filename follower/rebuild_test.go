@@ -268,7 +268,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	// stop ends a leader's Run, then closes it.
 	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
 		l, err := leader.Open(d, &leader.Options{
-			Shards: 1, Epoch: epoch, Followers: followers, Wall: clock.Now,
+			Shards: 1, Epoch: epoch, Promote: epoch > 0, Followers: followers, Wall: clock.Now,
 			Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 			Listener: func(uint32) replication.Listener { return tr },
 			Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
@@ -407,7 +407,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
 	defer tr2.Close()
 	p, err := leader.Open(node, &leader.Options{
-		Shards: 1, Epoch: 2, Followers: ids, RetentionInterval: time.Hour,
+		Shards: 1, Epoch: 2, Promote: true, Followers: ids, RetentionInterval: time.Hour,
 		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(uint32) replication.Listener { return tr2 },
 	})

@@ -53,6 +53,10 @@ const (
 	MetaIdentity = Meta + "identity"
 	// MetaSlot + follower ID: a leader's replication slot for that follower.
 	MetaSlot = Meta + "slot/"
+	// MetaLeader: the epoch at which a leader raised this store's epoch —
+	// the mark that a leader (leader.Open, oncewal promote) made it a
+	// leader's store (leader-only: a rebuilt store never inherits it).
+	MetaLeader = Meta + "leader"
 
 	// LedgerRow + scope length (u8) + scope + request key: a ledger entry.
 	LedgerRow = Ledger + "r/"
@@ -74,8 +78,10 @@ const (
 // and a store rebuilt from a snapshot never inherits them (follower.Rebuild
 // deletes them from the staged store). m/epoch_start and m/epoch_prev are
 // not in it: they are facts of the history every replica of it shares, and
-// a promotion rewrites them.
-var LeaderOnly = []string{MetaSlot}
+// a promotion rewrites them. MetaLeader is: a new epoch writes it again in
+// the same batch, and a store rebuilt from a leader's snapshot is a
+// follower's.
+var LeaderOnly = []string{MetaSlot, MetaLeader}
 
 // Reserved lists the spaces oncewal writes whatever the Applier: a custom
 // Applier must not write a key that starts with any of them.
@@ -137,6 +143,7 @@ var Layout = []Entry{
 	{Key: MetaLastBatch, Fixed: true},
 	{Key: MetaIdentity, Fixed: true},
 	{Key: MetaSlot},
+	{Key: MetaLeader, Fixed: true},
 	{Key: Journal},
 	{Key: LedgerRow},
 	{Key: LedgerIndex},

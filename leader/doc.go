@@ -12,12 +12,14 @@
 //
 // dir/shard-NNNN is shard N's local store (the same Pebble store a follower
 // keeps, see package follower) and dir/wal holds every shard's WAL segments
-// (segment names carry the shard). Open refuses a directory holding a store
-// or segments of a shard outside 0..Shards-1 (ErrForeignShard), a log it
-// cannot read (wal.ErrCorrupt, wal.ErrNotWAL and friends, checked read-only
-// before any store is opened, so a refusal changes nothing), and a directory
-// another Leader holds (wal.ErrLocked on dir/LEADER.lock, at once); a torn
-// tail is repaired as package wal describes.
+// (segment names carry the shard); dir/SHARDS records the shard count. Open
+// refuses a directory holding a store or segments of a shard outside
+// 0..Shards-1 (ErrForeignShard), a log it cannot read (wal.ErrCorrupt,
+// wal.ErrNotWAL and friends), everything "Where a leader opens" lists — all
+// checked read-only before anything is created, so a refusal changes
+// nothing — and a directory another Leader holds (wal.ErrLocked on
+// dir/LEADER.lock, at once); a torn tail is repaired as package wal
+// describes.
 //
 // # One stamping path
 //
@@ -85,7 +87,53 @@
 // the new epoch and the LSN its history starts at are persisted in the store
 // before anything is appended, so the store refuses the deposed leader's
 // batches from then on, and followers are checked against the new history
-// when they connect.
+// when they connect. Epoch 0 keeps the higher of the store's epoch and the
+// epoch of the shard's WAL's last batch: the WAL is the authority, so a
+// leader whose store was lost rebuilds it from the log and serves at the
+// log's epoch, never below it (replication.LeaderEpoch; the rules are
+// replication's invariant 12). Every epoch is at most replication.MaxEpoch.
+//
+// # Where a leader opens
+//
+// Open decides from what dir holds, read-only and before it creates
+// anything — the directory, the lock file, an empty store — whether it may
+// serve it (design invariants 9 and 10): a refusal leaves dir as it was.
+//
+//   - Layout: an absent or empty directory, or a leader directory (its
+//     LEADER.lock, or a wal/ holding segments). A single store or a WAL
+//     directory is a *follower.LayoutError.
+//   - Shard count: recorded in dir/SHARDS when the directory is created
+//     (follower.RecordShardCount: a synced file renamed into place); a
+//     directory from before the record takes it once from the stores and
+//     segments it holds. Another --shards is *follower.ShardCountError
+//     (follower.ErrShardCount), a store or log of a shard beyond it
+//     ErrForeignShard.
+//   - Each shard's log: readable (wal.InspectFS), its epochs never going
+//     back. A log that goes back — written by a leader that served below its
+//     own log's epoch — is ErrEpochRegression, naming the LSN, both epochs
+//     and the command that cuts it (oncewal waldump --cut-epoch-regression,
+//     wal.CutEpochRegression: nothing cut was acknowledged, package wal says
+//     why).
+//   - Each shard's store (follower.PeekStore): a leader opens only on a
+//     leader's store — one a leader raised the epoch of (the m/leader mark,
+//     replication.KeyLeader, written with every raised epoch; leader-only, so
+//     a store rebuilt from a snapshot never has it), one whose shard's log
+//     this leader directory already holds (directories from before the
+//     mark), or one with nothing in it. Anything else — a follower's node
+//     directory, a store never promoted — is ErrNotLeaderStore naming
+//     oncewal promote: served as it is, it would take its old leader's
+//     epoch without fencing it, bypassing promote's most-advanced check.
+//     Options.Promote (oncewal promote, sim's failovers) takes such stores
+//     over, raising each to Options.Epoch or, by default, the highest epoch
+//     it and its log have seen + 1.
+//   - A store behind the first LSN its log retains (a lost store, a log cut
+//     by retention) cannot be caught up: wal.ErrCompacted.
+//   - The epoch (replication.LeaderEpoch): not below the store's or the
+//     log's, not above replication.MaxEpoch.
+//
+// Open logs one line for what it did ("oncewal leader opened" or
+// "promoted", with each shard's epoch); its stores do not log as
+// followers (follower.Options.LeaderStore).
 //
 // # Closing
 //

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -33,6 +34,17 @@ var (
 	// ErrCrossShard: one Append was given events of sessions that route to
 	// different shards; a batch is atomic only within one shard's log.
 	ErrCrossShard = errors.New("leader: events route to more than one shard")
+	// ErrNotLeaderStore: the directory holds a follower's store — a
+	// follower's node directory, or a store no leader ever raised — which
+	// a leader would serve at its old leader's epoch without fencing it.
+	// Promote it first (oncewal promote, or Options.Promote). Nothing was
+	// changed.
+	ErrNotLeaderStore = errors.New("leader: not a leader's store")
+	// ErrEpochRegression: a shard's WAL holds a batch of an older epoch
+	// after a newer one (wal.ErrEpochRegression); the message names the LSN,
+	// both epochs and the command that cuts it (oncewal waldump
+	// --cut-epoch-regression). Nothing was changed.
+	ErrEpochRegression = wal.ErrEpochRegression
 	// ErrClosed: a call on a closed Leader — Run, Retain, Register,
 	// Unregister, WaitAcked, Donor and a Begin of its donors' snapshots
 	// (Append, Commit and the ledger answer with the log's own closed
@@ -61,7 +73,10 @@ type Options struct {
 	// epoch is a promotion: it is persisted in each shard's store before the
 	// first append, and from then on that store and every follower that sees
 	// the new epoch refuse the old one. A lower epoch than a store has
-	// committed is refused (replication.ErrStaleEpoch).
+	// committed, or than the last batch of its WAL (the authority on the
+	// epoch: a store rebuilt from the log takes the log's), is refused
+	// (replication.ErrStaleEpoch); one above replication.MaxEpoch too
+	// (replication.ErrEpochExhausted).
 	Epoch uint64
 	// Store is the template for every shard's local store (Shard is set per
 	// shard). The leader applies its own log to it with the same receiver a
@@ -109,6 +124,14 @@ type Options struct {
 	// RetentionInterval is how often Run advances the slots and deletes
 	// segments no slot needs. Default 1s.
 	RetentionInterval time.Duration
+	// Promote lets Open take over follower stores (a follower's node
+	// directory, or stores no leader raised): each such store's epoch is
+	// raised — to Epoch, which must exceed every epoch the store and its
+	// log have seen, default the highest + 1 — and the store is marked a
+	// leader's (see the package doc). Without it such a store is refused
+	// (ErrNotLeaderStore). Set only by a promotion that has checked this
+	// follower is the most advanced (oncewal promote). Default false.
+	Promote bool
 }
 
 // Defaults of Options.
@@ -151,6 +174,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SegmentSize < 0 {
 		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
+		errs = append(errs, err)
 	}
 	if err := o.Store.Validate(); err != nil {
 		errs = append(errs, err)
@@ -213,11 +239,15 @@ type Shard struct {
 
 // Open opens (creating if needed) the leader of opts.Shards shards in dir:
 // per shard a local store in follower.ShardDir(dir, shard) and a WAL in
-// dir/wal. It refuses a directory holding other shards or a log it cannot
-// read (before it changes anything), locks the directory (wal.ErrLocked if
-// another Leader holds it), recovers each log
-// (repairing a torn tail), re-applies to each store what its log has beyond
-// it, restores every session's SeqNo from there, and persists a raised epoch
+// dir/wal. Before it changes anything it checks, read-only, what dir holds
+// (see the package doc, "Where a leader opens"): it refuses a directory
+// holding other shards or another shard count, a follower's directory or
+// store (ErrNotLeaderStore, unless opts.Promote), a log it cannot read or
+// whose epochs go back, a store its log cannot bring up to date, and an
+// epoch below the stores' or the log's. Then it locks the directory
+// (wal.ErrLocked if another Leader holds it), recovers each log (repairing
+// a torn tail), re-applies to each store what its log has beyond it,
+// restores every session's SeqNo from there, and persists a raised epoch
 // before anything is appended.
 func Open(dir string, opts *Options) (*Leader, error) {
 	var o Options
@@ -232,7 +262,15 @@ func Open(dir string, opts *Options) (*Leader, error) {
 		return nil, fmt.Errorf("%w: directory is required", ErrBadOptions)
 	}
 	router, _ := replication.NewShardRouter(o.Shards)
-	if err := checkLayout(o.FS, dir, o.Shards); err != nil {
+	// Everything is checked before anything is created, the lock file
+	// included (taking an existing one changes its mtime); a leader of this
+	// process that holds the directory is refused at once, before the checks
+	// read its stores (one of another process shows at LockFile).
+	if err := wal.CheckLockFile(o.FS, dir, LockFileName); err != nil {
+		return nil, err
+	}
+	p, err := preflight(o.FS, dir, &o)
+	if err != nil {
 		return nil, err
 	}
 	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
@@ -242,81 +280,168 @@ func Open(dir string, opts *Options) (*Leader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.recordShards {
+		if err := follower.RecordShardCount(o.FS, dir, o.Shards); err != nil {
+			_ = lock.Close()
+			return nil, err
+		}
+	}
 	l := &Leader{dir: dir, opts: o, router: router, lock: lock}
 	l.life = lifegate.New()
 	for s := range uint32(o.Shards) {
-		sh, err := l.openShard(s)
+		sh, err := l.openShard(s, p.epochs[s])
 		if err != nil {
 			_ = l.Close()
 			return nil, fmt.Errorf("leader: shard %d: %w", s, err)
 		}
 		l.shards = append(l.shards, sh)
 	}
+	opened := "opened"
+	if p.promoted {
+		opened = "promoted"
+	}
+	o.Logger.Info("oncewal leader "+opened, "dir", dir, "shards", o.Shards, "epochs", p.epochs)
 	return l, nil
 }
 
-// checkLayout refuses a directory that holds stores or WAL segments of
-// shards this leader does not own, before anything is created in it.
-func checkLayout(fs vfs.FS, dir string, shards int) error {
+// plan is what preflight decided for Open.
+type plan struct {
+	epochs       []uint64 // per shard, the epoch it serves at
+	recordShards bool     // the shard count is to be recorded
+	promoted     bool     // some store was made a leader's (Options.Promote)
+}
+
+// preflight checks, read-only, that dir can be opened as asked, and decides
+// each shard's epoch. Nothing on disk changes whatever it finds.
+func preflight(fs vfs.FS, dir string, o *Options) (plan, error) {
+	p := plan{epochs: make([]uint64, o.Shards), recordShards: true}
 	st, err := fs.Stat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return nil
+		for s := range p.epochs {
+			p.epochs[s] = max(o.Epoch, 1)
+		}
+		return p, nil
 	case err != nil:
-		return err
+		return p, err
 	case !st.IsDir():
-		return fmt.Errorf("%w: %s is not a directory", ErrBadOptions, dir)
+		return p, fmt.Errorf("%w: %s is not a directory", ErrBadOptions, dir)
 	}
 	// A single store or a WAL directory given as the node directory would
-	// get a store and a log created inside it.
-	switch layout, detail, err := follower.DirLayout(fs, dir); {
+	// get a store and a log created inside it; a follower's node directory
+	// would be served at its old leader's epoch (ErrNotLeaderStore below).
+	layout, detail, err := follower.DirLayout(fs, dir)
+	switch {
 	case err != nil:
-		return err
+		return p, err
 	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
-		return &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
+		return p, &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
+	case layout == follower.LayoutNode && !o.Promote:
+		return p, fmt.Errorf("%w: %s is a follower node directory (%s, no %s or %s/): serving it would take its old leader's epoch "+
+			"without fencing it; promote it first with oncewal promote --dir %s (it checks that it is the most advanced follower "+
+			"and raises the epoch), then start the leader", ErrNotLeaderStore, dir, detail, LockFileName, WALDirName, dir)
 	}
 	stores, err := follower.NodeShards(fs, dir)
 	if err != nil {
-		return err
-	}
-	if i := slices.IndexFunc(stores, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
-		return fmt.Errorf("%w: %s holds the store of shard %d, this leader owns shards 0..%d",
-			ErrForeignShard, dir, stores[i], shards-1)
+		return p, err
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	if _, err := fs.Stat(walDir); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	logs, err := wal.ListShardsFS(fs, walDir)
-	if err != nil {
-		return err
-	}
-	if i := slices.IndexFunc(logs, func(s uint32) bool { return int(s) >= shards }); i >= 0 {
-		return fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
-			ErrForeignShard, walDir, logs[i], shards-1)
-	}
-	// Every log is validated before any store is opened: opening a Pebble
-	// store writes (its own recovery), and a refused leader must leave the
-	// directory as it found it.
-	for _, s := range logs {
-		if err := wal.CheckFS(fs, walDir, s); err != nil {
-			return err
+	var logs []uint32
+	if _, err := fs.Stat(walDir); err == nil {
+		if logs, err = wal.ListShardsFS(fs, walDir); err != nil {
+			return p, err
 		}
 	}
-	return nil
+	present := 0
+	if len(stores) > 0 {
+		present = int(stores[len(stores)-1]) + 1
+	}
+	if len(logs) > 0 {
+		present = max(present, int(logs[len(logs)-1])+1)
+	}
+	if i := slices.IndexFunc(stores, func(s uint32) bool { return int(s) >= o.Shards }); i >= 0 {
+		return p, fmt.Errorf("%w: %s holds the store of shard %d, this leader owns shards 0..%d",
+			ErrForeignShard, dir, stores[i], o.Shards-1)
+	}
+	if i := slices.IndexFunc(logs, func(s uint32) bool { return int(s) >= o.Shards }); i >= 0 {
+		return p, fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
+			ErrForeignShard, walDir, logs[i], o.Shards-1)
+	}
+	if p.recordShards, err = follower.CheckShardCount(fs, dir, o.Shards, present); err != nil {
+		return p, err
+	}
+	// Every log and store is read before any store is opened: opening a
+	// Pebble store writes (its own recovery), and a refused leader must
+	// leave the directory as it found it.
+	for s := range uint32(o.Shards) {
+		if p.epochs[s], err = preflightShard(fs, dir, walDir, s, layout, o, &p); err != nil {
+			return p, fmt.Errorf("leader: shard %d: %w", s, err)
+		}
+	}
+	return p, nil
 }
 
-func (l *Leader) openShard(s uint32) (*Shard, error) {
+// preflightShard checks shard s's log and store and returns its epoch.
+func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Layout, o *Options, p *plan) (uint64, error) {
+	logged, err := wal.InspectFS(fs, walDir, s)
+	if reg := (*wal.EpochRegressionError)(nil); errors.As(err, &reg) {
+		return 0, fmt.Errorf("%w: the WAL at LSN %d holds a batch of epoch %d after a batch of epoch %d (%w); "+
+			"a leader served below its own log's epoch, and every replica refused that batch and everything after it, so none of it "+
+			"was acknowledged: run oncewal waldump --cut-epoch-regression --shard %d %s to move it to a side file, then start the leader again",
+			ErrEpochRegression, reg.LSN, reg.Epoch, reg.Prev, err, s, walDir)
+	}
+	if err != nil {
+		return 0, err
+	}
+	store := follower.ShardDir(dir, s)
+	info, err := follower.PeekStore(fs, store)
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+		// Its Pebble lock: a process has the store open.
+		return 0, fmt.Errorf("%w: directory %s: store %s is open in another process: %w", wal.ErrLocked, dir, store, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Invariant 9 (DESIGN): a leader opens only on a leader's store — one a
+	// leader raised (the m/leader mark), one this directory's log already
+	// continues (a leader directory written before the mark existed), or a
+	// store with nothing in it.
+	mine := info.Leader || (layout == follower.LayoutLeader && logged.FirstLSN > 0) || (info.Applied == 0 && info.Epoch == 0)
+	promote := !mine && o.Promote
+	if !mine && !promote {
+		return 0, fmt.Errorf("%w: %s is a follower's store (applied LSN %d at epoch %d, never promoted): serving it would take its "+
+			"old leader's epoch without fencing it; promote it first with oncewal promote --dir %s (it checks that it is the most "+
+			"advanced follower and raises the epoch), then start the leader",
+			ErrNotLeaderStore, store, info.Applied, info.Epoch, dir)
+	}
+	if logged.FirstLSN > info.Applied+1 {
+		return 0, fmt.Errorf("%w: the store %s has applied LSN %d but the WAL in %s starts at LSN %d: the batches between are gone, "+
+			"so the store cannot be brought up to date from the log; restore the store (from a copy, or promote an up-to-date follower)",
+			wal.ErrCompacted, store, info.Applied, walDir, logged.FirstLSN)
+	}
+	asked := o.Epoch
+	if promote {
+		p.promoted = true
+		next, err := replication.NextEpoch(max(info.Epoch, logged.LastEpoch), store)
+		if err != nil {
+			return 0, err
+		}
+		if asked == 0 {
+			asked = next
+		} else if asked < next {
+			return 0, fmt.Errorf("%w: promoting %s needs an epoch above %d, which it has seen; asked %d",
+				replication.ErrStaleEpoch, store, next-1, asked)
+		}
+	}
+	return replication.LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
+}
+
+func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {
 	so := l.opts.Store
-	so.Shard = s
+	so.Shard, so.LeaderStore = s, true
 	f, err := follower.Open(follower.ShardDir(l.dir, s), &so)
 	if err != nil {
 		return nil, err
-	}
-	epoch := l.opts.Epoch
-	if epoch == 0 {
-		_, stored := f.Position()
-		epoch = max(stored, 1)
 	}
 	sh := &Shard{l: l, id: s, walDir: l.WALDir(), fs: l.opts.FS, store: f}
 	sh.log, err = f.Promote(follower.PromoteOptions{

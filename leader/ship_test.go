@@ -244,7 +244,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 	feed(t, gDir, a.WALDir(), 1, 40)
 	feed(t, gDir, other, 41, 50)
 
-	c := startCluster(t, bDir, leader.Options{Shards: 1, Epoch: 2, Followers: []string{"f", "g"}}, replication.FaultsNone)
+	c := startCluster(t, bDir, leader.Options{Shards: 1, Epoch: 2, Promote: true, Followers: []string{"f", "g"}}, replication.FaultsNone)
 	sh, _ := c.l.Shard(0)
 	require.Equal(t, uint64(51), sh.Log().EpochStartLSN())
 	_, err = c.l.Append(randomOps(rng, sess, 3)...)

@@ -427,4 +427,16 @@
 //     connection known to be alive (it answered within 3 heartbeat
 //     intervals) is never replaced by another of its ID: the newcomer is
 //     refused with ErrDuplicateFollower.
+//  12. Epochs never wrap and a leader never serves below its own log: every
+//     epoch is at most MaxEpoch (math.MaxInt64, the range of the etcd
+//     revisions the coordinator will hand out; ErrEpochExhausted above it),
+//     a promotion takes NextEpoch(highest seen), which refuses rather than
+//     wrap, and a LedgerLog's epoch is at least both its store's committed
+//     epoch and the epoch of its WAL's last batch (LeaderEpoch: the WAL is
+//     the authority — a store rebuilt from the log knows no epoch until it
+//     re-applies it). OpenLedgerLog brings the store up to the WAL's end
+//     before it persists a raised epoch, so the new epoch starts at the
+//     log's end and never fences the log's own batches; a store rebuilt
+//     from the log records where the log's last epoch starts (a batch whose
+//     epoch is above its predecessor's starts one). Design invariant 5.
 package replication

@@ -43,9 +43,12 @@ type LedgerLogOptions struct {
 	// Shard is the shard whose log this is. Default 0.
 	Shard uint32
 	// Epoch is the leader epoch. It must be at least the epoch the store has
-	// committed (ErrStaleEpoch otherwise); a higher one is persisted at once.
-	// Default: the store's epoch, or 1 for a fresh store. Promotion passes
-	// the store's epoch + 1.
+	// committed and the epoch of the WAL's last batch (ErrStaleEpoch
+	// otherwise), and at most MaxEpoch (ErrEpochExhausted); a higher one is
+	// persisted once the store holds the whole WAL, and starts a new
+	// history at the WAL's end. Default: the higher of the store's epoch and
+	// the WAL's last, or 1 for a fresh store and log. Promotion passes the
+	// store's epoch + 1 (NextEpoch).
 	Epoch uint64
 	// DB, Tracker, Window and Table are the node's store and its layers
 	// (follower.Follower owns them). Required.
@@ -105,6 +108,9 @@ func (o *LedgerLogOptions) Validate() error {
 	}
 	if o.SegmentSize < 0 {
 		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if err := CheckEpoch("Epoch", o.Epoch); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -213,38 +219,19 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Epoch == 0 {
-		cfg.Epoch = max(stored, 1)
-	}
-	if cfg.Epoch < stored {
-		return nil, fmt.Errorf("%w: leader epoch %d, store has committed epoch %d", ErrStaleEpoch, cfg.Epoch, stored)
-	}
-	if cfg.Epoch > stored {
-		// Fence first: from now on this store refuses the old epoch.
-		b := cfg.DB.NewBatch()
-		prev, err := readLastBatch(cfg.DB, applied)
-		if err == nil {
-			err = stageEpoch(b, cfg.DB, cfg.Epoch, applied, prev)
-		}
-		if err == nil {
-			err = commit(b, true)
-		}
-		_ = b.Close()
-		if err != nil {
-			return nil, fmt.Errorf("replication: persisting epoch %d: %w", cfg.Epoch, err)
-		}
-	}
-	epochStart, err := readMetaU64(cfg.DB, KeyEpochStart)
+	// The WAL is the authority on the leader's epoch (invariant 12): a store
+	// rebuilt from it after it was lost knows no epoch until it re-applies
+	// the log, and a leader serving below its log's last epoch would append
+	// batches every reader refuses. Read-only: a refusal below changes
+	// nothing.
+	logged, err := wal.InspectFS(cfg.FS, cfg.WALDir, cfg.Shard)
 	if err != nil {
 		return nil, err
 	}
-	var epochPrev BatchRef
-	if epochStart > 0 {
-		if epochPrev, err = readBatchRef(cfg.DB, KeyEpochPrev, epochStart-1); err != nil {
-			return nil, err
-		}
+	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
+		return nil, err
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, epochStart: epochStart, epochPrev: epochPrev, notify: make(chan struct{}, 1),
+	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
 		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped), validator: validator}
 	l.applyTurn = sync.NewCond(&l.applyMu)
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
@@ -264,7 +251,14 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := l.catchUp(applied); err != nil {
+	// The store first takes in the whole log, at the log's epochs; only
+	// then is a raised epoch persisted, so that it starts after the log's
+	// end and never fences the log's own batches.
+	rise, err := l.catchUp(applied)
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.persistEpoch(rise); err != nil {
 		return fail(err)
 	}
 	l.applyNext = l.w.NextLSN()
@@ -282,34 +276,101 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	return l, nil
 }
 
-// catchUp applies the WAL from applied+1 to its end to the local store.
-func (l *LedgerLog) catchUp(applied uint64) error {
+// epochRise is where the log re-applied by catchUp last moved to a higher
+// epoch: the first LSN of that epoch's history and the batch before it.
+type epochRise struct {
+	start uint64 // 0: the re-applied batches did not raise the epoch
+	prev  BatchRef
+}
+
+// catchUp applies the WAL from applied+1 to its end to the local store, and
+// returns where the re-applied batches last raised the epoch: a batch whose
+// epoch is above its predecessor's starts an epoch, whose boundary a store
+// rebuilt from the log must know to check its followers.
+func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
+	var rise epochRise
 	if l.w.NextLSN()-1 == applied {
-		return nil
+		return rise, nil
 	}
 	r, err := wal.OpenReaderFS(l.cfg.FS, l.cfg.WALDir, l.cfg.Shard)
 	if err != nil {
-		return err
+		return rise, err
 	}
 	defer r.Close()
 	if err := r.Seek(applied + 1); err != nil {
-		return err
+		return rise, err
+	}
+	_, prevEpoch := l.recv.Position()
+	prev, err := readLastBatch(l.cfg.DB, applied)
+	if err != nil {
+		return rise, err
 	}
 	for {
-		_, raw, err := r.Next()
+		h, raw, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return err
+			return rise, err
 		}
 		if _, err := l.recv.Apply(raw); err != nil {
-			return fmt.Errorf("replication: re-applying own WAL: %w", err)
+			return rise, fmt.Errorf("replication: re-applying own WAL: %w", err)
 		}
+		if h.Epoch > prevEpoch {
+			rise = epochRise{start: h.FirstLSN, prev: prev}
+		}
+		prevEpoch, prev = h.Epoch, batchRef(h)
 	}
 	if lsn, _ := l.recv.Position(); lsn != l.w.NextLSN()-1 {
-		return fmt.Errorf("replication: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)
+		return rise, fmt.Errorf("replication: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)
 	}
+	return rise, nil
+}
+
+// persistEpoch fences the store at the leader's epoch once it holds the
+// whole log: an epoch above the store's starts a new history at the log's
+// end (stageEpoch); otherwise a rise the re-applied log made (rise) is
+// recorded as the boundary of the current epoch, unless the store knows a
+// later one. Then it loads the boundary the log checks followers against.
+func (l *LedgerLog) persistEpoch(rise epochRise) error {
+	db := l.cfg.DB
+	applied, stored := l.recv.Position()
+	b := db.NewBatch()
+	defer b.Close()
+	switch start, err := readMetaU64(db, KeyEpochStart); {
+	case err != nil:
+		return err
+	case l.epoch > stored:
+		prev, err := readLastBatch(db, applied)
+		if err == nil {
+			err = stageEpoch(b, db, l.epoch, applied, prev)
+		}
+		if err == nil {
+			err = commit(b, true)
+		}
+		if err != nil {
+			return fmt.Errorf("replication: persisting epoch %d: %w", l.epoch, err)
+		}
+		l.recv.noteEpoch(l.epoch)
+	case rise.start > start:
+		err := stageEpochStart(b, rise.start, rise.prev)
+		if err == nil {
+			err = commit(b, true)
+		}
+		if err != nil {
+			return fmt.Errorf("replication: recording where epoch %d starts: %w", l.epoch, err)
+		}
+	}
+	epochStart, err := readMetaU64(db, KeyEpochStart)
+	if err != nil {
+		return err
+	}
+	if epochStart > 0 {
+		if l.epochPrev, err = readBatchRef(db, KeyEpochPrev, epochStart-1); err != nil {
+			return err
+		}
+	}
+	l.epochStart = epochStart
 	return nil
 }
 

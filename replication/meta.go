@@ -37,6 +37,10 @@ var (
 	// ending just before the epoch's first LSN (a batch ref), the
 	// EpochBoundary.Prev a promoted leader checks hellos against.
 	KeyEpochPrev = []byte(keyspace.MetaEpochPrev)
+	// KeyLeader marks a store a leader made its own: u64, the epoch at
+	// which it raised the store's epoch (stageEpoch). Leader-only: a store
+	// rebuilt from a snapshot never has it.
+	KeyLeader = []byte(keyspace.MetaLeader)
 )
 
 const metaVersion = 1
@@ -92,13 +96,7 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 	if err := b.Set(KeyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
 	}
-	// A follower that applied this LSN or later under an older epoch has
-	// diverged.
-	if err := b.Set(KeyEpochStart, appendMetaU64(nil, applied+1), nil); err != nil {
-		return err
-	}
-	// A follower stopped exactly at applied can be verified (CheckHello).
-	if err := b.Set(KeyEpochPrev, appendBatchRef(nil, applied, prev), nil); err != nil {
+	if err := stageEpochStart(b, applied+1, prev); err != nil {
 		return err
 	}
 	// The rows of an earlier epoch's leader (its replication slots) are not
@@ -108,10 +106,27 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 			return err
 		}
 	}
+	// The store is now a leader's (set after the deletion: later in the
+	// batch wins).
+	if err := b.Set(KeyLeader, appendMetaU64(nil, epoch), nil); err != nil {
+		return err
+	}
 	if _, _, ok, err := ReadMeta(db); err != nil || ok {
 		return err
 	}
 	return StageFormat(b)
+}
+
+// stageEpochStart stages where the current epoch's history starts: its
+// first LSN and prev, the batch ending just before it.
+func stageEpochStart(b *pebble.Batch, start uint64, prev BatchRef) error {
+	// A follower that applied start or later under an older epoch has
+	// diverged.
+	if err := b.Set(KeyEpochStart, appendMetaU64(nil, start), nil); err != nil {
+		return err
+	}
+	// A follower stopped exactly at start-1 can be verified (CheckHello).
+	return b.Set(KeyEpochPrev, appendBatchRef(nil, start-1, prev), nil)
 }
 
 // StageFormat stages the store format marker (KeyFormat) into b: what makes
@@ -180,6 +195,18 @@ func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref BatchRef, err error) {
 	}
 	ref, err = readLastBatch(db, appliedLSN)
 	return appliedLSN, ref, err
+}
+
+// ReadLeaderMark returns the epoch at which a leader made db's store its
+// own (KeyLeader); ok is false for a store no leader raised: a follower's,
+// or one written before the mark existed.
+func ReadLeaderMark(db pebble.Reader) (epoch uint64, ok bool, err error) {
+	v, err := getMeta(db, KeyLeader)
+	if err != nil || v == nil {
+		return 0, false, err
+	}
+	epoch, err = readMetaU64(db, KeyLeader)
+	return epoch, err == nil, err
 }
 
 // ReadMeta reads the applied position and epoch persisted in db, e.g. from a

@@ -170,6 +170,14 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	return r, nil
 }
 
+// noteEpoch tells the receiver that epoch was committed to its store outside
+// its own batches (a leader raising its epoch, LedgerLog.persistEpoch).
+// Nothing may be applied concurrently.
+func (r *Receiver) noteEpoch(epoch uint64) {
+	r.epoch = epoch
+	r.pos.Store(&position{r.applied, r.epoch, r.last})
+}
+
 // Position returns the highest applied LSN and the highest committed epoch.
 // It does not wait for a batch being applied.
 func (r *Receiver) Position() (appliedLSN, epoch uint64) {

@@ -546,6 +546,8 @@ func (r *run) followerOptions() follower.Options {
 	return o
 }
 
+// openLeader opens the leader in r.lead's directory: at the stores'
+// epoch (0), or promoting a follower's node to epoch.
 func (r *run) openLeader(epoch uint64) error {
 	ln := r.lead
 	ctx, stop := context.WithCancel(r.ctx)
@@ -567,7 +569,7 @@ func (r *run) openLeader(epoch uint64) error {
 	}
 	store := r.followerOptions()
 	l, err := leader.Open(ln.dir, &leader.Options{
-		Shards: r.cfg.Shards, Epoch: epoch, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
+		Shards: r.cfg.Shards, Epoch: epoch, Promote: epoch > 0, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
 		Store: follower.Options{WindowCapacity: store.WindowCapacity, RetentionHorizon: store.RetentionHorizon,
 			HWMCacheSize: store.HWMCacheSize, Logger: discard, PebbleOptions: store.PebbleOptions},
 		Followers: ids,

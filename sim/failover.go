@@ -244,9 +244,10 @@ func (s *failSim) opts() *follower.Options {
 }
 
 // openLeader opens the leader of the run's one shard in dir (epoch 0:
-// the store's).
+// the store's); a raised epoch is the failover's promotion of a
+// follower's store.
 func (s *failSim) openLeader(dir string, epoch uint64) error {
-	l, err := leader.Open(dir, &leader.Options{Shards: 1, Epoch: epoch, FS: s.cfg.FS, Wall: s.now,
+	l, err := leader.Open(dir, &leader.Options{Shards: 1, Epoch: epoch, Promote: epoch > 0, FS: s.cfg.FS, Wall: s.now,
 		Ledger: failLedger, Logger: s.cfg.Logger, Store: *s.opts()})
 	if err != nil {
 		return err

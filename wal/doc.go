@@ -202,8 +202,34 @@
 // returns it too and still releases the lock. What
 // part of a failed append reached the file is a torn tail: a Reader stops
 // there with io.EOF, and the reopen that recovers cuts it (or keeps the
-// batch, if it is whole: it was never acknowledged, but is valid). Epochs are
-// recorded, not checked: the caller fences stale leaders.
+// batch, if it is whole: it was never acknowledged, but is valid).
+//
+// # Epochs never go back
+//
+// A log never holds a batch of an older epoch after a newer one (invariant
+// 5 of the design): the Writer knows its last batch's epoch, also after
+// recovery (LastEpoch), and refuses an older one (ErrEpochRegression)
+// before writing anything. A log found with a regression — written by a
+// binary without this check — is corrupt: OpenWriter, Check and InspectFS
+// refuse it with an *EpochRegressionError naming the segment, offset, LSN
+// and both epochs, and changes nothing. Which epoch may write is the
+// caller's to fence; that the log only moves forward is the Writer's.
+//
+// CutEpochRegression is the way out for such a log: it moves the first
+// regressing batch and everything after it, verbatim, into a side file and
+// cuts the log before it. That loses nothing acknowledged. A batch reaches
+// the log after a batch of a newer epoch only from a leader that serves
+// below the epoch its own log already holds, and such a batch is refused
+// everywhere it could count: the leader applies its own batch to its store
+// before answering (replication.LedgerLog: that store has applied the
+// newer batches, so it refuses it with replication.ErrStaleEpoch, the
+// append fails and the log is failed for every later append — nothing more
+// of that leader is acknowledged); a follower applies in LSN order, so it
+// has applied the newer batch before it is offered the stale one and
+// refuses it the same way (replication.Receiver's epoch fence), and no
+// follower acknowledges what it refused; a snapshot is cut from a store,
+// which never holds it. Everything after the first regressing batch was
+// written by the same failed leader, and is refused for the same reason.
 //
 // # Filesystem
 //

@@ -79,6 +79,28 @@ func LockFile(fs vfs.FS, dir, name string) (io.Closer, error) {
 	return closerFunc(l.release), nil
 }
 
+// CheckLockFile returns ErrLocked, as LockFile would, when this process
+// holds the lock on name in dir, and nil otherwise — without touching the
+// file: a caller that must read what the lock guards before it may create
+// the lock (a refusal must leave nothing behind) checks here first. A lock
+// held by another process shows only when taken (LockFile).
+func CheckLockFile(fs vfs.FS, dir, name string) error {
+	st, err := fs.Stat(dir)
+	if err != nil {
+		return nil // nothing to hold a lock in
+	}
+	dev, ino, ok := fileID(st)
+	if !ok {
+		return nil
+	}
+	processLocks.Lock()
+	defer processLocks.Unlock()
+	if processLocks.held[lockClaim{dev: dev, ino: ino, name: name}] {
+		return fmt.Errorf("%w: directory %s (lock file %s): held by this process", ErrLocked, dir, fs.PathJoin(dir, name))
+	}
+	return nil
+}
+
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }

@@ -150,20 +150,25 @@ type scanResult struct {
 	end  int64  // offset just past the last valid batch
 	next uint64 // LSN after the last valid batch (seg.first if none)
 	torn bool   // bytes after end are a torn tail (only for the last segment)
+	// epoch is the epoch of the last valid batch (the epoch passed in when
+	// the segment holds none).
+	epoch uint64
 }
 
 // scanSegment validates the batches of one segment. For a non-last segment it
 // walks headers only (framing, shard, LSN continuity) and the segment must end
 // exactly after a batch. For the last segment it also verifies body CRCs and
 // classifies what follows the last valid batch: a torn tail (see the package
-// doc for the exact rule) or corruption. buf is scratch space.
-func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) (scanResult, error) {
+// doc for the exact rule) or corruption. A batch of an epoch below the one
+// before it (epoch: the last batch's of the previous segments) is refused
+// with an *EpochRegressionError. buf is scratch space.
+func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64, buf *[]byte) (scanResult, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return scanResult{}, err
 	}
 	size := st.Size()
-	res := scanResult{size: size, next: seg.first}
+	res := scanResult{size: size, next: seg.first, epoch: epoch}
 	var hdr [HeaderSize]byte
 	errAt := func(off int64, err error) error {
 		return fmt.Errorf("wal: segment %s offset %d: %w", seg.name, off, err)
@@ -200,6 +205,9 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) 
 		if h.FirstLSN != res.next {
 			return res, errAt(off, fmt.Errorf("%w: batch starts at LSN %d, want %d", ErrCorrupt, h.FirstLSN, res.next))
 		}
+		if h.Epoch < res.epoch {
+			return res, &EpochRegressionError{Segment: seg.name, Offset: off, LSN: h.FirstLSN, Epoch: h.Epoch, Prev: res.epoch}
+		}
 		n := int64(h.Size())
 		if n > rem {
 			if last {
@@ -227,7 +235,7 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, buf *[]byte) 
 			}
 		}
 		off += n
-		res.end, res.next = off, h.LastLSN()+1
+		res.end, res.next, res.epoch = off, h.LastLSN()+1, h.Epoch
 	}
 	return res, nil
 }

@@ -123,9 +123,9 @@ func TestWriterReaderRoundTrip(t *testing.T) {
 		require.Equal(t, uint64(len(want)), w.DurableLSN())
 	}
 	// Invalid batches change nothing.
-	_, err = w.Append(1, nil)
+	_, err = w.Append(2, nil)
 	require.ErrorIs(t, err, ErrInvalidEvent)
-	_, err = w.Append(1, []Event{{Op: 42}})
+	_, err = w.Append(2, []Event{{Op: 42}})
 	require.ErrorIs(t, err, ErrInvalidEvent)
 	require.Equal(t, uint64(len(want)+1), w.NextLSN())
 

@@ -106,6 +106,7 @@ type Writer struct {
 
 	batches  atomic.Uint64 // batches written since open
 	syncs    atomic.Uint64 // fdatasyncs of the active segment since open
+	epoch    uint64        // epoch of the last batch in the log (under mu; 0: none)
 	next     atomic.Uint64 // LSN of the next appended event
 	durable  atomic.Uint64 // highest LSN known synced
 	first    atomic.Uint64 // first retained LSN
@@ -222,6 +223,7 @@ type logScan struct {
 	lastSize int64          // file size of the last segment when scanned
 	next     uint64         // LSN after the last valid batch
 	torn     bool           // the last segment has a torn tail after segs[last].size
+	epoch    uint64         // epoch of the last valid batch (0: no batch)
 }
 
 // scanLog validates the log of shard in dir without changing anything: the
@@ -244,7 +246,7 @@ func scanLog(fs vfs.FS, dir string, shard uint32, scratch *[]byte) (logScan, err
 		if err != nil {
 			return logScan{}, err
 		}
-		res, err := scanSegment(f, seg, shard, last, scratch)
+		res, err := scanSegment(f, seg, shard, last, scan.epoch, scratch)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -252,7 +254,7 @@ func scanLog(fs vfs.FS, dir string, shard uint32, scratch *[]byte) (logScan, err
 			return logScan{}, err
 		}
 		scan.segs = append(scan.segs, sizedSegment{seg, res.end})
-		scan.lastSize, scan.next, scan.torn = res.size, res.next, res.torn
+		scan.lastSize, scan.next, scan.torn, scan.epoch = res.size, res.next, res.torn, res.epoch
 		next = res.next
 	}
 	return scan, nil
@@ -318,6 +320,7 @@ func (w *Writer) recover(scan logScan, scratch []byte) error {
 	}
 	w.f, w.seg, w.size, w.syncedSize = f, last.segment, last.size, last.size
 	w.old = scan.segs[:len(scan.segs)-1]
+	w.epoch = scan.epoch
 	w.next.Store(scan.next)
 	w.durable.Store(scan.next - 1)
 	w.noteRetention()
@@ -415,6 +418,13 @@ func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte
 		if w.err != nil {
 			return Header{}, nil, w.err
 		}
+		if epoch < w.epoch {
+			// Invariant 5 (DESIGN): a log never holds a batch of an older
+			// epoch after a newer one; every reader of the log would refuse
+			// it and everything after it.
+			return Header{}, nil, fmt.Errorf("%w: shard %d: a batch of epoch %d after the log's last batch of epoch %d (LSN %d)",
+				ErrEpochRegression, w.opts.Shard, epoch, w.epoch, w.next.Load()-1)
+		}
 		buf, h, err := appendBatch(dst, w.opts.Shard, epoch, w.next.Load(), events)
 		if err != nil {
 			return Header{}, nil, err
@@ -446,6 +456,7 @@ func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte
 		w.retained.Add(n)
 		w.batches.Add(1)
 		w.next.Store(h.LastLSN() + 1)
+		w.epoch = epoch
 		for i := range events {
 			events[i].LSN = h.FirstLSN + uint64(i)
 		}

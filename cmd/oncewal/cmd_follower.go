@@ -193,7 +193,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		if err := checkNoIntent(c.dir); err != nil {
 			return err
 		}
-		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no})
+		n, err := follower.OpenNodeContext(ctx, c.dir, shards, &follower.NodeOptions{Follower: no, ShardCount: c.shards})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
 // flagCheck collects every bad flag value of a command line, so that one
@@ -69,4 +71,12 @@ func (c *flagCheck) refuse(fs *flag.FlagSet, stderr io.Writer) (int, bool) {
 		return 0, false
 	}
 	return usageError(fs, stderr, "%s", strings.Join(c.problems, "; ")), true
+}
+
+// checkEpochFlag refuses an --epoch above replication.MaxEpoch: no epoch
+// may leave no room above it (a promotion's highest + 1 would wrap to 0).
+func checkEpochFlag(c *flagCheck, epoch uint64) {
+	if err := replication.CheckEpoch("--epoch", epoch); err != nil {
+		c.failf("%v", err)
+	}
 }

@@ -44,10 +44,16 @@ deleted. When what the slots pin exceeds --max-retained-bytes, the most
 lagging followers are dropped from retention and refused (behind retention)
 once what they need is gone.
 
---epoch 0 keeps the epoch the stores have committed (1 for a new DIR); a
-higher one is a promotion (see oncewal promote). A DIR another leader has
-open, a corrupt log, a non-WAL DIR/wal, or stores or segments of shards
-beyond --shards fail at start, exit 1.
+--epoch 0 keeps the epoch the stores have committed, or the epoch of the
+WAL's last batch if higher (the WAL is the authority: a lost store is
+rebuilt from it), 1 for a new DIR; a higher one is a promotion (see oncewal
+promote); at most 9223372036854775807. A DIR another leader has open, a
+corrupt log or one whose epoch goes back (the error names the oncewal
+waldump --cut-epoch-regression command that repairs it), a non-WAL
+DIR/wal, stores or segments of shards beyond --shards, another --shards
+than DIR/SHARDS records, a follower's directory or store never promoted
+(run oncewal promote), or an --epoch below the stores' or the WAL's fail at
+start, exit 1, and change nothing in DIR.
 
 With --generate the leader also runs a client workload at RATE events/s
 through the leader's one stamping path (sessions opening, puts, deletes,
@@ -114,6 +120,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	ids := followerList(&c, *followers)
 	hostPort(&c, "listen", *listen, false)
 	inRange(&c, "shards", *shards, 1, replication.MaxShards)
+	checkEpochFlag(&c, *epoch)
 	inRange(&c, "max-retained-bytes", *maxRetained, 1, math.MaxInt64)
 	inRange(&c, "retention-interval", *retainEvery, time.Millisecond, 24*time.Hour)
 	inRange(&c, "segment-size", *segSize, minSegmentSize, maxSegmentSize)

@@ -72,6 +72,7 @@ func runPromote(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
 	var c flagCheck
+	checkEpochFlag(&c, *epoch)
 	if *dir == "" {
 		c.failf("--dir is required")
 	}
@@ -222,7 +223,9 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	}
 	epoch := c.epoch
 	if epoch == 0 {
-		epoch = seen + 1
+		if epoch, err = replication.NextEpoch(seen, seenBy); err != nil {
+			return err
+		}
 	} else if epoch <= seen {
 		return fmt.Errorf("%w: --epoch %d is not above epoch %d, which %s has seen", replication.ErrStaleEpoch, epoch, seen, seenBy)
 	}

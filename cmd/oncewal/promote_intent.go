@@ -154,7 +154,7 @@ func finishPromote(fs vfs.FS, in promoteIntent, stdout, stderr io.Writer) error 
 	}
 	target := in.target()
 	l, err := leader.Open(target, &leader.Options{
-		FS: fs, Shards: in.Shards, Epoch: in.Epoch,
+		FS: fs, Shards: in.Shards, Epoch: in.Epoch, Promote: true,
 		Logger: slog.New(slog.DiscardHandler), Store: follower.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
@@ -166,6 +166,9 @@ func finishPromote(fs vfs.FS, in promoteIntent, stdout, stderr io.Writer) error 
 	}
 	if err := l.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w (run %s again to finish the promotion)", target, err, in.command())
+	}
+	if err := checkPromoted(fs, target, in.Shards, in.Epoch); err != nil {
+		return err
 	}
 	if err := fs.Remove(fs.PathJoin(target, promoteIntentName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("finishing the promotion: %w (run %s again)", err, in.command())
@@ -209,4 +212,22 @@ func checkNoIntent(dir string) error {
 func exists(fs vfs.FS, path string) bool {
 	_, err := fs.Stat(path)
 	return err == nil
+}
+
+// checkPromoted re-reads every store of target as persisted and refuses to
+// report a promotion the stores do not hold: each must be at epoch, marked
+// a leader's.
+func checkPromoted(fs vfs.FS, target string, shards int, epoch uint64) error {
+	for s := range uint32(shards) {
+		dir := follower.ShardDir(target, s)
+		info, err := follower.PeekStore(fs, dir)
+		if err != nil {
+			return fmt.Errorf("re-reading %s after the promotion: %w", dir, err)
+		}
+		if info.Epoch != epoch || !info.Leader {
+			return fmt.Errorf("%w: %s holds epoch %d (leader's store: %v) after the promotion to epoch %d",
+				errCannotPromote, dir, info.Epoch, info.Leader, epoch)
+		}
+	}
+	return nil
 }

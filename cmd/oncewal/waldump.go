@@ -14,10 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/wal"
 )
 
 const waldumpSynopsis = `waldump PATH [--json] [--from LSN] [--shard N]
+waldump --cut-epoch-regression [--shard N] WALDIR
 
 Prints the batches and events of a WAL, like pg_waldump. PATH is one segment
 file or a WAL directory (every shard found, in shard order, unless --shard).
@@ -27,7 +29,18 @@ or null), ts (WAL clock, unix ns), key and value (base64, when the op has
 them), delta (add).
 
 A corrupt or incomplete batch is reported on stderr with its LSN, where it is,
-and the typed error (e.g. wal.ErrChecksum); the exit status is then 1.`
+and the typed error (e.g. wal.ErrChecksum); the exit status is then 1. So is
+a batch whose epoch is below the one before it (wal.ErrEpochRegression): a
+log never goes back in epoch.
+
+--cut-epoch-regression repairs such a log (the leader refuses to start on
+it and names this command): for each shard of WALDIR (or --shard N) it
+moves the first batch whose epoch goes back, and everything after it, into
+a side file beside WALDIR (stale-epoch-shard-NNNN-from-lsn-L.walcut, the
+batches verbatim: waldump reads it) and cuts the log before it. Nothing it
+cuts was acknowledged: every replica refuses a batch of an epoch below one
+it applied (see package wal, "Epochs never go back"). The leader must be
+stopped (the WAL's lock). Exit 0 when every shard's log is sound after it.`
 
 // errNotSegment is the refusal of a file that cannot be a WAL segment.
 var errNotSegment = errors.New("not a WAL segment")
@@ -40,6 +53,7 @@ func runWaldump(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "JSON Lines output, one object per event")
 	from := fs.Uint64("from", 0, "start at the batch holding this `LSN` and print events from it on (0: from the start)")
 	shard := fs.Int64("shard", -1, "only this shard `N` (directories; for a file it must match the file's shard); -1: all")
+	cutRegression := fs.Bool("cut-epoch-regression", false, "repair: cut each shard's log at its first batch whose epoch goes back, keeping the cut batches in a side file")
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -51,6 +65,12 @@ func runWaldump(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "--shard %d out of range (0..%d, or -1 for all)", *shard, uint32(math.MaxUint32))
 	}
 	path := pos[0]
+	if *cutRegression {
+		if *jsonOut || *from != 0 {
+			return usageError(fs, stderr, "--cut-epoch-regression takes no --json or --from: it repairs, it does not print the log")
+		}
+		return cutEpochRegression(path, *shard, stdout, stderr)
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "oncewal waldump: %v\n", err)
@@ -126,6 +146,7 @@ func sentinelName(err error) string {
 		{wal.ErrTooLarge, "wal.ErrTooLarge"},
 		{wal.ErrVersion, "wal.ErrVersion"},
 		{wal.ErrBadSegmentName, "wal.ErrBadSegmentName"},
+		{wal.ErrEpochRegression, "wal.ErrEpochRegression"},
 		{wal.ErrCorrupt, "wal.ErrCorrupt"},
 	} {
 		if errors.Is(err, s.err) {
@@ -235,7 +256,8 @@ func (d *dumper) dumpShard(dir string, shard uint32, segs []segment) error {
 			return &corruptError{shard: shard, lsn: d.from, expected: true, where: "seeking", err: err}
 		}
 	}
-	var last uint64 // last LSN returned by the reader; 0: none
+	var last uint64  // last LSN returned by the reader; 0: none
+	var epoch uint64 // epoch of that batch
 	for {
 		h, raw, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -251,10 +273,14 @@ func (d *dumper) dumpShard(dir string, shard uint32, segs []segment) error {
 		if last != 0 && h.FirstLSN != last+1 {
 			return &corruptError{shard: shard, lsn: h.FirstLSN, err: fmt.Errorf("%w: batch starts at LSN %d, expected %d", wal.ErrCorrupt, h.FirstLSN, last+1)}
 		}
+		if h.Epoch < epoch {
+			return &corruptError{shard: shard, lsn: h.FirstLSN, err: fmt.Errorf("%w: %w: the batch at LSN %d has epoch %d, after a batch of epoch %d "+
+				"(repair: oncewal waldump --cut-epoch-regression --shard %d %s)", wal.ErrCorrupt, wal.ErrEpochRegression, h.FirstLSN, h.Epoch, epoch, shard, dir)}
+		}
 		if err := d.decodeAndEmit(shard, h.FirstLSN, "", raw); err != nil {
 			return err
 		}
-		last = h.LastLSN()
+		last, epoch = h.LastLSN(), h.Epoch
 	}
 	if err := d.checkTail(shard, segs, last); err != nil {
 		return err
@@ -557,4 +583,38 @@ func shardInName(name string) (shard uint32, ok bool) {
 	}
 	shard, _, err := wal.ParseSegmentName(name[:i+len(".wal")])
 	return shard, err == nil
+}
+
+// cutEpochRegression runs wal.CutEpochRegression on every shard of walDir
+// (or only shard), side files beside walDir.
+func cutEpochRegression(walDir string, shard int64, stdout, stderr io.Writer) int {
+	shards, err := wal.ListShards(walDir)
+	if err == nil && shard >= 0 {
+		if !slices.Contains(shards, uint32(shard)) {
+			err = fmt.Errorf("%s: no segments of shard %d (shards present: %s)", walDir, shard, joinShards(shards))
+		}
+		shards = []uint32{uint32(shard)}
+	}
+	if err == nil && len(shards) == 0 {
+		err = fmt.Errorf("%s: no WAL segments (*.wal) in this directory", walDir)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "oncewal waldump: %v\n", err)
+		return exitFailure
+	}
+	side := filepath.Dir(filepath.Clean(walDir))
+	for _, s := range shards {
+		cut, err := wal.CutEpochRegression(vfs.Default, walDir, s, side)
+		if err != nil {
+			fmt.Fprintf(stderr, "oncewal waldump: shard %d: %v\n", s, err)
+			return exitFailure
+		}
+		if cut.LSN == 0 {
+			fmt.Fprintf(stdout, "shard %d: no epoch regression, nothing cut\n", s)
+			continue
+		}
+		fmt.Fprintf(stdout, "shard %d: cut the log at LSN %d (a batch of epoch %d after epoch %d); %d bytes from LSN %d on kept in %s\n",
+			s, cut.LSN, cut.Epoch, cut.Prev, cut.Bytes, cut.LSN, cut.SideFile)
+	}
+	return exitOK
 }

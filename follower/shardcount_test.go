@@ -1,0 +1,84 @@
+package follower_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func openNodeOf(t *testing.T, dir string, shards []uint32, count, window int) (*follower.Node, error) {
+	t.Helper()
+	return follower.OpenNode(dir, shards, &follower.NodeOptions{ShardCount: count,
+		Follower: follower.Options{Logger: quietLogger, WindowCapacity: window}})
+}
+
+// TestNodeShardCountFixed: a node directory records the deployment's shard
+// count and refuses another before it creates a store (it created
+// shard-0002 of a 2-shard node, then was refused by the leader).
+func TestNodeShardCountFixed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	n, err := openNodeOf(t, dir, []uint32{0, 1}, 2, 0)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	got, ok, err := follower.ReadShardCount(vfs.Default, dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 2, got)
+
+	refused := func(shards []uint32, count int, target error) error {
+		t.Helper()
+		before := testutil.TreeState(t, dir)
+		_, err := openNodeOf(t, dir, shards, count, 0)
+		require.ErrorIs(t, err, target)
+		require.Equal(t, before, testutil.TreeState(t, dir), "a refused open changed the node directory")
+		return err
+	}
+	err = refused([]uint32{0, 1, 2}, 3, follower.ErrShardCount)
+	require.ErrorContains(t, err, "holds a deployment of 2 shards (recorded in SHARDS), not 3")
+	refused([]uint32{0}, 1, follower.ErrShardCount)
+	refused([]uint32{0, 2}, 2, follower.ErrBadNodeOptions)
+
+	// From before the record: counted from the stores, then recorded.
+	require.NoError(t, os.Remove(filepath.Join(dir, follower.ShardCountFileName)))
+	err = refused([]uint32{0, 1, 2}, 3, follower.ErrShardCount)
+	require.ErrorContains(t, err, "counted from its stores")
+	n, err = openNodeOf(t, dir, []uint32{0, 1}, 2, 0)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	require.FileExists(t, filepath.Join(dir, follower.ShardCountFileName))
+}
+
+// TestNodeFailedStartLeavesNothing: when one shard's store is refused, the
+// stores the same open created for the other shards are removed again, and
+// a node directory it created too.
+func TestNodeFailedStartLeavesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	n, err := openNodeOf(t, dir, []uint32{0}, 0, 1000)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	before := testutil.TreeState(t, dir)
+	_, err = openNodeOf(t, dir, []uint32{0, 1, 2}, 0, 2000)
+	require.ErrorIs(t, err, follower.ErrStoreMismatch)
+	require.Equal(t, before, testutil.TreeState(t, dir), "a refused open left stores behind")
+
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	_, err = follower.OpenNode(fresh, []uint32{0, 1}, &follower.NodeOptions{
+		Follower: follower.Options{Logger: quietLogger},
+		PerShard: func(s uint32, o *follower.Options) {
+			if s == 1 {
+				o.FS = refuseFS{o.FS}
+			}
+		}})
+	require.Error(t, err)
+	require.NoDirExists(t, fresh)
+}
+
+// refuseFS fails every directory creation.
+type refuseFS struct{ vfs.FS }
+
+func (refuseFS) MkdirAll(string, os.FileMode) error { return os.ErrPermission }
