@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -53,19 +51,6 @@ func flipSSTBytes(t *testing.T, dir string) {
 		b[16] ^= 0xff
 		must(t, os.WriteFile(p, b, 0o644))
 	}
-}
-
-// exitCode is the exit status of a finished rp.run (0 for nil).
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	if ee != nil {
-		return ee.ExitCode()
-	}
-	return 0
 }
 
 // contentDigest is a tree's digest without the stores' LOCK files, whose
@@ -138,7 +123,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before, lbefore := contentDigest(t, node), contentDigest(t, tc.store)
 			_, stderr, err := rp.run(tc.args...)
-			if code := exitCode(t, err); code != exitFailure || strings.Contains(stderr, "panic") ||
+			if code := exitCode(err); code != exitFailure || strings.Contains(stderr, "panic") ||
 				!strings.Contains(stderr, follower.ErrStoreCorrupt.Error()+": "+tc.store) ||
 				!strings.Contains(stderr, "checksum mismatch") || !strings.Contains(stderr, "--rebuild=auto") {
 				t.Fatalf("exit %d, want %d with %q naming %s:\n%s", code, exitFailure, follower.ErrStoreCorrupt, tc.store, stderr)
@@ -166,7 +151,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	}
 	before := contentDigest(t, wide)
 	_, stderr, err := rp.run("promote", "--dir", wide, "--out", promoted)
-	if exitCode(t, err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreCorrupt.Error()+": "+follower.ShardDir(wide, 1)) {
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreCorrupt.Error()+": "+follower.ShardDir(wide, 1)) {
 		t.Fatalf("promote of a node with a damaged HWM block: %v\n%s", err, stderr)
 	}
 	if _, err := os.Stat(promoted); !os.IsNotExist(err) || !maps.Equal(before, contentDigest(t, wide)) {
@@ -200,17 +185,17 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	// Its healthy store is locked: inspect and a second follower say so.
 	locked := follower.ShardDir(node, 0)
 	_, stderr, err = rp.run("inspect", locked)
-	if exitCode(t, err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
 		!strings.Contains(stderr, filepath.Join(locked, "LOCK")) || !strings.Contains(stderr, "stop the follower or leader running on") {
 		t.Fatalf("inspect of a locked store: %v\n%s", err, stderr)
 	}
 	_, stderr, err = rp.run("inspect", node)
-	if exitCode(t, err) != exitFailure || !strings.Contains(stderr, "shard 0: "+locked+": "+follower.ErrStoreLocked.Error()) ||
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, "shard 0: "+locked+": "+follower.ErrStoreLocked.Error()) ||
 		!strings.Contains(stderr, "shard 1: "+follower.ErrStoreCorrupt.Error()) {
 		t.Fatalf("inspect of a running node: %v\n%s", err, stderr)
 	}
 	_, stderr, err = rp.run("follower", "--dir", locked, "--shard", "0", "--id", "b", "--insecure", "--leader", "127.0.0.1:1")
-	if exitCode(t, err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
 		!strings.Contains(stderr, filepath.Join(locked, "LOCK")) {
 		t.Fatalf("a second follower on a locked store: %v\n%s", err, stderr)
 	}

@@ -164,14 +164,14 @@ func TestPromoteErrorSweep(t *testing.T) {
 						leaderRefused = true
 						_, stderr, lerr := rp.run("leader", "--dir", target(c), "--shards", strconv.Itoa(tc.shards), "--followers", "a",
 							"--insecure", "--listen", "127.0.0.1:0")
-						if exitCode(t, lerr) != exitFailure || !strings.Contains(stderr, errPromoteInterrupted.Error()) ||
+						if exitCode(lerr) != exitFailure || !strings.Contains(stderr, errPromoteInterrupted.Error()) ||
 							!strings.Contains(stderr, "oncewal promote --dir "+c.dir) {
 							t.Fatalf("oncewal leader on a half-promoted directory: %v\n%s", lerr, stderr)
 						}
 						if tc.shards > 1 {
 							_, stderr, ferr := rp.run("follower", "--dir", target(c), "--shards", "2", "--id", "a", "--insecure",
 								"--leader", "127.0.0.1:1")
-							if exitCode(t, ferr) != exitFailure || !strings.Contains(stderr, errPromoteInterrupted.Error()) {
+							if exitCode(ferr) != exitFailure || !strings.Contains(stderr, errPromoteInterrupted.Error()) {
 								t.Fatalf("oncewal follower on a half-promoted directory: %v\n%s", ferr, stderr)
 							}
 						}
