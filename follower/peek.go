@@ -23,8 +23,14 @@ type StoreInfo struct {
 // PeekStore reads the metadata of the store in dir without changing a byte
 // of it (a read-only Pebble open on a filesystem that refuses writes, as
 // Open's identity check). An absent or empty directory is the zero
-// StoreInfo; anything but a store is a *LayoutError.
+// StoreInfo; anything but a store is a *LayoutError; a damaged one is
+// ErrStoreCorrupt (CorruptStoreError).
 func PeekStore(fs vfs.FS, dir string) (StoreInfo, error) {
+	info, err := peekStore(fs, dir)
+	return info, CorruptStoreError(dir, err)
+}
+
+func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}

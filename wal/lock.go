@@ -79,11 +79,12 @@ func LockFile(fs vfs.FS, dir, name string) (io.Closer, error) {
 	return closerFunc(l.release), nil
 }
 
-// CheckLockFile returns ErrLocked, as LockFile would, when this process
-// holds the lock on name in dir, and nil otherwise — without touching the
-// file: a caller that must read what the lock guards before it may create
-// the lock (a refusal must leave nothing behind) checks here first. A lock
-// held by another process shows only when taken (LockFile).
+// CheckLockFile returns ErrLocked, as LockFile would, when this process or
+// another holds the lock on name in dir, and nil otherwise — without
+// touching the file: a caller that must read what the lock guards before it
+// may create the lock (a refusal must leave nothing behind) checks here
+// first. Another process's lock shows here on the operating system's
+// filesystem (vfs.Default); on any other FS only when taken (LockFile).
 func CheckLockFile(fs vfs.FS, dir, name string) error {
 	st, err := fs.Stat(dir)
 	if err != nil {
@@ -97,6 +98,18 @@ func CheckLockFile(fs vfs.FS, dir, name string) error {
 	defer processLocks.Unlock()
 	if processLocks.held[lockClaim{dev: dev, ino: ino, name: name}] {
 		return fmt.Errorf("%w: directory %s (lock file %s): held by this process", ErrLocked, dir, fs.PathJoin(dir, name))
+	}
+	if fs != vfs.Default {
+		return nil
+	}
+	path := fs.PathJoin(dir, name)
+	pid, err := lockHolder(path)
+	if err != nil {
+		return fmt.Errorf("wal: checking the lock %s: %w", path, err)
+	}
+	if pid != 0 {
+		return fmt.Errorf("%w: directory %s (lock file %s): held by process %d; another process is using it: stop that process first, or use another directory",
+			ErrLocked, dir, path, pid)
 	}
 	return nil
 }

@@ -21,6 +21,10 @@ import (
 // Writer on the directory it names instead of running tests.
 const lockHelperEnv = "ONCEWAL_WAL_LOCK_HELPER_DIR"
 
+// lockCheckEnv makes the helper run CheckLockFile on the lock file it names
+// instead of opening a Writer.
+const lockCheckEnv = "ONCEWAL_WAL_LOCK_CHECK_NAME"
+
 // TestLockHelperProcess is the child side of the cross-process lock tests:
 // it opens a Writer of shard 0 on the directory in lockHelperEnv and prints
 // "locked", "opened" or the error. Without the variable it does nothing.
@@ -28,6 +32,14 @@ func TestLockHelperProcess(t *testing.T) {
 	dir := os.Getenv(lockHelperEnv)
 	if dir == "" {
 		t.Skip("helper process for the cross-process lock tests")
+	}
+	if name := os.Getenv(lockCheckEnv); name != "" {
+		if err := CheckLockFile(vfs.Default, dir, name); errors.Is(err, ErrLocked) {
+			fmt.Printf("locked: %v\n", err)
+		} else {
+			fmt.Printf("opened: CheckLockFile found no holder, err=%v\n", err)
+		}
+		return
 	}
 	w, err := OpenWriter(dir, nil)
 	switch {
@@ -44,12 +56,12 @@ func TestLockHelperProcess(t *testing.T) {
 // lockFromChild runs OpenWriter(dir) in a separate process and returns what
 // it printed. The deadline only catches a hang: a lock conflict must fail at
 // once, not wait.
-func lockFromChild(t *testing.T, dir string) string {
+func lockFromChild(t *testing.T, dir string, env ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLockHelperProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), lockHelperEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), lockHelperEnv+"="+dir), env...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, ctx.Err(), "child hung: %s", out)
 	require.NoError(t, err, "%s", out)
@@ -184,4 +196,34 @@ func TestWriterLockReleasedAfterFailedOpen(t *testing.T) {
 	out := lockFromChild(t, dir)
 	require.True(t, strings.HasPrefix(out, "error: "), out)
 	require.Contains(t, out, "checksum")
+}
+
+// TestCheckLockFileOtherProcess: CheckLockFile sees a lock another process
+// holds, naming the lock file and the holder, without taking it or changing
+// the file (taking it would truncate it: a refused start changes nothing).
+func TestCheckLockFileOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+	const name = "NODE.lock"
+	check := func() string { return lockFromChild(t, dir, lockCheckEnv+"="+name) }
+	require.True(t, strings.HasPrefix(check(), "opened: "), "no lock file yet")
+	l, err := LockFile(vfs.Default, dir, name)
+	require.NoError(t, err)
+	path := filepath.Join(dir, name)
+	// An old mtime, which a check that took the lock (creating the file
+	// anew) would move. (Writing the file here would drop the lock: closing
+	// any descriptor of a file releases the process's fcntl locks on it.)
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	require.NoError(t, os.Chtimes(path, old, old))
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+	got := check()
+	require.True(t, strings.HasPrefix(got, "locked: "), got)
+	require.Contains(t, got, path)
+	require.Contains(t, got, fmt.Sprintf("held by process %d", os.Getpid()))
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, old, before.ModTime())
+	require.Equal(t, before.ModTime(), after.ModTime())
+	require.NoError(t, l.Close())
+	require.True(t, strings.HasPrefix(check(), "opened: "), "released")
 }
