@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"log/slog"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
 )
@@ -13,7 +15,7 @@ import (
 // It only reads, so it works on a store opened ReadOnly (oncewal inspect).
 func JournalWindow(db *pebble.DB, capacity int) (window, records int, err error) {
 	w := idempotency.NewStore(capacity)
-	j, err := loadJournal(db, w, discardLogger)
+	j, err := loadJournal(db, w, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -73,7 +73,7 @@ type LedgerLogOptions struct {
 	// SegmentSize is the WAL segment size (wal default when 0). Batches are
 	// always synced before they are applied or answered.
 	SegmentSize int64
-	// Logger receives rare diagnostic lines. Default: discard.
+	// Logger receives rare diagnostic lines. Default slog.Default().
 	Logger *slog.Logger
 	// FS is the filesystem of the WAL (the store's is the DB's own).
 	// Default vfs.Default.
@@ -206,7 +206,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		cfg.Wall = func() int64 { return time.Now().UnixNano() }
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = discardLogger
+		cfg.Logger = slog.Default()
 	}
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default

@@ -9,10 +9,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// discardLogger is the default Logger of every options struct of the
-// package: the library says nothing unless the embedder asks.
-var discardLogger = slog.New(slog.DiscardHandler)
-
 // FatalLogger adapts a *slog.Logger to pebble.Logger. Every line carries
 // component=pebble; Infof (WAL recovery counts, cancelled compactions) logs
 // at Debug, Errorf (background errors such as a full disk) at Error.

@@ -72,8 +72,8 @@ type ReceiverOptions struct {
 	GCEvery int
 	// GCLimit bounds the sessions collected per GC pass. Default 1024.
 	GCLimit int
-	// Logger receives rare diagnostic lines (journal problems). Default:
-	// discard.
+	// Logger receives rare diagnostic lines (journal problems). Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -86,7 +86,7 @@ func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 		o.GCLimit = 1024
 	}
 	if o.Logger == nil {
-		o.Logger = discardLogger
+		o.Logger = slog.Default()
 	}
 	return o
 }

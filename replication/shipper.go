@@ -88,7 +88,7 @@ type ShipperOptions struct {
 	// disables the cache.
 	CacheBytes int64
 	// Logger receives the shipper's diagnostic lines (refused hellos, lost
-	// connections, WAL read retries). Default: discard.
+	// connections, WAL read retries). Default slog.Default().
 	Logger *slog.Logger
 	// WALTime, if set, reports the leader's WAL clock (unix ns of the
 	// newest event logged) for the heartbeats (Heartbeat.WALTime). nil:
@@ -130,7 +130,7 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 		o.OpenReader = func() (LogReader, error) { return wal.OpenReader(dir, shard) }
 	}
 	if o.Logger == nil {
-		o.Logger = discardLogger
+		o.Logger = slog.Default()
 	}
 	return o
 }
