@@ -87,8 +87,8 @@ func LockFile(fs vfs.FS, dir, name string) (io.Closer, error) {
 // filesystem (vfs.Default); on any other FS only when taken (LockFile).
 func CheckLockFile(fs vfs.FS, dir, name string) error {
 	st, err := fs.Stat(dir)
-	if err != nil {
-		return nil // nothing to hold a lock in
+	if err != nil || !st.IsDir() {
+		return nil // nothing to hold a lock in (the caller reports what dir is)
 	}
 	dev, ino, ok := fileID(st)
 	if !ok {
