@@ -168,23 +168,7 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 		Rebuild:     follower.RebuildAuto,
 		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
 	}, ReopenBackoff: time.Millisecond}
-	serve := func(n *follower.Node) {
-		sctx, stop := context.WithCancel(ctx)
-		served := make(chan error, 1)
-		go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
-		for s := range uint32(2) {
-			for {
-				lsn, _, err := n.Position(s)
-				if err == nil && lsn == c.LastLSN(s) {
-					break
-				}
-				require.NoError(t, ctx.Err(), "shard %d never caught up", s)
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		stop()
-		require.NoError(t, <-served)
-	}
+	serve := func(n *follower.Node) { serveNodeUntilCaughtUp(t, ctx, n, trs, c)() }
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
 	require.NoError(t, err)
 	serve(n)

@@ -229,25 +229,12 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
 	}})
 	require.NoError(t, err)
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
-	for s := range uint32(2) {
-		for {
-			lsn, _, err := n.Position(s)
-			if err == nil && lsn == c.LastLSN(s) {
-				break
-			}
-			require.NoError(t, ctx.Err(), "shard %d never caught up", s)
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	stop := serveNodeUntilCaughtUp(t, ctx, n, trs, c)
 	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
 	for _, ss := range n.Stats().Shards {
 		require.Equal(t, 1, ss.Rebuilds, "shard %d", ss.Shard)
 	}
 	stop()
-	require.NoError(t, <-served)
 	require.NoError(t, n.Close())
 	cancel()
 	<-ran
@@ -546,4 +533,28 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	require.NoError(t, n.Close())
 	cancel()
 	<-ran
+}
+
+// serveNodeUntilCaughtUp serves n over trs (one transport per shard) until
+// every shard has applied the client's last LSN, and returns the function
+// that stops Serve and checks it returned nil.
+func serveNodeUntilCaughtUp(t *testing.T, ctx context.Context, n *follower.Node, trs []*replication.InProcess, c *sim.Client) (stop func()) {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
+	for s := range uint32(len(trs)) {
+		for {
+			lsn, _, err := n.Position(s)
+			if err == nil && lsn == c.LastLSN(s) {
+				break
+			}
+			require.NoError(t, ctx.Err(), "shard %d never caught up", s)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return func() {
+		cancel()
+		require.NoError(t, <-served)
+	}
 }

@@ -206,16 +206,7 @@ func TestRealProcessesKilled(t *testing.T) {
 	for _, p := range all {
 		p.start(t, bin)
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
 	waitFor("the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
 	if !strings.Contains(readFile(t, ld.log), " clients=4 ") {
 		t.Fatalf("the leader does not run 4 generator clients:\n%s", readFile(t, ld.log))
@@ -260,25 +251,18 @@ func TestRealProcessesKilled(t *testing.T) {
 		t.Fatalf("waldump: %v %s", err, e)
 	}
 	logged := map[string]bool{} // client keys in the leader's WAL
-	dec := json.NewDecoder(strings.NewReader(dumped))
-	for dec.More() {
-		var ev eventJSON
-		must(t, dec.Decode(&ev))
+	eachEvent(t, dumped, func(ev eventJSON) {
 		ends[ev.Shard] = max(ends[ev.Shard], ev.LSN)
 		if ev.Idem != nil {
 			logged[*ev.Idem] = true
 		}
-	}
+	})
 	// Nothing acknowledged to a client is lost, however often the leader
 	// was killed: each key in the ack log is in the WAL the followers
-	// match below. (A kill can cut the log's last write short.)
-	acked := []byte(readFile(t, ackLog))
-	acked = acked[:len(acked)-len(acked)%16]
-	if len(acked) == 0 {
-		t.Fatal("the generator acknowledged no request")
-	}
-	for k := acked; len(k) > 0; k = k[16:] {
-		if key := hex.EncodeToString(k[:16]); !logged[key] {
+	// match below.
+	acked := ackedKeys(t, ackLog)
+	for _, key := range acked {
+		if !logged[key] {
 			t.Fatalf("request %s was acknowledged to its client but is not in the leader's WAL", key)
 		}
 	}
@@ -326,7 +310,47 @@ func TestRealProcessesKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d events (%d retried requests), shards end at %v; %d kills, %d of the leader; all %d acknowledged requests in the WAL",
-		events, retried, ends, kills, leaderKills, len(acked)/16)
+		events, retried, ends, kills, leaderKills, len(acked))
+}
+
+// waitUntil polls cond until it holds, failing the test after 2 minutes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eachEvent calls fn with every event of waldump --json output.
+func eachEvent(t *testing.T, dump string, fn func(eventJSON)) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(dump))
+	for dec.More() {
+		var ev eventJSON
+		must(t, dec.Decode(&ev))
+		fn(ev)
+	}
+}
+
+// ackedKeys is the client keys, in hex, of every request the generator's
+// --ack-log FILE says was acknowledged; a kill can cut its last write
+// short. None at all fails the test: the check would prove nothing.
+func ackedKeys(t *testing.T, path string) []string {
+	t.Helper()
+	b := []byte(readFile(t, path))
+	b = b[:len(b)-len(b)%16]
+	if len(b) == 0 {
+		t.Fatal("the generator acknowledged no request")
+	}
+	var keys []string
+	for ; len(b) > 0; b = b[16:] {
+		keys = append(keys, hex.EncodeToString(b[:16]))
+	}
+	return keys
 }
 
 func readFile(t *testing.T, p string) string {

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
@@ -53,16 +51,7 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	f1, f2 := followerProc("f1", f1Dir), followerProc("f2", f2Dir)
 	all := []*proc{ld, f1, f2}
 	reapProcs(t, all)
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
 	applied := func(p *proc) map[uint64]uint64 { return lastApplied(readFile(t, p.log)) }
 	runOK := func(args ...string) string {
 		t.Helper()
@@ -132,12 +121,7 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	})
 	newLog := runOK("waldump", "--json", filepath.Join(f1Dir, leader.WALDirName))
 	ends := append([]uint64(nil), promoted...)
-	dec := json.NewDecoder(strings.NewReader(newLog))
-	for dec.More() {
-		var ev eventJSON
-		must(t, dec.Decode(&ev))
-		ends[ev.Shard] = max(ends[ev.Shard], ev.LSN)
-	}
+	eachEvent(t, newLog, func(ev eventJSON) { ends[ev.Shard] = max(ends[ev.Shard], ev.LSN) })
 	waitFor("f2 to catch up", func() bool {
 		a2 := applied(f2)
 		return a2[0] >= ends[0] && a2[1] >= ends[1]
@@ -152,21 +136,13 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	// history (--ack one with f2 stopped: f1 acknowledged them).
 	oldLog := runOK("waldump", "--json", filepath.Join(oldLeader, leader.WALDirName))
 	at := map[string]eventJSON{}
-	dec = json.NewDecoder(strings.NewReader(oldLog))
-	for dec.More() {
-		var ev eventJSON
-		must(t, dec.Decode(&ev))
+	eachEvent(t, oldLog, func(ev eventJSON) {
 		if ev.Idem != nil {
 			at[*ev.Idem] = ev
 		}
-	}
-	acked := []byte(readFile(t, ackLog))
-	acked = acked[:len(acked)-len(acked)%16]
-	if len(acked) == 0 {
-		t.Fatal("the generator acknowledged no request")
-	}
-	for k := acked; len(k) > 0; k = k[16:] {
-		key := hex.EncodeToString(k[:16])
+	})
+	acked := ackedKeys(t, ackLog)
+	for _, key := range acked {
 		ev, ok := at[key]
 		if !ok || ev.LSN > promoted[ev.Shard] {
 			t.Fatalf("request %s was acknowledged (shard %d, LSN %d) but is not in the promoted history (ends at %v)",
@@ -184,5 +160,5 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 			o.check(t, d, runOK("inspect", "--json", follower.ShardDir(d, s)), of)
 		}
 	}
-	t.Logf("promoted at %v, the new log ends at %v; all %d acknowledged requests survived", promoted, ends, len(acked)/16)
+	t.Logf("promoted at %v, the new log ends at %v; all %d acknowledged requests survived", promoted, ends, len(acked))
 }
