@@ -388,16 +388,7 @@ func TestNodeFailingShard(t *testing.T) {
 		_ = n.Serve(ctx, func(s uint32) replication.Dialer { return trs[s] })
 	}()
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s: %+v", what, n.Stats())
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitNode(t, ctx, n, what, cond) }
 	at := func(s uint32) bool {
 		lsn, _, err := n.Position(s)
 		return err == nil && lsn == last[s]
@@ -516,16 +507,7 @@ func TestNodeApplierFailure(t *testing.T) {
 		lsn, _, err := n.Position(s)
 		return err == nil && lsn == sh.NextLSN()-1
 	}
-	waitFor := func(n *follower.Node, what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s: %+v", what, n.Stats())
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}
+	waitFor := func(n *follower.Node, what string, cond func() bool) { t.Helper(); waitNode(t, ctx, n, what, cond) }
 	nodeOpts := &follower.NodeOptions{Follower: follower.Options{ID: "node", Logger: quietLogger}, ReopenBackoff: time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
@@ -559,4 +541,16 @@ func TestNodeApplierFailure(t *testing.T) {
 	waitFor(n, "both shards to catch up", func() bool { return at(n, 0) && at(n, bad) })
 	stop()
 	require.NoError(t, <-served)
+}
+
+// waitNode polls cond until it holds, failing with n's stats once ctx ends.
+func waitNode(t *testing.T, ctx context.Context, n *follower.Node, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s: %+v", what, n.Stats())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
