@@ -151,13 +151,7 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 	l, ran := runLeader(t, ctx, dir+"/leader", clock, 2, []string{"node"}, 0,
 		func(s uint32) replication.Listener { return trs[s] })
 	defer l.Close()
-	var donors []snapshot.Source
-	for s := range uint32(2) {
-		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
-		require.NoError(t, err)
-		defer d.Close()
-		donors = append(donors, d)
-	}
+	donors := shardDonors(t, l)
 	c := sim.NewClient(w, 2, clock)
 	for !c.Done() {
 		_, err := c.Send(l)

@@ -213,13 +213,7 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	l, ran := runLeader(t, ctx, dir+"/leader", clock, 2, []string{"gone", "node"}, 8<<10,
 		func(s uint32) replication.Listener { return trs[s] })
 	defer l.Close()
-	var donors []snapshot.Source
-	for s := range uint32(2) {
-		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
-		require.NoError(t, err)
-		defer d.Close()
-		donors = append(donors, d)
-	}
+	donors := shardDonors(t, l)
 	c := sim.NewClient(w, 2, clock)
 	sendRetaining(t, c, l)
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{
@@ -557,4 +551,18 @@ func serveNodeUntilCaughtUp(t *testing.T, ctx context.Context, n *follower.Node,
 		cancel()
 		require.NoError(t, <-served)
 	}
+}
+
+// shardDonors opens an unthrottled snapshot donor of every shard of l,
+// closed when the test ends.
+func shardDonors(t *testing.T, l *leader.Leader) []snapshot.Source {
+	t.Helper()
+	var donors []snapshot.Source
+	for s := range uint32(l.Shards()) {
+		d, err := l.Donor(s, &snapshot.DonorOptions{RateLimit: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = d.Close() })
+		donors = append(donors, d)
+	}
+	return donors
 }
