@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,4 +241,76 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 		return
 	}
 	t.Fatal("no damaged block was met by applying but not by Open")
+}
+
+// TestRunRebuildsDamagedStore: a single store replicates from a leader and
+// stops; one byte of its sstable is flipped. Run with Rebuild never returns
+// ErrStoreCorrupt and leaves the store as it was; with Rebuild auto it
+// rebuilds the store from the leader's snapshot (the damage is the reason
+// the Rebuilt hook gets) and serves on to the end of the log, equal to the
+// oracle.
+func TestRunRebuildsDamagedStore(t *testing.T) {
+	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 22, Sessions: 4, Requests: 60, BatchSize: 6})
+	clock := sim.NewClock(w.Options.Start)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	defer tr.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, ran := runLeader(t, ctx, dir+"/leader", clock, 1, []string{"a"}, 0, func(uint32) replication.Listener { return tr })
+	defer l.Close()
+	donor := shardDonors(t, l)[0]
+	c := sim.NewClient(w, 1, clock)
+	half := false
+	for !c.Done() && !half {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+		half = c.LastLSN(0) > 30
+	}
+	opts := func(mode follower.RebuildMode) *follower.Options {
+		return &follower.Options{ID: "a", Logger: quietLogger, ReconnectBackoff: time.Millisecond,
+			MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor}
+	}
+	store := dir + "/a"
+	f, stop := serveFollower(t, ctx, store, opts(follower.RebuildNever), tr)
+	waitLSN(t, ctx, f, c.LastLSN(0))
+	stop()
+	flipSSTByte(t, store)
+	for !c.Done() {
+		_, err := c.Send(l)
+		require.NoError(t, err)
+	}
+
+	before := storeDigest(t, store)
+	err := follower.Run(ctx, store, opts(follower.RebuildNever), tr, nil)
+	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+	require.Equal(t, before, storeDigest(t, store), "Run without rebuilds changed the damaged store")
+
+	var cur atomic.Pointer[follower.Follower]
+	var reasons []error
+	rctx, stopRun := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- follower.Run(rctx, store, opts(follower.RebuildAuto), tr, &follower.RunHooks{
+			Opened:  func(f *follower.Follower) { cur.Store(f) },
+			Rebuilt: func(reason error, _ snapshot.Manifest, _ snapshot.Stats) { reasons = append(reasons, reason) },
+		})
+	}()
+	for {
+		if f := cur.Load(); f != nil {
+			if lsn, _ := f.Position(); lsn == c.LastLSN(0) {
+				// Checked while it serves: Run closes it when it stops.
+				require.NoError(t, c.Oracle().Verify(f.State()))
+				break
+			}
+		}
+		require.NoError(t, ctx.Err(), "the rebuilt store never caught up")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopRun()
+	require.NoError(t, <-done)
+	require.Len(t, reasons, 1)
+	require.ErrorIs(t, reasons[0], follower.ErrStoreCorrupt)
+	cancel()
+	<-ran
 }

@@ -147,9 +147,11 @@ type RunHooks struct {
 // refuses it in a way only a rebuild fixes (NeedsRebuild) and opts.Rebuild
 // is RebuildAuto, Run closes the store, rebuilds it from opts.RebuildFrom
 // (Rebuild) and serves on from the snapshot's LSN; a failed rebuild is
-// retried after MaxReconnectBackoff, the old store kept meanwhile. Other
-// refusals are handled as Serve handles them (opts.StopOnPermanentRefusal).
-// It returns nil when ctx ends.
+// retried after MaxReconnectBackoff, the old store kept meanwhile. A store
+// that is damaged (ErrStoreCorrupt: met by the open or while serving) is
+// rebuilt the same way with RebuildAuto, and returned as the error
+// otherwise. Other refusals are handled as Serve handles them
+// (opts.StopOnPermanentRefusal). It returns nil when ctx ends.
 func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, hooks *RunHooks) error {
 	var o Options
 	if opts != nil {
@@ -167,17 +169,22 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 	serveOpts.rebuilder = o.Rebuild == RebuildAuto
 	for ctx.Err() == nil {
 		f, err := OpenContext(ctx, dir, &serveOpts)
-		if err != nil {
-			return err
+		if err == nil {
+			if h.Opened != nil {
+				h.Opened(f)
+			}
+			err = f.Serve(ctx, d)
+			if cerr := f.Close(); err == nil {
+				return cerr
+			}
+			if !errors.Is(err, ErrPermanentRefusal) {
+				err = CorruptStoreError(dir, err)
+			}
 		}
-		if h.Opened != nil {
-			h.Opened(f)
-		}
-		err = f.Serve(ctx, d)
-		cerr := f.Close()
+		damaged := errors.Is(err, ErrStoreCorrupt)
 		switch {
-		case err == nil:
-			return cerr
+		case damaged && o.Rebuild == RebuildAuto:
+			o.Logger.Error("oncewal follower: the store is damaged; rebuilding it from a snapshot of the leader", "dir", dir, "err", err)
 		case !errors.Is(err, ErrPermanentRefusal):
 			return err
 		case !NeedsRebuild(err) || o.Rebuild != RebuildAuto:
