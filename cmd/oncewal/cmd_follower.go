@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -203,23 +204,32 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		closeFn = n.Close
 	} else {
 		f, err := follower.OpenContext(ctx, c.dir, &fo)
-		if err != nil {
+		// A damaged store is what a rebuild replaces: with --rebuild=auto,
+		// follower.Run below rebuilds it before it serves (f is nil).
+		damaged := c.rebuild == follower.RebuildAuto && errors.Is(err, follower.ErrStoreCorrupt)
+		switch {
+		case damaged:
+			log.Error("oncewal follower: the store is damaged; rebuilding it from the leader's snapshot before serving", "dir", c.dir, "err", err)
+		case err != nil:
 			return err
+		default:
+			collector, ready = metrics.NewFollowerCollector(f), metrics.FollowerReady(f, c.readyMaxLag)
+			serve = func(ctx context.Context) error { return f.Serve(ctx, d) }
+			rows = func() []follower.ShardStats {
+				lsn, epoch := f.Position()
+				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
+			}
+			closeFn = f.Close
 		}
-		collector, ready = metrics.NewFollowerCollector(f), metrics.FollowerReady(f, c.readyMaxLag)
-		serve = func(ctx context.Context) error { return f.Serve(ctx, d) }
-		rows = func() []follower.ShardStats {
-			lsn, epoch := f.Position()
-			return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
-		}
-		closeFn = f.Close
 		if c.rebuild == follower.RebuildAuto {
 			// follower.Run reopens the store after each rebuild; the
 			// first open above checked the directory and options, and
 			// is handed over.
 			client, err := grpctransport.NewSnapshotClient(c.leader, &grpctransport.DialerOptions{TLS: c.tls, Insecure: c.tls == nil, Logger: log})
 			if err != nil {
-				_ = f.Close()
+				if f != nil {
+					_ = f.Close()
+				}
 				return err
 			}
 			defer client.Close()
@@ -228,8 +238,10 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			cur.Store(f)
 			ro := fo
 			ro.Rebuild, ro.RebuildFrom, ro.Snapshot.RateLimit = follower.RebuildAuto, client, c.rebuildRate
-			if err := f.Close(); err != nil {
-				return err
+			if f != nil {
+				if err := f.Close(); err != nil {
+					return err
+				}
 			}
 			serve = func(ctx context.Context) error {
 				return follower.Run(ctx, c.dir, &ro, d, &follower.RunHooks{
@@ -243,6 +255,9 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			}
 			rows = func() []follower.ShardStats {
 				f := cur.Load()
+				if f == nil { // a damaged store not rebuilt yet
+					return []follower.ShardStats{{Shard: c.shard, Err: follower.ErrStoreCorrupt, Rebuilds: int(rebuilds.Load())}}
+				}
 				lsn, epoch := f.Position()
 				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats(), Rebuilds: int(rebuilds.Load())}}
 			}

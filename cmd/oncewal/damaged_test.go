@@ -115,7 +115,8 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		{"inspect node", []string{"inspect", node}, bad},
 		{"inspect store", []string{"inspect", bad}, bad},
 		{"inspect positions", []string{"inspect", node, node}, bad},
-		{"follower store", []string{"follower", "--dir", bad, "--shard", "1", "--id", "a", "--insecure", "--leader", "127.0.0.1:1"}, bad},
+		{"follower store", []string{"follower", "--dir", bad, "--shard", "1", "--id", "a", "--insecure", "--leader", "127.0.0.1:1",
+			"--rebuild", "never"}, bad},
 		{"leader", []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", "a", "--insecure", "--listen", "127.0.0.1:0"},
 			follower.ShardDir(leaderDir, 1)},
 		{"promote", []string{"promote", "--dir", node, "--out", promoted}, bad},
@@ -158,13 +159,31 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		t.Fatalf("the refused promotion moved or changed %s (%v)", wide, err)
 	}
 
+	// A single store with --rebuild=auto (the default) is rebuilt from the
+	// leader's snapshot (follower.TestRunRebuildsDamagedStore): with no
+	// leader to give one, the follower says so, keeps the damaged store as
+	// it was and retries, instead of exiting.
+	before = contentDigest(t, bad)
+	single := &proc{name: "single", log: filepath.Join(rp.dir, "single.log"), args: []string{"follower", "--dir", bad, "--shard", "1",
+		"--id", "a", "--insecure", "--leader", "127.0.0.1:1", "--stats-interval", "0s"}}
+	reapProcs(t, []*proc{single})
+	single.start(t, rp.bin)
+	log := waitFile(t, single.log, "the store is damaged; rebuilding it from the leader's snapshot before serving",
+		follower.ErrStoreCorrupt.Error(), "rebuild failed; the old store is kept, retrying")
+	if strings.Contains(log, "panic") {
+		t.Fatalf("the single store follower:\n%s", log)
+	}
+	if err := single.stop(t); err != nil || !maps.Equal(before, contentDigest(t, bad)) {
+		t.Fatalf("the single store follower: stop %v, or its failed rebuilds changed the damaged store:\n%s", err, readFile(t, single.log))
+	}
+
 	// The node keeps serving shard 0 and reports shard 1 once.
 	fl := &proc{name: "node", log: filepath.Join(rp.dir, "node.log"), args: []string{"follower", "--dir", node, "--shards", "2",
 		"--id", "a", "--insecure", "--leader", "127.0.0.1:1", "--rebuild", "never", "--stats-interval", "0s",
 		"--metrics-addr", "127.0.0.1:0"}}
 	reapProcs(t, []*proc{fl})
 	fl.start(t, rp.bin)
-	log := waitFile(t, fl.log, "shard store is damaged", "shard=1", follower.ErrStoreCorrupt.Error(), "replicating", "serving metrics")
+	log = waitFile(t, fl.log, "shard store is damaged", "shard=1", follower.ErrStoreCorrupt.Error(), "replicating", "serving metrics")
 	if strings.Count(log, "shard store is damaged") != 1 || strings.Contains(log, "panic") {
 		t.Fatalf("the damaged shard should be logged once:\n%s", log)
 	}
