@@ -513,20 +513,25 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 	}
 	old := p.pending
 	p.pending = &accepted{c, hello}
-	if p.abort != nil {
-		// A Send blocked on the old connection must not keep the new one
-		// waiting.
-		p.abort()
-	}
+	abort := p.abort
 	f.mu.Unlock()
 	if replaced != nil {
 		// Usually the follower restarted before this leader saw its old
 		// connection end; if that connection is in fact a second process
 		// that answers no heartbeats, it learns why it lost the stream.
+		// Ended with its reason before the abort below: the stream,
+		// aborted, closes it without one, and the first end wins.
 		f.opts.Logger.Warn("replication: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
 			"follower", p.id, "old_addr", remoteAddr(replaced), "new_addr", remoteAddr(c))
 		endConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
 			ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
+	}
+	if abort != nil {
+		// A Send blocked on the old connection must not keep the new one
+		// waiting. (The abort is the context of the connection in service
+		// when this one arrived: cancelling it later than under mu only
+		// ever cancels that connection.)
+		abort()
 	}
 	if old != nil {
 		old.conn.Close() // superseded before its stream took it
