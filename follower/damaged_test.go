@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,29 +285,8 @@ func TestRunRebuildsDamagedStore(t *testing.T) {
 	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
 	require.Equal(t, before, storeDigest(t, store), "Run without rebuilds changed the damaged store")
 
-	var cur atomic.Pointer[follower.Follower]
-	var reasons []error
-	rctx, stopRun := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- follower.Run(rctx, store, opts(follower.RebuildAuto), tr, &follower.RunHooks{
-			Opened:  func(f *follower.Follower) { cur.Store(f) },
-			Rebuilt: func(reason error, _ snapshot.Manifest, _ snapshot.Stats) { reasons = append(reasons, reason) },
-		})
-	}()
-	for {
-		if f := cur.Load(); f != nil {
-			if lsn, _ := f.Position(); lsn == c.LastLSN(0) {
-				// Checked while it serves: Run closes it when it stops.
-				require.NoError(t, c.Oracle().Verify(f.State()))
-				break
-			}
-		}
-		require.NoError(t, ctx.Err(), "the rebuilt store never caught up")
-		time.Sleep(5 * time.Millisecond)
-	}
-	stopRun()
-	require.NoError(t, <-done)
+	reasons, err := runUntilCaughtUp(t, ctx, store, opts(follower.RebuildAuto), tr, c.LastLSN(0), c.Oracle())
+	require.NoError(t, err)
 	require.Len(t, reasons, 1)
 	require.ErrorIs(t, reasons[0], follower.ErrStoreCorrupt)
 	cancel()

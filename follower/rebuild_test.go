@@ -91,34 +91,8 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, id := range []string{"late", "diverged", "behind"} {
 		wg.Go(func() {
-			var cur atomic.Pointer[follower.Follower]
-			var reasons []error
-			rctx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() {
-				done <- follower.Run(rctx, dir+"/"+id, opts(id, follower.RebuildAuto), tr, &follower.RunHooks{
-					Opened:  func(f *follower.Follower) { cur.Store(f) },
-					Rebuilt: func(reason error, m snapshot.Manifest, _ snapshot.Stats) { reasons = append(reasons, reason) },
-				})
-			}()
-			for {
-				if f := cur.Load(); f != nil {
-					if lsn, _ := f.Position(); lsn == last {
-						// Checked while it serves: Run closes it when it stops.
-						if err := c.Oracle().Verify(f.State()); err != nil {
-							t.Errorf("%s: %v", id, err)
-						}
-						break
-					}
-				}
-				if ctx.Err() != nil {
-					t.Errorf("%s never caught up", id)
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			stop()
-			require.NoError(t, <-done)
+			reasons, err := runUntilCaughtUp(t, ctx, dir+"/"+id, opts(id, follower.RebuildAuto), tr, last, c.Oracle())
+			require.NoError(t, err)
 			require.Len(t, reasons, 1, id)
 			want := replication.ErrBehindRetention
 			if id == "diverged" {
@@ -565,4 +539,42 @@ func shardDonors(t *testing.T, l *leader.Leader) []snapshot.Source {
 		donors = append(donors, d)
 	}
 	return donors
+}
+
+// runUntilCaughtUp runs follower.Run on dir until the store it serves has
+// applied last, checks that store against oracle while it serves (Run
+// closes it when it stops), stops Run and returns the reasons of the
+// rebuilds it made and what it returned. Safe to call from several
+// goroutines of one test.
+func runUntilCaughtUp(t *testing.T, ctx context.Context, dir string, o *follower.Options, d replication.Dialer, last uint64,
+	oracle *sim.Oracle) ([]error, error) {
+	t.Helper()
+	var cur atomic.Pointer[follower.Follower]
+	var reasons []error
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- follower.Run(rctx, dir, o, d, &follower.RunHooks{
+			Opened:  func(f *follower.Follower) { cur.Store(f) },
+			Rebuilt: func(reason error, _ snapshot.Manifest, _ snapshot.Stats) { reasons = append(reasons, reason) },
+		})
+	}()
+	for {
+		if f := cur.Load(); f != nil {
+			if lsn, _ := f.Position(); lsn == last {
+				if err := oracle.Verify(f.State()); err != nil {
+					t.Errorf("%s: %v", dir, err)
+				}
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Errorf("%s never caught up", dir)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	err := <-done
+	return reasons, err
 }
