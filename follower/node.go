@@ -162,10 +162,6 @@ type nodeShard struct {
 	// reset when the store opens again. Used by serveShard's goroutine
 	// (and OpenNode before it).
 	damagedLogged bool
-	// stopOnRefusal is the caller's Options.StopOnPermanentRefusal: the
-	// shard's Follower returns at a permanent refusal with it, or at one
-	// only a rebuild fixes with Rebuild auto (Options.rebuilder).
-	stopOnRefusal bool
 }
 
 // OpenNode opens (or creates) the store of every shard in shards under dir
@@ -248,7 +244,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			o.PerShard(s, &so)
 			so.Shard = s
 		}
-		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so, stopOnRefusal: so.StopOnPermanentRefusal}
+		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so}
 		ns.opts.rebuilder = so.Rebuild == RebuildAuto
 		n.shards = append(n.shards, ns)
 		n.byID[s] = ns
@@ -476,15 +472,10 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 				switch {
 				case NeedsRebuild(err) && ns.opts.Rebuild == RebuildAuto:
 					n.rebuild(ctx, ns, err)
-				case ns.stopOnRefusal:
-					return fmt.Errorf("shard %d: %w", ns.shard, err)
 				default:
-					// Stopped only to see whether a rebuild was the
-					// answer: keep redialling as Serve would have.
-					if ctxtime.Sleep(ctx, ns.opts.MaxReconnectBackoff) != nil {
-						return nil
-					}
-					continue
+					// Serve returns any other refusal only with
+					// StopOnPermanentRefusal (it retries the rest itself).
+					return fmt.Errorf("shard %d: %w", ns.shard, err)
 				}
 			} else if err := CorruptStoreError(ns.dir, err); errors.Is(err, ErrStoreCorrupt) {
 				// A damaged block met while serving (also by the Applier's

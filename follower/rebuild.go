@@ -188,15 +188,9 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		case !errors.Is(err, ErrPermanentRefusal):
 			return err
 		case !NeedsRebuild(err) || o.Rebuild != RebuildAuto:
-			if o.StopOnPermanentRefusal {
-				return err
-			}
-			// Rebuilding is not the answer: keep redialling, as Serve
-			// would have, at the longest backoff.
-			if err := ctxtime.Sleep(ctx, o.MaxReconnectBackoff); err != nil {
-				return nil
-			}
-			continue
+			// Serve returns any other refusal only with
+			// StopOnPermanentRefusal (it retries the rest itself).
+			return err
 		}
 		o.Logger.Warn("oncewal follower: rebuilding the store from a snapshot", "dir", dir, "shard", o.Shard, "reason", err)
 		m, st, rerr := Rebuild(ctx, dir, &o, o.RebuildFrom, err)
