@@ -187,7 +187,7 @@
 //	                               mark that it is a leader's store (leader.Open refuses a
 //	                               store without it; leader-only, like m/slot/)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
-//	                               epoch u64 LE and header CRC u32 LE (replication.BatchRef,
+//	                               epoch u64 LE and header CRC u32 LE (wal.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)
 //	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys, in
 //	                               recording order (a compacted entry starts with

@@ -76,10 +76,10 @@ func (h helloLog) Retained() (first, last uint64) {
 	return w.FirstLSN(), w.NextLSN() - 1
 }
 
-func (h helloLog) BatchEndingAt(lsn uint64) (replication.BatchRef, bool, error) {
+func (h helloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 	r, err := wal.OpenReaderFS(h.s.fs, h.s.walDir, h.s.id)
 	if err != nil {
-		return replication.BatchRef{}, false, err
+		return wal.BatchRef{}, false, err
 	}
 	defer r.Close()
 	return replication.FindBatchEndingAt(r, lsn)

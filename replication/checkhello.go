@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // ErrBehindRetention: the follower needs LSNs the leader's log no longer
@@ -21,7 +23,7 @@ type EpochBoundary struct {
 	// Prev identifies the batch ending at StartLSN-1 in the history the
 	// epoch continues (zero: unknown). A promoted leader whose log starts at
 	// StartLSN reads it from its store at promotion (ReadLastBatch).
-	Prev BatchRef
+	Prev wal.BatchRef
 }
 
 // HelloLog is what CheckHello needs to know about the leader's log.
@@ -32,7 +34,7 @@ type HelloLog interface {
 	Retained() (first, last uint64)
 	// BatchEndingAt returns the identity of the log's batch whose last LSN
 	// is lsn, for first ≤ lsn ≤ last; ok is false when no batch ends there.
-	BatchEndingAt(lsn uint64) (ref BatchRef, ok bool, err error)
+	BatchEndingAt(lsn uint64) (ref wal.BatchRef, ok bool, err error)
 	// Boundary returns where the leader's current epoch starts.
 	Boundary() EpochBoundary
 }
@@ -136,25 +138,25 @@ func checkHello(hello Ack, log HelloLog) error {
 // ending exactly there (a helper for HelloLog.BatchEndingAt over a WAL);
 // ok is false when the batch holding lsn ends elsewhere or the log does not
 // hold lsn.
-func FindBatchEndingAt(r LogReader, lsn uint64) (ref BatchRef, ok bool, err error) {
+func FindBatchEndingAt(r LogReader, lsn uint64) (ref wal.BatchRef, ok bool, err error) {
 	if err := r.Seek(lsn); err != nil {
-		return BatchRef{}, false, err
+		return wal.BatchRef{}, false, err
 	}
 	for {
 		h, _, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return BatchRef{}, false, nil
+			return wal.BatchRef{}, false, nil
 		}
 		if err != nil {
-			return BatchRef{}, false, err
+			return wal.BatchRef{}, false, err
 		}
 		switch {
 		case h.LastLSN() < lsn:
 			continue // Seek may land before the batch holding lsn
 		case h.LastLSN() == lsn:
-			return batchRef(h), true, nil
+			return h.Ref(), true, nil
 		default:
-			return BatchRef{}, false, nil
+			return wal.BatchRef{}, false, nil
 		}
 	}
 }

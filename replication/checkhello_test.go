@@ -25,9 +25,9 @@ func (l memHelloLog) Retained() (first, last uint64) {
 	return l.m.heads[0].FirstLSN, l.m.next - 1
 }
 
-func (l memHelloLog) BatchEndingAt(lsn uint64) (BatchRef, bool, error) {
+func (l memHelloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 	if l.err != nil {
-		return BatchRef{}, false, l.err
+		return wal.BatchRef{}, false, l.err
 	}
 	r, _ := l.m.open()
 	return FindBatchEndingAt(r, lsn)
@@ -37,13 +37,13 @@ func (l memHelloLog) Boundary() EpochBoundary { return l.b }
 
 // refOf encodes a one-event batch ending at lsn and returns its identity;
 // value tells histories written under the same epoch apart.
-func refOf(t *testing.T, epoch, lsn uint64, value string) BatchRef {
+func refOf(t *testing.T, epoch, lsn uint64, value string) wal.BatchRef {
 	t.Helper()
 	b, err := wal.AppendBatch(nil, 2, epoch, lsn, []wal.Event{{Op: wal.OpPut, Seq: 1, Key: []byte("k"), Value: []byte(value)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := BatchRefOf(b)
+	ref, err := wal.BatchRefOf(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestCheckHello(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		promoted.append(t, 2, 2) // batches ending at 4292, 4294, …, 4300
 	}
-	refAt := func(m *memLog, lsn uint64) BatchRef {
+	refAt := func(m *memLog, lsn uint64) wal.BatchRef {
 		r, _ := m.open()
 		ref, ok, err := FindBatchEndingAt(r, lsn)
 		if err != nil || !ok {
@@ -86,7 +86,7 @@ func TestCheckHello(t *testing.T) {
 	atTrimmed := memHelloLog{m: trimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
 
 	errDisk := errors.New("disk on fire")
-	hello := func(epoch, applied uint64, last BatchRef) Ack {
+	hello := func(epoch, applied uint64, last wal.BatchRef) Ack {
 		return Ack{Shard: 2, FollowerID: "f", Epoch: epoch, AppliedLSN: applied, LastBatch: last}
 	}
 	for _, c := range []struct {
@@ -97,26 +97,26 @@ func TestCheckHello(t *testing.T) {
 	}{
 		{"aligned boundary, same history", atPromoted, hello(1, 4290, x4290), nil},
 		{"aligned boundary, other history of the same epoch", atPromoted, hello(1, 4290, y4290), ErrDiverged},
-		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, BatchRef{Epoch: 2, CRC: x4290.CRC}), ErrDiverged},
+		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, wal.BatchRef{Epoch: 2, CRC: x4290.CRC}), ErrDiverged},
 		{"aligned boundary, boundary unrecorded", unknownBoundary, hello(1, 4290, x4290), ErrBehindRetention},
-		{"aligned boundary, old store (epoch rule cannot see it)", atPromoted, hello(1, 4290, BatchRef{}), nil},
+		{"aligned boundary, old store (epoch rule cannot see it)", atPromoted, hello(1, 4290, wal.BatchRef{}), nil},
 		{"inside the log, same batch", atPromoted, hello(2, 4294, r4294), nil},
 		{"inside the log, at its end", atPromoted, hello(2, 4300, refAt(promoted, 4300)), nil},
-		{"inside the log, other CRC", atPromoted, hello(2, 4294, BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), ErrDiverged},
-		{"inside the log, other epoch", atPromoted, hello(2, 4294, BatchRef{Epoch: 1, CRC: r4294.CRC}), ErrDiverged},
+		{"inside the log, other CRC", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), ErrDiverged},
+		{"inside the log, other epoch", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 1, CRC: r4294.CRC}), ErrDiverged},
 		{"inside the log, not at a batch end", atPromoted, hello(2, 4293, r4294), ErrDiverged},
 		{"ahead of the log", atPromoted, hello(2, 4301, r4294), ErrDiverged},
-		{"ahead of the log, old store", atPromoted, hello(2, 4301, BatchRef{}), ErrDiverged},
+		{"ahead of the log, old store", atPromoted, hello(2, 4301, wal.BatchRef{}), ErrDiverged},
 		{"below the log", atPromoted, hello(1, 4289, x4290), ErrBehindRetention},
-		{"nothing applied, log starts later", atPromoted, hello(0, 0, BatchRef{}), ErrBehindRetention},
-		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, BatchRef{}), ErrDiverged},
-		{"old store, current epoch", atPromoted, hello(2, 4294, BatchRef{}), nil},
-		{"old store, below the log", atPromoted, hello(1, 4000, BatchRef{}), ErrBehindRetention},
-		{"nothing applied, log starts at 1", atUntrimmed, hello(0, 0, BatchRef{}), nil},
+		{"nothing applied, log starts later", atPromoted, hello(0, 0, wal.BatchRef{}), ErrBehindRetention},
+		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, wal.BatchRef{}), ErrDiverged},
+		{"old store, current epoch", atPromoted, hello(2, 4294, wal.BatchRef{}), nil},
+		{"old store, below the log", atPromoted, hello(1, 4000, wal.BatchRef{}), ErrBehindRetention},
+		{"nothing applied, log starts at 1", atUntrimmed, hello(0, 0, wal.BatchRef{}), nil},
 		{"untrimmed, same batch", atUntrimmed, hello(1, 4, refAt(untrimmed, 4)), nil},
 		{"untrimmed, ahead", atUntrimmed, hello(1, 7, refAt(untrimmed, 6)), ErrDiverged},
 		{"trimmed, just below (nothing recorded)", atTrimmed, hello(1, 99, refOf(t, 1, 99, "v")), ErrBehindRetention},
-		{"trimmed, old store just below", atTrimmed, hello(1, 99, BatchRef{}), nil},
+		{"trimmed, old store just below", atTrimmed, hello(1, 99, wal.BatchRef{}), nil},
 		{"trimmed, inside", atTrimmed, hello(1, 101, refAt(trimmed, 101)), nil},
 	} {
 		err := CheckHello(c.hello, c.log)
@@ -143,7 +143,7 @@ func TestFindBatchEndingAt(t *testing.T) {
 	}
 	r, _ := m.open()
 	ref, _, _ := FindBatchEndingAt(r, 5)
-	if want, _ := BatchRefOf(m.batches[1]); ref != want {
+	if want, _ := wal.BatchRefOf(m.batches[1]); ref != want {
 		t.Errorf("ref %v, want %v", ref, want)
 	}
 }
@@ -155,13 +155,13 @@ type trimmingHelloLog struct {
 	to uint64 // the log's first LSN once trimmed
 }
 
-func (l trimmingHelloLog) BatchEndingAt(lsn uint64) (BatchRef, bool, error) {
+func (l trimmingHelloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 	l.m.mu.Lock()
 	for len(l.m.heads) > 0 && l.m.heads[0].FirstLSN < l.to {
 		l.m.heads, l.m.batches = l.m.heads[1:], l.m.batches[1:]
 	}
 	l.m.mu.Unlock()
-	return BatchRef{}, false, fmt.Errorf("open segment: %w", fs.ErrNotExist)
+	return wal.BatchRef{}, false, fmt.Errorf("open segment: %w", fs.ErrNotExist)
 }
 
 // TestCheckHelloRacingRetention: a segment retention deletes while the

@@ -22,10 +22,10 @@ type walHelloLog struct {
 
 func (l walHelloLog) Retained() (uint64, uint64) { return l.first, l.w.NextLSN() - 1 }
 
-func (l walHelloLog) BatchEndingAt(lsn uint64) (replication.BatchRef, bool, error) {
+func (l walHelloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 	r, err := wal.OpenReader(l.dir, 3)
 	if err != nil {
-		return replication.BatchRef{}, false, err
+		return wal.BatchRef{}, false, err
 	}
 	defer r.Close()
 	return replication.FindBatchEndingAt(r, lsn)
@@ -85,7 +85,7 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 		}
 		return r
 	}
-	prevX, err := replication.BatchRefOf(x6)
+	prevX, err := wal.BatchRefOf(x6)
 	require.NoError(t, err)
 
 	// The new leader's log: epoch 2 from LSN 11.

@@ -176,7 +176,7 @@
 // Before a leader ships to a follower it checks that the follower's history
 // is a prefix of its own log, as Raft checks prevLogIndex/prevLogTerm before
 // appending: the hello names the follower's applied position and the batch
-// that ends there (epoch and header CRC, BatchRef), and the leader looks up
+// that ends there (epoch and header CRC, wal.BatchRef), and the leader looks up
 // the batch ending at that LSN in its log. Equal identities mean the same
 // batch, hence — each side having applied its log in order from the same
 // start — the same history up to there; anything else means the follower

@@ -130,6 +130,6 @@ func TestLedgerLogLostStoreTakesWALEpoch(t *testing.T) {
 	l, err = c.leader(walDir, 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, h.LastLSN()+1, l.EpochStartLSN())
-	require.Equal(t, replication.BatchRef{Epoch: 2, CRC: h.HeaderCRC}, l.Boundary().Prev)
+	require.Equal(t, wal.BatchRef{Epoch: 2, CRC: h.HeaderCRC}, l.Boundary().Prev)
 	require.NoError(t, l.Close())
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oncewal/oncewal/internal/ctxtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/oncewal/oncewal/wal"
 )

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // mergeListener accepts from several InProcess transports, so that every
@@ -440,7 +442,7 @@ func TestFanoutVerifyHello(t *testing.T) {
 		r.log.append(t, 1, 1)
 	}
 	for lsn := uint64(1); lsn <= 5; lsn++ {
-		c, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a", AppliedLSN: lsn, LastBatch: BatchRef{Epoch: 1, CRC: 1}})
+		c, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a", AppliedLSN: lsn, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -469,7 +471,7 @@ func TestFanoutVerifyHello(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(calls) != 6 || calls[0].LastBatch != (BatchRef{Epoch: 1, CRC: 1}) || calls[5].FollowerID != "b" {
+	if len(calls) != 6 || calls[0].LastBatch != (wal.BatchRef{Epoch: 1, CRC: 1}) || calls[5].FollowerID != "b" {
 		t.Fatalf("VerifyHello saw %+v", calls)
 	}
 }

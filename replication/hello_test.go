@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 
 	id := session.NewID()
 	b1 := r.batchAt(3, 5, add(id, 1, 1, nil), add(id, 2, 1, nil))
-	ref1, err := replication.BatchRefOf(b1)
+	ref1, err := wal.BatchRefOf(b1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(5), ref1.Epoch)
 	res, err := recv.Apply(b1)
@@ -47,7 +48,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	require.Equal(t, replication.Ack{Shard: 3, Epoch: 5, AppliedLSN: 2, FollowerID: "replica-a", LastBatch: ref1}, recv.Hello())
 
 	b2 := r.batchAt(3, 6, add(id, 3, 1, nil))
-	ref2, err := replication.BatchRefOf(b2)
+	ref2, err := wal.BatchRefOf(b2)
 	require.NoError(t, err)
 	require.NotEqual(t, ref1, ref2)
 	_, err = recv.Apply(b2)
@@ -90,7 +91,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	b3 := r.batchAt(3, 6, add(id, 4, 1, nil))
 	_, err = recv3.Apply(b3)
 	require.NoError(t, err)
-	ref3, _ := replication.BatchRefOf(b3)
+	ref3, _ := wal.BatchRefOf(b3)
 	require.Equal(t, ref3, recv3.Hello().LastBatch)
 
 	// A malformed value is an error, not a guess.
@@ -108,13 +109,13 @@ func TestNewReceiverRefusesBadFollowerID(t *testing.T) {
 func TestBatchRefOf(t *testing.T) {
 	r := newRig(t, nil)
 	b := r.batchAt(3, 7, add(session.NewID(), 1, 1, nil))
-	ref, err := replication.BatchRefOf(b)
+	ref, err := wal.BatchRefOf(b)
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), ref.Epoch)
 	require.False(t, ref.IsZero())
 	b[3] ^= 1 // magic
-	_, err = replication.BatchRefOf(b)
+	_, err = wal.BatchRefOf(b)
 	require.Error(t, err)
-	_, err = replication.BatchRefOf(b[:10])
+	_, err = wal.BatchRefOf(b[:10])
 	require.Error(t, err)
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // waitGoroutines waits until the goroutine count is back to base (timers and
@@ -60,7 +62,7 @@ func msg(i uint64) []byte { return binary.LittleEndian.AppendUint64(nil, i) }
 func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 	base := runtime.NumGoroutine()
 	tr := NewInProcess(FaultsNone, 1)
-	lc, fc := connect(t, tr, Ack{Shard: 3, Epoch: 2, AppliedLSN: 7, FollowerID: "f1", LastBatch: BatchRef{Epoch: 2, CRC: 9}})
+	lc, fc := connect(t, tr, Ack{Shard: 3, Epoch: 2, AppliedLSN: 7, FollowerID: "f1", LastBatch: wal.BatchRef{Epoch: 2, CRC: 9}})
 	ctx := context.Background()
 	const n = 2000
 

@@ -125,8 +125,8 @@ func (o *LedgerLogOptions) Validate() error {
 type LedgerLog struct {
 	cfg        LedgerLogOptions
 	epoch      uint64
-	epochStart uint64   // first LSN of this epoch's history (0: unknown)
-	epochPrev  BatchRef // the batch ending at epochStart-1 (zero: unknown)
+	epochStart uint64       // first LSN of this epoch's history (0: unknown)
+	epochPrev  wal.BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
 	recv       *Receiver
@@ -280,7 +280,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 // epoch: the first LSN of that epoch's history and the batch before it.
 type epochRise struct {
 	start uint64 // 0: the re-applied batches did not raise the epoch
-	prev  BatchRef
+	prev  wal.BatchRef
 }
 
 // catchUp applies the WAL from applied+1 to its end to the local store, and
@@ -319,7 +319,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 		if h.Epoch > prevEpoch {
 			rise = epochRise{start: h.FirstLSN, prev: prev}
 		}
-		prevEpoch, prev = h.Epoch, batchRef(h)
+		prevEpoch, prev = h.Epoch, h.Ref()
 	}
 	if lsn, _ := l.recv.Position(); lsn != l.w.NextLSN()-1 {
 		return rise, fmt.Errorf("replication: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
 	"github.com/oncewal/oncewal/corruption"
+	"github.com/oncewal/oncewal/wal"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/keyspace"
@@ -19,7 +21,7 @@ import (
 //	u64:       version | value u64 LE                                   (9 bytes)
 //	batch ref: version | LSN u64 LE | epoch u64 LE | header CRC u32 LE  (21 bytes)
 //
-// A batch ref records the identity (BatchRef) of the batch ending at LSN; the
+// A batch ref records the identity (wal.BatchRef) of the batch ending at LSN; the
 // LSN lets a reader tell a current value from one left behind by a binary
 // that advanced the position without writing the key: such a value, like a
 // missing key, means unknown.
@@ -58,7 +60,7 @@ func appendMetaU64(dst []byte, v uint64) []byte {
 	return binary.LittleEndian.AppendUint64(append(dst, metaVersion), v)
 }
 
-func appendBatchRef(dst []byte, lsn uint64, ref BatchRef) []byte {
+func appendBatchRef(dst []byte, lsn uint64, ref wal.BatchRef) []byte {
 	dst = append(dst, metaVersion)
 	dst = binary.LittleEndian.AppendUint64(dst, lsn)
 	dst = binary.LittleEndian.AppendUint64(dst, ref.Epoch)
@@ -68,7 +70,7 @@ func appendBatchRef(dst []byte, lsn uint64, ref BatchRef) []byte {
 // stageMeta stages what every commit changes: the applied position and the
 // batch that ends there, the epoch when it changes, and the store format
 // with the first commit.
-func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) error {
+func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last wal.BatchRef) error {
 	// Pebble copies values into the batch, so r.meta is reused key by key.
 	if err := b.Set(KeyPosition, appendMetaU64(r.meta[:0], lsn), nil); err != nil {
 		return err
@@ -92,7 +94,7 @@ func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last BatchRef) 
 // ones), where its history starts and which batch it continues, and the
 // deletion of the old epoch's leader-only rows. A store without metadata
 // gets its format too.
-func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev BatchRef) error {
+func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev wal.BatchRef) error {
 	if err := b.Set(KeyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev B
 
 // stageEpochStart stages where the current epoch's history starts: its
 // first LSN and prev, the batch ending just before it.
-func stageEpochStart(b *pebble.Batch, start uint64, prev BatchRef) error {
+func stageEpochStart(b *pebble.Batch, start uint64, prev wal.BatchRef) error {
 	// A follower that applied start or later under an older epoch has
 	// diverged.
 	if err := b.Set(KeyEpochStart, appendMetaU64(nil, start), nil); err != nil {
@@ -161,25 +163,25 @@ func readMetaU64(r pebble.Reader, key []byte) (uint64, error) {
 }
 
 // readBatchRef reads a batch ref at key for the batch ending at lsn; the
-// zero BatchRef when there is none or it was recorded for another LSN.
-func readBatchRef(r pebble.Reader, key []byte, lsn uint64) (BatchRef, error) {
+// zero wal.BatchRef when there is none or it was recorded for another LSN.
+func readBatchRef(r pebble.Reader, key []byte, lsn uint64) (wal.BatchRef, error) {
 	v, err := getMeta(r, key)
 	if err != nil || v == nil {
-		return BatchRef{}, err
+		return wal.BatchRef{}, err
 	}
 	if len(v) != lastBatchSize || v[0] != metaVersion {
-		return BatchRef{}, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
+		return wal.BatchRef{}, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
 	}
 	if binary.LittleEndian.Uint64(v[1:]) != lsn {
-		return BatchRef{}, nil
+		return wal.BatchRef{}, nil
 	}
-	return BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil
+	return wal.BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil
 }
 
 // readLastBatch reads KeyLastBatch and returns the identity of the batch
-// ending at applied, or the zero BatchRef when the store does not know it
+// ending at applied, or the zero wal.BatchRef when the store does not know it
 // (no key, or a key written for another position).
-func readLastBatch(r pebble.Reader, applied uint64) (BatchRef, error) {
+func readLastBatch(r pebble.Reader, applied uint64) (wal.BatchRef, error) {
 	return readBatchRef(r, KeyLastBatch, applied)
 }
 
@@ -189,9 +191,9 @@ func readLastBatch(r pebble.Reader, applied uint64) (BatchRef, error) {
 // from this store reads it before its first append: it is the boundary of
 // its epoch (EpochBoundary.Prev), which CheckHello needs to verify a
 // follower that stopped exactly where the new epoch starts.
-func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref BatchRef, err error) {
+func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref wal.BatchRef, err error) {
 	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
-		return 0, BatchRef{}, err
+		return 0, wal.BatchRef{}, err
 	}
 	ref, err = readLastBatch(db, appliedLSN)
 	return appliedLSN, ref, err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,7 +36,7 @@ func TestComparePositions(t *testing.T) {
 	at := func(epoch, lsn uint64, lastEpoch uint64) replication.Ack {
 		a := replication.Ack{Epoch: epoch, AppliedLSN: lsn}
 		if lastEpoch > 0 {
-			a.LastBatch = replication.BatchRef{Epoch: lastEpoch, CRC: uint32(lsn)}
+			a.LastBatch = wal.BatchRef{Epoch: lastEpoch, CRC: uint32(lsn)}
 		}
 		return a
 	}

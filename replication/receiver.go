@@ -111,10 +111,10 @@ type Receiver struct {
 	journal *journal
 
 	mu      sync.Mutex
-	applied uint64   // highest LSN handed to the store; batches go in LSN order
-	epoch   uint64   // highest epoch handed to the store
-	last    BatchRef // the batch ending at applied (zero: unknown)
-	failed  error    // sticky after a fatal store error
+	applied uint64       // highest LSN handed to the store; batches go in LSN order
+	epoch   uint64       // highest epoch handed to the store
+	last    wal.BatchRef // the batch ending at applied (zero: unknown)
+	failed  error        // sticky after a fatal store error
 	commits uint64
 	tail    <-chan struct{}          // done of the last Pending (nil: none yet)
 	pos     atomic.Pointer[position] // the durable (synced) applied/epoch/last, read without mu
@@ -187,7 +187,7 @@ func (r *Receiver) Position() (appliedLSN, epoch uint64) {
 
 type position struct {
 	applied, epoch uint64
-	last           BatchRef
+	last           wal.BatchRef
 }
 
 // LastEventTime returns the WAL time (the leader's timestamp, unix ns) of
@@ -481,7 +481,7 @@ type plan struct {
 	record   []idempotency.Key
 	advanced bool // some session's HWM advanced (its SeqNo was consumed)
 	epoch    uint64
-	last     BatchRef
+	last     wal.BatchRef
 	counts   batchCounts
 	syncing  bool      // stage committed b with Sync and did not wait for it
 	started  time.Time // when stage handed b to Pebble
@@ -533,7 +533,7 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 		return refuse(refusedOutOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
 	}
 
-	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: batchRef(h),
+	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: h.Ref(),
 		fates: r.fates[:0], keep: r.keep[:0], record: r.record[:0]}
 	defer func() { r.fates, r.keep, r.record = p.fates[:0], p.keep[:0], p.record[:0] }()
 	if len(r.inBatch) > maxKeptMap {

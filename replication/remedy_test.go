@@ -4,15 +4,19 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/oncewal/oncewal/wal"
 )
 
 // fixedLog is a HelloLog that holds LSNs first..last and no batch
 // identities.
 type fixedLog struct{ first, last uint64 }
 
-func (l fixedLog) Retained() (uint64, uint64)                   { return l.first, l.last }
-func (l fixedLog) BatchEndingAt(uint64) (BatchRef, bool, error) { return BatchRef{}, false, nil }
-func (l fixedLog) Boundary() EpochBoundary                      { return EpochBoundary{} }
+func (l fixedLog) Retained() (uint64, uint64) { return l.first, l.last }
+func (l fixedLog) BatchEndingAt(uint64) (wal.BatchRef, bool, error) {
+	return wal.BatchRef{}, false, nil
+}
+func (l fixedLog) Boundary() EpochBoundary { return EpochBoundary{} }
 
 // TestRefusalTextsSayWhatToDo: every refusal a leader gives names its cause
 // and what the operator does about it, and keeps its sentinel (errors.Is).
@@ -36,9 +40,9 @@ func TestRefusalTextsSayWhatToDo(t *testing.T) {
 			`"f3" is not registered with the leader of shard 2: add f3 to the leader's followers (oncewal leader --followers)`},
 		{"anonymous follower", route(Ack{Shard: 2}), ErrUnknownFollower, "oncewal follower --id"},
 		{"bad follower ID", route(Ack{Shard: 2, FollowerID: "a b"}), ErrBadFollowerID, "choose an ID of 1-64 bytes"},
-		{"diverged", CheckHello(Ack{AppliedLSN: 9, LastBatch: BatchRef{Epoch: 1, CRC: 1}}, fixedLog{1, 5}), ErrDiverged,
+		{"diverged", CheckHello(Ack{AppliedLSN: 9, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{1, 5}), ErrDiverged,
 			"rebuild the follower's store from a snapshot (oncewal follower --rebuild auto"},
-		{"behind retention", CheckHello(Ack{AppliedLSN: 2, LastBatch: BatchRef{Epoch: 1, CRC: 1}}, fixedLog{10, 20}), ErrBehindRetention,
+		{"behind retention", CheckHello(Ack{AppliedLSN: 2, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{10, 20}), ErrBehindRetention,
 			"oncewal leader --max-retained-bytes"},
 		{"fenced", l.fencedErr(3), ErrFenced, "a newer leader was promoted; stop this one"},
 	} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/oncewal/oncewal/wal"
 )

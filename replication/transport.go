@@ -78,35 +78,6 @@ func ValidFollowerID(id string) error {
 	return nil
 }
 
-// BatchRef identifies a batch of a shard's log: the epoch of the leader that
-// wrote it and its header CRC (wal/doc.go: hdrcrc, the CRC-32C of header
-// bytes 0–39, which hold the shard, epoch, first LSN, count, body length and
-// body CRC, so it commits to the whole batch). Two logs holding batches with
-// equal BatchRefs ending at the same LSN hold the same batch there. The zero
-// BatchRef means unknown.
-type BatchRef struct {
-	Epoch uint64
-	CRC   uint32
-}
-
-// IsZero reports whether r is the zero (unknown) BatchRef.
-func (r BatchRef) IsZero() bool { return r == BatchRef{} }
-
-func (r BatchRef) String() string { return fmt.Sprintf("epoch %d crc %08x", r.Epoch, r.CRC) }
-
-// BatchRefOf returns the identity of an encoded batch after checking its
-// header (wal.DecodeHeader: magic, version, header CRC, …).
-func BatchRefOf(raw []byte) (BatchRef, error) {
-	h, err := wal.DecodeHeader(raw)
-	if err != nil {
-		return BatchRef{}, err
-	}
-	return batchRef(h), nil
-}
-
-// batchRef is the identity of the batch whose decoded header is h.
-func batchRef(h wal.Header) BatchRef { return BatchRef{Epoch: h.Epoch, CRC: h.HeaderCRC} }
-
 // Ack is the follower's message to the leader: the hello on (re)connect and
 // the answer to each batch.
 type Ack struct {
@@ -133,7 +104,7 @@ type Ack struct {
 	// follower's history (zero: unknown, e.g. a store written before this
 	// field existed, or nothing applied). The leader compares it with its own
 	// log (CheckHello), as Raft compares prevLogIndex/prevLogTerm.
-	LastBatch BatchRef
+	LastBatch wal.BatchRef
 }
 
 // Listener is the leader side of a Transport: it accepts follower connections.

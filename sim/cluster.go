@@ -16,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Options describes one end-to-end run of a deployment: a leader (package
@@ -1001,7 +1002,7 @@ func (r *run) catchUp() error {
 		n    *node
 		s    uint32
 		last uint64
-		want replication.BatchRef // the final leader's batch ending at last
+		want wal.BatchRef // the final leader's batch ending at last
 	}
 	var targets []target
 	var total uint64
@@ -1032,7 +1033,7 @@ func (r *run) catchUp() error {
 		done := true
 		for _, t := range targets {
 			var lsn, stored uint64
-			var ref replication.BatchRef
+			var ref wal.BatchRef
 			err := t.n.n.Follower(t.s, func(f *follower.Follower) error {
 				lsn, _ = f.Position() // published: synced, in memory
 				var err error

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
 	"lukechampine.com/blake3"
 )
 
@@ -45,7 +45,7 @@ type Cut struct {
 	Shard      uint32
 	Epoch      uint64 // the highest epoch the store committed
 	AppliedLSN uint64
-	LastBatch  replication.BatchRef
+	LastBatch  wal.BatchRef
 	// Identity is the store's recorded identity (kind, shard and the
 	// decision-changing options) in its printed form; a store rebuilt from
 	// the snapshot must have the same.

@@ -53,6 +53,37 @@ func (h Header) LastLSN() uint64 { return h.FirstLSN + uint64(h.Count) - 1 }
 // Size is the encoded size of the whole batch: header plus body.
 func (h Header) Size() int { return HeaderSize + int(h.BodyLen) }
 
+// Ref is the identity of the batch whose decoded header is h.
+func (h Header) Ref() BatchRef { return BatchRef{Epoch: h.Epoch, CRC: h.HeaderCRC} }
+
+// BatchRef identifies a batch of a shard's log: the epoch of the leader that
+// wrote it and its header CRC (hdrcrc, the CRC-32C of header bytes 0–39,
+// which hold the shard, epoch, first LSN, count, body length and body CRC,
+// so it commits to the whole batch). Two logs holding batches with equal
+// BatchRefs ending at the same LSN hold the same batch there. The zero
+// BatchRef means unknown. Followers persist it with their position and
+// state it in their hello; snapshots carry it; a leader compares it with its
+// own log to find divergence.
+type BatchRef struct {
+	Epoch uint64
+	CRC   uint32
+}
+
+// IsZero reports whether r is the zero (unknown) BatchRef.
+func (r BatchRef) IsZero() bool { return r == BatchRef{} }
+
+func (r BatchRef) String() string { return fmt.Sprintf("epoch %d crc %08x", r.Epoch, r.CRC) }
+
+// BatchRefOf returns the identity of an encoded batch after checking its
+// header (DecodeHeader: magic, version, header CRC, …).
+func BatchRefOf(raw []byte) (BatchRef, error) {
+	h, err := DecodeHeader(raw)
+	if err != nil {
+		return BatchRef{}, err
+	}
+	return h.Ref(), nil
+}
+
 // putHeader encodes h into b and sets h.HeaderCRC.
 func putHeader(b []byte, h *Header) {
 	le := binary.LittleEndian

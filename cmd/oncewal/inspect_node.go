@@ -15,6 +15,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // inspectNodeShard is one shard of inspect --json on a node directory.
@@ -28,7 +29,7 @@ type inspectNodeShard struct {
 	JournalKeys int            `json:"journal_keys"`
 	Sessions    int            `json:"sessions"` // sessions with an HWM record
 	Error       string         `json:"error,omitempty"`
-	last        replication.BatchRef
+	last        wal.BatchRef
 }
 
 // nodeShardsOf reports the shards of dir if it is a follower node directory

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // storeRow is one store's position — what its hello would state — as
@@ -137,14 +138,14 @@ type lastBatchJSON struct {
 	CRC   string `json:"crc"` // the batch header's CRC-32C, 8 hex digits
 }
 
-func lastBatchOf(ref replication.BatchRef) *lastBatchJSON {
+func lastBatchOf(ref wal.BatchRef) *lastBatchJSON {
 	if ref.IsZero() {
 		return nil
 	}
 	return &lastBatchJSON{Epoch: ref.Epoch, CRC: fmt.Sprintf("%08x", ref.CRC)}
 }
 
-func fmtBatchRef(ref replication.BatchRef) string {
+func fmtBatchRef(ref wal.BatchRef) string {
 	if ref.IsZero() {
 		return "-"
 	}

@@ -7,18 +7,18 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // catchUpStore is one store promote --catch-up replaces: DIR's store of
 // Shard, by a copy of the peer's store From, which stood at AppliedLSN and
 // LastBatch when promote read it.
 type catchUpStore struct {
-	Shard      uint32               `json:"shard"`
-	From       string               `json:"from"`
-	AppliedLSN uint64               `json:"applied_lsn"`
-	LastBatch  replication.BatchRef `json:"last_batch"`
+	Shard      uint32       `json:"shard"`
+	From       string       `json:"from"`
+	AppliedLSN uint64       `json:"applied_lsn"`
+	LastBatch  wal.BatchRef `json:"last_batch"`
 }
 
 // catchUpStoreDir is DIR's store of shard (a single store is shard 0).

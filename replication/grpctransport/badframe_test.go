@@ -17,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // rogueStream opens a raw stream to srv (plaintext) for sending arbitrary frames.
@@ -52,7 +53,7 @@ func TestBadFramesFromFollower(t *testing.T) {
 	defer srv.Close()
 	addr := srv.Addr().String()
 	hello := replication.Ack{Shard: 1, AppliedLSN: 3}
-	named := replication.Ack{Shard: 1, AppliedLSN: 3, FollowerID: "replica-1", LastBatch: replication.BatchRef{Epoch: 1, CRC: 7}}
+	named := replication.Ack{Shard: 1, AppliedLSN: 3, FollowerID: "replica-1", LastBatch: wal.BatchRef{Epoch: 1, CRC: 7}}
 
 	expectEnd := func(cs grpc.ClientStream, code codes.Code) {
 		t.Helper()

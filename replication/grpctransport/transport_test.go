@@ -127,7 +127,7 @@ func TestRoundTripMTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, d := mtls(t, nil)
-	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41, FollowerID: "replica-b", LastBatch: replication.BatchRef{Epoch: 7, CRC: 0xabcdef01}}
+	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41, FollowerID: "replica-b", LastBatch: wal.BatchRef{Epoch: 7, CRC: 0xabcdef01}}
 	// An ID that cannot be sent fails the Dial before anything is dialled.
 	if _, err := d.Dial(ctx, replication.Ack{FollowerID: "not ok"}); !errors.Is(err, replication.ErrBadFollowerID) {
 		t.Fatalf("Dial with a bad follower ID: %v", err)
@@ -354,14 +354,14 @@ func TestFrameCodec(t *testing.T) {
 	}
 	// Acks never carry the hello-only fields.
 	withID := a
-	withID.FollowerID, withID.LastBatch = "replica-1", replication.BatchRef{Epoch: 3, CRC: 0xdeadbeef}
+	withID.FollowerID, withID.LastBatch = "replica-1", wal.BatchRef{Epoch: 3, CRC: 0xdeadbeef}
 	if got, err := decodeAck(encodeAck(withID)); err != nil || got != a {
 		t.Fatalf("ack with hello fields: %+v %v", got, err)
 	}
 	a.Refused = false
 	for _, h := range []replication.Ack{a, {Shard: 1, FollowerID: "x"},
 		{Shard: 2, Epoch: 3, AppliedLSN: 4, FollowerID: strings.Repeat("a.b_c-9", 10)[:replication.MaxFollowerIDLen],
-			LastBatch: replication.BatchRef{Epoch: 3, CRC: 0xfeedface}}} {
+			LastBatch: wal.BatchRef{Epoch: 3, CRC: 0xfeedface}}} {
 		if got, err := decodeHello(mustHello(t, h)); err != nil || got != h {
 			t.Fatalf("hello round trip: %+v %v, want %+v", got, err, h)
 		}
