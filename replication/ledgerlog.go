@@ -211,14 +211,15 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
 	}
-	applied, err := readMetaU64(cfg.DB, KeyPosition)
+	// The receiver applies the log to the local store. The WAL is synced
+	// before anything is applied, so the store needs no fsync of its own: a
+	// crash loses at most a suffix, re-applied below. Opening it reads the
+	// store's position; it writes nothing.
+	recv, err := NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	stored, err := readMetaU64(cfg.DB, KeyEpoch)
-	if err != nil {
-		return nil, err
-	}
+	applied, stored := recv.Position()
 	// The WAL is the authority on the leader's epoch (invariant 12): a store
 	// rebuilt from it after it was lost knows no epoch until it re-applies
 	// the log, and a leader serving below its log's last epoch would append
@@ -231,7 +232,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
 		return nil, err
 	}
-	l := &LedgerLog{cfg: cfg, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
+	l := &LedgerLog{cfg: cfg, recv: recv, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
 		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped), validator: validator}
 	l.applyTurn = sync.NewCond(&l.applyMu)
 	l.w, err = wal.OpenWriter(cfg.WALDir, &wal.WriterOptions{Shard: cfg.Shard, SegmentSize: cfg.SegmentSize, FirstLSN: applied + 1, FS: cfg.FS})
@@ -244,12 +245,6 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	}
 	if end := l.w.NextLSN() - 1; end < applied {
 		return fail(fmt.Errorf("replication: store applied LSN %d but the WAL in %s ends at %d: not this store's log", applied, cfg.WALDir, end))
-	}
-	// The WAL is synced before anything is applied, so the store needs no
-	// fsync of its own: a crash loses at most a suffix, re-applied below.
-	l.recv, err = NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
-	if err != nil {
-		return fail(err)
 	}
 	// The store first takes in the whole log, at the log's epochs; only
 	// then is a raised epoch persisted, so that it starts after the log's
@@ -301,7 +296,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 		return rise, err
 	}
 	_, prevEpoch := l.recv.Position()
-	prev, err := readLastBatch(l.cfg.DB, applied)
+	_, prev, err := ReadLastBatch(l.cfg.DB)
 	if err != nil {
 		return rise, err
 	}
@@ -328,49 +323,14 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 }
 
 // persistEpoch fences the store at the leader's epoch once it holds the
-// whole log: an epoch above the store's starts a new history at the log's
-// end (stageEpoch); otherwise a rise the re-applied log made (rise) is
-// recorded as the boundary of the current epoch, unless the store knows a
-// later one. Then it loads the boundary the log checks followers against.
+// whole log (Receiver.RaiseEpoch) and loads the boundary the log checks
+// followers against.
 func (l *LedgerLog) persistEpoch(rise epochRise) error {
-	db := l.cfg.DB
-	applied, stored := l.recv.Position()
-	b := db.NewBatch()
-	defer b.Close()
-	switch start, err := readMetaU64(db, KeyEpochStart); {
-	case err != nil:
-		return err
-	case l.epoch > stored:
-		prev, err := readLastBatch(db, applied)
-		if err == nil {
-			err = stageEpoch(b, db, l.epoch, applied, prev)
-		}
-		if err == nil {
-			err = commit(b, true)
-		}
-		if err != nil {
-			return fmt.Errorf("replication: persisting epoch %d: %w", l.epoch, err)
-		}
-		l.recv.noteEpoch(l.epoch)
-	case rise.start > start:
-		err := stageEpochStart(b, rise.start, rise.prev)
-		if err == nil {
-			err = commit(b, true)
-		}
-		if err != nil {
-			return fmt.Errorf("replication: recording where epoch %d starts: %w", l.epoch, err)
-		}
-	}
-	epochStart, err := readMetaU64(db, KeyEpochStart)
+	start, prev, err := l.recv.RaiseEpoch(l.epoch, rise.start, rise.prev)
 	if err != nil {
 		return err
 	}
-	if epochStart > 0 {
-		if l.epochPrev, err = readBatchRef(db, KeyEpochPrev, epochStart-1); err != nil {
-			return err
-		}
-	}
-	l.epochStart = epochStart
+	l.epochStart, l.epochPrev = start, prev
 	return nil
 }
 

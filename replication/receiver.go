@@ -178,6 +178,50 @@ func (r *Receiver) noteEpoch(epoch uint64) {
 	r.pos.Store(&position{r.applied, r.epoch, r.last})
 }
 
+// RaiseEpoch fences the store at a leader's epoch once the store holds the
+// leader's whole log (invariant 12), before any batch is started: an epoch
+// above the store's starts a new history after the applied position
+// (stageEpoch); otherwise riseStart — where the re-applied log last raised
+// the epoch (0: it did not), with risePrev the batch before it — is recorded
+// as the current epoch's start, unless the store knows a later one. It
+// returns where the store's current epoch starts and the batch before that
+// (start 0: unknown, e.g. a store older than the record).
+func (r *Receiver) RaiseEpoch(epoch, riseStart uint64, risePrev wal.BatchRef) (start uint64, prev wal.BatchRef, err error) {
+	db := r.db
+	applied, stored := r.Position()
+	b := db.NewBatch()
+	defer b.Close()
+	switch start, err := readMetaU64(db, KeyEpochStart); {
+	case err != nil:
+		return 0, wal.BatchRef{}, err
+	case epoch > stored:
+		prev, err := readLastBatch(db, applied)
+		if err == nil {
+			err = stageEpoch(b, db, epoch, applied, prev)
+		}
+		if err == nil {
+			err = commit(b, true)
+		}
+		if err != nil {
+			return 0, wal.BatchRef{}, fmt.Errorf("replication: persisting epoch %d: %w", epoch, err)
+		}
+		r.noteEpoch(epoch)
+	case riseStart > start:
+		err := stageEpochStart(b, riseStart, risePrev)
+		if err == nil {
+			err = commit(b, true)
+		}
+		if err != nil {
+			return 0, wal.BatchRef{}, fmt.Errorf("replication: recording where epoch %d starts: %w", epoch, err)
+		}
+	}
+	if start, err = readMetaU64(db, KeyEpochStart); err != nil || start == 0 {
+		return start, wal.BatchRef{}, err
+	}
+	prev, err = readBatchRef(db, KeyEpochPrev, start-1)
+	return start, prev, err
+}
+
 // Position returns the highest applied LSN and the highest committed epoch.
 // It does not wait for a batch being applied.
 func (r *Receiver) Position() (appliedLSN, epoch uint64) {
