@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -127,7 +128,7 @@ func TestFanoutReadsTheWALOnce(t *testing.T) {
 	if st := r.fo.Stats().Cache; st.Hits < 3*301 || st.Appended != 301 || st.LastLSN != r.log.lastLSN() {
 		t.Fatalf("cache %+v", st)
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestFanoutBehindTheCacheReadsTheWAL: a follower that connects after the

@@ -524,7 +524,7 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 		// aborted, closes it without one, and the first end wins.
 		f.opts.Logger.Warn("replication: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
 			"follower", p.id, "old_addr", remoteAddr(replaced), "new_addr", remoteAddr(c))
-		endConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
+		EndConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
 			ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
 	}
 	if abort != nil {
@@ -597,7 +597,7 @@ func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
 	// transport that can carry the reason to the follower (RefusingConn)
 	// ends the connection with it.
 	if c != nil {
-		defer endConn(c, err)
+		defer EndConn(c, err)
 	}
 	reason := f.refused.count(err)
 	if p != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -246,7 +247,7 @@ func TestFanoutEveryFollowerGetsEveryBatch(t *testing.T) {
 			}
 		})
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestFanoutReconnectReplacesOnlyItsStream: follower a's link breaks again
@@ -280,7 +281,7 @@ func TestFanoutReconnectReplacesOnlyItsStream(t *testing.T) {
 	if a.Connections != 6 || b.Connections != 1 || b.BatchesResent != 0 || b.Rewinds != 0 {
 		t.Fatalf("a %+v\nb %+v", a, b)
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestFanoutSameIDReplacesStream: a second connection under a registered ID

@@ -13,23 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
-
-// waitGoroutines waits until the goroutine count is back to base (timers and
-// exiting goroutines need a moment), and fails with a dump otherwise.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		if runtime.NumGoroutine() <= base {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	t.Fatalf("goroutine leak: %d > %d\n%s", runtime.NumGoroutine(), base, buf)
-}
 
 func connect(t *testing.T, tr *InProcess, hello Ack) (LeaderConn, FollowerConn) {
 	t.Helper()
@@ -124,7 +110,7 @@ func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 		t.Fatalf("stats = %+v, want %+v", st, want)
 	}
 	tr.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestFaultPlanDeterministic(t *testing.T) {
@@ -370,7 +356,7 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	tr.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestInProcessInjectedDisconnect(t *testing.T) {
@@ -453,7 +439,7 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 		t.Fatalf("lost = %d, want 6: %+v", st.Lost, st)
 	}
 	tr.Close() // idempotent
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestInProcessDelayAndReorderDeliverEverything(t *testing.T) {
@@ -502,7 +488,7 @@ func TestInProcessDelayAndReorderDeliverEverything(t *testing.T) {
 		t.Fatalf("faults did not show: %+v, dups %d", st, dups)
 	}
 	tr.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestFaultConfigValidate(t *testing.T) {

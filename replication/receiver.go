@@ -14,27 +14,8 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// Errors returned by Receiver.Apply. Each refusal leaves the store and the
-// receiver's memory exactly as they were; the ack that goes with it tells the
-// shipper to resend from the follower's applied position.
+// Errors of the receiver itself (besides the refusal reasons, refusal.go).
 var (
-	// ErrWrongShard: the batch belongs to a shard this receiver does not serve.
-	ErrWrongShard = errors.New("replication: batch for wrong shard")
-	// ErrStaleEpoch: the batch comes from a leader epoch lower than the highest
-	// this follower has committed. It fences a deposed leader.
-	ErrStaleEpoch = errors.New("replication: batch from stale leader epoch")
-	// ErrSeqGap: an event's SeqNo is above its session's HWM+1; events are
-	// missing, so the whole batch is refused and nothing past the hole applies.
-	ErrSeqGap = errors.New("replication: session SeqNo gap")
-	// ErrOutOfOrder: the batch starts beyond the applied position + 1; an earlier
-	// batch has not arrived (dropped or reordered in transit).
-	ErrOutOfOrder = errors.New("replication: batch ahead of applied position")
-	// ErrDiverged: a batch from a newer epoch overlaps LSNs this follower
-	// already applied under an older epoch. A promoted leader rewrites the
-	// log from its own applied position, so the follower holds entries of a
-	// deposed leader that the new history does not have: it must be rebuilt
-	// from the new leader (or a snapshot), never patched by skipping.
-	ErrDiverged = errors.New("replication: follower history diverged from the leader's")
 	// ErrApply: the Applier returned an error or panicked (ErrApplierPanic);
 	// the batch was not committed. An Applier is deterministic (the
 	// Applier contract, doc.go), so the same batch on the same state fails

@@ -439,7 +439,7 @@ func (l *shipLoop) takeConn(ctx context.Context) error {
 	}
 	if err := l.checkHello(a.hello); err != nil {
 		if errors.Is(err, ErrFenced) {
-			endConn(a.conn, err)
+			EndConn(a.conn, err)
 			return err
 		}
 		l.f.refuse(l.p, a.hello, err, a.conn)

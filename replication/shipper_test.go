@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/internal/ctxtime"
+	"github.com/oncewal/oncewal/testutil"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -314,7 +315,7 @@ func TestShipperNoFaultsSendsEachBatchOnce(t *testing.T) {
 		st.Acks != 250 || st.Connections != 1 || st.AckedLSN != h.log.lastLSN() || st.SentLSN != h.log.lastLSN() {
 		t.Fatalf("stats %+v", st)
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestShipperConverges ships a log that grows while it ships, through a
@@ -368,7 +369,7 @@ func TestShipperConverges(t *testing.T) {
 			t.Fatal("heavy faults did not exercise every recovery path")
 		}
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestShipperFollowerLosesData(t *testing.T) {
@@ -395,7 +396,7 @@ func TestShipperFollowerLosesData(t *testing.T) {
 	if st := h.s.Stats(); st.Connections != 2 || st.BatchesResent != 50 || st.Rewinds != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestShipperStopsCleanly(t *testing.T) {
@@ -460,7 +461,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 		t.Fatalf("Run after listener closed: %v", err)
 	}
 	tr2.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestShipperFencing(t *testing.T) {
@@ -559,7 +560,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 	if st := h.s.Stats(); st.ReaderErrors != 3 {
 		t.Fatalf("stats %+v", st)
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 func TestShipperWaitAckedHonoursContext(t *testing.T) {
@@ -683,7 +684,7 @@ func TestShipperRealWAL(t *testing.T) {
 			t.Fatalf("seed %d: stats %+v", seed, st)
 		}
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestShipperRefusalStorm scripts the follower: the first batch of a full

@@ -48,9 +48,9 @@ var (
 	ErrAuthFailed = errors.New("replication: authentication failed")
 )
 
-// endConn ends c with reason when its transport can carry one to the
+// EndConn ends c with reason when its transport can carry one to the
 // follower (RefusingConn), else closes it.
-func endConn(c LeaderConn, reason error) {
+func EndConn(c LeaderConn, reason error) {
 	if rc, ok := c.(RefusingConn); ok {
 		_ = rc.Refuse(reason)
 		return
