@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/oncewal/oncewal/follower"
@@ -126,7 +128,7 @@ type pipelineRig struct {
 	dir     string
 	w       *wal.Writer
 	tr      *replication.InProcess
-	shipper *replication.Shipper
+	shipper *leader.Shipper
 	notify  chan struct{}
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -154,11 +156,11 @@ func openPipelineRig(noSync bool) (*pipelineRig, error) {
 		r.close()
 		return nil, err
 	}
-	so := replication.ShipperOptions{WALDir: walDir, Listener: r.tr, Notify: r.notify, Logger: quietSlog()}
+	so := leader.ShipperOptions{WALDir: walDir, Listener: r.tr, Notify: r.notify, Logger: quietSlog()}
 	if !noSync {
 		so.DurableLSN = r.w.DurableLSN // ship only what the leader synced, as a leader does
 	}
-	if r.shipper, err = replication.NewShipper(&so); err != nil {
+	if r.shipper, err = leader.NewShipper(&so); err != nil {
 		r.close()
 		return nil, err
 	}

@@ -57,7 +57,7 @@ func openLeaderRig(followers int) (*leaderRig, error) {
 	r.l, err = leader.Open(dir, &leader.Options{Shards: 1, Followers: ids, Logger: quietSlog(),
 		Store:    follower.Options{Logger: quietSlog()},
 		Listener: func(uint32) replication.Listener { return r.tr },
-		Shipping: replication.ShipperOptions{MaxInFlight: 64}})
+		Shipping: leader.ShipperOptions{MaxInFlight: 64}})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -133,7 +133,7 @@ func LeaderShip(n int) func(*testing.B) {
 		}
 		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 		defer wcancel()
-		if err := sh.WaitAcked(wctx, last, replication.AckAll); err != nil {
+		if err := sh.WaitAcked(wctx, last, leader.AckAll); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
@@ -184,7 +184,7 @@ func LeaderQuorum(n int) func(*testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := sh.WaitAcked(ctx, h.LastLSN(), replication.AckMajority); err != nil {
+			if err := sh.WaitAcked(ctx, h.LastLSN(), leader.AckMajority); err != nil {
 				b.Fatal(err)
 			}
 		}

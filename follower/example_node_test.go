@@ -68,7 +68,7 @@ func ExampleNode() {
 	}
 	wait, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()
-	if err := l.WaitAcked(wait, replication.AckAll); err != nil {
+	if err := l.WaitAcked(wait, leader.AckAll); err != nil {
 		log.Fatal(err)
 	}
 	total := 0

@@ -149,7 +149,7 @@ func Example_rejectionRecorded() {
 			log.Fatal(err)
 		}
 	}
-	if err := l.WaitAcked(ctx, replication.AckAll); err != nil {
+	if err := l.WaitAcked(ctx, leader.AckAll); err != nil {
 		log.Fatal(err)
 	}
 	for _, r := range []struct {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/anishathalye/porcupine"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -56,16 +58,16 @@ func liveFailover(t *testing.T, seed uint64) {
 
 	a, err := follower.Open("a", opts(fsA))
 	require.NoError(t, err)
-	la, err := a.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
+	la, err := leader.Promote(a, leader.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
 	require.NoError(t, err)
 	tr := replication.NewInProcess(replication.FaultsLight, seed)
 	defer tr.Close()
-	newShipper := func(l *replication.LedgerLog, epoch uint64, walDir string, durable func() uint64, notify <-chan struct{}) *replication.Shipper {
+	newShipper := func(l *leader.LedgerLog, epoch uint64, walDir string, durable func() uint64, notify <-chan struct{}) *leader.Shipper {
 		var start uint64
 		if l != nil {
 			start = l.EpochStartLSN()
 		}
-		s, err := replication.NewShipper(&replication.ShipperOptions{WALDir: walDir, Listener: tr,
+		s, err := leader.NewShipper(&leader.ShipperOptions{WALDir: walDir, Listener: tr,
 			Epoch: func() uint64 { return epoch }, Notify: notify, DurableLSN: durable, EpochStartLSN: start,
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond})
 		require.NoError(t, err)
@@ -112,7 +114,7 @@ func liveFailover(t *testing.T, seed uint64) {
 		reqs[i] = req{key: fmt.Sprintf("req-%d", i), counter: rng.IntN(3), delta: 1 + rng.Int64N(50), op: -1}
 		reqs[i].payload = fmt.Appendf(nil, "add %d to c%d", reqs[i].delta, reqs[i].counter)
 	}
-	execute := func(l *replication.LedgerLog, f *follower.Follower, i int, c *idempotency.Claim) ([]byte, wal.Header) {
+	execute := func(l *leader.LedgerLog, f *follower.Follower, i int, c *idempotency.Claim) ([]byte, wal.Header) {
 		r := &reqs[i]
 		ckey := fmt.Appendf(nil, "c%d", r.counter)
 		cur, err := f.State().Counter(sid, ckey)
@@ -154,7 +156,7 @@ func liveFailover(t *testing.T, seed uint64) {
 	require.NoError(t, la.Close())
 	require.NoError(t, a.Kill())
 
-	lb, err := b.Promote(follower.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
+	lb, err := leader.Promote(b, leader.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
 	require.NoError(t, err)
 	require.NoError(t, <-serveDone)
 	for i := range reqs {

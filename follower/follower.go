@@ -771,6 +771,28 @@ func (f *Follower) Close() error {
 	return f.shutdown(true)
 }
 
+// Retired is what a store retired from following hands to the leader
+// promoted on it (leader.Promote). It goes when the store layer opens a
+// leader's store directly.
+type Retired struct {
+	Dir     string
+	Options Options
+	Window  *idempotency.Store
+}
+
+// Retire stops the follower for good — Serve returns, Apply answers
+// ErrFollowerClosed — so that a leader can take its store over
+// (leader.Promote). It refuses a store that has failed.
+func (f *Follower) Retire() (Retired, error) {
+	if !f.stop() {
+		return Retired{}, ErrFollowerClosed
+	}
+	if err := f.recv.Err(); err != nil {
+		return Retired{}, fmt.Errorf("follower: cannot promote a failed store: %w", err)
+	}
+	return Retired{Dir: f.dir, Options: f.opts, Window: f.window}, nil
+}
+
 // Kill stops the follower the way a killed process stops, for fault drills:
 // Serve is cancelled wherever it is and the store is closed without the
 // clean-shutdown flush, so the next Open replays Pebble's WAL. (Power loss,

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ type promotePair struct {
 	dir  string
 	wall atomic.Int64
 	a, b *follower.Follower
-	la   *replication.LedgerLog
+	la   *leader.LedgerLog
 }
 
 var handClock = idempotency.LedgerOptions{WaitRecheck: time.Millisecond}
@@ -36,7 +37,7 @@ func newPromotePair(t *testing.T) *promotePair {
 	var err error
 	p.a, err = follower.Open("a", testOptions(vfs.NewMem()))
 	require.NoError(t, err)
-	p.la, err = p.a.Promote(follower.PromoteOptions{WALDir: filepath.Join(p.dir, "a-wal"), Wall: p.now, Ledger: handClock})
+	p.la, err = leader.Promote(p.a, leader.PromoteOptions{WALDir: filepath.Join(p.dir, "a-wal"), Wall: p.now, Ledger: handClock})
 	require.NoError(t, err)
 	p.b, err = follower.Open("b", testOptions(vfs.NewMem()))
 	require.NoError(t, err)
@@ -71,11 +72,11 @@ func (p *promotePair) ship() {
 }
 
 // promote kills A and promotes B.
-func (p *promotePair) promote() *replication.LedgerLog {
+func (p *promotePair) promote() *leader.LedgerLog {
 	require.NoError(p.t, p.la.Close())
 	p.la = nil
 	require.NoError(p.t, p.a.Kill())
-	lb, err := p.b.Promote(follower.PromoteOptions{WALDir: filepath.Join(p.dir, "b-wal"), Wall: p.now, Epoch: 2, Ledger: handClock})
+	lb, err := leader.Promote(p.b, leader.PromoteOptions{WALDir: filepath.Join(p.dir, "b-wal"), Wall: p.now, Epoch: 2, Ledger: handClock})
 	require.NoError(p.t, err)
 	p.t.Cleanup(func() { _ = lb.Close() })
 	return lb
@@ -152,7 +153,7 @@ func TestPromotionKeepsExtendedLease(t *testing.T) {
 // waiting claims know the claim only from the replicated table.
 func TestWaitingClaimReleasedByOwnersCrash(t *testing.T) {
 	p := newPromotePair(t)
-	waitFor := func(l *replication.LedgerLog, key string) <-chan *idempotency.Claim {
+	waitFor := func(l *leader.LedgerLog, key string) <-chan *idempotency.Claim {
 		ch := make(chan *idempotency.Claim, 1)
 		go func() {
 			c, err := l.Ledger().ClaimWith(context.Background(), "client", key, []byte("p"), idempotency.ClaimOptions{Wait: true})

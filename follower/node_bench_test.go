@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -43,7 +44,7 @@ func BenchmarkNodeApply(b *testing.B) {
 
 func benchNodeApply(b *testing.B, shards int, noSync bool) {
 	const batchEvents, sessions = 1000, 128
-	router, _ := replication.NewShardRouter(shards)
+	router, _ := leader.NewShardRouter(shards)
 	ids := make([]uint32, shards)
 	for s := range ids {
 		ids[s] = uint32(s)

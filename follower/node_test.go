@@ -76,7 +76,7 @@ func (s *simNode) Crash(rng *rand.Rand) {
 func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st replication.Stats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, shards, &hostile)
-	router, err := replication.NewShardRouter(shards)
+	router, err := leader.NewShardRouter(shards)
 	require.NoError(t, err)
 	ids := make([]uint32, shards)
 	nets := make([]*simNet, shards)
@@ -345,7 +345,7 @@ func TestNodeFailingShard(t *testing.T) {
 		Shards: shards, Followers: []string{"node"}, Wall: clock.Now, Logger: quietLogger,
 		Store:    follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
+		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/cockroachdb/pebble/v2"

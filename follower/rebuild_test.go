@@ -137,7 +137,7 @@ func runLeader(t *testing.T, ctx context.Context, dir string, clock *sim.Clock, 
 		SegmentSize: 4 << 10, MaxRetainedBytes: retained, RetentionInterval: time.Hour,
 		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: listen,
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
 	require.NoError(t, err)
 	r := make(chan error, 1)
@@ -226,7 +226,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 			Shards: 1, Epoch: epoch, Promote: epoch > 0, Followers: followers, Wall: clock.Now,
 			Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 			Listener: func(uint32) replication.Listener { return tr },
-			Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+			Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 		})
 		require.NoError(t, err)
 		rctx, cancel := context.WithCancel(ctx)

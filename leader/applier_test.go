@@ -335,14 +335,14 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 		_, err := l.Append(deposit(ids[i%3], fmt.Sprint("acct", i%4), int64(i%7)-int64(3*(i%3))))
 		require.NoError(t, err)
 	}
-	require.NoError(t, l.WaitAcked(ctx, replication.AckAll))
+	require.NoError(t, l.WaitAcked(ctx, leader.AckAll))
 
 	leaderBroken.Store(true)
 	f1Broken.Store(true)
 	sh, _ := l.Shard(0)
 	poisonLSN := sh.NextLSN()
 	_, err := l.Append(deposit(ids[0], "poison", 1))
-	require.ErrorIs(t, err, replication.ErrLogFailed)
+	require.ErrorIs(t, err, leader.ErrLogFailed)
 	require.ErrorIs(t, err, replication.ErrApply)
 	if panics {
 		require.ErrorIs(t, err, replication.ErrApplierPanic)
@@ -350,7 +350,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 		require.ErrorIs(t, err, errPoison)
 	}
 	_, err = l.Append(deposit(ids[1], "acct0", 1))
-	require.ErrorIs(t, err, replication.ErrLogFailed, "an append after the failure")
+	require.ErrorIs(t, err, leader.ErrLogFailed, "an append after the failure")
 	require.ErrorIs(t, err, replication.ErrApply)
 	stopRun()
 	require.NoError(t, <-runDone)
@@ -399,11 +399,11 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	lsn, _ := f1.f.Position()
 	require.Equal(t, poisonLSN-1, lsn)
 	require.NoError(t, f1.f.Close())
-	require.NoError(t, sh.WaitAcked(ctx, sh.NextLSN()-1, replication.AckOne))
+	require.NoError(t, sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckOne))
 	// Restarted with the fixed Applier, f1 goes on from its position.
 	f1Broken.Store(false)
 	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2, nil)
-	require.NoError(t, l.WaitAcked(ctx, replication.AckAll))
+	require.NoError(t, l.WaitAcked(ctx, leader.AckAll))
 
 	want := bankOracle(t, l.WALDir())
 	require.Contains(t, want, "acct/poison")
@@ -435,7 +435,7 @@ func TestValidatePanics(t *testing.T) {
 	_, err := l.Append(deposit(id, "poison", 1))
 	require.ErrorIs(t, err, replication.ErrApply)
 	require.ErrorIs(t, err, replication.ErrApplierPanic)
-	require.NotErrorIs(t, err, replication.ErrLogFailed)
+	require.NotErrorIs(t, err, leader.ErrLogFailed)
 	require.Empty(t, readLog(t, l.WALDir(), 0))
 	h, err := l.Append(deposit(id, "alice", 1))
 	require.NoError(t, err)

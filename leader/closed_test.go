@@ -100,7 +100,7 @@ func closeWhileRunning(t *testing.T, round int) {
 	loop("wait-acked", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		defer cancel()
-		err := sh.WaitAcked(ctx, sh.NextLSN()-1, replication.AckOne)
+		err := sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckOne)
 		return err
 	})
 	loop("donor", func() error {
@@ -170,8 +170,8 @@ func closeWhileRunning(t *testing.T, round int) {
 	require.ErrorIs(t, l.Retain(), leader.ErrClosed)
 	require.ErrorIs(t, l.Register("f3"), leader.ErrClosed)
 	require.ErrorIs(t, l.Unregister("f1"), leader.ErrClosed)
-	require.ErrorIs(t, sh.WaitAcked(context.Background(), 1, replication.AckOne), leader.ErrClosed)
-	require.ErrorIs(t, l.WaitAcked(context.Background(), replication.AckOne), leader.ErrClosed)
+	require.ErrorIs(t, sh.WaitAcked(context.Background(), 1, leader.AckOne), leader.ErrClosed)
+	require.ErrorIs(t, l.WaitAcked(context.Background(), leader.AckOne), leader.ErrClosed)
 	_, err = donor.Begin(context.Background(), 0)
 	require.ErrorIs(t, err, leader.ErrClosed)
 	_, err = l.Donor(0, &snapshot.DonorOptions{Dir: filepath.Join(t.TempDir(), "d")})

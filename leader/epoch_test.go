@@ -72,7 +72,7 @@ func TestEpochBound(t *testing.T) {
 	for _, epoch := range []uint64{0, replication.MaxEpoch + 1, math.MaxUint64} {
 		f, err := follower.Open(follower.ShardDir(fdir, 0), quiet())
 		require.NoError(t, err)
-		_, err = f.Promote(follower.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
+		_, err = leader.Promote(f, leader.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
 		require.ErrorIs(t, err, replication.ErrEpochExhausted, "PromoteOptions.Epoch %d", epoch)
 		_, stored := f.Position()
 		require.EqualValues(t, replication.MaxEpoch, stored)

@@ -115,7 +115,7 @@ type Options struct {
 	// (MaxInFlight, timeouts); the WAL, shard, listener, epoch, durability
 	// bound and hello check are set per shard. Default: the
 	// replication.ShipperOptions defaults.
-	Shipping replication.ShipperOptions
+	Shipping ShipperOptions
 	// MaxRetainedBytes bounds each shard's WAL: when the segments its slots
 	// pin exceed it, the most lagging followers are dropped from retention
 	// (and refused with replication.ErrBehindRetention once what they need
@@ -169,7 +169,7 @@ func (o *Options) EnsureDefaults() *Options {
 // Validate reports every invalid field in one error.
 func (o *Options) Validate() error {
 	var errs []error
-	if _, err := replication.NewShardRouter(o.Shards); err != nil {
+	if _, err := NewShardRouter(o.Shards); err != nil {
 		errs = append(errs, err)
 	}
 	if o.SegmentSize < 0 {
@@ -213,7 +213,7 @@ func (o *Options) Validate() error {
 type Leader struct {
 	dir    string
 	opts   Options
-	router replication.ShardRouter
+	router ShardRouter
 	shards []*Shard
 	lock   io.Closer
 
@@ -233,7 +233,7 @@ type Shard struct {
 	walDir string
 	fs     vfs.FS // of walDir
 	store  *follower.Follower
-	log    *replication.LedgerLog
+	log    *LedgerLog
 	ship   *shipping // nil without a Listener
 }
 
@@ -261,7 +261,7 @@ func Open(dir string, opts *Options) (*Leader, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: directory is required", ErrBadOptions)
 	}
-	router, _ := replication.NewShardRouter(o.Shards)
+	router, _ := NewShardRouter(o.Shards)
 	// Everything is checked before anything is created, the lock file
 	// included (taking an existing one changes its mtime); a leader of this
 	// process that holds the directory is refused at once, before the checks
@@ -444,7 +444,7 @@ func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {
 		return nil, err
 	}
 	sh := &Shard{l: l, id: s, walDir: l.WALDir(), fs: l.opts.FS, store: f}
-	sh.log, err = f.Promote(follower.PromoteOptions{
+	sh.log, err = Promote(f, PromoteOptions{
 		WALDir:      sh.walDir,
 		Epoch:       epoch,
 		Ledger:      l.opts.Ledger,
@@ -475,7 +475,7 @@ func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {
 }
 
 // Router is the deployment's session → shard mapping.
-func (l *Leader) Router() replication.ShardRouter { return l.router }
+func (l *Leader) Router() ShardRouter { return l.router }
 
 // Shards is the number of shards the leader owns.
 func (l *Leader) Shards() int { return len(l.shards) }
@@ -489,7 +489,7 @@ func (l *Leader) WALDir() string { return filepath.Join(l.dir, WALDirName) }
 // Shard returns shard s (replication.ErrNoSuchShard outside 0..Shards-1).
 func (l *Leader) Shard(s uint32) (*Shard, error) {
 	if int(s) >= len(l.shards) {
-		return nil, fmt.Errorf("%w: %d (deployment has %d)", replication.ErrNoSuchShard, s, len(l.shards))
+		return nil, fmt.Errorf("%w: %d (deployment has %d)", ErrNoSuchShard, s, len(l.shards))
 	}
 	return l.shards[s], nil
 }
@@ -584,7 +584,7 @@ func (s *Shard) StoreStats() follower.Stats {
 }
 
 // Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
-func (s *Shard) Log() *replication.LedgerLog { return s.log }
+func (s *Shard) Log() *LedgerLog { return s.log }
 
 // hold keeps Close from closing the stores until release is called; after
 // Close it returns ErrClosed. Holds do not nest: a waiting Close would

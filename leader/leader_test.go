@@ -119,7 +119,7 @@ func TestAppendRefusesCrossShardBatch(t *testing.T) {
 		require.Equal(t, uint64(1), sh.NextLSN(), "nothing logged")
 	}
 	_, err = l.Shard(4)
-	require.ErrorIs(t, err, replication.ErrNoSuchShard)
+	require.ErrorIs(t, err, leader.ErrNoSuchShard)
 }
 
 // TestOpenRefusesForeignShards: a directory with a store or WAL of a shard
@@ -231,7 +231,7 @@ func runClockSteps(t *testing.T, steps []time.Duration) {
 		j := rng.IntN(len(live))
 		ev := wal.Event{Op: wal.OpAdd, Session: live[j], Key: []byte{byte('a' + rng.IntN(3))}, Delta: int64(i)}
 		h, err := l.Append(ev)
-		if errors.Is(err, replication.ErrSessionExpired) {
+		if errors.Is(err, leader.ErrSessionExpired) {
 			expired++
 			live[j] = sid(rng) // the client opens a new session
 			continue

@@ -50,14 +50,14 @@ type ShardStats struct {
 	// syncs than batches is group commit sharing syncs among concurrent
 	// appenders.
 	WALBatches, WALSyncs uint64
-	Shipping             replication.FanoutStats
+	Shipping             FanoutStats
 	Retention            RetentionStats
 }
 
 // shipping is one shard's half that ships its log: the Fanout, the slots
 // and the retention pass.
 type shipping struct {
-	fan *replication.Fanout
+	fan *Fanout
 
 	mu    sync.Mutex // guards slots, pins and the retention counters; one pass at a time
 	slots []slot
@@ -82,10 +82,10 @@ func (h helloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 		return wal.BatchRef{}, false, err
 	}
 	defer r.Close()
-	return replication.FindBatchEndingAt(r, lsn)
+	return FindBatchEndingAt(r, lsn)
 }
 
-func (h helloLog) Boundary() replication.EpochBoundary { return h.s.log.Boundary() }
+func (h helloLog) Boundary() EpochBoundary { return h.s.log.Boundary() }
 
 // openShipping creates the shard's Fanout over its listener and loads its
 // slots: registered followers without a slot get one at the log's first
@@ -94,16 +94,16 @@ func (h helloLog) Boundary() replication.EpochBoundary { return h.s.log.Boundary
 func (l *Leader) openShipping(s *Shard) error {
 	so := l.opts.Shipping
 	so.WALDir, so.Shard, so.Listener = s.walDir, s.id, l.opts.Listener(s.id)
-	so.OpenReader = func() (replication.LogReader, error) { return wal.OpenReaderFS(s.fs, s.walDir, s.id) }
+	so.OpenReader = func() (LogReader, error) { return wal.OpenReaderFS(s.fs, s.walDir, s.id) }
 	so.Epoch = s.log.Epoch
 	so.Notify = s.log.Notify()
 	so.DurableLSN = s.log.Writer().DurableLSN
 	so.WALTime = s.log.LastEventTime
-	so.VerifyHello = func(h replication.Ack) error { return replication.CheckHello(h, helloLog{s}) }
+	so.VerifyHello = func(h replication.Ack) error { return CheckHello(h, helloLog{s}) }
 	if so.Logger == nil {
 		so.Logger = l.opts.Logger.With("shard", s.id)
 	}
-	fan, err := replication.NewFanout(&replication.FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
+	fan, err := NewFanout(&FanoutOptions{ShipperOptions: so, Followers: l.opts.Followers})
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,7 @@ func (l *Leader) Unregister(id string) error {
 // acknowledged every LSN up to and including lsn (replication.AckMajority:
 // a majority of the registered followers; the leader itself is not
 // counted), or ctx ends. Close ends the wait with ErrClosed.
-func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.AckPolicy) error {
+func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
 	if s.ship == nil {
 		return ErrNotShipping
 	}
@@ -344,7 +344,7 @@ func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy replication.Ac
 
 // WaitAcked waits until, on every shard, the followers policy asks for have
 // acknowledged everything appended before the call, or ctx ends.
-func (l *Leader) WaitAcked(ctx context.Context, policy replication.AckPolicy) error {
+func (l *Leader) WaitAcked(ctx context.Context, policy AckPolicy) error {
 	for _, s := range l.shards {
 		if err := s.WaitAcked(ctx, s.NextLSN()-1, policy); err != nil {
 			return fmt.Errorf("shard %d: %w", s.id, err)

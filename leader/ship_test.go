@@ -120,7 +120,7 @@ func TestThreeFollowersPerShard(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, c.l.WaitAcked(ctx, replication.AckAll))
+	require.NoError(t, c.l.WaitAcked(ctx, leader.AckAll))
 	for _, m := range followers {
 		require.NoError(t, oracles[m.shard].Verify(m.f.State()), "follower %s of shard %d", m.id, m.shard)
 	}
@@ -149,16 +149,16 @@ func TestQuorumAck(t *testing.T) {
 	sh, _ := c.l.Shard(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, sh.WaitAcked(ctx, h.LastLSN(), replication.AckMajority))
+	require.NoError(t, sh.WaitAcked(ctx, h.LastLSN(), leader.AckMajority))
 	short, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
-	require.ErrorIs(t, sh.WaitAcked(short, h.LastLSN(), replication.AckAll), context.DeadlineExceeded)
+	require.ErrorIs(t, sh.WaitAcked(short, h.LastLSN(), leader.AckAll), context.DeadlineExceeded)
 }
 
 // TestRetentionBound: registered followers pin the WAL; a follower that
 // never comes back is dropped once the WAL it pins exceeds
 // MaxRetainedBytes, the WAL is deleted down to the live followers, and when
-// the dead follower returns it is refused with ErrBehindRetention.
+// the dead follower returns it is refused with replication.ErrBehindRetention.
 func TestRetentionBound(t *testing.T) {
 	const seg = 4 << 10
 	o := leader.Options{Shards: 1, Followers: []string{"live", "dead"}, SegmentSize: seg,
@@ -175,7 +175,7 @@ func TestRetentionBound(t *testing.T) {
 	for i := range 60 {
 		h, err := c.l.Append(randomOps(rng, sess, 20)...)
 		require.NoError(t, err)
-		require.NoError(t, sh.WaitAcked(ctx, h.LastLSN(), replication.AckOne))
+		require.NoError(t, sh.WaitAcked(ctx, h.LastLSN(), leader.AckOne))
 		require.NoError(t, c.l.Retain())
 		st := sh.Stats()
 		maxRetained = max(maxRetained, st.Retention.RetainedBytes)
@@ -263,7 +263,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 	defer stopG()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, sh.WaitAcked(ctx, sh.NextLSN()-1, replication.AckOne))
+	require.NoError(t, sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckOne))
 	applied, _ = g.Position()
 	require.Equal(t, sh.NextLSN()-1, applied)
 	require.Zero(t, sh.Stats().Shipping.Followers[1].Refused.Total())

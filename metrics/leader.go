@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -70,7 +69,7 @@ func (c *LeaderCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (e emitter) refusals(d *prometheus.Desc, r replication.HelloRefusals, labels ...string) {
+func (e emitter) refusals(d *prometheus.Desc, r leader.HelloRefusals, labels ...string) {
 	for _, c := range []struct {
 		reason string
 		n      uint64

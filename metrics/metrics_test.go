@@ -92,7 +92,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 2, Followers: []string{"f1"}, Logger: quiet, Store: follower.Options{Logger: quiet},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
 	require.NoError(t, err)
 	defer l.Close()
@@ -124,7 +124,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	}
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
-	require.NoError(t, l.WaitAcked(wctx, replication.AckAll))
+	require.NoError(t, l.WaitAcked(wctx, leader.AckAll))
 
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewLeaderCollector(l), metrics.NewNodeCollector(n))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -17,7 +19,7 @@ type walHelloLog struct {
 	dir   string
 	w     *wal.Writer
 	first uint64
-	b     replication.EpochBoundary
+	b     leader.EpochBoundary
 }
 
 func (l walHelloLog) Retained() (uint64, uint64) { return l.first, l.w.NextLSN() - 1 }
@@ -28,10 +30,10 @@ func (l walHelloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
 		return wal.BatchRef{}, false, err
 	}
 	defer r.Close()
-	return replication.FindBatchEndingAt(r, lsn)
+	return leader.FindBatchEndingAt(r, lsn)
 }
 
-func (l walHelloLog) Boundary() replication.EpochBoundary { return l.b }
+func (l walHelloLog) Boundary() leader.EpochBoundary { return l.b }
 
 // serveOnce runs one connection of a follower: hello from its receiver,
 // then apply and ack until the link ends.
@@ -99,7 +101,7 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 	}
 	_, err = w.Append(2, evs)
 	require.NoError(t, err)
-	log := walHelloLog{dir: dir, w: w, first: 11, b: replication.EpochBoundary{Epoch: 2, StartLSN: 11, Prev: prevX}}
+	log := walHelloLog{dir: dir, w: w, first: 11, b: leader.EpochBoundary{Epoch: 2, StartLSN: 11, Prev: prevX}}
 
 	position := func(r *rig) uint64 {
 		lsn, _, err := replication.ReadLastBatch(r.db)
@@ -108,15 +110,15 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 	}
 	// run ships the new leader's log to the followers fs until those in
 	// served are at its end and the others were refused.
-	run := func(verify func(replication.Ack) error, fs map[string]*rig, toServe ...string) *replication.Fanout {
+	run := func(verify func(replication.Ack) error, fs map[string]*rig, toServe ...string) *leader.Fanout {
 		tr := replication.NewInProcess(replication.FaultsNone, 1)
 		defer tr.Close()
 		ids := make([]string, 0, len(fs))
 		for fid := range fs {
 			ids = append(ids, fid)
 		}
-		fo, err := replication.NewFanout(&replication.FanoutOptions{
-			ShipperOptions: replication.ShipperOptions{WALDir: dir, Shard: 3, Listener: tr, Epoch: func() uint64 { return 2 },
+		fo, err := leader.NewFanout(&leader.FanoutOptions{
+			ShipperOptions: leader.ShipperOptions{WALDir: dir, Shard: 3, Listener: tr, Epoch: func() uint64 { return 2 },
 				EpochStartLSN: 11, VerifyHello: verify, DurableLSN: w.DurableLSN, PollInterval: time.Millisecond},
 			Followers: ids,
 		})
@@ -155,15 +157,15 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 	// served.
 	f, g := follower(y6), follower(x6)
 	before := f.snapshot()
-	fo := run(func(h replication.Ack) error { return replication.CheckHello(h, log) }, map[string]*rig{"f": f, "g": g}, "g")
+	fo := run(func(h replication.Ack) error { return leader.CheckHello(h, log) }, map[string]*rig{"f": f, "g": g}, "g")
 	require.Equal(t, before, f.snapshot(), "the diverged follower's store changed")
 	st := fo.Stats()
-	require.Equal(t, replication.HelloRefusals{Diverged: 1}, st.Refused)
+	require.Equal(t, leader.HelloRefusals{Diverged: 1}, st.Refused)
 	require.Equal(t, uint64(0), st.Followers[0].Connections) // "f"
 	require.Equal(t, uint64(1), st.Followers[1].Connections) // "g"
 	// G's next hello (at the new leader's batch) passes the same check.
 	recv, err := g.reopen("g")
 	require.NoError(t, err)
-	require.NoError(t, replication.CheckHello(recv.Hello(), log))
+	require.NoError(t, leader.CheckHello(recv.Hello(), log))
 	require.Equal(t, uint64(2), recv.Hello().LastBatch.Epoch)
 }

@@ -744,14 +744,14 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	return nil, true
 }
 
-// validate runs the Applier's Validate (a Validator's; see there) on a
+// Validate runs the Applier's Validate (a Validator's; see there) on a
 // batch not logged yet, with header h and events stamped and given their
 // LSNs: decide picks the events Apply would get, as it would for the
 // logged batch, and Validate reads a scratch indexed batch over the
 // store. Nothing is written and memory is untouched (decide changes only
 // ttx's overlay, which Abort drops). It returns Validate's reason wrapped
 // in ErrRejected, or ErrApply for a panic.
-func (r *Receiver) validate(v Validator, h wal.Header, events []wal.Event) error {
+func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failed != nil {

@@ -58,6 +58,12 @@ func EndConn(c LeaderConn, reason error) {
 	_ = c.Close()
 }
 
+// MaxShards bounds a deployment's shard count: shards are numbered
+// 0..MaxShards-1 in every hello and batch. Jump hash (package leader's
+// router) works for up to 2^31 buckets; the bound is kept far lower because
+// every shard costs a WAL, a shipper and a follower store.
+const MaxShards = 1 << 16
+
 // MaxFollowerIDLen bounds a follower ID, so that it fits a fixed-size hello.
 const MaxFollowerIDLen = 64
 

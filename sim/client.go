@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -92,7 +91,7 @@ func (c *Client) Send(l *leader.Leader) ([]wal.Header, error) {
 		case errors.Is(err, session.ErrSessionClosed):
 			c.RefusedClosed += len(part)
 			continue
-		case errors.Is(err, replication.ErrSessionExpired):
+		case errors.Is(err, leader.ErrSessionExpired):
 			c.RefusedExpired += len(part)
 			continue
 		case err != nil:

@@ -259,7 +259,7 @@ type FollowerShard struct {
 	Shard      uint32
 	AppliedLSN uint64
 	Receiver   replication.Stats          // over every incarnation
-	Shipper    replication.ShipperStats   // the leader's stream to it, over every leader incarnation
+	Shipper    leader.ShipperStats        // the leader's stream to it, over every leader incarnation
 	Transport  replication.InProcessStats // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
 	// promotion or at its late join ("" if it did not): "diverged" or
@@ -305,17 +305,17 @@ type run struct {
 	rng      *rand.Rand
 	clock    *Clock
 	client   *Client
-	router   replication.ShardRouter
+	router   leader.ShardRouter
 	links    [][]*replication.InProcess // [follower][shard]
 	shardLis []replication.Listener     // with Options.Transport
 	donors   leaderDonors               // with Options.Rebuild
 	shardDia []replication.Dialer
 	nodes    []*node
 	lead     *leaderNode
-	shipped  map[[2]int]replication.ShipperStats  // [follower, shard] over retired leaders
-	refused  map[[2]int]replication.HelloRefusals // [follower, shard] over retired leaders
-	logStart []uint64                             // per shard, the first LSN of the current epoch's log
-	closers  []func() error                       // of Options.Transport, once everything stopped
+	shipped  map[[2]int]leader.ShipperStats  // [follower, shard] over retired leaders
+	refused  map[[2]int]leader.HelloRefusals // [follower, shard] over retired leaders
+	logStart []uint64                        // per shard, the first LSN of the current epoch's log
+	closers  []func() error                  // of Options.Transport, once everything stopped
 	res      *Result
 }
 
@@ -357,7 +357,7 @@ func Run(ctx context.Context, cfg Options) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	router, err := replication.NewShardRouter(cfg.Shards)
+	router, err := leader.NewShardRouter(cfg.Shards)
 	if err != nil {
 		return nil, err
 	}
@@ -365,8 +365,8 @@ func Run(ctx context.Context, cfg Options) (*Result, error) {
 	clock := NewClock(w.Options.Start)
 	r := &run{
 		cfg: cfg, ctx: ctx, rng: scheduleRNG(cfg.Seed), clock: clock,
-		client: NewClient(w, cfg.Shards, clock), router: router, shipped: map[[2]int]replication.ShipperStats{},
-		refused: map[[2]int]replication.HelloRefusals{},
+		client: NewClient(w, cfg.Shards, clock), router: router, shipped: map[[2]int]leader.ShipperStats{},
+		refused: map[[2]int]leader.HelloRefusals{},
 		res:     &Result{Workload: w, Refusals: map[string]int{}, AnsweredLSN: make([]uint64, cfg.Shards)},
 	}
 	start := time.Now()
@@ -575,7 +575,7 @@ func (r *run) openLeader(epoch uint64) error {
 			HWMCacheSize: store.HWMCacheSize, Logger: discard, PebbleOptions: store.PebbleOptions},
 		Followers: ids,
 		Listener:  func(s uint32) replication.Listener { return listeners[s] },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: r.cfg.RetransmitTimeout,
+		Shipping: leader.ShipperOptions{RetransmitTimeout: r.cfg.RetransmitTimeout,
 			MaxBackoff: 10 * r.cfg.RetransmitTimeout, PollInterval: time.Millisecond},
 		SegmentSize:       r.cfg.SegmentSize,
 		RetentionInterval: r.cfg.RetentionInterval,
@@ -765,7 +765,7 @@ func (r *run) answer() error {
 		if err != nil {
 			return err
 		}
-		if err := sh.WaitAcked(r.ctx, lsn, replication.AckMajority); err != nil {
+		if err := sh.WaitAcked(r.ctx, lsn, leader.AckMajority); err != nil {
 			return fmt.Errorf("sim: WaitAcked(majority) of shard %d at LSN %d: %w", s, lsn, err)
 		}
 		r.res.AnsweredLSN[s] = lsn
@@ -804,7 +804,7 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 		for s := range uint32(r.cfg.Shards) {
 			if lsn := r.client.LastLSN(s); lsn > 0 && !r.cfg.Skip(s) {
 				sh, _ := old.l.Shard(s)
-				if err := sh.WaitAcked(r.ctx, lsn, replication.AckAll); err != nil {
+				if err := sh.WaitAcked(r.ctx, lsn, leader.AckAll); err != nil {
 					return fmt.Errorf("sim: settling shard %d at LSN %d before the promotion: %w", s, lsn, err)
 				}
 			}
@@ -972,7 +972,7 @@ func (r *run) zombie(g *node, pos [][]uint64) error {
 		if err != nil {
 			return err
 		}
-		if err := sh.WaitAcked(r.ctx, h.LastLSN(), replication.AckOne); err != nil {
+		if err := sh.WaitAcked(r.ctx, h.LastLSN(), leader.AckOne); err != nil {
 			return fmt.Errorf("sim: the zombie leader shipping to %s: %w", g.id, err)
 		}
 	}
@@ -1261,7 +1261,7 @@ func (r *run) shutdown() {
 
 // refusals are the leader's refusals of n's hellos for shard s, over every
 // leader incarnation.
-func (r *run) refusals(n *node, s uint32) replication.HelloRefusals {
+func (r *run) refusals(n *node, s uint32) leader.HelloRefusals {
 	got := r.refused[[2]int{n.idx, int(s)}]
 	sh, _ := r.lead.l.Shard(s)
 	for _, fst := range sh.Stats().Shipping.Followers {
@@ -1272,7 +1272,7 @@ func (r *run) refusals(n *node, s uint32) replication.HelloRefusals {
 	return got
 }
 
-func addRefusals(a, b replication.HelloRefusals) replication.HelloRefusals {
+func addRefusals(a, b leader.HelloRefusals) leader.HelloRefusals {
 	a.BadHello += b.BadHello
 	a.UnknownFollower += b.UnknownFollower
 	a.Diverged += b.Diverged
@@ -1281,7 +1281,7 @@ func addRefusals(a, b replication.HelloRefusals) replication.HelloRefusals {
 	return a
 }
 
-func addShipperStats(a, b replication.ShipperStats) replication.ShipperStats {
+func addShipperStats(a, b leader.ShipperStats) leader.ShipperStats {
 	a.Connections += b.Connections
 	a.BadHellos += b.BadHellos
 	a.BatchesSent += b.BatchesSent

@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -139,7 +140,7 @@ func fmtState(m map[string][]byte) string {
 // from the shard the router assigns it, so a session applied on the wrong
 // shard shows up as missing.
 type RoutedState struct {
-	Router replication.ShardRouter
+	Router leader.ShardRouter
 	Node   *follower.Node
 }
 

@@ -25,7 +25,7 @@ type genConfig struct {
 	rate, sessions, batch int
 	clients               int // concurrent clients (0 counts as 1)
 	retryRate             float64
-	ack                   replication.AckPolicy // 0: do not wait
+	ack                   leader.AckPolicy // 0: do not wait
 	// ackLog, if not nil, receives the client key (16 bytes) of every
 	// request whose batch was acknowledged (logged, and the ack policy
 	// met), one write per batch: what a client was told is done, for a
@@ -255,7 +255,7 @@ func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool)
 			c.g.logger.Info("oncewal leader: generator: the disk has room again", "shard", s)
 		}
 	}
-	if errors.Is(err, replication.ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
+	if errors.Is(err, leader.ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
 		c.replace(b)
 		c.g.count(s, func(st *genShardStats) { st.expired += uint64(len(b)) })
 		return false, nil

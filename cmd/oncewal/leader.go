@@ -202,16 +202,16 @@ func followerList(c *flagCheck, s string) []string {
 }
 
 // parseAckPolicy parses --ack; policy 0 is "none".
-func parseAckPolicy(s string) (replication.AckPolicy, bool) {
+func parseAckPolicy(s string) (leader.AckPolicy, bool) {
 	switch s {
 	case "none":
 		return 0, true
 	case "one":
-		return replication.AckOne, true
+		return leader.AckOne, true
 	case "majority":
-		return replication.AckMajority, true
+		return leader.AckMajority, true
 	case "all":
-		return replication.AckAll, true
+		return leader.AckAll, true
 	}
 	return 0, false
 }

@@ -38,7 +38,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	ids := []string{"f1", "f2", "f3"}
 	lc := leaderConfig{
 		dir: filepath.Join(dir, "leader"), shards: 2, followers: ids, tls: srvTLS(), statsEvery: 50 * time.Millisecond,
-		gen: genConfig{rate: 3000, sessions: 20, clients: 4, batch: 64, retryRate: 0.05, ack: replication.AckMajority},
+		gen: genConfig{rate: 3000, sessions: 20, clients: 4, batch: 64, retryRate: 0.05, ack: leader.AckMajority},
 	}
 	l := startLeader(t, lc)
 	lc.listen = l.addr // restarts come back on the same address
@@ -105,7 +105,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	if retried == 0 {
 		t.Errorf("the workload retried no request (%d events)", events)
 	}
-	router, _ := replication.NewShardRouter(2)
+	router, _ := leader.NewShardRouter(2)
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
 		o.check(t, "leader", inspectStore(t, follower.ShardDir(lc.dir, s)), of)

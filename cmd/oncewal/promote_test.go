@@ -170,7 +170,7 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 	o := newWALOracle()
 	o.feed(t, dump(t, filepath.Join(oldDir, leader.WALDirName)), promotedAt)
 	o.feed(t, dump(t, filepath.Join(aDir, leader.WALDirName)), nil)
-	router, _ := replication.NewShardRouter(2)
+	router, _ := leader.NewShardRouter(2)
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
 		o.check(t, "new leader", inspectStore(t, follower.ShardDir(aDir, s)), of)

@@ -19,7 +19,6 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -283,7 +282,7 @@ func TestRealProcessesKilled(t *testing.T) {
 	if retried == 0 {
 		t.Errorf("no retried request in %d events", events)
 	}
-	router, _ := replication.NewShardRouter(2)
+	router, _ := leader.NewShardRouter(2)
 	inspectBin := func(d string) string {
 		out, e, err := run("inspect", "--json", d)
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
 
@@ -153,7 +152,7 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	o := newWALOracle()
 	o.feed(t, oldLog, promoted)
 	o.feed(t, newLog, nil)
-	router, _ := replication.NewShardRouter(2)
+	router, _ := leader.NewShardRouter(2)
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
 		for _, d := range []string{f1Dir, f2Dir} {

@@ -38,7 +38,7 @@ func TestShardedDirs(t *testing.T) {
 	l, err := leader.Open(leaderDir, &leader.Options{
 		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: follower.Options{Logger: quiet},
 		Listener: func(s uint32) replication.Listener { return links[s] },
-		Shipping: replication.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestShardedDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.WaitAcked(ctx, replication.AckAll); err != nil {
+	if err := l.WaitAcked(ctx, leader.AckAll); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -106,7 +106,7 @@ func TestShardedDirs(t *testing.T) {
 		if perShard[d.Shard] == 0 {
 			t.Fatalf("event in shard %d, which has no sessions", d.Shard)
 		}
-		if r, _ := replication.NewShardRouter(shards); r.Shard(d.Session) != d.Shard {
+		if r, _ := leader.NewShardRouter(shards); r.Shard(d.Session) != d.Shard {
 			t.Fatalf("session %s logged in shard %d, routes to %d", d.Session, d.Shard, r.Shard(d.Session))
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -78,7 +80,7 @@ func BenchmarkReplicate(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					ship, err := replication.NewShipper(&replication.ShipperOptions{WALDir: walDir, Listener: l, PollInterval: time.Millisecond})
+					ship, err := leader.NewShipper(&leader.ShipperOptions{WALDir: walDir, Listener: l, PollInterval: time.Millisecond})
 					if err != nil {
 						b.Fatal(err)
 					}

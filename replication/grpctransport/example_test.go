@@ -97,7 +97,7 @@ func Example() {
 	}
 	wait, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()
-	if err := l.WaitAcked(wait, replication.AckAll); err != nil { // every follower has it durably
+	if err := l.WaitAcked(wait, leader.AckAll); err != nil { // every follower has it durably
 		log.Fatal(err)
 	}
 	n, _ := f.State().Counter(s, []byte("visits"))

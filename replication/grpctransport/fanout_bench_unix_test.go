@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
@@ -104,7 +106,7 @@ func ackFollower(ctx context.Context, d replication.Dialer, id string) {
 // benchLeader is one leader of shard 0 with a Fanout on its own mTLS server.
 type benchLeader struct {
 	srv     *Server
-	fo      *replication.Fanout
+	fo      *leader.Fanout
 	r       *wal.Reader
 	ids     []string
 	append  func(evs []wal.Event) (wal.Header, error)
@@ -131,7 +133,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ll, err := f.Promote(follower.PromoteOptions{WALDir: walDir})
+		ll, err := leader.Promote(f, leader.PromoteOptions{WALDir: walDir})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -162,8 +164,8 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	for i := range followers {
 		l.ids = append(l.ids, fmt.Sprintf("f%d", i))
 	}
-	l.fo, err = replication.NewFanout(&replication.FanoutOptions{
-		ShipperOptions: replication.ShipperOptions{WALDir: walDir, Listener: l.srv, DurableLSN: durable, Epoch: epoch},
+	l.fo, err = leader.NewFanout(&leader.FanoutOptions{
+		ShipperOptions: leader.ShipperOptions{WALDir: walDir, Listener: l.srv, DurableLSN: durable, Epoch: epoch},
 		Followers:      l.ids,
 	})
 	if err != nil {
@@ -195,7 +197,7 @@ func (l *benchLeader) round(b *testing.B, batches [][]wal.Event) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := l.fo.WaitAcked(ctx, l.lastLSN, replication.AckAll); err != nil {
+	if err := l.fo.WaitAcked(ctx, l.lastLSN, leader.AckAll); err != nil {
 		b.Fatalf("WaitAcked: %v; %+v", err, l.fo.Stats())
 	}
 	l.cpu += cpuTime() - start

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -19,7 +21,7 @@ import (
 type feedingLeader struct {
 	w      *wal.Writer
 	r      *wal.Reader
-	fo     *replication.Fanout
+	fo     *leader.Fanout
 	notify chan struct{}
 }
 
@@ -60,8 +62,8 @@ func TestFanoutOverMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	fo, err := replication.NewFanout(&replication.FanoutOptions{
-		ShipperOptions: replication.ShipperOptions{
+	fo, err := leader.NewFanout(&leader.FanoutOptions{
+		ShipperOptions: leader.ShipperOptions{
 			WALDir: walDir, Listener: srv, DurableLSN: w.DurableLSN, Epoch: func() uint64 { return 1 },
 			RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,
 			Logger: log,
@@ -71,7 +73,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := &feedingLeader{w: w, r: r, fo: fo}
+	feed := &feedingLeader{w: w, r: r, fo: fo}
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- fo.Run(runCtx) }()
@@ -92,7 +94,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	batches := wl.Shards[0]
 	// The cache is fed before anyone connects: from then on a follower at
 	// the tail finds every batch there.
-	last := leader.append(t, batches[0]).LastLSN()
+	last := feed.append(t, batches[0]).LastLSN()
 	batches = batches[1:]
 	fa, fb := open("a"), open("b")
 	aDone, bDone := serve(fa), serve(fb)
@@ -102,12 +104,12 @@ func TestFanoutOverMTLS(t *testing.T) {
 		t.Helper()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
-		if err := fo.WaitAcked(wctx, lsn, replication.AckAll); err != nil {
+		if err := fo.WaitAcked(wctx, lsn, leader.AckAll); err != nil {
 			t.Fatalf("WaitAcked(%d): %v; %+v", lsn, err, fo.Stats())
 		}
 	}
 	for i, evs := range batches {
-		last = leader.append(t, evs).LastLSN()
+		last = feed.append(t, evs).LastLSN()
 		switch i {
 		case third, 2 * third:
 			// b goes down (cleanly, then killed) and comes back while a

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -117,7 +119,7 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 type leaderProc struct {
 	w      *wal.Writer
 	srv    *Server
-	ship   *replication.Shipper
+	ship   *leader.Shipper
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -145,7 +147,7 @@ func startLeader(t testing.TB, walDir, addr string, notify chan struct{}) *leade
 	if err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(&replication.ShipperOptions{
+	ship, err := leader.NewShipper(&leader.ShipperOptions{
 		WALDir: walDir, Listener: srv, Notify: notify, DurableLSN: w.DurableLSN,
 		Epoch:             func() uint64 { return 1 },
 		RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond,

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"google.golang.org/grpc/credentials"
 
 	"github.com/oncewal/oncewal/follower"
@@ -20,7 +22,7 @@ import (
 
 // servedWAL starts a leader serving a WAL that holds a small workload, so a
 // follower that got through would apply something.
-func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
+func servedWAL(t *testing.T, srv *Server) *leader.Shipper {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "leader")
 	w, err := wal.OpenWriter(dir, nil)
@@ -35,7 +37,7 @@ func servedWAL(t *testing.T, srv *Server) *replication.Shipper {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ship, err := replication.NewShipper(&replication.ShipperOptions{WALDir: dir, Listener: srv})
+	ship, err := leader.NewShipper(&leader.ShipperOptions{WALDir: dir, Listener: srv})
 	if err != nil {
 		t.Fatal(err)
 	}

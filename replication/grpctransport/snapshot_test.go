@@ -3,10 +3,11 @@ package grpctransport
 import (
 	"context"
 	"errors"
-	"github.com/oncewal/oncewal/internal/pki"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/pki"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"

@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication"
+
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -26,7 +28,7 @@ type mergeListener struct {
 	wg     sync.WaitGroup
 }
 
-func newMergeListener(ls ...Listener) *mergeListener {
+func newMergeListener(ls ...replication.Listener) *mergeListener {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &mergeListener{ch: make(chan accepted), cancel: cancel}
 	for _, l := range ls {
@@ -48,12 +50,12 @@ func newMergeListener(ls ...Listener) *mergeListener {
 	return m
 }
 
-func (m *mergeListener) Accept(ctx context.Context) (LeaderConn, Ack, error) {
+func (m *mergeListener) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
 	select {
 	case a := <-m.ch:
 		return a.conn, a.hello, nil
 	case <-ctx.Done():
-		return nil, Ack{}, ctx.Err()
+		return nil, replication.Ack{}, ctx.Err()
 	}
 }
 
@@ -106,7 +108,7 @@ func (l *logLines) find(parts ...string) bool {
 type fanoutRig struct {
 	t      *testing.T
 	log    *memLog
-	trs    map[string]*InProcess
+	trs    map[string]*replication.InProcess
 	fs     map[string]*fakeFollower
 	merge  *mergeListener
 	fo     *Fanout
@@ -118,12 +120,12 @@ type fanoutRig struct {
 }
 
 // newFanoutRig registers ids and gives follower id the faults faults[id].
-func newFanoutRig(t *testing.T, ids []string, faults map[string]FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
+func newFanoutRig(t *testing.T, ids []string, faults map[string]replication.FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
 	t.Helper()
-	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*InProcess{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
-	var ls []Listener
+	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*replication.InProcess{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
+	var ls []replication.Listener
 	for i, id := range ids {
-		tr := NewInProcess(faults[id], seed*31+uint64(i))
+		tr := replication.NewInProcess(faults[id], seed*31+uint64(i))
 		r.trs[id] = tr
 		ls = append(ls, tr)
 		r.fs[id] = &fakeFollower{shard: 2, epoch: 1, id: id, backoff: time.Millisecond}
@@ -189,7 +191,7 @@ func (r *fanoutRig) stop() {
 
 // noDisconnects is FaultsHeavy without broken connections: batches and acks
 // are still dropped, duplicated, reordered and delayed.
-func noDisconnects(c FaultOptions) FaultOptions {
+func noDisconnects(c replication.FaultOptions) replication.FaultOptions {
 	c.Disconnect = 0
 	return c
 }
@@ -206,7 +208,7 @@ func TestFanoutEveryFollowerGetsEveryBatch(t *testing.T) {
 		seeds = 50
 	}
 	ids := []string{"a", "b", "c"}
-	faults := map[string]FaultOptions{"a": FaultsHeavy, "b": noDisconnects(FaultsHeavy), "c": FaultsHeavy}
+	faults := map[string]replication.FaultOptions{"a": replication.FaultsHeavy, "b": noDisconnects(replication.FaultsHeavy), "c": replication.FaultsHeavy}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			r := newFanoutRig(t, ids, faults, seed, nil)
@@ -292,28 +294,28 @@ func TestFanoutSameIDReplacesStream(t *testing.T) {
 	r := newFanoutRig(t, []string{"a", "b"}, nil, 1, nil)
 	defer r.stop()
 	r.log.append(t, 1, 1)
-	old, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	old, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := old.Recv(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.trs["b"].Dial(ctx, Ack{Shard: 2, FollowerID: "b"})
+	b, err := r.trs["b"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Recv(ctx); err != nil {
 		t.Fatal(err)
 	}
-	renewed, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	renewed, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := renewed.Recv(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := old.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("a's old connection: %v", err)
 	}
 	// b's stream is untouched: the next batch reaches it on its connection.
@@ -328,7 +330,7 @@ func TestFanoutSameIDReplacesStream(t *testing.T) {
 }
 
 // TestFanoutRefusesUnknownFollowers: a hello with an unregistered or empty
-// ID is refused (ErrUnknownFollower: counted, logged, connection closed);
+// ID is refused (replication.ErrUnknownFollower: counted, logged, connection closed);
 // Register serves the ID from its next connection on, Unregister ends its
 // stream and refuses it again; AutoRegister registers a named follower on
 // its first hello but still refuses an anonymous one.
@@ -337,17 +339,17 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 	r := newFanoutRig(t, []string{"a"}, nil, 1, nil)
 	r.log.append(t, 1, 1)
 	tr := r.trs["a"]
-	expectRefused := func(hello Ack) {
+	expectRefused := func(hello replication.Ack) {
 		t.Helper()
 		c, err := tr.Dial(ctx, hello)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+		if _, err := c.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 			t.Fatalf("hello %+v: %v, want the connection closed", hello, err)
 		}
 	}
-	expectServed := func(hello Ack) FollowerConn {
+	expectServed := func(hello replication.Ack) replication.FollowerConn {
 		t.Helper()
 		c, err := tr.Dial(ctx, hello)
 		if err != nil {
@@ -358,9 +360,9 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 		}
 		return c
 	}
-	expectRefused(Ack{Shard: 2, FollowerID: "x"})
-	expectRefused(Ack{Shard: 2})
-	expectRefused(Ack{Shard: 2, FollowerID: "bad id"}) // InProcess does not check IDs; the Fanout does
+	expectRefused(replication.Ack{Shard: 2, FollowerID: "x"})
+	expectRefused(replication.Ack{Shard: 2})
+	expectRefused(replication.Ack{Shard: 2, FollowerID: "bad id"}) // InProcess does not check IDs; the Fanout does
 	if st := r.fo.Stats(); st.Refused.UnknownFollower != 2 || st.Refused.BadHello != 1 || len(st.Followers) != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -374,26 +376,26 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 	if err := r.fo.Register("x"); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"", "a b", strings.Repeat("z", MaxFollowerIDLen+1)} {
-		if err := r.fo.Register(bad); !errors.Is(err, ErrBadFollowerID) {
+	for _, bad := range []string{"", "a b", strings.Repeat("z", replication.MaxFollowerIDLen+1)} {
+		if err := r.fo.Register(bad); !errors.Is(err, replication.ErrBadFollowerID) {
 			t.Fatalf("Register(%q) = %v", bad, err)
 		}
 	}
 	if got := r.fo.Followers(); !slices.Equal(got, []string{"a", "x"}) {
 		t.Fatalf("Followers = %v", got)
 	}
-	x := expectServed(Ack{Shard: 2, FollowerID: "x"})
+	x := expectServed(replication.Ack{Shard: 2, FollowerID: "x"})
 	if err := r.fo.Unregister("x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := x.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("unregistered follower's connection: %v", err)
 	}
-	expectRefused(Ack{Shard: 2, FollowerID: "x"})
-	if err := r.fo.Unregister("x"); !errors.Is(err, ErrUnknownFollower) {
+	expectRefused(replication.Ack{Shard: 2, FollowerID: "x"})
+	if err := r.fo.Unregister("x"); !errors.Is(err, replication.ErrUnknownFollower) {
 		t.Fatalf("second Unregister: %v", err)
 	}
-	if _, err := r.fo.AckedLSN("x"); !errors.Is(err, ErrUnknownFollower) {
+	if _, err := r.fo.AckedLSN("x"); !errors.Is(err, replication.ErrUnknownFollower) {
 		t.Fatalf("AckedLSN of an unregistered follower: %v", err)
 	}
 	if st := r.fo.Stats(); st.Refused.UnknownFollower != 3 {
@@ -405,8 +407,8 @@ func TestFanoutRefusesUnknownFollowers(t *testing.T) {
 	defer auto.stop()
 	auto.log.append(t, 1, 1)
 	tr = auto.trs["a"]
-	expectServed(Ack{Shard: 2, FollowerID: "newcomer"})
-	expectRefused(Ack{Shard: 2})
+	expectServed(replication.Ack{Shard: 2, FollowerID: "newcomer"})
+	expectRefused(replication.Ack{Shard: 2})
 	if got := auto.fo.Followers(); !slices.Equal(got, []string{"a", "newcomer"}) {
 		t.Fatalf("Followers = %v", got)
 	}
@@ -422,16 +424,16 @@ func TestFanoutVerifyHello(t *testing.T) {
 	ctx := context.Background()
 	errDisk := errors.New("disk on fire")
 	verdicts := map[uint64]error{
-		1: fmt.Errorf("%w: test", ErrDiverged),
-		2: fmt.Errorf("%w: test", ErrBehindRetention),
-		3: fmt.Errorf("%w: test", ErrBadHello),
-		4: fmt.Errorf("%w: test", ErrUnknownFollower),
+		1: fmt.Errorf("%w: test", replication.ErrDiverged),
+		2: fmt.Errorf("%w: test", replication.ErrBehindRetention),
+		3: fmt.Errorf("%w: test", replication.ErrBadHello),
+		4: fmt.Errorf("%w: test", replication.ErrUnknownFollower),
 		5: errDisk,
 	}
-	var calls []Ack
+	var calls []replication.Ack
 	var mu sync.Mutex
 	r := newFanoutRig(t, []string{"a", "b"}, nil, 1, func(o *FanoutOptions) {
-		o.VerifyHello = func(h Ack) error {
+		o.VerifyHello = func(h replication.Ack) error {
 			mu.Lock()
 			defer mu.Unlock()
 			calls = append(calls, h)
@@ -443,16 +445,16 @@ func TestFanoutVerifyHello(t *testing.T) {
 		r.log.append(t, 1, 1)
 	}
 	for lsn := uint64(1); lsn <= 5; lsn++ {
-		c, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a", AppliedLSN: lsn, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}})
+		c, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a", AppliedLSN: lsn, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+		if _, err := c.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 			t.Fatalf("verdict %v: %v", verdicts[lsn], err)
 		}
 	}
 	// Another follower with a hello that passes is served from its position.
-	c, err := r.trs["b"].Dial(ctx, Ack{Shard: 2, FollowerID: "b", AppliedLSN: 6})
+	c, err := r.trs["b"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "b", AppliedLSN: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,22 +487,22 @@ func TestFanoutHelloChecks(t *testing.T) {
 	verified := 0
 	r := newFanoutRig(t, []string{"a"}, nil, 1, func(o *FanoutOptions) {
 		o.Epoch = func() uint64 { return 3 }
-		o.VerifyHello = func(Ack) error { verified++; return ErrDiverged }
+		o.VerifyHello = func(replication.Ack) error { verified++; return replication.ErrDiverged }
 	})
-	c, err := r.trs["a"].Dial(ctx, Ack{Shard: 9, FollowerID: "a", Epoch: 3})
+	c, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 9, FollowerID: "a", Epoch: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := c.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("wrong shard: %v", err)
 	}
 	if a := r.stats("a"); a.Refused != (HelloRefusals{BadHello: 1}) || verified != 0 {
 		t.Fatalf("stats %+v, verified %d", a, verified)
 	}
-	if _, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a", Epoch: 4}); err != nil {
+	if _, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a", Epoch: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-r.runErr; !errors.Is(err, ErrFenced) {
+	if err := <-r.runErr; !errors.Is(err, replication.ErrFenced) {
 		t.Fatalf("Run = %v, want ErrFenced", err)
 	}
 	r.runErr <- nil
@@ -522,7 +524,7 @@ func TestNewFanoutValidates(t *testing.T) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
 	}
-	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: NewInProcess(FaultsNone, 1)}})
+	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: replication.NewInProcess(replication.FaultsNone, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,13 +540,13 @@ func TestNewFanoutValidates(t *testing.T) {
 // view of a transport with heartbeats, whose follower's liveness the test
 // sets.
 type liveListener struct {
-	Listener
+	replication.Listener
 	every time.Duration
 	mu    sync.Mutex
 	conns []*liveConn
 }
 
-func (l *liveListener) Accept(ctx context.Context) (LeaderConn, Ack, error) {
+func (l *liveListener) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
 	c, h, err := l.Listener.Accept(ctx)
 	if err != nil {
 		return c, h, err
@@ -564,19 +566,21 @@ func (l *liveListener) conn(i int) *liveConn {
 }
 
 type liveConn struct {
-	LeaderConn
+	replication.LeaderConn
 	addr       string
 	every      time.Duration
 	heard      atomic.Int64
 	heartbeats atomic.Int64
 }
 
-func (c *liveConn) RemoteAddr() string               { return c.addr }
-func (c *liveConn) LastHeard() time.Time             { return time.Unix(0, c.heard.Load()) }
-func (c *liveConn) HeartbeatInterval() time.Duration { return c.every }
-func (c *liveConn) SendHeartbeat(hb Heartbeat) error { c.heartbeats.Add(1); return nil }
-func (c *liveConn) Refuse(reason error) error        { return c.LeaderConn.(RefusingConn).Refuse(reason) }
-func (c *liveConn) silent()                          { c.heard.Store(time.Now().Add(-time.Hour).UnixNano()) }
+func (c *liveConn) RemoteAddr() string                           { return c.addr }
+func (c *liveConn) LastHeard() time.Time                         { return time.Unix(0, c.heard.Load()) }
+func (c *liveConn) HeartbeatInterval() time.Duration             { return c.every }
+func (c *liveConn) SendHeartbeat(hb replication.Heartbeat) error { c.heartbeats.Add(1); return nil }
+func (c *liveConn) Refuse(reason error) error {
+	return c.LeaderConn.(replication.RefusingConn).Refuse(reason)
+}
+func (c *liveConn) silent() { c.heard.Store(time.Now().Add(-time.Hour).UnixNano()) }
 
 // TestFanoutDuplicateFollowerID: a second connection claiming the ID of a
 // follower whose connection is alive (it answered within 3 heartbeat
@@ -598,7 +602,7 @@ func TestFanoutDuplicateFollowerID(t *testing.T) {
 	})
 	defer r.stop()
 	r.log.append(t, 1, 1)
-	first, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	first, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,12 +611,12 @@ func TestFanoutDuplicateFollowerID(t *testing.T) {
 	}
 
 	// A second live process with the same ID: refused, told why.
-	second, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	second, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = second.Recv(ctx)
-	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrDuplicateFollower) ||
+	if !errors.Is(err, replication.ErrRefused) || !errors.Is(err, replication.ErrDuplicateFollower) ||
 		!strings.Contains(err.Error(), `"a" is already connected from 10.0.0.1:4000`) || !strings.Contains(err.Error(), "give each follower its own ID") {
 		t.Fatalf("second connection: %v", err)
 	}
@@ -631,14 +635,14 @@ func TestFanoutDuplicateFollowerID(t *testing.T) {
 
 	// The first goes silent (its host died): a restart takes the stream.
 	lis.conn(0).silent()
-	restarted, err := r.trs["a"].Dial(ctx, Ack{Shard: 2, FollowerID: "a"})
+	restarted, err := r.trs["a"].Dial(ctx, replication.Ack{Shard: 2, FollowerID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := restarted.Recv(ctx); err != nil {
 		t.Fatalf("restarted follower: %v", err)
 	}
-	if _, err := first.Recv(ctx); !errors.Is(err, ErrDuplicateFollower) || !strings.Contains(err.Error(), "replaced by a newer one from 10.0.0.3:4000") {
+	if _, err := first.Recv(ctx); !errors.Is(err, replication.ErrDuplicateFollower) || !strings.Contains(err.Error(), "replaced by a newer one from 10.0.0.3:4000") {
 		t.Fatalf("the replaced connection: %v", err)
 	}
 	if !r.logs.find("level=WARN", "replaces its previous one", "follower=a", "old_addr=10.0.0.1:4000", "new_addr=10.0.0.3:4000") {

@@ -1,4 +1,4 @@
-package replication_test
+package leader_test
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/leader"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/replication"
@@ -21,15 +23,15 @@ import (
 )
 
 // groupLeader opens a ledger log over n with its WAL on fs (walDir).
-func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte), wall ...func() int64) (*replication.LedgerLog, error) {
-	o := &replication.LedgerLogOptions{
+func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte), wall ...func() int64) (*leader.LedgerLog, error) {
+	o := &leader.LedgerLogOptions{
 		WALDir: "/wal", FS: fs, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table, State: n.state,
 		OnAppend: onAppend,
 	}
 	if len(wall) > 0 {
 		o.Wall = wall[0]
 	}
-	return replication.OpenLedgerLog(o)
+	return leader.OpenLedgerLog(o)
 }
 
 // heldSync is one fdatasync held by holdSync.
@@ -101,7 +103,7 @@ func readWAL(t *testing.T, fs vfs.FS) (hs []wal.Header, raws [][]byte) {
 func TestLedgerLogConcurrentAppendsInOrder(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
-	var l *replication.LedgerLog
+	var l *leader.LedgerLog
 	var seen []wal.Header
 	var seenRaw [][]byte
 	onAppend := func(h wal.Header, raw []byte) { // called one at a time
@@ -220,12 +222,12 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	release.Go()
 	for range others + 1 {
 		err := <-errs
-		require.ErrorIs(t, err, replication.ErrLogFailed)
+		require.ErrorIs(t, err, leader.ErrLogFailed)
 		require.ErrorIs(t, err, wal.ErrWriterFailed)
 		require.ErrorIs(t, err, injected)
 	}
 	_, err = l.Append(add)
-	require.ErrorIs(t, err, replication.ErrLogFailed, "the log stays failed")
+	require.ErrorIs(t, err, leader.ErrLogFailed, "the log stays failed")
 	lsn, _ := l.Position()
 	require.Equal(t, okEnd, lsn, "nothing after the failed sync is applied locally")
 	require.Len(t, shipped, 3, "nothing after the failed sync is shipped")

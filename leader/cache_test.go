@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -203,7 +205,7 @@ func TestFanoutMissedAppended(t *testing.T) {
 // TestShipperCache: the Shipper shares the Fanout's stream, cache included.
 func TestShipperCache(t *testing.T) {
 	m := newMemLog(0)
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Notify, o.PollInterval = nil, time.Hour
@@ -236,7 +238,7 @@ func TestShipperCache(t *testing.T) {
 }
 
 // TestFanoutReaderBehindRetention: a follower whose next LSN the WAL no
-// longer holds (the reader says ErrBehindRetention) has its connection ended
+// longer holds (the reader says replication.ErrBehindRetention) has its connection ended
 // and counted as a refusal, instead of being retried forever; the others
 // stream on.
 func TestFanoutReaderBehindRetention(t *testing.T) {

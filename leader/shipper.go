@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -40,7 +42,7 @@ type ShipperOptions struct {
 	// Shard is the shard shipped; a hello for another shard is refused.
 	Shard uint32
 	// Listener accepts the followers' connections. Required.
-	Listener Listener
+	Listener replication.Listener
 	// Epoch reports the leader's current epoch, for fencing (see package
 	// notes). nil disables the check.
 	Epoch func() uint64
@@ -71,10 +73,10 @@ type ShipperOptions struct {
 	// anything is shipped on it (after the shard, follower and fencing
 	// checks). A non-nil error refuses the connection: it is closed, logged
 	// and counted by reason (HelloRefusals: errors.Is on ErrDiverged,
-	// ErrBehindRetention, ErrUnknownFollower, ErrBadHello, else Other).
+	// replication.ErrBehindRetention, replication.ErrUnknownFollower, ErrBadHello, else Other).
 	// CheckHello is the standard verifier. It runs on the follower's own
 	// stream goroutine, so a slow check delays only that follower.
-	VerifyHello func(Ack) error
+	VerifyHello func(replication.Ack) error
 	// DurableLSN, if set, bounds what is shipped to the leader's synced log
 	// (e.g. (*wal.Writer).DurableLSN): a batch the leader has written but
 	// not synced is held back, so a leader crash cannot leave a follower
@@ -249,12 +251,12 @@ func (s *Shipper) Appended(h wal.Header, raw []byte) { s.f.Appended(h, raw) }
 // batches in flight plus transport duplicates.
 type ackPump struct {
 	mu   sync.Mutex
-	acks []Ack
+	acks []replication.Ack
 	err  error
 	wake chan struct{}
 }
 
-func (p *ackPump) run(ctx context.Context, c LeaderConn) {
+func (p *ackPump) run(ctx context.Context, c replication.LeaderConn) {
 	for {
 		a, err := c.Recv(ctx)
 		p.mu.Lock()
@@ -271,7 +273,7 @@ func (p *ackPump) run(ctx context.Context, c LeaderConn) {
 	}
 }
 
-func (p *ackPump) take(dst []Ack) ([]Ack, error) {
+func (p *ackPump) take(dst []replication.Ack) ([]replication.Ack, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dst = append(dst, p.acks...)
@@ -291,11 +293,11 @@ type shipLoop struct {
 	wg sync.WaitGroup // the ack pumps
 
 	// Current connection; conn == nil between connections.
-	conn   LeaderConn
+	conn   replication.LeaderConn
 	cctx   context.Context
 	cabort context.CancelFunc
 	pump   *ackPump
-	ackBuf []Ack
+	ackBuf []replication.Ack
 
 	reader    LogReader
 	needSeek  bool // reader must be (re)opened and positioned at next
@@ -311,8 +313,8 @@ type shipLoop struct {
 	rewoundTo  uint64 // position of the last go-back-N on this connection
 	maxSent    uint64
 
-	hb     HeartbeatConn // the connection, if it carries heartbeats; nil: none
-	hbNext time.Time     // when the next heartbeat is due
+	hb     replication.HeartbeatConn // the connection, if it carries heartbeats; nil: none
+	hbNext time.Time                 // when the next heartbeat is due
 }
 
 func newShipLoop(f *Fanout, p *peer) *shipLoop {
@@ -411,18 +413,18 @@ func (l *shipLoop) fenced(epoch uint64) bool {
 // fencedErr is ErrFenced by a follower that has seen epoch.
 func (l *shipLoop) fencedErr(epoch uint64) error {
 	return fmt.Errorf("%w: follower %q at epoch %d, this leader at %d: a newer leader was promoted; stop this one and point the followers at the current leader",
-		ErrFenced, l.p.id, epoch, l.o.Epoch())
+		replication.ErrFenced, l.p.id, epoch, l.o.Epoch())
 }
 
 // checkHello applies the checks that need the leader's state, in order:
 // fencing (ErrFenced, which ends Run), the epoch-start rule, VerifyHello.
-func (l *shipLoop) checkHello(h Ack) error {
+func (l *shipLoop) checkHello(h replication.Ack) error {
 	if l.fenced(h.Epoch) {
 		return l.fencedErr(h.Epoch)
 	}
 	if l.o.EpochStartLSN > 0 && l.o.Epoch != nil && h.Epoch < l.o.Epoch() && h.AppliedLSN >= l.o.EpochStartLSN {
 		return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d; %s",
-			ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN, remedyDiverged)
+			replication.ErrDiverged, h.AppliedLSN, h.Epoch, l.o.Epoch(), l.o.EpochStartLSN, remedyDiverged)
 	}
 	if l.o.VerifyHello != nil {
 		return l.o.VerifyHello(h)
@@ -438,8 +440,8 @@ func (l *shipLoop) takeConn(ctx context.Context) error {
 		return nil
 	}
 	if err := l.checkHello(a.hello); err != nil {
-		if errors.Is(err, ErrFenced) {
-			EndConn(a.conn, err)
+		if errors.Is(err, replication.ErrFenced) {
+			replication.EndConn(a.conn, err)
 			return err
 		}
 		l.f.refuse(l.p, a.hello, err, a.conn)
@@ -460,7 +462,7 @@ func (l *shipLoop) startConn(ctx context.Context, a *accepted) {
 	l.wg.Go(func() { pump.run(cctx, conn) })
 
 	l.hb = nil
-	if hc, ok := a.conn.(HeartbeatConn); ok && hc.HeartbeatInterval() > 0 {
+	if hc, ok := a.conn.(replication.HeartbeatConn); ok && hc.HeartbeatInterval() > 0 {
 		l.hb, l.hbNext = hc, time.Now() // the first at once: the follower learns the log's end
 	}
 
@@ -479,7 +481,7 @@ func (l *shipLoop) heartbeat() {
 	if l.hb == nil || time.Now().Before(l.hbNext) {
 		return
 	}
-	hb := Heartbeat{LastLSN: l.f.endLSN()}
+	hb := replication.Heartbeat{LastLSN: l.f.endLSN()}
 	if l.o.WALTime != nil {
 		hb.WALTime = l.o.WALTime()
 	}
@@ -541,18 +543,18 @@ func (l *shipLoop) position() error {
 
 // readerFailed handles a failed open, seek or read of the WAL: the reader
 // is reopened after a backoff. A log that no longer holds what the follower
-// needs (an error wrapping ErrBehindRetention) ends the connection instead:
+// needs (an error wrapping replication.ErrBehindRetention) ends the connection instead:
 // nothing can be shipped to it, and its next hello is checked again
 // (CheckHello refuses it until it is rebuilt). It is counted as a refusal.
 func (l *shipLoop) readerFailed(err error) {
 	l.p.stats.readerErrors.Add(1)
 	l.closeReader()
 	l.needSeek = true
-	if errors.Is(err, wal.ErrCompacted) && !errors.Is(err, ErrBehindRetention) {
-		err = fmt.Errorf("%w: %w", ErrBehindRetention, err)
+	if errors.Is(err, wal.ErrCompacted) && !errors.Is(err, replication.ErrBehindRetention) {
+		err = fmt.Errorf("%w: %w", replication.ErrBehindRetention, err)
 	}
-	if errors.Is(err, ErrBehindRetention) {
-		l.f.refuse(l.p, Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, l.conn)
+	if errors.Is(err, replication.ErrBehindRetention) {
+		l.f.refuse(l.p, replication.Ack{Shard: l.o.Shard, FollowerID: l.p.id, AppliedLSN: l.acked}, err, l.conn)
 		l.dropConn()
 		return
 	}
@@ -584,7 +586,7 @@ func (l *shipLoop) handleAcks() error {
 	return nil
 }
 
-func (l *shipLoop) onAck(a Ack) error {
+func (l *shipLoop) onAck(a replication.Ack) error {
 	l.p.stats.acks.Add(1)
 	if a.Shard != l.o.Shard {
 		return nil // not ours; never happens on a connection whose hello matched
@@ -717,4 +719,13 @@ func (l *shipLoop) fill(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// signal wakes whoever waits on c without blocking: c has room for one
+// wake-up, and one pending is as good as several.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }

@@ -1,9 +1,10 @@
-package follower
+package leader
 
 import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
@@ -54,49 +55,47 @@ type PromoteOptions struct {
 // A fresh, empty follower promoted with epoch 1 is how a first leader
 // starts. Close the LedgerLog before the Follower (the store is the
 // Follower's).
-func (f *Follower) Promote(opts PromoteOptions) (*replication.LedgerLog, error) {
+func Promote(f *follower.Follower, opts PromoteOptions) (*LedgerLog, error) {
 	// Stop Serve and Apply for good: this store now follows its own log.
-	if !f.stop() {
-		return nil, ErrFollowerClosed
+	parts, err := f.Retire()
+	if err != nil {
+		return nil, err
 	}
-	if err := f.recv.Err(); err != nil {
-		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)
-	}
+	fo := parts.Options
 	epoch := opts.Epoch
 	if epoch == 0 {
-		_, stored := f.recv.Position()
-		var err error
-		if epoch, err = replication.NextEpoch(stored, "store "+f.dir); err != nil {
-			return nil, fmt.Errorf("follower: promote: %w", err)
+		_, stored := f.Position()
+		if epoch, err = replication.NextEpoch(stored, "store "+parts.Dir); err != nil {
+			return nil, fmt.Errorf("leader: promote: %w", err)
 		}
 	}
-	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
+	l, err := OpenLedgerLog(&LedgerLogOptions{
 		WALDir:      opts.WALDir,
-		Shard:       f.opts.Shard,
+		Shard:       fo.Shard,
 		Epoch:       epoch,
-		DB:          f.db,
-		Tracker:     f.tracker,
-		Window:      f.window,
-		Table:       f.ledger,
-		Applier:     f.opts.Applier,
-		State:       f.state,
+		DB:          f.DB(),
+		Tracker:     f.Tracker(),
+		Window:      parts.Window,
+		Table:       f.LedgerTable(),
+		Applier:     fo.Applier,
+		State:       f.State(),
 		Ledger:      opts.Ledger,
 		Wall:        opts.Wall,
 		SegmentSize: opts.SegmentSize,
-		Logger:      f.opts.Logger,
+		Logger:      fo.Logger,
 		OnAppend:    opts.OnAppend,
 		FS:          opts.WALFS,
 		// The WAL's disk keeps the store's minimum (usually the same disk).
-		MinFreeBytes: f.opts.MinFreeBytes,
+		MinFreeBytes: fo.MinFreeBytes,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("follower: promote: %w", err)
+		return nil, fmt.Errorf("leader: promote: %w", err)
 	}
-	if f.opts.LeaderStore {
+	if fo.LeaderStore {
 		return l, nil
 	}
 	lsn, _ := l.Position()
-	f.opts.Logger.Info("oncewal follower promoted to leader", "dir", f.dir, "shard", f.opts.Shard, "epoch", epoch,
+	fo.Logger.Info("oncewal follower promoted to leader", "dir", parts.Dir, "shard", fo.Shard, "epoch", epoch,
 		"applied_lsn", lsn, "wal", opts.WALDir)
 	return l, nil
 }

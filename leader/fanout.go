@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/replication"
+
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/oncewal/oncewal/wal"
@@ -17,9 +19,6 @@ import (
 
 // Fanout errors.
 var (
-	// ErrUnknownFollower: a hello whose FollowerID is not registered (or is
-	// empty) at a Fanout, or a method given an unregistered ID.
-	ErrUnknownFollower = errors.New("replication: unknown follower")
 	// ErrNoFollowers: WaitAcked on a Fanout with no registered follower.
 	ErrNoFollowers = errors.New("replication: no registered followers")
 	// ErrBadAckPolicy: an AckPolicy other than AckOne, AckMajority, AckAll.
@@ -36,7 +35,7 @@ type FanoutOptions struct {
 	// ValidFollowerID, no duplicates. Register adds more at run time.
 	Followers []string
 	// AutoRegister registers a follower the first time its hello names it,
-	// instead of refusing it with ErrUnknownFollower. Default false: only
+	// instead of refusing it with replication.ErrUnknownFollower. Default false: only
 	// the listed and Registered followers are served (see the package documentation
 	// for why). An empty ID is refused either way.
 	AutoRegister bool
@@ -67,9 +66,9 @@ func (o *FanoutOptions) Validate() error {
 // checkRegisteredID: a follower a Fanout serves has a valid, non-empty ID.
 func checkRegisteredID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty (a Fanout serves named followers only)", ErrBadFollowerID)
+		return fmt.Errorf("%w: empty (a Fanout serves named followers only)", replication.ErrBadFollowerID)
 	}
-	return ValidFollowerID(id)
+	return replication.ValidFollowerID(id)
 }
 
 // AckPolicy says how many of a shard's registered followers WaitAcked waits
@@ -119,7 +118,7 @@ type HelloRefusals struct {
 	BadHello        uint64 // wrong shard, malformed follower ID, or a VerifyHello error wrapping ErrBadHello
 	UnknownFollower uint64 // follower ID not registered, or empty
 	Diverged        uint64 // ErrDiverged: the follower's history is not a prefix of this leader's log
-	BehindRetention uint64 // ErrBehindRetention: the log no longer holds what the follower needs next
+	BehindRetention uint64 // replication.ErrBehindRetention: the log no longer holds what the follower needs next
 	// DuplicateFollower counts ErrDuplicateFollower: a connection refused
 	// because a live one serves its follower ID, or one replaced by a
 	// newer connection of its ID.
@@ -139,19 +138,19 @@ type refusalCounters struct {
 // count records a refusal and returns its reason's name.
 func (c *refusalCounters) count(err error) string {
 	switch {
-	case errors.Is(err, ErrDuplicateFollower):
+	case errors.Is(err, replication.ErrDuplicateFollower):
 		c.duplicate.Add(1)
 		return "duplicate follower"
-	case errors.Is(err, ErrDiverged):
+	case errors.Is(err, replication.ErrDiverged):
 		c.diverged.Add(1)
 		return "diverged"
-	case errors.Is(err, ErrBehindRetention):
+	case errors.Is(err, replication.ErrBehindRetention):
 		c.behind.Add(1)
 		return "behind retention"
-	case errors.Is(err, ErrUnknownFollower):
+	case errors.Is(err, replication.ErrUnknownFollower):
 		c.unknown.Add(1)
 		return "unknown follower"
-	case errors.Is(err, ErrBadHello):
+	case errors.Is(err, replication.ErrBadHello):
 		c.badHello.Add(1)
 		return "bad hello"
 	}
@@ -224,15 +223,15 @@ type peer struct {
 	// Guarded by Fanout.mu.
 	acked     uint64
 	connected bool
-	conn      LeaderConn         // the connection in service, nil when none
-	pending   *accepted          // newest accepted connection, not yet taken
-	abort     context.CancelFunc // aborts the stream's current connection
-	stop      context.CancelFunc // ends the stream (Unregister, end of Run)
+	conn      replication.LeaderConn // the connection in service, nil when none
+	pending   *accepted              // newest accepted connection, not yet taken
+	abort     context.CancelFunc     // aborts the stream's current connection
+	stop      context.CancelFunc     // ends the stream (Unregister, end of Run)
 }
 
 type accepted struct {
-	conn  LeaderConn
-	hello Ack
+	conn  replication.LeaderConn
+	hello replication.Ack
 }
 
 type runState struct {
@@ -334,13 +333,13 @@ func (f *Fanout) registerLocked(id string) *peer {
 
 // Unregister removes a follower: its stream stops, its connection is
 // closed, it no longer counts towards WaitAcked, and its next hello is
-// refused (ErrUnknownFollower) unless it is registered again.
+// refused (replication.ErrUnknownFollower) unless it is registered again.
 func (f *Fanout) Unregister(id string) error {
 	f.mu.Lock()
 	p, ok := f.peers[id]
 	if !ok || p == f.single {
 		f.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrUnknownFollower, id)
+		return fmt.Errorf("%w: %q", replication.ErrUnknownFollower, id)
 	}
 	delete(f.peers, id)
 	f.listLocked()
@@ -469,7 +468,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrTransportClosed) {
+			if errors.Is(err, replication.ErrTransportClosed) {
 				select {
 				case fatal <- fmt.Errorf("replication: shipper: listener: %w", err):
 				default:
@@ -491,18 +490,18 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 
 // dispatch hands an accepted connection to its follower's stream, or
 // refuses it. It never blocks on a stream.
-func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
+func (f *Fanout) dispatch(c replication.LeaderConn, hello replication.Ack) {
 	f.mu.Lock()
 	p, err := f.routeLocked(hello)
 	if err == nil && hello.Shard != f.opts.Shard {
 		err = fmt.Errorf("%w: %w: the follower asked for shard %d, this leader ships shard %d; start the follower with the leader's shard (oncewal follower --shard %d)",
-			ErrBadHello, ErrWrongShard, hello.Shard, f.opts.Shard, f.opts.Shard)
+			replication.ErrBadHello, replication.ErrWrongShard, hello.Shard, f.opts.Shard, f.opts.Shard)
 	}
-	var replaced LeaderConn
+	var replaced replication.LeaderConn
 	if err == nil && p != f.single && p.conn != nil {
 		if live, ago := connLive(p.conn); live {
 			err = fmt.Errorf("%w: %q is already connected from %s (heard from %v ago): another process is using follower ID %s; give each follower its own ID (oncewal follower --id)",
-				ErrDuplicateFollower, p.id, remoteAddr(p.conn), ago.Round(time.Millisecond), p.id)
+				replication.ErrDuplicateFollower, p.id, remoteAddr(p.conn), ago.Round(time.Millisecond), p.id)
 		} else {
 			replaced = p.conn
 		}
@@ -524,8 +523,8 @@ func (f *Fanout) dispatch(c LeaderConn, hello Ack) {
 		// aborted, closes it without one, and the first end wins.
 		f.opts.Logger.Warn("replication: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
 			"follower", p.id, "old_addr", remoteAddr(replaced), "new_addr", remoteAddr(c))
-		EndConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
-			ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
+		replication.EndConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
+			replication.ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
 	}
 	if abort != nil {
 		// A Send blocked on the old connection must not keep the new one
@@ -548,9 +547,9 @@ const livenessHeartbeats = 3
 // within livenessHeartbeats heartbeat intervals (invariant 11). A
 // connection whose transport cannot tell (no heartbeats, no PeerConn) is
 // not known to be alive; ago is how long it has been silent.
-func connLive(c LeaderConn) (live bool, ago time.Duration) {
-	pc, ok := c.(PeerConn)
-	hc, ok2 := c.(HeartbeatConn)
+func connLive(c replication.LeaderConn) (live bool, ago time.Duration) {
+	pc, ok := c.(replication.PeerConn)
+	hc, ok2 := c.(replication.HeartbeatConn)
 	if !ok || !ok2 || hc.HeartbeatInterval() <= 0 {
 		return false, 0
 	}
@@ -559,23 +558,23 @@ func connLive(c LeaderConn) (live bool, ago time.Duration) {
 }
 
 // remoteAddr is c's peer address for log lines and refusals.
-func remoteAddr(c LeaderConn) string {
-	if pc, ok := c.(PeerConn); ok {
+func remoteAddr(c replication.LeaderConn) string {
+	if pc, ok := c.(replication.PeerConn); ok {
 		return pc.RemoteAddr()
 	}
 	return "an unknown address"
 }
 
 // routeLocked finds the stream for hello; p is nil for an unknown follower.
-func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
+func (f *Fanout) routeLocked(hello replication.Ack) (*peer, error) {
 	if f.single != nil {
 		return f.single, nil
 	}
-	if err := ValidFollowerID(hello.FollowerID); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadHello, err)
+	if err := replication.ValidFollowerID(hello.FollowerID); err != nil {
+		return nil, fmt.Errorf("%w: %w", replication.ErrBadHello, err)
 	}
 	if hello.FollowerID == "" {
-		return nil, fmt.Errorf("%w: anonymous follower (no ID in its hello): give the follower an ID the leader registers (oncewal follower --id, oncewal leader --followers)", ErrUnknownFollower)
+		return nil, fmt.Errorf("%w: anonymous follower (no ID in its hello): give the follower an ID the leader registers (oncewal follower --id, oncewal leader --followers)", replication.ErrUnknownFollower)
 	}
 	if p, ok := f.peers[hello.FollowerID]; ok {
 		return p, nil
@@ -585,19 +584,19 @@ func (f *Fanout) routeLocked(hello Ack) (*peer, error) {
 		return f.registerLocked(hello.FollowerID), nil
 	}
 	return nil, fmt.Errorf("%w: %q is not registered with the leader of shard %d: add %s to the leader's followers (oncewal leader --followers), or start the follower with a registered --id",
-		ErrUnknownFollower, hello.FollowerID, f.opts.Shard, hello.FollowerID)
+		replication.ErrUnknownFollower, hello.FollowerID, f.opts.Shard, hello.FollowerID)
 }
 
 // refuse closes a connection whose hello was refused (c, if not nil),
 // counts the refusal (also for p, if the follower is known) and logs it,
 // once per follower and reason per 30s.
-func (f *Fanout) refuse(p *peer, hello Ack, err error, c LeaderConn) {
+func (f *Fanout) refuse(p *peer, hello replication.Ack, err error, c replication.LeaderConn) {
 	// Counted and logged before the follower can see the connection end, so
 	// a follower (or test) that observes the refusal finds it accounted. A
 	// transport that can carry the reason to the follower (RefusingConn)
 	// ends the connection with it.
 	if c != nil {
-		defer EndConn(c, err)
+		defer replication.EndConn(c, err)
 	}
 	reason := f.refused.count(err)
 	if p != nil {
@@ -631,7 +630,7 @@ func (f *Fanout) takePending(p *peer) *accepted {
 
 // setConn records p's connection in service, c with its abort, or none
 // (nil, nil).
-func (f *Fanout) setConn(p *peer, c LeaderConn, abort context.CancelFunc) {
+func (f *Fanout) setConn(p *peer, c replication.LeaderConn, abort context.CancelFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p.abort = abort
@@ -705,7 +704,7 @@ func (f *Fanout) AckedLSN(id string) (uint64, error) {
 	defer f.mu.Unlock()
 	p, ok := f.peers[id]
 	if !ok || p == f.single {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownFollower, id)
+		return 0, fmt.Errorf("%w: %q", replication.ErrUnknownFollower, id)
 	}
 	return p.acked, nil
 }

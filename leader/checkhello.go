@@ -1,18 +1,14 @@
-package replication
+package leader
 
 import (
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/oncewal/oncewal/replication"
+
 	"github.com/oncewal/oncewal/wal"
 )
-
-// ErrBehindRetention: the follower needs LSNs the leader's log no longer
-// holds (deleted by retention, or before a promoted leader's first LSN), or
-// its position cannot be verified against what the log holds. It must be
-// rebuilt from a snapshot.
-var ErrBehindRetention = errors.New("replication: follower behind the leader's retained log")
 
 // EpochBoundary is where a leader's current epoch starts in its history.
 type EpochBoundary struct {
@@ -49,24 +45,24 @@ type HelloLog interface {
 //   - hello.LastBatch unknown (a store older than the field): only the epoch
 //     rule can be checked — a follower of an older epoch that applied the
 //     epoch's first LSN or beyond is ErrDiverged; then a < first-1 is
-//     ErrBehindRetention, anything else is fine;
-//   - a < first-1: ErrBehindRetention;
+//     replication.ErrBehindRetention, anything else is fine;
+//   - a < first-1: replication.ErrBehindRetention;
 //   - a == first-1: LastBatch must equal the epoch boundary's Prev when the
 //     log starts at the epoch's first LSN and Prev is known (else
-//     ErrDiverged); otherwise ErrBehindRetention (the batch is gone and
+//     ErrDiverged); otherwise replication.ErrBehindRetention (the batch is gone and
 //     nothing recorded its identity);
 //   - first ≤ a ≤ last: a batch of the log must end at a, with LastBatch's
 //     epoch and CRC; else ErrDiverged.
 //
 // An error reading the log is returned wrapped (the connection is refused
 // and the follower retries), except when retention deleted the LSN during
-// the check: then ErrBehindRetention.
-func CheckHello(hello Ack, log HelloLog) error {
+// the check: then replication.ErrBehindRetention.
+func CheckHello(hello replication.Ack, log HelloLog) error {
 	err := checkHello(hello, log)
 	switch {
-	case errors.Is(err, ErrDiverged):
+	case errors.Is(err, replication.ErrDiverged):
 		return fmt.Errorf("%w; %s", err, remedyDiverged)
-	case errors.Is(err, ErrBehindRetention):
+	case errors.Is(err, replication.ErrBehindRetention):
 		return fmt.Errorf("%w; %s", err, remedyBehind)
 	}
 	return err
@@ -80,12 +76,12 @@ const (
 	remedyBehind   = "rebuild the follower's store from a snapshot (oncewal follower --rebuild auto, the default), and keep more log on the leader if it falls behind again (oncewal leader --max-retained-bytes)"
 )
 
-func checkHello(hello Ack, log HelloLog) error {
+func checkHello(hello replication.Ack, log HelloLog) error {
 	first, last := log.Retained()
 	b := log.Boundary()
 	a := hello.AppliedLSN
 	if a > last {
-		return fmt.Errorf("%w: follower applied up to LSN %d, this leader's log ends at %d", ErrDiverged, a, last)
+		return fmt.Errorf("%w: follower applied up to LSN %d, this leader's log ends at %d", replication.ErrDiverged, a, last)
 	}
 	if a == 0 && first <= 1 {
 		return nil
@@ -93,24 +89,24 @@ func checkHello(hello Ack, log HelloLog) error {
 	if hello.LastBatch.IsZero() {
 		if b.StartLSN > 0 && hello.Epoch < b.Epoch && a >= b.StartLSN {
 			return fmt.Errorf("%w: follower applied LSN %d under epoch %d, but epoch %d starts at LSN %d",
-				ErrDiverged, a, hello.Epoch, b.Epoch, b.StartLSN)
+				replication.ErrDiverged, a, hello.Epoch, b.Epoch, b.StartLSN)
 		}
 		if a+1 < first {
-			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", ErrBehindRetention, a+1, first)
+			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", replication.ErrBehindRetention, a+1, first)
 		}
 		return nil
 	}
 	switch {
 	case a+1 < first:
-		return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", ErrBehindRetention, a+1, first)
+		return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d", replication.ErrBehindRetention, a+1, first)
 	case a+1 == first:
 		if b.StartLSN != first || b.Prev.IsZero() {
 			return fmt.Errorf("%w: follower stopped at LSN %d, just before the log's first, and no record says which batch ends there",
-				ErrBehindRetention, a)
+				replication.ErrBehindRetention, a)
 		}
 		if hello.LastBatch != b.Prev {
 			return fmt.Errorf("%w: follower's batch ending at LSN %d is %v, the history epoch %d continues has %v",
-				ErrDiverged, a, hello.LastBatch, b.Epoch, b.Prev)
+				replication.ErrDiverged, a, hello.LastBatch, b.Epoch, b.Prev)
 		}
 		return nil
 	}
@@ -121,15 +117,15 @@ func checkHello(hello Ack, log HelloLog) error {
 		// its slot was dropped); that is a refusal, not a read error.
 		if first, _ := log.Retained(); a+1 < first {
 			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d (retention deleted it during the check: %v)",
-				ErrBehindRetention, a+1, first, err)
+				replication.ErrBehindRetention, a+1, first, err)
 		}
 		return fmt.Errorf("replication: checking the hello against the log at LSN %d: %w", a, err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: follower's batch ends at LSN %d, no batch of this log does", ErrDiverged, a)
+		return fmt.Errorf("%w: follower's batch ends at LSN %d, no batch of this log does", replication.ErrDiverged, a)
 	}
 	if ref != hello.LastBatch {
-		return fmt.Errorf("%w: follower's batch ending at LSN %d is %v, this log's is %v", ErrDiverged, a, hello.LastBatch, ref)
+		return fmt.Errorf("%w: follower's batch ending at LSN %d is %v, this log's is %v", replication.ErrDiverged, a, hello.LastBatch, ref)
 	}
 	return nil
 }

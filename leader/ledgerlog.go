@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -62,7 +64,7 @@ type LedgerLogOptions struct {
 	// (RouteLedger). One that is a Validator judges every append before
 	// it is logged (the Applier contract in doc.go), and the log then
 	// appends one batch at a time.
-	Applier Applier
+	Applier replication.Applier
 	// State is the session state machine of the default Applier.
 	State *session.State
 	// Ledger configures the Ledger (TTL, Lease, FailureTTL, NewToken); Now
@@ -109,7 +111,7 @@ func (o *LedgerLogOptions) Validate() error {
 	if o.SegmentSize < 0 {
 		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
 	}
-	if err := CheckEpoch("Epoch", o.Epoch); err != nil {
+	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
@@ -129,13 +131,13 @@ type LedgerLog struct {
 	epochPrev  wal.BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
-	recv       *Receiver
+	recv       *replication.Receiver
 	ledger     *idempotency.Ledger
 	// validator is the Applier's Validate (behind RouteLedger), nil when
 	// the Applier is no Validator. validMu then makes each append wait for
 	// the previous one's local apply before it is stamped, so Validate
 	// sees the store after every batch logged before its own.
-	validator Validator
+	validator replication.Validator
 	validMu   sync.Mutex
 	notify    chan struct{}
 
@@ -192,14 +194,14 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		return nil, err
 	}
 	cfg := *opts
-	var validator Validator
+	var validator replication.Validator
 	if cfg.Applier == nil {
-		cfg.Applier = SessionApplier{State: cfg.State, Ledger: cfg.Table}
+		cfg.Applier = replication.SessionApplier{State: cfg.State, Ledger: cfg.Table}
 	} else {
-		_, validates := cfg.Applier.(Validator)
-		cfg.Applier = RouteLedger(cfg.Table, cfg.Applier)
+		_, validates := cfg.Applier.(replication.Validator)
+		cfg.Applier = replication.RouteLedger(cfg.Table, cfg.Applier)
 		if validates {
-			validator = cfg.Applier.(Validator)
+			validator = cfg.Applier.(replication.Validator)
 		}
 	}
 	if cfg.Wall == nil {
@@ -215,7 +217,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	// before anything is applied, so the store needs no fsync of its own: a
 	// crash loses at most a suffix, re-applied below. Opening it reads the
 	// store's position; it writes nothing.
-	recv, err := NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
+	recv, err := replication.NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &replication.ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +231,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
+	if cfg.Epoch, err = replication.LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
 		return nil, err
 	}
 	l := &LedgerLog{cfg: cfg, recv: recv, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
@@ -296,7 +298,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 		return rise, err
 	}
 	_, prevEpoch := l.recv.Position()
-	_, prev, err := ReadLastBatch(l.cfg.DB)
+	_, prev, err := replication.ReadLastBatch(l.cfg.DB)
 	if err != nil {
 		return rise, err
 	}
@@ -364,7 +366,7 @@ func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Positi
 
 // ReceiverStats are the counters of the receiver that applies the log to
 // the local store.
-func (l *LedgerLog) ReceiverStats() Stats { return l.recv.Stats() }
+func (l *LedgerLog) ReceiverStats() replication.Stats { return l.recv.Stats() }
 
 // LastEventTime is the WAL time of the last event applied to the local
 // store since the log was opened (Receiver.LastEventTime).
@@ -540,7 +542,7 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 			evs[i].LSN = first + uint64(i)
 		}
 		h := wal.Header{Shard: l.cfg.Shard, Epoch: l.epoch, FirstLSN: first, Count: uint32(len(evs))}
-		if err := l.recv.validate(l.validator, h, evs); err != nil {
+		if err := l.recv.Validate(l.validator, h, evs); err != nil {
 			return refuse(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package replication_test
+package leader_test
 
 import (
 	"encoding/binary"
@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -37,9 +39,9 @@ func TestRouterGolden(t *testing.T) {
 	for _, g := range golden {
 		id, err := session.ParseID(g.id)
 		require.NoError(t, err)
-		require.Equal(t, g.key, replication.RouteKey(id), "RouteKey(%s)", g.id)
+		require.Equal(t, g.key, leader.RouteKey(id), "RouteKey(%s)", g.id)
 		for i, n := range counts {
-			r, err := replication.NewShardRouter(n)
+			r, err := leader.NewShardRouter(n)
 			require.NoError(t, err)
 			require.Equal(t, g.shards[i], r.Shard(id), "session %s, %d shards", g.id, n)
 		}
@@ -60,11 +62,11 @@ func TestJumpHashReference(t *testing.T) {
 	}
 	for _, r := range ref {
 		for i, want := range r.buckets {
-			require.Equal(t, want, replication.JumpHash(r.key, i+1), "JumpHash(%#x, %d)", r.key, i+1)
+			require.Equal(t, want, leader.JumpHash(r.key, i+1), "JumpHash(%#x, %d)", r.key, i+1)
 		}
 	}
-	require.Equal(t, 0, replication.JumpHash(12345, 0))
-	require.Equal(t, 0, replication.JumpHash(12345, -3))
+	require.Equal(t, 0, leader.JumpHash(12345, 0))
+	require.Equal(t, 0, leader.JumpHash(12345, -3))
 }
 
 // TestRouteKeyIsBLAKE3 checks RouteKey's direct compression against the
@@ -77,19 +79,19 @@ func TestRouteKeyIsBLAKE3(t *testing.T) {
 			id[j] = byte(rng.Uint32())
 		}
 		sum := blake3.Sum256(id[:])
-		require.Equal(t, binary.LittleEndian.Uint64(sum[:8]), replication.RouteKey(id))
+		require.Equal(t, binary.LittleEndian.Uint64(sum[:8]), leader.RouteKey(id))
 	}
 }
 
 func TestRouterBadCount(t *testing.T) {
 	for _, n := range []int{0, -1, replication.MaxShards + 1} {
-		_, err := replication.NewShardRouter(n)
-		require.True(t, errors.Is(err, replication.ErrBadShardCount), "n=%d: %v", n, err)
+		_, err := leader.NewShardRouter(n)
+		require.True(t, errors.Is(err, leader.ErrBadShardCount), "n=%d: %v", n, err)
 	}
-	r, err := replication.NewShardRouter(replication.MaxShards)
+	r, err := leader.NewShardRouter(replication.MaxShards)
 	require.NoError(t, err)
 	require.Equal(t, replication.MaxShards, r.Shards())
-	var zero replication.ShardRouter
+	var zero leader.ShardRouter
 	require.Equal(t, uint32(0), zero.Shard(session.NewID()), "zero router sends everything to shard 0")
 }
 
@@ -113,7 +115,7 @@ func TestRouterBalanceAndStability(t *testing.T) {
 	}
 	for _, set := range [][]session.ID{ids, structured} {
 		for _, n := range []int{2, 4, 8} {
-			r, _ := replication.NewShardRouter(n)
+			r, _ := leader.NewShardRouter(n)
 			hist := make([]int, n)
 			for _, id := range set {
 				hist[r.Shard(id)]++
@@ -125,8 +127,8 @@ func TestRouterBalanceAndStability(t *testing.T) {
 		}
 	}
 	for n := 1; n < 10; n++ {
-		a, _ := replication.NewShardRouter(n)
-		b, _ := replication.NewShardRouter(n + 1)
+		a, _ := leader.NewShardRouter(n)
+		b, _ := leader.NewShardRouter(n + 1)
 		moved := 0
 		for _, id := range ids {
 			sa, sb := a.Shard(id), b.Shard(id)
@@ -141,7 +143,7 @@ func TestRouterBalanceAndStability(t *testing.T) {
 }
 
 func BenchmarkRouterShard(b *testing.B) {
-	r, _ := replication.NewShardRouter(8)
+	r, _ := leader.NewShardRouter(8)
 	id := session.NewID()
 	var sink uint32
 	for b.Loop() {
@@ -154,7 +156,7 @@ func BenchmarkRouterShard(b *testing.B) {
 // TestRouterSplit: Split puts every event in its session's shard, in order,
 // and reuses the slices it is given.
 func TestRouterSplit(t *testing.T) {
-	r, err := replication.NewShardRouter(3)
+	r, err := leader.NewShardRouter(3)
 	require.NoError(t, err)
 	var evs []wal.Event
 	for i := range 60 {

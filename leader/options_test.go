@@ -1,9 +1,11 @@
-package replication_test
+package leader_test
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/replication"
 	"github.com/stretchr/testify/require"
@@ -21,15 +23,15 @@ func TestShipperOptionsValidate(t *testing.T) {
 	lis := replication.NewInProcess(replication.FaultsNone, 1)
 	for _, tc := range []struct {
 		name string
-		o    replication.FanoutOptions
+		o    leader.FanoutOptions
 		bad  []string
 	}{
-		{"zero is the defaults", replication.FanoutOptions{ShipperOptions: replication.ShipperOptions{Listener: lis, WALDir: "w"}}, nil},
-		{"required", replication.FanoutOptions{}, []string{"Listener", "WALDir"}},
-		{"negatives refused, not defaulted", replication.FanoutOptions{ShipperOptions: replication.ShipperOptions{
+		{"zero is the defaults", leader.FanoutOptions{ShipperOptions: leader.ShipperOptions{Listener: lis, WALDir: "w"}}, nil},
+		{"required", leader.FanoutOptions{}, []string{"Listener", "WALDir"}},
+		{"negatives refused, not defaulted", leader.FanoutOptions{ShipperOptions: leader.ShipperOptions{
 			Listener: lis, WALDir: "w", MaxInFlight: -1, RetransmitTimeout: -time.Second, MaxBackoff: -1, PollInterval: -1}},
 			[]string{"MaxInFlight", "RetransmitTimeout", "MaxBackoff", "PollInterval"}},
-		{"followers", replication.FanoutOptions{ShipperOptions: replication.ShipperOptions{Listener: lis, WALDir: "w"},
+		{"followers", leader.FanoutOptions{ShipperOptions: leader.ShipperOptions{Listener: lis, WALDir: "w"},
 			Followers: []string{"a", "a", ""}}, []string{`"a" listed twice`, "empty"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,19 +41,19 @@ func TestShipperOptionsValidate(t *testing.T) {
 				require.NoError(t, tc.o.ShipperOptions.Validate())
 				return
 			}
-			requireNamesAll(t, err, replication.ErrBadShipperOptions, tc.bad)
-			_, err = replication.NewFanout(&tc.o)
-			require.ErrorIs(t, err, replication.ErrBadShipperOptions)
+			requireNamesAll(t, err, leader.ErrBadShipperOptions, tc.bad)
+			_, err = leader.NewFanout(&tc.o)
+			require.ErrorIs(t, err, leader.ErrBadShipperOptions)
 		})
 	}
 }
 
 func TestLedgerLogOptionsValidate(t *testing.T) {
-	err := (&replication.LedgerLogOptions{SegmentSize: -1}).Validate()
-	requireNamesAll(t, err, replication.ErrBadLedgerLogOptions,
+	err := (&leader.LedgerLogOptions{SegmentSize: -1}).Validate()
+	requireNamesAll(t, err, leader.ErrBadLedgerLogOptions,
 		[]string{"WALDir", "DB", "Tracker", "Window", "Table", "State or Applier", "SegmentSize"})
-	_, err = replication.OpenLedgerLog(nil)
-	require.ErrorIs(t, err, replication.ErrBadLedgerLogOptions)
-	_, err = replication.OpenLedgerLog(&replication.LedgerLogOptions{WALDir: t.TempDir()})
-	require.ErrorIs(t, err, replication.ErrBadLedgerLogOptions)
+	_, err = leader.OpenLedgerLog(nil)
+	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+	_, err = leader.OpenLedgerLog(&leader.LedgerLogOptions{WALDir: t.TempDir()})
+	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
 }

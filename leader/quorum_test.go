@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
 func TestAckPolicyNeed(t *testing.T) {
@@ -33,7 +35,7 @@ func blocked(fo *Fanout, lsn uint64, p AckPolicy) bool {
 // met once c catches up, or once c is unregistered; registering a new
 // follower while waiting for all makes all wait for it too.
 func TestFanoutWaitAckedPolicies(t *testing.T) {
-	r := newFanoutRig(t, []string{"a", "b", "c"}, map[string]FaultOptions{"a": noDisconnects(FaultsLight)}, 1, nil)
+	r := newFanoutRig(t, []string{"a", "b", "c"}, map[string]replication.FaultOptions{"a": noDisconnects(replication.FaultsLight)}, 1, nil)
 	r.start("a")
 	r.start("b")
 	for i := 0; i < 50; i++ {
@@ -130,7 +132,7 @@ func TestFanoutFollowerFigures(t *testing.T) {
 	r.start("a")
 	r.waitAcked(20, AckOne)
 	// "slow" connects and stops acknowledging after its hello at LSN 6.
-	slow, err := r.trs["slow"].Dial(context.Background(), Ack{Shard: 2, FollowerID: "slow", AppliedLSN: 6})
+	slow, err := r.trs["slow"].Dial(context.Background(), replication.Ack{Shard: 2, FollowerID: "slow", AppliedLSN: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func TestFanoutFollowerFigures(t *testing.T) {
 	if _, err := slow.Recv(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := slow.Send(context.Background(), Ack{Shard: 2, AppliedLSN: 8}); err != nil {
+	if err := slow.Send(context.Background(), replication.Ack{Shard: 2, AppliedLSN: 8}); err != nil {
 		t.Fatal(err)
 	}
 	for r.stats("slow").AckedLSN != 8 {

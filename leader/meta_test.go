@@ -1,4 +1,4 @@
-package replication_test
+package leader_test
 
 import (
 	"testing"

@@ -1,8 +1,9 @@
-package replication
+package leader
 
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -41,7 +42,7 @@ type batchCache struct {
 	fed     uint64
 	restart uint64
 
-	hits counter
+	hits atomic.Uint64
 }
 
 func newBatchCache(max int64) *batchCache { return &batchCache{max: max} }

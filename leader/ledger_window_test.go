@@ -1,4 +1,4 @@
-package replication_test
+package leader_test
 
 import (
 	"encoding/binary"
@@ -11,9 +11,13 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
+
+// t0 is the WAL time the scripted events start at.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
 // TestLedgerRecordsTakeNoWindowSlots: ten one-event requests through a real
 // LedgerLog leave exactly their ten operation keys in the window, on the
@@ -61,7 +65,7 @@ func TestLedgerRecordsTakeNoWindowSlots(t *testing.T) {
 // to a 10,000-key window; the window code is the same.
 func TestWindowKeepsLast100KOperations(t *testing.T) {
 	warmup, requests := 10_000, idempotency.DefaultCapacity
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		warmup, requests = 1_000, 10_000
 	}
 	n := openNode(t, vfs.NewMem())

@@ -1,9 +1,11 @@
-package replication_test
+package leader_test
 
 import (
 	"encoding/binary"
 	"math"
 	"testing"
+
+	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -42,7 +44,7 @@ func TestLedgerLogEpochBound(t *testing.T) {
 		a := openNode(t, vfs.NewMem())
 		walDir := t.TempDir()
 		_, err := a.leader(walDir, epoch, nil)
-		require.ErrorIs(t, err, replication.ErrBadLedgerLogOptions)
+		require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
 		require.ErrorIs(t, err, replication.ErrEpochExhausted)
 		_, stored, ok, err := replication.ReadMeta(a.db)
 		require.NoError(t, err)
@@ -79,7 +81,7 @@ func TestLedgerLogEpochBound(t *testing.T) {
 // epoch-2 ones (then failed on its own store for good).
 func TestLedgerLogLostStoreTakesWALEpoch(t *testing.T) {
 	walDir := t.TempDir()
-	put := func(l *replication.LedgerLog, k string) wal.Header {
+	put := func(l *leader.LedgerLog, k string) wal.Header {
 		h, err := l.Append(wal.Event{Op: wal.OpPut, Session: session.ID{1}, Key: []byte(k)})
 		require.NoError(t, err)
 		return h

@@ -1,10 +1,12 @@
-package replication_test
+package leader_test
 
 import (
 	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -89,7 +91,7 @@ func TestLeaderRoutesLedgerAroundCustomApplier(t *testing.T) {
 	n := openNode(t, vfs.NewMem())
 	defer n.db.Close()
 	c := &counters{}
-	l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{
+	l, err := leader.OpenLedgerLog(&leader.LedgerLogOptions{
 		WALDir: "wal", Epoch: 1, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table,
 		Applier: c, Wall: newWall().Now, FS: n.fs,
 	})

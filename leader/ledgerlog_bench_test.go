@@ -1,9 +1,11 @@
-package replication_test
+package leader_test
 
 import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -57,7 +59,7 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				l, err := replication.OpenLedgerLog(&replication.LedgerLogOptions{WALDir: m.wal(b), DB: db, Tracker: tracker,
+				l, err := leader.OpenLedgerLog(&leader.LedgerLogOptions{WALDir: m.wal(b), DB: db, Tracker: tracker,
 					Window: idempotency.NewStore(0), Table: table, State: session.NewState(db)})
 				if err != nil {
 					b.Fatal(err)

@@ -1,9 +1,11 @@
-package replication
+package leader
 
 import (
 	"context"
 	"sync/atomic"
 	"testing"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
 // lateListener returns one connection from Accept only once ctx has ended:
@@ -13,21 +15,21 @@ type lateListener struct {
 	done atomic.Bool
 }
 
-func (l *lateListener) Accept(ctx context.Context) (LeaderConn, Ack, error) {
+func (l *lateListener) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
 	<-ctx.Done()
 	if l.done.Swap(true) {
-		return nil, Ack{}, ctx.Err()
+		return nil, replication.Ack{}, ctx.Err()
 	}
-	return l.conn, Ack{Shard: 2, FollowerID: "a"}, nil
+	return l.conn, replication.Ack{Shard: 2, FollowerID: "a"}, nil
 }
 
 // closeConn is a connection that carries nothing and records its Close.
 type closeConn struct{ closed atomic.Bool }
 
-func (c *closeConn) Send(ctx context.Context, _ []byte) error { return ErrDisconnected }
-func (c *closeConn) Recv(ctx context.Context) (Ack, error) {
+func (c *closeConn) Send(ctx context.Context, _ []byte) error { return replication.ErrDisconnected }
+func (c *closeConn) Recv(ctx context.Context) (replication.Ack, error) {
 	<-ctx.Done()
-	return Ack{}, ctx.Err()
+	return replication.Ack{}, ctx.Err()
 }
 func (c *closeConn) Close() error { c.closed.Store(true); return nil }
 

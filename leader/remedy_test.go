@@ -1,9 +1,11 @@
-package replication
+package leader
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -23,7 +25,7 @@ func (l fixedLog) Boundary() EpochBoundary { return EpochBoundary{} }
 // (They named the cause only: `unknown follower: "f3" is not registered`.)
 func TestRefusalTextsSayWhatToDo(t *testing.T) {
 	fo := newFanout(FanoutOptions{ShipperOptions: ShipperOptions{Shard: 2}, Followers: []string{"f1"}}, false)
-	route := func(h Ack) error {
+	route := func(h replication.Ack) error {
 		fo.mu.Lock()
 		defer fo.mu.Unlock()
 		_, err := fo.routeLocked(h)
@@ -36,15 +38,15 @@ func TestRefusalTextsSayWhatToDo(t *testing.T) {
 		sentinel error
 		remedy   string
 	}{
-		{"unknown follower", route(Ack{Shard: 2, FollowerID: "f3"}), ErrUnknownFollower,
+		{"unknown follower", route(replication.Ack{Shard: 2, FollowerID: "f3"}), replication.ErrUnknownFollower,
 			`"f3" is not registered with the leader of shard 2: add f3 to the leader's followers (oncewal leader --followers)`},
-		{"anonymous follower", route(Ack{Shard: 2}), ErrUnknownFollower, "oncewal follower --id"},
-		{"bad follower ID", route(Ack{Shard: 2, FollowerID: "a b"}), ErrBadFollowerID, "choose an ID of 1-64 bytes"},
-		{"diverged", CheckHello(Ack{AppliedLSN: 9, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{1, 5}), ErrDiverged,
+		{"anonymous follower", route(replication.Ack{Shard: 2}), replication.ErrUnknownFollower, "oncewal follower --id"},
+		{"bad follower ID", route(replication.Ack{Shard: 2, FollowerID: "a b"}), replication.ErrBadFollowerID, "choose an ID of 1-64 bytes"},
+		{"diverged", CheckHello(replication.Ack{AppliedLSN: 9, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{1, 5}), replication.ErrDiverged,
 			"rebuild the follower's store from a snapshot (oncewal follower --rebuild auto"},
-		{"behind retention", CheckHello(Ack{AppliedLSN: 2, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{10, 20}), ErrBehindRetention,
+		{"behind retention", CheckHello(replication.Ack{AppliedLSN: 2, LastBatch: wal.BatchRef{Epoch: 1, CRC: 1}}, fixedLog{10, 20}), replication.ErrBehindRetention,
 			"oncewal leader --max-retained-bytes"},
-		{"fenced", l.fencedErr(3), ErrFenced, "a newer leader was promoted; stop this one"},
+		{"fenced", l.fencedErr(3), replication.ErrFenced, "a newer leader was promoted; stop this one"},
 	} {
 		if !errors.Is(tc.err, tc.sentinel) || !strings.Contains(tc.err.Error(), tc.remedy) {
 			t.Errorf("%s: %v; want %v saying %q", tc.name, tc.err, tc.sentinel, tc.remedy)

@@ -1,10 +1,12 @@
-package replication
+package leader
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
 	"testing"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/wal"
 )
@@ -86,36 +88,36 @@ func TestCheckHello(t *testing.T) {
 	atTrimmed := memHelloLog{m: trimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
 
 	errDisk := errors.New("disk on fire")
-	hello := func(epoch, applied uint64, last wal.BatchRef) Ack {
-		return Ack{Shard: 2, FollowerID: "f", Epoch: epoch, AppliedLSN: applied, LastBatch: last}
+	hello := func(epoch, applied uint64, last wal.BatchRef) replication.Ack {
+		return replication.Ack{Shard: 2, FollowerID: "f", Epoch: epoch, AppliedLSN: applied, LastBatch: last}
 	}
 	for _, c := range []struct {
 		name  string
 		log   HelloLog
-		hello Ack
+		hello replication.Ack
 		want  error // nil: served
 	}{
 		{"aligned boundary, same history", atPromoted, hello(1, 4290, x4290), nil},
-		{"aligned boundary, other history of the same epoch", atPromoted, hello(1, 4290, y4290), ErrDiverged},
-		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, wal.BatchRef{Epoch: 2, CRC: x4290.CRC}), ErrDiverged},
-		{"aligned boundary, boundary unrecorded", unknownBoundary, hello(1, 4290, x4290), ErrBehindRetention},
+		{"aligned boundary, other history of the same epoch", atPromoted, hello(1, 4290, y4290), replication.ErrDiverged},
+		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, wal.BatchRef{Epoch: 2, CRC: x4290.CRC}), replication.ErrDiverged},
+		{"aligned boundary, boundary unrecorded", unknownBoundary, hello(1, 4290, x4290), replication.ErrBehindRetention},
 		{"aligned boundary, old store (epoch rule cannot see it)", atPromoted, hello(1, 4290, wal.BatchRef{}), nil},
 		{"inside the log, same batch", atPromoted, hello(2, 4294, r4294), nil},
 		{"inside the log, at its end", atPromoted, hello(2, 4300, refAt(promoted, 4300)), nil},
-		{"inside the log, other CRC", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), ErrDiverged},
-		{"inside the log, other epoch", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 1, CRC: r4294.CRC}), ErrDiverged},
-		{"inside the log, not at a batch end", atPromoted, hello(2, 4293, r4294), ErrDiverged},
-		{"ahead of the log", atPromoted, hello(2, 4301, r4294), ErrDiverged},
-		{"ahead of the log, old store", atPromoted, hello(2, 4301, wal.BatchRef{}), ErrDiverged},
-		{"below the log", atPromoted, hello(1, 4289, x4290), ErrBehindRetention},
-		{"nothing applied, log starts later", atPromoted, hello(0, 0, wal.BatchRef{}), ErrBehindRetention},
-		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, wal.BatchRef{}), ErrDiverged},
+		{"inside the log, other CRC", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), replication.ErrDiverged},
+		{"inside the log, other epoch", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 1, CRC: r4294.CRC}), replication.ErrDiverged},
+		{"inside the log, not at a batch end", atPromoted, hello(2, 4293, r4294), replication.ErrDiverged},
+		{"ahead of the log", atPromoted, hello(2, 4301, r4294), replication.ErrDiverged},
+		{"ahead of the log, old store", atPromoted, hello(2, 4301, wal.BatchRef{}), replication.ErrDiverged},
+		{"below the log", atPromoted, hello(1, 4289, x4290), replication.ErrBehindRetention},
+		{"nothing applied, log starts later", atPromoted, hello(0, 0, wal.BatchRef{}), replication.ErrBehindRetention},
+		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, wal.BatchRef{}), replication.ErrDiverged},
 		{"old store, current epoch", atPromoted, hello(2, 4294, wal.BatchRef{}), nil},
-		{"old store, below the log", atPromoted, hello(1, 4000, wal.BatchRef{}), ErrBehindRetention},
+		{"old store, below the log", atPromoted, hello(1, 4000, wal.BatchRef{}), replication.ErrBehindRetention},
 		{"nothing applied, log starts at 1", atUntrimmed, hello(0, 0, wal.BatchRef{}), nil},
 		{"untrimmed, same batch", atUntrimmed, hello(1, 4, refAt(untrimmed, 4)), nil},
-		{"untrimmed, ahead", atUntrimmed, hello(1, 7, refAt(untrimmed, 6)), ErrDiverged},
-		{"trimmed, just below (nothing recorded)", atTrimmed, hello(1, 99, refOf(t, 1, 99, "v")), ErrBehindRetention},
+		{"untrimmed, ahead", atUntrimmed, hello(1, 7, refAt(untrimmed, 6)), replication.ErrDiverged},
+		{"trimmed, just below (nothing recorded)", atTrimmed, hello(1, 99, refOf(t, 1, 99, "v")), replication.ErrBehindRetention},
 		{"trimmed, old store just below", atTrimmed, hello(1, 99, wal.BatchRef{}), nil},
 		{"trimmed, inside", atTrimmed, hello(1, 101, refAt(trimmed, 101)), nil},
 	} {
@@ -125,7 +127,7 @@ func TestCheckHello(t *testing.T) {
 		}
 	}
 	err := CheckHello(hello(2, 4294, r4294), memHelloLog{m: promoted, b: boundary, err: errDisk})
-	if !errors.Is(err, errDisk) || errors.Is(err, ErrDiverged) || errors.Is(err, ErrBehindRetention) {
+	if !errors.Is(err, errDisk) || errors.Is(err, replication.ErrDiverged) || errors.Is(err, replication.ErrBehindRetention) {
 		t.Errorf("read error: %v", err)
 	}
 }
@@ -173,13 +175,13 @@ func TestCheckHelloRacingRetention(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		log.append(t, 1, 2) // batches ending at 2, 4, …, 10
 	}
-	hello := Ack{Epoch: 1, AppliedLSN: 4, LastBatch: refOf(t, 1, 4, "x")}
+	hello := replication.Ack{Epoch: 1, AppliedLSN: 4, LastBatch: refOf(t, 1, 4, "x")}
 	err := CheckHello(hello, trimmingHelloLog{memHelloLog{m: log}, 7})
-	if !errors.Is(err, ErrBehindRetention) {
-		t.Fatalf("segment deleted during the check: %v, want ErrBehindRetention", err)
+	if !errors.Is(err, replication.ErrBehindRetention) {
+		t.Fatalf("segment deleted during the check: %v, want replication.ErrBehindRetention", err)
 	}
-	err = CheckHello(Ack{Epoch: 1, AppliedLSN: 8, LastBatch: refOf(t, 1, 8, "x")}, memHelloLog{m: log, err: fs.ErrPermission})
-	if !errors.Is(err, fs.ErrPermission) || errors.Is(err, ErrBehindRetention) {
+	err = CheckHello(replication.Ack{Epoch: 1, AppliedLSN: 8, LastBatch: refOf(t, 1, 8, "x")}, memHelloLog{m: log, err: fs.ErrPermission})
+	if !errors.Is(err, fs.ErrPermission) || errors.Is(err, replication.ErrBehindRetention) {
 		t.Fatalf("read error on a retained LSN: %v", err)
 	}
 }

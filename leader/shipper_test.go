@@ -1,4 +1,4 @@
-package replication
+package leader
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/internal/ctxtime"
 	"github.com/oncewal/oncewal/testutil"
@@ -87,7 +89,7 @@ func (m *memLog) open() (LogReader, error) {
 
 func (r *memReader) Seek(lsn uint64) error {
 	if c := r.m.compacted.Load(); lsn < c {
-		return fmt.Errorf("%w: LSN %d deleted (log starts at %d)", ErrBehindRetention, lsn, c)
+		return fmt.Errorf("%w: LSN %d deleted (log starts at %d)", replication.ErrBehindRetention, lsn, c)
 	}
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
@@ -139,25 +141,25 @@ func (f *fakeFollower) crash(lsn uint64) {
 }
 
 // serve dials and serves until ctx ends or the transport closes.
-func (f *fakeFollower) serve(ctx context.Context, d Dialer) error {
+func (f *fakeFollower) serve(ctx context.Context, d replication.Dialer) error {
 	for {
 		f.mu.Lock()
-		hello := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied, FollowerID: f.id}
+		hello := replication.Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied, FollowerID: f.id}
 		f.dials++
 		f.mu.Unlock()
 		c, err := d.Dial(ctx, hello)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrTransportClosed) {
+			if ctx.Err() != nil || errors.Is(err, replication.ErrTransportClosed) {
 				return nil
 			}
 			return err
 		}
 		err = f.session(ctx, c)
 		c.Close()
-		if ctx.Err() != nil || errors.Is(err, ErrTransportClosed) {
+		if ctx.Err() != nil || errors.Is(err, replication.ErrTransportClosed) {
 			return nil
 		}
-		if !errors.Is(err, ErrDisconnected) {
+		if !errors.Is(err, replication.ErrDisconnected) {
 			return err
 		}
 		if f.backoff > 0 && ctxtime.Sleep(ctx, f.backoff) != nil {
@@ -172,7 +174,7 @@ func (f *fakeFollower) dialCount() int {
 	return f.dials
 }
 
-func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {
+func (f *fakeFollower) session(ctx context.Context, c replication.FollowerConn) error {
 	for {
 		b, err := c.Recv(ctx)
 		if err != nil {
@@ -190,12 +192,12 @@ func (f *fakeFollower) session(ctx context.Context, c FollowerConn) error {
 		case h.LastLSN() <= f.applied:
 		default:
 			f.mu.Unlock()
-			if err := c.Send(ctx, Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.position(), Refused: true}); err != nil {
+			if err := c.Send(ctx, replication.Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.position(), Refused: true}); err != nil {
 				return err
 			}
 			continue
 		}
-		ack := Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
+		ack := replication.Ack{Shard: f.shard, Epoch: f.epoch, AppliedLSN: f.applied}
 		f.mu.Unlock()
 		if err := c.Send(ctx, ack); err != nil {
 			return err
@@ -226,7 +228,7 @@ func (f *fakeFollower) checkHistory(t *testing.T, heads []wal.Header) {
 	}
 }
 
-func testShipperOptions(tr Listener, m *memLog) ShipperOptions {
+func testShipperOptions(tr replication.Listener, m *memLog) ShipperOptions {
 	return ShipperOptions{
 		Shard:             m.shard,
 		Listener:          tr,
@@ -241,7 +243,7 @@ func testShipperOptions(tr Listener, m *memLog) ShipperOptions {
 
 type harness struct {
 	t        *testing.T
-	tr       *InProcess
+	tr       *replication.InProcess
 	log      *memLog
 	f        *fakeFollower
 	s        *Shipper
@@ -250,9 +252,9 @@ type harness struct {
 	serveErr chan error
 }
 
-func startHarness(t *testing.T, faults FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
+func startHarness(t *testing.T, faults replication.FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
 	t.Helper()
-	h := &harness{t: t, tr: NewInProcess(faults, seed), log: newMemLog(2)}
+	h := &harness{t: t, tr: replication.NewInProcess(faults, seed), log: newMemLog(2)}
 	h.f = &fakeFollower{shard: 2, epoch: 1}
 	o := testShipperOptions(h.tr, h.log)
 	if opts != nil {
@@ -298,7 +300,7 @@ func noTimeouts(o *ShipperOptions) { o.RetransmitTimeout = time.Hour }
 
 func TestShipperNoFaultsSendsEachBatchOnce(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := startHarness(t, FaultsNone, 1, noTimeouts)
+	h := startHarness(t, replication.FaultsNone, 1, noTimeouts)
 	for i := 0; i < 200; i++ {
 		h.log.append(t, 1, 1+i%5)
 	}
@@ -329,10 +331,10 @@ func TestShipperConverges(t *testing.T) {
 	}
 	for _, preset := range []struct {
 		name   string
-		faults FaultOptions
-	}{{"light", FaultsLight}, {"heavy", FaultsHeavy}} {
+		faults replication.FaultOptions
+	}{{"light", replication.FaultsLight}, {"heavy", replication.FaultsHeavy}} {
 		var total ShipperStats
-		var ts InProcessStats
+		var ts replication.InProcessStats
 		for seed := uint64(1); seed <= seeds[preset.name]; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", preset.name, seed), func(t *testing.T) {
 				h := startHarness(t, preset.faults, seed, nil)
@@ -374,7 +376,7 @@ func TestShipperConverges(t *testing.T) {
 
 func TestShipperFollowerLosesData(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := startHarness(t, FaultsNone, 1, noTimeouts)
+	h := startHarness(t, replication.FaultsNone, 1, noTimeouts)
 	var mid uint64
 	for i := 0; i < 100; i++ {
 		l := h.log.append(t, 1, 2)
@@ -408,7 +410,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 	}
 
 	// No follower ever connects.
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	s, err := NewShipper(new(testShipperOptions(tr, m)))
 	if err != nil {
 		t.Fatal(err)
@@ -423,22 +425,19 @@ func TestShipperStopsCleanly(t *testing.T) {
 
 	// A follower that connects and never reads: the shipper blocks in Send
 	// (queue of 1), and must still stop.
-	tr2 := NewInProcess(FaultOptions{QueueSize: 1}, 1)
+	tr2 := replication.NewInProcess(replication.FaultOptions{QueueSize: 1}, 1)
 	s2, err := NewShipper(new(testShipperOptions(tr2, m)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel = context.WithCancel(ctx)
 	go func() { done <- s2.Run(cctx) }()
-	fc, err := tr2.Dial(ctx, Ack{})
+	fc, err := tr2.Dial(ctx, replication.Ack{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		tr2.mu.Lock()
-		blocked := len(fc.(*followerEnd).p.toF.items) == 1
-		tr2.mu.Unlock()
-		if blocked {
+		if tr2.Stats().BatchesSent >= 1 { // the queue of 1 is full
 			break
 		}
 		runtime.Gosched()
@@ -450,14 +449,14 @@ func TestShipperStopsCleanly(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
 	}
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower after shipper stopped: %v", err)
 	}
 
 	// Closing the listener ends Run with ErrTransportClosed.
 	go func() { done <- s.Run(ctx) }()
 	tr.Close()
-	if err := <-done; !errors.Is(err, ErrTransportClosed) {
+	if err := <-done; !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("Run after listener closed: %v", err)
 	}
 	tr2.Close()
@@ -472,33 +471,33 @@ func TestShipperFencing(t *testing.T) {
 	leaderEpoch := func() uint64 { return 3 }
 
 	// A hello from a follower that has seen epoch 4.
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Epoch = leaderEpoch
 	s, _ := NewShipper(&o)
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
-	if _, err := tr.Dial(ctx, Ack{Epoch: 4}); err != nil {
+	if _, err := tr.Dial(ctx, replication.Ack{Epoch: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrFenced) {
+	if err := <-done; !errors.Is(err, replication.ErrFenced) {
 		t.Fatalf("Run = %v, want ErrFenced", err)
 	}
 
 	// An ack (a refusal) carrying a higher epoch.
 	go func() { done <- s.Run(ctx) }()
-	fc, err := tr.Dial(ctx, Ack{Epoch: 3})
+	fc, err := tr.Dial(ctx, replication.Ack{Epoch: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fc.Recv(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := fc.Send(ctx, Ack{Epoch: 4, Refused: true}); err != nil {
+	if err := fc.Send(ctx, replication.Ack{Epoch: 4, Refused: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrFenced) {
+	if err := <-done; !errors.Is(err, replication.ErrFenced) {
 		t.Fatalf("Run = %v, want ErrFenced", err)
 	}
 }
@@ -507,21 +506,21 @@ func TestShipperRefusesWrongShard(t *testing.T) {
 	ctx := context.Background()
 	m := newMemLog(2)
 	m.append(t, 1, 1)
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	s, _ := NewShipper(new(testShipperOptions(tr, m)))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()
-	fc, err := tr.Dial(ctx, Ack{Shard: 9})
+	fc, err := tr.Dial(ctx, replication.Ack{Shard: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("wrong-shard follower: %v", err)
 	}
 	// The shipper keeps serving: the right follower gets the batch.
-	fc, err = tr.Dial(ctx, Ack{Shard: 2})
+	fc, err = tr.Dial(ctx, replication.Ack{Shard: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +538,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 	base := runtime.NumGoroutine()
 	fails := 3
 	var mu sync.Mutex
-	h := startHarness(t, FaultsNone, 1, func(o *ShipperOptions) {
+	h := startHarness(t, replication.FaultsNone, 1, func(o *ShipperOptions) {
 		open := o.OpenReader
 		o.OpenReader = func() (LogReader, error) {
 			mu.Lock()
@@ -564,7 +563,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 }
 
 func TestShipperWaitAckedHonoursContext(t *testing.T) {
-	s, err := NewShipper(&ShipperOptions{Listener: NewInProcess(FaultsNone, 1), WALDir: "unused"})
+	s, err := NewShipper(&ShipperOptions{Listener: replication.NewInProcess(replication.FaultsNone, 1), WALDir: "unused"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -603,7 +602,7 @@ func BenchmarkShipperInProcess(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m.append(b, 1, 100)
 	}
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.MaxInFlight = 32
@@ -634,7 +633,7 @@ func TestShipperRealWAL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := NewInProcess(FaultsHeavy, seed)
+		tr := replication.NewInProcess(replication.FaultsHeavy, seed)
 		notify := make(chan struct{}, 1)
 		s, err := NewShipper(&ShipperOptions{
 			WALDir: dir, Shard: 4, Listener: tr, Epoch: func() uint64 { return 1 }, Notify: notify,
@@ -696,7 +695,7 @@ func TestShipperRefusalStorm(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		m.append(t, 1, 1)
 	}
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.RetransmitTimeout = time.Hour
@@ -704,7 +703,7 @@ func TestShipperRefusalStorm(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()
-	fc, err := tr.Dial(ctx, Ack{})
+	fc, err := tr.Dial(ctx, replication.Ack{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -725,23 +724,23 @@ func TestShipperRefusalStorm(t *testing.T) {
 		t.Fatalf("first window %v", got)
 	}
 	for i := 0; i < 8; i++ {
-		if err := fc.Send(ctx, Ack{AppliedLSN: 0, Refused: true}); err != nil {
+		if err := fc.Send(ctx, replication.Ack{AppliedLSN: 0, Refused: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := recvLSNs(8); !slices.Equal(got, want) {
 		t.Fatalf("resent window %v", got)
 	}
-	if err := fc.Send(ctx, Ack{AppliedLSN: 8}); err != nil {
+	if err := fc.Send(ctx, replication.Ack{AppliedLSN: 8}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.WaitAcked(ctx, 8); err != nil {
 		t.Fatal(err)
 	}
-	if err := fc.Send(ctx, Ack{AppliedLSN: 3}); err != nil { // stale, e.g. delayed in transit
+	if err := fc.Send(ctx, replication.Ack{AppliedLSN: 3}); err != nil { // stale, e.g. delayed in transit
 		t.Fatal(err)
 	}
-	if err := fc.Send(ctx, Ack{AppliedLSN: 8, Refused: true}); err != nil { // nothing beyond 8: no rewind
+	if err := fc.Send(ctx, replication.Ack{AppliedLSN: 8, Refused: true}); err != nil { // nothing beyond 8: no rewind
 		t.Fatal(err)
 	}
 	for s.Stats().Acks < 11 {
@@ -764,7 +763,7 @@ func TestShipperRefusesDivergedFollower(t *testing.T) {
 	ctx := context.Background()
 	m := newMemLog(2)
 	m.append(t, 6, 1)
-	tr := NewInProcess(FaultsNone, 1)
+	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Epoch = func() uint64 { return 6 }
@@ -773,14 +772,14 @@ func TestShipperRefusesDivergedFollower(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- s.Run(cctx) }()
-	fc, err := tr.Dial(ctx, Ack{Shard: 2, Epoch: 5, AppliedLSN: 1})
+	fc, err := tr.Dial(ctx, replication.Ack{Shard: 2, Epoch: 5, AppliedLSN: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("diverged follower: %v", err)
 	}
-	fc, err = tr.Dial(ctx, Ack{Shard: 2, Epoch: 5, AppliedLSN: 0})
+	fc, err = tr.Dial(ctx, replication.Ack{Shard: 2, Epoch: 5, AppliedLSN: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

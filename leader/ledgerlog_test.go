@@ -1,4 +1,4 @@
-package replication_test
+package leader_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -48,8 +50,8 @@ func (n *node) receiver() *replication.Receiver {
 	return r
 }
 
-func (n *node) leader(walDir string, epoch uint64, wall func() int64) (*replication.LedgerLog, error) {
-	return replication.OpenLedgerLog(&replication.LedgerLogOptions{
+func (n *node) leader(walDir string, epoch uint64, wall func() int64) (*leader.LedgerLog, error) {
+	return leader.OpenLedgerLog(&leader.LedgerLogOptions{
 		WALDir: walDir, Epoch: epoch, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table, State: n.state,
 		Wall: wall,
 	})
@@ -142,7 +144,7 @@ func TestLedgerLogCommitReplicates(t *testing.T) {
 	require.ErrorIs(t, err, wal.ErrLogClosed)
 }
 
-func mustClaim(t *testing.T, l *replication.LedgerLog, key string) *idempotency.Claim {
+func mustClaim(t *testing.T, l *leader.LedgerLog, key string) *idempotency.Claim {
 	c, err := l.Ledger().Claim("ops", key, []byte("p"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Fresh, c.Status)
@@ -157,16 +159,16 @@ func TestLedgerLogRefusesWhatItMustStamp(t *testing.T) {
 	defer l.Close()
 	next := l.Writer().NextLSN()
 	_, err = l.Append(wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Seq: 5, Key: []byte("n"), Delta: 1})
-	require.ErrorIs(t, err, replication.ErrBadEvent)
+	require.ErrorIs(t, err, leader.ErrBadEvent)
 	rec := idempotency.Record{Kind: idempotency.RecordRelease, Scope: "s", Key: "k", Time: 1}
 	_, err = l.Append(wal.LedgerEvent(&rec))
-	require.ErrorIs(t, err, replication.ErrBadEvent)
+	require.ErrorIs(t, err, leader.ErrBadEvent)
 	_, err = l.Append(wal.Event{Op: wal.OpPut, Delta: 3})
 	require.ErrorIs(t, err, wal.ErrInvalidEvent)
 	require.Equal(t, next, l.Writer().NextLSN(), "nothing logged")
 	c := mustClaim(t, l, "k")
 	_, err = l.Commit(c, nil, wal.LedgerEvent(&rec))
-	require.ErrorIs(t, err, replication.ErrBadEvent)
+	require.ErrorIs(t, err, leader.ErrBadEvent)
 	_, err = l.Commit(c, nil, wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Key: []byte("n"), Delta: 1})
 	require.NoError(t, err, "a refused commit leaves the claim usable")
 	// Sequencing continued correctly after the refusals.
@@ -294,7 +296,7 @@ func TestLedgerLogRefusesExpiredSession(t *testing.T) {
 	require.NoError(t, err)
 	before, _ := l.Position()
 	_, err = l.Append(put(x))
-	require.ErrorIs(t, err, replication.ErrSessionExpired)
+	require.ErrorIs(t, err, leader.ErrSessionExpired)
 	after, _ := l.Position()
 	require.Equal(t, before, after, "nothing logged for the expired session")
 	_, err = l.Append(put(y)) // the log is not wedged

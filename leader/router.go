@@ -1,24 +1,20 @@
-package replication
+package leader
 
 import (
 	"errors"
 	"fmt"
 
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"lukechampine.com/blake3/guts"
 )
 
-// ErrBadShardCount: a ShardRouter needs between 1 and MaxShards shards.
+// ErrBadShardCount: a ShardRouter needs between 1 and replication.MaxShards shards.
 var ErrBadShardCount = errors.New("replication: bad shard count")
 
 // ErrNoSuchShard: a shard number outside the deployment's 0..Shards-1.
 var ErrNoSuchShard = errors.New("replication: no such shard")
-
-// MaxShards bounds a deployment's shard count. Jump hash works for up to 2^31
-// buckets; the bound is kept far lower because every shard costs a WAL, a
-// shipper and a follower store.
-const MaxShards = 1 << 16
 
 // ShardRouter maps sessions to shards for a deployment with a fixed number of
 // shards. The zero value is not usable; create it with NewShardRouter. It is
@@ -30,8 +26,8 @@ type ShardRouter struct {
 // NewShardRouter returns the router for a deployment of n shards (shards
 // 0..n-1). Every node of the deployment must use the same n.
 func NewShardRouter(n int) (ShardRouter, error) {
-	if n < 1 || n > MaxShards {
-		return ShardRouter{}, fmt.Errorf("%w: %d (want 1..%d)", ErrBadShardCount, n, MaxShards)
+	if n < 1 || n > replication.MaxShards {
+		return ShardRouter{}, fmt.Errorf("%w: %d (want 1..%d)", ErrBadShardCount, n, replication.MaxShards)
 	}
 	return ShardRouter{n: uint32(n)}, nil
 }

@@ -1,6 +1,0 @@
-//go:build !race
-
-package replication_test
-
-// raceEnabled: -race slows Pebble ~10x; long tests scale down (see their comments).
-const raceEnabled = false
