@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -367,7 +369,7 @@ func rawApply(db *pebble.DB, h wal.Header, evs []wal.Event, kbuf, vbuf *[]byte) 
 	var pos [9]byte
 	pos[0] = 1
 	binary.LittleEndian.PutUint64(pos[1:], h.LastLSN())
-	if err := batch.Set(replication.KeyPosition, pos[:], nil); err != nil {
+	if err := batch.Set(store.KeyPosition, pos[:], nil); err != nil {
 		return err
 	}
 	return batch.Commit(pebble.Sync)
@@ -430,7 +432,7 @@ func Shards(n int, noSync bool) func(*testing.B) {
 				wg.Go(func() {
 					// As Node.Serve runs a shard: up to shardPipeline
 					// batches between Start and the wait for their sync.
-					var queue []*replication.Pending
+					var queue []*store.Pending
 					wait := func() bool {
 						res, err := queue[0].Wait()
 						queue = queue[1:]

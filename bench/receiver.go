@@ -10,12 +10,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -108,7 +109,7 @@ func cpuNanos() int64 {
 func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
 	// A FatalLogger without a Logger drops Pebble's lines (benchmark output
 	// stays readable) and still panics on Fatalf.
-	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{},
+	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: store.FatalLogger{},
 		MemTableSize: follower.DefaultMemTableSize}
 	for _, f := range tune {
 		f(o)
@@ -134,7 +135,7 @@ type rig struct {
 	apply   func(batch int) (applied int, err error) // applies prepared slot batch
 	prepare func(slot int) int                       // encodes g's current events into slot; its bytes
 	raw     func(slot int) []byte                    // the batch prepared in slot (batch designs)
-	start   func(raw []byte) *replication.Pending    // the follower's Start (pipelined designs)
+	start   func(raw []byte) *store.Pending          // the follower's Start (pipelined designs)
 	close   func() error
 }
 
@@ -332,7 +333,7 @@ func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 			})
 		})
 		type started struct {
-			p    *replication.Pending
+			p    *store.Pending
 			want int
 		}
 		var queue []started
@@ -446,7 +447,7 @@ func Naive(w Workload) func(b *testing.B) {
 				return err
 			}
 			r.close, r.db = db.Close, db
-			n := &naiveReceiver{db: db, applier: replication.SessionApplier{State: session.NewState(db)},
+			n := &naiveReceiver{db: db, applier: store.SessionApplier{State: session.NewState(db)},
 				seen: make(map[idempotency.Key]struct{})}
 			return batchRig(r, w, db, n.apply)
 		})
@@ -459,7 +460,7 @@ const naiveKeyPrefix = "i/"
 
 type naiveReceiver struct {
 	db      *pebble.DB
-	applier replication.Applier
+	applier store.Applier
 	applied uint64
 	events  []wal.Event
 	keep    []wal.Event
@@ -515,7 +516,7 @@ func (n *naiveReceiver) apply(raw []byte) (int, error) {
 	for i, lsn := 1, h.LastLSN(); i < 9; i, lsn = i+1, lsn>>8 {
 		pos[i] = byte(lsn)
 	}
-	if err := b.Set(replication.KeyPosition, pos[:], nil); err != nil {
+	if err := b.Set(store.KeyPosition, pos[:], nil); err != nil {
 		return 0, err
 	}
 	opts := pebble.NoSync

@@ -5,8 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
 
@@ -27,7 +28,7 @@ func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 
 func newTrackerRigOpts(b *testing.B, sessions int, opts session.TrackerOptions) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}, CacheSize: 64 << 20})
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: store.FatalLogger{}, CacheSize: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}

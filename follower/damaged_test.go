@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/follower"
@@ -231,10 +233,10 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 			require.NoError(t, f.Close())
 			continue // a block applying did not read
 		}
-		require.ErrorIs(t, failed, replication.ErrStoreFailed)
+		require.ErrorIs(t, failed, store.ErrStoreFailed)
 		require.ErrorIs(t, follower.CorruptStoreError(dir, failed), follower.ErrStoreCorrupt)
 		_, err = f.Apply(batches[len(batches)-1])
-		require.ErrorIs(t, err, replication.ErrStoreFailed, "the failure is sticky")
+		require.ErrorIs(t, err, store.ErrStoreFailed, "the failure is sticky")
 		_ = f.Close()
 		t.Logf("byte %d of %d: Open succeeded, applying failed: %v", len(b)*i/20, len(b), failed)
 		return

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -120,7 +122,7 @@ type simFollower struct {
 	t     testing.TB
 	fs    *vfs.MemFS
 	f     *follower.Follower
-	total replication.Stats // across incarnations
+	total store.Stats // across incarnations
 	opts  follower.Options
 }
 
@@ -155,19 +157,19 @@ func (s *simFollower) crash(rng *rand.Rand) {
 // simTarget is what the simulation drives: one follower, or a node serving
 // several shards (node_test.go).
 type simTarget interface {
-	Apply(raw []byte) (replication.Result, error)
+	Apply(raw []byte) (store.Result, error)
 	Position(shard uint32) uint64
 	Restart()
 	Crash(rng *rand.Rand)
 }
 
-func (s *simFollower) Apply(raw []byte) (replication.Result, error) { return s.f.Apply(raw) }
-func (s *simFollower) Position(uint32) uint64                       { lsn, _ := s.f.Position(); return lsn }
-func (s *simFollower) Restart()                                     { s.restart() }
-func (s *simFollower) Crash(rng *rand.Rand)                         { s.crash(rng) }
+func (s *simFollower) Apply(raw []byte) (store.Result, error) { return s.f.Apply(raw) }
+func (s *simFollower) Position(uint32) uint64                 { lsn, _ := s.f.Position(); return lsn }
+func (s *simFollower) Restart()                               { s.restart() }
+func (s *simFollower) Crash(rng *rand.Rand)                   { s.crash(rng) }
 
 // runSim drives one seed to completion and checks the invariant.
-func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*simNet, replication.Stats) {
+func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*simNet, store.Stats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, 1, &hostile)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
@@ -283,7 +285,7 @@ func seedCount(t *testing.T, def int) (first uint64, n int) {
 func TestExactlyOnceSeeds(t *testing.T) {
 	first, n := seedCount(t, 500)
 	cfg := sim.WorkloadOptions{Sessions: 6, Requests: 150, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
-	var total replication.Stats
+	var total store.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
 		net, st := runSim(t, seed, cfg, true)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
@@ -67,7 +69,7 @@ func Example_rejectedBeforeLogging() {
 	add := func(acct string, delta int64) {
 		h, err := l.Append(wal.Event{Op: wal.OpAdd, Session: s, Key: []byte(acct), Delta: delta})
 		switch {
-		case errors.Is(err, replication.ErrRejected):
+		case errors.Is(err, store.ErrRejected):
 			fmt.Println("rejected:", errors.Is(err, errOverdraft))
 		case err != nil:
 			log.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
@@ -82,7 +84,7 @@ type Options struct {
 	// Follower and can be given before Open. It must keep the Applier
 	// contract (package replication): deterministic, rejections as
 	// results; on a leader, a replication.Validator refuses before logging.
-	Applier replication.Applier
+	Applier store.Applier
 	// Ledger configures the request-ledger table (sweep interval and limit,
 	// on the WAL clock). Default: idempotency.TableOptions defaults.
 	Ledger idempotency.TableOptions
@@ -299,7 +301,7 @@ type Follower struct {
 	window  *idempotency.Store
 	state   *session.State
 	ledger  *idempotency.LedgerTable
-	recv    *replication.Receiver
+	recv    *store.Receiver
 
 	// life orders Apply (a hold) and Serve (a run) against stop (Close,
 	// Kill, Promote): after stop no Apply is in flight, every Serve has
@@ -459,11 +461,11 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 	if f.ledger, err = idempotency.OpenLedgerTable(db, &o.Ledger); err != nil {
 		return nil, fmt.Errorf("follower: %w", err)
 	}
-	var applier replication.Applier = replication.SessionApplier{State: f.state, Ledger: f.ledger}
+	var applier store.Applier = store.SessionApplier{State: f.state, Ledger: f.ledger}
 	if o.Applier != nil {
-		applier = replication.RouteLedger(f.ledger, o.Applier)
+		applier = store.RouteLedger(f.ledger, o.Applier)
 	}
-	f.recv, err = replication.NewReceiver(db, tracker, f.window, applier, &replication.ReceiverOptions{
+	f.recv, err = store.NewReceiver(db, tracker, f.window, applier, &store.ReceiverOptions{
 		Shard:      o.Shard,
 		FollowerID: o.ID,
 		NoSync:     o.NoSync,
@@ -484,7 +486,7 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, err
 
 // Apply applies one shipped batch (see replication.Receiver.Apply). Embedders
 // with their own transport call it directly and send back the returned ack.
-func (f *Follower) Apply(batch []byte) (replication.Result, error) {
+func (f *Follower) Apply(batch []byte) (store.Result, error) {
 	return f.Start(batch).Wait()
 }
 
@@ -492,14 +494,14 @@ func (f *Follower) Apply(batch []byte) (replication.Result, error) {
 // (see replication.Receiver.Start): embedders with their own transport that
 // pipeline batches call it, then Wait for each Pending in order and send
 // its ack. Wait for every Pending before Close.
-func (f *Follower) Start(batch []byte) *replication.Pending {
+func (f *Follower) Start(batch []byte) *store.Pending {
 	release, ok := f.life.Hold()
 	if !ok {
-		return replication.Refused(f.recv.Hello(), ErrFollowerClosed)
+		return store.Refused(f.recv.Hello(), ErrFollowerClosed)
 	}
 	defer release()
 	if err := f.checkDisk(); err != nil {
-		return replication.Refused(f.recv.Hello(), err)
+		return store.Refused(f.recv.Hello(), err)
 	}
 	return f.recv.Start(batch)
 }
@@ -555,7 +557,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 			} else {
 				f.link.dropped(err)
 			}
-			if errors.Is(err, replication.ErrApply) {
+			if errors.Is(err, store.ErrApply) {
 				log.Error("oncewal follower: the Applier failed; serving stopped: fix the Applier and restart the follower", "err", err)
 				return err
 			}
@@ -629,9 +631,9 @@ const pipelineDepth = 4
 func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn, delivered func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pending := make(chan *replication.Pending, pipelineDepth-1)
+	pending := make(chan *store.Pending, pipelineDepth-1)
 	ackErr := make(chan error, 1)
-	var abandoned <-chan *replication.Pending // see start; set before pending is closed
+	var abandoned <-chan *store.Pending // see start; set before pending is closed
 	go func() {
 		defer func() {
 			if abandoned != nil {
@@ -673,7 +675,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if !f.waitForRoom(ctx) {
 			break // the batch is resent after the reconnect
 		}
-		var p *replication.Pending
+		var p *store.Pending
 		if p, abandoned = f.start(ctx, batch); p == nil {
 			err = fmt.Errorf("%w: %w", ErrStoreStalled, ctx.Err())
 			break
@@ -825,9 +827,9 @@ func guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if pe, ok := p.(error); ok {
-				err = fmt.Errorf("%w: %w", replication.ErrStoreFailed, pe)
+				err = fmt.Errorf("%w: %w", store.ErrStoreFailed, pe)
 			} else {
-				err = fmt.Errorf("%w: %v", replication.ErrStoreFailed, p)
+				err = fmt.Errorf("%w: %v", store.ErrStoreFailed, p)
 			}
 		}
 	}()
@@ -851,7 +853,7 @@ func (s Stats) WALLag(now time.Time, idle time.Duration) time.Duration {
 
 // Stats is a follower's readable state.
 type Stats struct {
-	Receiver       replication.Stats
+	Receiver       store.Stats
 	WindowLen      int
 	WindowCapacity int
 	// HWMCacheLen is the number of sessions whose HWM is cached in memory
@@ -890,6 +892,6 @@ var _ io.Closer = (*Follower)(nil)
 // Applier failed (replication.ErrApply: deterministic, it would fail the
 // resent batch again, so only a fixed Applier, after a restart, goes on).
 func storeTrouble(err error) bool {
-	return errors.Is(err, replication.ErrStoreFailed) || errors.Is(err, replication.ErrStaging) ||
-		errors.Is(err, replication.ErrApply)
+	return errors.Is(err, store.ErrStoreFailed) || errors.Is(err, store.ErrStaging) ||
+		errors.Is(err, store.ErrApply)
 }

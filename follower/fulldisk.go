@@ -7,9 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/ctxtime"
 	"github.com/oncewal/oncewal/internal/diskguard"
-	"github.com/oncewal/oncewal/replication"
 )
 
 // ErrStoreStalled: Pebble holds the store's writes and the follower stopped
@@ -44,8 +45,8 @@ const stallPoll = 50 * time.Millisecond
 // with it once every earlier Pending of the pipeline has been waited for
 // (Pending.Wait's order), which it cannot do at once: an earlier Pending's
 // Wait needs the receiver, which the stuck Start holds.
-func (f *Follower) start(ctx context.Context, batch []byte) (*replication.Pending, <-chan *replication.Pending) {
-	done := make(chan *replication.Pending, 1)
+func (f *Follower) start(ctx context.Context, batch []byte) (*store.Pending, <-chan *store.Pending) {
+	done := make(chan *store.Pending, 1)
 	go func() { done <- f.recv.Start(batch) }()
 	select {
 	case p := <-done:
@@ -77,7 +78,7 @@ func (f *Follower) start(ctx context.Context, batch []byte) (*replication.Pendin
 // finishAbandoned waits for the abandoned Start and its Pending, so the
 // receiver's memory follows its store, and releases the Starts and the close
 // held back meanwhile.
-func (f *Follower) finishAbandoned(done <-chan *replication.Pending) {
+func (f *Follower) finishAbandoned(done <-chan *store.Pending) {
 	_, _ = (<-done).Wait()
 	f.stall.mu.Lock()
 	close(f.stall.abandoned)

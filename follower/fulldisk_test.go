@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
@@ -212,7 +214,7 @@ func TestMinFreeBytes(t *testing.T) {
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<20 - 1, TotalBytes: 1 << 30})
 	time.Sleep(diskguard.Interval) // the guard's last reading expires
 	res, err = f.Apply(log[1])
-	require.ErrorIs(t, err, replication.ErrDiskFull)
+	require.ErrorIs(t, err, store.ErrDiskFull)
 	require.True(t, res.Ack.Refused)
 	lsn, _ := f.Position()
 	require.Equal(t, first, lsn)

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
-	"github.com/oncewal/oncewal/replication"
 )
 
 // Store identity (notes for doc.go)
@@ -151,7 +152,7 @@ func writeIdentity(db *pebble.DB, id Identity) error {
 	if err := b.Set(KeyIdentity, id.encode(), nil); err != nil {
 		return err
 	}
-	if err := replication.StageFormat(b); err != nil {
+	if err := store.StageFormat(b); err != nil {
 		return err
 	}
 	return guard(func() error { return b.Commit(pebble.Sync) })

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -185,7 +186,7 @@ func TestOpenWrongLayout(t *testing.T) {
 // unchanged (ErrNotStore).
 func TestOpenNotOncewalStore(t *testing.T) {
 	dir := t.TempDir()
-	db, err := pebble.Open(dir, &pebble.Options{Logger: replication.FatalLogger{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	require.NoError(t, db.Set([]byte("users/1"), []byte("alice"), pebble.Sync))
 	require.NoError(t, db.Close())
@@ -202,7 +203,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	root := t.TempDir()
 	dir := follower.ShardDir(root, 4)
 	lsn := appliedStore(t, dir, follower.Options{Shard: 4})
-	db, err := pebble.Open(dir, &pebble.Options{Logger: replication.FatalLogger{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	require.NoError(t, db.Delete(follower.KeyIdentity, pebble.Sync))
 	require.NoError(t, db.Close())
@@ -234,7 +235,7 @@ func TestOpenNewStoreRecordsIdentity(t *testing.T) {
 	require.ErrorIs(t, err, follower.ErrStoreMismatch)
 	f, err = follower.Open(dir, &follower.Options{Shard: 9, Logger: quietLogger})
 	require.NoError(t, err)
-	_, _, ok, err := replication.ReadMeta(f.DB())
+	_, _, ok, err := store.ReadMeta(f.DB())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, f.Close())

@@ -6,10 +6,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
@@ -46,7 +47,7 @@ func TestIOErrors(t *testing.T) {
 				for _, raw := range log[failAt:] {
 					res, err := f.Apply(raw)
 					if err != nil {
-						require.ErrorIs(t, err, replication.ErrStoreFailed)
+						require.ErrorIs(t, err, store.ErrStoreFailed)
 						require.True(t, res.Ack.Refused)
 						failed = true
 						break
@@ -56,7 +57,7 @@ func TestIOErrors(t *testing.T) {
 				// Poisoned: nothing more is applied, not even after the fault clears.
 				on.Store(false)
 				_, err = f.Apply(log[len(log)-1])
-				require.ErrorIs(t, err, replication.ErrStoreFailed)
+				require.ErrorIs(t, err, store.ErrStoreFailed)
 				_ = f.Close() // may report the failure again
 
 				// The process restarts; its disk holds what was synced.

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/replication"
 )
 
 // BenchmarkStoreLayout is the measurement behind the node's store layout (see
@@ -37,7 +38,7 @@ func benchLayout(b *testing.B, shared bool, shards int) {
 	open := func(name string) *pebble.DB {
 		db, err := pebble.Open(filepath.Join(dir, name), &pebble.Options{
 			FormatMajorVersion: pebble.FormatNewest,
-			Logger:             replication.FatalLogger{},
+			Logger:             store.FatalLogger{},
 		})
 		if err != nil {
 			b.Fatal(err)

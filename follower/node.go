@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -154,8 +156,8 @@ type nodeShard struct {
 
 	mu        sync.RWMutex
 	f         *Follower
-	retired   replication.Stats // counters of earlier incarnations
-	retiredBG uint64            // their background errors
+	retired   store.Stats // counters of earlier incarnations
+	retiredBG uint64      // their background errors
 	reopens   int
 	rebuilds  int
 	lastErr   error
@@ -331,10 +333,10 @@ func (n *Node) lookup(shard uint32) (*nodeShard, error) {
 // with replication.ErrWrongShard and touches no store; a batch whose header
 // does not decode gets the wal error. Batches of different shards may be
 // applied concurrently.
-func (n *Node) Apply(batch []byte) (replication.Result, error) {
+func (n *Node) Apply(batch []byte) (store.Result, error) {
 	ns, ack, err := n.route(batch)
 	if err != nil {
-		return replication.Result{Ack: ack}, err
+		return store.Result{Ack: ack}, err
 	}
 	defer ns.mu.RUnlock()
 	return ns.f.Apply(batch)
@@ -343,10 +345,10 @@ func (n *Node) Apply(batch []byte) (replication.Result, error) {
 // Start is Apply without waiting for the batch's WAL sync (see
 // Follower.Start; Serve pipelines this way): wait for each shard's Pendings
 // in the order Start returned them, and for all of them before Close.
-func (n *Node) Start(batch []byte) *replication.Pending {
+func (n *Node) Start(batch []byte) *store.Pending {
 	ns, ack, err := n.route(batch)
 	if err != nil {
-		return replication.Refused(ack, err)
+		return store.Refused(ack, err)
 	}
 	defer ns.mu.RUnlock()
 	return ns.f.Start(batch)
@@ -491,7 +493,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					<-ctx.Done()
 					return nil
 				}
-			} else if errors.Is(err, replication.ErrApply) {
+			} else if errors.Is(err, store.ErrApply) {
 				// Reopening would meet the same batch with the same
 				// Applier: the shard stays down until the process
 				// restarts with a fixed one (Serve logged it).
@@ -628,7 +630,7 @@ type NodeStats struct {
 	Shards []ShardStats // sorted by shard
 	// Totals over all shards. The window bound holds per shard; the node's
 	// window memory is the sum.
-	Total          replication.Stats
+	Total          store.Stats
 	WindowLen      int
 	WindowCapacity int
 	WindowBytes    int64

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -33,7 +35,7 @@ type simNode struct {
 	fs     *vfs.MemFS
 	shards []uint32
 	node   *follower.Node
-	total  replication.Stats
+	total  store.Stats
 	opts   follower.NodeOptions
 }
 
@@ -47,7 +49,7 @@ func (s *simNode) open() {
 
 func (s *simNode) retire() { s.total = s.total.Add(s.node.Stats().Total) }
 
-func (s *simNode) Apply(raw []byte) (replication.Result, error) { return s.node.Apply(raw) }
+func (s *simNode) Apply(raw []byte) (store.Result, error) { return s.node.Apply(raw) }
 
 func (s *simNode) Position(shard uint32) uint64 {
 	lsn, _, err := s.node.Position(shard)
@@ -73,7 +75,7 @@ func (s *simNode) Crash(rng *rand.Rand) {
 // the workload is routed by session (replication.ShardRouter), each shard's
 // log gets its own fault stream (seeded independently per shard), and
 // restarts and power-failure crashes hit the whole node.
-func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st replication.Stats) {
+func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st store.Stats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, shards, &hostile)
 	router, err := leader.NewShardRouter(shards)
@@ -121,7 +123,7 @@ func TestNodeExactlyOnceSeeds(t *testing.T) {
 	}
 	first, n := seedCount(t, def)
 	cfg := sim.WorkloadOptions{Sessions: 10, Requests: 200, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
-	var total replication.Stats
+	var total store.Stats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
 		r, c, st := runShardedSim(t, seed, 2+int(seed%3), cfg)
@@ -396,7 +398,7 @@ func TestNodeFailingShard(t *testing.T) {
 	waitFor("healthy shards to finish", func() bool { return at(0) && at(1) })
 	waitFor("the failing shard to fail", func() bool { return injected.Load() > 0 && n.Stats().Down == 1 })
 	st := n.Stats()
-	require.ErrorIs(t, st.Shards[bad].Err, replication.ErrStoreFailed)
+	require.ErrorIs(t, st.Shards[bad].Err, store.ErrStoreFailed)
 	require.Less(t, st.Shards[bad].AppliedLSN, last[bad])
 
 	failing.Store(false)
@@ -521,11 +523,11 @@ func TestNodeApplierFailure(t *testing.T) {
 	go func() { served <- n.Serve(sctx, func(s uint32) replication.Dialer { return trs[s] }) }()
 	waitFor(n, "the good shard to catch up and the bad one to stop", func() bool { return at(n, 0) && n.Stats().Down == 1 })
 	st := n.Stats()
-	require.ErrorIs(t, st.Shards[bad].Err, replication.ErrApply)
+	require.ErrorIs(t, st.Shards[bad].Err, store.ErrApply)
 	require.ErrorIs(t, st.Shards[bad].Err, errBrokenApplier)
 	stop()
 	err = <-served
-	require.ErrorIs(t, err, replication.ErrApply, "Serve must report the stopped shard")
+	require.ErrorIs(t, err, store.ErrApply, "Serve must report the stopped shard")
 	st = n.Stats()
 	require.Zero(t, st.Shards[bad].Reopens, "a shard whose Applier failed was reopened")
 	require.Equal(t, uint64(1), st.Shards[bad].Receiver.ApplyErrors)

@@ -16,12 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/keyspace"
-	"github.com/oncewal/oncewal/replication"
 )
 
 // ErrStoreUnavailable: the store cannot be opened now — Pebble's recovery
@@ -205,7 +206,7 @@ func (e *storeEvents) backgroundError(err error) {
 // the goroutine (runtime.Goexit): the half-opened store is abandoned, never
 // used, and its lock stays held until the process exits.
 type storeLogger struct {
-	replication.FatalLogger
+	store.FatalLogger
 	ev *storeEvents
 }
 
@@ -218,10 +219,10 @@ func (l storeLogger) Fatalf(format string, args ...any) {
 	l.Errorf("%s", msg)
 	l.ev.count.Add(1)
 	l.ev.mu.Lock()
-	l.ev.last = fmt.Errorf("%w: %w", replication.ErrStoreFailed, &replication.FatalError{Msg: msg})
+	l.ev.last = fmt.Errorf("%w: %w", store.ErrStoreFailed, &store.FatalError{Msg: msg})
 	for _, a := range args {
 		if cause, ok := a.(error); ok { // keep errors.Is(err, syscall.ENOSPC) working
-			l.ev.last = fmt.Errorf("%w: %s: %w", replication.ErrStoreFailed, strings.TrimSuffix(msg, ": "+cause.Error()), cause)
+			l.ev.last = fmt.Errorf("%w: %s: %w", store.ErrStoreFailed, strings.TrimSuffix(msg, ": "+cause.Error()), cause)
 			break
 		}
 	}
@@ -277,10 +278,10 @@ func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 	po := &pebble.Options{
 		FS:                 o.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             replication.FatalLogger{Logger: o.Logger},
+		Logger:             store.FatalLogger{Logger: o.Logger},
 	}
 	if ev != nil {
-		po.Logger = storeLogger{FatalLogger: replication.FatalLogger{Logger: o.Logger}, ev: ev}
+		po.Logger = storeLogger{FatalLogger: store.FatalLogger{Logger: o.Logger}, ev: ev}
 	}
 	// HWM reads on a cache miss are point lookups of keys that often do not
 	// exist (a new session); bloom filters keep them from visiting every
@@ -304,7 +305,7 @@ func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 		}
 		po.EventListener = &l
 	}
-	replication.NonFatalCorruption(po, o.Logger)
+	store.NonFatalCorruption(po, o.Logger)
 	return po
 }
 
@@ -418,11 +419,11 @@ func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed boo
 	db, err := func() (db *pebble.DB, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				fe, ok := r.(*replication.FatalError)
+				fe, ok := r.(*store.FatalError)
 				if !ok {
 					panic(r)
 				}
-				db, err = nil, fmt.Errorf("%w: %w", replication.ErrStoreFailed, fe)
+				db, err = nil, fmt.Errorf("%w: %w", store.ErrStoreFailed, fe)
 			}
 		}()
 		return pebble.Open(dir, po)
@@ -467,7 +468,7 @@ func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error)
 	if id, recorded, err = ReadIdentity(db); err != nil || recorded {
 		return id, recorded, err
 	}
-	if _, _, ok, err := replication.ReadMeta(db); err != nil || ok {
+	if _, _, ok, err := store.ReadMeta(db); err != nil || ok {
 		return Identity{}, false, err
 	}
 	it, err := db.NewIter(nil)
@@ -491,13 +492,13 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		ReadOnly:           true,
 		ErrorIfNotExists:   true,
 		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
-		Logger:             replication.FatalLogger{},
+		Logger:             store.FatalLogger{},
 	}
-	replication.NonFatalCorruption(po, nil)
+	store.NonFatalCorruption(po, nil)
 	db, err := func() (db *pebble.DB, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				fe, ok := r.(*replication.FatalError)
+				fe, ok := r.(*store.FatalError)
 				if !ok {
 					panic(r)
 				}

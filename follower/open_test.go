@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/stretchr/testify/require"
 )
 
@@ -117,7 +118,7 @@ func TestOpenFatalDuringOpen(t *testing.T) {
 	for range 2 { // the second Open finds the dead one and answers at once
 		_, err := openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
 		require.ErrorIs(t, err, follower.ErrStoreUnavailable)
-		require.ErrorIs(t, err, replication.ErrStoreFailed)
+		require.ErrorIs(t, err, store.ErrStoreFailed)
 		require.ErrorIs(t, err, syscall.ENOSPC)
 	}
 }

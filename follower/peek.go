@@ -3,8 +3,9 @@ package follower
 import (
 	"fmt"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/replication"
 )
 
 // StoreInfo is what PeekStore reads from a store's metadata.
@@ -48,10 +49,10 @@ func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 	}
 	defer func() { _ = guard(db.Close) }()
 	info := StoreInfo{Exists: true}
-	if info.Applied, info.Epoch, _, err = replication.ReadMeta(db); err != nil {
+	if info.Applied, info.Epoch, _, err = store.ReadMeta(db); err != nil {
 		return StoreInfo{}, err
 	}
-	if info.LeaderEpoch, info.Leader, err = replication.ReadLeaderMark(db); err != nil {
+	if info.LeaderEpoch, info.Leader, err = store.ReadLeaderMark(db); err != nil {
 		return StoreInfo{}, err
 	}
 	return info, nil

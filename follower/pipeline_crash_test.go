@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
@@ -98,7 +100,7 @@ func runPipelinedCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *pipelineC
 	c.mu.Lock()
 	c.armed = true
 	c.mu.Unlock()
-	var queue []*replication.Pending
+	var queue []*store.Pending
 	wait := func() {
 		res, err := queue[0].Wait()
 		queue = queue[1:]
@@ -271,7 +273,7 @@ func TestNodeStart(t *testing.T) {
 	n, err := follower.OpenNode("/node", []uint32{0, 1}, &follower.NodeOptions{Follower: *testOptions(vfs.NewMem())})
 	require.NoError(t, err)
 	defer n.Close()
-	var queue [2][]*replication.Pending
+	var queue [2][]*store.Pending
 	for i := range logs[0] {
 		for s := range 2 {
 			queue[s] = append(queue[s], n.Start(logs[s][i]))

@@ -3,8 +3,9 @@ package follower
 import (
 	"fmt"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 )
 
@@ -30,7 +31,7 @@ func describe(fs vfs.FS, dir string) (snapshot.Cut, error) {
 	if !recorded {
 		return snapshot.Cut{}, fmt.Errorf("%w: %s records no identity", ErrNotStore, dir)
 	}
-	pos, _, err := replication.ReadPosition(db)
+	pos, _, err := store.ReadPosition(db)
 	if err != nil {
 		return snapshot.Cut{}, fmt.Errorf("follower: describing store %s: %w", dir, err)
 	}

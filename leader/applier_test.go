@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
@@ -97,7 +99,7 @@ type guarded struct {
 }
 
 func (g guarded) Validate(b *pebble.Batch, events []wal.Event) error {
-	if applied, _, _, err := replication.ReadMeta(b); err != nil {
+	if applied, _, _, err := store.ReadMeta(b); err != nil {
 		return err
 	} else if applied != events[0].LSN-1 {
 		g.lagged.Add(1)
@@ -199,7 +201,7 @@ func TestValidatorRejects(t *testing.T) {
 		"after an accepted event ": {deposit(id, "bob", 3), deposit(id, "alice", -20)},
 	} {
 		_, err := l.Append(evs...)
-		require.ErrorIs(t, err, replication.ErrRejected, name)
+		require.ErrorIs(t, err, store.ErrRejected, name)
 		require.ErrorIs(t, err, errOverdraft, name)
 		require.Equal(t, nextLSN, sh.NextLSN(), "%s: an LSN was taken", name)
 		require.Equal(t, before, segBytes(), "%s: the WAL grew", name)
@@ -223,7 +225,7 @@ func TestValidatorRejects(t *testing.T) {
 			switch {
 			case err == nil:
 				passed.Add(1)
-			case errors.Is(err, replication.ErrRejected):
+			case errors.Is(err, store.ErrRejected):
 				refused.Add(1)
 			default:
 				t.Error(err)
@@ -265,7 +267,7 @@ func (w *warnings) Handle(context.Context, slog.Record) error    { w.n.Add(1); r
 func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
 func (w *warnings) WithGroup(string) slog.Handler                { return w }
 
-func serveReplica(t *testing.T, dir, id string, a replication.Applier, tr *replication.InProcess, log *slog.Logger) *replica {
+func serveReplica(t *testing.T, dir, id string, a store.Applier, tr *replication.InProcess, log *slog.Logger) *replica {
 	t.Helper()
 	if log == nil {
 		log = discard()
@@ -343,15 +345,15 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	poisonLSN := sh.NextLSN()
 	_, err := l.Append(deposit(ids[0], "poison", 1))
 	require.ErrorIs(t, err, leader.ErrLogFailed)
-	require.ErrorIs(t, err, replication.ErrApply)
+	require.ErrorIs(t, err, store.ErrApply)
 	if panics {
-		require.ErrorIs(t, err, replication.ErrApplierPanic)
+		require.ErrorIs(t, err, store.ErrApplierPanic)
 	} else {
 		require.ErrorIs(t, err, errPoison)
 	}
 	_, err = l.Append(deposit(ids[1], "acct0", 1))
 	require.ErrorIs(t, err, leader.ErrLogFailed, "an append after the failure")
-	require.ErrorIs(t, err, replication.ErrApply)
+	require.ErrorIs(t, err, store.ErrApply)
 	stopRun()
 	require.NoError(t, <-runDone)
 	require.NoError(t, l.Close())
@@ -362,7 +364,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	// nothing (the store is where it was); the fixed one re-applies the
 	// WAL and serves.
 	_, err = leader.Open(dir, o)
-	require.ErrorIs(t, err, replication.ErrApply)
+	require.ErrorIs(t, err, store.ErrApply)
 	require.ErrorContains(t, err, "fix the Applier")
 	leaderBroken.Store(false)
 	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
@@ -387,7 +389,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	f1 = serveReplica(t, f1Dir, "f1", bank{fail: &f1Broken, panics: panics}, tr2, slog.New(&logged))
 	f2 = serveReplica(t, f2Dir, "f2", bank{}, tr2, nil)
 	err = f1.wait(t)
-	require.ErrorIs(t, err, replication.ErrApply)
+	require.ErrorIs(t, err, store.ErrApply)
 	require.ErrorContains(t, err, "fix the Applier")
 	require.Equal(t, uint64(1), f1.f.Stats().Receiver.ApplyErrors)
 	// Reported once: the stop (and, for a panic, its stack).
@@ -433,8 +435,8 @@ func TestValidatePanics(t *testing.T) {
 	defer l.Close()
 	id := session.NewID()
 	_, err := l.Append(deposit(id, "poison", 1))
-	require.ErrorIs(t, err, replication.ErrApply)
-	require.ErrorIs(t, err, replication.ErrApplierPanic)
+	require.ErrorIs(t, err, store.ErrApply)
+	require.ErrorIs(t, err, store.ErrApplierPanic)
 	require.NotErrorIs(t, err, leader.ErrLogFailed)
 	require.Empty(t, readLog(t, l.WALDir(), 0))
 	h, err := l.Append(deposit(id, "alice", 1))
@@ -457,7 +459,7 @@ func TestValidatorRejectsCommit(t *testing.T) {
 	require.NoError(t, err)
 	next := sh.NextLSN()
 	_, err = sh.Commit(c, []byte("paid"), deposit(id, "alice", -5))
-	require.ErrorIs(t, err, replication.ErrRejected)
+	require.ErrorIs(t, err, store.ErrRejected)
 	require.ErrorIs(t, err, errOverdraft)
 	require.Equal(t, next, sh.NextLSN(), "a refused commit was logged")
 	require.NoError(t, sh.Ledger().Fail(c, []byte("overdraft"), 0))

@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -32,16 +33,16 @@ func TestAppendRefusedOnFullDisk(t *testing.T) {
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 10, TotalBytes: 1 << 30})
 	time.Sleep(diskguard.Interval) // the guard's last reading expires
 	_, err = l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1})
-	require.ErrorIs(t, err, replication.ErrDiskFull)
+	require.ErrorIs(t, err, store.ErrDiskFull)
 	_, err = sh.Ledger().Claim("test", "request-1", nil)
-	require.ErrorIs(t, err, replication.ErrDiskFull)
+	require.ErrorIs(t, err, store.ErrDiskFull)
 	require.Equal(t, next, sh.NextLSN(), "a refused append logged something")
 
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 1 << 30})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err = l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1})
-		if !errors.Is(err, replication.ErrDiskFull) {
+		if !errors.Is(err, store.ErrDiskFull) {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "appends never resumed")

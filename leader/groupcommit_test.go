@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -377,7 +378,7 @@ func crashRun(t *testing.T, k int64, pct int, rng *rand.Rand) (int64, bool) {
 	what := fmt.Sprintf("crash at op %d (%d%% unsynced kept)", k, pct)
 
 	b := openNode(t, img)
-	pre, _, _, err := replication.ReadMeta(b.db)
+	pre, _, _, err := store.ReadMeta(b.db)
 	require.NoError(t, err)
 	l2, err := b.groupLeader(img, nil)
 	require.NoError(t, err, what)

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -71,8 +72,8 @@ func TestWindowKeepsLast100KOperations(t *testing.T) {
 	n := openNode(t, vfs.NewMem())
 	defer n.db.Close()
 	n.window = idempotency.NewStore(requests)
-	r, err := replication.NewReceiver(n.db, n.tracker, n.window,
-		replication.SessionApplier{State: n.state, Ledger: n.table}, &replication.ReceiverOptions{NoSync: true})
+	r, err := store.NewReceiver(n.db, n.tracker, n.window,
+		store.SessionApplier{State: n.state, Ledger: n.table}, &store.ReceiverOptions{NoSync: true})
 	require.NoError(t, err)
 	sid := session.ID{0x10, 0x0c}
 	fp := idempotency.FingerprintOf([]byte("add 1"))

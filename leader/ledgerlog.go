@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/replication"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -64,7 +66,7 @@ type LedgerLogOptions struct {
 	// (RouteLedger). One that is a Validator judges every append before
 	// it is logged (the Applier contract in doc.go), and the log then
 	// appends one batch at a time.
-	Applier replication.Applier
+	Applier store.Applier
 	// State is the session state machine of the default Applier.
 	State *session.State
 	// Ledger configures the Ledger (TTL, Lease, FailureTTL, NewToken); Now
@@ -131,13 +133,13 @@ type LedgerLog struct {
 	epochPrev  wal.BatchRef // the batch ending at epochStart-1 (zero: unknown)
 	w          *wal.Writer
 	disk       *diskguard.Guard // MinFreeBytes, checked before each append
-	recv       *replication.Receiver
+	recv       *store.Receiver
 	ledger     *idempotency.Ledger
 	// validator is the Applier's Validate (behind RouteLedger), nil when
 	// the Applier is no Validator. validMu then makes each append wait for
 	// the previous one's local apply before it is stamped, so Validate
 	// sees the store after every batch logged before its own.
-	validator replication.Validator
+	validator store.Validator
 	validMu   sync.Mutex
 	notify    chan struct{}
 
@@ -194,14 +196,14 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		return nil, err
 	}
 	cfg := *opts
-	var validator replication.Validator
+	var validator store.Validator
 	if cfg.Applier == nil {
-		cfg.Applier = replication.SessionApplier{State: cfg.State, Ledger: cfg.Table}
+		cfg.Applier = store.SessionApplier{State: cfg.State, Ledger: cfg.Table}
 	} else {
-		_, validates := cfg.Applier.(replication.Validator)
-		cfg.Applier = replication.RouteLedger(cfg.Table, cfg.Applier)
+		_, validates := cfg.Applier.(store.Validator)
+		cfg.Applier = store.RouteLedger(cfg.Table, cfg.Applier)
 		if validates {
-			validator = cfg.Applier.(replication.Validator)
+			validator = cfg.Applier.(store.Validator)
 		}
 	}
 	if cfg.Wall == nil {
@@ -217,7 +219,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	// before anything is applied, so the store needs no fsync of its own: a
 	// crash loses at most a suffix, re-applied below. Opening it reads the
 	// store's position; it writes nothing.
-	recv, err := replication.NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &replication.ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
+	recv, err := store.NewReceiver(cfg.DB, cfg.Tracker, cfg.Window, cfg.Applier, &store.ReceiverOptions{Shard: cfg.Shard, NoSync: true, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +300,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 		return rise, err
 	}
 	_, prevEpoch := l.recv.Position()
-	_, prev, err := replication.ReadLastBatch(l.cfg.DB)
+	_, prev, err := store.ReadLastBatch(l.cfg.DB)
 	if err != nil {
 		return rise, err
 	}
@@ -366,7 +368,7 @@ func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Positi
 
 // ReceiverStats are the counters of the receiver that applies the log to
 // the local store.
-func (l *LedgerLog) ReceiverStats() replication.Stats { return l.recv.Stats() }
+func (l *LedgerLog) ReceiverStats() store.Stats { return l.recv.Stats() }
 
 // LastEventTime is the WAL time of the last event applied to the local
 // store since the log was opened (Receiver.LastEventTime).

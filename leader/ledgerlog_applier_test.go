@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func TestCustomApplierReadsAndLedgerIsRouted(t *testing.T) {
 	n := openNode(t, vfs.NewMem())
 	defer n.db.Close()
 	c := &counters{}
-	r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, c), nil)
+	r, err := store.NewReceiver(n.db, n.tracker, n.window, store.RouteLedger(n.table, c), nil)
 	require.NoError(t, err)
 
 	s := session.ID{9}
@@ -129,18 +130,18 @@ func TestReservedKeysRefused(t *testing.T) {
 			defer n.db.Close()
 			batch := n.db.NewIndexedBatch()
 			defer batch.Close()
-			err := replication.RouteLedger(n.table, w).Apply(batch, nil)
-			require.ErrorIs(t, err, replication.ErrReservedKey)
+			err := store.RouteLedger(n.table, w).Apply(batch, nil)
+			require.ErrorIs(t, err, store.ErrReservedKey)
 
-			r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, w), nil)
+			r, err := store.NewReceiver(n.db, n.tracker, n.window, store.RouteLedger(n.table, w), nil)
 			require.NoError(t, err)
 			raw, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{{Op: wal.OpOpen, Session: session.ID{1}, Seq: 1, Time: t0}})
 			require.NoError(t, err)
 			_, err = r.Apply(raw)
-			require.ErrorIs(t, err, replication.ErrApply)
+			require.ErrorIs(t, err, store.ErrApply)
 			lsn, _ := r.Position()
 			require.Zero(t, lsn)
-			_, _, ok, err := replication.ReadMeta(n.db)
+			_, _, ok, err := store.ReadMeta(n.db)
 			require.NoError(t, err)
 			require.False(t, ok, "a refused batch left metadata")
 		})
@@ -156,7 +157,7 @@ func TestReservedKeysRefused(t *testing.T) {
 		}
 		return b.DeleteRange([]byte("x"), []byte("y"), nil)
 	})
-	require.NoError(t, replication.RouteLedger(n.table, ok).Apply(batch, nil))
+	require.NoError(t, store.RouteLedger(n.table, ok).Apply(batch, nil))
 }
 
 // kindRecorder records whether each batch it got was indexed; reads says
@@ -180,7 +181,7 @@ func TestBatchReaderChoosesBatchKind(t *testing.T) {
 	n := openNode(t, vfs.NewMem())
 	defer n.db.Close()
 	k := &kindRecorder{reads: func(evs []wal.Event) bool { return evs[0].Op == wal.OpAdd }}
-	r, err := replication.NewReceiver(n.db, n.tracker, n.window, replication.RouteLedger(n.table, k), nil)
+	r, err := store.NewReceiver(n.db, n.tracker, n.window, store.RouteLedger(n.table, k), nil)
 	require.NoError(t, err)
 	s := session.ID{4}
 	put := wal.Event{Op: wal.OpPut, Session: s, Seq: 1, Time: t0, Key: []byte("k"), Value: []byte("v")}

@@ -5,12 +5,13 @@ import (
 	"os"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -46,7 +47,7 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 			b.Run(m.name+"/"+mode, func(b *testing.B) {
 				fs, dir := m.fs(b)
 				db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest,
-					Logger: replication.FatalLogger{}})
+					Logger: store.FatalLogger{}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -46,7 +48,7 @@ func TestLedgerLogEpochBound(t *testing.T) {
 		_, err := a.leader(walDir, epoch, nil)
 		require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
 		require.ErrorIs(t, err, replication.ErrEpochExhausted)
-		_, stored, ok, err := replication.ReadMeta(a.db)
+		_, stored, ok, err := store.ReadMeta(a.db)
 		require.NoError(t, err)
 		require.False(t, ok, "nothing persisted: epoch %d", stored)
 		require.NoError(t, a.db.Close())
@@ -107,7 +109,7 @@ func TestLedgerLogLostStoreTakesWALEpoch(t *testing.T) {
 	defer b.db.Close()
 	_, err = b.leader(walDir, 1, nil)
 	require.ErrorIs(t, err, replication.ErrStaleEpoch)
-	_, _, ok, err := replication.ReadMeta(b.db)
+	_, _, ok, err := store.ReadMeta(b.db)
 	require.NoError(t, err)
 	require.False(t, ok)
 

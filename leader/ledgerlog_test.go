@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -33,7 +35,7 @@ type node struct {
 
 func openNode(t *testing.T, fs vfs.FS) *node {
 	db, err := pebble.Open("store", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest,
-		Logger: replication.FatalLogger{}})
+		Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	n := &node{t: t, fs: fs, db: db, window: idempotency.NewStore(1000), state: session.NewState(db)}
 	n.tracker, err = session.OpenTracker(db, nil)
@@ -43,9 +45,9 @@ func openNode(t *testing.T, fs vfs.FS) *node {
 	return n
 }
 
-func (n *node) receiver() *replication.Receiver {
-	r, err := replication.NewReceiver(n.db, n.tracker, n.window,
-		replication.SessionApplier{State: n.state, Ledger: n.table}, nil)
+func (n *node) receiver() *store.Receiver {
+	r, err := store.NewReceiver(n.db, n.tracker, n.window,
+		store.SessionApplier{State: n.state, Ledger: n.table}, nil)
 	require.NoError(n.t, err)
 	return r
 }
@@ -79,7 +81,7 @@ func (w *wallClock) Now() int64              { return w.t.Load() }
 func (w *wallClock) Advance(d time.Duration) { w.t.Add(int64(d)) }
 
 // shipAll feeds every batch of walDir from LSN from on to r.
-func shipAll(t *testing.T, walDir string, from uint64, r *replication.Receiver) {
+func shipAll(t *testing.T, walDir string, from uint64, r *store.Receiver) {
 	rd, err := wal.OpenReader(walDir, 0)
 	require.NoError(t, err)
 	defer rd.Close()
@@ -228,7 +230,7 @@ func TestLedgerLogRecoversStoreFromWAL(t *testing.T) {
 		require.NoError(t, a.db.Close())
 
 		b := openNode(t, crashed)
-		pre, _, _, err := replication.ReadMeta(b.db)
+		pre, _, _, err := store.ReadMeta(b.db)
 		require.NoError(t, err)
 		if pre < end {
 			behind++

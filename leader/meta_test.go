@@ -3,10 +3,11 @@ package leader_test
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,11 +24,11 @@ func TestMetaDecodeIsCorruption(t *testing.T) {
 		{"last batch", goodPosition, []byte{0xff}},
 	} {
 		n := openNode(t, vfs.NewMem())
-		require.NoError(t, n.db.Set(replication.KeyPosition, c.position, pebble.Sync))
+		require.NoError(t, n.db.Set(store.KeyPosition, c.position, pebble.Sync))
 		if c.batch != nil {
-			require.NoError(t, n.db.Set(replication.KeyLastBatch, c.batch, pebble.Sync))
+			require.NoError(t, n.db.Set(store.KeyLastBatch, c.batch, pebble.Sync))
 		}
-		_, _, err := replication.ReadLastBatch(n.db)
+		_, _, err := store.ReadLastBatch(n.db)
 		require.ErrorIs(t, err, corruption.Err, c.name)
 		require.NoError(t, n.db.Close())
 	}

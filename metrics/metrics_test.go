@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
@@ -220,10 +222,10 @@ func TestReadyzBody(t *testing.T) {
 			require.Equal(t, tc.body, rec.Body.String())
 		})
 	}
-	err := metrics.NotReady("shard 3: store down: %w", replication.ErrStoreFailed)
+	err := metrics.NotReady("shard 3: store down: %w", store.ErrStoreFailed)
 	require.ErrorIs(t, err, metrics.ErrNotReady)
-	require.ErrorIs(t, err, replication.ErrStoreFailed)
-	require.Equal(t, "shard 3: store down: "+replication.ErrStoreFailed.Error(), err.Error())
+	require.ErrorIs(t, err, store.ErrStoreFailed)
+	require.Equal(t, "shard 3: store down: "+store.ErrStoreFailed.Error(), err.Error())
 }
 
 // TestFollowerReadyLag: the readiness check refuses a follower that applies

@@ -4,9 +4,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -31,10 +32,10 @@ func (e emitter) flag(d *prometheus.Desc, v bool, labels ...string) {
 }
 
 // latency sends a replication.LatencySnapshot as a histogram in seconds.
-func (e emitter) latency(d *prometheus.Desc, s replication.LatencySnapshot, labels ...string) {
-	buckets := make(map[float64]uint64, len(replication.LatencyBounds))
+func (e emitter) latency(d *prometheus.Desc, s store.LatencySnapshot, labels ...string) {
+	buckets := make(map[float64]uint64, len(store.LatencyBounds))
 	var cum uint64
-	for i, b := range replication.LatencyBounds {
+	for i, b := range store.LatencyBounds {
 		cum += s.Counts[i]
 		buckets[b.Seconds()] = cum
 	}
@@ -160,10 +161,10 @@ func fsyncHistogram(db *pebble.DB, desc *prometheus.Desc, labels ...string) (m p
 	if err := h.Write(&pm); err != nil || pm.Histogram == nil {
 		return nil, false
 	}
-	buckets := make(map[float64]uint64, len(replication.LatencyBounds))
+	buckets := make(map[float64]uint64, len(store.LatencyBounds))
 	src := pm.Histogram.GetBucket()
 	j := 0
-	for _, want := range replication.LatencyBounds {
+	for _, want := range store.LatencyBounds {
 		limit := float64(want.Nanoseconds())
 		for j+1 < len(src) && src[j+1].GetUpperBound() <= limit {
 			j++

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
@@ -246,8 +248,8 @@ type FollowerResult struct {
 }
 
 // Total is the sum of the follower's receiver counters over its shards.
-func (f *FollowerResult) Total() replication.Stats {
-	var t replication.Stats
+func (f *FollowerResult) Total() store.Stats {
+	var t store.Stats
 	for _, s := range f.Shards {
 		t = t.Add(s.Receiver)
 	}
@@ -258,7 +260,7 @@ func (f *FollowerResult) Total() replication.Stats {
 type FollowerShard struct {
 	Shard      uint32
 	AppliedLSN uint64
-	Receiver   replication.Stats          // over every incarnation
+	Receiver   store.Stats                // over every incarnation
 	Shipper    leader.ShipperStats        // the leader's stream to it, over every leader incarnation
 	Transport  replication.InProcessStats // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
@@ -283,7 +285,7 @@ type node struct {
 	cut     *atomic.Bool
 	stop    context.CancelFunc
 	served  chan struct{}
-	retired []replication.Stats
+	retired []store.Stats
 	rebuilt []int // rebuilds per shard of earlier incarnations
 	gone    bool  // promoted: its stores are the leader's
 	res     *FollowerResult
@@ -405,7 +407,7 @@ func (r *run) run() error {
 		}
 	}
 	for i := range cfg.Followers + cfg.LateJoiners {
-		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]replication.Stats, cfg.Shards), rebuilt: make([]int, cfg.Shards)}
+		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]store.Stats, cfg.Shards), rebuilt: make([]int, cfg.Shards)}
 		n.res = &FollowerResult{ID: n.id, Late: i >= cfg.Followers}
 		if cfg.Dir != "" {
 			n.fs, n.dir = vfs.Default, filepath.Join(cfg.Dir, n.id)
@@ -1015,7 +1017,7 @@ func (r *run) catchUp() error {
 			}
 			sh, _ := r.lead.l.Shard(s)
 			last := sh.NextLSN() - 1
-			at, want, err := replication.ReadLastBatch(sh.Store().DB())
+			at, want, err := store.ReadLastBatch(sh.Store().DB())
 			switch {
 			case err != nil:
 				return fmt.Errorf("sim: reading the last batch of the leader's store of shard %d: %w", s, err)
@@ -1037,7 +1039,7 @@ func (r *run) catchUp() error {
 			err := t.n.n.Follower(t.s, func(f *follower.Follower) error {
 				lsn, _ = f.Position() // published: synced, in memory
 				var err error
-				stored, ref, err = replication.ReadLastBatch(f.DB())
+				stored, ref, err = store.ReadLastBatch(f.DB())
 				return err
 			})
 			if err != nil {

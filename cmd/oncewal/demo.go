@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
@@ -255,7 +257,7 @@ func demoReportOf(res *sim.Result, seed uint64, faults string, sessions int) dem
 	for _, sr := range res.Shards {
 		rep.Shards = append(rep.Shards, demoShard{Shard: sr.Shard, Sessions: sr.Sessions, Batches: sr.Appends, LastLSN: sr.LastLSN})
 	}
-	var st replication.Stats
+	var st store.Stats
 	for _, f := range res.Followers {
 		row := demoFollower{ID: f.ID, Verified: !f.Promoted, Promoted: f.Promoted, Late: f.Late, Restarts: f.Restarts, Kills: f.Kills + f.Crashes}
 		for _, fs := range f.Shards {

@@ -11,8 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -198,7 +199,7 @@ func TestWaldumpNotASegment(t *testing.T) {
 // every term of the accounting identity (it once lacked refused and too-old
 // events, so 14,888 events against 14,792 applied showed no cause).
 func TestFollowerStatsLineAccounts(t *testing.T) {
-	r := replication.Stats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
+	r := store.Stats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
 		DiscardedInBatch: 4, SkippedClosed: 5, SkippedTooOld: 6, RefusedEvents: 479}
 	if r.Accounted() != r.Events {
 		t.Fatalf("fixture does not account: %d of %d", r.Accounted(), r.Events)

@@ -11,11 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/ctxtime"
 	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -241,11 +242,11 @@ func (c *genClient) send(ctx context.Context, evs []wal.Event) error {
 // handle (replace), the batch is dropped.
 func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool) (logged bool, err error) {
 	h, err := c.g.l.Append(b...)
-	if errors.Is(err, replication.ErrDiskFull) {
+	if errors.Is(err, store.ErrDiskFull) {
 		// Nothing was logged: wait for room and send the batch again, as
 		// a client told the leader is out of disk would.
 		c.g.logger.Error("oncewal leader: generator: the disk is nearly full; retrying until there is room", "shard", s, "err", err)
-		for errors.Is(err, replication.ErrDiskFull) {
+		for errors.Is(err, store.ErrDiskFull) {
 			if ctxtime.Sleep(ctx, diskguard.Interval) != nil {
 				return false, nil
 			}

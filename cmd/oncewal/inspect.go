@@ -15,11 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 )
 
@@ -113,7 +114,7 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 	// exits; turn it into an error instead.
 	defer func() {
 		if p := recover(); p != nil {
-			fe, ok := p.(*replication.FatalError)
+			fe, ok := p.(*store.FatalError)
 			if !ok {
 				panic(p)
 			}
@@ -130,7 +131,7 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 	// A block that fails its checksum is an error of the read, not a
 	// Fatalf (which inspectLogger would turn into a panic on the reading
 	// goroutine).
-	replication.NonFatalCorruption(po, nil)
+	store.NonFatalCorruption(po, nil)
 	db, err = pebble.Open(dir, po)
 	switch {
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
@@ -157,7 +158,7 @@ func (l inspectLogger) Errorf(format string, args ...any) {
 }
 
 func (l inspectLogger) Fatalf(format string, args ...any) {
-	panic(&replication.FatalError{Msg: fmt.Sprintf(format, args...)})
+	panic(&store.FatalError{Msg: fmt.Sprintf(format, args...)})
 }
 
 // inspectSession is one session of inspect --json.
@@ -184,18 +185,18 @@ func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writ
 	}
 	defer db.Close()
 
-	applied, epoch, ok, err := replication.ReadMeta(db)
+	applied, epoch, ok, err := store.ReadMeta(db)
 	if err != nil {
 		return fmt.Errorf("%s: reading metadata: %w", dir, err)
 	}
 	if !ok {
-		return fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata (%s)", dir, errNotStore, replication.KeyFormat)
+		return fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata (%s)", dir, errNotStore, store.KeyFormat)
 	}
 	clock, err := walClock(db)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	_, last, err := replication.ReadLastBatch(db)
+	_, last, err := store.ReadLastBatch(db)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
@@ -209,7 +210,7 @@ func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writ
 	if recorded {
 		capacity, capNote = id.WindowCapacity, "recorded"
 	}
-	window, journal, err := replication.JournalWindow(db, capacity)
+	window, journal, err := store.JournalWindow(db, capacity)
 	if err != nil {
 		return fmt.Errorf("%s: reading the window journal: %w", dir, err)
 	}

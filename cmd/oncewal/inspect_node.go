@@ -11,9 +11,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -106,7 +107,7 @@ func readNodeShard(row *inspectNodeShard, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	applied, epoch, ok, err := replication.ReadMeta(db)
+	applied, epoch, ok, err := store.ReadMeta(db)
 	if err != nil {
 		return fmt.Errorf("reading metadata: %w", err)
 	}
@@ -114,14 +115,14 @@ func readNodeShard(row *inspectNodeShard, stderr io.Writer) error {
 		return fmt.Errorf("%w: no oncewal metadata", errNotStore)
 	}
 	row.AppliedLSN, row.Epoch = applied, epoch
-	if _, row.last, err = replication.ReadLastBatch(db); err != nil {
+	if _, row.last, err = store.ReadLastBatch(db); err != nil {
 		return err
 	}
 	row.LastBatch = lastBatchOf(row.last)
 	if row.WALClock, err = walClock(db); err != nil {
 		return err
 	}
-	if _, row.JournalKeys, err = replication.JournalWindow(db, idempotency.DefaultCapacity); err != nil {
+	if _, row.JournalKeys, err = store.JournalWindow(db, idempotency.DefaultCapacity); err != nil {
 		return fmt.Errorf("reading the window journal: %w", err)
 	}
 	return session.ScanHWMs(db, func(session.ID, session.SeqNo, bool, int64) error {

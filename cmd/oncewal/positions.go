@@ -10,6 +10,8 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
@@ -62,7 +64,7 @@ func readStorePositionOf(dir string, stderr io.Writer) (replication.Ack, error) 
 		return replication.Ack{}, err
 	}
 	defer db.Close()
-	pos, ok, err := replication.ReadPosition(db)
+	pos, ok, err := store.ReadPosition(db)
 	if err != nil {
 		return replication.Ack{}, fmt.Errorf("%s: reading its position: %w", dir, err)
 	}
@@ -105,7 +107,7 @@ func mostAdvanced(args []string, rows []storeRow) (best string, marked []bool) {
 		}
 		marked[i] = true
 		for _, o := range rows {
-			if o.err == nil && o.shard == r.shard && replication.ComparePositions(o.pos, r.pos) > 0 {
+			if o.err == nil && o.shard == r.shard && store.ComparePositions(o.pos, r.pos) > 0 {
 				marked[i] = false
 			}
 		}

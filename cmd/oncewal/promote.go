@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
@@ -184,7 +186,7 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			if int(pr.shard) >= shards {
 				return fmt.Errorf("%w: peer %s holds shard %d, %s only shards 0..%d", errCannotPromote, p, pr.shard, c.dir, shards-1)
 			}
-			if replication.ComparePositions(pr.pos, best[pr.shard].pos) > 0 {
+			if store.ComparePositions(pr.pos, best[pr.shard].pos) > 0 {
 				best[pr.shard] = pr
 			}
 		}

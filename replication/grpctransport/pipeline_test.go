@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
@@ -211,7 +213,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 
 	var mu sync.Mutex
 	var f *follower.Follower
-	var total replication.Stats
+	var total store.Stats
 	var serveWG sync.WaitGroup
 	fdir := filepath.Join(dir, "follower")
 	startFollower := func() {

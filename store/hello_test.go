@@ -1,9 +1,11 @@
-package replication_test
+package store_test
 
 import (
 	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/replication"
@@ -22,8 +24,8 @@ func TestValidFollowerID(t *testing.T) {
 }
 
 // reopen builds a new Receiver over the rig's store, as a restart would.
-func (r *rig) reopen(id string) (*replication.Receiver, error) {
-	return replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3, FollowerID: id})
+func (r *rig) reopen(id string) (*store.Receiver, error) {
+	return store.NewReceiver(r.db, r.tracker, r.window, r.applier, &store.ReceiverOptions{Shard: 3, FollowerID: id})
 }
 
 // TestReceiverHelloIdentity: the hello names the follower and the batch that
@@ -68,7 +70,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	recv2, err := r.reopen("replica-a")
 	require.NoError(t, err)
 	require.Equal(t, recv.Hello(), recv2.Hello())
-	lsn, ref, err := replication.ReadLastBatch(r.db)
+	lsn, ref, err := store.ReadLastBatch(r.db)
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), lsn)
 	require.Equal(t, ref2, ref)
@@ -78,11 +80,11 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	stale := binary.LittleEndian.AppendUint64([]byte{1}, 2)
 	stale = binary.LittleEndian.AppendUint64(stale, ref1.Epoch)
 	stale = binary.LittleEndian.AppendUint32(stale, ref1.CRC)
-	require.NoError(t, r.db.Set(replication.KeyLastBatch, stale, pebble.Sync))
+	require.NoError(t, r.db.Set(store.KeyLastBatch, stale, pebble.Sync))
 	recv3, err := r.reopen("")
 	require.NoError(t, err)
 	require.Equal(t, replication.Ack{Shard: 3, Epoch: 6, AppliedLSN: 3}, recv3.Hello())
-	require.NoError(t, r.db.Delete(replication.KeyLastBatch, pebble.Sync))
+	require.NoError(t, r.db.Delete(store.KeyLastBatch, pebble.Sync))
 	recv3, err = r.reopen("")
 	require.NoError(t, err)
 	require.True(t, recv3.Hello().LastBatch.IsZero())
@@ -95,7 +97,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	require.Equal(t, ref3, recv3.Hello().LastBatch)
 
 	// A malformed value is an error, not a guess.
-	require.NoError(t, r.db.Set(replication.KeyLastBatch, []byte{1, 2, 3}, pebble.Sync))
+	require.NoError(t, r.db.Set(store.KeyLastBatch, []byte{1, 2, 3}, pebble.Sync))
 	_, err = r.reopen("")
 	require.Error(t, err)
 }

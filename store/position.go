@@ -1,7 +1,9 @@
-package replication
+package store
 
 import (
 	"cmp"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -11,16 +13,16 @@ import (
 // (Ack.Epoch, AppliedLSN, LastBatch; Shard and FollowerID are not stored) —
 // from db, e.g. a store opened read-only to choose the follower to promote.
 // ok is false when db holds no oncewal metadata.
-func ReadPosition(db *pebble.DB) (pos Ack, ok bool, err error) {
+func ReadPosition(db *pebble.DB) (pos replication.Ack, ok bool, err error) {
 	applied, epoch, ok, err := ReadMeta(db)
 	if err != nil || !ok {
-		return Ack{}, false, err
+		return replication.Ack{}, false, err
 	}
 	_, last, err := ReadLastBatch(db)
 	if err != nil {
-		return Ack{}, false, err
+		return replication.Ack{}, false, err
 	}
-	return Ack{Epoch: epoch, AppliedLSN: applied, LastBatch: last}, true, nil
+	return replication.Ack{Epoch: epoch, AppliedLSN: applied, LastBatch: last}, true, nil
 }
 
 // ComparePositions orders two followers of one shard by how far their
@@ -35,11 +37,11 @@ func ReadPosition(db *pebble.DB) (pos Ack, ok bool, err error) {
 // The follower to promote after a leader's death is one that no other
 // survivor is ahead of: it holds every LSN a majority acknowledged
 // (AckMajority), and every follower behind it can continue from its log.
-func ComparePositions(a, b Ack) int {
+func ComparePositions(a, b replication.Ack) int {
 	return cmp.Or(cmp.Compare(lastEpoch(a), lastEpoch(b)), cmp.Compare(a.AppliedLSN, b.AppliedLSN))
 }
 
-func lastEpoch(a Ack) uint64 {
+func lastEpoch(a replication.Ack) uint64 {
 	switch {
 	case a.AppliedLSN == 0:
 		return 0

@@ -1,4 +1,4 @@
-package replication
+package store
 
 import (
 	"log/slog"

@@ -1,10 +1,12 @@
-package replication_test
+package store_test
 
 import (
 	"context"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
 
@@ -37,7 +39,7 @@ func (l walHelloLog) Boundary() leader.EpochBoundary { return l.b }
 
 // serveOnce runs one connection of a follower: hello from its receiver,
 // then apply and ack until the link ends.
-func serveOnce(ctx context.Context, d replication.Dialer, recv *replication.Receiver) error {
+func serveOnce(ctx context.Context, d replication.Dialer, recv *store.Receiver) error {
 	c, err := d.Dial(ctx, recv.Hello())
 	if err != nil {
 		return err
@@ -104,7 +106,7 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 	log := walHelloLog{dir: dir, w: w, first: 11, b: leader.EpochBoundary{Epoch: 2, StartLSN: 11, Prev: prevX}}
 
 	position := func(r *rig) uint64 {
-		lsn, _, err := replication.ReadLastBatch(r.db)
+		lsn, _, err := store.ReadLastBatch(r.db)
 		require.NoError(t, err)
 		return lsn
 	}

@@ -1,4 +1,4 @@
-package replication
+package store
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
@@ -303,8 +305,8 @@ func refusalName(err error) string {
 	for _, s := range []struct {
 		err  error
 		name string
-	}{{ErrWrongShard, "ErrWrongShard"}, {ErrStaleEpoch, "ErrStaleEpoch"}, {ErrDiverged, "ErrDiverged"},
-		{ErrOutOfOrder, "ErrOutOfOrder"}, {ErrSeqGap, "ErrSeqGap"}, {ErrApply, "ErrApply"},
+	}{{replication.ErrWrongShard, "ErrWrongShard"}, {replication.ErrStaleEpoch, "ErrStaleEpoch"}, {replication.ErrDiverged, "ErrDiverged"},
+		{replication.ErrOutOfOrder, "ErrOutOfOrder"}, {replication.ErrSeqGap, "ErrSeqGap"}, {ErrApply, "ErrApply"},
 		{ErrStoreFailed, "ErrStoreFailed"}, {ErrStaging, "ErrStaging"}} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)

@@ -1,4 +1,4 @@
-package replication_test
+package store_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/store"
 )
 
 // TestFatalLoggerLevels: Pebble's lines reach the slog logger labelled
@@ -16,15 +16,15 @@ import (
 // and panics with *FatalError (a nil Logger only drops the lines).
 func TestFatalLoggerLevels(t *testing.T) {
 	var buf bytes.Buffer
-	l := replication.FatalLogger{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	l := store.FatalLogger{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	l.Infof("Found %d WALs", 0)
 	l.Errorf("background error: %s\n", "no space left on device")
-	fatal := func(l replication.FatalLogger) (p any) {
+	fatal := func(l store.FatalLogger) (p any) {
 		defer func() { p = recover() }()
 		l.Fatalf("pebble: fatal commit error: %v", "injected")
 		return nil
 	}
-	var fe *replication.FatalError
+	var fe *store.FatalError
 	if p := fatal(l); !errors.As(asError(p), &fe) || fe.Msg != "pebble: fatal commit error: injected" {
 		t.Fatalf("Fatalf panicked with %v", p)
 	}
@@ -44,7 +44,7 @@ func TestFatalLoggerLevels(t *testing.T) {
 		t.Fatalf("lines %q, want %q", got, want)
 	}
 
-	quiet := replication.FatalLogger{}
+	quiet := store.FatalLogger{}
 	quiet.Infof("x")
 	quiet.Errorf("y")
 	if p := fatal(quiet); !errors.As(asError(p), &fe) {

@@ -1,4 +1,4 @@
-package replication_test
+package store_test
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -25,14 +27,14 @@ type rig struct {
 	tracker *session.Tracker
 	window  *idempotency.Store
 	state   *session.State
-	recv    *replication.Receiver
-	applier replication.Applier
+	recv    *store.Receiver
+	applier store.Applier
 	nextLSN uint64
 }
 
-func newRig(t *testing.T, applier func(*session.State) replication.Applier) *rig {
+func newRig(t *testing.T, applier func(*session.State) store.Applier) *rig {
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), FormatMajorVersion: pebble.FormatNewest,
-		Logger: replication.FatalLogger{}})
+		Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	r := &rig{t: t, db: db, nextLSN: 1}
@@ -40,11 +42,11 @@ func newRig(t *testing.T, applier func(*session.State) replication.Applier) *rig
 	require.NoError(t, err)
 	r.window = idempotency.NewStore(1000)
 	r.state = session.NewState(db)
-	r.applier = replication.SessionApplier{State: r.state}
+	r.applier = store.SessionApplier{State: r.state}
 	if applier != nil {
 		r.applier = applier(r.state)
 	}
-	r.recv, err = replication.NewReceiver(db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+	r.recv, err = store.NewReceiver(db, r.tracker, r.window, r.applier, &store.ReceiverOptions{Shard: 3})
 	require.NoError(t, err)
 	return r
 }
@@ -54,7 +56,7 @@ func newWindowRig(t *testing.T, capacity int) *rig {
 	r := newRig(t, nil)
 	r.window = idempotency.NewStore(capacity)
 	var err error
-	r.recv, err = replication.NewReceiver(r.db, r.tracker, r.window, r.applier, &replication.ReceiverOptions{Shard: 3})
+	r.recv, err = store.NewReceiver(r.db, r.tracker, r.window, r.applier, &store.ReceiverOptions{Shard: 3})
 	require.NoError(t, err)
 	return r
 }
@@ -64,7 +66,7 @@ func newWindowRig(t *testing.T, capacity int) *rig {
 func (r *rig) reopenedWindow() []idempotency.Key {
 	r.t.Helper()
 	w := idempotency.NewStore(r.window.Capacity())
-	_, err := replication.NewReceiver(r.db, r.tracker, w, r.applier, &replication.ReceiverOptions{Shard: 3})
+	_, err := store.NewReceiver(r.db, r.tracker, w, r.applier, &store.ReceiverOptions{Shard: 3})
 	require.NoError(r.t, err)
 	return w.Keys(nil)
 }
@@ -210,7 +212,7 @@ func TestReceiverRefusalsLeaveNoTrace(t *testing.T) {
 }
 
 type failingApplier struct {
-	inner replication.Applier
+	inner store.Applier
 	fail  bool
 }
 
@@ -226,8 +228,8 @@ func (a *failingApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 
 func TestReceiverApplierFailureLeavesNoTrace(t *testing.T) {
 	var fa *failingApplier
-	r := newRig(t, func(s *session.State) replication.Applier {
-		fa = &failingApplier{inner: replication.SessionApplier{State: s}}
+	r := newRig(t, func(s *session.State) store.Applier {
+		fa = &failingApplier{inner: store.SessionApplier{State: s}}
 		return fa
 	})
 	id := session.NewID()
@@ -239,7 +241,7 @@ func TestReceiverApplierFailureLeavesNoTrace(t *testing.T) {
 	raw := r.batch(add(id, 2, 10, &k), add(id, 3, 10, nil))
 	before := r.snapshot()
 	res, err := r.recv.Apply(raw)
-	require.ErrorIs(t, err, replication.ErrApply)
+	require.ErrorIs(t, err, store.ErrApply)
 	require.True(t, res.Ack.Refused)
 	require.Equal(t, before, r.snapshot())
 	require.False(t, r.window.Contains(k), "window recorded a key of a failed batch")
@@ -325,7 +327,7 @@ func TestWindowJournalRestoresWindow(t *testing.T) {
 
 	require.Equal(t, want, r.reopenedWindow())
 
-	_, n, err := replication.JournalWindow(r.db, 8)
+	_, n, err := store.JournalWindow(r.db, 8)
 	require.NoError(t, err)
 	require.LessOrEqual(t, n, 2*8+3, "journal not compacted: %d key records for a window of 8", n)
 }
@@ -373,7 +375,7 @@ func TestWindowJournalPrunesEvictedEntries(t *testing.T) {
 		require.NoError(t, err)
 
 		require.Equal(t, r.window.Keys(nil), r.reopenedWindow(), "after batch %d", b)
-		_, n, err := replication.JournalWindow(r.db, capacity)
+		_, n, err := store.JournalWindow(r.db, capacity)
 		require.NoError(t, err)
 		// Kept once the window is full: the oldest entry with fewer than
 		// capacity evictions after it, what followed it (< capacity keys),
@@ -417,7 +419,7 @@ func TestWindowJournalPruningModel(t *testing.T) {
 			_, err := r.recv.Apply(r.batch(evs...))
 			require.NoError(t, err)
 			require.Equal(t, r.window.Keys(nil), r.reopenedWindow(), "seed %d capacity %d hits %d%% after batch %d", seed, capacity, hitPct, b)
-			_, n, err := replication.JournalWindow(r.db, capacity)
+			_, n, err := store.JournalWindow(r.db, capacity)
 			require.NoError(t, err)
 			require.LessOrEqual(t, n, 3*capacity+4, "seed %d: journal unbounded", seed)
 		}

@@ -1,4 +1,4 @@
-package replication
+package store
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/idempotency"
@@ -74,11 +76,11 @@ func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 
 // Result describes what Apply did with one batch.
 type Result struct {
-	Ack       Ack  // what to send back to the leader
-	Committed bool // a Pebble batch was committed
-	Applied   int  // events handed to the Applier
-	Discarded int  // events recognised as already applied
-	Skipped   int  // events skipped as closed / too old
+	Ack       replication.Ack // what to send back to the leader
+	Committed bool            // a Pebble batch was committed
+	Applied   int             // events handed to the Applier
+	Discarded int             // events recognised as already applied
+	Skipped   int             // events skipped as closed / too old
 }
 
 // Receiver is the follower side of one shard: it applies shipped batches
@@ -126,7 +128,7 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if opts != nil {
 		o = *opts
 	}
-	if err := ValidFollowerID(o.FollowerID); err != nil {
+	if err := replication.ValidFollowerID(o.FollowerID); err != nil {
 		return nil, fmt.Errorf("replication: NewReceiver: %w", err)
 	}
 	o.EnsureDefaults()
@@ -230,9 +232,9 @@ func (r *Receiver) Err() error {
 // Hello is the handshake a follower sends on (re)connect: its shard, ID,
 // committed epoch, applied position and the identity of the batch that ends
 // there (zero when the store does not know it).
-func (r *Receiver) Hello() Ack {
+func (r *Receiver) Hello() replication.Ack {
 	p := r.pos.Load()
-	return Ack{Shard: r.opts.Shard, Epoch: p.epoch, AppliedLSN: p.applied, FollowerID: r.opts.FollowerID, LastBatch: p.last}
+	return replication.Ack{Shard: r.opts.Shard, Epoch: p.epoch, AppliedLSN: p.applied, FollowerID: r.opts.FollowerID, LastBatch: p.last}
 }
 
 // Apply decodes, validates and applies one shipped batch and waits until it
@@ -272,7 +274,7 @@ type Pending struct {
 // Refused returns a Pending already refused with err, whose Wait returns
 // ack (marked refused) and err: for a wrapper that cannot start a batch
 // (a closed follower).
-func Refused(ack Ack, err error) *Pending {
+func Refused(ack replication.Ack, err error) *Pending {
 	ack.Refused = true
 	done := make(chan struct{})
 	close(done)
@@ -423,7 +425,7 @@ func (p *Pending) Wait() (Result, error) {
 		}
 	}
 	pos := r.pos.Load()
-	p.res.Ack = Ack{Shard: r.opts.Shard, Epoch: pos.epoch, AppliedLSN: pos.applied, Refused: p.err != nil}
+	p.res.Ack = replication.Ack{Shard: r.opts.Shard, Epoch: pos.epoch, AppliedLSN: pos.applied, Refused: p.err != nil}
 	return p.res, p.err
 }
 
@@ -542,20 +544,20 @@ const maxKeptMap = 1 << 13
 // changes only ttx's pending overlay, which Abort drops.
 func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Event) plan {
 	if h.Shard != r.opts.Shard {
-		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", ErrWrongShard, h.Shard, r.opts.Shard))
+		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", replication.ErrWrongShard, h.Shard, r.opts.Shard))
 	}
 	if h.Epoch < r.epoch {
-		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d: it comes from a deposed leader; point this follower at the current leader", ErrStaleEpoch, h.Epoch, r.epoch))
+		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d: it comes from a deposed leader; point this follower at the current leader", replication.ErrStaleEpoch, h.Epoch, r.epoch))
 	}
 	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
 		return refuse(refusedStaleEpoch, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
-			ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
+			replication.ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
 	}
 	if len(events) == 0 || h.LastLSN() <= r.applied {
 		return plan{verdict: verdictRedelivery, h: h, events: events}
 	}
 	if h.FirstLSN > r.applied+1 {
-		return refuse(refusedOutOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", ErrOutOfOrder, h.FirstLSN, r.applied))
+		return refuse(refusedOutOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", replication.ErrOutOfOrder, h.FirstLSN, r.applied))
 	}
 
 	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: h.Ref(),
@@ -609,7 +611,7 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 			hwm, _, _, _ := r.tracker.Get(ev.Session)
 			fates := p.fates
 			p = refuse(refusedSeqGap, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
-				ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
+				replication.ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
 			p.fates = fates
 			return p
 		}

@@ -1,12 +1,13 @@
-package replication_test
+package store_test
 
 import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/stretchr/testify/require"
 )
@@ -26,14 +27,14 @@ func TestWindowJournalUndecodableEntryFailsOpen(t *testing.T) {
 			_, err := r.recv.Apply(r.batch(add(session.NewID(), 1, 1, &k)))
 			require.NoError(t, err)
 
-			key := binary.BigEndian.AppendUint64(append([]byte(nil), replication.JournalPrefix...), 1<<40)
+			key := binary.BigEndian.AppendUint64(append([]byte(nil), store.JournalPrefix...), 1<<40)
 			require.NoError(t, r.db.Set(key, value, nil))
-			_, err = replication.NewReceiver(r.db, r.tracker, idempotency.NewStore(1000), r.applier, &replication.ReceiverOptions{Shard: 3})
+			_, err = store.NewReceiver(r.db, r.tracker, idempotency.NewStore(1000), r.applier, &store.ReceiverOptions{Shard: 3})
 			require.ErrorIs(t, err, corruption.Err)
 
 			require.NoError(t, r.db.Delete(key, nil))
 			fresh := idempotency.NewStore(1000)
-			_, err = replication.NewReceiver(r.db, r.tracker, fresh, r.applier, &replication.ReceiverOptions{Shard: 3})
+			_, err = store.NewReceiver(r.db, r.tracker, fresh, r.applier, &store.ReceiverOptions{Shard: 3})
 			require.NoError(t, err)
 			require.True(t, fresh.Contains(k), "the good entry replays once the bad one is gone")
 		})

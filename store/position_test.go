@@ -1,7 +1,9 @@
-package replication_test
+package store_test
 
 import (
 	"testing"
+
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -14,7 +16,7 @@ import (
 // oncewal metadata.
 func TestReadPosition(t *testing.T) {
 	r := newRig(t, nil)
-	_, ok, err := replication.ReadPosition(r.db)
+	_, ok, err := store.ReadPosition(r.db)
 	require.NoError(t, err)
 	require.False(t, ok, "a store that committed nothing has no position")
 	recv, err := r.reopen("a")
@@ -22,7 +24,7 @@ func TestReadPosition(t *testing.T) {
 	id := session.NewID()
 	_, err = recv.Apply(r.batchAt(3, 4, add(id, 1, 1, nil), add(id, 2, 1, nil)))
 	require.NoError(t, err)
-	pos, ok, err := replication.ReadPosition(r.db)
+	pos, ok, err := store.ReadPosition(r.db)
 	require.NoError(t, err)
 	require.True(t, ok)
 	h := recv.Hello()
@@ -53,7 +55,7 @@ func TestComparePositions(t *testing.T) {
 		{"nothing applied is behind anything applied", at(5, 0, 0), at(1, 1, 1), -1},
 		{"two empty stores", at(5, 0, 0), at(1, 0, 0), 0},
 	} {
-		require.Equal(t, c.want, replication.ComparePositions(c.a, c.b), c.name)
-		require.Equal(t, -c.want, replication.ComparePositions(c.b, c.a), c.name+" (swapped)")
+		require.Equal(t, c.want, store.ComparePositions(c.a, c.b), c.name)
+		require.Equal(t, -c.want, store.ComparePositions(c.b, c.a), c.name+" (swapped)")
 	}
 }
