@@ -34,7 +34,7 @@ func LeaderConcurrent(n int) func(*testing.B) {
 		defer os.RemoveAll(dir)
 		fs := &syncCountingFS{FS: vfs.Default}
 		l, err := leader.Open(dir, &leader.Options{Shards: 1, FS: fs, Logger: quietSlog(),
-			Store: follower.Options{Logger: quietSlog()}})
+			Store: follower.StoreOptions{Logger: quietSlog()}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -37,7 +37,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 		}
 		defer os.RemoveAll(dir)
 		defer os.RemoveAll(dir + "-copy")
-		opts := &follower.Options{HWMLogBatches: logBatches, Logger: quietSlog()}
+		opts := &follower.Options{StoreOptions: follower.StoreOptions{HWMLogBatches: logBatches, Logger: quietSlog()}}
 		f, err := follower.Open(dir, opts)
 		if err != nil {
 			b.Fatal(err)

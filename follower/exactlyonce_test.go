@@ -42,7 +42,7 @@ func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 // checkpoints a session two batches after its change, so the workloads'
 // dozen batches exercise logging, checkpoints, delta deletion and replay.
 func testOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}
+	return &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // logModes are the HWM log settings the seeded simulations rotate through:

@@ -64,7 +64,7 @@ func Example_customApplier() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	opts := &follower.Options{Applier: balances{}, Logger: quietLogger}
+	opts := &follower.Options{StoreOptions: follower.StoreOptions{Applier: balances{}, Logger: quietLogger}}
 
 	s := session.ID{0x02}
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()

@@ -21,7 +21,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	f, err := follower.Open(dir, &follower.Options{Shard: 0, Logger: quietLogger})
+	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}

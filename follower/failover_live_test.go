@@ -58,7 +58,7 @@ func liveFailover(t *testing.T, seed uint64) {
 
 	a, err := follower.Open("a", opts(fsA))
 	require.NoError(t, err)
-	la, err := leader.Promote(a, leader.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
+	la, err := leader.Promote(retire(t, a), leader.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
 	require.NoError(t, err)
 	tr := replication.NewInProcess(replication.FaultsLight, seed)
 	defer tr.Close()
@@ -156,7 +156,7 @@ func liveFailover(t *testing.T, seed uint64) {
 	require.NoError(t, la.Close())
 	require.NoError(t, a.Kill())
 
-	lb, err := leader.Promote(b, leader.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
+	lb, err := leader.Promote(retire(t, b), leader.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
 	require.NoError(t, err)
 	require.NoError(t, <-serveDone)
 	for i := range reqs {

@@ -5,24 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/snapshot"
-	"github.com/oncewal/oncewal/wal"
 )
 
 // ErrFollowerClosed is returned by methods of a closed Follower.
@@ -38,65 +31,12 @@ var ErrNotStore = errors.New("follower: not an oncewal follower store")
 // errors.Is(err, replication.ErrWrongShard) and the like work.
 var ErrPermanentRefusal = errors.New("follower: refused for good")
 
-// Options configures a Follower. Every zero field takes the default named in
-// its comment (see EnsureDefaults); Open validates the result and reports all
-// problems at once.
+// Options configures a Follower: the store's options (StoreOptions,
+// embedded) and how Serve reaches the leader. Every zero field takes the
+// default named in its comment (see EnsureDefaults); Open validates the
+// result and reports all problems at once.
 type Options struct {
-	// Shard is the shard this follower serves; batches of other shards are
-	// refused with replication.ErrWrongShard. Default 0.
-	Shard uint32
-	// ID is the follower's stable name, sent in every hello; a leader that
-	// ships to several followers of a shard (replication.Fanout) tells them
-	// apart by it and serves only the IDs it has registered. 1..64 bytes of
-	// [A-Za-z0-9._-] (replication.ValidFollowerID). Default "" (anonymous:
-	// served only by a single-follower replication.Shipper).
-	ID string
-	// WindowCapacity is the number of idempotency keys remembered.
-	// Default idempotency.DefaultCapacity (100,000).
-	WindowCapacity int
-	// HWMCacheSize bounds the in-memory cache of session HWMs; misses read
-	// Pebble. Default session.DefaultCacheSize (1<<20 sessions).
-	HWMCacheSize int
-	// HWMLogBatches and HWMLogSessions configure the HWM log (see
-	// session.TrackerOptions LogBatches and LogSessions): a batch writes its
-	// HWM changes as one value; a session whose entry is HWMLogBatches
-	// batches old is logged again (carried forward, twice at most) or has
-	// its row rewritten. Defaults
-	// session.DefaultLogBatches (256) and session.DefaultLogSessions (1<<17);
-	// HWMLogBatches -1 turns the log off (one HWM row per changed session
-	// per batch).
-	HWMLogBatches  int
-	HWMLogSessions int
-	// RetentionHorizon is how long, on the WAL clock, a closed or idle
-	// session's HWM is kept before garbage collection. It must exceed the
-	// longest delay with which an event can be redelivered. Default
-	// session.DefaultRetentionHorizon (24h).
-	RetentionHorizon time.Duration
-	// NoSync commits without waiting for fsync (see
-	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
-	NoSync bool
-	// Applier is the state machine events are applied to. Default: the
-	// session state machine and the request-ledger table
-	// (replication.SessionApplier with State and Ledger). A custom Applier
-	// reads the store through the batch it is handed and never sees the
-	// request-ledger records: the follower applies them to LedgerTable()
-	// itself (replication.RouteLedger), so it needs nothing from the
-	// Follower and can be given before Open. It must keep the Applier
-	// contract (package replication): deterministic, rejections as
-	// results; on a leader, a replication.Validator refuses before logging.
-	Applier store.Applier
-	// Ledger configures the request-ledger table (sweep interval and limit,
-	// on the WAL clock). Default: idempotency.TableOptions defaults.
-	Ledger idempotency.TableOptions
-	// Logger receives the follower's log lines. Default slog.Default().
-	Logger *slog.Logger
-	// LeaderStore: the store is a leader's own (package leader sets it),
-	// so its open and Promote are not logged as a follower's — the leader
-	// logs what it did, once. Default false.
-	LeaderStore bool
-	// FS is the filesystem Pebble uses. Default vfs.Default (the OS). Tests
-	// pass vfs.NewCrashableMem() or an errorfs wrapper.
-	FS vfs.FS
+	StoreOptions
 	// ReconnectBackoff is the first wait before Serve redials: after a
 	// working connection drops, and after the first failed attempt. It
 	// doubles after every further failed attempt (a failed dial, or a
@@ -140,21 +80,6 @@ type Options struct {
 	// Snapshot configures the rebuild's transfer (chunk size, the RateLimit
 	// throttle, retries). Default: snapshot.Options defaults.
 	Snapshot snapshot.Options
-	// MemTableSize is the size of the store's memtable (Pebble's
-	// MemTableSize). The rows that live only briefly — the HWM log's deltas
-	// (kept for HWMLogBatches batches) and the window journal's entries
-	// (kept for about WindowCapacity keys) — then mostly die in the memtable instead
-	// of being flushed and compacted: at Pebble's 4 MiB they outlive it,
-	// and flushes and compactions of them were the largest part of a
-	// follower's CPU. Memory: a shard that writes holds about two memtables
-	// (the one being filled and the one being flushed or kept for reuse),
-	// so 64 MiB per shard at the default (doc.go, "Memory per shard").
-	// Default DefaultMemTableSize (32 MiB); MinMemTableSize (256 KiB) to
-	// MaxMemTableSize (2 GiB). PebbleOptions may still change it.
-	MemTableSize int64
-	// PebbleOptions, if set, may adjust the Pebble options before Open (cache
-	// size, memtable size, …). It must not replace FS or Logger.
-	PebbleOptions func(*pebble.Options)
 	// LeaderTimeout bounds the leader's silence on a connection whose
 	// leader promised heartbeats (replication.LivenessConn): when nothing
 	// — no batch, no heartbeat — arrives for this long while Serve waits
@@ -170,23 +95,7 @@ type Options struct {
 	// (NeedsRebuild), for them to rebuild the store, and keeps redialling
 	// at the others unless StopOnPermanentRefusal.
 	rebuilder bool
-	// MinFreeBytes is the free space the store's disk keeps: below it no
-	// batch is applied (Apply and Start refuse it with
-	// replication.ErrDiskFull; Serve holds it and waits for room), so
-	// that Pebble never meets a full disk, which it cannot survive
-	// gracefully (internal/diskguard). Default diskguard.DefaultMinFree
-	// (64 MiB); negative: off.
-	MinFreeBytes int64
 }
-
-// Bounds and default of Options.MemTableSize. The default is where the
-// CPU saved levels off on the fresh and retry benchmarks (doc.go, "Memory
-// per shard"). Pebble refuses 4 GiB − 1 and more.
-const (
-	DefaultMemTableSize = 32 << 20
-	MinMemTableSize     = 256 << 10
-	MaxMemTableSize     = 2 << 30
-)
 
 // Defaults of the redial options (see Options).
 const (
@@ -198,27 +107,7 @@ const (
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (o *Options) EnsureDefaults() *Options {
-	if o.WindowCapacity == 0 {
-		o.WindowCapacity = idempotency.DefaultCapacity
-	}
-	if o.HWMCacheSize == 0 {
-		o.HWMCacheSize = session.DefaultCacheSize
-	}
-	if o.HWMLogBatches == 0 {
-		o.HWMLogBatches = session.DefaultLogBatches
-	}
-	if o.HWMLogSessions == 0 {
-		o.HWMLogSessions = session.DefaultLogSessions
-	}
-	if o.RetentionHorizon == 0 {
-		o.RetentionHorizon = session.DefaultRetentionHorizon
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
+	o.StoreOptions.EnsureDefaults()
 	if o.ReconnectBackoff == 0 {
 		o.ReconnectBackoff = DefaultReconnectBackoff
 	}
@@ -231,36 +120,12 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.LeaderTimeout == 0 {
 		o.LeaderTimeout = DefaultLeaderTimeout
 	}
-	if o.MinFreeBytes == 0 {
-		o.MinFreeBytes = diskguard.DefaultMinFree
-	}
-	if o.MemTableSize == 0 {
-		o.MemTableSize = DefaultMemTableSize
-	}
 	return o
 }
 
 // Validate reports every invalid field in one error.
 func (o *Options) Validate() error {
-	var errs []error
-	if o.WindowCapacity < 0 {
-		errs = append(errs, fmt.Errorf("WindowCapacity %d is negative", o.WindowCapacity))
-	}
-	if o.HWMCacheSize < 0 {
-		errs = append(errs, fmt.Errorf("HWMCacheSize %d is negative", o.HWMCacheSize))
-	}
-	if o.HWMLogBatches < -1 {
-		errs = append(errs, fmt.Errorf("HWMLogBatches %d is below -1 (off)", o.HWMLogBatches))
-	}
-	if o.HWMLogSessions < 0 {
-		errs = append(errs, fmt.Errorf("HWMLogSessions %d is negative", o.HWMLogSessions))
-	}
-	if o.RetentionHorizon < 0 {
-		errs = append(errs, fmt.Errorf("RetentionHorizon %v is negative", o.RetentionHorizon))
-	}
-	if o.MemTableSize < MinMemTableSize || o.MemTableSize > MaxMemTableSize {
-		errs = append(errs, fmt.Errorf("MemTableSize %d is outside [%d, %d]", o.MemTableSize, MinMemTableSize, int64(MaxMemTableSize)))
-	}
+	errs := o.StoreOptions.problems()
 	if o.ReconnectBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))
 	}
@@ -269,9 +134,6 @@ func (o *Options) Validate() error {
 	}
 	if !(o.ReconnectJitter <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("ReconnectJitter %v is above 1", o.ReconnectJitter))
-	}
-	if err := replication.ValidFollowerID(o.ID); err != nil {
-		errs = append(errs, fmt.Errorf("ID: %w", err))
 	}
 	if o.Rebuild > RebuildAuto {
 		errs = append(errs, fmt.Errorf("Rebuild %d is neither RebuildNever nor RebuildAuto", o.Rebuild))
@@ -289,31 +151,18 @@ func (o *Options) Validate() error {
 	return fmt.Errorf("follower: invalid options: %w", errors.Join(errs...))
 }
 
-// Follower is an embeddable follower node for one shard: a Pebble store, the
-// HWM tracker, the idempotency-key window and the segment receiver, wired.
+// Follower serves one shard's Store from a leader: it dials the leader,
+// applies what it ships and acknowledges it, redialling whenever the link
+// drops.
 type Follower struct {
-	dir     string
-	opts    Options
-	db      *pebble.DB
-	events  *storeEvents
-	link    linkCounters
-	tracker *session.Tracker
-	window  *idempotency.Store
-	state   *session.State
-	ledger  *idempotency.LedgerTable
-	recv    *store.Receiver
+	st   *Store
+	opts Options
+	link linkCounters
 
 	// life orders Apply (a hold) and Serve (a run) against stop (Close,
-	// Kill, Promote): after stop no Apply is in flight, every Serve has
+	// Kill, Retire): after stop no Apply is in flight, every Serve has
 	// returned and neither can start.
 	life *lifegate.Gate
-
-	stall stallGuard
-	disk  *diskguard.Guard // MinFreeBytes
-	full  atomic.Bool      // the last check found the disk full
-
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // Open opens (or creates) the follower store in dir and recovers its applied
@@ -323,26 +172,9 @@ func Open(dir string, opts *Options) (*Follower, error) {
 	return OpenContext(context.Background(), dir, opts)
 }
 
-// OpenContext opens (or creates) the follower store in dir and recovers its
-// applied position, epoch, HWMs and window from it.
-//
-// It refuses, before anything on disk changes: a directory that is not a
-// store or empty (*LayoutError: a node directory, a WAL or leader directory,
-// unrelated files), a Pebble store that is not oncewal's (ErrNotStore), and
-// a store whose recorded identity — kind, shard, WindowCapacity,
-// RetentionHorizon — differs from opts (*MismatchError; see
-// SetRecordedOptions). A new store records opts' identity in its first
-// commit. A store Pebble cannot open because its recovery fails in the
-// background (a full disk, I/O errors) gives ErrStoreUnavailable in bounded time
-// instead of hanging, and ctx ending gives ctx.Err() (see the notes in
-// open.go). A store whose files fail Pebble's checksums gives
-// ErrStoreCorrupt.
+// OpenContext opens (or creates) the follower's store in dir
+// (OpenStoreContext, which says what it refuses).
 func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
-	f, err := openContext(ctx, dir, opts)
-	return f, CorruptStoreError(dir, err)
-}
-
-func openContext(ctx context.Context, dir string, opts *Options) (*Follower, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -351,159 +183,33 @@ func openContext(ctx context.Context, dir string, opts *Options) (*Follower, err
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
-	}
-	_, statErr := o.FS.Stat(dir)
-	existed := statErr == nil
-	asked := identityOf(&o)
-	fresh := false
-	// An open of this directory given up earlier (ErrStoreUnavailable, ctx)
-	// holds the store's lock while it retries: join it; its store's
-	// identity is checked below.
-	if !pendingOpenOf(o.FS, dir) {
-		// A snapshot install a crash interrupted is finished (or a fetch
-		// it interrupted removed) before the directory is looked at: the
-		// store opens as the old one or the new one, never a mix.
-		if err := snapshot.Recover(o.FS, dir); err != nil {
-			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
-		}
-		_, statErr = o.FS.Stat(dir)
-		existed = statErr == nil
-		layout, detail, err := DirLayout(o.FS, dir)
-		if err != nil {
-			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
-		}
-		switch layout {
-		case LayoutEmpty:
-			fresh = true
-		case LayoutStore:
-			found, recorded, err := peekIdentity(o.FS, dir)
-			if err != nil {
-				return nil, err
-			}
-			if recorded && found != asked {
-				return nil, &MismatchError{Dir: dir, Found: found, Asked: asked}
-			}
-			// A store older than the identity record: its directory name,
-			// if it is a node's shard directory, still says which shard it
-			// is.
-			if s, ok := parseShardDirName(filepath.Base(dir)); !recorded && ok && s != o.Shard {
-				found = asked
-				found.Shard = s
-				return nil, &MismatchError{Dir: dir, Found: found, Asked: asked}
-			}
-		default:
-			return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutStore, Detail: detail}
-		}
-	}
-	// Pebble creates a missing directory without syncing its parent, and a
-	// store whose directory a power failure takes loses every batch it
-	// acknowledged.
-	if err := wal.MkdirAllSynced(o.FS, dir); err != nil {
-		if fresh {
-			removeNewStore(o.FS, dir, existed)
-		}
-		return nil, fmt.Errorf("follower: creating store directory %s: %w", dir, err)
-	}
-	ev := newStoreEvents(o.Logger)
-	db, ev, err := openPebble(ctx, dir, pebbleOptions(&o, ev), ev)
+	st, err := OpenStoreContext(ctx, dir, &o.StoreOptions)
 	if err != nil {
-		if fresh && !errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil {
-			removeNewStore(o.FS, dir, existed)
-		}
 		return nil, err
 	}
-	found, recorded, err := ReadIdentity(db)
-	if err == nil && recorded && found != asked {
-		err = &MismatchError{Dir: dir, Found: found, Asked: asked}
-	}
-	if err != nil {
-		_ = guard(db.Close)
-		return nil, err
-	}
-	f, err := func() (*Follower, error) {
-		if !recorded {
-			if err := writeIdentity(db, asked); err != nil {
-				return nil, fmt.Errorf("follower: recording the identity of store %s: %w", dir, err)
-			}
-			if !fresh {
-				o.Logger.Info("oncewal follower: recorded the identity of a store that had none", "dir", dir, "identity", asked.String())
-			}
-		}
-		return wire(dir, db, ev, o)
-	}()
-	if err != nil {
-		_ = guard(db.Close)
-		if fresh {
-			removeNewStore(o.FS, dir, existed)
-		}
-		return nil, err
-	}
-	return f, nil
+	lsn, epoch := st.Position()
+	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
+		"applied_lsn", lsn, "epoch", epoch, "window", st.window.Len())
+	return &Follower{st: st, opts: o, life: lifegate.New()}, nil
 }
 
-func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Follower, error) {
-	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
-		CacheSize:        o.HWMCacheSize,
-		RetentionHorizon: o.RetentionHorizon,
-		LogBatches:       o.HWMLogBatches,
-		LogSessions:      o.HWMLogSessions,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
-	}
-	f := &Follower{
-		dir: dir, opts: o, db: db, events: ev, tracker: tracker,
-		window: idempotency.NewStore(o.WindowCapacity),
-		state:  session.NewState(db),
-	}
-	if f.ledger, err = idempotency.OpenLedgerTable(db, &o.Ledger); err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
-	}
-	var applier store.Applier = store.SessionApplier{State: f.state, Ledger: f.ledger}
-	if o.Applier != nil {
-		applier = store.RouteLedger(f.ledger, o.Applier)
-	}
-	f.recv, err = store.NewReceiver(db, tracker, f.window, applier, &store.ReceiverOptions{
-		Shard:      o.Shard,
-		FollowerID: o.ID,
-		NoSync:     o.NoSync,
-		Logger:     o.Logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
-	}
-	f.life = lifegate.New()
-	f.disk = diskguard.New(o.FS, dir, o.MinFreeBytes)
-	if !o.LeaderStore {
-		lsn, epoch := f.recv.Position()
-		o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
-			"applied_lsn", lsn, "epoch", epoch, "window", f.window.Len())
-	}
-	return f, nil
-}
-
-// Apply applies one shipped batch (see replication.Receiver.Apply). Embedders
+// Apply applies one shipped batch (see store.Receiver.Apply). Embedders
 // with their own transport call it directly and send back the returned ack.
 func (f *Follower) Apply(batch []byte) (store.Result, error) {
 	return f.Start(batch).Wait()
 }
 
 // Start starts applying one shipped batch without waiting for its WAL sync
-// (see replication.Receiver.Start): embedders with their own transport that
+// (see store.Receiver.Start): embedders with their own transport that
 // pipeline batches call it, then Wait for each Pending in order and send
 // its ack. Wait for every Pending before Close.
 func (f *Follower) Start(batch []byte) *store.Pending {
 	release, ok := f.life.Hold()
 	if !ok {
-		return store.Refused(f.recv.Hello(), ErrFollowerClosed)
+		return store.Refused(f.st.Hello(), ErrFollowerClosed)
 	}
 	defer release()
-	if err := f.checkDisk(); err != nil {
-		return store.Refused(f.recv.Hello(), err)
-	}
-	return f.recv.Start(batch)
+	return f.st.Start(batch)
 }
 
 // stop cancels every Serve, waits for in-flight Applies, forbids new ones and
@@ -539,7 +245,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	for ctx.Err() == nil {
 		start := time.Now()
 		f.link.attempts.Add(1)
-		conn, err := d.Dial(ctx, f.recv.Hello())
+		conn, err := d.Dial(ctx, f.st.Hello())
 		working := false
 		if err == nil {
 			f.link.serving(conn)
@@ -637,7 +343,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 	go func() {
 		defer func() {
 			if abandoned != nil {
-				f.finishAbandoned(abandoned)
+				f.st.FinishAbandoned(abandoned)
 			}
 		}()
 		var failed error
@@ -663,7 +369,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		ackErr <- failed
 	}()
 	var err error
-	for first := true; f.waitStalled(ctx); first = false {
+	for first := true; f.st.WaitStalled(ctx); first = false {
 		var batch []byte
 		if batch, err = f.recvLive(ctx, conn); err != nil {
 			break
@@ -672,11 +378,11 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		if first {
 			delivered()
 		}
-		if !f.waitForRoom(ctx) {
+		if !f.st.WaitForRoom(ctx) {
 			break // the batch is resent after the reconnect
 		}
 		var p *store.Pending
-		if p, abandoned = f.start(ctx, batch); p == nil {
+		if p, abandoned = f.st.StartContext(ctx, batch); p == nil {
 			err = fmt.Errorf("%w: %w", ErrStoreStalled, ctx.Err())
 			break
 		}
@@ -728,112 +434,57 @@ func (f *Follower) recvLive(ctx context.Context, conn replication.FollowerConn) 
 	}
 }
 
+// Store is the store the follower serves.
+func (f *Follower) Store() *Store { return f.st }
+
 // Shard is the shard the follower serves.
 func (f *Follower) Shard() uint32 { return f.opts.Shard }
 
 // Position returns the applied LSN and the highest committed epoch.
-func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.recv.Position() }
+func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.st.Position() }
 
-// Stats returns a snapshot of the receiver's counters plus the window size.
-func (f *Follower) Stats() Stats {
-	return Stats{Receiver: f.recv.Stats(), WindowLen: f.window.Len(), WindowCapacity: f.window.Capacity(),
-		HWMCacheLen: f.tracker.CachedLen(), AppliedWALTime: max(f.recv.LastEventTime(), f.tracker.Clock()),
-		Ledger: f.ledger.Stats(), BackgroundErrors: f.events.count.Load(), WriteStalled: f.events.stalled.Load(), DiskFull: f.full.Load(),
-		Link: f.link.snapshot()}
-}
+// Stats returns a snapshot of the store's counters and the link's.
+func (f *Follower) Stats() Stats { return Stats{StoreStats: f.st.Stats(), Link: f.link.snapshot()} }
 
-// State is the read API of the default session state machine (valid when
-// Options.Applier was left nil).
-func (f *Follower) State() *session.State { return f.state }
+// State is the read API of the default session state machine (Store.State).
+func (f *Follower) State() *session.State { return f.st.State() }
 
-// LedgerTable is the replicated request-ledger table (read-only use; see
-// Promote for serving requests from it).
-func (f *Follower) LedgerTable() *idempotency.LedgerTable { return f.ledger }
+// LedgerTable is the replicated request-ledger table (Store.LedgerTable).
+func (f *Follower) LedgerTable() *idempotency.LedgerTable { return f.st.LedgerTable() }
 
-// Tracker exposes the session HWMs (read-only use: Get, Clock).
-func (f *Follower) Tracker() *session.Tracker { return f.tracker }
+// Tracker exposes the session HWMs (Store.Tracker).
+func (f *Follower) Tracker() *session.Tracker { return f.st.Tracker() }
 
-// DB returns the underlying Pebble store, for embedders that read their own
-// Applier's rows. Writing to it outside an Applier voids every guarantee.
-func (f *Follower) DB() *pebble.DB { return f.db }
+// DB returns the underlying Pebble store (Store.DB).
+func (f *Follower) DB() *pebble.DB { return f.st.DB() }
 
-// Close stops every Serve, waits for them, and closes the store. Writes are
-// already durable (each batch commits with Sync unless NoSync); Close also
-// flushes the memtable so the next Open replays no WAL. Close is idempotent.
-//
-// After replication.ErrStoreFailed the Pebble instance is wedged (its commit
-// pipeline stopped mid-write): Close then skips the flush and closes what it
-// can, and returns the store failure. Reopening the directory recovers.
-//
-// While Pebble cannot flush (a full disk), Close does not wait for it for
-// ever: it returns ErrStoreStalled, wrapping the disk's error, after a few
-// failed retries, and the store closes itself later if the disk recovers
-// (see ErrStoreStalled).
+// Close stops every Serve, waits for them, and closes the store (Store.Close
+// says what a close guarantees and when it gives up waiting).
 func (f *Follower) Close() error {
-	return f.shutdown(true)
-}
-
-// Retired is what a store retired from following hands to the leader
-// promoted on it (leader.Promote). It goes when the store layer opens a
-// leader's store directly.
-type Retired struct {
-	Dir     string
-	Options Options
-	Window  *idempotency.Store
+	f.stop()
+	return f.st.Close()
 }
 
 // Retire stops the follower for good — Serve returns, Apply answers
 // ErrFollowerClosed — so that a leader can take its store over
-// (leader.Promote). It refuses a store that has failed.
-func (f *Follower) Retire() (Retired, error) {
+// (leader.Promote). The store stays the follower's: Close closes it. It
+// refuses a store that has failed.
+func (f *Follower) Retire() (*Store, error) {
 	if !f.stop() {
-		return Retired{}, ErrFollowerClosed
+		return nil, ErrFollowerClosed
 	}
-	if err := f.recv.Err(); err != nil {
-		return Retired{}, fmt.Errorf("follower: cannot promote a failed store: %w", err)
+	if err := f.st.Err(); err != nil {
+		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)
 	}
-	return Retired{Dir: f.dir, Options: f.opts, Window: f.window}, nil
+	return f.st, nil
 }
 
 // Kill stops the follower the way a killed process stops, for fault drills:
 // Serve is cancelled wherever it is and the store is closed without the
-// clean-shutdown flush, so the next Open replays Pebble's WAL. (Power loss,
-// where unsynced writes vanish, is simulated in tests with vfs.CrashClone.)
+// clean-shutdown flush (Store.Kill).
 func (f *Follower) Kill() error {
-	return f.shutdown(false)
-}
-
-func (f *Follower) shutdown(flush bool) error {
-	f.closeOnce.Do(func() {
-		f.stop()
-		f.stall.mu.Lock()
-		stalled := f.stall.abandoned != nil // its Start holds the receiver
-		f.stall.mu.Unlock()
-		if !stalled {
-			if failed := f.recv.Err(); failed != nil {
-				_ = guard(f.db.Close) // best effort on a wedged store
-				f.closeErr = failed
-				return
-			}
-		}
-		f.closeErr = f.closeStore(flush)
-	})
-	return f.closeErr
-}
-
-// guard runs a Pebble call, converting the panics of a failed store (our
-// FatalLogger's, or Pebble's own after a fatal commit) into errors.
-func guard(fn func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			if pe, ok := p.(error); ok {
-				err = fmt.Errorf("%w: %w", store.ErrStoreFailed, pe)
-			} else {
-				err = fmt.Errorf("%w: %v", store.ErrStoreFailed, p)
-			}
-		}
-	}()
-	return fn()
+	f.stop()
+	return f.st.Kill()
 }
 
 // WALLag estimates how far the store is behind its leader on the WAL clock:
@@ -851,36 +502,11 @@ func (s Stats) WALLag(now time.Time, idle time.Duration) time.Duration {
 	return max(0, now.Sub(time.Unix(0, s.AppliedWALTime)))
 }
 
-// Stats is a follower's readable state.
+// Stats is a follower's readable state: its store's and its link's.
 type Stats struct {
-	Receiver       store.Stats
-	WindowLen      int
-	WindowCapacity int
-	// HWMCacheLen is the number of sessions whose HWM is cached in memory
-	// (session.Tracker.CachedLen).
-	HWMCacheLen int
-	// AppliedWALTime is the leader's timestamp (unix ns, the WAL clock) of
-	// the newest event applied: of the last batch committed since Open, or
-	// of the newest session event the store holds (session.Tracker.Clock).
-	AppliedWALTime int64
-	// Ledger counts the request-ledger records applied to the store.
-	Ledger idempotency.TableStats
+	StoreStats
 	// Link describes the connection to the leader (Serve).
 	Link LinkStats
-	// BackgroundErrors counts the errors Pebble reported from its
-	// background work (flushes, compactions) on this store, its open
-	// included; each is retried after a backoff (see open.go).
-	BackgroundErrors uint64
-	// WriteStalled is true while Pebble holds the store's writes back
-	// (pebble.EventListener WriteStallBegin to WriteStallEnd): too many
-	// memtables waiting for a flush, or too many level-0 files. Brief
-	// stalls are normal under load; one that lasts, with BackgroundErrors
-	// growing, is a disk that cannot take a flush (full, failing).
-	WriteStalled bool
-	// DiskFull is true while the store's disk has less free space than
-	// Options.MinFreeBytes: batches wait (Serve) or are refused
-	// (replication.ErrDiskFull) until there is room again.
-	DiskFull bool
 }
 
 var _ io.Closer = (*Follower)(nil)

@@ -38,16 +38,16 @@ type stallGuard struct {
 // store is stalled.
 const stallPoll = 50 * time.Millisecond
 
-// start runs f.recv.Start(batch) on its own goroutine and returns its
+// StartContext runs Start(batch) on its own goroutine and returns its
 // Pending; or, when ctx ends first while Pebble stalls the store's writes
 // and its background work fails, nil and the channel the abandoned
 // Start's Pending will come on. The caller must then call finishAbandoned
 // with it once every earlier Pending of the pipeline has been waited for
 // (Pending.Wait's order), which it cannot do at once: an earlier Pending's
 // Wait needs the receiver, which the stuck Start holds.
-func (f *Follower) start(ctx context.Context, batch []byte) (*store.Pending, <-chan *store.Pending) {
+func (s *Store) StartContext(ctx context.Context, batch []byte) (*store.Pending, <-chan *store.Pending) {
 	done := make(chan *store.Pending, 1)
-	go func() { done <- f.recv.Start(batch) }()
+	go func() { done <- s.recv.Start(batch) }()
 	select {
 	case p := <-done:
 		return p, nil
@@ -55,7 +55,7 @@ func (f *Follower) start(ctx context.Context, batch []byte) (*store.Pending, <-c
 	}
 	// Only a stalled store is given up on: Serve's callers rely on nothing
 	// being applied after it returned (a promotion reads final positions).
-	for !f.events.stalled.Load() || !f.events.failing() {
+	for !s.events.stalled.Load() || !s.events.failing() {
 		select {
 		case p := <-done:
 			return p, nil
@@ -67,31 +67,31 @@ func (f *Follower) start(ctx context.Context, batch []byte) (*store.Pending, <-c
 		return p, nil
 	default:
 	}
-	f.opts.Logger.Error("oncewal follower: stopped waiting for a commit Pebble holds back (its flushes fail: disk full?); it completes in the background if the disk recovers",
-		"err", f.events.lastErr())
-	f.stall.mu.Lock()
-	f.stall.abandoned = make(chan struct{})
-	f.stall.mu.Unlock()
+	s.opts.Logger.Error("oncewal follower: stopped waiting for a commit Pebble holds back (its flushes fail: disk full?); it completes in the background if the disk recovers",
+		"err", s.events.lastErr())
+	s.stall.mu.Lock()
+	s.stall.abandoned = make(chan struct{})
+	s.stall.mu.Unlock()
 	return nil, done
 }
 
-// finishAbandoned waits for the abandoned Start and its Pending, so the
+// FinishAbandoned waits for the abandoned Start and its Pending, so the
 // receiver's memory follows its store, and releases the Starts and the close
 // held back meanwhile.
-func (f *Follower) finishAbandoned(done <-chan *store.Pending) {
+func (s *Store) FinishAbandoned(done <-chan *store.Pending) {
 	_, _ = (<-done).Wait()
-	f.stall.mu.Lock()
-	close(f.stall.abandoned)
-	f.stall.abandoned = nil
-	f.stall.mu.Unlock()
+	s.stall.mu.Lock()
+	close(s.stall.abandoned)
+	s.stall.abandoned = nil
+	s.stall.mu.Unlock()
 }
 
-// waitStalled waits until no abandoned Start is in flight, or ctx ends
+// WaitStalled waits until no abandoned Start is in flight, or ctx ends
 // (false).
-func (f *Follower) waitStalled(ctx context.Context) bool {
-	f.stall.mu.Lock()
-	ch := f.stall.abandoned
-	f.stall.mu.Unlock()
+func (s *Store) WaitStalled(ctx context.Context) bool {
+	s.stall.mu.Lock()
+	ch := s.stall.abandoned
+	s.stall.mu.Unlock()
 	if ch == nil {
 		return true
 	}
@@ -107,33 +107,33 @@ func (f *Follower) waitStalled(ctx context.Context) bool {
 // goroutine, after any abandoned Start, and waits for it as an open is
 // waited for (storeEvents.waitOut): after openGiveUp background errors it
 // returns ErrStoreStalled and the close goes on in the background.
-func (f *Follower) closeStore(flush bool) error {
+func (s *Store) closeStore(flush bool) error {
 	done := make(chan struct{})
 	var err error // set before done is closed
-	f.stall.mu.Lock()
-	abandoned := f.stall.abandoned
-	f.stall.mu.Unlock()
+	s.stall.mu.Lock()
+	abandoned := s.stall.abandoned
+	s.stall.mu.Unlock()
 	go func() {
 		if abandoned != nil {
 			<-abandoned
 		}
 		var errs []error
-		if flush && f.flushOnClose() {
-			if err := guard(f.db.Flush); err != nil {
+		if flush && s.flushOnClose() {
+			if err := guard(s.db.Flush); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if err := guard(f.db.Close); err != nil {
+		if err := guard(s.db.Close); err != nil {
 			errs = append(errs, err)
 		}
 		err = errors.Join(errs...)
 		close(done)
 	}()
-	if f.events.waitOut(done, nil, nil) {
+	if s.events.waitOut(done, nil, nil) {
 		return err
 	}
 	return fmt.Errorf("%w: %s: Pebble cannot flush (%d background errors; the store closes itself if a retry succeeds, else at process exit; acknowledged batches are durable): %w",
-		ErrStoreStalled, f.dir, f.events.count.Load(), f.events.lastErr())
+		ErrStoreStalled, s.dir, s.events.count.Load(), s.events.lastErr())
 }
 
 // flushOnClose reports whether Close should flush the memtable, so that the
@@ -144,36 +144,36 @@ func (f *Follower) closeStore(flush bool) error {
 // unlocked mutex"; found by TestRealProcessesFullDisk). So Close skips it
 // after any background error, and with less free space than twice the
 // memtable plus 1 MiB (a filesystem that cannot tell: it flushes).
-func (f *Follower) flushOnClose() bool {
-	if f.events.count.Load() > 0 {
+func (s *Store) flushOnClose() bool {
+	if s.events.count.Load() > 0 {
 		return false
 	}
-	u, err := f.opts.FS.GetDiskUsage(f.dir)
+	u, err := s.opts.FS.GetDiskUsage(s.dir)
 	if err != nil {
 		return true
 	}
-	return u.AvailBytes >= 2*f.db.Metrics().MemTable.Size+1<<20
+	return u.AvailBytes >= 2*s.db.Metrics().MemTable.Size+1<<20
 }
 
 // checkDisk is the MinFreeBytes guard: nil, or replication.ErrDiskFull
 // (wrapped). The first refusal of a full-disk episode is logged at Error,
 // the return of room at Info.
-func (f *Follower) checkDisk() error {
-	err := f.disk.Check()
-	if was := f.full.Swap(err != nil); was != (err != nil) {
+func (s *Store) checkDisk() error {
+	err := s.disk.Check()
+	if was := s.full.Swap(err != nil); was != (err != nil) {
 		if err != nil {
-			f.opts.Logger.Error("oncewal follower: not applying: the disk is nearly full; waiting for room", "err", err)
+			s.opts.Logger.Error("oncewal store: not applying: the disk is nearly full; waiting for room", "err", err)
 		} else {
-			f.opts.Logger.Info("oncewal follower: the disk has room again; applying")
+			s.opts.Logger.Info("oncewal store: the disk has room again; applying")
 		}
 	}
 	return err
 }
 
-// waitForRoom waits until the disk guard lets a batch through, or ctx ends
+// WaitForRoom waits until the disk guard lets a batch through, or ctx ends
 // (false).
-func (f *Follower) waitForRoom(ctx context.Context) bool {
-	for f.checkDisk() != nil {
+func (s *Store) WaitForRoom(ctx context.Context) bool {
+	for s.checkDisk() != nil {
 		if ctxtime.Sleep(ctx, diskguard.Interval) != nil {
 			return false
 		}

@@ -77,7 +77,7 @@ func (id Identity) String() string {
 
 // identityOf is the identity a store opened with o must have (o has its
 // defaults).
-func identityOf(o *Options) Identity {
+func identityOf(o *StoreOptions) Identity {
 	return Identity{Kind: KindShardStore, Shard: o.Shard, WindowCapacity: o.WindowCapacity, RetentionHorizon: o.RetentionHorizon}
 }
 
@@ -184,8 +184,8 @@ var ErrUnsafeOptionChange = errors.New("follower: unsafe change of a recorded op
 // recognise would apply again). A store that records no identity yet gets
 // opts' identity. The store must be a store (LayoutStore), not a node or WAL
 // directory.
-func SetRecordedOptions(dir string, opts *Options) (old Identity, err error) {
-	var o Options
+func SetRecordedOptions(dir string, opts *StoreOptions) (old Identity, err error) {
+	var o StoreOptions
 	if opts != nil {
 		o = *opts
 	}

@@ -55,10 +55,10 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 // it opens.
 func TestOpenForeignShard(t *testing.T) {
 	dir := t.TempDir()
-	lsn := appliedStore(t, dir, follower.Options{Shard: 1})
+	lsn := appliedStore(t, dir, follower.Options{StoreOptions: follower.StoreOptions{Shard: 1}})
 	before := dirState(t, dir)
 
-	_, err := follower.Open(dir, &follower.Options{Shard: 0, Logger: quietLogger})
+	_, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
 	require.ErrorIs(t, err, follower.ErrStoreMismatch)
 	var me *follower.MismatchError
 	require.ErrorAs(t, err, &me)
@@ -67,7 +67,7 @@ func TestOpenForeignShard(t *testing.T) {
 	require.Contains(t, err.Error(), "shard 1, asked 0")
 	require.Equal(t, before, dirState(t, dir), "a refused open changed the store")
 
-	f, err := follower.Open(dir, &follower.Options{Shard: 1, Logger: quietLogger})
+	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 1, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
@@ -80,7 +80,7 @@ func TestOpenForeignShard(t *testing.T) {
 // is safe — longer, larger — and refuses the rest without changing anything.
 func TestOpenOptionMismatch(t *testing.T) {
 	dir := t.TempDir()
-	base := follower.Options{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}
+	base := follower.Options{StoreOptions: follower.StoreOptions{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
 	appliedStore(t, dir, base)
 	before := dirState(t, dir)
 
@@ -108,7 +108,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 	} {
 		o := base
 		mod(&o)
-		old, err := follower.SetRecordedOptions(dir, &o)
+		old, err := follower.SetRecordedOptions(dir, &o.StoreOptions)
 		require.ErrorIs(t, err, follower.ErrUnsafeOptionChange, name)
 		require.Equal(t, 1000, old.WindowCapacity)
 	}
@@ -116,7 +116,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 
 	grown := base
 	grown.WindowCapacity, grown.RetentionHorizon = 5000, 48*time.Hour
-	old, err := follower.SetRecordedOptions(dir, &grown)
+	old, err := follower.SetRecordedOptions(dir, &grown.StoreOptions)
 	require.NoError(t, err)
 	require.Equal(t, follower.Identity{Kind: follower.KindShardStore, Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour}, old)
 	_, err = follower.Open(dir, &base)
@@ -139,7 +139,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 func TestOpenWrongLayout(t *testing.T) {
 	root := t.TempDir()
 	node := filepath.Join(root, "node")
-	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
 
@@ -163,7 +163,7 @@ func TestOpenWrongLayout(t *testing.T) {
 		found follower.Layout
 	}{{node, follower.LayoutNode}, {walDir, follower.LayoutWAL}, {leaderDir, follower.LayoutLeader}, {random, follower.LayoutOther}} {
 		before := dirState(t, c.dir)
-		_, err := follower.Open(c.dir, &follower.Options{Logger: quietLogger})
+		_, err := follower.Open(c.dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
 		require.ErrorIs(t, err, follower.ErrWrongLayout, c.dir)
 		var le *follower.LayoutError
 		require.ErrorAs(t, err, &le)
@@ -175,7 +175,7 @@ func TestOpenWrongLayout(t *testing.T) {
 	store := follower.ShardDir(node, 1)
 	before := dirState(t, store)
 	for _, dir := range []string{store, walDir, leaderDir, random} {
-		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
 		require.ErrorIs(t, err, follower.ErrWrongLayout, dir)
 	}
 	require.Equal(t, before, dirState(t, store))
@@ -191,7 +191,7 @@ func TestOpenNotOncewalStore(t *testing.T) {
 	require.NoError(t, db.Set([]byte("users/1"), []byte("alice"), pebble.Sync))
 	require.NoError(t, db.Close())
 	before := dirState(t, dir)
-	_, err = follower.Open(dir, &follower.Options{Logger: quietLogger})
+	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
 	require.ErrorIs(t, err, follower.ErrNotStore)
 	require.Equal(t, before, dirState(t, dir))
 }
@@ -202,16 +202,16 @@ func TestOpenNotOncewalStore(t *testing.T) {
 func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	root := t.TempDir()
 	dir := follower.ShardDir(root, 4)
-	lsn := appliedStore(t, dir, follower.Options{Shard: 4})
+	lsn := appliedStore(t, dir, follower.Options{StoreOptions: follower.StoreOptions{Shard: 4}})
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	require.NoError(t, db.Delete(follower.KeyIdentity, pebble.Sync))
 	require.NoError(t, db.Close())
 
-	_, err = follower.Open(dir, &follower.Options{Shard: 0, Logger: quietLogger})
+	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
 	require.ErrorIs(t, err, follower.ErrStoreMismatch, "shard-0004 opened as shard 0")
 
-	f, err := follower.Open(dir, &follower.Options{Shard: 4, WindowCapacity: 77, Logger: quietLogger})
+	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 4, WindowCapacity: 77, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
@@ -220,7 +220,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 77, id.WindowCapacity)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{Shard: 4, Logger: quietLogger})
+	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 4, Logger: quietLogger}})
 	require.ErrorIs(t, err, follower.ErrStoreMismatch, "the adopted identity is enforced")
 }
 
@@ -228,12 +228,12 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 // (before any batch), and it marks the store as oncewal's.
 func TestOpenNewStoreRecordsIdentity(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "s")
-	f, err := follower.Open(dir, &follower.Options{Shard: 9, Logger: quietLogger})
+	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{Shard: 8, Logger: quietLogger})
+	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 8, Logger: quietLogger}})
 	require.ErrorIs(t, err, follower.ErrStoreMismatch)
-	f, err = follower.Open(dir, &follower.Options{Shard: 9, Logger: quietLogger})
+	f, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	_, _, ok, err := store.ReadMeta(f.DB())
 	require.NoError(t, err)

@@ -37,7 +37,7 @@ func newPromotePair(t *testing.T) *promotePair {
 	var err error
 	p.a, err = follower.Open("a", testOptions(vfs.NewMem()))
 	require.NoError(t, err)
-	p.la, err = leader.Promote(p.a, leader.PromoteOptions{WALDir: filepath.Join(p.dir, "a-wal"), Wall: p.now, Ledger: handClock})
+	p.la, err = leader.Promote(retire(p.t, p.a), leader.PromoteOptions{WALDir: filepath.Join(p.dir, "a-wal"), Wall: p.now, Ledger: handClock})
 	require.NoError(t, err)
 	p.b, err = follower.Open("b", testOptions(vfs.NewMem()))
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func (p *promotePair) promote() *leader.LedgerLog {
 	require.NoError(p.t, p.la.Close())
 	p.la = nil
 	require.NoError(p.t, p.a.Kill())
-	lb, err := leader.Promote(p.b, leader.PromoteOptions{WALDir: filepath.Join(p.dir, "b-wal"), Wall: p.now, Epoch: 2, Ledger: handClock})
+	lb, err := leader.Promote(retire(p.t, p.b), leader.PromoteOptions{WALDir: filepath.Join(p.dir, "b-wal"), Wall: p.now, Epoch: 2, Ledger: handClock})
 	require.NoError(p.t, err)
 	p.t.Cleanup(func() { _ = lb.Close() })
 	return lb
@@ -196,4 +196,14 @@ func TestWaitingClaimReleasedByOwnersCrash(t *testing.T) {
 	c = <-w
 	require.Equal(t, idempotency.Fresh, c.Status)
 	require.GreaterOrEqual(t, c.Time, owner.LeaseEnd)
+}
+
+// retire hands f's store over for a promotion (follower.Follower.Retire).
+func retire(t testing.TB, f *follower.Follower) *follower.Store {
+	t.Helper()
+	st, err := f.Retire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

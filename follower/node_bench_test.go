@@ -86,7 +86,7 @@ func benchNodeApply(b *testing.B, shards int, noSync bool) {
 		}
 	}
 	probe := &syncProbe{FS: vfs.Default}
-	node, err := follower.OpenNode(b.TempDir(), ids, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger, NoSync: noSync, FS: probe}})
+	node, err := follower.OpenNode(b.TempDir(), ids, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, NoSync: noSync, FS: probe}}})
 	if err != nil {
 		b.Fatal(err)
 	}

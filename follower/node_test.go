@@ -165,7 +165,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 					Workload: sim.WorkloadOptions{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
-					Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+					Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}},
 					Timeout:  time.Minute,
 					Shards:   shards,
 				})
@@ -189,7 +189,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 // header does not decode (with its wal error).
 func TestNodeWrongShard(t *testing.T) {
 	dir := t.TempDir()
-	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
 	require.NoError(t, err)
 	defer n.Close()
 	require.Equal(t, []uint32{1, 3}, n.Shards())
@@ -239,7 +239,7 @@ func TestNodeWrongShard(t *testing.T) {
 	got, err := follower.NodeShards(nil, dir)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1, 3}, got)
-	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
 	require.NoError(t, err)
 	lsn, _, err := n.Position(3)
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestNodeBadOptions(t *testing.T) {
 		_, err := follower.OpenNode(t.TempDir(), shards, nil)
 		require.ErrorIs(t, err, follower.ErrBadNodeOptions, "%v", shards)
 	}
-	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{WindowCapacity: -1}})
+	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{WindowCapacity: -1}}})
 	require.ErrorIs(t, err, follower.ErrBadNodeOptions)
 	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
 }
@@ -262,7 +262,7 @@ func TestNodeBadOptions(t *testing.T) {
 func TestNodeWindowBoundPerShard(t *testing.T) {
 	const capacity = 50
 	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}})
+		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}}})
 	require.NoError(t, err)
 	defer n.Close()
 	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Requests: 400}, 1, nil)
@@ -299,7 +299,7 @@ func TestNodeStalledShard(t *testing.T) {
 		Workload: sim.WorkloadOptions{Sessions: 12, Requests: 800, BatchSize: 30},
 		Faults:   replication.FaultsLight,
 		Restarts: 2,
-		Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}},
 		Timeout:  time.Minute,
 		Shards:   3,
 		Wrap: func(_ int, s uint32, d replication.Dialer) replication.Dialer {
@@ -345,7 +345,7 @@ func TestNodeFailingShard(t *testing.T) {
 	clock := sim.NewClock(w.Options.Start)
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{
 		Shards: shards, Followers: []string{"node"}, Wall: clock.Now, Logger: quietLogger,
-		Store:    follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Store:    follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -371,7 +371,7 @@ func TestNodeFailingShard(t *testing.T) {
 	}
 
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower:      follower.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable},
+		Follower:      follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}},
 		ReopenBackoff: 5 * time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
@@ -419,7 +419,7 @@ func TestNodeFailingShard(t *testing.T) {
 // Close).
 func TestNodeCloseRacesServe(t *testing.T) {
 	for i := range 20 {
-		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable}})
+		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}}})
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() {
@@ -440,7 +440,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 func TestNodeCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
-	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Logger: quietLogger}})
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadNodeOptions)
 	done := make(chan error, 1)
@@ -494,7 +494,7 @@ func TestNodeApplierFailure(t *testing.T) {
 		defer tr.Close()
 	}
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{Shards: 2, Followers: []string{"node"}, Logger: quietLogger,
-		Store: follower.Options{Logger: quietLogger}, Listener: func(s uint32) replication.Listener { return trs[s] }})
+		Store: follower.StoreOptions{Logger: quietLogger}, Listener: func(s uint32) replication.Listener { return trs[s] }})
 	require.NoError(t, err)
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -510,7 +510,7 @@ func TestNodeApplierFailure(t *testing.T) {
 		return err == nil && lsn == sh.NextLSN()-1
 	}
 	waitFor := func(n *follower.Node, what string, cond func() bool) { t.Helper(); waitNode(t, ctx, n, what, cond) }
-	nodeOpts := &follower.NodeOptions{Follower: follower.Options{ID: "node", Logger: quietLogger}, ReopenBackoff: time.Millisecond,
+	nodeOpts := &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger}}, ReopenBackoff: time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
 				o.Applier = brokenApplier{}

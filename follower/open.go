@@ -274,7 +274,7 @@ const blockCacheSize = 8 << 20
 
 // pebbleOptions are the Pebble options of a store opened with o; ev, if not
 // nil, receives its events.
-func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
+func pebbleOptions(o *StoreOptions, ev *storeEvents) *pebble.Options {
 	po := &pebble.Options{
 		FS:                 o.FS,
 		FormatMajorVersion: pebble.FormatNewest,

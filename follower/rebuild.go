@@ -73,7 +73,7 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 		o = *opts
 	}
 	o.EnsureDefaults()
-	want := snapshot.Want{Shard: o.Shard, Identity: identityOf(&o).String(), Describe: Describe}
+	want := snapshot.Want{Shard: o.Shard, Identity: identityOf(&o.StoreOptions).String(), Describe: Describe}
 	if err := snapshot.Recover(o.FS, dir); err != nil {
 		return snapshot.Manifest{}, snapshot.Stats{}, err
 	}
@@ -95,7 +95,7 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 	if err != nil {
 		return m, st, err
 	}
-	if err := dropLeaderRows(snapshot.StagingDir(dir), &o); err != nil {
+	if err := dropLeaderRows(snapshot.StagingDir(dir), &o.StoreOptions); err != nil {
 		// Not installed: the next Recover (every open) removes the staging.
 		_ = snapshot.Recover(o.FS, dir)
 		return m, st, fmt.Errorf("follower: rebuild of %s: %w", dir, err)
@@ -108,7 +108,7 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 
 // dropLeaderRows deletes the leader-only rows (keyspace.LeaderOnly) from the
 // store staged in dir, synced, before it is installed.
-func dropLeaderRows(dir string, o *Options) error {
+func dropLeaderRows(dir string, o *StoreOptions) error {
 	var db *pebble.DB
 	if err := guard(func() (err error) {
 		db, err = pebble.Open(dir, pebbleOptions(o, nil))

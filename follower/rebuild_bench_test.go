@@ -50,7 +50,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	defer tr.Close()
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 1, Followers: []string{"live"}, Wall: clock.Now, Logger: quietLogger,
-		Store:    follower.Options{Logger: quietLogger},
+		Store:    follower.StoreOptions{Logger: quietLogger},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	if err != nil {
@@ -60,7 +60,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	ran := make(chan error, 1)
 	go func() { ran <- l.Run(ctx) }()
 	defer func() { cancel(); <-ran; _ = l.Close() }()
-	f, err := follower.Open(dir+"/live", &follower.Options{ID: "live", Logger: quietLogger})
+	f, err := follower.Open(dir+"/live", &follower.Options{StoreOptions: follower.StoreOptions{ID: "live", Logger: quietLogger}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -42,9 +42,7 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	defer donor.Close()
 
 	opts := func(id string, mode follower.RebuildMode) *follower.Options {
-		return &follower.Options{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable,
-			ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
-			Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
+		return &follower.Options{StoreOptions: follower.StoreOptions{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
 	}
 	live, stopLive := serveFollower(t, ctx, dir+"/live", opts("live", follower.RebuildNever), tr)
 	defer stopLive()
@@ -135,7 +133,7 @@ func runLeader(t *testing.T, ctx context.Context, dir string, clock *sim.Clock, 
 	l, err := leader.Open(dir, &leader.Options{
 		Shards: shards, Followers: followers, Wall: clock.Now,
 		SegmentSize: 4 << 10, MaxRetainedBytes: retained, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: listen,
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -190,12 +188,7 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	donors := shardDonors(t, l)
 	c := sim.NewClient(w, 2, clock)
 	sendRetaining(t, c, l)
-	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{
-		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
-		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
-		Rebuild:     follower.RebuildAuto,
-		RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] }),
-	}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}})
 	require.NoError(t, err)
 	stop := serveNodeUntilCaughtUp(t, ctx, n, trs, c)
 	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
@@ -224,7 +217,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
 		l, err := leader.Open(d, &leader.Options{
 			Shards: 1, Epoch: epoch, Promote: epoch > 0, Followers: followers, Wall: clock.Now,
-			Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+			Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
 			Listener: func(uint32) replication.Listener { return tr },
 			Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 		})
@@ -242,7 +235,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 		_, err := c.Send(a)
 		require.NoError(t, err)
 	}
-	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable, ReconnectBackoff: time.Millisecond}})
+	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	bctx, stopB := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -280,8 +273,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- follower.Run(rctx, follower.ShardDir(dir+"/a", 0), &follower.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable,
-			ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
+		done <- follower.Run(rctx, follower.ShardDir(dir+"/a", 0), &follower.Options{StoreOptions: follower.StoreOptions{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
 			trB, &follower.RunHooks{
 				Opened:  func(f *follower.Follower) { cur.Store(f) },
 				Rebuilt: func(r error, _ snapshot.Manifest, _ snapshot.Stats) { reason = r },
@@ -315,7 +307,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	ids := []string{"f1", "f2"}
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 1, Followers: ids, SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	require.NoError(t, err)
@@ -336,7 +328,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	defer donor.Close()
 	node := dir + "/node"
 	store := follower.ShardDir(node, 0)
-	so := &follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable}
+	so := &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, _, err := follower.Rebuild(ctx, store, so, donor, nil)
@@ -363,7 +355,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	defer tr2.Close()
 	p, err := leader.Open(node, &leader.Options{
 		Shards: 1, Epoch: 2, Promote: true, Followers: ids, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(uint32) replication.Listener { return tr2 },
 	})
 	require.NoError(t, err)
@@ -395,9 +387,7 @@ func TestCloseDuringRebuild(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 
-	slow := follower.Options{Logger: quietLogger, PebbleOptions: smallMemtable,
-		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
-		Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
+	slow := follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
 	no := slow
 	no.ID = "node"
 	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
@@ -483,11 +473,7 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 	donor := &closedDonor{}
-	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{
-		ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable,
-		ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond,
-		Rebuild: follower.RebuildAuto, RebuildFrom: donor,
-	}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor}})
 	require.NoError(t, err)
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)

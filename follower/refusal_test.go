@@ -22,7 +22,7 @@ func TestRefusalReachesFollower(t *testing.T) {
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(t.TempDir(), &leader.Options{
-		Shards: 1, Followers: []string{"f1"}, Logger: quietLogger, Store: follower.Options{Logger: quietLogger},
+		Shards: 1, Followers: []string{"f1"}, Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	require.NoError(t, err)
@@ -38,8 +38,8 @@ func TestRefusalReachesFollower(t *testing.T) {
 		reason string
 		want   error
 	}{
-		{"unknown follower", follower.Options{ID: "stranger"}, "unknown_follower", replication.ErrUnknownFollower},
-		{"wrong shard", follower.Options{ID: "f1", Shard: 3}, "wrong_shard", replication.ErrWrongShard},
+		{"unknown follower", follower.Options{StoreOptions: follower.StoreOptions{ID: "stranger"}}, "unknown_follower", replication.ErrUnknownFollower},
+		{"wrong shard", follower.Options{StoreOptions: follower.StoreOptions{ID: "f1", Shard: 3}}, "wrong_shard", replication.ErrWrongShard},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

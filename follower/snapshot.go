@@ -46,7 +46,7 @@ func describe(fs vfs.FS, dir string) (snapshot.Cut, error) {
 
 // IdentityString is the printed identity a store opened with opts records:
 // what snapshot.Want.Identity asks of a snapshot for it.
-func IdentityString(opts *Options) string {
+func IdentityString(opts *StoreOptions) string {
 	o := *opts
 	o.EnsureDefaults()
 	return identityOf(&o).String()

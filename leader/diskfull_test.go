@@ -22,7 +22,7 @@ import (
 // logged; once there is room, appends go on from the same LSN and SeqNo.
 func TestAppendRefusedOnFullDisk(t *testing.T) {
 	mem := vfs.NewMem()
-	l := open(t, "/leader", &leader.Options{Shards: 1, FS: mem, Store: follower.Options{MinFreeBytes: 1 << 20}})
+	l := open(t, "/leader", &leader.Options{Shards: 1, FS: mem, Store: follower.StoreOptions{MinFreeBytes: 1 << 20}})
 	defer l.Close()
 	id := session.NewID()
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})

@@ -132,8 +132,7 @@
 //     log's, not above replication.MaxEpoch.
 //
 // Open logs one line for what it did ("oncewal leader opened" or
-// "promoted", with each shard's epoch); its stores do not log as
-// followers (follower.Options.LeaderStore).
+// "promoted", with each shard's epoch); opening its stores logs nothing.
 //
 // # Closing
 //

@@ -72,7 +72,7 @@ func TestEpochBound(t *testing.T) {
 	for _, epoch := range []uint64{0, replication.MaxEpoch + 1, math.MaxUint64} {
 		f, err := follower.Open(follower.ShardDir(fdir, 0), quiet())
 		require.NoError(t, err)
-		_, err = leader.Promote(f, leader.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
+		_, err = leader.Promote(retire(t, f), leader.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
 		require.ErrorIs(t, err, replication.ErrEpochExhausted, "PromoteOptions.Epoch %d", epoch)
 		_, stored := f.Position()
 		require.EqualValues(t, replication.MaxEpoch, stored)
@@ -241,4 +241,14 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	require.NoError(t, os.RemoveAll(follower.ShardDir(dir, 0)))
 	err = refusedUnchanged(t, dir, leader.Options{Shards: 1}, wal.ErrCompacted)
 	require.ErrorContains(t, err, "starts at LSN 2")
+}
+
+// retire hands f's store over for a promotion (follower.Follower.Retire).
+func retire(t testing.TB, f *follower.Follower) *follower.Store {
+	t.Helper()
+	st, err := f.Retire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

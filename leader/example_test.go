@@ -26,7 +26,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := leader.Open(dir, &leader.Options{Shards: 2, Logger: quiet, Store: follower.Options{Logger: quiet}})
+	l, err := leader.Open(dir, &leader.Options{Shards: 2, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func Example_requestLedger() {
 	defer os.RemoveAll(dir)
 
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := leader.Open(dir, &leader.Options{Shards: 1, Logger: quiet, Store: follower.Options{Logger: quiet}})
+	l, err := leader.Open(dir, &leader.Options{Shards: 1, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // acknowledged append (its store re-applies what its unsynced writes lost).
 func TestLeaderOnCrashableFS(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := &leader.Options{Shards: 2, FS: mem, Logger: discard(), Store: follower.Options{Logger: discard()}}
+	o := &leader.Options{Shards: 2, FS: mem, Logger: discard(), Store: follower.StoreOptions{Logger: discard()}}
 	l, err := leader.Open("/node", o)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(9, 9))

@@ -81,8 +81,8 @@ type Options struct {
 	// Store is the template for every shard's local store (Shard is set per
 	// shard). The leader applies its own log to it with the same receiver a
 	// follower runs, so WindowCapacity and RetentionHorizon must equal the
-	// followers'. Default: follower.Options defaults.
-	Store follower.Options
+	// followers'. Default: follower.StoreOptions defaults.
+	Store follower.StoreOptions
 	// Ledger configures every shard's request ledger (TTL, lease, failure
 	// TTL). Default: idempotency.LedgerOptions defaults.
 	Ledger idempotency.LedgerOptions
@@ -232,7 +232,7 @@ type Shard struct {
 	id     uint32
 	walDir string
 	fs     vfs.FS // of walDir
-	store  *follower.Follower
+	store  *follower.Store
 	log    *LedgerLog
 	ship   *shipping // nil without a Listener
 }
@@ -438,8 +438,8 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Lay
 
 func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {
 	so := l.opts.Store
-	so.Shard, so.LeaderStore = s, true
-	f, err := follower.Open(follower.ShardDir(l.dir, s), &so)
+	so.Shard = s
+	f, err := follower.OpenStore(follower.ShardDir(l.dir, s), &so)
 	if err != nil {
 		return nil, err
 	}
@@ -570,13 +570,12 @@ func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 
 // Store is the shard's local store (read-only use: State, Tracker,
 // Position, DB).
-func (s *Shard) Store() *follower.Follower { return s.store }
+func (s *Shard) Store() *follower.Store { return s.store }
 
 // StoreStats are the figures of the shard's local store: the receiver that
-// applies the log to it (LedgerLog.ReceiverStats, not the stopped
-// follower's), its window, HWM cache, ledger table and Pebble background
-// errors.
-func (s *Shard) StoreStats() follower.Stats {
+// applies the log to it (LedgerLog.ReceiverStats, not the store's own), its
+// window, HWM cache, ledger table and Pebble background errors.
+func (s *Shard) StoreStats() follower.StoreStats {
 	st := s.store.Stats()
 	st.Receiver = s.log.ReceiverStats()
 	st.AppliedWALTime = max(st.AppliedWALTime, s.log.LastEventTime())

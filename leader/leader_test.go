@@ -39,8 +39,10 @@ func newClock() *clock {
 }
 func (c *clock) wall() int64          { return c.ns.Load() }
 func (c *clock) step(d time.Duration) { c.ns.Add(int64(d)) }
-func quiet() *follower.Options        { return &follower.Options{Logger: discard()} }
-func discard() *slog.Logger           { return slog.New(slog.DiscardHandler) }
+func quiet() *follower.Options {
+	return &follower.Options{StoreOptions: follower.StoreOptions{Logger: discard()}}
+}
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func open(t *testing.T, dir string, o *leader.Options) *leader.Leader {
 	t.Helper()
 	o.Store.Logger = discard()
@@ -134,7 +136,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 	before := testutil.TreeDigest(t, dir)
-	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: *quiet()})
+	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: quiet().StoreOptions})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 	require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 
@@ -144,7 +146,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	w, err := wal.OpenWriter(filepath.Join(dir2, leader.WALDirName), &wal.WriterOptions{Shard: 7})
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: *quiet()})
+	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: quiet().StoreOptions})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 }
 
@@ -178,7 +180,7 @@ func TestEpochRaisedAndStaleRefused(t *testing.T) {
 	require.Equal(t, uint64(2), sh.Log().EpochStartLSN())
 	require.NoError(t, l.Close())
 
-	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: *quiet()})
+	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: quiet().StoreOptions})
 	require.ErrorIs(t, err, replication.ErrStaleEpoch)
 	l = open(t, dir, &leader.Options{Shards: 1})
 	sh, _ = l.Shard(0)
@@ -293,7 +295,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	refused := func(t *testing.T, dir string, target error) {
 		t.Helper()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
 		require.ErrorIs(t, err, target)
 		require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 	}
@@ -323,7 +325,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	t.Run("a file instead of the directory", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "file")
 		require.NoError(t, os.WriteFile(p, []byte("not a leader"), 0o644))
-		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: *quiet()})
+		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
 		require.ErrorIs(t, err, leader.ErrBadOptions)
 	})
 	t.Run("second leader", func(t *testing.T) {
@@ -331,7 +333,7 @@ func TestOpenValidatesLog(t *testing.T) {
 		l := open(t, dir, &leader.Options{Shards: 1})
 		defer l.Close()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
 		require.ErrorIs(t, err, wal.ErrLocked)
 		require.ErrorContains(t, err, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
@@ -354,7 +356,7 @@ func TestOpenRefusesStoreOrWALDir(t *testing.T) {
 	require.NoError(t, w.Close())
 	for _, dir := range []string{store, walDir} {
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: *quiet()})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
 		require.ErrorIs(t, err, follower.ErrWrongLayout, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
 	}

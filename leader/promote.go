@@ -37,13 +37,14 @@ type PromoteOptions struct {
 	OnAppend func(h wal.Header, raw []byte)
 }
 
-// Promote turns the follower into the leader of its shard: it stops
-// applying shipped batches (Serve returns, Apply answers ErrFollowerClosed),
-// persists the new epoch — from then on this store refuses batches of the
-// old leader (replication.ErrStaleEpoch) — and returns a LedgerLog whose log
-// continues at the applied LSN + 1 and whose Ledger answers from the
-// replicated ledger table: requests the old leader completed replay, claims
-// it left in flight free themselves when their leases end on the WAL clock.
+// Promote opens a leader's log on st, the store of its shard: it persists
+// the new epoch — from then on this store refuses batches of the old leader
+// (replication.ErrStaleEpoch) — and returns a LedgerLog whose log continues
+// at the applied LSN + 1 and whose Ledger answers from the replicated ledger
+// table: requests the old leader completed replay, claims it left in flight
+// free themselves when their leases end on the WAL clock. A follower's store
+// is handed over with follower.Follower.Retire first: nothing else may apply
+// to st while the log is open.
 //
 // Only the most advanced follower may be promoted: another follower that
 // applied more of the old leader's log holds entries the new log rewrites.
@@ -52,20 +53,18 @@ type PromoteOptions struct {
 // (ShipperOptions.EpochStartLSN = LedgerLog.EpochStartLSN()) — and must be
 // rebuilt. The same holds for the deposed leader's own store.
 //
-// A fresh, empty follower promoted with epoch 1 is how a first leader
-// starts. Close the LedgerLog before the Follower (the store is the
-// Follower's).
-func Promote(f *follower.Follower, opts PromoteOptions) (*LedgerLog, error) {
-	// Stop Serve and Apply for good: this store now follows its own log.
-	parts, err := f.Retire()
-	if err != nil {
-		return nil, err
+// A fresh, empty store promoted with epoch 1 is how a first leader starts.
+// Close the LedgerLog before the store.
+func Promote(st *follower.Store, opts PromoteOptions) (*LedgerLog, error) {
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("leader: cannot promote a failed store: %w", err)
 	}
-	fo := parts.Options
+	fo := st.Options()
 	epoch := opts.Epoch
 	if epoch == 0 {
-		_, stored := f.Position()
-		if epoch, err = replication.NextEpoch(stored, "store "+parts.Dir); err != nil {
+		_, stored := st.Position()
+		var err error
+		if epoch, err = replication.NextEpoch(stored, "store "+st.Dir()); err != nil {
 			return nil, fmt.Errorf("leader: promote: %w", err)
 		}
 	}
@@ -73,12 +72,12 @@ func Promote(f *follower.Follower, opts PromoteOptions) (*LedgerLog, error) {
 		WALDir:      opts.WALDir,
 		Shard:       fo.Shard,
 		Epoch:       epoch,
-		DB:          f.DB(),
-		Tracker:     f.Tracker(),
-		Window:      parts.Window,
-		Table:       f.LedgerTable(),
+		DB:          st.DB(),
+		Tracker:     st.Tracker(),
+		Window:      st.Window(),
+		Table:       st.LedgerTable(),
 		Applier:     fo.Applier,
-		State:       f.State(),
+		State:       st.State(),
 		Ledger:      opts.Ledger,
 		Wall:        opts.Wall,
 		SegmentSize: opts.SegmentSize,
@@ -91,11 +90,5 @@ func Promote(f *follower.Follower, opts PromoteOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leader: promote: %w", err)
 	}
-	if fo.LeaderStore {
-		return l, nil
-	}
-	lsn, _ := l.Position()
-	fo.Logger.Info("oncewal follower promoted to leader", "dir", parts.Dir, "shard", fo.Shard, "epoch", epoch,
-		"applied_lsn", lsn, "wal", opts.WALDir)
 	return l, nil
 }

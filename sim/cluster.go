@@ -573,7 +573,7 @@ func (r *run) openLeader(epoch uint64) error {
 	store := r.followerOptions()
 	l, err := leader.Open(ln.dir, &leader.Options{
 		Shards: r.cfg.Shards, Epoch: epoch, Promote: epoch > 0, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
-		Store: follower.Options{WindowCapacity: store.WindowCapacity, RetentionHorizon: store.RetentionHorizon,
+		Store: follower.StoreOptions{WindowCapacity: store.WindowCapacity, RetentionHorizon: store.RetentionHorizon,
 			HWMCacheSize: store.HWMCacheSize, Logger: discard, PebbleOptions: store.PebbleOptions},
 		Followers: ids,
 		Listener:  func(s uint32) replication.Listener { return listeners[s] },

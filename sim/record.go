@@ -39,7 +39,7 @@ func Record(w *Workload, shards int) (*Log, error) {
 	fs := vfs.NewMem()
 	l, err := leader.Open("/leader", &leader.Options{
 		Shards: shards, FS: fs, Wall: clock.Now, Logger: discard,
-		Store: follower.Options{Logger: discard, PebbleOptions: smallMemtable},
+		Store: follower.StoreOptions{Logger: discard, PebbleOptions: smallMemtable},
 	})
 	if err != nil {
 		return nil, err

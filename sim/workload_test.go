@@ -95,7 +95,7 @@ func TestRecordedLog(t *testing.T) {
 		// The client's view of the same requests: its oracle from what the
 		// leader accepted equals the one replayed from the log.
 		l, err := leader.Open("/l", &leader.Options{Shards: 2, FS: vfs.NewMem(), Logger: discard,
-			Wall: NewClock(w.Options.Start).Now, Store: follower.Options{Logger: discard, PebbleOptions: smallMemtable}})
+			Wall: NewClock(w.Options.Start).Now, Store: follower.StoreOptions{Logger: discard, PebbleOptions: smallMemtable}})
 		if err != nil {
 			t.Fatal(err)
 		}

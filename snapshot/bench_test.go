@@ -45,7 +45,7 @@ func BenchmarkRebuild(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	so := &follower.Options{Logger: quiet}
+	so := &follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}
 	src, err := follower.Open(filepath.Join(dir, "donor"), so)
 	if err != nil {
 		b.Fatal(err)
@@ -70,7 +70,7 @@ func BenchmarkRebuild(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(so), Describe: follower.Describe}
+	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(&so.StoreOptions), Describe: follower.Describe}
 	opts := &snapshot.Options{RateLimit: -1}
 	report := func(b *testing.B, start time.Time) {
 		b.SetBytes(m.Bytes())

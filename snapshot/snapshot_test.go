@@ -25,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 
 func storeOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}
+	return &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // fixture: a donor store that applied the whole log and a target store that
@@ -76,7 +76,7 @@ func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 }
 
 func (fx *fixture) want() snapshot.Want {
-	return snapshot.Want{Shard: 0, Identity: follower.IdentityString(storeOptions(fx.fs)), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: follower.Describe}
+	return snapshot.Want{Shard: 0, Identity: follower.IdentityString(&storeOptions(fx.fs).StoreOptions), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: follower.Describe}
 }
 
 // finish opens the target store, checks it is at one of the allowed
@@ -232,7 +232,7 @@ func TestBadSnapshotsAreRefusedAndTheOldStoreIsUntouched(t *testing.T) {
 	otherShard := func() snapshot.Want { w := fx.want(); w.Shard = 1; return w }
 	otherIdentity := func() snapshot.Want {
 		w := fx.want()
-		w.Identity = follower.IdentityString(&follower.Options{WindowCapacity: 7})
+		w.Identity = follower.IdentityString(&follower.StoreOptions{WindowCapacity: 7})
 		return w
 	}
 	newerEpoch := func() snapshot.Want { w := fx.want(); w.MinEpoch = 2; return w }

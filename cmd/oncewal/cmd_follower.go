@@ -166,8 +166,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, StopOnPermanentRefusal: c.stopOnRefusal,
-		MinFreeBytes: c.minFree, MemTableSize: c.memTable, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout)}
+	fo := follower.Options{StoreOptions: follower.StoreOptions{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable}, StopOnPermanentRefusal: c.stopOnRefusal, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout)}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats

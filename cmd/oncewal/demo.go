@@ -204,10 +204,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		Restarts:       *restarts,
 		LeaderRestarts: *leaderRestarts,
 		Promote:        *promote,
-		Follower: follower.Options{Logger: slog.New(slog.DiscardHandler),
+		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: slog.New(slog.DiscardHandler),
 			// Pebble's own memtable size: the demo's stores grow with the
 			// workload (the simulation's default is for many tiny runs).
-			PebbleOptions: func(*pebble.Options) {}},
+			PebbleOptions: func(*pebble.Options) {}}},
 		Progress: progress,
 		Timeout:  time.Hour,
 	}

@@ -33,7 +33,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		t.Helper()
 		id := session.ID{4, 2}
 		for i, e := range epochs {
-			l, err := leader.Open(dir, &leader.Options{Shards: shards, Epoch: e, Logger: quiet, Store: follower.Options{Logger: quiet}})
+			l, err := leader.Open(dir, &leader.Options{Shards: shards, Epoch: e, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
 			must(t, err)
 			if i == 0 {
 				_, err = l.Append(wal.Event{Op: wal.OpOpen, Session: id})
@@ -50,7 +50,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 	// follower node directory of one shard.
 	followerNode := func(t *testing.T, dir, src string) {
 		t.Helper()
-		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{Logger: quiet}})
+		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}})
 		must(t, err)
 		r, err := wal.OpenReader(filepath.Join(src, leader.WALDirName), 0)
 		must(t, err)
@@ -224,7 +224,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		refused(t, l, exitFailure, []string{follower.ErrShardCount.Error(), "holds a deployment of 2 shards", "--shards 2"},
 			leaderArgs(l, "--shards", "3")...)
 		refused(t, l, exitFailure, []string{leader.ErrForeignShard.Error()}, leaderArgs(l, "--shards", "1")...)
-		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{Logger: quiet}})
+		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}})
 		must(t, err)
 		must(t, n.Close())
 		refused(t, fn, exitFailure, []string{follower.ErrShardCount.Error(), "--shards 2"},
@@ -233,7 +233,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 
 	t.Run("failed starts leave nothing", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "l")
-		l, err := leader.Open(dir, &leader.Options{Shards: 1, SegmentSize: 1, Logger: quiet, Store: follower.Options{Logger: quiet}})
+		l, err := leader.Open(dir, &leader.Options{Shards: 1, SegmentSize: 1, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
 		must(t, err)
 		for range 3 {
 			_, err = l.Append(wal.Event{Op: wal.OpPut, Key: []byte("k")})

@@ -204,7 +204,7 @@ func TestFollowerStatsLineAccounts(t *testing.T) {
 	if r.Accounted() != r.Events {
 		t.Fatalf("fixture does not account: %d of %d", r.Accounted(), r.Events)
 	}
-	attrs := followerStatsAttrs(7, 1, follower.Stats{Receiver: r}, grpctransport.DialerStats{})
+	attrs := followerStatsAttrs(7, 1, follower.Stats{StoreStats: follower.StoreStats{Receiver: r}}, grpctransport.DialerStats{})
 	kv := map[string]uint64{}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		if v, ok := attrs[i+1].(uint64); ok {

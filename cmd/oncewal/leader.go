@@ -270,7 +270,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		MaxRetainedBytes:  c.maxRetained,
 		RetentionInterval: c.retainEvery,
 		SegmentSize:       c.segmentSize,
-		Store:             follower.Options{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
+		Store:             follower.StoreOptions{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
 		Logger:            log,
 	})
 	if err != nil {

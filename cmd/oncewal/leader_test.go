@@ -175,7 +175,7 @@ func TestLeaderRefusesBadDirs(t *testing.T) {
 	}
 	made := func(t *testing.T, shards int) string {
 		dir := filepath.Join(t.TempDir(), "leader")
-		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: follower.Options{Logger: newLogger(&syncBuffer{}, "text", slog.LevelInfo)}})
+		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: follower.StoreOptions{Logger: newLogger(&syncBuffer{}, "text", slog.LevelInfo)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -155,7 +155,7 @@ func finishPromote(fs vfs.FS, in promoteIntent, stdout, stderr io.Writer) error 
 	target := in.target()
 	l, err := leader.Open(target, &leader.Options{
 		FS: fs, Shards: in.Shards, Epoch: in.Epoch, Promote: true,
-		Logger: slog.New(slog.DiscardHandler), Store: follower.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)},
+		Logger: slog.New(slog.DiscardHandler), Store: follower.StoreOptions{FS: fs, Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
 		return fmt.Errorf("opening %s as the leader at epoch %d: %w (run %s again to finish the promotion)", target, in.Epoch, err, in.command())

@@ -36,7 +36,7 @@ func TestShardedDirs(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	leaderDir := filepath.Join(dir, "leader")
 	l, err := leader.Open(leaderDir, &leader.Options{
-		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: follower.Options{Logger: quiet},
+		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: follower.StoreOptions{Logger: quiet},
 		Listener: func(s uint32) replication.Listener { return links[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -46,7 +46,7 @@ func TestShardedDirs(t *testing.T) {
 	defer l.Close()
 	node := filepath.Join(dir, "follower")
 	n, err := follower.OpenNode(node, []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{ID: "node", Logger: quiet, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
+		Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quiet}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)

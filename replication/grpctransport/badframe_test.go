@@ -196,7 +196,7 @@ func TestBadFramesFromLeader(t *testing.T) {
 			}
 			defer d.Close()
 			dir := t.TempDir()
-			fl, err := follower.Open(dir, &follower.Options{Logger: quietLogger()})
+			fl, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -76,7 +76,7 @@ func BenchmarkReplicate(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					l, d, closeFn := tr.make(b)
-					f, err := follower.Open(b.TempDir(), &follower.Options{Logger: quietLogger(), NoSync: !sync})
+					f, err := follower.Open(b.TempDir(), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger(), NoSync: !sync}})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -64,7 +64,7 @@ func Example() {
 		Listener:  func(shard uint32) replication.Listener { return srv.Listener(shard) },
 		Followers: []string{"replica-1"},
 		Logger:    quiet,
-		Store:     follower.Options{Logger: quiet},
+		Store:     follower.StoreOptions{Logger: quiet},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -72,7 +72,7 @@ func Example() {
 	defer l.Close()
 
 	// Follower: dials the leader with its client certificate.
-	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{ID: "replica-1", Logger: quiet})
+	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{StoreOptions: follower.StoreOptions{ID: "replica-1", Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

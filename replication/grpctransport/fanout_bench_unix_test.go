@@ -129,11 +129,11 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	case "ledgerlog":
 		// The leader as it runs today: stamping, the WAL synced per batch,
 		// and the local store applying every batch.
-		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{Logger: quietLogger()})
+		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		ll, err := leader.Promote(f, leader.PromoteOptions{WALDir: walDir})
+		ll, err := leader.Promote(retire(b, f), leader.PromoteOptions{WALDir: walDir})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -309,4 +309,14 @@ func BenchmarkFanoutLeaderCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// retire hands f's store over for a promotion (follower.Follower.Retire).
+func retire(t testing.TB, f *follower.Follower) *follower.Store {
+	t.Helper()
+	st, err := f.Retire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -144,7 +144,7 @@ func TestTLSRefusals(t *testing.T) {
 			}
 			defer d.Close()
 
-			f, err := follower.Open(t.TempDir(), &follower.Options{Logger: quietLogger()})
+			f, err := follower.Open(t.TempDir(), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

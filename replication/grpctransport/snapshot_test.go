@@ -25,7 +25,7 @@ import (
 func TestSnapshotOverMutualTLS(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	fs := vfs.NewMem()
-	so := &follower.Options{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}
+	so := &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
 	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 4, Sessions: 8, Requests: 2000, BatchSize: 20, RetryRate: 0.1}), 1)
 	require.NoError(t, err)
 	batches, err := log.Encode(0, 0, 1)
@@ -70,7 +70,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(so), Describe: follower.Describe}
+	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(&so.StoreOptions), Describe: follower.Describe}
 	m, stats, err := snapshot.Rebuild(ctx, client, fs, "/rebuilt", want, &snapshot.Options{ChunkSize: 32 << 10, RetryBackoff: time.Millisecond, Retries: 50})
 	require.NoError(t, err)
 	lsn, _ := src.Position()
