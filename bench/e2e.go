@@ -235,7 +235,7 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer r.close()
-		f, err := follower.Open(filepath.Join(r.dir, "follower"), &follower.Options{StoreOptions: follower.StoreOptions{NoSync: noSync, Logger: quietSlog()}})
+		f, err := follower.Open(filepath.Join(r.dir, "follower"), &follower.Options{Options: store.Options{NoSync: noSync, Logger: quietSlog()}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -398,7 +398,7 @@ func Shards(n int, noSync bool) func(*testing.B) {
 			shards[i] = uint32(i)
 		}
 		node, err := follower.OpenNode(dir, shards, &follower.NodeOptions{
-			Follower: follower.Options{StoreOptions: follower.StoreOptions{NoSync: noSync, Logger: quietSlog()}}})
+			Follower: follower.Options{Options: store.Options{NoSync: noSync, Logger: quietSlog()}}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -55,7 +57,7 @@ func openLeaderRig(followers int) (*leaderRig, error) {
 		ids[i] = fmt.Sprintf("f%d", i+1)
 	}
 	r.l, err = leader.Open(dir, &leader.Options{Shards: 1, Followers: ids, Logger: quietSlog(),
-		Store:    follower.StoreOptions{Logger: quietSlog()},
+		Store:    store.Options{Logger: quietSlog()},
 		Listener: func(uint32) replication.Listener { return r.tr },
 		Shipping: leader.ShipperOptions{MaxInFlight: 64}})
 	if err != nil {
@@ -159,7 +161,7 @@ func LeaderQuorum(n int) func(*testing.B) {
 		var fs []*follower.Follower
 		for i := range n {
 			f, err := follower.Open(fmt.Sprintf("%s/follower-%d", r.dir, i+1),
-				&follower.Options{StoreOptions: follower.StoreOptions{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
+				&follower.Options{Options: store.Options{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
 			if err != nil {
 				cancel()
 				wg.Wait()

@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -34,7 +35,7 @@ func LeaderConcurrent(n int) func(*testing.B) {
 		defer os.RemoveAll(dir)
 		fs := &syncCountingFS{FS: vfs.Default}
 		l, err := leader.Open(dir, &leader.Options{Shards: 1, FS: fs, Logger: quietSlog(),
-			Store: follower.StoreOptions{Logger: quietSlog()}})
+			Store: store.Options{Logger: quietSlog()}})
 		if err != nil {
 			b.Fatal(err)
 		}

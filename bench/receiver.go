@@ -110,7 +110,7 @@ func openPebble(dir string, tune ...func(*pebble.Options)) (*pebble.DB, error) {
 	// A FatalLogger without a Logger drops Pebble's lines (benchmark output
 	// stays readable) and still panics on Fatalf.
 	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: store.FatalLogger{},
-		MemTableSize: follower.DefaultMemTableSize}
+		MemTableSize: store.DefaultMemTableSize}
 	for _, f := range tune {
 		f(o)
 	}
@@ -299,7 +299,7 @@ func runDrain(b *testing.B, prepare func(i int) int, compose func(i int) int, ti
 func Receiver(w Workload) func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, fmt.Sprintf("receiver %+v", w), func(r *rig) error {
-			f, err := follower.Open(r.dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: slog.New(slog.DiscardHandler)}})
+			f, err := follower.Open(r.dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				return err
 			}
@@ -322,7 +322,7 @@ func Receiver(w Workload) func(b *testing.B) {
 func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v", w), func(r *rig) error {
-			f, err := follower.Open(r.dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: slog.New(slog.DiscardHandler)}})
+			f, err := follower.Open(r.dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/session"
 )
@@ -37,7 +39,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 		}
 		defer os.RemoveAll(dir)
 		defer os.RemoveAll(dir + "-copy")
-		opts := &follower.Options{StoreOptions: follower.StoreOptions{HWMLogBatches: logBatches, Logger: quietSlog()}}
+		opts := &follower.Options{Options: store.Options{HWMLogBatches: logBatches, Logger: quietSlog()}}
 		f, err := follower.Open(dir, opts)
 		if err != nil {
 			b.Fatal(err)

@@ -3,10 +3,11 @@ package follower_test
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,8 +17,8 @@ func TestIdentityThatDoesNotDecodeIsCorruption(t *testing.T) {
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	defer db.Close()
-	require.NoError(t, db.Set(follower.KeyIdentity, []byte{0xff, 1}, nil))
-	_, ok, err := follower.ReadIdentity(db)
+	require.NoError(t, db.Set(store.KeyIdentity, []byte{0xff, 1}, nil))
+	_, ok, err := store.ReadIdentity(db)
 	require.False(t, ok)
 	require.ErrorIs(t, err, corruption.Err)
 }

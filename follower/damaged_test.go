@@ -26,7 +26,7 @@ import (
 func damagedNode(t *testing.T) (string, [][]byte) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "node")
-	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 2, Requests: 12, BatchSize: 4}, 1, nil)
 	for _, s := range []uint32{0, 1} {
@@ -36,7 +36,7 @@ func damagedNode(t *testing.T) (string, [][]byte) {
 		}
 	}
 	require.NoError(t, n.Close())
-	flipSSTByte(t, follower.ShardDir(dir, 1))
+	flipSSTByte(t, store.ShardDir(dir, 1))
 	return dir, encodeLog(t, w, 0, 1)
 }
 
@@ -63,27 +63,27 @@ func storeDigest(t *testing.T, dir string) map[string]string {
 }
 
 // TestDamagedStoreIsAnError: one flipped byte in a store's sstable is
-// ErrStoreCorrupt (in the corruption class, naming the store and the
+// store.ErrCorrupt (in the corruption class, naming the store and the
 // remedy) from every way the library opens or reads a store — never a
 // panic (Pebble's DataCorruption default calls Logger.Fatalf, which the
 // FatalLogger turns into one) — and nothing on disk changes.
 func TestDamagedStoreIsAnError(t *testing.T) {
 	dir, _ := damagedNode(t)
-	store := follower.ShardDir(dir, 1)
+	storeDir := store.ShardDir(dir, 1)
 	for _, tc := range []struct {
 		name string
 		open func() error
 	}{
 		{"Open", func() error {
-			f, err := follower.Open(store, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 1, Logger: quietLogger}})
+			f, err := follower.Open(storeDir, &follower.Options{Options: store.Options{Shard: 1, Logger: quietLogger}})
 			if err == nil {
 				_ = f.Close()
 			}
 			return err
 		}},
-		{"Describe", func() error { _, err := follower.Describe(vfs.Default, store); return err }},
+		{"Describe", func() error { _, err := store.Describe(vfs.Default, storeDir); return err }},
 		{"OpenNode of the damaged shard alone", func() error {
-			n, err := follower.OpenNode(dir, []uint32{1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+			n, err := follower.OpenNode(dir, []uint32{1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 			if err == nil {
 				_ = n.Close()
 			}
@@ -91,33 +91,33 @@ func TestDamagedStoreIsAnError(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := storeDigest(t, store)
+			before := storeDigest(t, storeDir)
 			err := tc.open()
-			require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+			require.ErrorIs(t, err, store.ErrCorrupt)
 			require.ErrorIs(t, err, corruption.Err)
-			require.ErrorContains(t, err, store)
+			require.ErrorContains(t, err, storeDir)
 			require.ErrorContains(t, err, "checksum mismatch")
 			require.ErrorContains(t, err, "--rebuild=auto")
-			require.Equal(t, before, storeDigest(t, store), "a refused open changed the store")
+			require.Equal(t, before, storeDigest(t, storeDir), "a refused open changed the store")
 		})
 	}
 }
 
 // TestNodeServesAroundDamagedShard: a node whose shard 1 store is damaged
 // opens; shard 0 applies as before, shard 1 is down (Stats Err, Down) and
-// refuses its batches with ErrStoreCorrupt, its store untouched.
+// refuses its batches with store.ErrCorrupt, its store untouched.
 func TestNodeServesAroundDamagedShard(t *testing.T) {
 	dir, batches := damagedNode(t)
-	store := follower.ShardDir(dir, 1)
-	before := storeDigest(t, store)
-	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	storeDir := store.ShardDir(dir, 1)
+	before := storeDigest(t, storeDir)
+	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	defer n.Close()
 
 	st := n.Stats()
 	require.Equal(t, 1, st.Down)
 	require.NoError(t, st.Shards[0].Err)
-	require.ErrorIs(t, st.Shards[1].Err, follower.ErrStoreCorrupt)
+	require.ErrorIs(t, st.Shards[1].Err, store.ErrCorrupt)
 
 	res, err := n.Apply(batches[2])
 	require.NoError(t, err)
@@ -128,17 +128,17 @@ func TestNodeServesAroundDamagedShard(t *testing.T) {
 
 	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 2, Requests: 12, BatchSize: 4}, 1, nil)
 	res, err = n.Apply(encodeLog(t, w, 1, 1)[2])
-	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+	require.ErrorIs(t, err, store.ErrCorrupt)
 	require.True(t, res.Ack.Refused)
 	_, _, err = n.Position(1)
-	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+	require.ErrorIs(t, err, store.ErrCorrupt)
 	require.NoError(t, n.Close())
-	require.Equal(t, before, storeDigest(t, store), "the node changed the damaged store")
+	require.Equal(t, before, storeDigest(t, storeDir), "the node changed the damaged store")
 }
 
 // TestNodeRebuildsDamagedShard: a node of two shards replicates from a
 // leader and stops; one byte of shard 1's sstable is flipped. Reopened with
-// Rebuild auto, the node opens with shard 1 down (ErrStoreCorrupt), serves
+// Rebuild auto, the node opens with shard 1 down (store.ErrCorrupt), serves
 // shard 0, rebuilds shard 1 from the leader's snapshot, and ends equal to
 // the oracle with exactly one rebuild, of shard 1.
 func TestNodeRebuildsDamagedShard(t *testing.T) {
@@ -159,18 +159,18 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 		_, err := c.Send(l)
 		require.NoError(t, err)
 	}
-	opts := &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}, ReopenBackoff: time.Millisecond}
+	opts := &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}, ReopenBackoff: time.Millisecond}
 	serve := func(n *follower.Node) { serveNodeUntilCaughtUp(t, ctx, n, trs, c)() }
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
 	require.NoError(t, err)
 	serve(n)
 	require.NoError(t, n.Close())
-	flipSSTByte(t, follower.ShardDir(dir+"/node", 1))
+	flipSSTByte(t, store.ShardDir(dir+"/node", 1))
 
 	n, err = follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
 	require.NoError(t, err)
 	defer n.Close()
-	require.ErrorIs(t, n.Stats().Shards[1].Err, follower.ErrStoreCorrupt)
+	require.ErrorIs(t, n.Stats().Shards[1].Err, store.ErrCorrupt)
 	serve(n)
 	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
 	for _, ss := range n.Stats().Shards {
@@ -184,7 +184,7 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 
 // TestDamagedBlockMetWhileApplying: a store with one byte flipped in a
 // block Open does not read opens; the batch whose reads meet the block
-// fails the store (replication.ErrStoreFailed, sticky: the next batch is
+// fails the store (store.ErrFailed, sticky: the next batch is
 // refused the same way, no retry loop), with Pebble's corruption, which
 // CorruptStoreError types. The block is found by flipping one byte at each
 // twentieth of the sstable in turn (the store is written the same way every
@@ -193,7 +193,7 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 	pristine := filepath.Join(t.TempDir(), "s")
 	w := recordLog(t, sim.WorkloadOptions{Seed: 4, Sessions: 600, Requests: 3000, BatchSize: 600}, 1, nil)
 	batches := encodeLog(t, w, 0, 1)
-	f, err := follower.Open(pristine, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
+	f, err := follower.Open(pristine, &follower.Options{Options: store.Options{Logger: quietLogger}})
 	require.NoError(t, err)
 	half := len(batches) / 2
 	for _, b := range batches[:half] {
@@ -213,9 +213,9 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 		b := append([]byte(nil), orig...)
 		b[len(b)*i/20] ^= 0xff
 		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(ssts[0])), b, 0o644))
-		f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
+		f, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
 		if err != nil {
-			require.ErrorIs(t, err, follower.ErrStoreCorrupt)
+			require.ErrorIs(t, err, store.ErrCorrupt)
 			continue // a block Open reads
 		}
 		var failed error
@@ -229,10 +229,10 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 			require.NoError(t, f.Close())
 			continue // a block applying did not read
 		}
-		require.ErrorIs(t, failed, store.ErrStoreFailed)
-		require.ErrorIs(t, follower.CorruptStoreError(dir, failed), follower.ErrStoreCorrupt)
+		require.ErrorIs(t, failed, store.ErrFailed)
+		require.ErrorIs(t, store.CorruptError(dir, failed), store.ErrCorrupt)
 		_, err = f.Apply(batches[len(batches)-1])
-		require.ErrorIs(t, err, store.ErrStoreFailed, "the failure is sticky")
+		require.ErrorIs(t, err, store.ErrFailed, "the failure is sticky")
 		_ = f.Close()
 		t.Logf("byte %d of %d: Open succeeded, applying failed: %v", len(b)*i/20, len(b), failed)
 		return
@@ -242,7 +242,7 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 
 // TestRunRebuildsDamagedStore: a single store replicates from a leader and
 // stops; one byte of its sstable is flipped. Run with Rebuild never returns
-// ErrStoreCorrupt and leaves the store as it was; with Rebuild auto it
+// store.ErrCorrupt and leaves the store as it was; with Rebuild auto it
 // rebuilds the store from the leader's snapshot (the damage is the reason
 // the Rebuilt hook gets) and serves on to the end of the log, equal to the
 // oracle.
@@ -265,27 +265,27 @@ func TestRunRebuildsDamagedStore(t *testing.T) {
 		half = c.LastLSN(0) > 30
 	}
 	opts := func(mode follower.RebuildMode) *follower.Options {
-		return &follower.Options{StoreOptions: follower.StoreOptions{ID: "a", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor}
+		return &follower.Options{Options: store.Options{ID: "a", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor}
 	}
-	store := dir + "/a"
-	f, stop := serveFollower(t, ctx, store, opts(follower.RebuildNever), tr)
+	storeDir := dir + "/a"
+	f, stop := serveFollower(t, ctx, storeDir, opts(follower.RebuildNever), tr)
 	waitLSN(t, ctx, f, c.LastLSN(0))
 	stop()
-	flipSSTByte(t, store)
+	flipSSTByte(t, storeDir)
 	for !c.Done() {
 		_, err := c.Send(l)
 		require.NoError(t, err)
 	}
 
-	before := storeDigest(t, store)
-	err := follower.Run(ctx, store, opts(follower.RebuildNever), tr, nil)
-	require.ErrorIs(t, err, follower.ErrStoreCorrupt)
-	require.Equal(t, before, storeDigest(t, store), "Run without rebuilds changed the damaged store")
+	before := storeDigest(t, storeDir)
+	err := follower.Run(ctx, storeDir, opts(follower.RebuildNever), tr, nil)
+	require.ErrorIs(t, err, store.ErrCorrupt)
+	require.Equal(t, before, storeDigest(t, storeDir), "Run without rebuilds changed the damaged store")
 
-	reasons, err := runUntilCaughtUp(t, ctx, store, opts(follower.RebuildAuto), tr, c.LastLSN(0), c.Oracle())
+	reasons, err := runUntilCaughtUp(t, ctx, storeDir, opts(follower.RebuildAuto), tr, c.LastLSN(0), c.Oracle())
 	require.NoError(t, err)
 	require.Len(t, reasons, 1)
-	require.ErrorIs(t, reasons[0], follower.ErrStoreCorrupt)
+	require.ErrorIs(t, reasons[0], store.ErrCorrupt)
 	cancel()
 	<-ran
 }

@@ -29,7 +29,7 @@
 // refuses a store recorded otherwise (*MismatchError, like Pebble's OPTIONS
 // check), a directory that is not a store (*LayoutError: a node, leader or
 // WAL directory, unrelated files) and a Pebble store that is not oncewal's
-// (ErrNotStore) — all before anything on disk changes. SetRecordedOptions
+// (store.ErrNotStore) — all before anything on disk changes. SetRecordedOptions
 // changes a recorded option where that is safe (identity.go says which and
 // why).
 //
@@ -44,7 +44,7 @@
 // at most every 30s), and sleeps a doubling backoff (10ms to 1s, reset by a
 // flush or compaction that succeeds) before Pebble retries, so a failing
 // disk is retried slowly instead of in a hot loop. OpenContext returns
-// ErrStoreUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
+// store.ErrUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
 // works), after openGiveUp background errors in a row during the open (a
 // retry can succeed: a failed flush's partial file is deleted, freeing its
 // space), and ctx.Err() when ctx ends first.
@@ -57,7 +57,7 @@
 // 1s backoff cap). An open that succeeds with nobody waiting closes the store
 // again, so a freed disk leaves no store open behind anyone's back. When
 // Pebble declares the open fatal instead (storeLogger), the open is dead:
-// every later Open in this process gets ErrStoreUnavailable at once.
+// every later Open in this process gets store.ErrUnavailable at once.
 //
 // Before any of that, Open decides from the directory's entries what it
 // holds (DirLayout) and, for an existing store, reads its identity through a
@@ -86,7 +86,7 @@
 // stops waiting for it when its context ends (the stuck batch is finished
 // in the background, in pipeline order, and holds back every later batch);
 // Close flushes and closes on its own goroutine and, after a few background
-// errors in a row, returns ErrStoreStalled wrapping the disk's error — the
+// errors in a row, returns store.ErrStalled wrapping the disk's error — the
 // store then closes itself if the disk recovers, else it stays open until
 // the process exits. Nothing acknowledged is lost: every acked batch is
 // synced in Pebble's WAL, and an abandoned store is recovered at the next
@@ -142,7 +142,7 @@
 // Logger.Fatalf, whose default implementation exits the process. The follower
 // installs replication.FatalLogger, which panics with *replication.FatalError
 // on the committing goroutine; the receiver recovers it, returns
-// replication.ErrStoreFailed, and refuses every later batch. A failed WAL
+// store.ErrFailed, and refuses every later batch. A failed WAL
 // sync of a pipelined batch (below) comes back from its Pending.Wait, with
 // the same outcome, for it and every batch started after it. Serve returns that
 // error. The embedder must Close the follower and Open it again: the reopened
@@ -241,7 +241,7 @@
 // shard the node does not serve with replication.ErrWrongShard before any
 // store is touched. Node.Serve runs every shard's Serve loop on its own
 // goroutine, so shards apply in parallel and a stalled link holds up only its
-// shard. A shard whose store fails (replication.ErrStoreFailed) is closed and
+// shard. A shard whose store fails (store.ErrFailed) is closed and
 // reopened from disk on its own, with backoff, while the others keep
 // applying. The window bound (Options.WindowCapacity) holds per shard: the
 // node holds at most shards × capacity keys, and NodeStats reports the
@@ -411,7 +411,7 @@
 //  7. A damaged store never panics (DESIGN invariant 10): a block failing
 //     Pebble's checksum is an error of the read (Pebble's DataCorruption
 //     hook logs instead of calling Fatalf, replication.NonFatalCorruption,
-//     on every store opened), typed ErrStoreCorrupt at the store boundary
+//     on every store opened), typed store.ErrCorrupt at the store boundary
 //     (CorruptStoreError: Open, Describe, a node's shards, oncewal inspect
 //     and promote). It changes nothing on disk; a node keeps its other
 //     shards serving and rebuilds the damaged one with Rebuild auto.

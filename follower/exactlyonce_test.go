@@ -42,7 +42,7 @@ func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 // checkpoints a session two batches after its change, so the workloads'
 // dozen batches exercise logging, checkpoints, delta deletion and replay.
 func testOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
+	return &follower.Options{Options: store.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // logModes are the HWM log settings the seeded simulations rotate through:
@@ -122,7 +122,7 @@ type simFollower struct {
 	t     testing.TB
 	fs    *vfs.MemFS
 	f     *follower.Follower
-	total store.Stats // across incarnations
+	total store.ReceiverStats // across incarnations
 	opts  follower.Options
 }
 
@@ -169,7 +169,7 @@ func (s *simFollower) Restart()                               { s.restart() }
 func (s *simFollower) Crash(rng *rand.Rand)                   { s.crash(rng) }
 
 // runSim drives one seed to completion and checks the invariant.
-func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*simNet, store.Stats) {
+func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*simNet, store.ReceiverStats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, 1, &hostile)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
@@ -285,7 +285,7 @@ func seedCount(t *testing.T, def int) (first uint64, n int) {
 func TestExactlyOnceSeeds(t *testing.T) {
 	first, n := seedCount(t, 500)
 	cfg := sim.WorkloadOptions{Sessions: 6, Requests: 150, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12}
-	var total store.Stats
+	var total store.ReceiverStats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
 		net, st := runSim(t, seed, cfg, true)

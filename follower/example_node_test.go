@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -36,14 +38,14 @@ func ExampleNode() {
 		Followers: []string{"node-1"},
 		Listener:  func(s uint32) replication.Listener { return links[s] },
 		Logger:    quietLogger,
-		Store:     follower.StoreOptions{Logger: quietLogger},
+		Store:     store.Options{Logger: quietLogger},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
 	n, err := follower.OpenNode(filepath.Join(dir, "node-1"), []uint32{0, 1, 2, 3}, &follower.NodeOptions{
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node-1", Logger: quietLogger}},
+		Follower: follower.Options{Options: store.Options{ID: "node-1", Logger: quietLogger}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -60,7 +60,7 @@ func Example_rejectedBeforeLogging() {
 	}
 	defer os.RemoveAll(dir)
 	l, err := leader.Open(dir, &leader.Options{Shards: 1, Logger: quietLogger,
-		Store: follower.StoreOptions{Applier: guardedBalances{}, Logger: quietLogger}})
+		Store: store.Options{Applier: guardedBalances{}, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -130,12 +130,12 @@ func Example_rejectionRecorded() {
 	defer tr.Close()
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{Shards: 1, Logger: quietLogger,
 		Followers: []string{"f1"}, Listener: func(uint32) replication.Listener { return tr },
-		Store: follower.StoreOptions{Applier: recordedBalances{}, Logger: quietLogger}})
+		Store: store.Options{Applier: recordedBalances{}, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	f, err := follower.Open(filepath.Join(dir, "f1"), &follower.Options{StoreOptions: follower.StoreOptions{ID: "f1", Applier: recordedBalances{}, Logger: quietLogger}})
+	f, err := follower.Open(filepath.Join(dir, "f1"), &follower.Options{Options: store.Options{ID: "f1", Applier: recordedBalances{}, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}

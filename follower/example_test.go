@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -21,7 +23,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}

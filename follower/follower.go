@@ -21,22 +21,18 @@ import (
 // ErrFollowerClosed is returned by methods of a closed Follower.
 var ErrFollowerClosed = errors.New("follower: closed")
 
-// ErrNotStore: a directory or Pebble store that is not an oncewal follower
-// store (Open refuses it unchanged).
-var ErrNotStore = errors.New("follower: not an oncewal follower store")
-
 // ErrPermanentRefusal: Serve stopped because the leader (or the transport's
 // authentication) refused the follower in a way no retry can fix, and
 // Options.StopOnPermanentRefusal is set. It wraps the refusal, so
 // errors.Is(err, replication.ErrWrongShard) and the like work.
 var ErrPermanentRefusal = errors.New("follower: refused for good")
 
-// Options configures a Follower: the store's options (StoreOptions,
+// Options configures a Follower: the store's options (store.Options,
 // embedded) and how Serve reaches the leader. Every zero field takes the
 // default named in its comment (see EnsureDefaults); Open validates the
 // result and reports all problems at once.
 type Options struct {
-	StoreOptions
+	store.Options
 	// ReconnectBackoff is the first wait before Serve redials: after a
 	// working connection drops, and after the first failed attempt. It
 	// doubles after every further failed attempt (a failed dial, or a
@@ -107,7 +103,7 @@ const (
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (o *Options) EnsureDefaults() *Options {
-	o.StoreOptions.EnsureDefaults()
+	o.Options.EnsureDefaults()
 	if o.ReconnectBackoff == 0 {
 		o.ReconnectBackoff = DefaultReconnectBackoff
 	}
@@ -125,7 +121,10 @@ func (o *Options) EnsureDefaults() *Options {
 
 // Validate reports every invalid field in one error.
 func (o *Options) Validate() error {
-	errs := o.StoreOptions.problems()
+	var errs []error
+	if err := o.Options.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.ReconnectBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReconnectBackoff %v is negative", o.ReconnectBackoff))
 	}
@@ -155,7 +154,7 @@ func (o *Options) Validate() error {
 // applies what it ships and acknowledges it, redialling whenever the link
 // drops.
 type Follower struct {
-	st   *Store
+	st   *store.Store
 	opts Options
 	link linkCounters
 
@@ -183,13 +182,13 @@ func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, err
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := OpenStoreContext(ctx, dir, &o.StoreOptions)
+	st, err := store.OpenContext(ctx, dir, &o.Options)
 	if err != nil {
 		return nil, err
 	}
 	lsn, epoch := st.Position()
 	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
-		"applied_lsn", lsn, "epoch", epoch, "window", st.window.Len())
+		"applied_lsn", lsn, "epoch", epoch, "window", st.Window().Len())
 	return &Follower{st: st, opts: o, life: lifegate.New()}, nil
 }
 
@@ -218,7 +217,7 @@ func (f *Follower) Start(batch []byte) *store.Pending {
 func (f *Follower) stop() bool { return f.life.Close() }
 
 // Serve connects through d and applies what the leader ships until ctx ends,
-// Close is called, or the store fails (replication.ErrStoreFailed, after
+// Close is called, or the store fails (store.ErrFailed, after
 // which the follower must be closed and reopened; also
 // replication.ErrStaging, an I/O error while composing a batch, which is
 // not sticky but is not retried in a loop either), or the Applier fails
@@ -383,7 +382,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 		}
 		var p *store.Pending
 		if p, abandoned = f.st.StartContext(ctx, batch); p == nil {
-			err = fmt.Errorf("%w: %w", ErrStoreStalled, ctx.Err())
+			err = fmt.Errorf("%w: %w", store.ErrStalled, ctx.Err())
 			break
 		}
 		pending <- p
@@ -435,7 +434,7 @@ func (f *Follower) recvLive(ctx context.Context, conn replication.FollowerConn) 
 }
 
 // Store is the store the follower serves.
-func (f *Follower) Store() *Store { return f.st }
+func (f *Follower) Store() *store.Store { return f.st }
 
 // Shard is the shard the follower serves.
 func (f *Follower) Shard() uint32 { return f.opts.Shard }
@@ -444,7 +443,7 @@ func (f *Follower) Shard() uint32 { return f.opts.Shard }
 func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.st.Position() }
 
 // Stats returns a snapshot of the store's counters and the link's.
-func (f *Follower) Stats() Stats { return Stats{StoreStats: f.st.Stats(), Link: f.link.snapshot()} }
+func (f *Follower) Stats() Stats { return Stats{Stats: f.st.Stats(), Link: f.link.snapshot()} }
 
 // State is the read API of the default session state machine (Store.State).
 func (f *Follower) State() *session.State { return f.st.State() }
@@ -469,7 +468,7 @@ func (f *Follower) Close() error {
 // ErrFollowerClosed — so that a leader can take its store over
 // (leader.Promote). The store stays the follower's: Close closes it. It
 // refuses a store that has failed.
-func (f *Follower) Retire() (*Store, error) {
+func (f *Follower) Retire() (*store.Store, error) {
 	if !f.stop() {
 		return nil, ErrFollowerClosed
 	}
@@ -504,7 +503,7 @@ func (s Stats) WALLag(now time.Time, idle time.Duration) time.Duration {
 
 // Stats is a follower's readable state: its store's and its link's.
 type Stats struct {
-	StoreStats
+	store.Stats
 	// Link describes the connection to the leader (Serve).
 	Link LinkStats
 }
@@ -512,12 +511,12 @@ type Stats struct {
 var _ io.Closer = (*Follower)(nil)
 
 // storeTrouble: err ends Serve so that the embedder closes and reopens the
-// follower — the store failed for good (replication.ErrStoreFailed), or an
+// follower — the store failed for good (store.ErrFailed), or an
 // I/O error composed no batch (replication.ErrStaging: the receiver is still
 // usable, but a store that cannot be read is not retried in a loop), or the
 // Applier failed (replication.ErrApply: deterministic, it would fail the
 // resent batch again, so only a fixed Applier, after a restart, goes on).
 func storeTrouble(err error) bool {
-	return errors.Is(err, store.ErrStoreFailed) || errors.Is(err, store.ErrStaging) ||
+	return errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrStaging) ||
 		errors.Is(err, store.ErrApply)
 }

@@ -84,7 +84,7 @@ func within[T any](t *testing.T, d time.Duration, what string, fn func() T) T {
 // cannot flush, so it holds the next commit that needs room in the
 // memtables, with no deadline (a write stall), and its Flush and Close wait
 // too. Serve must still return when its ctx ends and Close must return
-// ErrStoreStalled wrapping ENOSPC, both in bounded time, with the stall in
+// store.ErrStalled wrapping ENOSPC, both in bounded time, with the stall in
 // Stats; once the disk has room again the store closes itself, and a
 // reopen holds every acknowledged batch and goes on to the oracle's state.
 func TestServeOnFullDisk(t *testing.T) {
@@ -131,7 +131,7 @@ func TestServeOnFullDisk(t *testing.T) {
 	cancel()
 	require.NoError(t, within(t, 10*time.Second, "Serve after its ctx ended", func() error { return <-served }))
 	err = within(t, 30*time.Second, "Close on a full disk", f.Close)
-	require.ErrorIs(t, err, follower.ErrStoreStalled)
+	require.ErrorIs(t, err, store.ErrStalled)
 	require.ErrorIs(t, err, syscall.ENOSPC)
 
 	// The disk recovers: the stalled commit and the close complete in the

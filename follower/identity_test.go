@@ -55,19 +55,19 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 // it opens.
 func TestOpenForeignShard(t *testing.T) {
 	dir := t.TempDir()
-	lsn := appliedStore(t, dir, follower.Options{StoreOptions: follower.StoreOptions{Shard: 1}})
+	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 1}})
 	before := dirState(t, dir)
 
-	_, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
-	require.ErrorIs(t, err, follower.ErrStoreMismatch)
-	var me *follower.MismatchError
+	_, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
+	require.ErrorIs(t, err, store.ErrMismatch)
+	var me *store.MismatchError
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, uint32(1), me.Found.Shard)
 	require.Equal(t, uint32(0), me.Asked.Shard)
 	require.Contains(t, err.Error(), "shard 1, asked 0")
 	require.Equal(t, before, dirState(t, dir), "a refused open changed the store")
 
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 1, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 1, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
@@ -80,7 +80,7 @@ func TestOpenForeignShard(t *testing.T) {
 // is safe — longer, larger — and refuses the rest without changing anything.
 func TestOpenOptionMismatch(t *testing.T) {
 	dir := t.TempDir()
-	base := follower.Options{StoreOptions: follower.StoreOptions{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
+	base := follower.Options{Options: store.Options{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
 	appliedStore(t, dir, base)
 	before := dirState(t, dir)
 
@@ -93,7 +93,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 		o := base
 		mod(&o)
 		_, err := follower.Open(dir, &o)
-		var me *follower.MismatchError
+		var me *store.MismatchError
 		require.ErrorAs(t, err, &me, name)
 		require.Equal(t, 1000, me.Found.WindowCapacity, name)
 		require.Equal(t, time.Hour, me.Found.RetentionHorizon, name)
@@ -108,23 +108,23 @@ func TestOpenOptionMismatch(t *testing.T) {
 	} {
 		o := base
 		mod(&o)
-		old, err := follower.SetRecordedOptions(dir, &o.StoreOptions)
-		require.ErrorIs(t, err, follower.ErrUnsafeOptionChange, name)
+		old, err := store.SetRecordedOptions(dir, &o.Options)
+		require.ErrorIs(t, err, store.ErrUnsafeOptionChange, name)
 		require.Equal(t, 1000, old.WindowCapacity)
 	}
 	require.Equal(t, before, dirState(t, dir))
 
 	grown := base
 	grown.WindowCapacity, grown.RetentionHorizon = 5000, 48*time.Hour
-	old, err := follower.SetRecordedOptions(dir, &grown.StoreOptions)
+	old, err := store.SetRecordedOptions(dir, &grown.Options)
 	require.NoError(t, err)
-	require.Equal(t, follower.Identity{Kind: follower.KindShardStore, Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour}, old)
+	require.Equal(t, store.Identity{Kind: store.KindShardStore, Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour}, old)
 	_, err = follower.Open(dir, &base)
-	require.ErrorIs(t, err, follower.ErrStoreMismatch, "the old options no longer match")
+	require.ErrorIs(t, err, store.ErrMismatch, "the old options no longer match")
 	f, err := follower.Open(dir, &grown)
 	require.NoError(t, err)
 	require.Equal(t, 5000, f.Stats().WindowCapacity)
-	id, ok, err := follower.ReadIdentity(f.DB())
+	id, ok, err := store.ReadIdentity(f.DB())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 48*time.Hour, id.RetentionHorizon)
@@ -139,7 +139,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 func TestOpenWrongLayout(t *testing.T) {
 	root := t.TempDir()
 	node := filepath.Join(root, "node")
-	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
 
@@ -151,8 +151,8 @@ func TestOpenWrongLayout(t *testing.T) {
 	require.NoError(t, w.Close())
 
 	leaderDir := filepath.Join(root, "leader")
-	require.NoError(t, os.MkdirAll(filepath.Join(leaderDir, follower.LeaderWALDirName), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(leaderDir, follower.LeaderLockFileName), nil, 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(leaderDir, store.LeaderWALDirName), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(leaderDir, store.LeaderLockFileName), nil, 0o644))
 
 	random := filepath.Join(root, "random")
 	require.NoError(t, os.MkdirAll(random, 0o755))
@@ -160,30 +160,30 @@ func TestOpenWrongLayout(t *testing.T) {
 
 	for _, c := range []struct {
 		dir   string
-		found follower.Layout
-	}{{node, follower.LayoutNode}, {walDir, follower.LayoutWAL}, {leaderDir, follower.LayoutLeader}, {random, follower.LayoutOther}} {
+		found store.Layout
+	}{{node, store.LayoutNode}, {walDir, store.LayoutWAL}, {leaderDir, store.LayoutLeader}, {random, store.LayoutOther}} {
 		before := dirState(t, c.dir)
-		_, err := follower.Open(c.dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
-		require.ErrorIs(t, err, follower.ErrWrongLayout, c.dir)
-		var le *follower.LayoutError
+		_, err := follower.Open(c.dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
+		require.ErrorIs(t, err, store.ErrWrongLayout, c.dir)
+		var le *store.LayoutError
 		require.ErrorAs(t, err, &le)
 		require.Equal(t, c.found, le.Found, err.Error())
 		require.Equal(t, before, dirState(t, c.dir), "refused open of %s changed it", c.dir)
 		require.NoFileExists(t, filepath.Join(c.dir, "LOCK"))
 	}
 
-	store := follower.ShardDir(node, 1)
-	before := dirState(t, store)
-	for _, dir := range []string{store, walDir, leaderDir, random} {
-		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
-		require.ErrorIs(t, err, follower.ErrWrongLayout, dir)
+	storeDir := store.ShardDir(node, 1)
+	before := dirState(t, storeDir)
+	for _, dir := range []string{storeDir, walDir, leaderDir, random} {
+		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+		require.ErrorIs(t, err, store.ErrWrongLayout, dir)
 	}
-	require.Equal(t, before, dirState(t, store))
-	require.NoDirExists(t, filepath.Join(store, "shard-0000"))
+	require.Equal(t, before, dirState(t, storeDir))
+	require.NoDirExists(t, filepath.Join(storeDir, "shard-0000"))
 }
 
 // TestOpenNotOncewalStore: a Pebble store that is not oncewal's is refused
-// unchanged (ErrNotStore).
+// unchanged (store.ErrNotStore).
 func TestOpenNotOncewalStore(t *testing.T) {
 	dir := t.TempDir()
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
@@ -191,8 +191,8 @@ func TestOpenNotOncewalStore(t *testing.T) {
 	require.NoError(t, db.Set([]byte("users/1"), []byte("alice"), pebble.Sync))
 	require.NoError(t, db.Close())
 	before := dirState(t, dir)
-	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}})
-	require.ErrorIs(t, err, follower.ErrNotStore)
+	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
+	require.ErrorIs(t, err, store.ErrNotStore)
 	require.Equal(t, before, dirState(t, dir))
 }
 
@@ -201,39 +201,39 @@ func TestOpenNotOncewalStore(t *testing.T) {
 // with; inside a node's shard directory, its name still fixes the shard.
 func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	root := t.TempDir()
-	dir := follower.ShardDir(root, 4)
-	lsn := appliedStore(t, dir, follower.Options{StoreOptions: follower.StoreOptions{Shard: 4}})
+	dir := store.ShardDir(root, 4)
+	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 4}})
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
-	require.NoError(t, db.Delete(follower.KeyIdentity, pebble.Sync))
+	require.NoError(t, db.Delete(store.KeyIdentity, pebble.Sync))
 	require.NoError(t, db.Close())
 
-	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 0, Logger: quietLogger}})
-	require.ErrorIs(t, err, follower.ErrStoreMismatch, "shard-0004 opened as shard 0")
+	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
+	require.ErrorIs(t, err, store.ErrMismatch, "shard-0004 opened as shard 0")
 
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 4, WindowCapacity: 77, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 4, WindowCapacity: 77, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
-	id, ok, err := follower.ReadIdentity(f.DB())
+	id, ok, err := store.ReadIdentity(f.DB())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 77, id.WindowCapacity)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 4, Logger: quietLogger}})
-	require.ErrorIs(t, err, follower.ErrStoreMismatch, "the adopted identity is enforced")
+	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 4, Logger: quietLogger}})
+	require.ErrorIs(t, err, store.ErrMismatch, "the adopted identity is enforced")
 }
 
 // TestOpenNewStoreRecordsIdentity: a new store records its identity at once
 // (before any batch), and it marks the store as oncewal's.
 func TestOpenNewStoreRecordsIdentity(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "s")
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 9, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 8, Logger: quietLogger}})
-	require.ErrorIs(t, err, follower.ErrStoreMismatch)
-	f, err = follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Shard: 9, Logger: quietLogger}})
+	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 8, Logger: quietLogger}})
+	require.ErrorIs(t, err, store.ErrMismatch)
+	f, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	_, _, ok, err := store.ReadMeta(f.DB())
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 
 // TestIOErrors injects write and sync failures into the follower's Pebble WAL
 // with vfs/errorfs. Pebble v2 declares such a commit fatal (Logger.Fatalf);
-// the follower must surface replication.ErrStoreFailed instead of exiting,
+// the follower must surface store.ErrFailed instead of exiting,
 // refuse everything after it, and — once reopened with the fault cleared —
 // finish delivery with the exactly-once invariant intact.
 func TestIOErrors(t *testing.T) {
@@ -47,7 +47,7 @@ func TestIOErrors(t *testing.T) {
 				for _, raw := range log[failAt:] {
 					res, err := f.Apply(raw)
 					if err != nil {
-						require.ErrorIs(t, err, store.ErrStoreFailed)
+						require.ErrorIs(t, err, store.ErrFailed)
 						require.True(t, res.Ack.Refused)
 						failed = true
 						break
@@ -57,7 +57,7 @@ func TestIOErrors(t *testing.T) {
 				// Poisoned: nothing more is applied, not even after the fault clears.
 				on.Store(false)
 				_, err = f.Apply(log[len(log)-1])
-				require.ErrorIs(t, err, store.ErrStoreFailed)
+				require.ErrorIs(t, err, store.ErrFailed)
 				_ = f.Close() // may report the failure again
 
 				// The process restarts; its disk holds what was synced.

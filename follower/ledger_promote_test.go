@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -199,7 +201,7 @@ func TestWaitingClaimReleasedByOwnersCrash(t *testing.T) {
 }
 
 // retire hands f's store over for a promotion (follower.Follower.Retire).
-func retire(t testing.TB, f *follower.Follower) *follower.Store {
+func retire(t testing.TB, f *follower.Follower) *store.Store {
 	t.Helper()
 	st, err := f.Retire()
 	if err != nil {

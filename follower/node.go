@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +14,6 @@ import (
 
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
@@ -81,48 +77,6 @@ func (o *NodeOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ShardDir is the directory of shard's store inside a node directory.
-func ShardDir(nodeDir string, shard uint32) string {
-	return filepath.Join(nodeDir, shardDirName(shard))
-}
-
-func shardDirName(shard uint32) string { return fmt.Sprintf("shard-%04d", shard) }
-
-// parseShardDirName is the strict inverse of shardDirName.
-func parseShardDirName(name string) (uint32, bool) {
-	digits, ok := strings.CutPrefix(name, "shard-")
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(digits, 10, 32)
-	if err != nil || shardDirName(uint32(v)) != name {
-		return 0, false
-	}
-	return uint32(v), true
-}
-
-// NodeShards lists the shards that have a store directory in nodeDir (on fs;
-// nil means the OS filesystem), sorted. Other entries are ignored.
-func NodeShards(fs vfs.FS, nodeDir string) ([]uint32, error) {
-	if fs == nil {
-		fs = vfs.Default
-	}
-	names, err := fs.List(nodeDir)
-	if err != nil {
-		return nil, err
-	}
-	var out []uint32
-	for _, name := range names {
-		if s, ok := parseShardDirName(name); ok {
-			if st, err := fs.Stat(fs.PathJoin(nodeDir, name)); err == nil && st.IsDir() {
-				out = append(out, s)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 // Node is one follower process serving many shards: one Follower (store,
 // HWM tracker, window, receiver) per shard in ShardDir(dir, shard). Shards
 // share nothing but the process, so they apply in parallel and a shard
@@ -156,12 +110,12 @@ type nodeShard struct {
 
 	mu        sync.RWMutex
 	f         *Follower
-	retired   store.Stats // counters of earlier incarnations
-	retiredBG uint64      // their background errors
+	retired   store.ReceiverStats // counters of earlier incarnations
+	retiredBG uint64              // their background errors
 	reopens   int
 	rebuilds  int
 	lastErr   error
-	// damagedLogged: the store's damage (ErrStoreCorrupt) was logged;
+	// damagedLogged: the store's damage (store.ErrCorrupt) was logged;
 	// reset when the store opens again. Used by serveShard's goroutine
 	// (and OpenNode before it).
 	damagedLogged bool
@@ -170,7 +124,7 @@ type nodeShard struct {
 // OpenNode opens (or creates) the store of every shard in shards under dir
 // and recovers each from its own position, epoch, HWMs and window journal.
 // Shards are opened in parallel; if any fails, the others are closed again —
-// except a damaged store (ErrStoreCorrupt): its shard starts down (Stats
+// except a damaged store (store.ErrCorrupt): its shard starts down (Stats
 // Err, logged once with the remedy) while the others serve, and Serve
 // rebuilds it when Options.Rebuild is auto. Every shard damaged fails the
 // open.
@@ -208,11 +162,11 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	}
 	// A single store, a WAL or a leader's directory is refused before
 	// anything is created in it.
-	switch layout, detail, err := DirLayout(o.Follower.FS, dir); {
+	switch layout, detail, err := store.DirLayout(o.Follower.FS, dir); {
 	case err != nil:
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
-	case layout != LayoutEmpty && layout != LayoutNode:
-		return nil, &LayoutError{Dir: dir, Found: layout, Want: LayoutNode, Detail: detail}
+	case layout != store.LayoutEmpty && layout != store.LayoutNode:
+		return nil, &store.LayoutError{Dir: dir, Found: layout, Want: store.LayoutNode, Detail: detail}
 	}
 	// A refused start leaves the node directory as it was: the store
 	// directories this open creates are removed again if any shard fails
@@ -220,7 +174,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	fs := o.Follower.FS
 	_, statErr := fs.Stat(dir)
 	newDir := errors.Is(statErr, os.ErrNotExist)
-	had, err := NodeShards(fs, dir)
+	had, err := store.NodeShards(fs, dir)
 	if err != nil && !newDir {
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	}
@@ -232,7 +186,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 		if len(had) > 0 {
 			present = int(had[len(had)-1]) + 1
 		}
-		if record, err = CheckShardCount(fs, dir, o.ShardCount, present); err != nil {
+		if record, err = store.CheckShardCount(fs, dir, o.ShardCount, present); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +201,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			o.PerShard(s, &so)
 			so.Shard = s
 		}
-		ns := &nodeShard{shard: s, dir: ShardDir(dir, s), opts: so}
+		ns := &nodeShard{shard: s, dir: store.ShardDir(dir, s), opts: so}
 		ns.opts.rebuilder = so.Rebuild == RebuildAuto
 		n.shards = append(n.shards, ns)
 		n.byID[s] = ns
@@ -270,7 +224,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	// with Rebuild auto); any other failure, or every shard damaged, fails
 	// the open as before.
 	for i, err := range openErrs {
-		if errors.Is(err, ErrStoreCorrupt) {
+		if errors.Is(err, store.ErrCorrupt) {
 			damaged++
 			openErrs[i] = nil
 			n.shards[i].lastErr = err
@@ -297,7 +251,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 		return nil, err
 	}
 	if record {
-		if err := RecordShardCount(fs, dir, o.ShardCount); err != nil {
+		if err := store.RecordShardCount(fs, dir, o.ShardCount); err != nil {
 			for _, ns := range n.shards {
 				_ = ns.f.Close()
 			}
@@ -416,7 +370,7 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // ErrPermanentRefusal errors of those shards. A shard for which dial
 // returns nil is not served (its batches can still be given to Apply). Each shard redials on its
 // own (Follower.Serve). When a shard's store fails
-// (replication.ErrStoreFailed) only that shard stops: the node closes its
+// (store.ErrFailed) only that shard stops: the node closes its
 // Follower and reopens it from disk, retrying with backoff
 // (NodeOptions.ReopenBackoff) until the store opens, then resumes serving it
 // from its durable position. When a shard's Applier fails
@@ -480,7 +434,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 					// StopOnPermanentRefusal (it retries the rest itself).
 					return fmt.Errorf("shard %d: %w", ns.shard, err)
 				}
-			} else if err := CorruptStoreError(ns.dir, err); errors.Is(err, ErrStoreCorrupt) {
+			} else if err := store.CorruptError(ns.dir, err); errors.Is(err, store.ErrCorrupt) {
 				// A damaged block met while serving (also by the Applier's
 				// reads: checked before ErrApply, it is not the Applier's
 				// fault): reopening would meet it again. Rebuilt (Rebuild
@@ -562,7 +516,7 @@ func (ns *nodeShard) retire(cause error) {
 }
 
 // logDamaged logs, once per damaged spell of the shard, that its store is
-// damaged (ErrStoreCorrupt, whose text holds the remedy) and what the node
+// damaged (store.ErrCorrupt, whose text holds the remedy) and what the node
 // does about it.
 func (ns *nodeShard) logDamaged(err error) {
 	if ns.damagedLogged {
@@ -577,13 +531,13 @@ func (ns *nodeShard) logDamaged(err error) {
 }
 
 // reopen opens ns's store again, retrying with backoff until it opens or
-// ctx ends. A damaged store (ErrStoreCorrupt) is rebuilt with Rebuild auto;
+// ctx ends. A damaged store (store.ErrCorrupt) is rebuilt with Rebuild auto;
 // otherwise it is retried quietly (logged once), in case the operator
 // replaces the directory.
 func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 	backoff := n.opts.ReopenBackoff
 	for ctx.Err() == nil {
-		if errors.Is(ns.lastErr, ErrStoreCorrupt) && ns.opts.Rebuild == RebuildAuto {
+		if errors.Is(ns.lastErr, store.ErrCorrupt) && ns.opts.Rebuild == RebuildAuto {
 			n.rebuild(ctx, ns, ns.lastErr)
 		}
 		select {
@@ -601,7 +555,7 @@ func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 		}
 		ns.lastErr = err
 		ns.mu.Unlock()
-		if errors.Is(err, ErrStoreCorrupt) {
+		if errors.Is(err, store.ErrCorrupt) {
 			ns.logDamaged(err)
 		} else {
 			ns.opts.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
@@ -630,7 +584,7 @@ type NodeStats struct {
 	Shards []ShardStats // sorted by shard
 	// Totals over all shards. The window bound holds per shard; the node's
 	// window memory is the sum.
-	Total          store.Stats
+	Total          store.ReceiverStats
 	WindowLen      int
 	WindowCapacity int
 	WindowBytes    int64

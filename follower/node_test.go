@@ -35,7 +35,7 @@ type simNode struct {
 	fs     *vfs.MemFS
 	shards []uint32
 	node   *follower.Node
-	total  store.Stats
+	total  store.ReceiverStats
 	opts   follower.NodeOptions
 }
 
@@ -75,7 +75,7 @@ func (s *simNode) Crash(rng *rand.Rand) {
 // the workload is routed by session (replication.ShardRouter), each shard's
 // log gets its own fault stream (seeded independently per shard), and
 // restarts and power-failure crashes hit the whole node.
-func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st store.Stats) {
+func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOptions) (restarts, crashes int, st store.ReceiverStats) {
 	cfg.Seed = seed
 	w := recordLog(t, cfg, shards, &hostile)
 	router, err := leader.NewShardRouter(shards)
@@ -123,7 +123,7 @@ func TestNodeExactlyOnceSeeds(t *testing.T) {
 	}
 	first, n := seedCount(t, def)
 	cfg := sim.WorkloadOptions{Sessions: 10, Requests: 200, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 16}
-	var total store.Stats
+	var total store.ReceiverStats
 	restarts, crashes := 0, 0
 	for seed := first; seed < first+uint64(n); seed++ {
 		r, c, st := runShardedSim(t, seed, 2+int(seed%3), cfg)
@@ -165,7 +165,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 					Workload: sim.WorkloadOptions{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
-					Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}},
+					Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
 					Timeout:  time.Minute,
 					Shards:   shards,
 				})
@@ -189,7 +189,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 // header does not decode (with its wal error).
 func TestNodeWrongShard(t *testing.T) {
 	dir := t.TempDir()
-	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	defer n.Close()
 	require.Equal(t, []uint32{1, 3}, n.Shards())
@@ -236,10 +236,10 @@ func TestNodeWrongShard(t *testing.T) {
 
 	// Reopening finds each shard's position in its own directory.
 	require.NoError(t, n.Close())
-	got, err := follower.NodeShards(nil, dir)
+	got, err := store.NodeShards(nil, dir)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1, 3}, got)
-	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	lsn, _, err := n.Position(3)
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestNodeBadOptions(t *testing.T) {
 		_, err := follower.OpenNode(t.TempDir(), shards, nil)
 		require.ErrorIs(t, err, follower.ErrBadNodeOptions, "%v", shards)
 	}
-	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{WindowCapacity: -1}}})
+	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{WindowCapacity: -1}}})
 	require.ErrorIs(t, err, follower.ErrBadNodeOptions)
 	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
 }
@@ -262,7 +262,7 @@ func TestNodeBadOptions(t *testing.T) {
 func TestNodeWindowBoundPerShard(t *testing.T) {
 	const capacity = 50
 	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}}})
+		Follower: follower.Options{Options: store.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}}})
 	require.NoError(t, err)
 	defer n.Close()
 	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Requests: 400}, 1, nil)
@@ -299,7 +299,7 @@ func TestNodeStalledShard(t *testing.T) {
 		Workload: sim.WorkloadOptions{Sessions: 12, Requests: 800, BatchSize: 30},
 		Faults:   replication.FaultsLight,
 		Restarts: 2,
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}},
+		Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
 		Timeout:  time.Minute,
 		Shards:   3,
 		Wrap: func(_ int, s uint32, d replication.Dialer) replication.Dialer {
@@ -321,7 +321,7 @@ func TestNodeStalledShard(t *testing.T) {
 }
 
 // TestNodeFailingShard: one shard's store fails every WAL write
-// (replication.ErrStoreFailed). The other shards finish while it is down;
+// (store.ErrFailed). The other shards finish while it is down;
 // once the fault clears, the node reopens the failed shard on its own and it
 // catches up, exactly once.
 func TestNodeFailingShard(t *testing.T) {
@@ -345,7 +345,7 @@ func TestNodeFailingShard(t *testing.T) {
 	clock := sim.NewClock(w.Options.Start)
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{
 		Shards: shards, Followers: []string{"node"}, Wall: clock.Now, Logger: quietLogger,
-		Store:    follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Store:    store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -371,7 +371,7 @@ func TestNodeFailingShard(t *testing.T) {
 	}
 
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower:      follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}},
+		Follower:      follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}},
 		ReopenBackoff: 5 * time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
@@ -398,7 +398,7 @@ func TestNodeFailingShard(t *testing.T) {
 	waitFor("healthy shards to finish", func() bool { return at(0) && at(1) })
 	waitFor("the failing shard to fail", func() bool { return injected.Load() > 0 && n.Stats().Down == 1 })
 	st := n.Stats()
-	require.ErrorIs(t, st.Shards[bad].Err, store.ErrStoreFailed)
+	require.ErrorIs(t, st.Shards[bad].Err, store.ErrFailed)
 	require.Less(t, st.Shards[bad].AppliedLSN, last[bad])
 
 	failing.Store(false)
@@ -419,7 +419,7 @@ func TestNodeFailingShard(t *testing.T) {
 // Close).
 func TestNodeCloseRacesServe(t *testing.T) {
 	for i := range 20 {
-		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}}})
+		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}})
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() {
@@ -440,7 +440,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 func TestNodeCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
-	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}}})
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadNodeOptions)
 	done := make(chan error, 1)
@@ -494,7 +494,7 @@ func TestNodeApplierFailure(t *testing.T) {
 		defer tr.Close()
 	}
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{Shards: 2, Followers: []string{"node"}, Logger: quietLogger,
-		Store: follower.StoreOptions{Logger: quietLogger}, Listener: func(s uint32) replication.Listener { return trs[s] }})
+		Store: store.Options{Logger: quietLogger}, Listener: func(s uint32) replication.Listener { return trs[s] }})
 	require.NoError(t, err)
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -510,7 +510,7 @@ func TestNodeApplierFailure(t *testing.T) {
 		return err == nil && lsn == sh.NextLSN()-1
 	}
 	waitFor := func(n *follower.Node, what string, cond func() bool) { t.Helper(); waitNode(t, ctx, n, what, cond) }
-	nodeOpts := &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger}}, ReopenBackoff: time.Millisecond,
+	nodeOpts := &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger}}, ReopenBackoff: time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
 				o.Applier = brokenApplier{}

@@ -60,7 +60,7 @@ func openWithin[T any](t *testing.T, limit time.Duration, open func() (T, error)
 // unflushed writes reopens on a disk where every write fails with ENOSPC.
 // Pebble's open flushes the replayed WAL, the flush fails, and Pebble
 // retries it for ever — Open used to hang there, burning a core and logging
-// ~100 lines a second. Now it returns ErrStoreUnavailable wrapping ENOSPC,
+// ~100 lines a second. Now it returns store.ErrUnavailable wrapping ENOSPC,
 // logs the error once, and once space is back a second Open takes the store
 // over with everything it had.
 func TestOpenFullDisk(t *testing.T) {
@@ -78,16 +78,16 @@ func TestOpenFullDisk(t *testing.T) {
 		return nil
 	})
 	var lines atomic.Int64
-	opts := &follower.Options{StoreOptions: follower.StoreOptions{FS: errorfs.Wrap(vfs.Default, inj), Logger: slog.New(countingHandler{n: &lines})}}
+	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: slog.New(countingHandler{n: &lines})}}
 	_, err := openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
-	require.ErrorIs(t, err, follower.ErrStoreUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.Positive(t, injected.Load())
 	require.Equal(t, int64(1), lines.Load(), "a failing flush is logged once, not at every retry")
 
 	// Still full: a second Open answers at once with the same error.
 	_, err = openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
-	require.ErrorIs(t, err, follower.ErrStoreUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	time.Sleep(100 * time.Millisecond) // Pebble retries meanwhile, after a backoff each time
 	require.Equal(t, int64(1), lines.Load(), "retries of a failing flush are not logged again within 30s")
 
@@ -103,7 +103,7 @@ func TestOpenFullDisk(t *testing.T) {
 
 // TestOpenFatalDuringOpen: Pebble declares a failed MANIFEST write during
 // the open's flush fatal and expects the process to die; the follower's
-// open returns ErrStoreUnavailable wrapping replication.ErrStoreFailed and
+// open returns store.ErrUnavailable wrapping store.ErrFailed and
 // the cause, and the process lives on.
 func TestOpenFatalDuringOpen(t *testing.T) {
 	dir := t.TempDir()
@@ -114,11 +114,11 @@ func TestOpenFatalDuringOpen(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{StoreOptions: follower.StoreOptions{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	for range 2 { // the second Open finds the dead one and answers at once
 		_, err := openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
-		require.ErrorIs(t, err, follower.ErrStoreUnavailable)
-		require.ErrorIs(t, err, store.ErrStoreFailed)
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		require.ErrorIs(t, err, store.ErrFailed)
 		require.ErrorIs(t, err, syscall.ENOSPC)
 	}
 }
@@ -139,7 +139,7 @@ func TestOpenContextCancel(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{StoreOptions: follower.StoreOptions{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for !blocked.Load() {
@@ -168,7 +168,7 @@ func TestOpenNewStoreFailureLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{StoreOptions: follower.StoreOptions{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	absent := filepath.Join(root, "new")
 	_, err := follower.Open(absent, opts)
 	require.ErrorIs(t, err, syscall.EIO)

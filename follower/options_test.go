@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -26,7 +28,7 @@ func TestNodeOptionsValidate(t *testing.T) {
 		{"zero is the defaults", follower.NodeOptions{}, nil},
 		{"negative backoff", follower.NodeOptions{ReopenBackoff: -time.Millisecond}, []string{"ReopenBackoff"}},
 		{"all at once", follower.NodeOptions{ReopenBackoff: -1,
-			Follower: follower.Options{StoreOptions: follower.StoreOptions{WindowCapacity: -1, RetentionHorizon: -time.Hour}}},
+			Follower: follower.Options{Options: store.Options{WindowCapacity: -1, RetentionHorizon: -time.Hour}}},
 			[]string{"ReopenBackoff", "WindowCapacity", "RetentionHorizon"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,18 +82,18 @@ func TestMemTableSize(t *testing.T) {
 		return ""
 	}
 	recorded := func(t *testing.T, o follower.Options) string { return recordedAs(t, o, "mem_table_size") }
-	require.Equal(t, fmt.Sprint(follower.DefaultMemTableSize), recorded(t, follower.Options{}))
-	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{StoreOptions: follower.StoreOptions{MemTableSize: 8 << 20}}))
-	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{StoreOptions: follower.StoreOptions{MemTableSize: 8 << 20, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}))
+	require.Equal(t, fmt.Sprint(store.DefaultMemTableSize), recorded(t, follower.Options{}))
+	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{Options: store.Options{MemTableSize: 8 << 20}}))
+	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{Options: store.Options{MemTableSize: 8 << 20, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}))
 	// Pebble charges memtables to the block cache: the cache holds two of
 	// them on top of 8 MiB of blocks, unless PebbleOptions sizes it.
-	require.Equal(t, fmt.Sprint(8<<20+2*follower.DefaultMemTableSize), recordedAs(t, follower.Options{}, "cache_size"))
-	require.Equal(t, fmt.Sprint(8<<20+2*(256<<10)), recordedAs(t, follower.Options{StoreOptions: follower.StoreOptions{PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}, "cache_size"))
-	require.Equal(t, fmt.Sprint(1<<20), recordedAs(t, follower.Options{StoreOptions: follower.StoreOptions{PebbleOptions: func(o *pebble.Options) { o.CacheSize = 1 << 20 }}}, "cache_size"))
+	require.Equal(t, fmt.Sprint(8<<20+2*store.DefaultMemTableSize), recordedAs(t, follower.Options{}, "cache_size"))
+	require.Equal(t, fmt.Sprint(8<<20+2*(256<<10)), recordedAs(t, follower.Options{Options: store.Options{PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}, "cache_size"))
+	require.Equal(t, fmt.Sprint(1<<20), recordedAs(t, follower.Options{Options: store.Options{PebbleOptions: func(o *pebble.Options) { o.CacheSize = 1 << 20 }}}, "cache_size"))
 
-	for _, bad := range []int64{-1, follower.MinMemTableSize - 1, follower.MaxMemTableSize + 1} {
-		err := (&follower.Options{StoreOptions: follower.StoreOptions{MemTableSize: bad}}).EnsureDefaults().Validate()
+	for _, bad := range []int64{-1, store.MinMemTableSize - 1, store.MaxMemTableSize + 1} {
+		err := (&follower.Options{Options: store.Options{MemTableSize: bad}}).EnsureDefaults().Validate()
 		require.ErrorContains(t, err, "MemTableSize", "MemTableSize %d", bad)
 	}
-	require.NoError(t, (&follower.Options{StoreOptions: follower.StoreOptions{MemTableSize: follower.MinMemTableSize}}).EnsureDefaults().Validate())
+	require.NoError(t, (&follower.Options{Options: store.Options{MemTableSize: store.MinMemTableSize}}).EnsureDefaults().Validate())
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/internal/ctxtime"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/keyspace"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 )
@@ -73,12 +74,12 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 		o = *opts
 	}
 	o.EnsureDefaults()
-	want := snapshot.Want{Shard: o.Shard, Identity: identityOf(&o.StoreOptions).String(), Describe: Describe}
+	want := snapshot.Want{Shard: o.Shard, Identity: store.IdentityString(&o.Options), Describe: store.Describe}
 	if err := snapshot.Recover(o.FS, dir); err != nil {
 		return snapshot.Manifest{}, snapshot.Stats{}, err
 	}
-	if layout, _, err := DirLayout(o.FS, dir); err == nil && layout == LayoutStore {
-		if cut, err := Describe(o.FS, dir); err == nil {
+	if layout, _, err := store.DirLayout(o.FS, dir); err == nil && layout == store.LayoutStore {
+		if cut, err := store.Describe(o.FS, dir); err == nil {
 			want.MinEpoch = cut.Epoch
 			if !errors.Is(reason, replication.ErrDiverged) {
 				want.MinLSN = cut.AppliedLSN
@@ -89,13 +90,13 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 	if so.Holder == "" && o.ID != "" {
 		// Stable across restarts: a rebuild killed mid-transfer releases
 		// its snapshot (and the donor's log pin) at its next Begin.
-		so.Holder = o.ID + "/" + shardDirName(o.Shard)
+		so.Holder = o.ID + "/" + filepath.Base(store.ShardDir("", o.Shard))
 	}
 	m, st, err := snapshot.Fetch(ctx, src, o.FS, dir, want, &so)
 	if err != nil {
 		return m, st, err
 	}
-	if err := dropLeaderRows(snapshot.StagingDir(dir), &o.StoreOptions); err != nil {
+	if err := store.DropLeaderRows(snapshot.StagingDir(dir), &o.Options); err != nil {
 		// Not installed: the next Recover (every open) removes the staging.
 		_ = snapshot.Recover(o.FS, dir)
 		return m, st, fmt.Errorf("follower: rebuild of %s: %w", dir, err)
@@ -104,35 +105,6 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 		return m, st, err
 	}
 	return m, st, nil
-}
-
-// dropLeaderRows deletes the leader-only rows (keyspace.LeaderOnly) from the
-// store staged in dir, synced, before it is installed.
-func dropLeaderRows(dir string, o *StoreOptions) error {
-	var db *pebble.DB
-	if err := guard(func() (err error) {
-		db, err = pebble.Open(dir, pebbleOptions(o, nil))
-		return err
-	}); err != nil {
-		return fmt.Errorf("opening the staged store: %w", err)
-	}
-	err := guard(func() error {
-		b := db.NewBatch()
-		defer b.Close()
-		for _, p := range keyspace.LeaderOnly {
-			if err := b.DeleteRange([]byte(p), keyspace.UpperBound(p), nil); err != nil {
-				return err
-			}
-		}
-		return b.Commit(pebble.Sync)
-	})
-	if cerr := guard(db.Close); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("dropping leader-only rows from the staged store: %w", err)
-	}
-	return nil
 }
 
 // RunHooks are told what Run does. Every field may be nil.
@@ -149,7 +121,7 @@ type RunHooks struct {
 // is RebuildAuto, Run closes the store, rebuilds it from opts.RebuildFrom
 // (Rebuild) and serves on from the snapshot's LSN; a failed rebuild is
 // retried after MaxReconnectBackoff, the old store kept meanwhile. A store
-// that is damaged (ErrStoreCorrupt: met by the open or while serving) is
+// that is damaged (store.ErrCorrupt: met by the open or while serving) is
 // rebuilt the same way with RebuildAuto, and returned as the error
 // otherwise. Other refusals are handled as Serve handles them
 // (opts.StopOnPermanentRefusal). It returns nil when ctx ends.
@@ -179,10 +151,10 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 				return cerr
 			}
 			if !errors.Is(err, ErrPermanentRefusal) {
-				err = CorruptStoreError(dir, err)
+				err = store.CorruptError(dir, err)
 			}
 		}
-		damaged := errors.Is(err, ErrStoreCorrupt)
+		damaged := errors.Is(err, store.ErrCorrupt)
 		switch {
 		case damaged && o.Rebuild == RebuildAuto:
 			o.Logger.Error("oncewal follower: the store is damaged; rebuilding it from a snapshot of the leader", "dir", dir, "err", err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
@@ -50,7 +52,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	defer tr.Close()
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 1, Followers: []string{"live"}, Wall: clock.Now, Logger: quietLogger,
-		Store:    follower.StoreOptions{Logger: quietLogger},
+		Store:    store.Options{Logger: quietLogger},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	if err != nil {
@@ -60,7 +62,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	ran := make(chan error, 1)
 	go func() { ran <- l.Run(ctx) }()
 	defer func() { cancel(); <-ran; _ = l.Close() }()
-	f, err := follower.Open(dir+"/live", &follower.Options{StoreOptions: follower.StoreOptions{ID: "live", Logger: quietLogger}})
+	f, err := follower.Open(dir+"/live", &follower.Options{Options: store.Options{ID: "live", Logger: quietLogger}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/keyspace"
@@ -42,7 +44,7 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	defer donor.Close()
 
 	opts := func(id string, mode follower.RebuildMode) *follower.Options {
-		return &follower.Options{StoreOptions: follower.StoreOptions{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
+		return &follower.Options{Options: store.Options{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
 	}
 	live, stopLive := serveFollower(t, ctx, dir+"/live", opts("live", follower.RebuildNever), tr)
 	defer stopLive()
@@ -133,7 +135,7 @@ func runLeader(t *testing.T, ctx context.Context, dir string, clock *sim.Clock, 
 	l, err := leader.Open(dir, &leader.Options{
 		Shards: shards, Followers: followers, Wall: clock.Now,
 		SegmentSize: 4 << 10, MaxRetainedBytes: retained, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: listen,
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -188,7 +190,7 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	donors := shardDonors(t, l)
 	c := sim.NewClient(w, 2, clock)
 	sendRetaining(t, c, l)
-	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}})
 	require.NoError(t, err)
 	stop := serveNodeUntilCaughtUp(t, ctx, n, trs, c)
 	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
@@ -217,7 +219,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
 		l, err := leader.Open(d, &leader.Options{
 			Shards: 1, Epoch: epoch, Promote: epoch > 0, Followers: followers, Wall: clock.Now,
-			Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
+			Logger: quietLogger, Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 			Listener: func(uint32) replication.Listener { return tr },
 			Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 		})
@@ -235,7 +237,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 		_, err := c.Send(a)
 		require.NoError(t, err)
 	}
-	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond}})
+	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	bctx, stopB := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -273,7 +275,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- follower.Run(rctx, follower.ShardDir(dir+"/a", 0), &follower.Options{StoreOptions: follower.StoreOptions{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
+		done <- follower.Run(rctx, store.ShardDir(dir+"/a", 0), &follower.Options{Options: store.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
 			trB, &follower.RunHooks{
 				Opened:  func(f *follower.Follower) { cur.Store(f) },
 				Rebuilt: func(r error, _ snapshot.Manifest, _ snapshot.Stats) { reason = r },
@@ -307,7 +309,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	ids := []string{"f1", "f2"}
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 1, Followers: ids, SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	require.NoError(t, err)
@@ -327,15 +329,15 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	require.NoError(t, err)
 	defer donor.Close()
 	node := dir + "/node"
-	store := follower.ShardDir(node, 0)
-	so := &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}}
+	storeDir := store.ShardDir(node, 0)
+	so := &follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, _, err := follower.Rebuild(ctx, store, so, donor, nil)
+	m, _, err := follower.Rebuild(ctx, storeDir, so, donor, nil)
 	require.NoError(t, err)
 	require.Equal(t, c.LastLSN(0), m.Cut.AppliedLSN)
 
-	f, err := follower.Open(store, so)
+	f, err := follower.Open(storeDir, so)
 	require.NoError(t, err)
 	it, err := f.DB().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
 	require.NoError(t, err)
@@ -355,7 +357,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	defer tr2.Close()
 	p, err := leader.Open(node, &leader.Options{
 		Shards: 1, Epoch: 2, Promote: true, Followers: ids, RetentionInterval: time.Hour,
-		Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable},
+		Logger: quietLogger, Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
 		Listener: func(uint32) replication.Listener { return tr2 },
 	})
 	require.NoError(t, err)
@@ -387,15 +389,15 @@ func TestCloseDuringRebuild(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 
-	slow := follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
+	slow := follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
 	no := slow
 	no.ID = "node"
 	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
 	require.NoError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(context.Background(), func(uint32) replication.Dialer { return tr }) }()
-	store := follower.ShardDir(dir+"/node", 0)
-	require.Eventually(t, func() bool { _, err := os.Stat(snapshot.StagingDir(store)); return err == nil },
+	storeDir := store.ShardDir(dir+"/node", 0)
+	require.Eventually(t, func() bool { _, err := os.Stat(snapshot.StagingDir(storeDir)); return err == nil },
 		20*time.Second, time.Millisecond, "the rebuild never started")
 	closed := make(chan error, 1)
 	go func() { closed <- n.Close() }()
@@ -408,7 +410,7 @@ func TestCloseDuringRebuild(t *testing.T) {
 	require.NoError(t, <-served)
 	n, err = follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
 	require.NoError(t, err)
-	_, err = os.Stat(snapshot.StagingDir(store))
+	_, err = os.Stat(snapshot.StagingDir(storeDir))
 	require.ErrorIs(t, err, os.ErrNotExist, "the half-fetched snapshot is left")
 	lsn, _, err := n.Position(0)
 	require.NoError(t, err)
@@ -473,7 +475,7 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 	donor := &closedDonor{}
-	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor}})
 	require.NoError(t, err)
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)

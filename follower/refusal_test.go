@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -22,7 +24,7 @@ func TestRefusalReachesFollower(t *testing.T) {
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(t.TempDir(), &leader.Options{
-		Shards: 1, Followers: []string{"f1"}, Logger: quietLogger, Store: follower.StoreOptions{Logger: quietLogger},
+		Shards: 1, Followers: []string{"f1"}, Logger: quietLogger, Store: store.Options{Logger: quietLogger},
 		Listener: func(uint32) replication.Listener { return tr },
 	})
 	require.NoError(t, err)
@@ -38,8 +40,8 @@ func TestRefusalReachesFollower(t *testing.T) {
 		reason string
 		want   error
 	}{
-		{"unknown follower", follower.Options{StoreOptions: follower.StoreOptions{ID: "stranger"}}, "unknown_follower", replication.ErrUnknownFollower},
-		{"wrong shard", follower.Options{StoreOptions: follower.StoreOptions{ID: "f1", Shard: 3}}, "wrong_shard", replication.ErrWrongShard},
+		{"unknown follower", follower.Options{Options: store.Options{ID: "stranger"}}, "unknown_follower", replication.ErrUnknownFollower},
+		{"wrong shard", follower.Options{Options: store.Options{ID: "f1", Shard: 3}}, "wrong_shard", replication.ErrWrongShard},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/testutil"
@@ -14,7 +16,7 @@ import (
 func openNodeOf(t *testing.T, dir string, shards []uint32, count, window int) (*follower.Node, error) {
 	t.Helper()
 	return follower.OpenNode(dir, shards, &follower.NodeOptions{ShardCount: count,
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger, WindowCapacity: window}}})
+		Follower: follower.Options{Options: store.Options{Logger: quietLogger, WindowCapacity: window}}})
 }
 
 // TestNodeShardCountFixed: a node directory records the deployment's shard
@@ -25,7 +27,7 @@ func TestNodeShardCountFixed(t *testing.T) {
 	n, err := openNodeOf(t, dir, []uint32{0, 1}, 2, 0)
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
-	got, ok, err := follower.ReadShardCount(vfs.Default, dir)
+	got, ok, err := store.ReadShardCount(vfs.Default, dir)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 2, got)
@@ -38,19 +40,19 @@ func TestNodeShardCountFixed(t *testing.T) {
 		require.Equal(t, before, testutil.TreeState(t, dir), "a refused open changed the node directory")
 		return err
 	}
-	err = refused([]uint32{0, 1, 2}, 3, follower.ErrShardCount)
+	err = refused([]uint32{0, 1, 2}, 3, store.ErrShardCount)
 	require.ErrorContains(t, err, "holds a deployment of 2 shards (recorded in SHARDS), not 3")
-	refused([]uint32{0}, 1, follower.ErrShardCount)
+	refused([]uint32{0}, 1, store.ErrShardCount)
 	refused([]uint32{0, 2}, 2, follower.ErrBadNodeOptions)
 
 	// From before the record: counted from the stores, then recorded.
-	require.NoError(t, os.Remove(filepath.Join(dir, follower.ShardCountFileName)))
-	err = refused([]uint32{0, 1, 2}, 3, follower.ErrShardCount)
+	require.NoError(t, os.Remove(filepath.Join(dir, store.ShardCountFileName)))
+	err = refused([]uint32{0, 1, 2}, 3, store.ErrShardCount)
 	require.ErrorContains(t, err, "counted from its stores")
 	n, err = openNodeOf(t, dir, []uint32{0, 1}, 2, 0)
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
-	require.FileExists(t, filepath.Join(dir, follower.ShardCountFileName))
+	require.FileExists(t, filepath.Join(dir, store.ShardCountFileName))
 }
 
 // TestNodeFailedStartLeavesNothing: when one shard's store is refused, the
@@ -63,12 +65,12 @@ func TestNodeFailedStartLeavesNothing(t *testing.T) {
 	require.NoError(t, n.Close())
 	before := testutil.TreeState(t, dir)
 	_, err = openNodeOf(t, dir, []uint32{0, 1, 2}, 0, 2000)
-	require.ErrorIs(t, err, follower.ErrStoreMismatch)
+	require.ErrorIs(t, err, store.ErrMismatch)
 	require.Equal(t, before, testutil.TreeState(t, dir), "a refused open left stores behind")
 
 	fresh := filepath.Join(t.TempDir(), "fresh")
 	_, err = follower.OpenNode(fresh, []uint32{0, 1}, &follower.NodeOptions{
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger}},
+		Follower: follower.Options{Options: store.Options{Logger: quietLogger}},
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == 1 {
 				o.FS = refuseFS{o.FS}

@@ -174,7 +174,7 @@ func bankOracle(t *testing.T, walDir string) map[string]string {
 func TestValidatorRejects(t *testing.T) {
 	dir := t.TempDir()
 	var lagged atomic.Int64
-	o := &leader.Options{Shards: 1, Store: follower.StoreOptions{Applier: guarded{lagged: &lagged}}}
+	o := &leader.Options{Shards: 1, Store: store.Options{Applier: guarded{lagged: &lagged}}}
 	l := open(t, dir, o)
 	defer l.Close()
 	sh, _ := l.Shard(0)
@@ -272,7 +272,7 @@ func serveReplica(t *testing.T, dir, id string, a store.Applier, tr *replication
 	if log == nil {
 		log = discard()
 	}
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{ID: id, Applier: a, Logger: log}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 10 * time.Millisecond})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{ID: id, Applier: a, Logger: log}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
 	r := &replica{f: f, stop: stop, done: make(chan error, 1)}
@@ -318,7 +318,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	dir := t.TempDir()
 	var leaderBroken, f1Broken atomic.Bool
 	o := &leader.Options{Shards: 1, Followers: []string{"f1", "f2"}, Logger: discard(), RetentionInterval: time.Hour,
-		Store: follower.StoreOptions{Applier: bank{fail: &leaderBroken, panics: panics}}}
+		Store: store.Options{Applier: bank{fail: &leaderBroken, panics: panics}}}
 	tr := replication.NewInProcess(replication.FaultsNone, 1)
 	defer tr.Close()
 	o.Listener = func(uint32) replication.Listener { return tr }
@@ -430,7 +430,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 func TestValidatePanics(t *testing.T) {
 	dir := t.TempDir()
 	var lagged atomic.Int64
-	l := open(t, dir, &leader.Options{Shards: 1, Store: follower.StoreOptions{Applier: guarded{bank: bank{panics: true}, lagged: &lagged}}})
+	l := open(t, dir, &leader.Options{Shards: 1, Store: store.Options{Applier: guarded{bank: bank{panics: true}, lagged: &lagged}}})
 	defer l.Close()
 	id := session.NewID()
 	_, err := l.Append(deposit(id, "poison", 1))
@@ -450,7 +450,7 @@ func TestValidatePanics(t *testing.T) {
 // operation's events, never the ledger records.
 func TestValidatorRejectsCommit(t *testing.T) {
 	var lagged atomic.Int64
-	l := open(t, t.TempDir(), &leader.Options{Shards: 1, Store: follower.StoreOptions{Applier: guarded{lagged: &lagged}}})
+	l := open(t, t.TempDir(), &leader.Options{Shards: 1, Store: store.Options{Applier: guarded{lagged: &lagged}}})
 	defer l.Close()
 	sh, _ := l.Shard(0)
 	id := session.NewID()

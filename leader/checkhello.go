@@ -119,7 +119,7 @@ func checkHello(hello replication.Ack, log HelloLog) error {
 			return fmt.Errorf("%w: follower needs LSN %d, the log starts at %d (retention deleted it during the check: %v)",
 				replication.ErrBehindRetention, a+1, first, err)
 		}
-		return fmt.Errorf("replication: checking the hello against the log at LSN %d: %w", a, err)
+		return fmt.Errorf("leader: checking the hello against the log at LSN %d: %w", a, err)
 	}
 	if !ok {
 		return fmt.Errorf("%w: follower's batch ends at LSN %d, no batch of this log does", replication.ErrDiverged, a)

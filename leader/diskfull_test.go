@@ -8,7 +8,6 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -22,7 +21,7 @@ import (
 // logged; once there is room, appends go on from the same LSN and SeqNo.
 func TestAppendRefusedOnFullDisk(t *testing.T) {
 	mem := vfs.NewMem()
-	l := open(t, "/leader", &leader.Options{Shards: 1, FS: mem, Store: follower.StoreOptions{MinFreeBytes: 1 << 20}})
+	l := open(t, "/leader", &leader.Options{Shards: 1, FS: mem, Store: store.Options{MinFreeBytes: 1 << 20}})
 	defer l.Close()
 	id := session.NewID()
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})

@@ -5,7 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/snapshot"
 )
 
@@ -45,7 +46,7 @@ func (l *Leader) Donor(shard uint32, o *snapshot.DonorOptions) (*snapshot.Donor,
 		do.FS = l.opts.Store.FS
 	}
 	if do.Describe == nil {
-		do.Describe = follower.Describe
+		do.Describe = store.Describe
 	}
 	if do.Pin == nil {
 		do.Pin = s.pinRetention

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
@@ -67,10 +69,10 @@ func TestEpochBound(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	fdir := t.TempDir()
-	feed(t, follower.ShardDir(fdir, 0), filepath.Join(dir, leader.WALDirName), 1, 2)
+	feed(t, store.ShardDir(fdir, 0), filepath.Join(dir, leader.WALDirName), 1, 2)
 	refusedUnchanged(t, fdir, leader.Options{Shards: 1, Promote: true}, replication.ErrEpochExhausted)
 	for _, epoch := range []uint64{0, replication.MaxEpoch + 1, math.MaxUint64} {
-		f, err := follower.Open(follower.ShardDir(fdir, 0), quiet())
+		f, err := follower.Open(store.ShardDir(fdir, 0), quiet())
 		require.NoError(t, err)
 		_, err = leader.Promote(retire(t, f), leader.PromoteOptions{WALDir: filepath.Join(t.TempDir(), "wal"), Epoch: epoch})
 		require.ErrorIs(t, err, replication.ErrEpochExhausted, "PromoteOptions.Epoch %d", epoch)
@@ -97,7 +99,7 @@ func TestLostStoreTwoEpochs(t *testing.T) {
 	two := appendN(t, l, id, 3)
 	require.NoError(t, l.Close())
 
-	require.NoError(t, os.RemoveAll(follower.ShardDir(dir, 0)))
+	require.NoError(t, os.RemoveAll(store.ShardDir(dir, 0)))
 	refusedUnchanged(t, dir, leader.Options{Shards: 1, Epoch: 1}, replication.ErrStaleEpoch)
 
 	l = open(t, dir, &leader.Options{Shards: 1})
@@ -174,7 +176,7 @@ func TestLeaderOnFollowerDir(t *testing.T) {
 	appendN(t, l, session.ID{7}, 3)
 	require.NoError(t, l.Close())
 	fdir := t.TempDir()
-	feed(t, follower.ShardDir(fdir, 0), filepath.Join(src, leader.WALDirName), 1, 3)
+	feed(t, store.ShardDir(fdir, 0), filepath.Join(src, leader.WALDirName), 1, 3)
 
 	for _, epoch := range []uint64{0, 4, 5} {
 		err := refusedUnchanged(t, fdir, leader.Options{Shards: 1, Epoch: epoch}, leader.ErrNotLeaderStore)
@@ -207,24 +209,24 @@ func TestShardCountFixed(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, &leader.Options{Shards: 2})
 	require.NoError(t, l.Close())
-	n, ok, err := follower.ReadShardCount(vfs.Default, dir)
+	n, ok, err := store.ReadShardCount(vfs.Default, dir)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 2, n)
 
-	err = refusedUnchanged(t, dir, leader.Options{Shards: 3}, follower.ErrShardCount)
+	err = refusedUnchanged(t, dir, leader.Options{Shards: 3}, store.ErrShardCount)
 	require.ErrorContains(t, err, "holds a deployment of 2 shards (recorded in SHARDS), not 3")
 	require.ErrorContains(t, err, "--shards 2")
 	refusedUnchanged(t, dir, leader.Options{Shards: 1}, leader.ErrForeignShard)
 
 	// A directory from before the record: counted from what it holds, then
 	// recorded.
-	require.NoError(t, os.Remove(filepath.Join(dir, follower.ShardCountFileName)))
-	err = refusedUnchanged(t, dir, leader.Options{Shards: 3}, follower.ErrShardCount)
+	require.NoError(t, os.Remove(filepath.Join(dir, store.ShardCountFileName)))
+	err = refusedUnchanged(t, dir, leader.Options{Shards: 3}, store.ErrShardCount)
 	require.ErrorContains(t, err, "counted from its stores and WAL segments")
 	l = open(t, dir, &leader.Options{Shards: 2})
 	require.NoError(t, l.Close())
-	require.FileExists(t, filepath.Join(dir, follower.ShardCountFileName))
+	require.FileExists(t, filepath.Join(dir, store.ShardCountFileName))
 }
 
 // TestFailedStartLeavesNothing: a store lost under a log that no longer
@@ -238,13 +240,13 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, len(segs), 2)
 	require.NoError(t, os.Remove(segs[0]))
-	require.NoError(t, os.RemoveAll(follower.ShardDir(dir, 0)))
+	require.NoError(t, os.RemoveAll(store.ShardDir(dir, 0)))
 	err = refusedUnchanged(t, dir, leader.Options{Shards: 1}, wal.ErrCompacted)
 	require.ErrorContains(t, err, "starts at LSN 2")
 }
 
 // retire hands f's store over for a promotion (follower.Follower.Retire).
-func retire(t testing.TB, f *follower.Follower) *follower.Store {
+func retire(t testing.TB, f *follower.Follower) *store.Store {
 	t.Helper()
 	st, err := f.Retire()
 	if err != nil {

@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -26,7 +27,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := leader.Open(dir, &leader.Options{Shards: 2, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
+	l, err := leader.Open(dir, &leader.Options{Shards: 2, Logger: quiet, Store: store.Options{Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func Example_requestLedger() {
 	defer os.RemoveAll(dir)
 
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := leader.Open(dir, &leader.Options{Shards: 1, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
+	l, err := leader.Open(dir, &leader.Options{Shards: 1, Logger: quiet, Store: store.Options{Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

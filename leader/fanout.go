@@ -20,9 +20,9 @@ import (
 // Fanout errors.
 var (
 	// ErrNoFollowers: WaitAcked on a Fanout with no registered follower.
-	ErrNoFollowers = errors.New("replication: no registered followers")
+	ErrNoFollowers = errors.New("leader: no registered followers")
 	// ErrBadAckPolicy: an AckPolicy other than AckOne, AckMajority, AckAll.
-	ErrBadAckPolicy = errors.New("replication: bad ack policy")
+	ErrBadAckPolicy = errors.New("leader: bad ack policy")
 )
 
 // FanoutOptions configures a Fanout.
@@ -290,7 +290,7 @@ func (f *Fanout) listLocked() {
 // cache restarts at a batch that does not continue it).
 func (f *Fanout) Appended(h wal.Header, raw []byte) {
 	if h.Shard != f.opts.Shard || h.Count == 0 || len(raw) != h.Size() {
-		f.opts.Logger.Warn("replication: shipper: Appended ignored a batch", "shard", f.opts.Shard,
+		f.opts.Logger.Warn("leader: shipper: Appended ignored a batch", "shard", f.opts.Shard,
 			"batch_shard", h.Shard, "events", h.Count, "bytes", len(raw), "header_bytes", h.Size())
 		return
 	}
@@ -470,12 +470,12 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 			}
 			if errors.Is(err, replication.ErrTransportClosed) {
 				select {
-				case fatal <- fmt.Errorf("replication: shipper: listener: %w", err):
+				case fatal <- fmt.Errorf("leader: shipper: listener: %w", err):
 				default:
 				}
 				return
 			}
-			f.opts.Logger.Warn("replication: shipper: accept failed, retrying", "err", err, "retry_in", backoff)
+			f.opts.Logger.Warn("leader: shipper: accept failed, retrying", "err", err, "retry_in", backoff)
 			if ctxtime.Sleep(ctx, backoff) != nil {
 				return
 			}
@@ -521,7 +521,7 @@ func (f *Fanout) dispatch(c replication.LeaderConn, hello replication.Ack) {
 		// that answers no heartbeats, it learns why it lost the stream.
 		// Ended with its reason before the abort below: the stream,
 		// aborted, closes it without one, and the first end wins.
-		f.opts.Logger.Warn("replication: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
+		f.opts.Logger.Warn("leader: shipper: a new connection of a follower replaces its previous one", "shard", f.opts.Shard,
 			"follower", p.id, "old_addr", remoteAddr(replaced), "new_addr", remoteAddr(c))
 		replication.EndConn(replaced, fmt.Errorf("%w: this connection of %q was replaced by a newer one from %s; if another process uses follower ID %s, give each follower its own ID (oncewal follower --id)",
 			replication.ErrDuplicateFollower, p.id, remoteAddr(c), p.id))
@@ -580,7 +580,7 @@ func (f *Fanout) routeLocked(hello replication.Ack) (*peer, error) {
 		return p, nil
 	}
 	if f.opts.AutoRegister {
-		f.opts.Logger.Info("replication: shipper: registered a follower on its first hello", "shard", f.opts.Shard, "follower", hello.FollowerID)
+		f.opts.Logger.Info("leader: shipper: registered a follower on its first hello", "shard", f.opts.Shard, "follower", hello.FollowerID)
 		return f.registerLocked(hello.FollowerID), nil
 	}
 	return nil, fmt.Errorf("%w: %q is not registered with the leader of shard %d: add %s to the leader's followers (oncewal leader --followers), or start the follower with a registered --id",
@@ -614,7 +614,7 @@ func (f *Fanout) refuse(p *peer, hello replication.Ack, err error, c replication
 	}
 	f.mu.Unlock()
 	if !seen || now.Sub(last) >= 30*time.Second {
-		f.opts.Logger.Warn("replication: shipper: refused a follower", "shard", f.opts.Shard, "follower", hello.FollowerID,
+		f.opts.Logger.Warn("leader: shipper: refused a follower", "shard", f.opts.Shard, "follower", hello.FollowerID,
 			"epoch", hello.Epoch, "applied_lsn", hello.AppliedLSN, "reason", reason, "err", err)
 	}
 }

@@ -4,8 +4,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
@@ -19,7 +20,7 @@ import (
 // acknowledged append (its store re-applies what its unsynced writes lost).
 func TestLeaderOnCrashableFS(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	o := &leader.Options{Shards: 2, FS: mem, Logger: discard(), Store: follower.StoreOptions{Logger: discard()}}
+	o := &leader.Options{Shards: 2, FS: mem, Logger: discard(), Store: store.Options{Logger: discard()}}
 	l, err := leader.Open("/node", o)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(9, 9))

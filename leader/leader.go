@@ -12,8 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
@@ -55,11 +56,11 @@ var (
 // LockFileName is the file a Leader locks in its directory for as long as
 // it is open: a second Leader on the directory, in this process or another,
 // fails at once with wal.ErrLocked.
-const LockFileName = follower.LeaderLockFileName
+const LockFileName = store.LeaderLockFileName
 
 // WALDirName is the directory, inside a leader's directory, that holds every
 // shard's WAL segments (segment names carry the shard).
-const WALDirName = follower.LeaderWALDirName
+const WALDirName = store.LeaderWALDirName
 
 // Options configures a Leader. Zero fields take the defaults named in their
 // comments; Open validates the result and reports every problem at once.
@@ -81,8 +82,8 @@ type Options struct {
 	// Store is the template for every shard's local store (Shard is set per
 	// shard). The leader applies its own log to it with the same receiver a
 	// follower runs, so WindowCapacity and RetentionHorizon must equal the
-	// followers'. Default: follower.StoreOptions defaults.
-	Store follower.StoreOptions
+	// followers'. Default: store.Options defaults.
+	Store store.Options
 	// Ledger configures every shard's request ledger (TTL, lease, failure
 	// TTL). Default: idempotency.LedgerOptions defaults.
 	Ledger idempotency.LedgerOptions
@@ -232,7 +233,7 @@ type Shard struct {
 	id     uint32
 	walDir string
 	fs     vfs.FS // of walDir
-	store  *follower.Store
+	store  *store.Store
 	log    *LedgerLog
 	ship   *shipping // nil without a Listener
 }
@@ -281,7 +282,7 @@ func Open(dir string, opts *Options) (*Leader, error) {
 		return nil, err
 	}
 	if p.recordShards {
-		if err := follower.RecordShardCount(o.FS, dir, o.Shards); err != nil {
+		if err := store.RecordShardCount(o.FS, dir, o.Shards); err != nil {
 			_ = lock.Close()
 			return nil, err
 		}
@@ -330,18 +331,18 @@ func preflight(fs vfs.FS, dir string, o *Options) (plan, error) {
 	// A single store or a WAL directory given as the node directory would
 	// get a store and a log created inside it; a follower's node directory
 	// would be served at its old leader's epoch (ErrNotLeaderStore below).
-	layout, detail, err := follower.DirLayout(fs, dir)
+	layout, detail, err := store.DirLayout(fs, dir)
 	switch {
 	case err != nil:
 		return p, err
-	case layout == follower.LayoutStore || layout == follower.LayoutWAL:
-		return p, &follower.LayoutError{Dir: dir, Found: layout, Want: follower.LayoutLeader, Detail: detail}
-	case layout == follower.LayoutNode && !o.Promote:
+	case layout == store.LayoutStore || layout == store.LayoutWAL:
+		return p, &store.LayoutError{Dir: dir, Found: layout, Want: store.LayoutLeader, Detail: detail}
+	case layout == store.LayoutNode && !o.Promote:
 		return p, fmt.Errorf("%w: %s is a follower node directory (%s, no %s or %s/): serving it would take its old leader's epoch "+
 			"without fencing it; promote it first with oncewal promote --dir %s (it checks that it is the most advanced follower "+
 			"and raises the epoch), then start the leader", ErrNotLeaderStore, dir, detail, LockFileName, WALDirName, dir)
 	}
-	stores, err := follower.NodeShards(fs, dir)
+	stores, err := store.NodeShards(fs, dir)
 	if err != nil {
 		return p, err
 	}
@@ -367,7 +368,7 @@ func preflight(fs vfs.FS, dir string, o *Options) (plan, error) {
 		return p, fmt.Errorf("%w: %s holds the WAL of shard %d, this leader owns shards 0..%d",
 			ErrForeignShard, walDir, logs[i], o.Shards-1)
 	}
-	if p.recordShards, err = follower.CheckShardCount(fs, dir, o.Shards, present); err != nil {
+	if p.recordShards, err = store.CheckShardCount(fs, dir, o.Shards, present); err != nil {
 		return p, err
 	}
 	// Every log and store is read before any store is opened: opening a
@@ -382,7 +383,7 @@ func preflight(fs vfs.FS, dir string, o *Options) (plan, error) {
 }
 
 // preflightShard checks shard s's log and store and returns its epoch.
-func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Layout, o *Options, p *plan) (uint64, error) {
+func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout store.Layout, o *Options, p *plan) (uint64, error) {
 	logged, err := wal.InspectFS(fs, walDir, s)
 	if reg := (*wal.EpochRegressionError)(nil); errors.As(err, &reg) {
 		return 0, fmt.Errorf("%w: the WAL at LSN %d holds a batch of epoch %d after a batch of epoch %d (%w); "+
@@ -393,11 +394,11 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Lay
 	if err != nil {
 		return 0, err
 	}
-	store := follower.ShardDir(dir, s)
-	info, err := follower.PeekStore(fs, store)
+	storeDir := store.ShardDir(dir, s)
+	info, err := store.PeekStore(fs, storeDir)
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
 		// Its Pebble lock: a process has the store open.
-		return 0, fmt.Errorf("%w: directory %s: store %s is open in another process: %w", wal.ErrLocked, dir, store, err)
+		return 0, fmt.Errorf("%w: directory %s: store %s is open in another process: %w", wal.ErrLocked, dir, storeDir, err)
 	}
 	if err != nil {
 		return 0, err
@@ -406,23 +407,23 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Lay
 	// leader raised (the m/leader mark), one this directory's log already
 	// continues (a leader directory written before the mark existed), or a
 	// store with nothing in it.
-	mine := info.Leader || (layout == follower.LayoutLeader && logged.FirstLSN > 0) || (info.Applied == 0 && info.Epoch == 0)
+	mine := info.Leader || (layout == store.LayoutLeader && logged.FirstLSN > 0) || (info.Applied == 0 && info.Epoch == 0)
 	promote := !mine && o.Promote
 	if !mine && !promote {
 		return 0, fmt.Errorf("%w: %s is a follower's store (applied LSN %d at epoch %d, never promoted): serving it would take its "+
 			"old leader's epoch without fencing it; promote it first with oncewal promote --dir %s (it checks that it is the most "+
 			"advanced follower and raises the epoch), then start the leader",
-			ErrNotLeaderStore, store, info.Applied, info.Epoch, dir)
+			ErrNotLeaderStore, storeDir, info.Applied, info.Epoch, dir)
 	}
 	if logged.FirstLSN > info.Applied+1 {
 		return 0, fmt.Errorf("%w: the store %s has applied LSN %d but the WAL in %s starts at LSN %d: the batches between are gone, "+
 			"so the store cannot be brought up to date from the log; restore the store (from a copy, or promote an up-to-date follower)",
-			wal.ErrCompacted, store, info.Applied, walDir, logged.FirstLSN)
+			wal.ErrCompacted, storeDir, info.Applied, walDir, logged.FirstLSN)
 	}
 	asked := o.Epoch
 	if promote {
 		p.promoted = true
-		next, err := replication.NextEpoch(max(info.Epoch, logged.LastEpoch), store)
+		next, err := replication.NextEpoch(max(info.Epoch, logged.LastEpoch), storeDir)
 		if err != nil {
 			return 0, err
 		}
@@ -430,7 +431,7 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Lay
 			asked = next
 		} else if asked < next {
 			return 0, fmt.Errorf("%w: promoting %s needs an epoch above %d, which it has seen; asked %d",
-				replication.ErrStaleEpoch, store, next-1, asked)
+				replication.ErrStaleEpoch, storeDir, next-1, asked)
 		}
 	}
 	return replication.LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
@@ -439,7 +440,7 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout follower.Lay
 func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {
 	so := l.opts.Store
 	so.Shard = s
-	f, err := follower.OpenStore(follower.ShardDir(l.dir, s), &so)
+	f, err := store.Open(store.ShardDir(l.dir, s), &so)
 	if err != nil {
 		return nil, err
 	}
@@ -570,12 +571,12 @@ func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 
 // Store is the shard's local store (read-only use: State, Tracker,
 // Position, DB).
-func (s *Shard) Store() *follower.Store { return s.store }
+func (s *Shard) Store() *store.Store { return s.store }
 
 // StoreStats are the figures of the shard's local store: the receiver that
 // applies the log to it (LedgerLog.ReceiverStats, not the store's own), its
 // window, HWM cache, ledger table and Pebble background errors.
-func (s *Shard) StoreStats() follower.StoreStats {
+func (s *Shard) StoreStats() store.Stats {
 	st := s.store.Stats()
 	st.Receiver = s.log.ReceiverStats()
 	st.AppliedWALTime = max(st.AppliedWALTime, s.log.LastEventTime())

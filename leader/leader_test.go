@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -40,7 +42,7 @@ func newClock() *clock {
 func (c *clock) wall() int64          { return c.ns.Load() }
 func (c *clock) step(d time.Duration) { c.ns.Add(int64(d)) }
 func quiet() *follower.Options {
-	return &follower.Options{StoreOptions: follower.StoreOptions{Logger: discard()}}
+	return &follower.Options{Options: store.Options{Logger: discard()}}
 }
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func open(t *testing.T, dir string, o *leader.Options) *leader.Leader {
@@ -136,7 +138,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 	before := testutil.TreeDigest(t, dir)
-	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: quiet().StoreOptions})
+	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: quiet().Options})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 	require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 
@@ -146,7 +148,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	w, err := wal.OpenWriter(filepath.Join(dir2, leader.WALDirName), &wal.WriterOptions{Shard: 7})
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: quiet().StoreOptions})
+	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: quiet().Options})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 }
 
@@ -180,7 +182,7 @@ func TestEpochRaisedAndStaleRefused(t *testing.T) {
 	require.Equal(t, uint64(2), sh.Log().EpochStartLSN())
 	require.NoError(t, l.Close())
 
-	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: quiet().StoreOptions})
+	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: quiet().Options})
 	require.ErrorIs(t, err, replication.ErrStaleEpoch)
 	l = open(t, dir, &leader.Options{Shards: 1})
 	sh, _ = l.Shard(0)
@@ -295,7 +297,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	refused := func(t *testing.T, dir string, target error) {
 		t.Helper()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
 		require.ErrorIs(t, err, target)
 		require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 	}
@@ -325,7 +327,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	t.Run("a file instead of the directory", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "file")
 		require.NoError(t, os.WriteFile(p, []byte("not a leader"), 0o644))
-		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
+		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: quiet().Options})
 		require.ErrorIs(t, err, leader.ErrBadOptions)
 	})
 	t.Run("second leader", func(t *testing.T) {
@@ -333,7 +335,7 @@ func TestOpenValidatesLog(t *testing.T) {
 		l := open(t, dir, &leader.Options{Shards: 1})
 		defer l.Close()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
 		require.ErrorIs(t, err, wal.ErrLocked)
 		require.ErrorContains(t, err, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
@@ -344,8 +346,8 @@ func TestOpenValidatesLog(t *testing.T) {
 // the leader's directory is refused unchanged (it used to get a store and a
 // log created inside it).
 func TestOpenRefusesStoreOrWALDir(t *testing.T) {
-	store := t.TempDir()
-	f, err := follower.Open(store, quiet())
+	storeDir := t.TempDir()
+	f, err := follower.Open(storeDir, quiet())
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	walDir := t.TempDir()
@@ -354,10 +356,10 @@ func TestOpenRefusesStoreOrWALDir(t *testing.T) {
 	_, err = w.Append(1, []wal.Event{{Op: wal.OpPut, Key: []byte("k")}})
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	for _, dir := range []string{store, walDir} {
+	for _, dir := range []string{storeDir, walDir} {
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().StoreOptions})
-		require.ErrorIs(t, err, follower.ErrWrongLayout, dir)
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
+		require.ErrorIs(t, err, store.ErrWrongLayout, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
 	}
 }

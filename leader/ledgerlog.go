@@ -25,20 +25,20 @@ import (
 // further appends; reopen it (OpenLedgerLog recovers from the WAL). When it
 // wraps ErrApply, fix the Applier first: reopening re-applies the batch it
 // failed (the Applier contract in doc.go).
-var ErrLogFailed = errors.New("replication: ledger log failed")
+var ErrLogFailed = errors.New("leader: ledger log failed")
 
 // ErrBadEvent: an event given to LedgerLog.Append or Commit that the log
 // must stamp itself (an explicit SeqNo, a ledger op).
-var ErrBadEvent = errors.New("replication: event not accepted by ledger log")
+var ErrBadEvent = errors.New("leader: event not accepted by ledger log")
 
 // ErrSessionExpired: an event for a session idle longer than the retention
 // horizon (on the WAL clock). Followers have forgotten the session, so its
 // next SeqNo could never apply; the client must open a new session.
-var ErrSessionExpired = errors.New("replication: session expired")
+var ErrSessionExpired = errors.New("leader: session expired")
 
 // ErrBadLedgerLogOptions: OpenLedgerLog was given invalid options (every
 // problem is listed in the joined error).
-var ErrBadLedgerLogOptions = errors.New("replication: bad ledger log options")
+var ErrBadLedgerLogOptions = errors.New("leader: bad ledger log options")
 
 // LedgerLogOptions configures OpenLedgerLog.
 type LedgerLogOptions struct {
@@ -248,7 +248,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		return nil, err
 	}
 	if end := l.w.NextLSN() - 1; end < applied {
-		return fail(fmt.Errorf("replication: store applied LSN %d but the WAL in %s ends at %d: not this store's log", applied, cfg.WALDir, end))
+		return fail(fmt.Errorf("leader: store applied LSN %d but the WAL in %s ends at %d: not this store's log", applied, cfg.WALDir, end))
 	}
 	// The store first takes in the whole log, at the log's epochs; only
 	// then is a raised epoch persisted, so that it starts after the log's
@@ -313,7 +313,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 			return rise, err
 		}
 		if _, err := l.recv.Apply(raw); err != nil {
-			return rise, fmt.Errorf("replication: re-applying own WAL: %w", err)
+			return rise, fmt.Errorf("leader: re-applying own WAL: %w", err)
 		}
 		if h.Epoch > prevEpoch {
 			rise = epochRise{start: h.FirstLSN, prev: prev}
@@ -321,7 +321,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 		prevEpoch, prev = h.Epoch, h.Ref()
 	}
 	if lsn, _ := l.recv.Position(); lsn != l.w.NextLSN()-1 {
-		return rise, fmt.Errorf("replication: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)
+		return rise, fmt.Errorf("leader: store at LSN %d after re-applying a WAL that ends at %d", lsn, l.w.NextLSN()-1)
 	}
 	return rise, nil
 }
@@ -368,7 +368,7 @@ func (l *LedgerLog) Position() (appliedLSN, epoch uint64) { return l.recv.Positi
 
 // ReceiverStats are the counters of the receiver that applies the log to
 // the local store.
-func (l *LedgerLog) ReceiverStats() store.Stats { return l.recv.Stats() }
+func (l *LedgerLog) ReceiverStats() store.ReceiverStats { return l.recv.Stats() }
 
 // LastEventTime is the WAL time of the last event applied to the local
 // store since the log was opened (Receiver.LastEventTime).

@@ -3,8 +3,9 @@ package leader
 import (
 	"fmt"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
@@ -55,7 +56,7 @@ type PromoteOptions struct {
 //
 // A fresh, empty store promoted with epoch 1 is how a first leader starts.
 // Close the LedgerLog before the store.
-func Promote(st *follower.Store, opts PromoteOptions) (*LedgerLog, error) {
+func Promote(st *store.Store, opts PromoteOptions) (*LedgerLog, error) {
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("leader: cannot promote a failed store: %w", err)
 	}

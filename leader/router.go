@@ -11,10 +11,10 @@ import (
 )
 
 // ErrBadShardCount: a ShardRouter needs between 1 and replication.MaxShards shards.
-var ErrBadShardCount = errors.New("replication: bad shard count")
+var ErrBadShardCount = errors.New("leader: bad shard count")
 
 // ErrNoSuchShard: a shard number outside the deployment's 0..Shards-1.
-var ErrNoSuchShard = errors.New("replication: no such shard")
+var ErrNoSuchShard = errors.New("leader: no such shard")
 
 // ShardRouter maps sessions to shards for a deployment with a fixed number of
 // shards. The zero value is not usable; create it with NewShardRouter. It is

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -65,7 +67,7 @@ func (c *cluster) stop() {
 // runFollower serves shard from c as follower id in dir until the returned
 // stop func is called; stop closes the follower.
 func (c *cluster) runFollower(dir, id string, shard uint32) (*follower.Follower, func()) {
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{ID: id, Shard: shard, Logger: discard()}, ReconnectBackoff: time.Millisecond})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{ID: id, Shard: shard, Logger: discard()}, ReconnectBackoff: time.Millisecond})
 	require.NoError(c.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -229,7 +231,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 
 	// B's store applied A's 1..40, then another epoch-1 writer's 41..50.
 	bDir := t.TempDir()
-	feed(t, follower.ShardDir(bDir, 0), a.WALDir(), 1, 40)
+	feed(t, store.ShardDir(bDir, 0), a.WALDir(), 1, 40)
 	other := t.TempDir()
 	w, err := wal.OpenWriter(other, &wal.WriterOptions{FirstLSN: 41})
 	require.NoError(t, err)
@@ -238,7 +240,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Close())
-	feed(t, follower.ShardDir(bDir, 0), other, 41, 50)
+	feed(t, store.ShardDir(bDir, 0), other, 41, 50)
 	// G has exactly B's history.
 	gDir := t.TempDir()
 	feed(t, gDir, a.WALDir(), 1, 40)

@@ -19,9 +19,9 @@ import (
 var (
 	// ErrBadShipperOptions: NewShipper or NewFanout was given unusable
 	// options.
-	ErrBadShipperOptions = errors.New("replication: bad shipper options")
+	ErrBadShipperOptions = errors.New("leader: bad shipper options")
 	// ErrShipperRunning: Run was called while another Run is in progress.
-	ErrShipperRunning = errors.New("replication: shipper already running")
+	ErrShipperRunning = errors.New("leader: shipper already running")
 )
 
 // LogReader is what a stream needs from a WAL reader; *wal.Reader
@@ -560,7 +560,7 @@ func (l *shipLoop) readerFailed(err error) {
 	}
 	l.seekWait = min(max(2*l.seekWait, l.o.PollInterval), l.o.MaxBackoff)
 	l.seekRetry = time.Now().Add(l.seekWait)
-	l.o.Logger.Warn("replication: shipper: WAL read failed, retrying", "follower", l.p.id, "lsn", l.next, "err", err, "retry_in", l.seekWait)
+	l.o.Logger.Warn("leader: shipper: WAL read failed, retrying", "follower", l.p.id, "lsn", l.next, "err", err, "retry_in", l.seekWait)
 }
 
 func (l *shipLoop) closeReader() {
@@ -580,7 +580,7 @@ func (l *shipLoop) handleAcks() error {
 		}
 	}
 	if err != nil {
-		l.o.Logger.Info("replication: shipper: connection lost", "follower", l.p.id, "err", err)
+		l.o.Logger.Info("leader: shipper: connection lost", "follower", l.p.id, "err", err)
 		l.dropConn()
 	}
 	return nil
@@ -623,7 +623,7 @@ func (l *shipLoop) onAck(a replication.Ack) error {
 
 // errNotPositioned: the WAL reader could not be positioned; read again
 // after seekRetry.
-var errNotPositioned = errors.New("replication: WAL reader not positioned")
+var errNotPositioned = errors.New("leader: WAL reader not positioned")
 
 // read returns the next batch to send (the one holding next, or a later
 // one): from the cache when it holds it, io.EOF when next is the cache's
@@ -678,7 +678,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			continue // before the position (Seek may land on an earlier batch)
 		}
 		if h.FirstLSN > l.next {
-			l.o.Logger.Warn("replication: shipper: WAL has a gap", "missing_lsn", l.next, "next_batch_lsn", h.FirstLSN)
+			l.o.Logger.Warn("leader: shipper: WAL has a gap", "missing_lsn", l.next, "next_batch_lsn", h.FirstLSN)
 		}
 		if l.o.DurableLSN != nil && h.LastLSN() > l.o.DurableLSN() {
 			// Written but not yet synced by the leader: a leader crash could
@@ -694,7 +694,7 @@ func (l *shipLoop) fill(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.o.Logger.Info("replication: shipper: send failed", "follower", l.p.id, "err", err)
+			l.o.Logger.Info("leader: shipper: send failed", "follower", l.p.id, "err", err)
 			l.dropConn()
 			return nil
 		}

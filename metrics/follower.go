@@ -63,7 +63,7 @@ func (c *FollowerCollector) Collect(ch chan<- prometheus.Metric) {
 	st := f.Stats()
 	applied, epoch := f.Position()
 	shard := f.Shard()
-	c.store.emit(ch, shard, applied, epoch, st.StoreStats, f.DB())
+	c.store.emit(ch, shard, applied, epoch, st.Stats, f.DB())
 	c.link.emit(ch, shard, st, time.Now())
 	emitter(ch).counter(c.rebuilds, uint64(rebuilds), shardLabel(shard))
 }
@@ -118,7 +118,7 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			return nil
 		})
-		c.store.emit(e, ss.Shard, ss.AppliedLSN, ss.Epoch, ss.Stats.StoreStats, nil)
+		c.store.emit(e, ss.Shard, ss.AppliedLSN, ss.Epoch, ss.Stats.Stats, nil)
 		c.link.emit(e, ss.Shard, ss.Stats, now)
 		e.counter(c.reopens, uint64(ss.Reopens), shardLabel(ss.Shard))
 		e.counter(c.rebuilds, uint64(ss.Rebuilds), shardLabel(ss.Shard))

@@ -92,7 +92,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 		defer tr.Close()
 	}
 	l, err := leader.Open(dir+"/leader", &leader.Options{
-		Shards: 2, Followers: []string{"f1"}, Logger: quiet, Store: follower.StoreOptions{Logger: quiet},
+		Shards: 2, Followers: []string{"f1"}, Logger: quiet, Store: store.Options{Logger: quiet},
 		Listener: func(s uint32) replication.Listener { return trs[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -105,7 +105,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	wg.Go(func() { _ = l.Run(ctx) })
 
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "f1", Logger: quiet}, ReconnectBackoff: time.Millisecond}})
+		Follower: follower.Options{Options: store.Options{ID: "f1", Logger: quiet}, ReconnectBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	defer n.Close()
 	wg.Go(func() { _ = n.Serve(ctx, func(s uint32) replication.Dialer { return trs[s] }) })
@@ -222,16 +222,16 @@ func TestReadyzBody(t *testing.T) {
 			require.Equal(t, tc.body, rec.Body.String())
 		})
 	}
-	err := metrics.NotReady("shard 3: store down: %w", store.ErrStoreFailed)
+	err := metrics.NotReady("shard 3: store down: %w", store.ErrFailed)
 	require.ErrorIs(t, err, metrics.ErrNotReady)
-	require.ErrorIs(t, err, store.ErrStoreFailed)
-	require.Equal(t, "shard 3: store down: "+store.ErrStoreFailed.Error(), err.Error())
+	require.ErrorIs(t, err, store.ErrFailed)
+	require.Equal(t, "shard 3: store down: "+store.ErrFailed.Error(), err.Error())
 }
 
 // TestFollowerReadyLag: the readiness check refuses a follower that applies
 // batches logged longer ago than the threshold, and passes an idle one.
 func TestFollowerReadyLag(t *testing.T) {
-	f, err := follower.Open(t.TempDir(), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}})
+	f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quiet}})
 	require.NoError(t, err)
 	defer f.Close()
 	st := f.Stats()

@@ -91,7 +91,7 @@ func newStoreDescs(prefix string) *storeDescs {
 
 // emit sends one store's metrics; db, if not nil, is read for Pebble's
 // fsync latency.
-func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st follower.StoreStats, db *pebble.DB) {
+func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st store.Stats, db *pebble.DB) {
 	s := shardLabel(shard)
 	r := st.Receiver
 	e.gauge(d.appliedLSN, float64(applied), s)

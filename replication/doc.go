@@ -397,7 +397,7 @@
 //     order). A refused batch or an Applier error leaves the follower
 //     exactly as it was. A failed commit or WAL sync fails the store: that
 //     batch and every later one — also those already in the memtable — are
-//     refused (ErrStoreFailed), nothing more is acknowledged, and the
+//     refused (store.ErrFailed), nothing more is acknowledged, and the
 //     embedder reopens, which rebuilds memory from the synced prefix. A
 //     crash loses at most batches that were never acknowledged.
 //  3. Every event of a decodable batch is counted in exactly one Stats

@@ -248,8 +248,8 @@ type FollowerResult struct {
 }
 
 // Total is the sum of the follower's receiver counters over its shards.
-func (f *FollowerResult) Total() store.Stats {
-	var t store.Stats
+func (f *FollowerResult) Total() store.ReceiverStats {
+	var t store.ReceiverStats
 	for _, s := range f.Shards {
 		t = t.Add(s.Receiver)
 	}
@@ -260,7 +260,7 @@ func (f *FollowerResult) Total() store.Stats {
 type FollowerShard struct {
 	Shard      uint32
 	AppliedLSN uint64
-	Receiver   store.Stats                // over every incarnation
+	Receiver   store.ReceiverStats        // over every incarnation
 	Shipper    leader.ShipperStats        // the leader's stream to it, over every leader incarnation
 	Transport  replication.InProcessStats // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
@@ -285,7 +285,7 @@ type node struct {
 	cut     *atomic.Bool
 	stop    context.CancelFunc
 	served  chan struct{}
-	retired []store.Stats
+	retired []store.ReceiverStats
 	rebuilt []int // rebuilds per shard of earlier incarnations
 	gone    bool  // promoted: its stores are the leader's
 	res     *FollowerResult
@@ -407,7 +407,7 @@ func (r *run) run() error {
 		}
 	}
 	for i := range cfg.Followers + cfg.LateJoiners {
-		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]store.Stats, cfg.Shards), rebuilt: make([]int, cfg.Shards)}
+		n := &node{idx: i, id: fmt.Sprintf("f%d", i+1), retired: make([]store.ReceiverStats, cfg.Shards), rebuilt: make([]int, cfg.Shards)}
 		n.res = &FollowerResult{ID: n.id, Late: i >= cfg.Followers}
 		if cfg.Dir != "" {
 			n.fs, n.dir = vfs.Default, filepath.Join(cfg.Dir, n.id)
@@ -570,11 +570,11 @@ func (r *run) openLeader(epoch uint64) error {
 		}
 		listeners[s] = mergeListeners(ctx, ls)
 	}
-	store := r.followerOptions()
+	fo := r.followerOptions()
 	l, err := leader.Open(ln.dir, &leader.Options{
 		Shards: r.cfg.Shards, Epoch: epoch, Promote: epoch > 0, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
-		Store: follower.StoreOptions{WindowCapacity: store.WindowCapacity, RetentionHorizon: store.RetentionHorizon,
-			HWMCacheSize: store.HWMCacheSize, Logger: discard, PebbleOptions: store.PebbleOptions},
+		Store: store.Options{WindowCapacity: fo.WindowCapacity, RetentionHorizon: fo.RetentionHorizon,
+			HWMCacheSize: fo.HWMCacheSize, Logger: discard, PebbleOptions: fo.PebbleOptions},
 		Followers: ids,
 		Listener:  func(s uint32) replication.Listener { return listeners[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: r.cfg.RetransmitTimeout,

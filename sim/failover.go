@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -157,9 +159,9 @@ type failSim struct {
 	wall atomic.Int64 // the simulated wall clock of both leaders; waiting claims read it from their goroutines
 	sid  session.ID
 	reqs []failReq
-	lead *leader.Leader  // A, then B once promoted
-	la   *leader.Shard   // the current leader's shard (the run has one)
-	a, b *follower.Store // A's store while A leads; B's, as follower then as leader
+	lead *leader.Leader // A, then B once promoted
+	la   *leader.Shard  // the current leader's shard (the run has one)
+	a, b *store.Store   // A's store while A leads; B's, as follower then as leader
 	aWAL string
 
 	histMu sync.Mutex
@@ -239,7 +241,7 @@ func RunFailover(cfg FailoverOptions) (*FailoverResult, error) {
 }
 
 func (s *failSim) opts() *follower.Options {
-	return &follower.Options{StoreOptions: follower.StoreOptions{FS: s.cfg.FS, Logger: s.cfg.Logger, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
+	return &follower.Options{Options: store.Options{FS: s.cfg.FS, Logger: s.cfg.Logger, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
 }
 
 // openLeader opens the leader of the run's one shard in dir (epoch 0:
@@ -247,7 +249,7 @@ func (s *failSim) opts() *follower.Options {
 // follower's store.
 func (s *failSim) openLeader(dir string, epoch uint64) error {
 	l, err := leader.Open(dir, &leader.Options{Shards: 1, Epoch: epoch, Promote: epoch > 0, FS: s.cfg.FS, Wall: s.now,
-		Ledger: failLedger, Logger: s.cfg.Logger, Store: s.opts().StoreOptions})
+		Ledger: failLedger, Logger: s.cfg.Logger, Store: s.opts().Options})
 	if err != nil {
 		return err
 	}
@@ -262,7 +264,7 @@ func (s *failSim) run() error {
 	}
 	s.a = s.la.Store()
 	var err error
-	if s.b, err = follower.OpenStore(follower.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), &s.opts().StoreOptions); err != nil {
+	if s.b, err = store.Open(store.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), &s.opts().Options); err != nil {
 		return err
 	}
 	s.trace("leader A (epoch %d) and follower B up; %d requests, A dies during request %d (%s), async=%v",
@@ -313,7 +315,7 @@ func (s *failSim) exec(l *leader.Shard, i int) (*idempotency.Claim, error) {
 
 // commit is the server's execution of a fresh claim: read the counter, add,
 // and log effect and outcome together.
-func (s *failSim) commit(l *leader.Shard, f *follower.Store, i int, c *idempotency.Claim) ([]byte, wal.Header, error) {
+func (s *failSim) commit(l *leader.Shard, f *store.Store, i int, c *idempotency.Claim) ([]byte, wal.Header, error) {
 	r := &s.reqs[i]
 	ckey := fmt.Appendf(nil, "c%d", r.counter)
 	cur, err := f.State().Counter(s.sid, ckey)
@@ -334,7 +336,7 @@ type waitResult struct {
 // waitingClaim sends request i to leader l as a waiting claim from its own
 // goroutine; a fresh claim executes there (when f is set). The answer
 // arrives on the channel.
-func (s *failSim) waitingClaim(l *leader.Shard, f *follower.Store, i int) <-chan waitResult {
+func (s *failSim) waitingClaim(l *leader.Shard, f *store.Store, i int) <-chan waitResult {
 	r := &s.reqs[i]
 	ch := make(chan waitResult, 1)
 	go func() {
@@ -778,7 +780,7 @@ func (s *failSim) checkFence() error {
 	if err != nil {
 		return err
 	}
-	f, err := follower.Open(follower.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), s.opts())
+	f, err := follower.Open(store.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), s.opts())
 	if err != nil {
 		return err
 	}

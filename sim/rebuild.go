@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
@@ -126,11 +128,11 @@ func (r *run) transplant(src, dst *node, shard uint32) error {
 	err := src.n.Follower(shard, func(f *follower.Follower) error {
 		d, err := snapshot.NewDonor(f.DB(), &snapshot.DonorOptions{
 			FS: src.fs, Dir: src.fs.PathJoin(src.dir, fmt.Sprintf("snapshots-%d", shard)),
-			Describe: follower.Describe, RateLimit: -1})
+			Describe: store.Describe, RateLimit: -1})
 		if err != nil {
 			return err
 		}
-		_, _, err = follower.Rebuild(r.ctx, follower.ShardDir(dst.dir, shard), &o, d, nil)
+		_, _, err = follower.Rebuild(r.ctx, store.ShardDir(dst.dir, shard), &o, d, nil)
 		if cerr := d.Close(); err == nil {
 			err = cerr
 		}

@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -39,7 +40,7 @@ func Record(w *Workload, shards int) (*Log, error) {
 	fs := vfs.NewMem()
 	l, err := leader.Open("/leader", &leader.Options{
 		Shards: shards, FS: fs, Wall: clock.Now, Logger: discard,
-		Store: follower.StoreOptions{Logger: discard, PebbleOptions: smallMemtable},
+		Store: store.Options{Logger: discard, PebbleOptions: smallMemtable},
 	})
 	if err != nil {
 		return nil, err

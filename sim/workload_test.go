@@ -3,8 +3,9 @@ package sim
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -95,7 +96,7 @@ func TestRecordedLog(t *testing.T) {
 		// The client's view of the same requests: its oracle from what the
 		// leader accepted equals the one replayed from the log.
 		l, err := leader.Open("/l", &leader.Options{Shards: 2, FS: vfs.NewMem(), Logger: discard,
-			Wall: NewClock(w.Options.Start).Now, Store: follower.StoreOptions{Logger: discard, PebbleOptions: smallMemtable}})
+			Wall: NewClock(w.Options.Start).Now, Store: store.Options{Logger: discard, PebbleOptions: smallMemtable}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,13 +2,15 @@ package snapshot_test
 
 import (
 	"context"
-	"github.com/oncewal/oncewal/internal/pki"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -45,7 +47,7 @@ func BenchmarkRebuild(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	so := &follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}
+	so := &follower.Options{Options: store.Options{Logger: quiet}}
 	src, err := follower.Open(filepath.Join(dir, "donor"), so)
 	if err != nil {
 		b.Fatal(err)
@@ -60,17 +62,17 @@ func BenchmarkRebuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	events, _ := src.Position()
-	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: follower.Describe, RateLimit: -1})
+	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: store.Describe, RateLimit: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer donor.Close()
 	ref := filepath.Join(dir, "reference")
-	m, err := snapshot.Create(src.DB(), vfs.Default, ref, follower.Describe)
+	m, err := snapshot.Create(src.DB(), vfs.Default, ref, store.Describe)
 	if err != nil {
 		b.Fatal(err)
 	}
-	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(&so.StoreOptions), Describe: follower.Describe}
+	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Options), Describe: store.Describe}
 	opts := &snapshot.Options{RateLimit: -1}
 	report := func(b *testing.B, start time.Time) {
 		b.SetBytes(m.Bytes())

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -25,7 +27,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 
 func storeOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
+	return &follower.Options{Options: store.Options{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // fixture: a donor store that applied the whole log and a target store that
@@ -60,7 +62,7 @@ func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 		require.NoError(t, err)
 	}
 	fx.newLSN, _ = fx.donor.Position()
-	fx.d, err = snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/snapshots", Describe: follower.Describe, RateLimit: -1})
+	fx.d, err = snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/snapshots", Describe: store.Describe, RateLimit: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = fx.d.Close() })
 
@@ -76,7 +78,7 @@ func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 }
 
 func (fx *fixture) want() snapshot.Want {
-	return snapshot.Want{Shard: 0, Identity: follower.IdentityString(&storeOptions(fx.fs).StoreOptions), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: follower.Describe}
+	return snapshot.Want{Shard: 0, Identity: store.IdentityString(&storeOptions(fx.fs).Options), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: store.Describe}
 }
 
 // finish opens the target store, checks it is at one of the allowed
@@ -232,7 +234,7 @@ func TestBadSnapshotsAreRefusedAndTheOldStoreIsUntouched(t *testing.T) {
 	otherShard := func() snapshot.Want { w := fx.want(); w.Shard = 1; return w }
 	otherIdentity := func() snapshot.Want {
 		w := fx.want()
-		w.Identity = follower.IdentityString(&follower.StoreOptions{WindowCapacity: 7})
+		w.Identity = store.IdentityString(&store.Options{WindowCapacity: 7})
 		return w
 	}
 	newerEpoch := func() snapshot.Want { w := fx.want(); w.MinEpoch = 2; return w }
@@ -326,7 +328,7 @@ func TestBeginOnClosedStore(t *testing.T) {
 	fs := vfs.NewMem()
 	fx := newFixture(t, fs, -1)
 	held := errors.New("closing")
-	refusing, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: follower.Describe,
+	refusing, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: store.Describe,
 		Hold: func() (func(), error) { return nil, held }})
 	require.NoError(t, err)
 	_, err = refusing.Begin(context.Background(), 0)

@@ -70,12 +70,12 @@ type Validator interface {
 // such as an overdraft). Nothing was logged and the session's SeqNo was not
 // used; the error wraps the Validator's reason. It is an answer for the
 // caller, not a failure: the shard keeps serving.
-var ErrRejected = errors.New("replication: rejected by the Applier's Validate (nothing was logged)")
+var ErrRejected = errors.New("store: rejected by the Applier's Validate (nothing was logged)")
 
 // ErrApplierPanic: the Applier (Apply or Validate) panicked. The panic is
 // recovered at the call and reported as this error, wrapped in ErrApply, so
 // a bug in the state machine stops the shard instead of the process.
-var ErrApplierPanic = errors.New("replication: applier panicked")
+var ErrApplierPanic = errors.New("store: applier panicked")
 
 // callApplier runs an Applier's Apply or Validate, turning a panic into an
 // error wrapping ErrApplierPanic (invariant 10: never a crash); the stack
@@ -83,7 +83,7 @@ var ErrApplierPanic = errors.New("replication: applier panicked")
 func callApplier(log *slog.Logger, f func(*pebble.Batch, []wal.Event) error, b *pebble.Batch, events []wal.Event) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			log.Error("replication: applier panicked", "panic", p, "stack", string(debug.Stack()))
+			log.Error("store: applier panicked", "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: %v", ErrApplierPanic, p)
 		}
 	}()
@@ -164,9 +164,9 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 		default:
 			switch {
 			case !ev.Op.IsLedger():
-				err = fmt.Errorf("replication: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
+				err = fmt.Errorf("store: session applier: unsupported op %v at LSN %d", ev.Op, ev.LSN)
 			case a.Ledger == nil:
-				err = fmt.Errorf("replication: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
+				err = fmt.Errorf("store: session applier: ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN)
 			}
 		}
 		if err != nil {
@@ -202,7 +202,7 @@ func applyLedger(b *pebble.Batch, table *idempotency.LedgerTable, events []wal.E
 
 // ErrReservedKey: an Applier behind RouteLedger wrote a key in
 // keyspace.Reserved. The batch is refused (ErrApply) before anything commits.
-var ErrReservedKey = errors.New("replication: applier wrote a reserved key")
+var ErrReservedKey = errors.New("store: applier wrote a reserved key")
 
 // RouteLedger returns the Applier a node runs for a custom state machine
 // next: request-ledger records go to ledger (with the ledger's WAL clock),

@@ -266,13 +266,13 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 	// (before, or in this commit).
 	switch {
 	case failedBefore:
-		if !errors.Is(err, ErrStoreFailed) || !res.Ack.Refused || res.Committed {
+		if !errors.Is(err, ErrFailed) || !res.Ack.Refused || res.Committed {
 			t.Errorf("%s: failed store, Apply: %+v, %v", td.Pos, res, err)
 		}
 		return out.String()
 	case d.failNext:
 		// The WAL sync's error comes back from Batch.SyncWait, cause kept.
-		if !errors.Is(err, ErrStoreFailed) || !errors.Is(err, errInjectedSync) || !res.Ack.Refused || res.Committed {
+		if !errors.Is(err, ErrFailed) || !errors.Is(err, errInjectedSync) || !res.Ack.Refused || res.Committed {
 			t.Errorf("%s: failed commit, Apply: %+v, %v", td.Pos, res, err)
 		}
 		return out.String()
@@ -307,7 +307,7 @@ func refusalName(err error) string {
 		name string
 	}{{replication.ErrWrongShard, "ErrWrongShard"}, {replication.ErrStaleEpoch, "ErrStaleEpoch"}, {replication.ErrDiverged, "ErrDiverged"},
 		{replication.ErrOutOfOrder, "ErrOutOfOrder"}, {replication.ErrSeqGap, "ErrSeqGap"}, {ErrApply, "ErrApply"},
-		{ErrStoreFailed, "ErrStoreFailed"}, {ErrStaging, "ErrStaging"}} {
+		{ErrFailed, "ErrFailed"}, {ErrStaging, "ErrStaging"}} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)
 		}
@@ -380,7 +380,7 @@ func TestPipelineSyncFailure(t *testing.T) {
 	p3 := d.recv.Start(enc(3, 3)) // decided from p2's position: staged while p2 syncs
 	for i, p := range []*Pending{p2, p3} {
 		res, err := p.Wait()
-		if !errors.Is(err, ErrStoreFailed) || !res.Ack.Refused || res.Committed || res.Ack.AppliedLSN != 1 {
+		if !errors.Is(err, ErrFailed) || !res.Ack.Refused || res.Committed || res.Ack.AppliedLSN != 1 {
 			t.Fatalf("batch %d after the failed sync: %+v, %v", i+2, res, err)
 		}
 	}
@@ -388,7 +388,7 @@ func TestPipelineSyncFailure(t *testing.T) {
 	if applied, _ := d.recv.Position(); applied != 1 {
 		t.Fatalf("Position %d after the failed sync, want 1", applied)
 	}
-	if _, err := d.recv.Apply(enc(4, 4)); !errors.Is(err, ErrStoreFailed) {
+	if _, err := d.recv.Apply(enc(4, 4)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Apply after the failure: %v", err)
 	}
 	if st := d.recv.Stats(); st.Events != st.Accounted() {

@@ -9,10 +9,10 @@ import (
 // ErrStaging: composing a batch's Pebble batch failed — a read of the store
 // (an HWM) or a write into the uncommitted batch (HWM flush, session GC,
 // window journal, metadata). The batch is refused and nothing was
-// committed; unlike ErrStoreFailed, which only a failed commit sets and which
+// committed; unlike ErrFailed, which only a failed commit sets and which
 // sticks until the follower is reopened, the receiver stays usable and the
 // next delivery is tried afresh.
-var ErrStaging = errors.New("replication: staging the batch failed")
+var ErrStaging = errors.New("store: staging the batch failed")
 
 // ErrDiskFull: the disk holding a store or a WAL has less free space than
 // its guard keeps (follower.Options.MinFreeBytes, leader.Options

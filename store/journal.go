@@ -113,7 +113,7 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*jou
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != len(JournalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
-			err := corruption.Errorf("replication: undecodable window journal entry %q (%d bytes)", k, len(v))
+			err := corruption.Errorf("store: undecodable window journal entry %q (%d bytes)", k, len(v))
 			return nil, errors.Join(err, it.Close())
 		}
 		n := (len(v) - 1) / 16

@@ -144,7 +144,7 @@ func getMeta(r pebble.Reader, key []byte) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("replication: reading %s: %w", key, err)
+		return nil, fmt.Errorf("store: reading %s: %w", key, err)
 	}
 	defer closer.Close()
 	return append([]byte(nil), v...), nil
@@ -157,7 +157,7 @@ func readMetaU64(r pebble.Reader, key []byte) (uint64, error) {
 		return 0, err
 	}
 	if len(v) != metaU64Size || v[0] != metaVersion {
-		return 0, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
+		return 0, corruption.Errorf("store: %s: unrecognised value %x", key, v)
 	}
 	return binary.LittleEndian.Uint64(v[1:]), nil
 }
@@ -170,7 +170,7 @@ func readBatchRef(r pebble.Reader, key []byte, lsn uint64) (wal.BatchRef, error)
 		return wal.BatchRef{}, err
 	}
 	if len(v) != lastBatchSize || v[0] != metaVersion {
-		return wal.BatchRef{}, corruption.Errorf("replication: %s: unrecognised value %x", key, v)
+		return wal.BatchRef{}, corruption.Errorf("store: %s: unrecognised value %x", key, v)
 	}
 	if binary.LittleEndian.Uint64(v[1:]) != lsn {
 		return wal.BatchRef{}, nil

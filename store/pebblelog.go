@@ -16,7 +16,7 @@ import (
 // Pebble v2 reports a failed WAL write or sync through Logger.Fatalf, and its
 // default logger exits the process; FatalLogger logs the line at Error and
 // panics with *FatalError instead, which the receiver recovers into
-// ErrStoreFailed on the committing goroutine. Install it as
+// ErrFailed on the committing goroutine. Install it as
 // pebble.Options.Logger for every store a Receiver writes to. A nil Logger
 // discards the lines (Fatalf still panics).
 type FatalLogger struct {
@@ -51,7 +51,7 @@ func (l FatalLogger) log(level slog.Level, format string, args ...any) {
 // compaction — so one flipped byte in an sstable would panic every command
 // that opens the store (invariant 10). With the hook set, the read returns
 // Pebble's corruption error (pebble.IsCorruptionError), which the store
-// boundary types (follower.ErrStoreCorrupt); log, if not nil, gets one
+// boundary types (store.ErrCorrupt); log, if not nil, gets one
 // Error line per report. A hook po already has is kept and called too.
 func NonFatalCorruption(po *pebble.Options, log *slog.Logger) {
 	var el pebble.EventListener

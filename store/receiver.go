@@ -24,11 +24,11 @@ var (
 	// again: a follower's Serve stops instead of retrying it, and a leader's
 	// log fails (ErrLogFailed). The remedy is to fix the Applier and reopen
 	// the store, which applies the batch again; the error's text says so.
-	ErrApply = errors.New("replication: applier failed")
-	// ErrStoreFailed: the Pebble commit failed. Pebble treats a failed WAL
+	ErrApply = errors.New("store: applier failed")
+	// ErrFailed: the Pebble commit failed. Pebble treats a failed WAL
 	// write or sync as fatal, so the receiver refuses all further batches; the
 	// embedder must close and reopen the follower, which recovers from disk.
-	ErrStoreFailed = errors.New("replication: store failed")
+	ErrFailed = errors.New("store: store failed")
 )
 
 // ReceiverOptions configures a Receiver. The zero value is usable after
@@ -122,14 +122,14 @@ type Receiver struct {
 // returns a receiver that continues from them.
 func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.Store, applier Applier, opts *ReceiverOptions) (*Receiver, error) {
 	if db == nil || tracker == nil || window == nil || applier == nil {
-		return nil, errors.New("replication: NewReceiver needs a db, tracker, window and applier")
+		return nil, errors.New("store: NewReceiver needs a db, tracker, window and applier")
 	}
 	var o ReceiverOptions
 	if opts != nil {
 		o = *opts
 	}
 	if err := replication.ValidFollowerID(o.FollowerID); err != nil {
-		return nil, fmt.Errorf("replication: NewReceiver: %w", err)
+		return nil, fmt.Errorf("store: NewReceiver: %w", err)
 	}
 	o.EnsureDefaults()
 	r := &Receiver{
@@ -186,7 +186,7 @@ func (r *Receiver) RaiseEpoch(epoch, riseStart uint64, risePrev wal.BatchRef) (s
 			err = commit(b, true)
 		}
 		if err != nil {
-			return 0, wal.BatchRef{}, fmt.Errorf("replication: persisting epoch %d: %w", epoch, err)
+			return 0, wal.BatchRef{}, fmt.Errorf("store: persisting epoch %d: %w", epoch, err)
 		}
 		r.noteEpoch(epoch)
 	case riseStart > start:
@@ -195,7 +195,7 @@ func (r *Receiver) RaiseEpoch(epoch, riseStart uint64, risePrev wal.BatchRef) (s
 			err = commit(b, true)
 		}
 		if err != nil {
-			return 0, wal.BatchRef{}, fmt.Errorf("replication: recording where epoch %d starts: %w", epoch, err)
+			return 0, wal.BatchRef{}, fmt.Errorf("store: recording where epoch %d starts: %w", epoch, err)
 		}
 	}
 	if start, err = readMetaU64(db, KeyEpochStart); err != nil || start == 0 {
@@ -222,7 +222,7 @@ type position struct {
 // first commit.
 func (r *Receiver) LastEventTime() int64 { return r.lastTime.Load() }
 
-// Err returns the sticky store failure (wrapping ErrStoreFailed), or nil.
+// Err returns the sticky store failure (wrapping ErrFailed), or nil.
 func (r *Receiver) Err() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -341,7 +341,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 			// A read met a block that fails its checksum: no retry of
 			// the batch helps, so the store is failed (sticky, as after a
 			// failed commit) and the embedder reopens or rebuilds it.
-			r.failed = fmt.Errorf("%w: %w", ErrStoreFailed, pl.refusal.err)
+			r.failed = fmt.Errorf("%w: %w", ErrFailed, pl.refusal.err)
 			pl.refusal.err = r.failed
 		}
 		if !inPebble {
@@ -377,7 +377,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 // Wait waits until the batch and every batch started before it are
 // durable (or failed) and returns what Apply returns. A failed WAL sync
 // makes the store failed: this batch and every later one are refused
-// (ErrStoreFailed), also those already in the store's memtable; the
+// (ErrFailed), also those already in the store's memtable; the
 // embedder reopens the follower, which recovers from disk.
 func (p *Pending) Wait() (Result, error) {
 	if p.fixed {
@@ -387,7 +387,7 @@ func (p *Pending) Wait() (Result, error) {
 	var syncErr error
 	if p.b != nil {
 		if err := p.b.SyncWait(); err != nil {
-			syncErr = fmt.Errorf("%w: WAL sync: %w", ErrStoreFailed, err)
+			syncErr = fmt.Errorf("%w: WAL sync: %w", ErrFailed, err)
 		} else {
 			_ = p.b.Close()
 		}
@@ -739,7 +739,7 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	p.syncing = !r.opts.NoSync
 	p.started = time.Now()
 	if err := startCommit(r.db, b, p.syncing); err != nil {
-		r.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)
+		r.failed = fmt.Errorf("%w: %w", ErrFailed, err)
 		return fail(refusedStore, r.failed), true
 	}
 	r.commits++
@@ -827,7 +827,7 @@ func recoverFatal(f func() error) (err error) {
 }
 
 // FatalError is the panic value of FatalLogger.Fatalf and the error Apply
-// returns (wrapped in ErrStoreFailed) when Pebble declares a commit fatal.
+// returns (wrapped in ErrFailed) when Pebble declares a commit fatal.
 type FatalError struct{ Msg string }
 
 func (e *FatalError) Error() string { return e.Msg }

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// Stats is a snapshot of a Receiver's counters since it was created.
+// ReceiverStats is a snapshot of a Receiver's counters since it was created.
 //
 // Every event of every batch that decoded is counted exactly once:
 //
@@ -16,7 +16,7 @@ import (
 // snapshot, also while batches are in the pipeline: a batch's events are
 // counted together with their outcomes (for a batch that reaches the store,
 // when its WAL sync completes, in Pending.Wait).
-type Stats struct {
+type ReceiverStats struct {
 	Batches          uint64 // batches offered to Apply (including undecodable ones)
 	BatchesCommitted uint64 // batches committed to Pebble
 	DuplicateBatches uint64 // batches wholly at or below the applied position
@@ -47,19 +47,19 @@ type Stats struct {
 }
 
 // Discarded is the number of events recognised as already applied.
-func (s Stats) Discarded() uint64 {
+func (s ReceiverStats) Discarded() uint64 {
 	return s.DiscardedPosition + s.DiscardedHWM + s.DiscardedWindow + s.DiscardedInBatch
 }
 
-// Accounted is the right-hand side of the accounting identity on Stats; it
+// Accounted is the right-hand side of the accounting identity on ReceiverStats; it
 // equals s.Events when every event is accounted for.
-func (s Stats) Accounted() uint64 {
+func (s ReceiverStats) Accounted() uint64 {
 	return s.Applied + s.Discarded() + s.SkippedClosed + s.SkippedTooOld + s.RefusedEvents
 }
 
 // Add returns the field-wise sum of s and o (for totals across shards or
 // receiver incarnations).
-func (s Stats) Add(o Stats) Stats {
+func (s ReceiverStats) Add(o ReceiverStats) ReceiverStats {
 	s.Batches += o.Batches
 	s.BatchesCommitted += o.BatchesCommitted
 	s.DuplicateBatches += o.DuplicateBatches
@@ -114,11 +114,11 @@ func (s *statsCounters) add(c *batchCounts, applied int) {
 }
 
 // Stats returns a snapshot of the receiver's counters.
-func (r *Receiver) Stats() Stats {
+func (r *Receiver) Stats() ReceiverStats {
 	s := &r.stats
 	s.acct.Lock()
 	defer s.acct.Unlock()
-	return Stats{
+	return ReceiverStats{
 		Batches:           s.batches.Load(),
 		BatchesCommitted:  s.committed.Load(),
 		DuplicateBatches:  s.duplicateBatches.Load(),

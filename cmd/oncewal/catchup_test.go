@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/sim"
 )
@@ -80,7 +82,7 @@ func TestRealProcessCatchUpPromotion(t *testing.T) {
 	}
 
 	out, stderr, err = rp.run("promote", "--dir", f1, "--peers", f2, "--catch-up")
-	if err != nil || !strings.Contains(out, "shard 1: caught up from "+follower.ShardDir(f2, 1)) || !strings.Contains(out, "at epoch 2") {
+	if err != nil || !strings.Contains(out, "shard 1: caught up from "+store.ShardDir(f2, 1)) || !strings.Contains(out, "at epoch 2") {
 		t.Fatalf("promote --catch-up: %v\n%s%s", err, out, stderr)
 	}
 	for _, s := range inspectPositionsJSON(t, f1, full).Stores {
@@ -91,7 +93,7 @@ func TestRealProcessCatchUpPromotion(t *testing.T) {
 	oracle := func(who, node string) {
 		t.Helper()
 		for s := range uint32(2) {
-			if got, want := storeSessions(t, follower.ShardDir(node, s)), storeSessions(t, follower.ShardDir(full, s)); !reflect.DeepEqual(got, want) {
+			if got, want := storeSessions(t, store.ShardDir(node, s)), storeSessions(t, store.ShardDir(full, s)); !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s shard %d differs from the oracle:\n%v\nwant\n%v", who, s, got, want)
 			}
 		}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
@@ -166,7 +168,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{StoreOptions: follower.StoreOptions{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable}, StopOnPermanentRefusal: c.stopOnRefusal, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout)}
+	fo := follower.Options{Options: store.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable}, StopOnPermanentRefusal: c.stopOnRefusal, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout)}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats
@@ -205,7 +207,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		f, err := follower.OpenContext(ctx, c.dir, &fo)
 		// A damaged store is what a rebuild replaces: with --rebuild=auto,
 		// follower.Run below rebuilds it before it serves (f is nil).
-		damaged := c.rebuild == follower.RebuildAuto && errors.Is(err, follower.ErrStoreCorrupt)
+		damaged := c.rebuild == follower.RebuildAuto && errors.Is(err, store.ErrCorrupt)
 		switch {
 		case damaged:
 			log.Error("oncewal follower: the store is damaged; rebuilding it from the leader's snapshot before serving", "dir", c.dir, "err", err)
@@ -255,7 +257,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 			rows = func() []follower.ShardStats {
 				f := cur.Load()
 				if f == nil { // a damaged store not rebuilt yet
-					return []follower.ShardStats{{Shard: c.shard, Err: follower.ErrStoreCorrupt, Rebuilds: int(rebuilds.Load())}}
+					return []follower.ShardStats{{Shard: c.shard, Err: store.ErrCorrupt, Rebuilds: int(rebuilds.Load())}}
 				}
 				lsn, epoch := f.Position()
 				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats(), Rebuilds: int(rebuilds.Load())}}

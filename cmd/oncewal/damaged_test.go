@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/testutil"
@@ -89,11 +91,11 @@ func waitFile(t *testing.T, path string, parts ...string) string {
 // TestRealProcessDamagedStore runs the built binary on stores with one
 // flipped byte in an sstable, as an operator would: inspect (node and
 // store), follower (store), leader and promote exit 1 — not a Go panic
-// (exit 2) — with follower.ErrStoreCorrupt's text naming the damaged store
+// (exit 2) — with store.ErrCorrupt's text naming the damaged store
 // and the remedy, and change nothing on disk (promote --out creates
 // nothing); a node follower keeps serving its healthy shard and logs the
 // damaged one once. A running node's stores are refused as locked
-// (follower.ErrStoreLocked), naming the lock file.
+// (store.ErrLocked), naming the lock file.
 func TestRealProcessDamagedStore(t *testing.T) {
 	rp := newRealProcs(t)
 	node, leaderDir := filepath.Join(rp.dir, "node"), filepath.Join(rp.dir, "leader")
@@ -102,9 +104,9 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	if _, e, err := rp.run("promote", "--dir", leaderDir); err != nil {
 		t.Fatalf("promote: %v\n%s", err, e)
 	}
-	bad := follower.ShardDir(node, 1)
+	bad := store.ShardDir(node, 1)
 	flipSSTBytes(t, bad)
-	flipSSTBytes(t, follower.ShardDir(leaderDir, 1))
+	flipSSTBytes(t, store.ShardDir(leaderDir, 1))
 	promoted := filepath.Join(rp.dir, "promoted")
 
 	for _, tc := range []struct {
@@ -118,16 +120,16 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		{"follower store", []string{"follower", "--dir", bad, "--shard", "1", "--id", "a", "--insecure", "--leader", "127.0.0.1:1",
 			"--rebuild", "never"}, bad},
 		{"leader", []string{"leader", "--dir", leaderDir, "--shards", "2", "--followers", "a", "--insecure", "--listen", "127.0.0.1:0"},
-			follower.ShardDir(leaderDir, 1)},
+			store.ShardDir(leaderDir, 1)},
 		{"promote", []string{"promote", "--dir", node, "--out", promoted}, bad},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, lbefore := contentDigest(t, node), contentDigest(t, tc.store)
 			_, stderr, err := rp.run(tc.args...)
 			if code := exitCode(err); code != exitFailure || strings.Contains(stderr, "panic") ||
-				!strings.Contains(stderr, follower.ErrStoreCorrupt.Error()+": "+tc.store) ||
+				!strings.Contains(stderr, store.ErrCorrupt.Error()+": "+tc.store) ||
 				!strings.Contains(stderr, "checksum mismatch") || !strings.Contains(stderr, "--rebuild=auto") {
-				t.Fatalf("exit %d, want %d with %q naming %s:\n%s", code, exitFailure, follower.ErrStoreCorrupt, tc.store, stderr)
+				t.Fatalf("exit %d, want %d with %q naming %s:\n%s", code, exitFailure, store.ErrCorrupt, tc.store, stderr)
 			}
 			// The leader opens its shards one by one (shard 0's Pebble
 			// files churn before shard 1 fails); the damaged store itself is
@@ -146,13 +148,13 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	// still refuses before it moves or writes anything.
 	wide := filepath.Join(rp.dir, "wide")
 	writeNode(t, wide, 400)
-	flipSSTBytes(t, follower.ShardDir(wide, 1))
+	flipSSTBytes(t, store.ShardDir(wide, 1))
 	if _, stderr, err := rp.run("inspect", wide, wide); err != nil {
 		t.Fatalf("inspect of the positions should not meet the damaged block: %v\n%s", err, stderr)
 	}
 	before := contentDigest(t, wide)
 	_, stderr, err := rp.run("promote", "--dir", wide, "--out", promoted)
-	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreCorrupt.Error()+": "+follower.ShardDir(wide, 1)) {
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, store.ErrCorrupt.Error()+": "+store.ShardDir(wide, 1)) {
 		t.Fatalf("promote of a node with a damaged HWM block: %v\n%s", err, stderr)
 	}
 	if _, err := os.Stat(promoted); !os.IsNotExist(err) || !maps.Equal(before, contentDigest(t, wide)) {
@@ -169,7 +171,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	reapProcs(t, []*proc{single})
 	single.start(t, rp.bin)
 	log := waitFile(t, single.log, "the store is damaged; rebuilding it from the leader's snapshot before serving",
-		follower.ErrStoreCorrupt.Error(), "rebuild failed; the old store is kept, retrying")
+		store.ErrCorrupt.Error(), "rebuild failed; the old store is kept, retrying")
 	if strings.Contains(log, "panic") {
 		t.Fatalf("the single store follower:\n%s", log)
 	}
@@ -183,7 +185,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		"--metrics-addr", "127.0.0.1:0"}}
 	reapProcs(t, []*proc{fl})
 	fl.start(t, rp.bin)
-	log = waitFile(t, fl.log, "shard store is damaged", "shard=1", follower.ErrStoreCorrupt.Error(), "replicating", "serving metrics")
+	log = waitFile(t, fl.log, "shard store is damaged", "shard=1", store.ErrCorrupt.Error(), "replicating", "serving metrics")
 	if strings.Count(log, "shard store is damaged") != 1 || strings.Contains(log, "panic") {
 		t.Fatalf("the damaged shard should be logged once:\n%s", log)
 	}
@@ -193,7 +195,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		t.Fatalf("no metrics address in the log:\n%s", log)
 	}
 	if code, body := get(t, "http://"+m[1]+"/readyz"); code != http.StatusServiceUnavailable ||
-		!strings.Contains(body, "shard 1: store down: ") || !strings.Contains(body, follower.ErrStoreCorrupt.Error()) {
+		!strings.Contains(body, "shard 1: store down: ") || !strings.Contains(body, store.ErrCorrupt.Error()) {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 	if _, body := get(t, "http://"+m[1]+"/metrics"); !strings.Contains(body, `oncewal_follower_store_down{shard="1"} 1`) ||
@@ -202,19 +204,19 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	}
 
 	// Its healthy store is locked: inspect and a second follower say so.
-	locked := follower.ShardDir(node, 0)
+	locked := store.ShardDir(node, 0)
 	_, stderr, err = rp.run("inspect", locked)
-	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, store.ErrLocked.Error()) ||
 		!strings.Contains(stderr, filepath.Join(locked, "LOCK")) || !strings.Contains(stderr, "stop the follower or leader running on") {
 		t.Fatalf("inspect of a locked store: %v\n%s", err, stderr)
 	}
 	_, stderr, err = rp.run("inspect", node)
-	if exitCode(err) != exitFailure || !strings.Contains(stderr, "shard 0: "+locked+": "+follower.ErrStoreLocked.Error()) ||
-		!strings.Contains(stderr, "shard 1: "+follower.ErrStoreCorrupt.Error()) {
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, "shard 0: "+locked+": "+store.ErrLocked.Error()) ||
+		!strings.Contains(stderr, "shard 1: "+store.ErrCorrupt.Error()) {
 		t.Fatalf("inspect of a running node: %v\n%s", err, stderr)
 	}
 	_, stderr, err = rp.run("follower", "--dir", locked, "--shard", "0", "--id", "b", "--insecure", "--leader", "127.0.0.1:1")
-	if exitCode(err) != exitFailure || !strings.Contains(stderr, follower.ErrStoreLocked.Error()) ||
+	if exitCode(err) != exitFailure || !strings.Contains(stderr, store.ErrLocked.Error()) ||
 		!strings.Contains(stderr, filepath.Join(locked, "LOCK")) {
 		t.Fatalf("a second follower on a locked store: %v\n%s", err, stderr)
 	}

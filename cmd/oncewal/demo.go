@@ -204,7 +204,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		Restarts:       *restarts,
 		LeaderRestarts: *leaderRestarts,
 		Promote:        *promote,
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: slog.New(slog.DiscardHandler),
+		Follower: follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler),
 			// Pebble's own memtable size: the demo's stores grow with the
 			// workload (the simulation's default is for many tiny runs).
 			PebbleOptions: func(*pebble.Options) {}}},
@@ -257,7 +257,7 @@ func demoReportOf(res *sim.Result, seed uint64, faults string, sessions int) dem
 	for _, sr := range res.Shards {
 		rep.Shards = append(rep.Shards, demoShard{Shard: sr.Shard, Sessions: sr.Sessions, Batches: sr.Appends, LastLSN: sr.LastLSN})
 	}
-	var st store.Stats
+	var st store.ReceiverStats
 	for _, f := range res.Followers {
 		row := demoFollower{ID: f.ID, Verified: !f.Promoted, Promoted: f.Promoted, Late: f.Late, Restarts: f.Restarts, Kills: f.Kills + f.Crashes}
 		for _, fs := range f.Shards {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -52,8 +54,8 @@ func TestFollowerRefusesWrongDirectory(t *testing.T) {
 	}{
 		{node, []string{"--shard", "0"}, "is a follower node directory"},
 		{walDir, []string{"--shard", "0"}, "is a WAL directory"},
-		{follower.ShardDir(node, 1), []string{"--shards", "2"}, "is a store"},
-		{follower.ShardDir(node, 1), []string{"--shard", "0"}, "shard 1, asked 0"},
+		{store.ShardDir(node, 1), []string{"--shards", "2"}, "is a store"},
+		{store.ShardDir(node, 1), []string{"--shard", "0"}, "shard 1, asked 0"},
 		{random, []string{"--shard", "0"}, "is a directory of other files"},
 	} {
 		before := testutil.TreeDigest(t, c.dir)

@@ -3,7 +3,8 @@ package main
 import (
 	"flag"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/diskguard"
 )
 
@@ -23,10 +24,10 @@ func checkMinFree(c *flagCheck, v int64) {
 // memTableFlag defines --memtable-size (follower.Options.MemTableSize: the
 // memtable of every shard store; the leader's local stores too).
 func memTableFlag(fs *flag.FlagSet) *int64 {
-	return fs.Int64("memtable-size", follower.DefaultMemTableSize,
+	return fs.Int64("memtable-size", store.DefaultMemTableSize,
 		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (follower/doc.go, Memory per shard)")
 }
 
 func checkMemTable(c *flagCheck, v int64) {
-	inRange(c, "memtable-size", v, follower.MinMemTableSize, follower.MaxMemTableSize)
+	inRange(c, "memtable-size", v, store.MinMemTableSize, store.MaxMemTableSize)
 }

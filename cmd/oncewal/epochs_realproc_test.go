@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -33,7 +35,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		t.Helper()
 		id := session.ID{4, 2}
 		for i, e := range epochs {
-			l, err := leader.Open(dir, &leader.Options{Shards: shards, Epoch: e, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
+			l, err := leader.Open(dir, &leader.Options{Shards: shards, Epoch: e, Logger: quiet, Store: store.Options{Logger: quiet}})
 			must(t, err)
 			if i == 0 {
 				_, err = l.Append(wal.Event{Op: wal.OpOpen, Session: id})
@@ -50,7 +52,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 	// follower node directory of one shard.
 	followerNode := func(t *testing.T, dir, src string) {
 		t.Helper()
-		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}})
+		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{Options: store.Options{Logger: quiet}}})
 		must(t, err)
 		r, err := wal.OpenReader(filepath.Join(src, leader.WALDirName), 0)
 		must(t, err)
@@ -143,7 +145,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 	t.Run("lost store under a two-epoch WAL", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "l")
 		leaderDir(t, dir, 1, 3, 0, 2)
-		must(t, os.RemoveAll(follower.ShardDir(dir, 0)))
+		must(t, os.RemoveAll(store.ShardDir(dir, 0)))
 		refused(t, dir, exitFailure, []string{replication.ErrStaleEpoch.Error(), "below epoch 2 of the last batch of the WAL"},
 			leaderArgs(dir, "--epoch", "1")...)
 		log := serve(t, dir, "--generate", "500", "--sessions", "2")
@@ -221,19 +223,19 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		root := t.TempDir()
 		l, fn := filepath.Join(root, "l"), filepath.Join(root, "f")
 		leaderDir(t, l, 2, 1, 0)
-		refused(t, l, exitFailure, []string{follower.ErrShardCount.Error(), "holds a deployment of 2 shards", "--shards 2"},
+		refused(t, l, exitFailure, []string{store.ErrShardCount.Error(), "holds a deployment of 2 shards", "--shards 2"},
 			leaderArgs(l, "--shards", "3")...)
 		refused(t, l, exitFailure, []string{leader.ErrForeignShard.Error()}, leaderArgs(l, "--shards", "1")...)
-		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{StoreOptions: follower.StoreOptions{Logger: quiet}}})
+		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{Options: store.Options{Logger: quiet}}})
 		must(t, err)
 		must(t, n.Close())
-		refused(t, fn, exitFailure, []string{follower.ErrShardCount.Error(), "--shards 2"},
+		refused(t, fn, exitFailure, []string{store.ErrShardCount.Error(), "--shards 2"},
 			"follower", "--dir", fn, "--shards", "3", "--id", "a", "--insecure", "--leader", "127.0.0.1:1", "--stats-interval", "0s")
 	})
 
 	t.Run("failed starts leave nothing", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "l")
-		l, err := leader.Open(dir, &leader.Options{Shards: 1, SegmentSize: 1, Logger: quiet, Store: follower.StoreOptions{Logger: quiet}})
+		l, err := leader.Open(dir, &leader.Options{Shards: 1, SegmentSize: 1, Logger: quiet, Store: store.Options{Logger: quiet}})
 		must(t, err)
 		for range 3 {
 			_, err = l.Append(wal.Event{Op: wal.OpPut, Key: []byte("k")})
@@ -243,7 +245,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		segs, err := filepath.Glob(filepath.Join(dir, leader.WALDirName, "*.wal"))
 		must(t, err)
 		must(t, os.Remove(segs[0]))
-		must(t, os.RemoveAll(follower.ShardDir(dir, 0)))
+		must(t, os.RemoveAll(store.ShardDir(dir, 0)))
 		refused(t, dir, exitFailure, []string{wal.ErrCompacted.Error(), "starts at LSN 2"}, leaderArgs(dir)...)
 
 		odd := filepath.Join(t.TempDir(), "odd")

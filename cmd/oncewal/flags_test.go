@@ -199,12 +199,12 @@ func TestWaldumpNotASegment(t *testing.T) {
 // every term of the accounting identity (it once lacked refused and too-old
 // events, so 14,888 events against 14,792 applied showed no cause).
 func TestFollowerStatsLineAccounts(t *testing.T) {
-	r := store.Stats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
+	r := store.ReceiverStats{Events: 1000, Applied: 500, DiscardedPosition: 1, DiscardedHWM: 2, DiscardedWindow: 3,
 		DiscardedInBatch: 4, SkippedClosed: 5, SkippedTooOld: 6, RefusedEvents: 479}
 	if r.Accounted() != r.Events {
 		t.Fatalf("fixture does not account: %d of %d", r.Accounted(), r.Events)
 	}
-	attrs := followerStatsAttrs(7, 1, follower.Stats{StoreStats: follower.StoreStats{Receiver: r}}, grpctransport.DialerStats{})
+	attrs := followerStatsAttrs(7, 1, follower.Stats{Stats: store.Stats{Receiver: r}}, grpctransport.DialerStats{})
 	kv := map[string]uint64{}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		if v, ok := attrs[i+1].(uint64); ok {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
 )
@@ -136,10 +135,10 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 	switch {
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return nil, fmt.Errorf("%s: %w: no Pebble store in it", dir, errNotStore)
-	case errors.Is(err, follower.ErrStoreLocked):
+	case errors.Is(err, store.ErrLocked):
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	case pebble.IsCorruptionError(err):
-		return nil, follower.CorruptStoreError(dir, err)
+		return nil, store.CorruptError(dir, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: opening the Pebble store: %w", dir, err)
 	}
@@ -175,7 +174,7 @@ func inspect(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) erro
 	if shards := nodeShardsOf(dir); len(shards) > 0 {
 		return inspectNode(dir, shards, jsonOut, out, stderr)
 	}
-	return follower.CorruptStoreError(dir, inspectOneStore(dir, jsonOut, out, stderr))
+	return store.CorruptError(dir, inspectOneStore(dir, jsonOut, out, stderr))
 }
 
 func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writer) error {
@@ -202,7 +201,7 @@ func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writ
 	}
 	// The window a follower opened with the recorded capacity starts with
 	// (a store older than its identity record: the default capacity).
-	id, recorded, err := follower.ReadIdentity(db)
+	id, recorded, err := store.ReadIdentity(db)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}

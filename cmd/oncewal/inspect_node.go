@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncewal/oncewal/store"
 
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -45,7 +44,7 @@ func nodeShardsOf(dir string) []uint32 {
 			return nil
 		}
 	}
-	shards, err := follower.NodeShards(nil, dir)
+	shards, err := store.NodeShards(nil, dir)
 	if err != nil {
 		return nil
 	}
@@ -60,8 +59,8 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 	failed := 0
 	var errs []error
 	for _, s := range shards {
-		row := inspectNodeShard{Shard: s, Dir: follower.ShardDir(dir, s)}
-		if err := follower.CorruptStoreError(row.Dir, readNodeShard(&row, stderr)); err != nil {
+		row := inspectNodeShard{Shard: s, Dir: store.ShardDir(dir, s)}
+		if err := store.CorruptError(row.Dir, readNodeShard(&row, stderr)); err != nil {
 			row.Error = err.Error()
 			failed++
 			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
@@ -79,7 +78,7 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 		out.Write(b)
 		out.WriteByte('\n')
 	} else {
-		fmt.Fprintf(out, "node:   %s (%d shards; inspect %s for a shard's sessions)\n\n", filepath.Clean(dir), len(rows), follower.ShardDir(dir, shards[0]))
+		fmt.Fprintf(out, "node:   %s (%d shards; inspect %s for a shard's sessions)\n\n", filepath.Clean(dir), len(rows), store.ShardDir(dir, shards[0]))
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "shard\tapplied lsn\tepoch\tlast batch\tsessions\tjournal keys\twal clock\t")
 		for _, r := range rows {
@@ -94,8 +93,8 @@ func inspectNode(dir string, shards []uint32, jsonOut bool, out *bufio.Writer, s
 		tw.Flush()
 	}
 	if failed > 0 {
-		// Each reason, typed (errors.Is: follower.ErrStoreLocked,
-		// ErrStoreCorrupt, ...), not only the count.
+		// Each reason, typed (errors.Is: store.ErrLocked,
+		// store.ErrCorrupt, ...), not only the count.
 		return fmt.Errorf("%s: %d of %d shards could not be read: %w", dir, failed, len(rows), errors.Join(errs...))
 	}
 	return nil

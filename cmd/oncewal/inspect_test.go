@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
@@ -64,7 +66,7 @@ type wantStore struct {
 // applied last and closed, so they keep closed HWM records.
 func buildFollower(t *testing.T, dir string, kill bool) wantStore {
 	t.Helper()
-	f, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: slog.New(slog.DiscardHandler), RetentionHorizon: time.Second}})
+	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler), RetentionHorizon: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,9 +320,9 @@ func TestInspectLockedStore(t *testing.T) {
 		t.Fatalf("helper: %q, %v", line, err)
 	}
 	_, errOut, code := runCmd(t, "inspect", dir)
-	// follower.ErrStoreLocked, naming the lock file and the remedy (was:
+	// store.ErrLocked, naming the lock file and the remedy (was:
 	// "the store is locked — is a follower running on it?").
-	if code != exitFailure || !strings.Contains(errOut, follower.ErrStoreLocked.Error()) ||
+	if code != exitFailure || !strings.Contains(errOut, store.ErrLocked.Error()) ||
 		!strings.Contains(errOut, filepath.Join(dir, "LOCK")) || !strings.Contains(errOut, "stop the follower or leader running on "+dir) {
 		t.Errorf("inspect of a locked store: code %d, stderr %q", code, errOut)
 	}

@@ -15,7 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
@@ -270,7 +271,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		MaxRetainedBytes:  c.maxRetained,
 		RetentionInterval: c.retainEvery,
 		SegmentSize:       c.segmentSize,
-		Store:             follower.StoreOptions{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
+		Store:             store.Options{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
 		Logger:            log,
 	})
 	if err != nil {

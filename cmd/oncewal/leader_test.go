@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
@@ -108,9 +110,9 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	router, _ := leader.NewShardRouter(2)
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
-		o.check(t, "leader", inspectStore(t, follower.ShardDir(lc.dir, s)), of)
+		o.check(t, "leader", inspectStore(t, store.ShardDir(lc.dir, s)), of)
 		for _, id := range ids {
-			o.check(t, id, inspectStore(t, follower.ShardDir(filepath.Join(dir, id), s)), of)
+			o.check(t, id, inspectStore(t, store.ShardDir(filepath.Join(dir, id), s)), of)
 		}
 	}
 	out, errOut, code := runCmd(t, "inspect", "--json", filepath.Join(dir, "f1"), filepath.Join(dir, "f2"), filepath.Join(dir, "f3"))
@@ -175,7 +177,7 @@ func TestLeaderRefusesBadDirs(t *testing.T) {
 	}
 	made := func(t *testing.T, shards int) string {
 		dir := filepath.Join(t.TempDir(), "leader")
-		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: follower.StoreOptions{Logger: newLogger(&syncBuffer{}, "text", slog.LevelInfo)}})
+		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: store.Options{Logger: newLogger(&syncBuffer{}, "text", slog.LevelInfo)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +364,7 @@ func TestLeaderRetentionFlags(t *testing.T) {
 	must(t, live.stop())
 	must(t, l.stop())
 	var leaderState inspected
-	must(t, json.Unmarshal([]byte(inspectStore(t, follower.ShardDir(lc.dir, 0))), &leaderState))
+	must(t, json.Unmarshal([]byte(inspectStore(t, store.ShardDir(lc.dir, 0))), &leaderState))
 	for _, name := range []string{"late", "live"} {
 		var got inspected
 		must(t, json.Unmarshal([]byte(inspectStore(t, filepath.Join(dir, name))), &got))

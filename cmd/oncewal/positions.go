@@ -12,7 +12,6 @@ import (
 
 	"github.com/oncewal/oncewal/store"
 
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -38,7 +37,7 @@ var errMixedLayouts = errors.New("cannot compare a follower node directory with 
 func readRows(path string, stderr io.Writer) (rows []storeRow, node bool, err error) {
 	if shards := nodeShardsOf(path); len(shards) > 0 {
 		for _, s := range shards {
-			r := storeRow{arg: path, dir: follower.ShardDir(path, s), node: true, shard: s}
+			r := storeRow{arg: path, dir: store.ShardDir(path, s), node: true, shard: s}
 			r.pos, r.err = readStorePosition(r.dir, stderr)
 			rows = append(rows, r)
 		}
@@ -52,10 +51,10 @@ func readRows(path string, stderr io.Writer) (rows []storeRow, node bool, err er
 }
 
 // readStorePosition reads the position of the store in dir; Pebble's
-// corruption comes back as follower.ErrStoreCorrupt.
+// corruption comes back as store.ErrCorrupt.
 func readStorePosition(dir string, stderr io.Writer) (replication.Ack, error) {
 	pos, err := readStorePositionOf(dir, stderr)
-	return pos, follower.CorruptStoreError(dir, err)
+	return pos, store.CorruptError(dir, err)
 }
 
 func readStorePositionOf(dir string, stderr io.Writer) (replication.Ack, error) {
@@ -233,8 +232,8 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 		}
 	}
 	if failed > 0 {
-		// Each reason, typed (errors.Is: follower.ErrStoreLocked,
-		// ErrStoreCorrupt, ...), not only the count.
+		// Each reason, typed (errors.Is: store.ErrLocked,
+		// store.ErrCorrupt, ...), not only the count.
 		return fmt.Errorf("%d of %d stores could not be read: %w", failed, len(rows), errors.Join(rowErrs...))
 	}
 	return nil
@@ -244,25 +243,25 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 // that each of its blocks has its checksum verified: Pebble reads blocks
 // only when asked, and a command that changes stores (promote) checks them
 // all before it changes anything, instead of meeting a damaged block half way
-// through. Corruption is follower.ErrStoreCorrupt naming dir.
+// through. Corruption is store.ErrCorrupt naming dir.
 func verifyStore(dir string, stderr io.Writer) error {
 	db, err := openReadOnly(dir, stderr)
 	if err != nil {
-		return follower.CorruptStoreError(dir, err)
+		return store.CorruptError(dir, err)
 	}
 	defer db.Close()
 	it, err := db.NewIter(nil)
 	if err != nil {
-		return follower.CorruptStoreError(dir, err)
+		return store.CorruptError(dir, err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		if _, err := it.ValueAndErr(); err != nil {
 			_ = it.Close()
-			return follower.CorruptStoreError(dir, fmt.Errorf("%s: reading a value: %w", dir, err))
+			return store.CorruptError(dir, fmt.Errorf("%s: reading a value: %w", dir, err))
 		}
 	}
 	if err := it.Close(); err != nil {
-		return follower.CorruptStoreError(dir, fmt.Errorf("%s: reading the store: %w", dir, err))
+		return store.CorruptError(dir, fmt.Errorf("%s: reading the store: %w", dir, err))
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 )
@@ -312,7 +311,7 @@ func storeDirIn(out string, node bool) string {
 	if node {
 		return out
 	}
-	return follower.ShardDir(out, 0)
+	return store.ShardDir(out, 0)
 }
 
 // moveInto renames a node directory to out, or a single store to

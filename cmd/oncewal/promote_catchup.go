@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -24,7 +25,7 @@ type catchUpStore struct {
 // catchUpStoreDir is DIR's store of shard (a single store is shard 0).
 func catchUpStoreDir(dir string, node bool, shard uint32) string {
 	if node {
-		return follower.ShardDir(dir, shard)
+		return store.ShardDir(dir, shard)
 	}
 	return dir
 }
@@ -34,11 +35,11 @@ func catchUpStoreDir(dir string, node bool, shard uint32) string {
 // the copy must be acceptable to the leader opened on it and to the
 // followers it ships to (follower.MismatchError otherwise).
 func checkCatchUpIdentity(dir string, node bool, cu catchUpStore) error {
-	mine, err := follower.Describe(vfs.Default, catchUpStoreDir(dir, node, cu.Shard))
+	mine, err := store.Describe(vfs.Default, catchUpStoreDir(dir, node, cu.Shard))
 	if err != nil {
 		return err
 	}
-	theirs, err := follower.Describe(vfs.Default, cu.From)
+	theirs, err := store.Describe(vfs.Default, cu.From)
 	if err != nil {
 		return err
 	}

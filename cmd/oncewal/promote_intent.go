@@ -9,8 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 )
 
@@ -155,7 +156,7 @@ func finishPromote(fs vfs.FS, in promoteIntent, stdout, stderr io.Writer) error 
 	target := in.target()
 	l, err := leader.Open(target, &leader.Options{
 		FS: fs, Shards: in.Shards, Epoch: in.Epoch, Promote: true,
-		Logger: slog.New(slog.DiscardHandler), Store: follower.StoreOptions{FS: fs, Logger: slog.New(slog.DiscardHandler)},
+		Logger: slog.New(slog.DiscardHandler), Store: store.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
 		return fmt.Errorf("opening %s as the leader at epoch %d: %w (run %s again to finish the promotion)", target, in.Epoch, err, in.command())
@@ -219,8 +220,8 @@ func exists(fs vfs.FS, path string) bool {
 // a leader's.
 func checkPromoted(fs vfs.FS, target string, shards int, epoch uint64) error {
 	for s := range uint32(shards) {
-		dir := follower.ShardDir(target, s)
-		info, err := follower.PeekStore(fs, dir)
+		dir := store.ShardDir(target, s)
+		info, err := store.PeekStore(fs, dir)
 		if err != nil {
 			return fmt.Errorf("re-reading %s after the promotion: %w", dir, err)
 		}

@@ -13,9 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 )
 
@@ -76,7 +77,7 @@ func TestPromoteErrorSweep(t *testing.T) {
 	pristine := filepath.Join(base, "pristine")
 	writeNode(t, pristine, 3)
 	single := filepath.Join(base, "single")
-	copyTree(t, follower.ShardDir(pristine, 0), single)
+	copyTree(t, store.ShardDir(pristine, 0), single)
 	ahead0, ahead1 := filepath.Join(base, "ahead0"), filepath.Join(base, "ahead1")
 	writeNodeUpTo(t, ahead0, [2]int{-1, 5})
 	writeNodeUpTo(t, ahead1, [2]int{5, -1})

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -173,8 +174,8 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 	router, _ := leader.NewShardRouter(2)
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
-		o.check(t, "new leader", inspectStore(t, follower.ShardDir(aDir, s)), of)
-		o.check(t, "b", inspectStore(t, follower.ShardDir(bDir, s)), of)
+		o.check(t, "new leader", inspectStore(t, store.ShardDir(aDir, s)), of)
+		o.check(t, "b", inspectStore(t, store.ShardDir(bDir, s)), of)
 	}
 }
 
@@ -183,37 +184,37 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 // leader then serves at epoch 2.
 func TestPromoteSingleStore(t *testing.T) {
 	dir := t.TempDir()
-	store, out := filepath.Join(dir, "s1"), filepath.Join(dir, "n1")
+	storeDir, out := filepath.Join(dir, "s1"), filepath.Join(dir, "n1")
 	l := startLeader(t, leaderConfig{dir: filepath.Join(dir, "old"), followers: []string{"s1"},
 		gen: genConfig{rate: 1000, sessions: 4, batch: 16}})
-	f := startFollower(t, followerConfig{dir: store, leader: l.addr, id: "s1"})
+	f := startFollower(t, followerConfig{dir: storeDir, leader: l.addr, id: "s1"})
 	waitApplied(t, 100, f)
 	must(t, l.stop())
 	must(t, f.stop())
-	applied := inspectPositionsJSON(t, store, store).Stores[0].AppliedLSN
+	applied := inspectPositionsJSON(t, storeDir, storeDir).Stores[0].AppliedLSN
 
-	if _, errOut, code := runCmd(t, "promote", "--dir", store); code != exitFailure || !strings.Contains(errOut, "give --out") {
+	if _, errOut, code := runCmd(t, "promote", "--dir", storeDir); code != exitFailure || !strings.Contains(errOut, "give --out") {
 		t.Fatalf("promote a store without --out: exit %d: %s", code, errOut)
 	}
 	// A store and a node directory do not compare (a store does not record
 	// its shard).
 	oldDir := filepath.Join(dir, "old")
-	if _, errOut, code := runCmd(t, "inspect", store, oldDir); code != exitFailure || !strings.Contains(errOut, errMixedLayouts.Error()) {
+	if _, errOut, code := runCmd(t, "inspect", storeDir, oldDir); code != exitFailure || !strings.Contains(errOut, errMixedLayouts.Error()) {
 		t.Fatalf("inspect store node: exit %d: %s", code, errOut)
 	}
-	if _, errOut, code := runCmd(t, "promote", "--dir", store, "--out", out, "--peers", oldDir); code != exitFailure ||
+	if _, errOut, code := runCmd(t, "promote", "--dir", storeDir, "--out", out, "--peers", oldDir); code != exitFailure ||
 		!strings.Contains(errOut, errMixedLayouts.Error()) {
 		t.Fatalf("promote with a node peer: exit %d: %s", code, errOut)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("a refused promotion created %s", out)
 	}
-	stdout, errOut, code := runCmd(t, "promote", "--dir", store, "--out", out)
-	if code != exitOK || !strings.Contains(stdout, "moved "+store+" to "+follower.ShardDir(out, 0)) {
+	stdout, errOut, code := runCmd(t, "promote", "--dir", storeDir, "--out", out)
+	if code != exitOK || !strings.Contains(stdout, "moved "+storeDir+" to "+store.ShardDir(out, 0)) {
 		t.Fatalf("promote --out: exit %d\n%s\n%s", code, stdout, errOut)
 	}
-	if _, err := os.Stat(store); !os.IsNotExist(err) {
-		t.Fatalf("the store is still at %s: %v", store, err)
+	if _, err := os.Stat(storeDir); !os.IsNotExist(err) {
+		t.Fatalf("the store is still at %s: %v", storeDir, err)
 	}
 	l = startLeader(t, leaderConfig{dir: out, followers: []string{"x"}, gen: genConfig{rate: 1000, sessions: 4, batch: 16}})
 	sh, _ := l.l.Shard(0)

@@ -6,8 +6,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/follower"
 )
 
 // errReadOnlyFS is what readOnlyFS returns for any attempt to change a file.
@@ -48,8 +49,8 @@ func (readOnlyFS) Lock(name string) (io.Closer, error) {
 	if err := sharedLock(f); err != nil {
 		f.Close()
 		// A refused shared lock: a process holds the store
-		// (follower.ErrStoreLocked).
-		return nil, follower.LockError(name, err)
+		// (store.ErrLocked).
+		return nil, store.LockError(name, err)
 	}
 	return f, nil
 }

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 )
@@ -159,7 +160,7 @@ func TestRealProcessesFullDisk(t *testing.T) {
 	o := newWALOracle()
 	events, _ := o.feed(t, dumped, nil)
 	every := func(session.ID) bool { return true }
-	o.check(t, "leader", run("inspect", "--json", follower.ShardDir(leaderDir, 0)), every)
+	o.check(t, "leader", run("inspect", "--json", store.ShardDir(leaderDir, 0)), every)
 	o.check(t, "f1", run("inspect", "--json", followerDir), every)
 	t.Logf("%d events in the leader's WAL (ends at LSN %d); the leader and f1 equal its oracle", events, end)
 }

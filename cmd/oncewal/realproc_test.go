@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -292,9 +293,9 @@ func TestRealProcessesKilled(t *testing.T) {
 	}
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
-		o.check(t, "leader", inspectBin(follower.ShardDir(leaderDir, s)), of)
+		o.check(t, "leader", inspectBin(store.ShardDir(leaderDir, s)), of)
 		for _, id := range ids {
-			o.check(t, id, inspectBin(follower.ShardDir(filepath.Join(dir, id), s)), of)
+			o.check(t, id, inspectBin(store.ShardDir(filepath.Join(dir, id), s)), of)
 		}
 	}
 	out, e, err := run("inspect", "--json", filepath.Join(dir, "f1"), filepath.Join(dir, "f2"), filepath.Join(dir, "f3"))

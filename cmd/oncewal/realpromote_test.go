@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -89,7 +90,7 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	}
 	promoted := []uint64{0, 0}
 	for _, s := range pos.Stores {
-		if s.Dir == follower.ShardDir(f1Dir, *s.Shard) {
+		if s.Dir == store.ShardDir(f1Dir, *s.Shard) {
 			promoted[*s.Shard] = s.AppliedLSN
 		}
 	}
@@ -156,7 +157,7 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 	for s := range uint32(2) {
 		of := func(id session.ID) bool { return router.Shard(id) == s }
 		for _, d := range []string{f1Dir, f2Dir} {
-			o.check(t, d, runOK("inspect", "--json", follower.ShardDir(d, s)), of)
+			o.check(t, d, runOK("inspect", "--json", store.ShardDir(d, s)), of)
 		}
 	}
 	t.Logf("promoted at %v, the new log ends at %v; all %d acknowledged requests survived", promoted, ends, len(acked))

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
@@ -89,7 +90,7 @@ func TestRealProcessRebuildKilled(t *testing.T) {
 	waitFor("retention to delete the log's start", 2*time.Minute, func() bool { return lastInt(readFile(t, ld.log), firstRetained) > 1 })
 
 	// A transfer of the leader's store should take about 3 s.
-	rate := max(dirBytes(t, follower.ShardDir(leaderDir, 0))/3, 32<<10)
+	rate := max(dirBytes(t, store.ShardDir(leaderDir, 0))/3, 32<<10)
 	late.args = followerArgs("late", "--rebuild", "auto", "--rebuild-rate", strconv.FormatInt(rate, 10))
 	lateDir := filepath.Join(dir, "late")
 	staging, marker := snapshot.StagingDir(lateDir), lateDir+".rebuild-marker"
@@ -195,7 +196,7 @@ func TestRealProcessRebuildKilled(t *testing.T) {
 	}
 	o := newWALOracle()
 	events, retried := o.feed(t, dumped, nil)
-	for name, d := range map[string]string{"leader": follower.ShardDir(leaderDir, 0), "live": filepath.Join(dir, "live"), "late": lateDir} {
+	for name, d := range map[string]string{"leader": store.ShardDir(leaderDir, 0), "live": filepath.Join(dir, "live"), "late": lateDir} {
 		out, e, err := rp.run("inspect", "--json", d)
 		if err != nil {
 			t.Fatalf("inspect %s: %v %s", d, err, e)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -36,7 +38,7 @@ func TestShardedDirs(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	leaderDir := filepath.Join(dir, "leader")
 	l, err := leader.Open(leaderDir, &leader.Options{
-		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: follower.StoreOptions{Logger: quiet},
+		Shards: shards, Followers: []string{"node"}, Logger: quiet, Store: store.Options{Logger: quiet},
 		Listener: func(s uint32) replication.Listener { return links[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
 	})
@@ -46,7 +48,7 @@ func TestShardedDirs(t *testing.T) {
 	defer l.Close()
 	node := filepath.Join(dir, "follower")
 	n, err := follower.OpenNode(node, []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{StoreOptions: follower.StoreOptions{ID: "node", Logger: quiet}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
+		Follower: follower.Options{Options: store.Options{ID: "node", Logger: quiet}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +152,7 @@ func TestShardedDirs(t *testing.T) {
 		}
 	}
 	// One shard's store, inspected on its own, is an ordinary store.
-	stdout, _, code = runCmd(t, "inspect", "--json", follower.ShardDir(node, 1))
+	stdout, _, code = runCmd(t, "inspect", "--json", store.ShardDir(node, 1))
 	if code != 0 || !strings.Contains(stdout, `"applied_lsn":`+strconv.FormatUint(last[1], 10)) {
 		t.Fatalf("inspect shard dir exit %d: %s", code, stdout)
 	}

@@ -19,7 +19,7 @@ var osExit = os.Exit
 // stopWithin exits the process with exitFailure when ctx has ended and done
 // has not been called within grace. A store Pebble cannot flush (a full
 // disk) holds its writes, its flush and its close without a deadline; the
-// follower gives up on those by itself (follower.ErrStoreStalled), but a
+// follower gives up on those by itself (store.ErrStalled), but a
 // leader's append can be caught in one. Exiting then is safe: whatever was
 // acknowledged is durable (the WAL, the stores' own WALs), and the next
 // start recovers like after a crash — the operator's SIGKILL, without the

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -196,7 +198,7 @@ func TestBadFramesFromLeader(t *testing.T) {
 			}
 			defer d.Close()
 			dir := t.TempDir()
-			fl, err := follower.Open(dir, &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
+			fl, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

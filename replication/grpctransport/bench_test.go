@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
@@ -76,7 +78,7 @@ func BenchmarkReplicate(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					l, d, closeFn := tr.make(b)
-					f, err := follower.Open(b.TempDir(), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger(), NoSync: !sync}})
+					f, err := follower.Open(b.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger(), NoSync: !sync}})
 					if err != nil {
 						b.Fatal(err)
 					}

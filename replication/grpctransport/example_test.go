@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
@@ -64,7 +66,7 @@ func Example() {
 		Listener:  func(shard uint32) replication.Listener { return srv.Listener(shard) },
 		Followers: []string{"replica-1"},
 		Logger:    quiet,
-		Store:     follower.StoreOptions{Logger: quiet},
+		Store:     store.Options{Logger: quiet},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -72,7 +74,7 @@ func Example() {
 	defer l.Close()
 
 	// Follower: dials the leader with its client certificate.
-	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{StoreOptions: follower.StoreOptions{ID: "replica-1", Logger: quiet}})
+	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{Options: store.Options{ID: "replica-1", Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

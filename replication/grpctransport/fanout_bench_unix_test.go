@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
@@ -129,7 +131,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	case "ledgerlog":
 		// The leader as it runs today: stamping, the WAL synced per batch,
 		// and the local store applying every batch.
-		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
+		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{Options: store.Options{Logger: quietLogger()}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -312,7 +314,7 @@ func BenchmarkFanoutLeaderCPU(b *testing.B) {
 }
 
 // retire hands f's store over for a promotion (follower.Follower.Retire).
-func retire(t testing.TB, f *follower.Follower) *follower.Store {
+func retire(t testing.TB, f *follower.Follower) *store.Store {
 	t.Helper()
 	st, err := f.Retire()
 	if err != nil {

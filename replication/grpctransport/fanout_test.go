@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
@@ -79,7 +81,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	go func() { runDone <- fo.Run(runCtx) }()
 
 	open := func(id string) *follower.Follower {
-		f, err := follower.Open(filepath.Join(dir, id), &follower.Options{StoreOptions: follower.StoreOptions{ID: id, Logger: quietLogger()}})
+		f, err := follower.Open(filepath.Join(dir, id), &follower.Options{Options: store.Options{ID: id, Logger: quietLogger()}})
 		if err != nil {
 			t.Fatal(err)
 		}

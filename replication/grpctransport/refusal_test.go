@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"google.golang.org/grpc/credentials"
@@ -144,7 +146,7 @@ func TestTLSRefusals(t *testing.T) {
 			}
 			defer d.Close()
 
-			f, err := follower.Open(t.TempDir(), &follower.Options{StoreOptions: follower.StoreOptions{Logger: quietLogger()}})
+			f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

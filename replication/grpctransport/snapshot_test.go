@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/store"
+
 	"github.com/oncewal/oncewal/internal/pki"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -25,7 +27,7 @@ import (
 func TestSnapshotOverMutualTLS(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	fs := vfs.NewMem()
-	so := &follower.Options{StoreOptions: follower.StoreOptions{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
+	so := &follower.Options{Options: store.Options{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
 	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 4, Sessions: 8, Requests: 2000, BatchSize: 20, RetryRate: 0.1}), 1)
 	require.NoError(t, err)
 	batches, err := log.Encode(0, 0, 1)
@@ -39,7 +41,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	}
 	// Sstables too, not only a WAL: the transfer carries every kind of file.
 	require.NoError(t, src.DB().Flush())
-	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor-snapshots", Describe: follower.Describe, RateLimit: -1, IdleTimeout: time.Second})
+	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor-snapshots", Describe: store.Describe, RateLimit: -1, IdleTimeout: time.Second})
 	require.NoError(t, err)
 	defer donor.Close()
 
@@ -48,7 +50,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	st, ct := tlsPair(t, certs)
 	// Shard 2's donor is closed: its owner refuses every Begin.
 	errOwnerClosed := errors.New("test: owner closed")
-	closed, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/closed-snapshots", Describe: follower.Describe,
+	closed, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/closed-snapshots", Describe: store.Describe,
 		Hold: func() (func(), error) { return nil, errOwnerClosed }})
 	require.NoError(t, err)
 	srv, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st, Logger: quiet, Snapshots: func(shard uint32) snapshot.Source {
@@ -70,7 +72,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	want := snapshot.Want{Shard: 0, Identity: follower.IdentityString(&so.StoreOptions), Describe: follower.Describe}
+	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Options), Describe: store.Describe}
 	m, stats, err := snapshot.Rebuild(ctx, client, fs, "/rebuilt", want, &snapshot.Options{ChunkSize: 32 << 10, RetryBackoff: time.Millisecond, Retries: 50})
 	require.NoError(t, err)
 	lsn, _ := src.Position()

@@ -1,4 +1,4 @@
-package follower
+package store
 
 import (
 	"context"
@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncewal/oncewal/store"
-
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -25,27 +23,27 @@ import (
 	"github.com/oncewal/oncewal/keyspace"
 )
 
-// ErrStoreUnavailable: the store cannot be opened now — Pebble's recovery
+// ErrUnavailable: the store cannot be opened now — Pebble's recovery
 // failed in the background (disk full, I/O errors); the error wraps Pebble's.
 // Pebble keeps retrying slowly; an Open of the same directory later takes the
 // store over if a retry succeeded (see the package documentation).
-var ErrStoreUnavailable = errors.New("follower: store cannot be opened now")
+var ErrUnavailable = errors.New("store: store cannot be opened now")
 
-// ErrStoreCorrupt: a file of the store fails Pebble's checksums (one bad
+// ErrCorrupt: a file of the store fails Pebble's checksums (one bad
 // byte in an sstable, a damaged MANIFEST): Pebble's corruption error
 // (pebble.IsCorruptionError) at the store boundary. It is in the corruption
 // class (errors.Is(err, corruption.Err)). Retrying will not help; the
 // store must be rebuilt from the leader (a follower with Rebuild auto does
 // it by itself) or restored from a copy. Nothing is changed on disk.
-var ErrStoreCorrupt = corruption.Mark(errors.New("follower: store is damaged"))
+var ErrCorrupt = corruption.Mark(errors.New("store: store is damaged"))
 
-// CorruptStoreError returns err typed ErrStoreCorrupt, naming dir and the
+// CorruptError returns err typed ErrCorrupt, naming dir and the
 // remedy, when it reports Pebble corruption; any other err (nil included)
 // comes back as it is. Every entry point that opens or reads a store (Open,
 // Describe, a node's shard, oncewal inspect and promote) passes its errors
 // through it.
-func CorruptStoreError(dir string, err error) error {
-	if err == nil || errors.Is(err, ErrStoreCorrupt) || !pebble.IsCorruptionError(err) {
+func CorruptError(dir string, err error) error {
+	if err == nil || errors.Is(err, ErrCorrupt) || !pebble.IsCorruptionError(err) {
 		return err
 	}
 	return &corruptStoreError{dir: dir, err: err}
@@ -72,10 +70,10 @@ func (e *corruptStoreError) Error() string {
 	return fmt.Sprintf("%v: %s; its data cannot be trusted: stop the process using it and move %s aside, "+
 		"then a follower rebuilds it from the leader's snapshot (oncewal follower --rebuild=auto, the default); "+
 		"a leader's store is replaced by promoting a follower (oncewal promote), or restore it from a copy",
-		ErrStoreCorrupt, cause, e.dir)
+		ErrCorrupt, cause, e.dir)
 }
 
-func (e *corruptStoreError) Unwrap() []error { return []error{ErrStoreCorrupt, e.err} }
+func (e *corruptStoreError) Unwrap() []error { return []error{ErrCorrupt, e.err} }
 
 // Background error backoff: the first wait and the cap; how long a
 // store's background errors are logged only once; the background errors
@@ -154,7 +152,7 @@ func (e *storeEvents) writeStallBegin(info pebble.WriteStallBeginInfo) {
 	last := e.last
 	e.mu.Unlock()
 	if logNow {
-		e.log.Error("oncewal follower: store writes stalled while Pebble's background work fails (disk full?)", "component", "pebble",
+		e.log.Error("oncewal store: store writes stalled while Pebble's background work fails (disk full?)", "component", "pebble",
 			"reason", info.Reason, "err", last)
 	}
 }
@@ -184,7 +182,7 @@ func (e *storeEvents) backgroundError(err error) {
 	}
 	e.mu.Unlock()
 	if logNow {
-		e.log.Error("oncewal follower: store background error; Pebble retries it", "component", "pebble",
+		e.log.Error("oncewal store: store background error; Pebble retries it", "component", "pebble",
 			"err", err.Error(), "errors", n, "not_logged", suppressed, "retry_in", wait)
 	}
 	// Wake the Opens waiting for this open (logged first: they may report
@@ -202,11 +200,11 @@ func (e *storeEvents) backgroundError(err error) {
 // replayed WAL, on a full disk) and expects Fatalf not to return; the
 // FatalLogger's panic would then crash the process from Pebble's flush
 // goroutine. During the open, Fatalf instead records the failure — Open
-// returns ErrStoreUnavailable wrapping replication.ErrStoreFailed — and ends
+// returns ErrUnavailable wrapping replication.ErrFailed — and ends
 // the goroutine (runtime.Goexit): the half-opened store is abandoned, never
 // used, and its lock stays held until the process exits.
 type storeLogger struct {
-	store.FatalLogger
+	FatalLogger
 	ev *storeEvents
 }
 
@@ -219,10 +217,10 @@ func (l storeLogger) Fatalf(format string, args ...any) {
 	l.Errorf("%s", msg)
 	l.ev.count.Add(1)
 	l.ev.mu.Lock()
-	l.ev.last = fmt.Errorf("%w: %w", store.ErrStoreFailed, &store.FatalError{Msg: msg})
+	l.ev.last = fmt.Errorf("%w: %w", ErrFailed, &FatalError{Msg: msg})
 	for _, a := range args {
 		if cause, ok := a.(error); ok { // keep errors.Is(err, syscall.ENOSPC) working
-			l.ev.last = fmt.Errorf("%w: %s: %w", store.ErrStoreFailed, strings.TrimSuffix(msg, ": "+cause.Error()), cause)
+			l.ev.last = fmt.Errorf("%w: %s: %w", ErrFailed, strings.TrimSuffix(msg, ": "+cause.Error()), cause)
 			break
 		}
 	}
@@ -274,14 +272,14 @@ const blockCacheSize = 8 << 20
 
 // pebbleOptions are the Pebble options of a store opened with o; ev, if not
 // nil, receives its events.
-func pebbleOptions(o *StoreOptions, ev *storeEvents) *pebble.Options {
+func pebbleOptions(o *Options, ev *storeEvents) *pebble.Options {
 	po := &pebble.Options{
 		FS:                 o.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             store.FatalLogger{Logger: o.Logger},
+		Logger:             FatalLogger{Logger: o.Logger},
 	}
 	if ev != nil {
-		po.Logger = storeLogger{FatalLogger: store.FatalLogger{Logger: o.Logger}, ev: ev}
+		po.Logger = storeLogger{FatalLogger: FatalLogger{Logger: o.Logger}, ev: ev}
 	}
 	// HWM reads on a cache miss are point lookups of keys that often do not
 	// exist (a new session); bloom filters keep them from visiting every
@@ -305,7 +303,7 @@ func pebbleOptions(o *StoreOptions, ev *storeEvents) *pebble.Options {
 		}
 		po.EventListener = &l
 	}
-	store.NonFatalCorruption(po, o.Logger)
+	NonFatalCorruption(po, o.Logger)
 	return po
 }
 
@@ -369,11 +367,11 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 			select {
 			case <-gone:
 			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, ctx.Err())
+				return nil, nil, fmt.Errorf("store: opening store %s: %w", dir, ctx.Err())
 			}
 			continue
 		default:
-			p.ev.log.Info("oncewal follower: joining an earlier open of the store, still retrying in the background", "dir", dir)
+			p.ev.log.Info("oncewal store: joining an earlier open of the store, still retrying in the background", "dir", dir)
 		}
 		p.waiters++
 		opens.mu.Unlock()
@@ -388,7 +386,7 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 	case <-p.done:
 		if p.taken {
 			opens.mu.Unlock()
-			return nil, nil, fmt.Errorf("follower: opening store %s: already open in this process", dir)
+			return nil, nil, fmt.Errorf("store: opening store %s: already open in this process", dir)
 		}
 		p.taken = true
 		if keyed && opens.m[key] == p {
@@ -396,14 +394,14 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 		}
 		opens.mu.Unlock()
 		if p.err != nil {
-			return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, p.err)
+			return nil, nil, fmt.Errorf("store: opening store %s: %w", dir, p.err)
 		}
 		return p.db, p.ev, nil
 	default:
 	}
 	opens.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("store: opening store %s: %w", dir, err)
 	}
 	how := "it retries slowly, and an Open of this directory takes the store over once a retry succeeds"
 	select {
@@ -412,18 +410,18 @@ func openPebble(ctx context.Context, dir string, po *pebble.Options, ev *storeEv
 	default:
 	}
 	return nil, nil, fmt.Errorf("%w: %s: Pebble's recovery failed in the background (%d errors so far; %s): %w",
-		ErrStoreUnavailable, dir, p.ev.count.Load(), how, p.ev.lastErr())
+		ErrUnavailable, dir, p.ev.count.Load(), how, p.ev.lastErr())
 }
 
 func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed bool) {
 	db, err := func() (db *pebble.DB, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				fe, ok := r.(*store.FatalError)
+				fe, ok := r.(*FatalError)
 				if !ok {
 					panic(r)
 				}
-				db, err = nil, fmt.Errorf("%w: %w", store.ErrStoreFailed, fe)
+				db, err = nil, fmt.Errorf("%w: %w", ErrFailed, fe)
 			}
 		}()
 		return pebble.Open(dir, po)
@@ -444,7 +442,7 @@ func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed boo
 	// entry, so that the next Open finds the lock free.
 	if db != nil {
 		_ = guard(db.Close)
-		p.ev.log.Info("oncewal follower: an open given up earlier completed; the store was closed again", "dir", dir)
+		p.ev.log.Info("oncewal store: an open given up earlier completed; the store was closed again", "dir", dir)
 	}
 	opens.mu.Lock()
 	if keyed && opens.m[key] == p {
@@ -462,13 +460,13 @@ func (p *pendingOpen) run(dir string, po *pebble.Options, key openKey, keyed boo
 func peekIdentity(fs vfs.FS, dir string) (id Identity, recorded bool, err error) {
 	db, err := openPeek(fs, dir)
 	if err != nil {
-		return Identity{}, false, fmt.Errorf("follower: reading the identity of store %s: %w", dir, err)
+		return Identity{}, false, fmt.Errorf("store: reading the identity of store %s: %w", dir, err)
 	}
 	defer func() { _ = guard(db.Close) }()
 	if id, recorded, err = ReadIdentity(db); err != nil || recorded {
 		return id, recorded, err
 	}
-	if _, _, ok, err := store.ReadMeta(db); err != nil || ok {
+	if _, _, ok, err := ReadMeta(db); err != nil || ok {
 		return Identity{}, false, err
 	}
 	it, err := db.NewIter(nil)
@@ -492,13 +490,13 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		ReadOnly:           true,
 		ErrorIfNotExists:   true,
 		FormatMajorVersion: pebble.FormatNewest, // never ratcheted in ReadOnly mode
-		Logger:             store.FatalLogger{},
+		Logger:             FatalLogger{},
 	}
-	store.NonFatalCorruption(po, nil)
+	NonFatalCorruption(po, nil)
 	db, err := func() (db *pebble.DB, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				fe, ok := r.(*store.FatalError)
+				fe, ok := r.(*FatalError)
 				if !ok {
 					panic(r)
 				}
@@ -518,7 +516,7 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 // LOCK file, so its mtime moves — the one trace a refused open leaves.
 type peekFS struct{ vfs.FS }
 
-var errPeekWrite = errors.New("follower: read-only identity check")
+var errPeekWrite = errors.New("store: read-only identity check")
 
 func peekRefuse(op, name string) error { return fmt.Errorf("%s %s: %w", op, name, errPeekWrite) }
 
@@ -545,14 +543,14 @@ func (fs peekFS) Lock(name string) (io.Closer, error) {
 	return c, LockError(name, err)
 }
 
-// ErrStoreLocked: another process (or another open in this process) holds
+// ErrLocked: another process (or another open in this process) holds
 // the store's Pebble LOCK file: a follower or leader is running on it. Stop
 // that process first, or read a copy of the directory. Nothing is changed.
 // (wal.ErrLocked is the same refusal for a WAL directory.)
-var ErrStoreLocked = errors.New("follower: store locked by another process")
+var ErrLocked = errors.New("store: store locked by another process")
 
 // LockError returns the error of taking the Pebble lock file name typed
-// ErrStoreLocked, naming the file and the remedy, when the lock is held
+// ErrLocked, naming the file and the remedy, when the lock is held
 // elsewhere (fcntl's EAGAIN or EACCES; Pebble's "lock held by current
 // process"); any other err comes back as it is (nil included).
 func LockError(name string, err error) error {
@@ -563,7 +561,7 @@ func LockError(name string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s is held (%w): stop the follower or leader running on %s first, or use a copy of the directory",
-		ErrStoreLocked, name, err, filepath.Dir(name))
+		ErrLocked, name, err, filepath.Dir(name))
 }
 
 func (fs peekFS) Unwrap() vfs.FS { return fs.FS }

@@ -1,4 +1,4 @@
-package follower
+package store
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ const ShardCountFileName = "SHARDS"
 // ErrShardCount: a directory is being opened with another shard count than
 // the one it records (ShardCountFileName) or, before the record existed,
 // than the shards it holds. Nothing was changed.
-var ErrShardCount = errors.New("follower: shard count differs from the directory's")
+var ErrShardCount = errors.New("store: shard count differs from the directory's")
 
 // ShardCountError is the refusal of a changed shard count.
 type ShardCountError struct {
@@ -63,7 +63,7 @@ func ReadShardCount(fs vfs.FS, dir string) (n int, ok bool, err error) {
 	}
 	v, found := strings.CutPrefix(string(b), "oncewal shards ")
 	if n, err = strconv.Atoi(strings.TrimSuffix(v, "\n")); !found || err != nil || n < 1 {
-		return 0, false, corruption.Errorf("follower: %s: unrecognised shard count record %q", fs.PathJoin(dir, ShardCountFileName), b)
+		return 0, false, corruption.Errorf("store: %s: unrecognised shard count record %q", fs.PathJoin(dir, ShardCountFileName), b)
 	}
 	return n, true, nil
 }
@@ -110,7 +110,7 @@ func RecordShardCount(fs vfs.FS, dir string, shards int) error {
 	}
 	if err != nil {
 		_ = fs.Remove(tmp)
-		return fmt.Errorf("follower: recording the shard count in %s: %w", dir, err)
+		return fmt.Errorf("store: recording the shard count in %s: %w", dir, err)
 	}
 	return wal.SyncDir(fs, dir)
 }

@@ -1,9 +1,12 @@
-package follower
+package store
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -66,7 +69,7 @@ const (
 // as — a node directory or a WAL directory given as a single store, a single
 // store given as a node directory, a directory of unrelated files. Returned
 // as *LayoutError, before anything is written.
-var ErrWrongLayout = errors.New("follower: directory holds something else")
+var ErrWrongLayout = errors.New("store: directory holds something else")
 
 // LayoutError says what a directory holds and what it was opened as.
 type LayoutError struct {
@@ -78,7 +81,7 @@ type LayoutError struct {
 }
 
 func (e *LayoutError) Error() string {
-	msg := fmt.Sprintf("follower: %s is a %s (%s), not a %s", e.Dir, e.Found, e.Detail, e.Want)
+	msg := fmt.Sprintf("store: %s is a %s (%s), not a %s", e.Dir, e.Found, e.Detail, e.Want)
 	switch {
 	case e.Want == LayoutStore && e.Found == LayoutNode:
 		msg += "; open it as a node (OpenNode, oncewal follower --shards) or give one shard's store directory"
@@ -191,4 +194,46 @@ func isPebbleFile(name string) bool {
 		}
 	}
 	return false
+}
+
+// ShardDir is the directory of shard's store inside a node directory.
+func ShardDir(nodeDir string, shard uint32) string {
+	return filepath.Join(nodeDir, shardDirName(shard))
+}
+
+func shardDirName(shard uint32) string { return fmt.Sprintf("shard-%04d", shard) }
+
+// parseShardDirName is the strict inverse of shardDirName.
+func parseShardDirName(name string) (uint32, bool) {
+	digits, ok := strings.CutPrefix(name, "shard-")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || shardDirName(uint32(v)) != name {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// NodeShards lists the shards that have a store directory in nodeDir (on fs;
+// nil means the OS filesystem), sorted. Other entries are ignored.
+func NodeShards(fs vfs.FS, nodeDir string) ([]uint32, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	names, err := fs.List(nodeDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint32
+	for _, name := range names {
+		if s, ok := parseShardDirName(name); ok {
+			if st, err := fs.Stat(fs.PathJoin(nodeDir, name)); err == nil && st.IsDir() {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

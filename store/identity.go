@@ -1,4 +1,4 @@
-package follower
+package store
 
 import (
 	"encoding/binary"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
@@ -77,7 +75,7 @@ func (id Identity) String() string {
 
 // identityOf is the identity a store opened with o must have (o has its
 // defaults).
-func identityOf(o *StoreOptions) Identity {
+func identityOf(o *Options) Identity {
 	return Identity{Kind: KindShardStore, Shard: o.Shard, WindowCapacity: o.WindowCapacity, RetentionHorizon: o.RetentionHorizon}
 }
 
@@ -89,10 +87,10 @@ func (id Identity) encode() []byte {
 	return binary.LittleEndian.AppendUint64(v, uint64(id.RetentionHorizon))
 }
 
-// ErrStoreMismatch: the store was created with another kind, shard or
+// ErrMismatch: the store was created with another kind, shard or
 // decision-changing option than it is being opened with. Returned as
 // *MismatchError, before anything is written.
-var ErrStoreMismatch = errors.New("follower: store does not match the options")
+var ErrMismatch = errors.New("store: store does not match the options")
 
 // MismatchError is Open's refusal of a store whose recorded identity differs
 // from the options.
@@ -115,11 +113,11 @@ func (e *MismatchError) Error() string {
 	if e.Found.RetentionHorizon != e.Asked.RetentionHorizon {
 		diffs = append(diffs, fmt.Sprintf("retention horizon %v, asked %v", e.Found.RetentionHorizon, e.Asked.RetentionHorizon))
 	}
-	return fmt.Sprintf("follower: store %s was created as a %v and is being opened as a %v: %s (see SetRecordedOptions)",
+	return fmt.Sprintf("store: store %s was created as a %v and is being opened as a %v: %s (see SetRecordedOptions)",
 		e.Dir, e.Found, e.Asked, strings.Join(diffs, "; "))
 }
 
-func (e *MismatchError) Unwrap() error { return ErrStoreMismatch }
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
 // ReadIdentity reads a store's recorded identity; ok is false when the store
 // records none (a new store, or one written before KeyIdentity existed).
@@ -129,11 +127,11 @@ func ReadIdentity(r pebble.Reader) (id Identity, ok bool, err error) {
 		return Identity{}, false, nil
 	}
 	if err != nil {
-		return Identity{}, false, fmt.Errorf("follower: reading %s: %w", KeyIdentity, err)
+		return Identity{}, false, fmt.Errorf("store: reading %s: %w", KeyIdentity, err)
 	}
 	defer closer.Close()
 	if len(v) != identitySize || v[0] != identityVersion {
-		return Identity{}, false, corruption.Errorf("follower: %s: unrecognised value %x", KeyIdentity, v)
+		return Identity{}, false, corruption.Errorf("store: %s: unrecognised value %x", KeyIdentity, v)
 	}
 	id = Identity{
 		Kind:             StoreKind(v[1]),
@@ -152,7 +150,7 @@ func writeIdentity(db *pebble.DB, id Identity) error {
 	if err := b.Set(KeyIdentity, id.encode(), nil); err != nil {
 		return err
 	}
-	if err := store.StageFormat(b); err != nil {
+	if err := StageFormat(b); err != nil {
 		return err
 	}
 	return guard(func() error { return b.Commit(pebble.Sync) })
@@ -160,7 +158,7 @@ func writeIdentity(db *pebble.DB, id Identity) error {
 
 // ErrUnsafeOptionChange: SetRecordedOptions was asked for a change that can
 // make the store decide differently from what it promised.
-var ErrUnsafeOptionChange = errors.New("follower: unsafe change of a recorded option")
+var ErrUnsafeOptionChange = errors.New("store: unsafe change of a recorded option")
 
 // SetRecordedOptions changes the options recorded in the store in dir (which
 // must not be open) to those of opts, when that is safe, so that Open accepts
@@ -184,8 +182,8 @@ var ErrUnsafeOptionChange = errors.New("follower: unsafe change of a recorded op
 // recognise would apply again). A store that records no identity yet gets
 // opts' identity. The store must be a store (LayoutStore), not a node or WAL
 // directory.
-func SetRecordedOptions(dir string, opts *StoreOptions) (old Identity, err error) {
-	var o StoreOptions
+func SetRecordedOptions(dir string, opts *Options) (old Identity, err error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
@@ -225,12 +223,12 @@ func SetRecordedOptions(dir string, opts *StoreOptions) (old Identity, err error
 	}
 	db, err := pebble.Open(dir, pebbleOptions(&o, nil))
 	if err != nil {
-		return found, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		return found, fmt.Errorf("store: opening store %s: %w", dir, err)
 	}
 	if err := writeIdentity(db, asked); err != nil {
 		_ = guard(db.Close)
-		return found, fmt.Errorf("follower: recording the options of %s: %w", dir, err)
+		return found, fmt.Errorf("store: recording the options of %s: %w", dir, err)
 	}
-	o.Logger.Warn("oncewal follower: recorded options changed", "dir", dir, "was", found.String(), "now", asked.String())
+	o.Logger.Warn("oncewal store: recorded options changed", "dir", dir, "was", found.String(), "now", asked.String())
 	return found, guard(db.Close)
 }

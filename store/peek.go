@@ -1,9 +1,7 @@
-package follower
+package store
 
 import (
 	"fmt"
-
-	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -25,10 +23,10 @@ type StoreInfo struct {
 // of it (a read-only Pebble open on a filesystem that refuses writes, as
 // Open's identity check). An absent or empty directory is the zero
 // StoreInfo; anything but a store is a *LayoutError; a damaged one is
-// ErrStoreCorrupt (CorruptStoreError).
+// ErrCorrupt (CorruptError).
 func PeekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 	info, err := peekStore(fs, dir)
-	return info, CorruptStoreError(dir, err)
+	return info, CorruptError(dir, err)
 }
 
 func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
@@ -45,14 +43,14 @@ func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 	}
 	db, err := openPeek(fs, dir)
 	if err != nil {
-		return StoreInfo{}, fmt.Errorf("follower: reading store %s: %w", dir, err)
+		return StoreInfo{}, fmt.Errorf("store: reading store %s: %w", dir, err)
 	}
 	defer func() { _ = guard(db.Close) }()
 	info := StoreInfo{Exists: true}
-	if info.Applied, info.Epoch, _, err = store.ReadMeta(db); err != nil {
+	if info.Applied, info.Epoch, _, err = ReadMeta(db); err != nil {
 		return StoreInfo{}, err
 	}
-	if info.LeaderEpoch, info.Leader, err = store.ReadLeaderMark(db); err != nil {
+	if info.LeaderEpoch, info.Leader, err = ReadLeaderMark(db); err != nil {
 		return StoreInfo{}, err
 	}
 	return info, nil

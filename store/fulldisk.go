@@ -1,4 +1,4 @@
-package follower
+package store
 
 import (
 	"context"
@@ -7,13 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncewal/oncewal/store"
-
 	"github.com/oncewal/oncewal/internal/ctxtime"
 	"github.com/oncewal/oncewal/internal/diskguard"
 )
 
-// ErrStoreStalled: Pebble holds the store's writes and the follower stopped
+// ErrStalled: Pebble holds the store's writes and the follower stopped
 // waiting for them. While its flushes fail (a full disk, I/O errors) Pebble
 // retries them for ever, and a commit that needs room in the memtables, a
 // Flush and Close all wait for the failing flush, with no deadline. Close
@@ -22,7 +20,7 @@ import (
 // until the process exits. Nothing acknowledged is lost either way — every
 // acked batch is in Pebble's WAL, and an abandoned store is recovered at the
 // next Open like a crashed one.
-var ErrStoreStalled = errors.New("follower: store writes stalled")
+var ErrStalled = errors.New("store: store writes stalled")
 
 // stallGuard keeps a follower responsive while Pebble stalls its writes.
 // serveConn starts each batch on its own goroutine (start) and stops
@@ -45,8 +43,8 @@ const stallPoll = 50 * time.Millisecond
 // with it once every earlier Pending of the pipeline has been waited for
 // (Pending.Wait's order), which it cannot do at once: an earlier Pending's
 // Wait needs the receiver, which the stuck Start holds.
-func (s *Store) StartContext(ctx context.Context, batch []byte) (*store.Pending, <-chan *store.Pending) {
-	done := make(chan *store.Pending, 1)
+func (s *Store) StartContext(ctx context.Context, batch []byte) (*Pending, <-chan *Pending) {
+	done := make(chan *Pending, 1)
 	go func() { done <- s.recv.Start(batch) }()
 	select {
 	case p := <-done:
@@ -67,7 +65,7 @@ func (s *Store) StartContext(ctx context.Context, batch []byte) (*store.Pending,
 		return p, nil
 	default:
 	}
-	s.opts.Logger.Error("oncewal follower: stopped waiting for a commit Pebble holds back (its flushes fail: disk full?); it completes in the background if the disk recovers",
+	s.opts.Logger.Error("oncewal store: stopped waiting for a commit Pebble holds back (its flushes fail: disk full?); it completes in the background if the disk recovers",
 		"err", s.events.lastErr())
 	s.stall.mu.Lock()
 	s.stall.abandoned = make(chan struct{})
@@ -78,7 +76,7 @@ func (s *Store) StartContext(ctx context.Context, batch []byte) (*store.Pending,
 // FinishAbandoned waits for the abandoned Start and its Pending, so the
 // receiver's memory follows its store, and releases the Starts and the close
 // held back meanwhile.
-func (s *Store) FinishAbandoned(done <-chan *store.Pending) {
+func (s *Store) FinishAbandoned(done <-chan *Pending) {
 	_, _ = (<-done).Wait()
 	s.stall.mu.Lock()
 	close(s.stall.abandoned)
@@ -106,7 +104,7 @@ func (s *Store) WaitStalled(ctx context.Context) bool {
 // closeStore flushes (with flush) and closes the Pebble store on its own
 // goroutine, after any abandoned Start, and waits for it as an open is
 // waited for (storeEvents.waitOut): after openGiveUp background errors it
-// returns ErrStoreStalled and the close goes on in the background.
+// returns ErrStalled and the close goes on in the background.
 func (s *Store) closeStore(flush bool) error {
 	done := make(chan struct{})
 	var err error // set before done is closed
@@ -133,7 +131,7 @@ func (s *Store) closeStore(flush bool) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s: Pebble cannot flush (%d background errors; the store closes itself if a retry succeeds, else at process exit; acknowledged batches are durable): %w",
-		ErrStoreStalled, s.dir, s.events.count.Load(), s.events.lastErr())
+		ErrStalled, s.dir, s.events.count.Load(), s.events.lastErr())
 }
 
 // flushOnClose reports whether Close should flush the memtable, so that the

@@ -1,4 +1,4 @@
-package follower
+package store
 
 import (
 	"context"
@@ -18,17 +18,20 @@ import (
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/snapshot"
-	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
 )
 
-// ErrStoreClosed is returned by methods of a closed Store.
-var ErrStoreClosed = errors.New("store: closed")
+// ErrNotStore: a directory or Pebble store that is not an oncewal shard
+// store (Open refuses it unchanged).
+var ErrNotStore = errors.New("store: not an oncewal shard store")
 
-// StoreOptions configures a Store. Every zero field takes the default named
+// ErrClosed is returned by methods of a closed Store.
+var ErrClosed = errors.New("store: closed")
+
+// Options configures a Store. Every zero field takes the default named
 // in its comment (see EnsureDefaults); Open validates the result and reports
 // all problems at once.
-type StoreOptions struct {
+type Options struct {
 	// Shard is the shard this follower serves; batches of other shards are
 	// refused with replication.ErrWrongShard. Default 0.
 	Shard uint32
@@ -71,7 +74,7 @@ type StoreOptions struct {
 	// Follower and can be given before Open. It must keep the Applier
 	// contract (package replication): deterministic, rejections as
 	// results; on a leader, a replication.Validator refuses before logging.
-	Applier store.Applier
+	Applier Applier
 	// Ledger configures the request-ledger table (sweep interval and limit,
 	// on the WAL clock). Default: idempotency.TableOptions defaults.
 	Ledger idempotency.TableOptions
@@ -105,7 +108,7 @@ type StoreOptions struct {
 }
 
 // EnsureDefaults fills unset fields with their documented defaults.
-func (o *StoreOptions) EnsureDefaults() *StoreOptions {
+func (o *Options) EnsureDefaults() *Options {
 	if o.WindowCapacity == 0 {
 		o.WindowCapacity = idempotency.DefaultCapacity
 	}
@@ -137,7 +140,7 @@ func (o *StoreOptions) EnsureDefaults() *StoreOptions {
 }
 
 // Validate reports every invalid field in one error.
-func (o *StoreOptions) Validate() error {
+func (o *Options) Validate() error {
 	if errs := o.problems(); len(errs) > 0 {
 		return fmt.Errorf("store: invalid options: %w", errors.Join(errs...))
 	}
@@ -145,7 +148,7 @@ func (o *StoreOptions) Validate() error {
 }
 
 // problems lists every invalid field.
-func (o *StoreOptions) problems() []error {
+func (o *Options) problems() []error {
 	var errs []error
 	if o.WindowCapacity < 0 {
 		errs = append(errs, fmt.Errorf("WindowCapacity %d is negative", o.WindowCapacity))
@@ -187,14 +190,14 @@ const (
 // applies its own log to it (package leader).
 type Store struct {
 	dir     string
-	opts    StoreOptions
+	opts    Options
 	db      *pebble.DB
 	events  *storeEvents
 	tracker *session.Tracker
 	window  *idempotency.Store
 	state   *session.State
 	ledger  *idempotency.LedgerTable
-	recv    *store.Receiver
+	recv    *Receiver
 
 	// life orders Apply and Start (holds) against Close and Kill: after
 	// them no Apply is in flight and none can start.
@@ -208,14 +211,14 @@ type Store struct {
 	closeErr  error
 }
 
-// OpenStore opens (or creates) the store in dir and recovers its applied
-// position, epoch, HWMs and window from it. It is OpenStoreContext without
+// Open opens (or creates) the store in dir and recovers its applied
+// position, epoch, HWMs and window from it. It is OpenContext without
 // a deadline.
-func OpenStore(dir string, opts *StoreOptions) (*Store, error) {
-	return OpenStoreContext(context.Background(), dir, opts)
+func Open(dir string, opts *Options) (*Store, error) {
+	return OpenContext(context.Background(), dir, opts)
 }
 
-// OpenStoreContext opens (or creates) the store in dir and recovers its
+// OpenContext opens (or creates) the store in dir and recovers its
 // applied position, epoch, HWMs and window from it.
 //
 // It refuses, before anything on disk changes: a directory that is not a
@@ -225,17 +228,17 @@ func OpenStore(dir string, opts *StoreOptions) (*Store, error) {
 // RetentionHorizon — differs from opts (*MismatchError; see
 // SetRecordedOptions). A new store records opts' identity in its first
 // commit. A store Pebble cannot open because its recovery fails in the
-// background (a full disk, I/O errors) gives ErrStoreUnavailable in bounded time
+// background (a full disk, I/O errors) gives ErrUnavailable in bounded time
 // instead of hanging, and ctx ending gives ctx.Err() (see the notes in
 // open.go). A store whose files fail Pebble's checksums gives
-// ErrStoreCorrupt.
-func OpenStoreContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, error) {
+// ErrCorrupt.
+func OpenContext(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	s, err := openContext(ctx, dir, opts)
-	return s, CorruptStoreError(dir, err)
+	return s, CorruptError(dir, err)
 }
 
-func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, error) {
-	var o StoreOptions
+func openContext(ctx context.Context, dir string, opts *Options) (*Store, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
@@ -244,13 +247,13 @@ func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, e
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+		return nil, fmt.Errorf("store: opening store %s: %w", dir, err)
 	}
 	_, statErr := o.FS.Stat(dir)
 	existed := statErr == nil
 	asked := identityOf(&o)
 	fresh := false
-	// An open of this directory given up earlier (ErrStoreUnavailable, ctx)
+	// An open of this directory given up earlier (ErrUnavailable, ctx)
 	// holds the store's lock while it retries: join it; its store's
 	// identity is checked below.
 	if !pendingOpenOf(o.FS, dir) {
@@ -258,13 +261,13 @@ func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, e
 		// it interrupted removed) before the directory is looked at: the
 		// store opens as the old one or the new one, never a mix.
 		if err := snapshot.Recover(o.FS, dir); err != nil {
-			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+			return nil, fmt.Errorf("store: opening store %s: %w", dir, err)
 		}
 		_, statErr = o.FS.Stat(dir)
 		existed = statErr == nil
 		layout, detail, err := DirLayout(o.FS, dir)
 		if err != nil {
-			return nil, fmt.Errorf("follower: opening store %s: %w", dir, err)
+			return nil, fmt.Errorf("store: opening store %s: %w", dir, err)
 		}
 		switch layout {
 		case LayoutEmpty:
@@ -296,12 +299,12 @@ func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, e
 		if fresh {
 			removeNewStore(o.FS, dir, existed)
 		}
-		return nil, fmt.Errorf("follower: creating store directory %s: %w", dir, err)
+		return nil, fmt.Errorf("store: creating store directory %s: %w", dir, err)
 	}
 	ev := newStoreEvents(o.Logger)
 	db, ev, err := openPebble(ctx, dir, pebbleOptions(&o, ev), ev)
 	if err != nil {
-		if fresh && !errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil {
+		if fresh && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
 			removeNewStore(o.FS, dir, existed)
 		}
 		return nil, err
@@ -317,10 +320,10 @@ func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, e
 	s, err := func() (*Store, error) {
 		if !recorded {
 			if err := writeIdentity(db, asked); err != nil {
-				return nil, fmt.Errorf("follower: recording the identity of store %s: %w", dir, err)
+				return nil, fmt.Errorf("store: recording the identity of store %s: %w", dir, err)
 			}
 			if !fresh {
-				o.Logger.Info("oncewal follower: recorded the identity of a store that had none", "dir", dir, "identity", asked.String())
+				o.Logger.Info("oncewal store: recorded the identity of a store that had none", "dir", dir, "identity", asked.String())
 			}
 		}
 		return wire(dir, db, ev, o)
@@ -335,7 +338,7 @@ func openContext(ctx context.Context, dir string, opts *StoreOptions) (*Store, e
 	return s, nil
 }
 
-func wire(dir string, db *pebble.DB, ev *storeEvents, o StoreOptions) (*Store, error) {
+func wire(dir string, db *pebble.DB, ev *storeEvents, o Options) (*Store, error) {
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{
 		CacheSize:        o.HWMCacheSize,
 		RetentionHorizon: o.RetentionHorizon,
@@ -343,7 +346,7 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o StoreOptions) (*Store, e
 		LogSessions:      o.HWMLogSessions,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{
 		dir: dir, opts: o, db: db, events: ev, tracker: tracker,
@@ -351,42 +354,42 @@ func wire(dir string, db *pebble.DB, ev *storeEvents, o StoreOptions) (*Store, e
 		state:  session.NewState(db),
 	}
 	if s.ledger, err = idempotency.OpenLedgerTable(db, &o.Ledger); err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	var applier store.Applier = store.SessionApplier{State: s.state, Ledger: s.ledger}
+	var applier Applier = SessionApplier{State: s.state, Ledger: s.ledger}
 	if o.Applier != nil {
-		applier = store.RouteLedger(s.ledger, o.Applier)
+		applier = RouteLedger(s.ledger, o.Applier)
 	}
-	s.recv, err = store.NewReceiver(db, tracker, s.window, applier, &store.ReceiverOptions{
+	s.recv, err = NewReceiver(db, tracker, s.window, applier, &ReceiverOptions{
 		Shard:      o.Shard,
 		FollowerID: o.ID,
 		NoSync:     o.NoSync,
 		Logger:     o.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("follower: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	s.life = lifegate.New()
 	s.disk = diskguard.New(o.FS, dir, o.MinFreeBytes)
 	return s, nil
 }
 
-// Apply applies one shipped batch (see store.Receiver.Apply).
-func (s *Store) Apply(batch []byte) (store.Result, error) {
+// Apply applies one shipped batch (see Receiver.Apply).
+func (s *Store) Apply(batch []byte) (Result, error) {
 	return s.Start(batch).Wait()
 }
 
 // Start starts applying one shipped batch without waiting for its WAL sync
-// (see store.Receiver.Start): callers that pipeline batches Wait for each
+// (see Receiver.Start): callers that pipeline batches Wait for each
 // Pending in order and send its ack. Wait for every Pending before Close.
-func (s *Store) Start(batch []byte) *store.Pending {
+func (s *Store) Start(batch []byte) *Pending {
 	release, ok := s.life.Hold()
 	if !ok {
-		return store.Refused(s.recv.Hello(), ErrStoreClosed)
+		return Refused(s.recv.Hello(), ErrClosed)
 	}
 	defer release()
 	if err := s.checkDisk(); err != nil {
-		return store.Refused(s.recv.Hello(), err)
+		return Refused(s.recv.Hello(), err)
 	}
 	return s.recv.Start(batch)
 }
@@ -398,21 +401,21 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) Shard() uint32 { return s.opts.Shard }
 
 // Options returns the options the store was opened with, defaults filled.
-func (s *Store) Options() StoreOptions { return s.opts }
+func (s *Store) Options() Options { return s.opts }
 
 // Position returns the applied LSN and the highest committed epoch.
 func (s *Store) Position() (appliedLSN, epoch uint64) { return s.recv.Position() }
 
 // Hello is the store's hello: its shard, ID, position and the batch that
-// ends there (store.Receiver.Hello).
+// ends there (Receiver.Hello).
 func (s *Store) Hello() replication.Ack { return s.recv.Hello() }
 
-// Err is the store's failure (store.ErrStoreFailed, store.ErrApply), or nil.
+// Err is the store's failure (ErrFailed, ErrApply), or nil.
 func (s *Store) Err() error { return s.recv.Err() }
 
 // Stats returns a snapshot of the store's counters.
-func (s *Store) Stats() StoreStats {
-	return StoreStats{Receiver: s.recv.Stats(), WindowLen: s.window.Len(), WindowCapacity: s.window.Capacity(),
+func (s *Store) Stats() Stats {
+	return Stats{Receiver: s.recv.Stats(), WindowLen: s.window.Len(), WindowCapacity: s.window.Capacity(),
 		HWMCacheLen: s.tracker.CachedLen(), AppliedWALTime: max(s.recv.LastEventTime(), s.tracker.Clock()),
 		Ledger: s.ledger.Stats(), BackgroundErrors: s.events.count.Load(), WriteStalled: s.events.stalled.Load(), DiskFull: s.full.Load()}
 }
@@ -439,14 +442,14 @@ func (s *Store) DB() *pebble.DB { return s.db }
 // store. Writes are durable before Close (every ack follows a sync); Close
 // flushes the memtable so the next Open replays no WAL. Close is idempotent.
 //
-// After store.ErrStoreFailed the Pebble instance is wedged (its commit
+// After ErrFailed the Pebble instance is wedged (its commit
 // pipeline stopped mid-write): Close then skips the flush and closes what it
 // can, and returns the store failure. Reopening the directory recovers.
 //
 // While Pebble cannot flush (a full disk), Close does not wait for it for
-// ever: it returns ErrStoreStalled, wrapping the disk's error, after a few
+// ever: it returns ErrStalled, wrapping the disk's error, after a few
 // failed retries, and the store closes itself later if the disk recovers
-// (see ErrStoreStalled).
+// (see ErrStalled).
 func (s *Store) Close() error {
 	return s.shutdown(true)
 }
@@ -483,18 +486,18 @@ func guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if pe, ok := p.(error); ok {
-				err = fmt.Errorf("%w: %w", store.ErrStoreFailed, pe)
+				err = fmt.Errorf("%w: %w", ErrFailed, pe)
 			} else {
-				err = fmt.Errorf("%w: %v", store.ErrStoreFailed, p)
+				err = fmt.Errorf("%w: %v", ErrFailed, p)
 			}
 		}
 	}()
 	return fn()
 }
 
-// StoreStats is a store's readable state.
-type StoreStats struct {
-	Receiver       store.Stats
+// Stats is a store's readable state.
+type Stats struct {
+	Receiver       ReceiverStats
 	WindowLen      int
 	WindowCapacity int
 	// HWMCacheLen is the number of sessions whose HWM is cached in memory
@@ -518,6 +521,6 @@ type StoreStats struct {
 	WriteStalled bool
 	// DiskFull is true while the store's disk has less free space than
 	// Options.MinFreeBytes: batches wait (Serve) or are refused
-	// (store.ErrDiskFull) until there is room again.
+	// (ErrDiskFull) until there is room again.
 	DiskFull bool
 }
