@@ -135,6 +135,30 @@
 // "promoted", with each shard's epoch); its stores do not log as
 // followers (follower.Options.LeaderStore).
 //
+// # Promotion
+//
+// Which store to promote and at what epoch is one policy, Rank over
+// Candidates (each a store's position, held by a directory or a node), a
+// pure function that oncewal promote, oncewal inspect and sim's failovers
+// call, and that the automatic failover is to call on the positions it
+// hears:
+//
+//   - Per shard, stores are ordered by replication.ComparePositions: the
+//     epoch of the last batch applied, then the applied LSN. A store no other
+//     of its shard is ahead of is most advanced; level stores are all most
+//     advanced, and the first given is the shard's Best. Level stores that
+//     name different last batches (both known) are Diverged: incomparable,
+//     reported, not broken by the order.
+//   - A holder leads when it is most advanced on every shard any candidate
+//     holds (the first such is Leader); otherwise the first holder of every
+//     shard that leads the most shards is the one to Promote after copies
+//     of the other shards' Best stores. A store whose position could not be
+//     read names nobody: it might be ahead.
+//   - The epoch (PromotionEpoch) is above every epoch a candidate holds,
+//     committed or of its last batch: by default the highest + 1, never
+//     above replication.MaxEpoch (replication.ErrEpochExhausted); an asked
+//     epoch at or below the highest is replication.ErrStaleEpoch.
+//
 // # Closing
 //
 // Close is safe while anything else runs: it stops every Run (which then
