@@ -91,7 +91,7 @@ type ShardRank struct {
 type HolderRank struct {
 	Holder string
 	// Shards is how many shards it holds a store of, Leads how many of
-	// them it is most advanced on.
+	// them it is most advanced on (by its first store of each).
 	Shards, Leads int
 }
 
@@ -127,6 +127,9 @@ func Rank(cands []Candidate) Ranking {
 		if h < 0 {
 			r.Holders = append(r.Holders, HolderRank{Holder: c.Holder})
 			h = len(r.Holders) - 1
+		}
+		if slices.ContainsFunc(cands[:i], func(o Candidate) bool { return o.Holder == c.Holder && o.Shard == c.Shard }) {
+			continue // a holder named twice: its first store of the shard speaks for it
 		}
 		r.Holders[h].Shards++
 		if r.MostAdvanced[i] {
