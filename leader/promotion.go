@@ -114,32 +114,56 @@ func Rank(cands []Candidate) Ranking {
 		}
 		r.MostAdvanced[i] = len(r.Ahead(i)) == 0
 	}
-	for i, c := range cands {
-		k := slices.IndexFunc(r.Shards, func(s ShardRank) bool { return s.Shard == c.Shard })
-		if k < 0 {
-			r.Shards = append(r.Shards, ShardRank{Shard: c.Shard, Best: -1})
-			k = len(r.Shards) - 1
-		}
-		if r.MostAdvanced[i] {
-			r.Shards[k].add(cands, i)
-		}
-		h := slices.IndexFunc(r.Holders, func(h HolderRank) bool { return h.Holder == c.Holder })
-		if h < 0 {
-			r.Holders = append(r.Holders, HolderRank{Holder: c.Holder})
-			h = len(r.Holders) - 1
-		}
-		if slices.ContainsFunc(cands[:i], func(o Candidate) bool { return o.Holder == c.Holder && o.Shard == c.Shard }) {
-			continue // a holder named twice: its first store of the shard speaks for it
-		}
-		r.Holders[h].Shards++
-		if r.MostAdvanced[i] {
-			r.Holders[h].Leads++
-		}
+	for i := range cands {
+		r.addToShard(i)
+		r.addToHolder(i)
 	}
 	slices.SortFunc(r.Shards, func(a, b ShardRank) int { return cmp.Compare(a.Shard, b.Shard) })
-	if unknown {
-		return r
+	if !unknown {
+		r.choose()
 	}
+	return r
+}
+
+func (r *Ranking) addToShard(i int) {
+	c := r.cands[i]
+	k := slices.IndexFunc(r.Shards, func(s ShardRank) bool { return s.Shard == c.Shard })
+	if k < 0 {
+		r.Shards = append(r.Shards, ShardRank{Shard: c.Shard, Best: -1})
+		k = len(r.Shards) - 1
+	}
+	if !r.MostAdvanced[i] {
+		return
+	}
+	s := &r.Shards[k]
+	if len(s.Leaders) == 0 {
+		s.Best = i
+	}
+	for _, j := range s.Leaders {
+		a, b := c.Pos.LastBatch, r.cands[j].Pos.LastBatch
+		s.Diverged = s.Diverged || !a.IsZero() && !b.IsZero() && a != b
+	}
+	s.Leaders = append(s.Leaders, i)
+}
+
+func (r *Ranking) addToHolder(i int) {
+	c := r.cands[i]
+	h := slices.IndexFunc(r.Holders, func(h HolderRank) bool { return h.Holder == c.Holder })
+	if h < 0 {
+		r.Holders = append(r.Holders, HolderRank{Holder: c.Holder})
+		h = len(r.Holders) - 1
+	}
+	if slices.ContainsFunc(r.cands[:i], func(o Candidate) bool { return o.Holder == c.Holder && o.Shard == c.Shard }) {
+		return // a holder named twice: its first store of the shard speaks for it
+	}
+	r.Holders[h].Shards++
+	if r.MostAdvanced[i] {
+		r.Holders[h].Leads++
+	}
+}
+
+// choose sets Leader and Promote; every position is known.
+func (r *Ranking) choose() {
 	best := -1
 	for i, h := range r.Holders {
 		if h.Shards < len(r.Shards) {
@@ -155,18 +179,6 @@ func Rank(cands []Candidate) Ranking {
 	if best >= 0 {
 		r.Promote = r.Holders[best].Holder
 	}
-	return r
-}
-
-func (s *ShardRank) add(cands []Candidate, i int) {
-	if len(s.Leaders) == 0 {
-		s.Best = i
-	}
-	for _, j := range s.Leaders {
-		a, b := cands[i].Pos.LastBatch, cands[j].Pos.LastBatch
-		s.Diverged = s.Diverged || !a.IsZero() && !b.IsZero() && a != b
-	}
-	s.Leaders = append(s.Leaders, i)
 }
 
 // Ahead returns the candidates of candidate i's shard that are ahead of it,
@@ -184,15 +196,6 @@ func (r Ranking) Ahead(i int) []int {
 		}
 	}
 	return ahead
-}
-
-// Shard returns shard's answer (false when no candidate holds it).
-func (r Ranking) Shard(shard uint32) (ShardRank, bool) {
-	k := slices.IndexFunc(r.Shards, func(s ShardRank) bool { return s.Shard == shard })
-	if k < 0 {
-		return ShardRank{}, false
-	}
-	return r.Shards[k], true
 }
 
 // Epoch is the epoch to promote at over the candidates (PromotionEpoch
