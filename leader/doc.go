@@ -42,7 +42,7 @@
 //
 // Before any of that, an append on a disk with less free space than the
 // stores keep (Options.Store.MinFreeBytes, default 64 MiB) is refused with
-// replication.ErrDiskFull: nothing is logged and no SeqNo is taken, the
+// store.ErrDiskFull: nothing is logged and no SeqNo is taken, the
 // shard keeps serving its followers, and appends go on once there is room —
 // the WAL writer, which fails for good at its first short write, and the
 // store's Pebble never meet a full disk.
@@ -51,12 +51,12 @@
 //
 // A shard's store applies its log with Options.Store.Applier, which keeps
 // replication's Applier contract (invariant 10 there). An Applier that is a
-// replication.Validator judges every append before it is logged: a refusal
-// is replication.ErrRejected wrapping its reason, nothing is logged and no
+// store.Validator judges every append before it is logged: a refusal
+// is store.ErrRejected wrapping its reason, nothing is logged and no
 // SeqNo is taken; the shard then appends one batch at a time, so each is
 // judged by every batch before it. An Apply error or panic on the leader's
 // own store fails the shard's log (replication.ErrLogFailed wrapping
-// replication.ErrApply): every later append fails. The batch is in the
+// store.ErrApply): every later append fails. The batch is in the
 // synced WAL, so Close, fix the Applier and Open again: Open re-applies it
 // and the shard serves; with the Applier still broken Open refuses with
 // the same ErrApply.
@@ -101,12 +101,12 @@
 //
 //   - Layout: an absent or empty directory, or a leader directory (its
 //     LEADER.lock, or a wal/ holding segments). A single store or a WAL
-//     directory is a *follower.LayoutError.
+//     directory is a *store.LayoutError.
 //   - Shard count: recorded in dir/SHARDS when the directory is created
-//     (follower.RecordShardCount: a synced file renamed into place); a
+//     (store.RecordShardCount: a synced file renamed into place); a
 //     directory from before the record takes it once from the stores and
-//     segments it holds. Another --shards is *follower.ShardCountError
-//     (follower.ErrShardCount), a store or log of a shard beyond it
+//     segments it holds. Another --shards is *store.ShardCountError
+//     (store.ErrShardCount), a store or log of a shard beyond it
 //     ErrForeignShard.
 //   - Each shard's log: readable (wal.InspectFS), its epochs never going
 //     back. A log that goes back — written by a leader that served below its
@@ -114,9 +114,9 @@
 //     and the command that cuts it (oncewal waldump --cut-epoch-regression,
 //     wal.CutEpochRegression: nothing cut was acknowledged, package wal says
 //     why).
-//   - Each shard's store (follower.PeekStore): a leader opens only on a
+//   - Each shard's store (store.PeekStore): a leader opens only on a
 //     leader's store — one a leader raised the epoch of (the m/leader mark,
-//     replication.KeyLeader, written with every raised epoch; leader-only, so
+//     store.KeyLeader, written with every raised epoch; leader-only, so
 //     a store rebuilt from a snapshot never has it), one whose shard's log
 //     this leader directory already holds (directories from before the
 //     mark), or one with nothing in it. Anything else — a follower's node
@@ -133,6 +133,30 @@
 //
 // Open logs one line for what it did ("oncewal leader opened" or
 // "promoted", with each shard's epoch); opening its stores logs nothing.
+//
+// # Promotion
+//
+// Which store to promote and at what epoch is one policy, Rank over
+// Candidates (each a store's position, held by a directory or a node), a
+// pure function that oncewal promote, oncewal inspect and sim's failovers
+// call, and that the automatic failover is to call on the positions it
+// hears:
+//
+//   - Per shard, stores are ordered by store.ComparePositions: the
+//     epoch of the last batch applied, then the applied LSN. A store no other
+//     of its shard is ahead of is most advanced; level stores are all most
+//     advanced, and the first given is the shard's Best. Level stores that
+//     name different last batches (both known) are Diverged: incomparable,
+//     reported, not broken by the order.
+//   - A holder leads when it is most advanced on every shard any candidate
+//     holds (the first such is Leader); otherwise the first holder of every
+//     shard that leads the most shards is the one to Promote after copies
+//     of the other shards' Best stores. A store whose position could not be
+//     read names nobody: it might be ahead.
+//   - The epoch (PromotionEpoch) is above every epoch a candidate holds,
+//     committed or of its last batch: by default the highest + 1, never
+//     above replication.MaxEpoch (replication.ErrEpochExhausted); an asked
+//     epoch at or below the highest is replication.ErrStaleEpoch.
 //
 // # Closing
 //

@@ -423,15 +423,9 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout store.Layout
 	asked := o.Epoch
 	if promote {
 		p.promoted = true
-		next, err := replication.NextEpoch(max(info.Epoch, logged.LastEpoch), storeDir)
-		if err != nil {
+		var err error
+		if asked, err = PromotionEpoch(asked, "leader.Options.Epoch", max(info.Epoch, logged.LastEpoch), storeDir); err != nil {
 			return 0, err
-		}
-		if asked == 0 {
-			asked = next
-		} else if asked < next {
-			return 0, fmt.Errorf("%w: promoting %s needs an epoch above %d, which it has seen; asked %d",
-				replication.ErrStaleEpoch, storeDir, next-1, asked)
 		}
 	}
 	return replication.LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -65,7 +64,7 @@ func Promote(st *store.Store, opts PromoteOptions) (*LedgerLog, error) {
 	if epoch == 0 {
 		_, stored := st.Position()
 		var err error
-		if epoch, err = replication.NextEpoch(stored, "store "+st.Dir()); err != nil {
+		if epoch, err = PromotionEpoch(0, "", stored, "store "+st.Dir()); err != nil {
 			return nil, fmt.Errorf("leader: promote: %w", err)
 		}
 	}

@@ -790,9 +790,9 @@ func (r *run) majorityServes(s uint32) bool {
 }
 
 // promote kills the leader and promotes the most advanced follower: per
-// shard the store with the highest applied LSN. With e.settle the leader
-// dies only once every follower has acknowledged everything; else wherever
-// they are. The followers are paused first (the failover controller fences
+// shard the store the promotion policy ranks first (leader.Rank). With
+// e.settle the leader dies only once every follower has acknowledged
+// everything; else wherever they are. The followers are paused first (the failover controller fences
 // them), so their positions are final. With zombie, the deposed leader is not quite dead: after the
 // decision it logs one more batch and ships it to one other follower,
 // which then holds entries the new history rewrites and must be refused
@@ -815,31 +815,6 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 	for _, i := range old.shipTo {
 		r.nodes[i].pause()
 	}
-	pos := make([][]uint64, len(r.nodes))
-	best := make([]uint64, r.cfg.Shards)
-	for _, i := range old.shipTo {
-		n := r.nodes[i]
-		pos[i] = make([]uint64, r.cfg.Shards)
-		for s := range uint32(r.cfg.Shards) {
-			lsn, _, err := n.n.Position(s)
-			if err != nil {
-				return err
-			}
-			pos[i][s], best[s] = lsn, max(best[s], lsn)
-		}
-	}
-	// The promoted node: most advanced on the most shards, then furthest
-	// ahead in all, then the first.
-	score := func(i int) (int, uint64) {
-		k, sum := 0, uint64(0)
-		for s := range best {
-			if pos[i][s] == best[s] {
-				k++
-			}
-			sum += pos[i][s]
-		}
-		return k, sum
-	}
 	// Ties go to the follower the seed names, then round from it.
 	order := slices.Clone(old.shipTo)
 	k := slices.Index(order, e.who)
@@ -847,13 +822,32 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 		k = 0
 	}
 	order = append(order[k:], order[:k]...)
-	p := order[0]
-	for _, i := range order[1:] {
-		ki, si := score(i)
-		kp, sp := score(p)
-		if ki > kp || (ki == kp && si > sp) {
-			p = i
+	pos := make([][]uint64, len(r.nodes))
+	var cands []leader.Candidate
+	var owner []int // the node of each candidate
+	for _, i := range order {
+		n := r.nodes[i]
+		pos[i] = make([]uint64, r.cfg.Shards)
+		for s := range uint32(r.cfg.Shards) {
+			var at replication.Ack
+			err := n.n.Follower(s, func(f *follower.Follower) (err error) {
+				at, _, err = store.ReadPosition(f.DB())
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			pos[i][s] = at.AppliedLSN
+			cands, owner = append(cands, leader.Candidate{Holder: n.id, Shard: s, Pos: at}), append(owner, i)
 		}
+	}
+	// The promoted node and, per shard, the store the new history
+	// continues are the promotion policy's (leader.Rank, by epoch then LSN):
+	// the node most advanced on every shard, else on the most shards.
+	rank := leader.Rank(cands)
+	p := slices.IndexFunc(r.nodes, func(n *node) bool { return n.id == rank.Promote })
+	if p < 0 {
+		return fmt.Errorf("sim: the promotion policy chose no follower among %v", cands)
 	}
 	pn := r.nodes[p]
 	rest := slices.DeleteFunc(slices.Clone(old.shipTo), func(i int) bool { return i == p })
@@ -861,13 +855,15 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 	// Per shard, the store the new leader continues is the most advanced
 	// one: the promoted node's own, or a copy of a follower that got
 	// further (a rebuild of that shard from it before the promotion).
+	best := make([]uint64, r.cfg.Shards)
 	var srcs []int
-	for s := range uint32(r.cfg.Shards) {
-		src := p
-		if pos[p][s] < best[s] {
-			src = old.shipTo[slices.IndexFunc(old.shipTo, func(i int) bool { return pos[i][s] == best[s] })]
+	for _, sr := range rank.Shards {
+		src := owner[sr.Best]
+		if mine := slices.IndexFunc(cands, func(c leader.Candidate) bool { return c.Holder == pn.id && c.Shard == sr.Shard }); rank.MostAdvanced[mine] {
+			src = p
 		}
 		srcs = append(srcs, src)
+		best[sr.Shard] = cands[sr.Best].Pos.AppliedLSN
 	}
 	if zombie && !r.client.Done() {
 		// The zombie ships to a follower whose store is not being copied.

@@ -71,8 +71,9 @@
 //
 // A promotion is decided as a failover controller would: the leader stops,
 // the followers are paused (their positions are final), and per shard the
-// most advanced store is chosen. The promoted node is the one that is most
-// advanced on the most shards; for a shard where another follower got
+// most advanced store is chosen, by leader.Rank (the promotion policy of
+// oncewal promote: the last batch's epoch, then the applied LSN). The
+// promoted node is the one that is most advanced on the most shards; for a shard where another follower got
 // further, the promoted node's store is first rebuilt from a snapshot of
 // that follower's (follower.Rebuild, the follower as donor) so that every
 // shard's new history continues its most advanced store

@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"text/tabwriter"
 
-	"github.com/oncewal/oncewal/store"
-
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -91,46 +90,23 @@ func readAllRows(dirs []string, stderr io.Writer) ([]storeRow, bool, error) {
 	return all, kind, nil
 }
 
-// mostAdvanced marks each readable row that no row of its shard is ahead of
-// (replication.ComparePositions), and returns the first directory, in
-// argument order, whose rows are marked on every shard any directory has:
-// the one to promote. It returns "" when no directory is, or when a row
-// could not be read (its position is unknown).
-func mostAdvanced(args []string, rows []storeRow) (best string, marked []bool) {
-	marked = make([]bool, len(rows))
-	failed := false
+// mostAdvanced marks each readable row that no row of its shard is ahead of,
+// and returns the first directory, in argument order, whose rows are marked
+// on every shard any directory has: the one to promote. It returns "" when
+// no directory is, or when a row could not be read (its position is
+// unknown). The rules are the library's (leader.Rank).
+func mostAdvanced(rows []storeRow) (best string, marked []bool) {
+	r := leader.Rank(candidatesOf(rows))
+	return r.Leader, r.MostAdvanced
+}
+
+// candidatesOf is rows as the promotion policy weighs them, in their order.
+func candidatesOf(rows []storeRow) []leader.Candidate {
+	cands := make([]leader.Candidate, len(rows))
 	for i, r := range rows {
-		if r.err != nil {
-			failed = true
-			continue
-		}
-		marked[i] = true
-		for _, o := range rows {
-			if o.err == nil && o.shard == r.shard && store.ComparePositions(o.pos, r.pos) > 0 {
-				marked[i] = false
-			}
-		}
+		cands[i] = leader.Candidate{Holder: r.arg, Name: r.dir, Shard: r.shard, Pos: r.pos, Unknown: r.err != nil}
 	}
-	if failed {
-		return "", marked
-	}
-	var shards []uint32
-	for _, r := range rows {
-		if !slices.Contains(shards, r.shard) {
-			shards = append(shards, r.shard)
-		}
-	}
-	for _, a := range args {
-		ok := true
-		for _, s := range shards {
-			i := slices.IndexFunc(rows, func(r storeRow) bool { return r.arg == a && r.shard == s })
-			ok = ok && i >= 0 && marked[i]
-		}
-		if ok {
-			return a, marked
-		}
-	}
-	return "", marked
+	return cands
 }
 
 // lastBatchJSON is a batch identity in JSON (null when unknown).
@@ -172,7 +148,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 	if err != nil {
 		return err
 	}
-	best, marked := mostAdvanced(dirs, rows)
+	best, marked := mostAdvanced(rows)
 	failed := 0
 	var rowErrs []error
 	if jsonOut {
@@ -233,7 +209,7 @@ func inspectPositions(dirs []string, jsonOut bool, out *bufio.Writer, stderr io.
 	}
 	if failed > 0 {
 		// Each reason, typed (errors.Is: store.ErrLocked,
-		// store.ErrCorrupt, ...), not only the count.
+		// ErrStoreCorrupt, ...), not only the count.
 		return fmt.Errorf("%d of %d stores could not be read: %w", failed, len(rows), errors.Join(rowErrs...))
 	}
 	return nil

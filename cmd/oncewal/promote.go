@@ -9,11 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/oncewal/oncewal/store"
-
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/leader"
-	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/store"
 )
 
 const promoteSynopsis = `promote --dir DIR [--out LEADER_DIR] [--epoch E] [--peers DIR,DIR,... [--catch-up]]
@@ -156,18 +154,6 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 	}
 
 	// Every peer's every store, against DIR's store of the same shard.
-	seen, seenBy := uint64(0), ""
-	note := func(r storeRow) {
-		if e := max(r.pos.Epoch, r.pos.LastBatch.Epoch); e > seen {
-			seen, seenBy = e, r.dir
-		}
-	}
-	for _, r := range rows {
-		note(r)
-	}
-	// best is, per shard, the most advanced store of DIR and the peers
-	// (DIR's on a tie).
-	best := slices.Clone(rows)
 	all := slices.Clone(rows)
 	for _, p := range c.peers {
 		prows, pnode, err := readRows(p, stderr)
@@ -181,26 +167,26 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			if pr.err != nil {
 				return fmt.Errorf("peer %s: %w", p, pr.err)
 			}
-			note(pr)
 			if int(pr.shard) >= shards {
 				return fmt.Errorf("%w: peer %s holds shard %d, %s only shards 0..%d", errCannotPromote, p, pr.shard, c.dir, shards-1)
-			}
-			if store.ComparePositions(pr.pos, best[pr.shard].pos) > 0 {
-				best[pr.shard] = pr
 			}
 		}
 		all = append(all, prows...)
 	}
+	// Per shard, the most advanced store of DIR and the peers (DIR's on a
+	// tie: its rows come first).
+	rank := leader.Rank(candidatesOf(all))
 	var catchUp []catchUpStore
-	for s, b := range best {
+	for _, sr := range rank.Shards {
+		b := all[sr.Best]
 		if b.arg == c.dir {
 			continue
 		}
-		mine := rows[s]
+		mine := rows[sr.Shard]
 		if !c.catchUp {
 			return notMostAdvanced(c, mine, b, all)
 		}
-		catchUp = append(catchUp, catchUpStore{Shard: uint32(s), From: b.dir, AppliedLSN: b.pos.AppliedLSN,
+		catchUp = append(catchUp, catchUpStore{Shard: sr.Shard, From: b.dir, AppliedLSN: b.pos.AppliedLSN,
 			LastBatch: b.pos.LastBatch})
 	}
 	// Every store is read in full before anything changes: a damaged block
@@ -222,13 +208,9 @@ func promote(c promoteConfig, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	epoch := c.epoch
-	if epoch == 0 {
-		if epoch, err = replication.NextEpoch(seen, seenBy); err != nil {
-			return err
-		}
-	} else if epoch <= seen {
-		return fmt.Errorf("%w: --epoch %d is not above epoch %d, which %s has seen", replication.ErrStaleEpoch, epoch, seen, seenBy)
+	epoch, err := rank.Epoch(c.epoch, "--epoch")
+	if err != nil {
+		return err
 	}
 
 	in := promoteIntent{Dir: c.dir, Out: c.out, Node: node, Shards: shards, Epoch: epoch, CatchUp: catchUp}
@@ -277,7 +259,7 @@ func notMostAdvanced(c promoteConfig, mine, ahead storeRow, all []storeRow) erro
 	what := fmt.Sprintf("%s%s is at LSN %d (last batch %s), peer %s is ahead at LSN %d (last batch %s)",
 		c.dir, shardNote(mine), mine.pos.AppliedLSN, fmtBatchRef(mine.pos.LastBatch),
 		ahead.dir, ahead.pos.AppliedLSN, fmtBatchRef(ahead.pos.LastBatch))
-	if best, _ := mostAdvanced(args, all); best != "" {
+	if best, _ := mostAdvanced(all); best != "" {
 		return fmt.Errorf("%w: %s: promote %s instead", errNotMostAdvanced, what, best)
 	}
 	return fmt.Errorf("%w: %s, and no follower is the most advanced on every shard: %s",
