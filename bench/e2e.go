@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -129,7 +131,7 @@ func (c *clientRequests) batch() []wal.Event {
 type pipelineRig struct {
 	dir     string
 	w       *wal.Writer
-	tr      *replication.InProcess
+	tr      *inprocess.Transport
 	shipper *leader.Shipper
 	notify  chan struct{}
 	ctx     context.Context
@@ -143,7 +145,7 @@ func openPipelineRig(noSync bool) (*pipelineRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &pipelineRig{dir: dir, tr: replication.NewInProcess(replication.FaultsNone, 1), notify: make(chan struct{}, 1)}
+	r := &pipelineRig{dir: dir, tr: inprocess.New(inprocess.FaultsNone, 1), notify: make(chan struct{}, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	policy := wal.SyncEveryBatch
 	if noSync {

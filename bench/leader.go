@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -35,7 +37,7 @@ const (
 type leaderRig struct {
 	dir  string
 	l    *leader.Leader
-	tr   *replication.InProcess
+	tr   *inprocess.Transport
 	stop func()
 	ids  []session.ID
 	rng  *rand.Rand
@@ -50,7 +52,7 @@ func openLeaderRig(followers int) (*leaderRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &leaderRig{dir: dir, tr: replication.NewInProcess(replication.FaultsNone, 1),
+	r := &leaderRig{dir: dir, tr: inprocess.New(inprocess.FaultsNone, 1),
 		rng: rand.New(rand.NewPCG(1, 2)), val: make([]byte, 100)}
 	ids := make([]string, followers)
 	for i := range ids {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -144,7 +146,7 @@ func TestNodeServesAroundDamagedShard(t *testing.T) {
 func TestNodeRebuildsDamagedShard(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 21, Sessions: 4, Requests: 60, BatchSize: 6})
 	clock := sim.NewClock(w.Options.Start)
-	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	trs := []*inprocess.Transport{inprocess.New(inprocess.FaultsNone, 1), inprocess.New(inprocess.FaultsNone, 2)}
 	defer trs[0].Close()
 	defer trs[1].Close()
 	dir := t.TempDir()
@@ -249,7 +251,7 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 func TestRunRebuildsDamagedStore(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 22, Sessions: 4, Requests: 60, BatchSize: 6})
 	clock := sim.NewClock(w.Options.Start)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -28,9 +30,9 @@ func ExampleNode() {
 	defer os.RemoveAll(dir)
 
 	const shards = 4
-	links := make([]*replication.InProcess, shards)
+	links := make([]*inprocess.Transport, shards)
 	for s := range links {
-		links[s] = replication.NewInProcess(replication.FaultsNone, uint64(s))
+		links[s] = inprocess.New(inprocess.FaultsNone, uint64(s))
 		defer links[s].Close()
 	}
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -126,7 +128,7 @@ func Example_rejectionRecorded() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(filepath.Join(dir, "leader"), &leader.Options{Shards: 1, Logger: quietLogger,
 		Followers: []string{"f1"}, Listener: func(uint32) replication.Listener { return tr },

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/anishathalye/porcupine"
@@ -60,7 +62,7 @@ func liveFailover(t *testing.T, seed uint64) {
 	require.NoError(t, err)
 	la, err := leader.Promote(retire(t, a), leader.PromoteOptions{WALDir: filepath.Join(dir, "a-wal"), Wall: now, Ledger: handClock})
 	require.NoError(t, err)
-	tr := replication.NewInProcess(replication.FaultsLight, seed)
+	tr := inprocess.New(inprocess.FaultsLight, seed)
 	defer tr.Close()
 	newShipper := func(l *leader.LedgerLog, epoch uint64, walDir string, durable func() uint64, notify <-chan struct{}) *leader.Shipper {
 		var start uint64

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -154,8 +156,8 @@ func TestNodeShardedPipeline(t *testing.T) {
 	}
 	for _, p := range []struct {
 		name   string
-		faults replication.FaultOptions
-	}{{"heavy", replication.FaultsHeavy}} {
+		faults inprocess.FaultOptions
+	}{{"heavy", inprocess.FaultsHeavy}} {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				shards := 4 - 2*int(seed%2) // 2, 4, 2, …
@@ -297,7 +299,7 @@ func TestNodeStalledShard(t *testing.T) {
 		Dir:      t.TempDir(),
 		Seed:     3,
 		Workload: sim.WorkloadOptions{Sessions: 12, Requests: 800, BatchSize: 30},
-		Faults:   replication.FaultsLight,
+		Faults:   inprocess.FaultsLight,
 		Restarts: 2,
 		Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
 		Timeout:  time.Minute,
@@ -336,9 +338,9 @@ func TestNodeFailingShard(t *testing.T) {
 		}
 		return nil
 	})
-	trs := make([]*replication.InProcess, shards)
+	trs := make([]*inprocess.Transport, shards)
 	for s := range trs {
-		trs[s] = replication.NewInProcess(replication.FaultsLight, sim.ShardSeed(9, uint32(s)))
+		trs[s] = inprocess.New(inprocess.FaultsLight, sim.ShardSeed(9, uint32(s)))
 		defer trs[s].Close()
 	}
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 9, Sessions: 12, Requests: 800, RetryRate: 0.05, BatchSize: 30})
@@ -439,7 +441,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 // and leaves no goroutine behind; a shard whose dialer is nil is not served.
 func TestNodeCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadNodeOptions)
@@ -489,7 +491,7 @@ func (brokenApplier) Apply(*pebble.Batch, []wal.Event) error { return errBrokenA
 func TestNodeApplierFailure(t *testing.T) {
 	const bad = 1
 	dir := t.TempDir()
-	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	trs := []*inprocess.Transport{inprocess.New(inprocess.FaultsNone, 1), inprocess.New(inprocess.FaultsNone, 2)}
 	for _, tr := range trs {
 		defer tr.Close()
 	}

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/stretchr/testify/require"
 )
@@ -26,8 +27,8 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	}
 	presets := []struct {
 		name   string
-		faults replication.FaultOptions
-	}{{"none", replication.FaultsNone}, {"light", replication.FaultsLight}, {"heavy", replication.FaultsHeavy}}
+		faults inprocess.FaultOptions
+	}{{"none", inprocess.FaultsNone}, {"light", inprocess.FaultsLight}, {"heavy", inprocess.FaultsHeavy}}
 	for _, p := range presets {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds/len(presets)); seed++ {
@@ -53,7 +54,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 // returned and leaves no goroutine behind.
 func TestCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger}})
 	require.NoError(t, err)
 	done := make(chan error, 1)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -48,7 +50,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	dir := b.TempDir()
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: uint64(seed) + 1, Sessions: 1000, Requests: 60000, BatchSize: 256})
 	clock := sim.NewClock(w.Options.Start)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(dir+"/leader", &leader.Options{
 		Shards: 1, Followers: []string{"live"}, Wall: clock.Now, Logger: quietLogger,

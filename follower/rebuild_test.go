@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -31,7 +33,7 @@ import (
 func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 11, Sessions: 6, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
 	clock := sim.NewClock(w.Options.Start)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -178,7 +180,7 @@ func waitLSN(t *testing.T, ctx context.Context, f *follower.Follower, lsn uint64
 func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 13, Sessions: 8, Requests: 600, RetryRate: 0.1, CloseRate: 0.03, BatchSize: 12})
 	clock := sim.NewClock(w.Options.Start)
-	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	trs := []*inprocess.Transport{inprocess.New(inprocess.FaultsNone, 1), inprocess.New(inprocess.FaultsNone, 2)}
 	defer trs[0].Close()
 	defer trs[1].Close()
 	dir := t.TempDir()
@@ -216,7 +218,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// stop ends a leader's Run, then closes it.
-	open := func(d string, epoch uint64, followers []string, tr *replication.InProcess) (*leader.Leader, func()) {
+	open := func(d string, epoch uint64, followers []string, tr *inprocess.Transport) (*leader.Leader, func()) {
 		l, err := leader.Open(d, &leader.Options{
 			Shards: 1, Epoch: epoch, Promote: epoch > 0, Followers: followers, Wall: clock.Now,
 			Logger: quietLogger, Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable},
@@ -229,7 +231,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 		go func() { ran <- l.Run(rctx) }()
 		return l, func() { cancel(); <-ran; require.NoError(t, l.Close()) }
 	}
-	trA := replication.NewInProcess(replication.FaultsNone, 1)
+	trA := inprocess.New(inprocess.FaultsNone, 1)
 	defer trA.Close()
 	a, stopA := open(dir+"/a", 0, []string{"b"}, trA)
 	c := sim.NewClient(w, 1, clock)
@@ -262,7 +264,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	stopA()
 	c.Truncate(0, promoted)
 
-	trB := replication.NewInProcess(replication.FaultsNone, 2)
+	trB := inprocess.New(inprocess.FaultsNone, 2)
 	defer trB.Close()
 	lb, stopLB := open(dir+"/b", 2, []string{"a"}, trB)
 	defer stopLB()
@@ -304,7 +306,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 // the wrong WAL.
 func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	dir := t.TempDir()
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	ids := []string{"f1", "f2"}
 	l, err := leader.Open(dir+"/leader", &leader.Options{
@@ -353,7 +355,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	// Promoted, it has exactly its registered followers' slots, fresh.
-	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
+	tr2 := inprocess.New(inprocess.FaultsNone, 2)
 	defer tr2.Close()
 	p, err := leader.Open(node, &leader.Options{
 		Shards: 1, Epoch: 2, Promote: true, Followers: ids, RetentionInterval: time.Hour,
@@ -377,7 +379,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 func TestCloseDuringRebuild(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 19, Sessions: 6, Requests: 400, BatchSize: 12})
 	clock := sim.NewClock(w.Options.Start)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
 	l, ran := runLeader(t, context.Background(), dir+"/leader", clock, 1, []string{"gone", "node", "single"}, 8<<10,
@@ -464,7 +466,7 @@ func (d *closedDonor) End(context.Context, string) error { return nil }
 func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	w := sim.GenerateWorkload(sim.WorkloadOptions{Seed: 23, Sessions: 6, Requests: 400, BatchSize: 12})
 	clock := sim.NewClock(w.Options.Start)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -494,7 +496,7 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 // serveNodeUntilCaughtUp serves n over trs (one transport per shard) until
 // every shard has applied the client's last LSN, and returns the function
 // that stops Serve and checks it returned nil.
-func serveNodeUntilCaughtUp(t *testing.T, ctx context.Context, n *follower.Node, trs []*replication.InProcess, c *sim.Client) (stop func()) {
+func serveNodeUntilCaughtUp(t *testing.T, ctx context.Context, n *follower.Node, trs []*inprocess.Transport, c *sim.Client) (stop func()) {
 	t.Helper()
 	sctx, cancel := context.WithCancel(ctx)
 	served := make(chan error, 1)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -21,7 +23,7 @@ import (
 // ErrPermanentRefusal wrapping the reason instead of redialling for ever
 // (it used to see only a dropped connection: "dial_failures=0").
 func TestRefusalReachesFollower(t *testing.T) {
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	l, err := leader.Open(t.TempDir(), &leader.Options{
 		Shards: 1, Followers: []string{"f1"}, Logger: quietLogger, Store: store.Options{Logger: quietLogger},

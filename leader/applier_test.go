@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -267,7 +269,7 @@ func (w *warnings) Handle(context.Context, slog.Record) error    { w.n.Add(1); r
 func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
 func (w *warnings) WithGroup(string) slog.Handler                { return w }
 
-func serveReplica(t *testing.T, dir, id string, a store.Applier, tr *replication.InProcess, log *slog.Logger) *replica {
+func serveReplica(t *testing.T, dir, id string, a store.Applier, tr *inprocess.Transport, log *slog.Logger) *replica {
 	t.Helper()
 	if log == nil {
 		log = discard()
@@ -319,7 +321,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	var leaderBroken, f1Broken atomic.Bool
 	o := &leader.Options{Shards: 1, Followers: []string{"f1", "f2"}, Logger: discard(), RetentionInterval: time.Hour,
 		Store: store.Options{Applier: bank{fail: &leaderBroken, panics: panics}}}
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o.Listener = func(uint32) replication.Listener { return tr }
 	l := open(t, dir, o)
@@ -366,7 +368,7 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 	require.ErrorIs(t, err, store.ErrApply)
 	require.ErrorContains(t, err, "fix the Applier")
 	leaderBroken.Store(false)
-	tr2 := replication.NewInProcess(replication.FaultsNone, 2)
+	tr2 := inprocess.New(inprocess.FaultsNone, 2)
 	defer tr2.Close()
 	o.Listener = func(uint32) replication.Listener { return tr2 }
 	l = open(t, dir, o)

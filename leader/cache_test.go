@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -205,7 +205,7 @@ func TestFanoutMissedAppended(t *testing.T) {
 // TestShipperCache: the Shipper shares the Fanout's stream, cache included.
 func TestShipperCache(t *testing.T) {
 	m := newMemLog(0)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Notify, o.PollInterval = nil, time.Hour

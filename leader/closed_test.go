@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -61,7 +63,7 @@ func TestCloseWhileRunning(t *testing.T) {
 func closeWhileRunning(t *testing.T, round int) {
 	rng := rand.New(rand.NewPCG(uint64(round), 7))
 	dir := t.TempDir()
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	l := open(t, dir, &leader.Options{Shards: 1, Followers: []string{"f1"},
 		Listener:          func(uint32) replication.Listener { return tr },

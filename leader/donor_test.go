@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -17,7 +19,7 @@ import (
 // SnapshotPinLSN); a Begin whose answer was lost is superseded by the same
 // fetcher's next Begin, so its pin goes at once, and End releases the last.
 func TestDonorPinsVisible(t *testing.T) {
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	l := open(t, t.TempDir(), &leader.Options{Shards: 1, Followers: []string{"f1"},
 		Listener: func(uint32) replication.Listener { return tr }, Logger: discard()})

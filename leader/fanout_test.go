@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/testutil"
@@ -108,7 +110,7 @@ func (l *logLines) find(parts ...string) bool {
 type fanoutRig struct {
 	t      *testing.T
 	log    *memLog
-	trs    map[string]*replication.InProcess
+	trs    map[string]*inprocess.Transport
 	fs     map[string]*fakeFollower
 	merge  *mergeListener
 	fo     *Fanout
@@ -120,12 +122,12 @@ type fanoutRig struct {
 }
 
 // newFanoutRig registers ids and gives follower id the faults faults[id].
-func newFanoutRig(t *testing.T, ids []string, faults map[string]replication.FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
+func newFanoutRig(t *testing.T, ids []string, faults map[string]inprocess.FaultOptions, seed uint64, opts func(*FanoutOptions)) *fanoutRig {
 	t.Helper()
-	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*replication.InProcess{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
+	r := &fanoutRig{t: t, log: newMemLog(2), trs: map[string]*inprocess.Transport{}, fs: map[string]*fakeFollower{}, logs: &logLines{}}
 	var ls []replication.Listener
 	for i, id := range ids {
-		tr := replication.NewInProcess(faults[id], seed*31+uint64(i))
+		tr := inprocess.New(faults[id], seed*31+uint64(i))
 		r.trs[id] = tr
 		ls = append(ls, tr)
 		r.fs[id] = &fakeFollower{shard: 2, epoch: 1, id: id, backoff: time.Millisecond}
@@ -191,7 +193,7 @@ func (r *fanoutRig) stop() {
 
 // noDisconnects is FaultsHeavy without broken connections: batches and acks
 // are still dropped, duplicated, reordered and delayed.
-func noDisconnects(c replication.FaultOptions) replication.FaultOptions {
+func noDisconnects(c inprocess.FaultOptions) inprocess.FaultOptions {
 	c.Disconnect = 0
 	return c
 }
@@ -208,7 +210,7 @@ func TestFanoutEveryFollowerGetsEveryBatch(t *testing.T) {
 		seeds = 50
 	}
 	ids := []string{"a", "b", "c"}
-	faults := map[string]replication.FaultOptions{"a": replication.FaultsHeavy, "b": noDisconnects(replication.FaultsHeavy), "c": replication.FaultsHeavy}
+	faults := map[string]inprocess.FaultOptions{"a": inprocess.FaultsHeavy, "b": noDisconnects(inprocess.FaultsHeavy), "c": inprocess.FaultsHeavy}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			r := newFanoutRig(t, ids, faults, seed, nil)
@@ -524,7 +526,7 @@ func TestNewFanoutValidates(t *testing.T) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
 	}
-	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: replication.NewInProcess(replication.FaultsNone, 1)}})
+	fo, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, Listener: inprocess.New(inprocess.FaultsNone, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}

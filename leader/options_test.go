@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/leader"
 
-	"github.com/oncewal/oncewal/replication"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +21,7 @@ func requireNamesAll(t *testing.T, err error, sentinel error, fields []string) {
 }
 
 func TestShipperOptionsValidate(t *testing.T) {
-	lis := replication.NewInProcess(replication.FaultsNone, 1)
+	lis := inprocess.New(inprocess.FaultsNone, 1)
 	for _, tc := range []struct {
 		name string
 		o    leader.FanoutOptions

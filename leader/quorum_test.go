@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/replication"
 )
 
@@ -35,7 +37,7 @@ func blocked(fo *Fanout, lsn uint64, p AckPolicy) bool {
 // met once c catches up, or once c is unregistered; registering a new
 // follower while waiting for all makes all wait for it too.
 func TestFanoutWaitAckedPolicies(t *testing.T) {
-	r := newFanoutRig(t, []string{"a", "b", "c"}, map[string]replication.FaultOptions{"a": noDisconnects(replication.FaultsLight)}, 1, nil)
+	r := newFanoutRig(t, []string{"a", "b", "c"}, map[string]inprocess.FaultOptions{"a": noDisconnects(inprocess.FaultsLight)}, 1, nil)
 	r.start("a")
 	r.start("b")
 	for i := 0; i < 50; i++ {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -25,16 +27,16 @@ import (
 type cluster struct {
 	t      *testing.T
 	l      *leader.Leader
-	trs    []*replication.InProcess
+	trs    []*inprocess.Transport
 	cancel context.CancelFunc
 	done   chan error
 }
 
-func startCluster(t *testing.T, dir string, o leader.Options, faults replication.FaultOptions) *cluster {
+func startCluster(t *testing.T, dir string, o leader.Options, faults inprocess.FaultOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, done: make(chan error, 1)}
 	for s := range o.Shards {
-		c.trs = append(c.trs, replication.NewInProcess(faults, uint64(s)+1))
+		c.trs = append(c.trs, inprocess.New(faults, uint64(s)+1))
 	}
 	o.Listener = func(s uint32) replication.Listener { return c.trs[s] }
 	o.Shipping.RetransmitTimeout = 20 * time.Millisecond
@@ -94,7 +96,7 @@ func randomOps(rng *rand.Rand, ids []session.ID, n int) []wal.Event {
 // leader's WaitAcked(all) returns, and every follower equals the oracle.
 func TestThreeFollowersPerShard(t *testing.T) {
 	ids := []string{"f1", "f2", "f3"}
-	c := startCluster(t, t.TempDir(), leader.Options{Shards: 2, Followers: ids}, replication.FaultsNone)
+	c := startCluster(t, t.TempDir(), leader.Options{Shards: 2, Followers: ids}, inprocess.FaultsNone)
 	type member struct {
 		f     *follower.Follower
 		id    string
@@ -140,7 +142,7 @@ func TestThreeFollowersPerShard(t *testing.T) {
 // returns and WaitAcked(all) does not.
 func TestQuorumAck(t *testing.T) {
 	ids := []string{"a", "b", "c"}
-	c := startCluster(t, t.TempDir(), leader.Options{Shards: 1, Followers: ids}, replication.FaultsNone)
+	c := startCluster(t, t.TempDir(), leader.Options{Shards: 1, Followers: ids}, inprocess.FaultsNone)
 	for _, id := range ids[:2] {
 		_, stop := c.runFollower(t.TempDir(), id, 0)
 		defer stop()
@@ -165,7 +167,7 @@ func TestRetentionBound(t *testing.T) {
 	const seg = 4 << 10
 	o := leader.Options{Shards: 1, Followers: []string{"live", "dead"}, SegmentSize: seg,
 		MaxRetainedBytes: 8 * seg, RetentionInterval: time.Hour /* passes run by hand */}
-	c := startCluster(t, t.TempDir(), o, replication.FaultsNone)
+	c := startCluster(t, t.TempDir(), o, inprocess.FaultsNone)
 	f, stop := c.runFollower(t.TempDir(), "live", 0)
 	defer stop()
 	rng := rand.New(rand.NewPCG(2, 2))
@@ -246,7 +248,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 	feed(t, gDir, a.WALDir(), 1, 40)
 	feed(t, gDir, other, 41, 50)
 
-	c := startCluster(t, bDir, leader.Options{Shards: 1, Epoch: 2, Promote: true, Followers: []string{"f", "g"}}, replication.FaultsNone)
+	c := startCluster(t, bDir, leader.Options{Shards: 1, Epoch: 2, Promote: true, Followers: []string{"f", "g"}}, inprocess.FaultsNone)
 	sh, _ := c.l.Shard(0)
 	require.Equal(t, uint64(51), sh.Log().EpochStartLSN())
 	_, err = c.l.Append(randomOps(rng, sess, 3)...)

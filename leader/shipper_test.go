@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/replication"
 
 	"github.com/oncewal/oncewal/internal/ctxtime"
@@ -243,7 +245,7 @@ func testShipperOptions(tr replication.Listener, m *memLog) ShipperOptions {
 
 type harness struct {
 	t        *testing.T
-	tr       *replication.InProcess
+	tr       *inprocess.Transport
 	log      *memLog
 	f        *fakeFollower
 	s        *Shipper
@@ -252,9 +254,9 @@ type harness struct {
 	serveErr chan error
 }
 
-func startHarness(t *testing.T, faults replication.FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
+func startHarness(t *testing.T, faults inprocess.FaultOptions, seed uint64, opts func(*ShipperOptions)) *harness {
 	t.Helper()
-	h := &harness{t: t, tr: replication.NewInProcess(faults, seed), log: newMemLog(2)}
+	h := &harness{t: t, tr: inprocess.New(faults, seed), log: newMemLog(2)}
 	h.f = &fakeFollower{shard: 2, epoch: 1}
 	o := testShipperOptions(h.tr, h.log)
 	if opts != nil {
@@ -300,7 +302,7 @@ func noTimeouts(o *ShipperOptions) { o.RetransmitTimeout = time.Hour }
 
 func TestShipperNoFaultsSendsEachBatchOnce(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := startHarness(t, replication.FaultsNone, 1, noTimeouts)
+	h := startHarness(t, inprocess.FaultsNone, 1, noTimeouts)
 	for i := 0; i < 200; i++ {
 		h.log.append(t, 1, 1+i%5)
 	}
@@ -331,10 +333,10 @@ func TestShipperConverges(t *testing.T) {
 	}
 	for _, preset := range []struct {
 		name   string
-		faults replication.FaultOptions
-	}{{"light", replication.FaultsLight}, {"heavy", replication.FaultsHeavy}} {
+		faults inprocess.FaultOptions
+	}{{"light", inprocess.FaultsLight}, {"heavy", inprocess.FaultsHeavy}} {
 		var total ShipperStats
-		var ts replication.InProcessStats
+		var ts inprocess.Stats
 		for seed := uint64(1); seed <= seeds[preset.name]; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", preset.name, seed), func(t *testing.T) {
 				h := startHarness(t, preset.faults, seed, nil)
@@ -376,7 +378,7 @@ func TestShipperConverges(t *testing.T) {
 
 func TestShipperFollowerLosesData(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := startHarness(t, replication.FaultsNone, 1, noTimeouts)
+	h := startHarness(t, inprocess.FaultsNone, 1, noTimeouts)
 	var mid uint64
 	for i := 0; i < 100; i++ {
 		l := h.log.append(t, 1, 2)
@@ -410,7 +412,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 	}
 
 	// No follower ever connects.
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	s, err := NewShipper(new(testShipperOptions(tr, m)))
 	if err != nil {
 		t.Fatal(err)
@@ -425,7 +427,7 @@ func TestShipperStopsCleanly(t *testing.T) {
 
 	// A follower that connects and never reads: the shipper blocks in Send
 	// (queue of 1), and must still stop.
-	tr2 := replication.NewInProcess(replication.FaultOptions{QueueSize: 1}, 1)
+	tr2 := inprocess.New(inprocess.FaultOptions{QueueSize: 1}, 1)
 	s2, err := NewShipper(new(testShipperOptions(tr2, m)))
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +473,7 @@ func TestShipperFencing(t *testing.T) {
 	leaderEpoch := func() uint64 { return 3 }
 
 	// A hello from a follower that has seen epoch 4.
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Epoch = leaderEpoch
@@ -506,7 +508,7 @@ func TestShipperRefusesWrongShard(t *testing.T) {
 	ctx := context.Background()
 	m := newMemLog(2)
 	m.append(t, 1, 1)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	s, _ := NewShipper(new(testShipperOptions(tr, m)))
 	cctx, cancel := context.WithCancel(ctx)
@@ -538,7 +540,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 	base := runtime.NumGoroutine()
 	fails := 3
 	var mu sync.Mutex
-	h := startHarness(t, replication.FaultsNone, 1, func(o *ShipperOptions) {
+	h := startHarness(t, inprocess.FaultsNone, 1, func(o *ShipperOptions) {
 		open := o.OpenReader
 		o.OpenReader = func() (LogReader, error) {
 			mu.Lock()
@@ -563,7 +565,7 @@ func TestShipperRetriesReaderErrors(t *testing.T) {
 }
 
 func TestShipperWaitAckedHonoursContext(t *testing.T) {
-	s, err := NewShipper(&ShipperOptions{Listener: replication.NewInProcess(replication.FaultsNone, 1), WALDir: "unused"})
+	s, err := NewShipper(&ShipperOptions{Listener: inprocess.New(inprocess.FaultsNone, 1), WALDir: "unused"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,7 +604,7 @@ func BenchmarkShipperInProcess(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m.append(b, 1, 100)
 	}
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.MaxInFlight = 32
@@ -633,7 +635,7 @@ func TestShipperRealWAL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := replication.NewInProcess(replication.FaultsHeavy, seed)
+		tr := inprocess.New(inprocess.FaultsHeavy, seed)
 		notify := make(chan struct{}, 1)
 		s, err := NewShipper(&ShipperOptions{
 			WALDir: dir, Shard: 4, Listener: tr, Epoch: func() uint64 { return 1 }, Notify: notify,
@@ -695,7 +697,7 @@ func TestShipperRefusalStorm(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		m.append(t, 1, 1)
 	}
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.RetransmitTimeout = time.Hour
@@ -763,7 +765,7 @@ func TestShipperRefusesDivergedFollower(t *testing.T) {
 	ctx := context.Background()
 	m := newMemLog(2)
 	m.append(t, 6, 1)
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := testShipperOptions(tr, m)
 	o.Epoch = func() uint64 { return 6 }

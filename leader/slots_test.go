@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -18,7 +20,7 @@ import (
 // old epoch's positions and drops.
 func TestNewEpochStartsWithFreshSlots(t *testing.T) {
 	dir := t.TempDir()
-	tr := replication.NewInProcess(replication.FaultsNone, 1)
+	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
 	o := &leader.Options{Shards: 1, Followers: []string{"f1", "f2"}, SegmentSize: 4 << 10, MaxRetainedBytes: 8 << 10,
 		RetentionInterval: time.Hour, Logger: discard(), Listener: func(uint32) replication.Listener { return tr }}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -87,7 +89,7 @@ func sid(rng *rand.Rand) session.ID {
 // leader sees the follower caught up.
 func TestLeaderAndNodeMetrics(t *testing.T) {
 	dir := t.TempDir()
-	trs := []*replication.InProcess{replication.NewInProcess(replication.FaultsNone, 1), replication.NewInProcess(replication.FaultsNone, 2)}
+	trs := []*inprocess.Transport{inprocess.New(inprocess.FaultsNone, 1), inprocess.New(inprocess.FaultsNone, 2)}
 	for _, tr := range trs {
 		defer tr.Close()
 	}

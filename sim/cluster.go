@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -48,8 +50,8 @@ type Options struct {
 	// Faults are the faults of every follower link (one InProcess
 	// transport per follower and shard, seeded independently); LinkFaults,
 	// if set, chooses per link instead.
-	Faults     replication.FaultOptions
-	LinkFaults func(follower int, shard uint32) replication.FaultOptions
+	Faults     inprocess.FaultOptions
+	LinkFaults func(follower int, shard uint32) inprocess.FaultOptions
 	// Transport, if set, replaces the InProcess links: shard's Listener
 	// for the leader and the Dialer every follower uses (faults are then
 	// the transport's business), and a func closing both.
@@ -260,9 +262,9 @@ func (f *FollowerResult) Total() store.ReceiverStats {
 type FollowerShard struct {
 	Shard      uint32
 	AppliedLSN uint64
-	Receiver   store.ReceiverStats        // over every incarnation
-	Shipper    leader.ShipperStats        // the leader's stream to it, over every leader incarnation
-	Transport  replication.InProcessStats // its link (zero with Options.Transport)
+	Receiver   store.ReceiverStats      // over every incarnation
+	Shipper    leader.ShipperStats      // the leader's stream to it, over every leader incarnation
+	Transport  inprocess.Stats // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
 	// promotion or at its late join ("" if it did not): "diverged" or
 	// "behind retention". Rebuilt counts the times the store was rebuilt
@@ -308,9 +310,9 @@ type run struct {
 	clock    *Clock
 	client   *Client
 	router   leader.ShardRouter
-	links    [][]*replication.InProcess // [follower][shard]
-	shardLis []replication.Listener     // with Options.Transport
-	donors   leaderDonors               // with Options.Rebuild
+	links    [][]*inprocess.Transport // [follower][shard]
+	shardLis []replication.Listener   // with Options.Transport
+	donors   leaderDonors             // with Options.Rebuild
 	shardDia []replication.Dialer
 	nodes    []*node
 	lead     *leaderNode
@@ -415,7 +417,7 @@ func (r *run) run() error {
 			n.mem = vfs.NewCrashableMem()
 			n.fs, n.dir = n.mem, "/"+n.id
 		}
-		var links []*replication.InProcess
+		var links []*inprocess.Transport
 		for s := range uint32(cfg.Shards) {
 			if cfg.Transport != nil {
 				links = append(links, nil)
@@ -425,7 +427,7 @@ func (r *run) run() error {
 			if cfg.LinkFaults != nil {
 				faults = cfg.LinkFaults(i, s)
 			}
-			links = append(links, replication.NewInProcess(faults, ShardSeed(cfg.Seed, uint32(i*cfg.Shards)+s)))
+			links = append(links, inprocess.New(faults, ShardSeed(cfg.Seed, uint32(i*cfg.Shards)+s)))
 		}
 		r.links = append(r.links, links)
 		r.nodes = append(r.nodes, n)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/inprocess"
 )
 
 // seeds returns the seeds to run: ONCEWAL_SEED=n replays one,
@@ -43,7 +43,7 @@ func init() {
 	}
 }
 
-var presets = []replication.FaultOptions{replication.FaultsNone, replication.FaultsLight, replication.FaultsHeavy}
+var presets = []inprocess.FaultOptions{inprocess.FaultsNone, inprocess.FaultsLight, inprocess.FaultsHeavy}
 
 // clusterConfig is the multi-follower simulation of one seed.
 func clusterConfig(seed uint64) Options {
@@ -51,7 +51,7 @@ func clusterConfig(seed uint64) Options {
 		Seed:   seed,
 		Shards: 2, Followers: 3,
 		Workload: WorkloadOptions{Sessions: 6, Requests: 60, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
-		LinkFaults: func(f int, s uint32) replication.FaultOptions {
+		LinkFaults: func(f int, s uint32) inprocess.FaultOptions {
 			return presets[ShardSeed(seed, uint32(f*2)+s+100)%3]
 		},
 		Restarts: 2, LeaderRestarts: 1, Promote: true, Answers: 3,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -113,7 +115,7 @@ func TestAlignedBoundaryDivergenceRefused(t *testing.T) {
 	// run ships the new leader's log to the followers fs until those in
 	// served are at its end and the others were refused.
 	run := func(verify func(replication.Ack) error, fs map[string]*rig, toServe ...string) *leader.Fanout {
-		tr := replication.NewInProcess(replication.FaultsNone, 1)
+		tr := inprocess.New(inprocess.FaultsNone, 1)
 		defer tr.Close()
 		ids := make([]string, 0, len(fs))
 		for fid := range fs {

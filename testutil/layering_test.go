@@ -31,7 +31,7 @@ var layers = [][]string{
 	// one shard's store: both roles stand on it
 	{"store"},
 	// the roles, and the transports beside the contract
-	{"leader", "follower", "replication/grpctransport"},
+	{"leader", "follower", "replication/inprocess", "replication/grpctransport"},
 	{"metrics", "sim", "bench"},
 	{"cmd/oncewal"},
 	// test helpers: imported by _test.go files only (TestOnlyTestsImport)

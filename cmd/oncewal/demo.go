@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -105,7 +107,7 @@ type demoShard struct {
 	Faults    uint64 `json:"transport_faults"`
 }
 
-func linkFaults(t replication.InProcessStats) uint64 {
+func linkFaults(t inprocess.Stats) uint64 {
 	return t.BatchesDuplicated + t.BatchesDropped + t.Disconnects
 }
 
@@ -134,8 +136,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	fc, known := map[string]replication.FaultOptions{
-		"none": replication.FaultsNone, "light": replication.FaultsLight, "heavy": replication.FaultsHeavy,
+	fc, known := map[string]inprocess.FaultOptions{
+		"none": inprocess.FaultsNone, "light": inprocess.FaultsLight, "heavy": inprocess.FaultsHeavy,
 	}[*faults]
 	var c flagCheck
 	if !known {

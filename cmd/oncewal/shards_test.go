@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -31,9 +33,9 @@ import (
 func TestShardedDirs(t *testing.T) {
 	dir := t.TempDir()
 	const shards = 3
-	links := make([]*replication.InProcess, shards)
+	links := make([]*inprocess.Transport, shards)
 	for s := range links {
-		links[s] = replication.NewInProcess(replication.FaultsLight, uint64(s)+4)
+		links[s] = inprocess.New(inprocess.FaultsLight, uint64(s)+4)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	leaderDir := filepath.Join(dir, "leader")

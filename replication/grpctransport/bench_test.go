@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication/inprocess"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -48,7 +50,7 @@ func BenchmarkReplicate(b *testing.B) {
 		make func(b *testing.B) (replication.Listener, replication.Dialer, func())
 	}{
 		{"inprocess", func(*testing.B) (replication.Listener, replication.Dialer, func()) {
-			t := replication.NewInProcess(replication.FaultsNone, 1)
+			t := inprocess.New(inprocess.FaultsNone, 1)
 			return t, t, func() { t.Close() }
 		}},
 		{"grpc-insecure", func(b *testing.B) (replication.Listener, replication.Dialer, func()) {
@@ -155,7 +157,7 @@ func BenchmarkTransport(b *testing.B) {
 			var d replication.Dialer
 			switch name {
 			case "inprocess":
-				t := replication.NewInProcess(replication.FaultsNone, 1)
+				t := inprocess.New(inprocess.FaultsNone, 1)
 				defer t.Close()
 				l, d = t, t
 			case "grpc-insecure":

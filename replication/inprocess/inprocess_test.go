@@ -1,4 +1,4 @@
-package replication
+package inprocess
 
 import (
 	"context"
@@ -13,15 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/replication"
+
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
-func connect(t *testing.T, tr *InProcess, hello Ack) (LeaderConn, FollowerConn) {
+func connect(t *testing.T, tr *Transport, hello replication.Ack) (replication.LeaderConn, replication.FollowerConn) {
 	t.Helper()
 	ctx := context.Background()
 	type res struct {
-		c   FollowerConn
+		c   replication.FollowerConn
 		err error
 	}
 	ch := make(chan res, 1)
@@ -47,8 +49,8 @@ func msg(i uint64) []byte { return binary.LittleEndian.AppendUint64(nil, i) }
 
 func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultsNone, 1)
-	lc, fc := connect(t, tr, Ack{Shard: 3, Epoch: 2, AppliedLSN: 7, FollowerID: "f1", LastBatch: wal.BatchRef{Epoch: 2, CRC: 9}})
+	tr := New(FaultsNone, 1)
+	lc, fc := connect(t, tr, replication.Ack{Shard: 3, Epoch: 2, AppliedLSN: 7, FollowerID: "f1", LastBatch: wal.BatchRef{Epoch: 2, CRC: 9}})
 	ctx := context.Background()
 	const n = 2000
 
@@ -66,7 +68,7 @@ func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 			}
 			v := binary.LittleEndian.Uint64(b)
 			got = append(got, v)
-			if err := fc.Send(ctx, Ack{Shard: 3, AppliedLSN: v}); err != nil {
+			if err := fc.Send(ctx, replication.Ack{Shard: 3, AppliedLSN: v}); err != nil {
 				ferr = err
 				return
 			}
@@ -105,7 +107,7 @@ func TestInProcessDeliversEverythingWithoutFaults(t *testing.T) {
 		}
 	}
 	st := tr.Stats()
-	want := InProcessStats{Dials: 1, Accepts: 1, BatchesSent: n, BatchesDelivered: n, AcksSent: n, AcksDelivered: n}
+	want := Stats{Dials: 1, Accepts: 1, BatchesSent: n, BatchesDelivered: n, AcksSent: n, AcksDelivered: n}
 	if st != want {
 		t.Fatalf("stats = %+v, want %+v", st, want)
 	}
@@ -184,13 +186,13 @@ func TestFaultPlanDeterministic(t *testing.T) {
 
 // pendingBatches and pendingAcks peek at a connection's queue, so a single
 // goroutine can drive both ends without blocking.
-func pendingBatches(t *InProcess, c FollowerConn) int {
+func pendingBatches(t *Transport, c replication.FollowerConn) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(c.(*followerEnd).p.toF.items)
 }
 
-func pendingAcks(t *InProcess, c LeaderConn) int {
+func pendingAcks(t *Transport, c replication.LeaderConn) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(c.(*leaderEnd).p.toL.items)
@@ -199,28 +201,28 @@ func pendingAcks(t *InProcess, c LeaderConn) int {
 // syncRun drives leader and follower from one goroutine: send a batch,
 // deliver whatever is queued, ack it, read the acks, reconnect on a
 // disconnect. With no delay faults the whole run is a function of the seed.
-func syncRun(t *testing.T, faults FaultOptions, seed uint64, n uint64) ([]string, InProcessStats) {
+func syncRun(t *testing.T, faults FaultOptions, seed uint64, n uint64) ([]string, Stats) {
 	t.Helper()
-	tr := NewInProcess(faults, seed)
+	tr := New(faults, seed)
 	defer tr.Close()
 	ctx := context.Background()
 	var trace []string
 	applied := uint64(0)
-	lc, fc := connect(t, tr, Ack{AppliedLSN: applied})
+	lc, fc := connect(t, tr, replication.Ack{AppliedLSN: applied})
 	reconnect := func(why string) {
 		trace = append(trace, "disconnect:"+why)
-		for _, err := range []error{lc.Send(ctx, msg(0)), fc.Send(ctx, Ack{})} {
-			if !errors.Is(err, ErrDisconnected) {
+		for _, err := range []error{lc.Send(ctx, msg(0)), fc.Send(ctx, replication.Ack{})} {
+			if !errors.Is(err, replication.ErrDisconnected) {
 				t.Fatalf("after disconnect: %v, want ErrDisconnected", err)
 			}
 		}
 		lc.Close()
 		fc.Close()
-		lc, fc = connect(t, tr, Ack{AppliedLSN: applied})
+		lc, fc = connect(t, tr, replication.Ack{AppliedLSN: applied})
 	}
 	for i := uint64(1); i <= n; i++ {
 		if err := lc.Send(ctx, msg(i)); err != nil {
-			if !errors.Is(err, ErrDisconnected) {
+			if !errors.Is(err, replication.ErrDisconnected) {
 				t.Fatal(err)
 			}
 			reconnect(fmt.Sprint("batch ", i))
@@ -236,8 +238,8 @@ func syncRun(t *testing.T, faults FaultOptions, seed uint64, n uint64) ([]string
 			if v == applied+1 {
 				applied = v
 			}
-			if err := fc.Send(ctx, Ack{AppliedLSN: applied}); err != nil {
-				if !errors.Is(err, ErrDisconnected) {
+			if err := fc.Send(ctx, replication.Ack{AppliedLSN: applied}); err != nil {
+				if !errors.Is(err, replication.ErrDisconnected) {
 					t.Fatal(err)
 				}
 				reconnect(fmt.Sprint("ack ", applied))
@@ -296,10 +298,10 @@ func TestInProcessSameSeedSameRun(t *testing.T) {
 
 func TestInProcessDisconnectReconnect(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultsNone, 1)
+	tr := New(FaultsNone, 1)
 	defer tr.Close()
 	ctx := context.Background()
-	lc, fc := connect(t, tr, Ack{AppliedLSN: 0})
+	lc, fc := connect(t, tr, replication.Ack{AppliedLSN: 0})
 
 	// A blocked Recv on either end wakes up with ErrDisconnected.
 	errs := make(chan error, 2)
@@ -316,28 +318,28 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 		t.Fatal("Disconnect broke no connection")
 	}
 	for i := 0; i < 2; i++ {
-		if err := <-errs; !errors.Is(err, ErrDisconnected) {
+		if err := <-errs; !errors.Is(err, replication.ErrDisconnected) {
 			t.Fatalf("blocked recv: %v, want ErrDisconnected", err)
 		}
 	}
-	if err := lc.Send(ctx, msg(2)); !errors.Is(err, ErrDisconnected) {
+	if err := lc.Send(ctx, msg(2)); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("leader send: %v", err)
 	}
-	if err := fc.Send(ctx, Ack{}); !errors.Is(err, ErrDisconnected) {
+	if err := fc.Send(ctx, replication.Ack{}); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower send: %v", err)
 	}
 	// Close after a disconnect reports ErrTransportClosed to the closing side only.
 	fc.Close()
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrTransportClosed) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("recv after own close: %v", err)
 	}
-	if _, err := lc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := lc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("peer after close: %v", err)
 	}
 	lc.Close()
 
 	// Reconnect with a new hello; the new connection works.
-	lc, fc = connect(t, tr, Ack{AppliedLSN: 1, Epoch: 5})
+	lc, fc = connect(t, tr, replication.Ack{AppliedLSN: 1, Epoch: 5})
 	if err := lc.Send(ctx, msg(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -346,10 +348,10 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 	}
 	// Closing one end: the peer sees ErrDisconnected, this end ErrTransportClosed.
 	lc.Close()
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower after leader close: %v", err)
 	}
-	if err := lc.Send(ctx, msg(3)); !errors.Is(err, ErrTransportClosed) {
+	if err := lc.Send(ctx, msg(3)); !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("leader after own close: %v", err)
 	}
 	if st := tr.Stats(); st.Dials != 2 || st.Accepts != 2 || st.Disconnects != 1 {
@@ -360,14 +362,14 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 }
 
 func TestInProcessInjectedDisconnect(t *testing.T) {
-	tr := NewInProcess(FaultOptions{Disconnect: 1}, 1)
+	tr := New(FaultOptions{Disconnect: 1}, 1)
 	defer tr.Close()
 	ctx := context.Background()
-	lc, fc := connect(t, tr, Ack{})
-	if err := lc.Send(ctx, msg(1)); !errors.Is(err, ErrDisconnected) {
+	lc, fc := connect(t, tr, replication.Ack{})
+	if err := lc.Send(ctx, msg(1)); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("send: %v", err)
 	}
-	if _, err := fc.Recv(ctx); !errors.Is(err, ErrDisconnected) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("recv: %v", err)
 	}
 	if st := tr.Stats(); st.Disconnects != 1 || st.BatchesSent != 1 || st.BatchesDelivered != 0 {
@@ -377,11 +379,11 @@ func TestInProcessInjectedDisconnect(t *testing.T) {
 
 func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultOptions{QueueSize: 1, DelayBatch: 1, MaxDelay: time.Hour}, 1)
+	tr := New(FaultOptions{QueueSize: 1, DelayBatch: 1, MaxDelay: time.Hour}, 1)
 	ctx := context.Background()
 
 	// Cancelling ctx unblocks each call and leaves the connection usable.
-	lc, fc := connect(t, tr, Ack{})
+	lc, fc := connect(t, tr, replication.Ack{})
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 4)
 	go func() { _, _, err := tr.Accept(cctx); done <- err }()
@@ -393,10 +395,10 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 			t.Fatalf("after cancel: %v", err)
 		}
 	}
-	if _, err := tr.Dial(cctx, Ack{}); !errors.Is(err, context.Canceled) {
+	if _, err := tr.Dial(cctx, replication.Ack{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("dial with cancelled ctx: %v", err)
 	}
-	if err := fc.Send(ctx, Ack{AppliedLSN: 9}); err != nil { // fills the ack queue (size 1)
+	if err := fc.Send(ctx, replication.Ack{AppliedLSN: 9}); err != nil { // fills the ack queue (size 1)
 		t.Fatal(err)
 	}
 	if a, err := lc.Recv(ctx); err != nil || a.AppliedLSN != 9 {
@@ -411,28 +413,28 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 	}
 	// Calls blocked in every way, then Close: all return ErrTransportClosed (also
 	// those that only start after Close).
-	if err := fc.Send(ctx, Ack{}); err != nil {
+	if err := fc.Send(ctx, replication.Ack{}); err != nil {
 		t.Fatal(err)
 	}
-	go func() { done <- fc.Send(ctx, Ack{}) }()              // ack queue full
+	go func() { done <- fc.Send(ctx, replication.Ack{}) }()  // ack queue full
 	go func() { _, err := fc.Recv(ctx); done <- err }()      // batches all delayed
 	go func() { _, _, err := tr.Accept(ctx); done <- err }() // nobody dials
-	tr2 := NewInProcess(FaultsNone, 1)                       // nobody accepts
-	go func() { _, err := tr2.Dial(ctx, Ack{}); done <- err }()
+	tr2 := New(FaultsNone, 1)                       // nobody accepts
+	go func() { _, err := tr2.Dial(ctx, replication.Ack{}); done <- err }()
 	tr.Close()
 	tr2.Close()
 	for i := 0; i < 4; i++ {
-		if err := <-done; !errors.Is(err, ErrTransportClosed) {
+		if err := <-done; !errors.Is(err, replication.ErrTransportClosed) {
 			t.Fatalf("after Close: %v", err)
 		}
 	}
-	if _, err := tr.Dial(ctx, Ack{}); !errors.Is(err, ErrTransportClosed) {
+	if _, err := tr.Dial(ctx, replication.Ack{}); !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("dial after close: %v", err)
 	}
-	if _, _, err := tr.Accept(ctx); !errors.Is(err, ErrTransportClosed) {
+	if _, _, err := tr.Accept(ctx); !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("accept after close: %v", err)
 	}
-	if err := lc.Send(ctx, msg(1)); !errors.Is(err, ErrTransportClosed) {
+	if err := lc.Send(ctx, msg(1)); !errors.Is(err, replication.ErrTransportClosed) {
 		t.Fatalf("send after close: %v", err)
 	}
 	if st := tr.Stats(); st.Lost != 6 { // 5 delayed batches + 1 queued ack
@@ -444,8 +446,8 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 
 func TestInProcessDelayAndReorderDeliverEverything(t *testing.T) {
 	base := runtime.NumGoroutine()
-	tr := NewInProcess(FaultOptions{DelayBatch: 0.3, ReorderBatch: 0.3, DuplicateBatch: 0.1, MaxDelay: time.Millisecond}, 5)
-	lc, fc := connect(t, tr, Ack{})
+	tr := New(FaultOptions{DelayBatch: 0.3, ReorderBatch: 0.3, DuplicateBatch: 0.1, MaxDelay: time.Millisecond}, 5)
+	lc, fc := connect(t, tr, replication.Ack{})
 	ctx := context.Background()
 	const n = 500
 	var order []uint64
@@ -497,7 +499,7 @@ func TestFaultConfigValidate(t *testing.T) {
 	}
 	bad := FaultOptions{DropBatch: -0.1, DuplicateBatch: math.NaN(), Disconnect: 2, QueueSize: -1, MaxDelay: -1, ReorderWindow: -3}
 	err := bad.Validate()
-	if !errors.Is(err, ErrBadFaultOptions) {
+	if !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("Validate = %v", err)
 	}
 	for _, f := range []string{"DropBatch", "DuplicateBatch", "Disconnect", "QueueSize", "MaxDelay", "ReorderWindow"} {

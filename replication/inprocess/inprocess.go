@@ -1,4 +1,4 @@
-package replication
+package inprocess
 
 import (
 	"bytes"
@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
-// ErrBadFaultOptions: a FaultOptions field is out of range (see Validate).
-var ErrBadFaultOptions = errors.New("replication: bad fault options")
+// ErrBadOptions: a FaultOptions field is out of range (see Validate).
+var ErrBadOptions = errors.New("replication: bad fault options")
 
-// FaultOptions sets the faults an InProcess transport injects. Probabilities
+// FaultOptions sets the faults an Transport transport injects. Probabilities
 // are per accepted Send, in [0, 1]. The zero value injects nothing.
 type FaultOptions struct {
 	DropBatch      float64 // batch silently lost
@@ -38,7 +40,7 @@ type FaultOptions struct {
 	QueueSize int
 }
 
-// Fault presets. Treat them as constants: NewInProcess copies its argument.
+// Fault presets. Treat them as constants: New copies its argument.
 var (
 	FaultsNone  = FaultOptions{}
 	FaultsLight = FaultOptions{
@@ -58,7 +60,7 @@ func (c *FaultOptions) probs() []*float64 {
 		&c.DropAck, &c.DelayAck, &c.Disconnect}
 }
 
-// Validate reports every out-of-range field, wrapped in ErrBadFaultOptions.
+// Validate reports every out-of-range field, wrapped in ErrBadOptions.
 func (c *FaultOptions) Validate() error {
 	var errs []error
 	names := []string{"DropBatch", "DuplicateBatch", "ReorderBatch", "DelayBatch", "DropAck", "DelayAck", "Disconnect"}
@@ -77,7 +79,7 @@ func (c *FaultOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("QueueSize = %d < 0", c.QueueSize))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadFaultOptions, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 	}
 	return nil
 }
@@ -187,10 +189,10 @@ func (p *faultPlan) NextAck() ackFault {
 	return ackFault{}
 }
 
-// InProcessStats counts what an InProcess transport did. Sent counts Sends
+// Stats counts what an Transport transport did. Sent counts Sends
 // that the transport took (each drew one fault decision); Delivered counts
 // messages handed out by Recv.
-type InProcessStats struct {
+type Stats struct {
 	Dials, Accepts    uint64
 	BatchesSent       uint64
 	BatchesDelivered  uint64
@@ -206,7 +208,7 @@ type InProcessStats struct {
 	Lost              uint64 // messages discarded because their connection ended
 }
 
-// InProcess is a Transport over channels and slices in one process: both a
+// Transport is a Transport over channels and slices in one process: both a
 // Listener (leader side) and a Dialer (follower side). It injects faults
 // from a faultPlan.
 //
@@ -220,9 +222,9 @@ type InProcessStats struct {
 // relative to others (timers). A single goroutine driving both ends with no
 // delay faults reproduces a run exactly.
 //
-// InProcess starts no goroutines of its own; delayed deliveries run on
+// Transport starts no goroutines of its own; delayed deliveries run on
 // time.AfterFunc timers that are stopped when their connection ends.
-type InProcess struct {
+type Transport struct {
 	mu       sync.Mutex
 	cfg      FaultOptions
 	plan     *faultPlan
@@ -230,21 +232,21 @@ type InProcess struct {
 	closed   bool
 	closedCh chan struct{}
 	acceptq  chan *pipe
-	stats    InProcessStats
+	stats    Stats
 }
 
 var (
-	_ Listener     = (*InProcess)(nil)
-	_ Dialer       = (*InProcess)(nil)
-	_ RefusingConn = (*leaderEnd)(nil)
+	_ replication.Listener     = (*Transport)(nil)
+	_ replication.Dialer       = (*Transport)(nil)
+	_ replication.RefusingConn = (*leaderEnd)(nil)
 )
 
-// NewInProcess returns a transport that injects faults (defaults applied,
+// New returns a transport that injects faults (defaults applied,
 // out-of-range values clamped; see FaultOptions.EnsureDefaults) decided by a
 // PCG generator seeded with seed.
-func NewInProcess(faults FaultOptions, seed uint64) *InProcess {
+func New(faults FaultOptions, seed uint64) *Transport {
 	faults.EnsureDefaults()
-	return &InProcess{
+	return &Transport{
 		cfg:      faults,
 		plan:     newFaultPlan(faults, seed),
 		pipes:    make(map[*pipe]struct{}),
@@ -254,7 +256,7 @@ func NewInProcess(faults FaultOptions, seed uint64) *InProcess {
 }
 
 // Stats returns a snapshot of the counters.
-func (t *InProcess) Stats() InProcessStats {
+func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.stats
@@ -262,7 +264,7 @@ func (t *InProcess) Stats() InProcessStats {
 
 // Disconnect breaks every live connection, as a network blip would: both
 // ends get ErrDisconnected. It returns the number of connections broken.
-func (t *InProcess) Disconnect() int {
+func (t *Transport) Disconnect() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
@@ -276,7 +278,7 @@ func (t *InProcess) Disconnect() int {
 
 // Close breaks every connection and makes all pending and future calls on
 // the transport and its connections return ErrTransportClosed. Idempotent.
-func (t *InProcess) Close() error {
+func (t *Transport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -291,7 +293,7 @@ func (t *InProcess) Close() error {
 }
 
 // Accept implements Listener.
-func (t *InProcess) Accept(ctx context.Context) (LeaderConn, Ack, error) {
+func (t *Transport) Accept(ctx context.Context) (replication.LeaderConn, replication.Ack, error) {
 	select {
 	case p := <-t.acceptq:
 		t.mu.Lock()
@@ -299,14 +301,14 @@ func (t *InProcess) Accept(ctx context.Context) (LeaderConn, Ack, error) {
 		t.mu.Unlock()
 		return &leaderEnd{p}, p.hello, nil
 	case <-ctx.Done():
-		return nil, Ack{}, ctx.Err()
+		return nil, replication.Ack{}, ctx.Err()
 	case <-t.closedCh:
-		return nil, Ack{}, fmt.Errorf("accept: %w", ErrTransportClosed)
+		return nil, replication.Ack{}, fmt.Errorf("accept: %w", replication.ErrTransportClosed)
 	}
 }
 
 // Dial implements Dialer. It blocks until a leader Accepts.
-func (t *InProcess) Dial(ctx context.Context, hello Ack) (FollowerConn, error) {
+func (t *Transport) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
 	p := &pipe{
 		t:      t,
 		hello:  hello,
@@ -318,7 +320,7 @@ func (t *InProcess) Dial(ctx context.Context, hello Ack) (FollowerConn, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("dial: %w", ErrTransportClosed)
+		return nil, fmt.Errorf("dial: %w", replication.ErrTransportClosed)
 	}
 	// Registered before the handoff so that a Close racing with Accept
 	// still breaks the new connection.
@@ -336,11 +338,11 @@ func (t *InProcess) Dial(ctx context.Context, hello Ack) (FollowerConn, error) {
 		t.mu.Unlock()
 		return nil, ctx.Err()
 	case <-t.closedCh:
-		return nil, fmt.Errorf("dial: %w", ErrTransportClosed)
+		return nil, fmt.Errorf("dial: %w", replication.ErrTransportClosed)
 	}
 }
 
-// queue is one direction of a connection. Guarded by InProcess.mu; wake and
+// queue is one direction of a connection. Guarded by Transport.mu; wake and
 // space (capacity 1) let a single waiter block outside the lock.
 type queue[T any] struct {
 	items []T
@@ -388,15 +390,15 @@ const (
 )
 
 // pipe is one connection. All fields but the immutable ones are guarded by
-// InProcess.mu.
+// Transport.mu.
 type pipe struct {
-	t      *InProcess
-	hello  Ack
+	t      *Transport
+	hello  replication.Ack
 	done   chan struct{} // closed when the connection ends
 	broken bool
 	closed [2]bool // Close was called on that side
 	toF    queue[[]byte]
-	toL    queue[Ack]
+	toL    queue[replication.Ack]
 	held   []heldBatch
 	timers map[*time.Timer]struct{}
 	// refusal is why the leader refused the connection (Refuse); the
@@ -410,15 +412,15 @@ func (p *pipe) errLocked(side int) error {
 		return nil
 	}
 	if p.closed[side] || p.t.closed {
-		return ErrTransportClosed
+		return replication.ErrTransportClosed
 	}
 	if side == followerSide && p.refusal != nil {
-		return fmt.Errorf("%w: %w: %w", ErrDisconnected, ErrRefused, p.refusal)
+		return fmt.Errorf("%w: %w: %w", replication.ErrDisconnected, replication.ErrRefused, p.refusal)
 	}
-	return ErrDisconnected
+	return replication.ErrDisconnected
 }
 
-func (t *InProcess) breakLocked(p *pipe) {
+func (t *Transport) breakLocked(p *pipe) {
 	if p.broken {
 		return
 	}
@@ -435,7 +437,7 @@ func (t *InProcess) breakLocked(p *pipe) {
 }
 
 // later delivers fn after d unless the connection ends first.
-func (t *InProcess) laterLocked(p *pipe, d time.Duration, fn func()) {
+func (t *Transport) laterLocked(p *pipe, d time.Duration, fn func()) {
 	var tm *time.Timer
 	// The callback needs t.mu, which the caller holds, so tm is assigned
 	// before the callback can look at it.
@@ -451,13 +453,13 @@ func (t *InProcess) laterLocked(p *pipe, d time.Duration, fn func()) {
 	p.timers[tm] = struct{}{}
 }
 
-func (t *InProcess) sendBatchLocked(p *pipe, buf []byte) error {
+func (t *Transport) sendBatchLocked(p *pipe, buf []byte) error {
 	t.stats.BatchesSent++
 	f := t.plan.NextBatch()
 	if f.Disconnect {
 		t.stats.Disconnects++
 		t.breakLocked(p)
-		return fmt.Errorf("send batch: %w (injected)", ErrDisconnected)
+		return fmt.Errorf("send batch: %w (injected)", replication.ErrDisconnected)
 	}
 	aging := len(p.held)
 	switch {
@@ -496,14 +498,14 @@ func (t *InProcess) sendBatchLocked(p *pipe, buf []byte) error {
 	return nil
 }
 
-func (t *InProcess) sendAckLocked(p *pipe, a Ack) error {
+func (t *Transport) sendAckLocked(p *pipe, a replication.Ack) error {
 	t.stats.AcksSent++
 	f := t.plan.NextAck()
 	switch {
 	case f.Disconnect:
 		t.stats.Disconnects++
 		t.breakLocked(p)
-		return fmt.Errorf("send ack: %w (injected)", ErrDisconnected)
+		return fmt.Errorf("send ack: %w (injected)", replication.ErrDisconnected)
 	case f.Drop:
 		t.stats.AcksDropped++
 	case f.Delay > 0:
@@ -584,7 +586,7 @@ func (c *leaderEnd) Send(ctx context.Context, batch []byte) error {
 	return send(ctx, c.p, leaderSide, &c.p.toF, func() error { return c.p.t.sendBatchLocked(c.p, buf) })
 }
 
-func (c *leaderEnd) Recv(ctx context.Context) (Ack, error) {
+func (c *leaderEnd) Recv(ctx context.Context) (replication.Ack, error) {
 	return recv(ctx, c.p, leaderSide, &c.p.toL, &c.p.t.stats.AcksDelivered)
 }
 
@@ -608,7 +610,7 @@ func (c *followerEnd) Recv(ctx context.Context) ([]byte, error) {
 	return recv(ctx, c.p, followerSide, &c.p.toF, &c.p.t.stats.BatchesDelivered)
 }
 
-func (c *followerEnd) Send(ctx context.Context, ack Ack) error {
+func (c *followerEnd) Send(ctx context.Context, ack replication.Ack) error {
 	return send(ctx, c.p, followerSide, &c.p.toL, func() error { return c.p.t.sendAckLocked(c.p, ack) })
 }
 
