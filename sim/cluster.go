@@ -262,9 +262,9 @@ func (f *FollowerResult) Total() store.ReceiverStats {
 type FollowerShard struct {
 	Shard      uint32
 	AppliedLSN uint64
-	Receiver   store.ReceiverStats      // over every incarnation
-	Shipper    leader.ShipperStats      // the leader's stream to it, over every leader incarnation
-	Transport  inprocess.Stats // its link (zero with Options.Transport)
+	Receiver   store.ReceiverStats // over every incarnation
+	Shipper    leader.ShipperStats // the leader's stream to it, over every leader incarnation
+	Transport  inprocess.Stats     // its link (zero with Options.Transport)
 	// Refused names why the leader refused the follower after the
 	// promotion or at its late join ("" if it did not): "diverged" or
 	// "behind retention". Rebuilt counts the times the store was rebuilt

@@ -419,7 +419,7 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 	go func() { done <- fc.Send(ctx, replication.Ack{}) }()  // ack queue full
 	go func() { _, err := fc.Recv(ctx); done <- err }()      // batches all delayed
 	go func() { _, _, err := tr.Accept(ctx); done <- err }() // nobody dials
-	tr2 := New(FaultsNone, 1)                       // nobody accepts
+	tr2 := New(FaultsNone, 1)                                // nobody accepts
 	go func() { _, err := tr2.Dial(ctx, replication.Ack{}); done <- err }()
 	tr.Close()
 	tr2.Close()
