@@ -1,98 +1,17 @@
-// Package follower is the embeddable oncewal follower node for one shard: it
-// opens a Pebble v2 store, wires the session HWM tracker, the idempotency-key
-// window and the segment receiver, serves a transport, and recovers after a
-// restart or a crash.
+// Package follower serves one shard's store (package store) from the shard's
+// leader: it dials the leader through a replication.Dialer with the store's
+// hello, applies what the leader ships, acknowledges it, and redials whenever
+// the link drops; a Node does that for every shard a process holds, and a
+// store the leader refuses for good is rebuilt from a snapshot.
 //
-//	f, err := follower.Open(dir, &follower.Options{Shard: 3})
+//	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 3}})
 //	go f.Serve(ctx, dialer)      // redials, resumes from the durable position
 //	...
 //	f.Close()                    // stops Serve, flushes, closes the store
 //
-// # Recovery
-//
-// Everything the receiver decides commits in one Pebble batch per shipped
-// batch: the applied state, the HWM advances, the window journal, the applied
-// LSN and the leader epoch. Reopening the directory therefore resumes from a
-// consistent cut: the position and epoch come from the m/ keys, HWMs are read
-// through from h/ on demand after the HWM log (hd/) is replayed (its sessions
-// pinned in memory), and the window is rebuilt from the journal (w/j/),
-// after a clean Close and after a crash alike. The journal is written with
-// each batch and compacted into a snapshot of the window every ~2× capacity
-// keys, so the window a follower restarts with is exactly the window it had
-// at its last commit (replication/journal.go explains why the replay is
-// exact).
-//
-// # Store identity and opening
-//
-// A store records its kind, shard and the options that change what it
-// decides (window capacity, retention horizon) when it is created; Open
-// refuses a store recorded otherwise (*MismatchError, like Pebble's OPTIONS
-// check), a directory that is not a store (*LayoutError: a node, leader or
-// WAL directory, unrelated files) and a Pebble store that is not oncewal's
-// (store.ErrNotStore) — all before anything on disk changes. SetRecordedOptions
-// changes a recorded option where that is safe (identity.go says which and
-// why).
-//
-// # Opening a store that cannot be opened
-//
-// Open never hangs on a store it cannot open. Pebble's Open replays the WAL
-// into memtables and waits for them to be flushed; when the flush fails
-// (disk full, I/O errors) Pebble reports a background error and retries the
-// flush at once, for ever, and Open waits for ever — burning a core and
-// ignoring the embedder. So pebble.Open runs on its own goroutine, and the
-// store's EventListener counts every background error, logs it (once, then
-// at most every 30s), and sleeps a doubling backoff (10ms to 1s, reset by a
-// flush or compaction that succeeds) before Pebble retries, so a failing
-// disk is retried slowly instead of in a hot loop. OpenContext returns
-// store.ErrUnavailable, wrapping the error (errors.Is(err, syscall.ENOSPC)
-// works), after openGiveUp background errors in a row during the open (a
-// retry can succeed: a failed flush's partial file is deleted, freeing its
-// space), and ctx.Err() when ctx ends first.
-//
-// An open that was given up keeps retrying in the background (Pebble offers
-// no way to stop it) and holds the store's lock meanwhile. A later Open of
-// the same directory, on the same vfs.FS, in this process joins it instead
-// of failing on the lock: it gets the store if a retry succeeds, else the
-// error again after openGiveUp more failed retries (a few seconds at the
-// 1s backoff cap). An open that succeeds with nobody waiting closes the store
-// again, so a freed disk leaves no store open behind anyone's back. When
-// Pebble declares the open fatal instead (storeLogger), the open is dead:
-// every later Open in this process gets store.ErrUnavailable at once.
-//
-// Before any of that, Open decides from the directory's entries what it
-// holds (DirLayout) and, for an existing store, reads its identity through a
-// read-only Pebble open on a filesystem that refuses every write, so a
-// refusal — a node or WAL directory, a directory of unrelated files, a
-// store of another shard or with other options — changes nothing on disk:
-// no LOCK file, no new WAL, no flush. A new store that fails to open is
-// removed again (the directory if Open created it, else what Pebble wrote in
-// the empty directory).
-//
-// # Writing on a full disk
-//
-// Pebble has no graceful answer to a full disk, so a follower stops before
-// it: below Options.MinFreeBytes of free space (default 64 MiB; the
-// internal/diskguard reading, at most every 100 ms) no batch is applied —
-// Apply and Start refuse it with replication.ErrDiskFull, Serve holds it
-// and waits for room (Stats.DiskFull, metric store_disk_full, /readyz
-// fails) — and it goes on by itself when there is room (TestMinFreeBytes).
-//
-// If the disk fills anyway (the guard off, another process writing), the
-// failing flush comes while the store serves: Pebble then holds
-// the next commit that needs room in its memtables (a write stall), and
-// Flush and Close wait for the flush too — all without a deadline, for as
-// long as the disk stays full. The follower stays responsive
-// (TestServeOnFullDisk): Serve starts each batch on its own goroutine and
-// stops waiting for it when its context ends (the stuck batch is finished
-// in the background, in pipeline order, and holds back every later batch);
-// Close flushes and closes on its own goroutine and, after a few background
-// errors in a row, returns store.ErrStalled wrapping the disk's error — the
-// store then closes itself if the disk recovers, else it stays open until
-// the process exits. Nothing acknowledged is lost: every acked batch is
-// synced in Pebble's WAL, and an abandoned store is recovered at the next
-// Open like a crashed one. Stats.WriteStalled (metric store_write_stalled)
-// shows the stall; with background errors /readyz fails and the first
-// stall is logged at Error.
+// Everything about the store itself — recovery, identity, opening, a full
+// disk, failures, the Applier contract, the key layout, memory — is package
+// store's and holds here unchanged.
 //
 // # Redialling
 //
@@ -136,25 +55,12 @@
 // transport holds messages back meanwhile. Link.LastError says why the
 // last connection ended; readiness quotes it.
 //
-// # Store failure
-//
-// Pebble v2 treats a failed WAL write or sync as fatal and reports it through
-// Logger.Fatalf, whose default implementation exits the process. The follower
-// installs replication.FatalLogger, which panics with *replication.FatalError
-// on the committing goroutine; the receiver recovers it, returns
-// store.ErrFailed, and refuses every later batch. A failed WAL
-// sync of a pipelined batch (below) comes back from its Pending.Wait, with
-// the same outcome, for it and every batch started after it. Serve returns that
-// error. The embedder must Close the follower and Open it again: the reopened
-// store holds either the whole failed batch or none of it, and the leader
-// resends from the position the follower reports in its handshake.
-//
 // # Applier failure
 //
-// A custom Applier (Options.Applier) keeps replication's Applier contract
-// (invariant 10 there): deterministic, a rejection recorded as a result
-// (Example_rejectionRecorded), never an error. An error or a panic
-// (recovered) refuses the batch with replication.ErrApply and commits
+// A custom Applier (Options.Applier) keeps the Applier contract above
+// (store invariant 9): deterministic, a rejection recorded as a result (package
+// follower's Example_rejectionRecorded), never an error. An error or a panic
+// (recovered) refuses the batch with store.ErrApply and commits
 // nothing; the same Applier would fail the resent batch again, so Serve
 // stops at once — one refusal, counted in Stats.ApplyErrors (metric
 // batches_refused_total{reason="apply_error"}), one Error log line —
@@ -162,46 +68,13 @@
 // (ShardStats.Err). Reopened with a fixed Applier, the follower goes on
 // from its durable position.
 //
-// # Pebble key layout
-//
-// One store per follower shard. Every value begins with a one-byte format
-// version (currently 1). The prefixes are named once, in package keyspace;
-// a custom Applier may write anything outside keyspace.Reserved (h/, hd/,
-// m/, w/, l/).
-//
-//	h/<session ID:16>              session HWM record (package session)
-//	h/...                          the tracker's WAL clock (package session)
-//	hd/<seq:8 BE>                  HWM log: one batch's HWM changes (package session)
-//	s/<session ID:16><user key>    session state rows (package session)
-//	m/position                     applied LSN, u64 LE
-//	m/epoch                        highest committed leader epoch, u64 LE
-//	m/format                       store format (1); marks an oncewal store
-//	m/identity                     kind, shard, window capacity, retention horizon
-//	                               (KeyIdentity; written when the store is created)
-//	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
-//	m/epoch_prev                   the batch ending just before m/epoch_start (as m/last_batch)
-//	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;
-//	                               leader-only: deleted when a new epoch starts, never
-//	                               inherited by a rebuilt store — keyspace.LeaderOnly)
-//	m/leader                       the epoch at which a leader raised this store's epoch: the
-//	                               mark that it is a leader's store (leader.Open refuses a
-//	                               store without it; leader-only, like m/slot/)
-//	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
-//	                               epoch u64 LE and header CRC u32 LE (wal.BatchRef,
-//	                               sent in the hello; absent or for another LSN = unknown)
-//	w/j/<last LSN:8 BE>            window journal: the batch's recorded keys, in
-//	                               recording order (a compacted entry starts with
-//	                               the whole window)
-//	l/r/<len u8><scope><key>       request-ledger entry (package idempotency)
-//	l/x/<expires:8 BE><len><scope><key>  ledger expiry index, for the sweep
-//	l/clock, l/sweep, l/probe      ledger WAL clock, last sweep time, probe
-//
 // # Request ledger and promotion
 //
 // The default applier also applies the request-ledger records a leader logs
 // (wal ops claim, complete, release, fail, extend) into the l/ table, in the same
-// Pebble batch as the effects they travel with. Promote turns a follower into
-// its shard's leader (replication.LedgerLog) with a higher epoch: its log
+// Pebble batch as the effects they travel with. A follower's store becomes
+// its shard's leader with leader.Promote (after Follower.Retire hands the
+// store over) at a higher epoch: its log
 // continues at the applied LSN + 1, the new epoch is persisted first (the old
 // leader's batches are refused from then on), and its Ledger answers from the
 // replicated table — requests completed on the old leader replay, claims it
@@ -246,93 +119,6 @@
 // applying. The window bound (Options.WindowCapacity) holds per shard: the
 // node holds at most shards × capacity keys, and NodeStats reports the
 // total, including WindowBytes, the memory the windows hold.
-//
-// # Store layout: one Pebble store per shard
-//
-// The alternative was one shared store with a shard prefix on every key
-// (h/, s/, m/, w/ per shard). Measured on this machine (2 cores, virtio disk,
-// ext4, in t.TempDir, Sync per batch; raw Pebble, no oncewal code; median
-// of 3 runs while the machine was quiet, load ≈ 3):
-//
-//	go test ./follower -run '^$' -bench StoreLayout -benchtime 300x -count 3
-//
-//	synced 1000-key batches, N goroutines   1 store (shared)   N stores
-//	N=1                                        835k keys/s     815k keys/s
-//	N=2                                        910k keys/s     923k keys/s
-//	N=4                                        755k keys/s    1169k keys/s
-//	N=8                                        911k keys/s    1250k keys/s
-//
-// (At N=1 both layouts are the same single store; the gap there is noise.
-// Earlier runs under load ≈ 8 gave the same ranking: 207k/230k/257k/295k
-// shared vs 265k/304k/428k/506k per shard, median of 10.) The shared store
-// funnels every shard's commits through one WAL and one commit pipeline, so
-// writers queue behind each other; separate stores write and sync their WALs
-// independently (+37–55% at 4–8 shards). Beyond speed, a store per shard is
-// what lets a failing shard fail alone: Pebble wedges a whole store on a WAL
-// error, so a shared store would take every shard down with it, and one
-// shard's compaction debt or corruption would be every shard's. It also
-// reuses the single-shard Follower as it is — no shard prefix threaded
-// through the session and replication key spaces — and a shard moves to
-// another node by moving its directory. The cost is per-store overhead:
-// memtables (below), caches and background goroutines per shard, so a node
-// should serve tens of shards, not thousands.
-//
-// # Memory per shard: the memtable
-//
-// Options.MemTableSize (default 32 MiB; --memtable-size) sizes each store's
-// memtable. A shard that writes holds about two of them — the one being
-// filled and the one being flushed, or kept by Pebble for reuse — so 64 MiB
-// per writing shard at the default (Pebble starts at 256 KiB and doubles
-// per memtable up to the size, so an idle shard holds little), and up to
-// MemTableStopWritesThreshold (2) queued memtables plus the one being
-// filled while flushes fall behind. A node of 30 writing shards: ~2 GiB;
-// set it lower for more shards (16 MiB halves the memory and keeps about
-// half of the CPU saved on fresh events, four fifths on retries; below).
-// Pebble counts memtables against its block cache, so the store's
-// CacheSize is 8 MiB of blocks on top of two memtables (72 MiB at the
-// default) unless PebbleOptions sets Cache or CacheSize: with Pebble's
-// 8 MiB, two memtables of 4 MiB or more left no block cache at all.
-//
-// Why not Pebble's 4 MiB: the follower's short-lived rows — the HWM log's
-// deltas, kept HWMLogBatches (256) batches (package session), and the
-// window journal, whose entries live about WindowCapacity keys
-// (replication/journal.go) — outlived a 4 MiB memtable (about 20 fresh
-// 1000-event batches), so they were flushed and compacted although they are
-// deleted soon after; compactions were ~41% of the process's CPU on fresh
-// apply. Shortening their lifetime instead was not measured, and looks
-// dearer: the journal must hold at least the whole window (1.6 MB at
-// 100,000 keys), and a shorter HWM log carries or checkpoints more
-// sessions (100,000 uniform sessions are touched once per ~100 batches; a
-// checkpoint is a Pebble row of its own). A larger memtable lets most of
-// them die in it; it costs a deeper skiplist (each insert a little dearer)
-// and a longer WAL replay after a crash; Close flushes, so a clean restart
-// replays nothing. go test ./bench -run '^$' -bench Reopen -benchtime 3x
-// (100,000 sessions, 200 batches after the preload; two rounds each, load
-// 3–5): a killed follower opens in 300/337 ms at 4 MiB, 353/371 ms at
-// 32 MiB; a closed one in 211/173 ms at 4 MiB, 75/110 ms at 32 MiB (fewer
-// tables and tombstones under the HWM log it replays).
-//
-// Measured with one binary, only the memtable changed (4 MiB is main's),
-// on the follower and the raw references alike (the benchmarks' openPebble),
-// CPU ns per event, two interleaved rounds, load 1–2 (go test ./bench
-// -run '^$' -bench 'Receiver/(fresh|dup100-window|raw-ingest)$' -benchtime
-// 1500x, 2026-11-23):
-//
-//	memtable               4 MiB        16 MiB       32 MiB       64 MiB
-//	raw-ingest             2943 3450    2581 2729    2337 2974    2473 2444
-//	fresh                  5363 6370    4516 5137    3989 4063    4391 3686
-//	  sstable B/event      969 1032     650 680      472 446      292 285
-//	dup100-window (retry)  1296 1515    985 1022     920 907      861 905
-//	  sstable B/event      136          46           26           18
-//
-// 32 MiB takes most of the saving (fresh −30%, retries −35%); 64 MiB adds
-// little for twice the memory. End to end against main (go test ./bench
-// -run '^$' -bench 'Pipeline/(e2e|e2e-raw|e2e-dup30|e2e-raw-dup30)$'
-// -benchtime 500x, three interleaved rounds, load ~2.8): e2e 3844–4575 →
-// 3279–3857, e2e-dup30 3267–3868 → 2108–3216 cpu-ns/event; the
-// at-least-once references gain as much or more (e2e-raw 2808–3101 →
-// 2144–2301), since every random-key workload compacts less with larger
-// flushes.
 //
 // # Throughput with many shards
 //
@@ -393,39 +179,27 @@
 // and ordering independence, and up to ~2× throughput only when commits are
 // not synced per batch.
 //
-// # Invariants
-//
-//  1. An event is applied at most once: after its batch commits, its SeqNo is
-//     at or below its session's HWM, its LSN at or below the applied position,
-//     and its key in the journal; none of them moves backwards.
-//  2. No event is skipped: batches apply in LSN order (a batch beyond
-//     position+1 is refused) and a SeqNo gap refuses the whole batch.
-//  3. State, HWMs, journal, position and epoch change in one Pebble batch.
-//  4. In-memory HWMs, window, position and epoch change only after that batch
-//     reached the store; the reported position and the acks only after it is
-//     synced (replication's invariant 2 states this for the pipeline).
-//  5. A batch from an epoch below the highest committed one is refused before
-//     it touches anything.
-//  6. (Node) A shard's batches touch only that shard's store; a batch for a
-//     shard the node does not serve touches none.
-//  7. A damaged store never panics (DESIGN invariant 10): a block failing
-//     Pebble's checksum is an error of the read (Pebble's DataCorruption
-//     hook logs instead of calling Fatalf, replication.NonFatalCorruption,
-//     on every store opened), typed store.ErrCorrupt at the store boundary
-//     (CorruptStoreError: Open, Describe, a node's shards, oncewal inspect
-//     and promote). It changes nothing on disk; a node keeps its other
-//     shards serving and rebuilds the damaged one with Rebuild auto.
-//
 // # Pipeline
 //
 // Serve pipelines the receiver: its receive loop starts each batch
-// (Receiver.Start: decided, staged and in Pebble's memtable, its WAL sync in
+// (store.Receiver.Start: decided, staged and in Pebble's memtable, its WAL sync in
 // flight) and an acknowledger waits for them in order (Pending.Wait) and
 // sends their acks, up to 4 batches between the two. The shipper keeps more
-// than that in flight (ShipperOptions.MaxInFlight, default 32), so the pipe
+// than that in flight (leader.ShipperOptions.MaxInFlight, default 32), so the pipe
 // stays full; Pebble syncs every record queued on the WAL with one
 // fdatasync. Embedders with their own transport get the same through
 // Follower.Start. TestCrashSweepPipelined crashes at every WAL write and sync
 // with batches in every stage and checks that recovery keeps every
 // acknowledged LSN and ends in the oracle's state.
+//
+// # Invariants
+//
+// The store's invariants (package store) hold per shard. Besides:
+//
+//  1. (Node) A shard's batches touch only that shard's store; a batch for a
+//     shard the node does not serve touches none.
+//  2. Serve never acknowledges a batch before the store's position covers it
+//     (the acknowledger waits for each Pending in Start order), and a
+//     refusal no retry can fix is retried at the longest backoff, or ends
+//     Serve with ErrPermanentRefusal when StopOnPermanentRefusal is set.
 package follower

@@ -27,7 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The Applier contract (replication's doc.go, invariant 10) on a leader
+// The Applier contract (store's doc.go, invariant 9) on a leader
 // and its followers: a rejection is a result, an Applier failure stops the
 // shard, and a fixed Applier gets it going again.
 

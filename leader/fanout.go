@@ -544,7 +544,7 @@ func (f *Fanout) dispatch(c replication.LeaderConn, hello replication.Ack) {
 const livenessHeartbeats = 3
 
 // connLive reports whether c's follower is known to be alive: it answered
-// within livenessHeartbeats heartbeat intervals (invariant 11). A
+// within livenessHeartbeats heartbeat intervals (invariant 5). A
 // connection whose transport cannot tell (no heartbeats, no PeerConn) is
 // not known to be alive; ago is how long it has been silent.
 func connLive(c replication.LeaderConn) (live bool, ago time.Duration) {

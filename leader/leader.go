@@ -428,7 +428,7 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout store.Layout
 			return 0, err
 		}
 	}
-	return replication.LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
+	return LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
 }
 
 func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {

@@ -224,7 +224,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		return nil, err
 	}
 	applied, stored := recv.Position()
-	// The WAL is the authority on the leader's epoch (invariant 12): a store
+	// The WAL is the authority on the leader's epoch (invariant 6): a store
 	// rebuilt from it after it was lost knows no epoch until it re-applies
 	// the log, and a leader serving below its log's last epoch would append
 	// batches every reader refuses. Read-only: a refusal below changes
@@ -233,7 +233,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Epoch, err = replication.LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
+	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
 		return nil, err
 	}
 	l := &LedgerLog{cfg: cfg, recv: recv, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
@@ -437,7 +437,7 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	if l.validator != nil {
 		// Validate must judge against every earlier logged batch, which
 		// the store shows only once it is applied: one append at a time
-		// (invariant 10; the Applier contract in doc.go says why not a
+		// (store invariant 9; the Applier contract in store's doc.go says why not a
 		// speculative view).
 		l.validMu.Lock()
 		defer l.validMu.Unlock()

@@ -39,7 +39,7 @@ import (
 // (RouteLedger), so an Applier given in follower.Options never sees them.
 //
 // Apply must keep the Applier contract (package doc, "The Applier
-// contract"; invariant 10): it is deterministic, and a business-rule rejection is a
+// contract"; invariant 9): it is deterministic, and a business-rule rejection is a
 // result — refused before logging by a Validator, or recorded in b and
 // answered with nil — never an error. An error (or a panic, recovered as
 // ErrApplierPanic) aborts the whole batch: nothing is committed, the
@@ -78,7 +78,7 @@ var ErrRejected = errors.New("store: rejected by the Applier's Validate (nothing
 var ErrApplierPanic = errors.New("store: applier panicked")
 
 // callApplier runs an Applier's Apply or Validate, turning a panic into an
-// error wrapping ErrApplierPanic (invariant 10: never a crash); the stack
+// error wrapping ErrApplierPanic (invariant 9: never a crash); the stack
 // goes to log, since the error keeps only the panic's value.
 func callApplier(log *slog.Logger, f func(*pebble.Batch, []wal.Event) error, b *pebble.Batch, events []wal.Event) (err error) {
 	defer func() {

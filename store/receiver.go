@@ -162,7 +162,7 @@ func (r *Receiver) noteEpoch(epoch uint64) {
 }
 
 // RaiseEpoch fences the store at a leader's epoch once the store holds the
-// leader's whole log (invariant 12), before any batch is started: an epoch
+// leader's whole log (package leader, invariant 6), before any batch is started: an epoch
 // above the store's starts a new history after the applied position
 // (stageEpoch); otherwise riseStart — where the re-applied log last raised
 // the epoch (0: it did not), with risePrev the batch before it — is recorded
@@ -778,7 +778,7 @@ func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error
 }
 
 // publish makes memory follow the batch stage handed to the store
-// (invariant 2 of doc.go): the tracker's HWMs, the window, the journal's
+// (invariant 4 of doc.go): the tracker's HWMs, the window, the journal's
 // state, and the position, epoch and batch identity the next decision
 // starts from. The position reported outside (Position, Hello, acks) moves
 // in Pending.Wait, after the WAL sync.

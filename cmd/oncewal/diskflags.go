@@ -25,7 +25,7 @@ func checkMinFree(c *flagCheck, v int64) {
 // memtable of every shard store; the leader's local stores too).
 func memTableFlag(fs *flag.FlagSet) *int64 {
 	return fs.Int64("memtable-size", store.DefaultMemTableSize,
-		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (follower/doc.go, Memory per shard)")
+		"memtable of each shard's store, in bytes; a shard that writes holds about two of them (store/doc.go, Memory per shard)")
 }
 
 func checkMemTable(c *flagCheck, v int64) {

@@ -208,7 +208,7 @@ type Stats struct {
 	Lost              uint64 // messages discarded because their connection ended
 }
 
-// Transport is a Transport over channels and slices in one process: both a
+// Transport is a replication transport over channels and slices in one process: both a
 // Listener (leader side) and a Dialer (follower side). It injects faults
 // from a faultPlan.
 //

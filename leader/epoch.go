@@ -1,0 +1,36 @@
+package leader
+
+import (
+	"fmt"
+
+	"github.com/oncewal/oncewal/replication"
+)
+
+// LeaderEpoch is the epoch a leader serves at: asked, or when asked is 0
+// the higher of stored (the epoch its store has committed) and logged (the
+// epoch of its WAL's last batch, the authority: a store rebuilt from the
+// log knows none), 1 when both are 0. It is refused below either
+// (replication.ErrStaleEpoch) and above replication.MaxEpoch
+// (replication.ErrEpochExhausted). walDir names the log in the errors.
+func LeaderEpoch(asked, stored, logged uint64, walDir string) (uint64, error) {
+	epoch := asked
+	if epoch == 0 {
+		epoch = max(stored, logged, 1)
+		if epoch > replication.MaxEpoch {
+			return 0, fmt.Errorf("%w: the store or the WAL in %s holds epoch %d, above the highest epoch %d (replication.MaxEpoch), "+
+				"as a binary that let epochs wrap left it; no leader can serve it: start a new deployment from fresh directories",
+				replication.ErrEpochExhausted, walDir, epoch, uint64(replication.MaxEpoch))
+		}
+	}
+	if err := replication.CheckEpoch("leader epoch", epoch); err != nil {
+		return 0, err
+	}
+	if epoch < stored {
+		return 0, fmt.Errorf("%w: leader epoch %d, store has committed epoch %d", replication.ErrStaleEpoch, epoch, stored)
+	}
+	if epoch < logged {
+		return 0, fmt.Errorf("%w: leader epoch %d is below epoch %d of the last batch of the WAL in %s: "+
+			"give no epoch (--epoch 0) to continue at the log's, or one above it to raise it", replication.ErrStaleEpoch, epoch, logged, walDir)
+	}
+	return epoch, nil
+}
