@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // trackerRig is a Pebble store with `sessions` HWM rows (flushed to sstables,
@@ -27,10 +29,9 @@ func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 
 func newTrackerRigOpts(b *testing.B, sessions int, opts session.TrackerOptions) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: replication.FatalLogger{}, CacheSize: 64 << 20})
-	if err != nil {
-		b.Fatal(err)
-	}
+	o := testutil.DBOptions(vfs.Default)
+	o.Logger, o.CacheSize = replication.FatalLogger{}, 64<<20
+	db := testutil.OpenDBWith(b, b.TempDir(), o)
 	b.Cleanup(func() { db.Close() })
 	r := &trackerRig{db: db, ids: make([]session.ID, sessions), hwm: make([]session.SeqNo, sessions),
 		rng: rand.New(rand.NewPCG(1, 2)), base: 1_700_000_000_000_000_000}

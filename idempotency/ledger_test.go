@@ -16,6 +16,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // fakeClock is a WAL clock the test moves by hand.
@@ -62,9 +63,8 @@ func newEnv(t testing.TB, topts *idempotency.TableOptions, lopts *idempotency.Le
 }
 
 func (e *env) open() {
+	e.db = testutil.OpenDB(e.t, e.fs, "db")
 	var err error
-	e.db, err = pebble.Open("db", &pebble.Options{FS: e.fs, FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(e.t, err)
 	e.table, err = idempotency.OpenLedgerTable(e.db, &e.topts)
 	require.NoError(e.t, err)
 	lo := e.lopts

@@ -1,4 +1,10 @@
-// Package testutil holds test helpers only (store snapshots, directory
-// digests). Only _test.go files import it (TestOnlyTestsImport checks): the
-// simulation the demo runs is package sim.
+// Package testutil holds test helpers only: in-memory Pebble stores
+// (MemDB, OpenDB), store and directory snapshots (SnapshotDB, TreeDigest,
+// TreeState), golden files. Only _test.go files import it
+// (TestOnlyTestsImport checks): the simulation the demo runs is package sim.
+//
+// It imports no package of this module but leaves that import nothing of
+// it (TestTestutilImportsOnlyLeaves checks), so that the internal tests of
+// any package (package wal's own tests, say) can use it without an import
+// cycle.
 package testutil
