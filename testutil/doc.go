@@ -1,5 +1,7 @@
 // Package testutil holds test helpers only: in-memory Pebble stores
-// (MemDB, OpenDB), store and directory snapshots (SnapshotDB, TreeDigest,
+// (MemDB, OpenDB), fault filesystems on Pebble's errorfs (FailNth, and
+// CrashFS over vfs.NewCrashableMem + CrashClone), store and directory
+// snapshots (SnapshotDB, TreeDigest,
 // TreeState), golden files. Only _test.go files import it
 // (TestOnlyTestsImport checks): the simulation the demo runs is package sim.
 //

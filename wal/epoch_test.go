@@ -2,11 +2,10 @@ package wal
 
 import (
 	"io"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -180,16 +179,9 @@ func TestCutEpochRegressionCrash(t *testing.T) {
 	for k := int64(0); ; k++ {
 		mem := vfs.NewCrashableMem()
 		hs := writeRawLog(t, mem, crashDir, segs)
-		var img *vfs.MemFS
-		var n atomic.Int64
-		fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(errorfs.Op) error {
-			if n.Add(1)-1 == k {
-				img = mem.CrashClone(vfs.CrashCloneCfg{})
-				return errCrash
-			}
-			return nil
-		}))
+		fs := testutil.NewCrashFS(mem, testutil.CrashOptions{At: int(k)})
 		_, err := CutEpochRegression(fs, crashDir, 0, "/data")
+		img := fs.Image()
 		if img == nil {
 			require.NoError(t, err)
 			break

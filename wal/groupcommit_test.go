@@ -76,40 +76,28 @@ func hasIntactLater(t *testing.T, fs vfs.FS, scan logScan, all []Header) bool {
 	return false
 }
 
-// blockingSyncFS holds every SyncData of a segment until release is closed,
-// counting them.
-type blockingSyncFS struct {
-	vfs.FS
-	started chan struct{}
-	release chan struct{}
-	syncs   atomic.Int64
-}
-
-func (fs *blockingSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return &blockingSyncFile{File: f, fs: fs}, err
-}
-
-type blockingSyncFile struct {
-	vfs.File
-	fs *blockingSyncFS
-}
-
-func (f *blockingSyncFile) SyncData() error {
-	f.fs.syncs.Add(1)
-	f.fs.started <- struct{}{}
-	<-f.fs.release
-	return f.File.SyncData()
+// blockingSyncFS holds every SyncData (a segment's) until it receives from
+// release, after sending on started; syncs counts them.
+func blockingSyncFS(started, release chan struct{}, syncs *atomic.Int64) vfs.FS {
+	return errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileSyncData {
+			syncs.Add(1)
+			started <- struct{}{}
+			<-release
+		}
+		return nil
+	}))
 }
 
 // TestGroupCommitSharesSync: appenders that write while a sync is in flight
 // wait for it, and the next sync covers all of them: three appends, two
 // fdatasyncs; none returns before the sync that covers it.
 func TestGroupCommitSharesSync(t *testing.T) {
-	fs := &blockingSyncFS{FS: vfs.NewMem(), started: make(chan struct{}, 8), release: make(chan struct{})}
-	w, err := OpenWriter("/wal", &WriterOptions{FS: fs})
+	started, release := make(chan struct{}, 8), make(chan struct{})
+	var syncs atomic.Int64
+	w, err := OpenWriter("/wal", &WriterOptions{FS: blockingSyncFS(started, release, &syncs)})
 	require.NoError(t, err)
-	fs.syncs.Store(0) // a fresh log's segment is created without a data sync; be exact anyway
+	syncs.Store(0) // a fresh log's segment is created without a data sync; be exact anyway
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	appendOne := func(i int) {
@@ -120,7 +108,7 @@ func TestGroupCommitSharesSync(t *testing.T) {
 	}
 	wg.Add(1)
 	go appendOne(1)
-	<-fs.started // the first append's sync is in flight
+	<-started // the first append's sync is in flight
 	wg.Add(2)
 	go appendOne(2)
 	go appendOne(3)
@@ -128,15 +116,15 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		runtime.Gosched()
 	}
 	require.Zero(t, done.Load(), "nothing returns before its sync")
-	fs.release <- struct{}{} // first sync ends: covers only batch 1
-	<-fs.started             // one sync for batches 2 and 3
-	fs.release <- struct{}{}
+	release <- struct{}{} // first sync ends: covers only batch 1
+	<-started             // one sync for batches 2 and 3
+	release <- struct{}{}
 	wg.Wait()
-	require.EqualValues(t, 2, fs.syncs.Load())
+	require.EqualValues(t, 2, syncs.Load())
 	require.EqualValues(t, 2, w.Syncs(), "the Writer counts the syncs the file saw")
 	require.EqualValues(t, 3, w.Batches())
 	require.EqualValues(t, 9, w.DurableLSN())
-	close(fs.release)
+	close(release)
 	require.NoError(t, w.Close())
 }
 

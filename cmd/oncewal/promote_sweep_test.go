@@ -10,38 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/testutil"
 )
-
-// failNth is an errorfs injector that fails the n-th (from 0) operation
-// that changes something on disk (creates, links, renames, removals,
-// directory creation, writes and syncs) and counts them all.
-type failNth struct {
-	n, seen atomic.Int64
-	fired   atomic.Bool
-}
-
-func (f *failNth) String() string { return "failNth" }
-
-func (f *failNth) MaybeError(op errorfs.Op) error {
-	switch op.Kind {
-	case errorfs.OpCreate, errorfs.OpLink, errorfs.OpRemove, errorfs.OpRemoveAll, errorfs.OpRename, errorfs.OpMkdirAll,
-		errorfs.OpReuseForWrite, errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData,
-		errorfs.OpFileSyncTo:
-	default:
-		return nil
-	}
-	if f.seen.Add(1)-1 == f.n.Load() && f.fired.CompareAndSwap(false, true) {
-		return errorfs.ErrInjected
-	}
-	return nil
-}
 
 // promotedState is what a finished promotion leaves: each shard's applied
 // LSN and epoch, and whether anything but a leader node directory remains.
@@ -229,14 +205,13 @@ func TestPromoteFaultChild(t *testing.T) {
 	}
 	n, err := strconv.Atoi(ns)
 	must(t, err)
-	inj := &failNth{}
-	inj.n.Store(int64(n))
+	inj := &testutil.FailNth{N: int64(n), Match: testutil.Mutations}
 	c := promoteConfig{dir: os.Getenv("ONCEWAL_FAULT_DIR"), out: os.Getenv("ONCEWAL_FAULT_OUT"), fs: errorfs.Wrap(vfs.Default, inj)}
 	if p := os.Getenv("ONCEWAL_FAULT_PEERS"); p != "" {
 		c.peers, c.catchUp = strings.Split(p, ","), true
 	}
 	err = promote(c, io.Discard, io.Discard)
-	if inj.fired.Load() {
+	if inj.Fired() {
 		fmt.Println("FAULT FIRED")
 	}
 	if err != nil {
