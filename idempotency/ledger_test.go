@@ -19,32 +19,19 @@ import (
 	"github.com/oncewal/oncewal/testutil"
 )
 
-// fakeClock is a WAL clock the test moves by hand.
-type fakeClock struct{ t atomic.Int64 }
-
-func newClock() *fakeClock {
-	c := &fakeClock{}
-	c.t.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-// Now ticks by one nanosecond per call, like a leader's strictly increasing clock.
-func (c *fakeClock) Now() int64              { return c.t.Add(1) }
-func (c *fakeClock) Advance(d time.Duration) { c.t.Add(int64(d)) }
-
 type env struct {
 	t     testing.TB
 	fs    vfs.FS
 	db    *pebble.DB
 	table *idempotency.LedgerTable
 	l     *idempotency.Ledger
-	clock *fakeClock
+	clock *testutil.Clock
 	topts idempotency.TableOptions
 	lopts idempotency.LedgerOptions
 }
 
 func newEnv(t testing.TB, topts *idempotency.TableOptions, lopts *idempotency.LedgerOptions) *env {
-	e := &env{t: t, fs: vfs.NewMem(), clock: newClock()}
+	e := &env{t: t, fs: vfs.NewMem(), clock: testutil.NewTickingClock(1)}
 	if topts != nil {
 		e.topts = *topts
 	}

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,18 +28,8 @@ func sid(rng *rand.Rand) session.ID {
 	return id
 }
 
-// clock is a settable wall clock.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *clock) wall() int64          { return c.ns.Load() }
-func (c *clock) step(d time.Duration) { c.ns.Add(int64(d)) }
-func quiet() *follower.Options        { return &follower.Options{Logger: discard()} }
-func discard() *slog.Logger           { return slog.New(slog.DiscardHandler) }
+func quiet() *follower.Options { return &follower.Options{Logger: discard()} }
+func discard() *slog.Logger    { return slog.New(slog.DiscardHandler) }
 func open(t *testing.T, dir string, o *leader.Options) *leader.Leader {
 	t.Helper()
 	o.Store.Logger = discard()
@@ -209,8 +198,8 @@ func stepsName(steps []time.Duration) string {
 
 func runClockSteps(t *testing.T, steps []time.Duration) {
 	dir := t.TempDir()
-	clk := newClock()
-	l := open(t, dir, &leader.Options{Shards: 1, Wall: clk.wall})
+	clk := testutil.NewClock()
+	l := open(t, dir, &leader.Options{Shards: 1, Wall: clk.Now})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(uint64(len(steps)), uint64(steps[0])))
 	oracle := sim.NewOracle()
@@ -225,9 +214,9 @@ func runClockSteps(t *testing.T, steps []time.Duration) {
 	}
 	for i := range 300 * (len(steps) + 1) {
 		if d, ok := stepAt[i]; ok {
-			clk.step(d)
+			clk.Advance(d)
 		}
-		clk.step(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		j := rng.IntN(len(live))
 		ev := wal.Event{Op: wal.OpAdd, Session: live[j], Key: []byte{byte('a' + rng.IntN(3))}, Delta: int64(i)}
 		h, err := l.Append(ev)
