@@ -1,5 +1,6 @@
 // Package testutil holds test helpers only: in-memory Pebble stores
-// (MemDB, OpenDB), a hand-moved clock (Clock), fault filesystems on Pebble's errorfs (FailNth, and
+// (MemDB, OpenDB), a hand-moved clock (Clock), seeded session IDs
+// (SessionID), fault filesystems on Pebble's errorfs (FailNth, and
 // CrashFS over vfs.NewCrashableMem + CrashClone), store and directory
 // snapshots (SnapshotDB, TreeDigest,
 // TreeState), golden files. Only _test.go files import it
