@@ -52,7 +52,7 @@ func TestPromoteErrorSweep(t *testing.T) {
 	pristine := filepath.Join(base, "pristine")
 	writeNode(t, pristine, 3)
 	single := filepath.Join(base, "single")
-	copyTree(t, follower.ShardDir(pristine, 0), single)
+	testutil.CopyDir(t, follower.ShardDir(pristine, 0), single)
 	ahead0, ahead1 := filepath.Join(base, "ahead0"), filepath.Join(base, "ahead1")
 	writeNodeUpTo(t, ahead0, [2]int{-1, 5})
 	writeNodeUpTo(t, ahead1, [2]int{5, -1})
@@ -71,10 +71,10 @@ func TestPromoteErrorSweep(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			caseDir := func(name string) promoteConfig {
 				d := filepath.Join(t.TempDir(), name)
-				copyTree(t, tc.src, filepath.Join(d, "f"))
+				testutil.CopyDir(t, tc.src, filepath.Join(d, "f"))
 				c := promoteConfig{dir: filepath.Join(d, "f")}
 				if tc.peer != "" {
-					copyTree(t, tc.peer, filepath.Join(d, "p"))
+					testutil.CopyDir(t, tc.peer, filepath.Join(d, "p"))
 					c.peers, c.catchUp = []string{filepath.Join(d, "p")}, true
 				}
 				if tc.out {
