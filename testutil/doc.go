@@ -1,7 +1,8 @@
 // Package testutil holds test helpers only: in-memory Pebble stores
 // (MemDB, OpenDB), a hand-moved clock (Clock), seeded session IDs
 // (SessionID), fault filesystems on Pebble's errorfs (FailNth, and CrashFS
-// over vfs.NewCrashableMem + CrashClone), directory copies and images
+// over vfs.NewCrashableMem + CrashClone; SyncGate, which holds a sync in
+// flight), directory copies and images
 // (CopyDir, TempCopy, DirImage, TreeDigest, TreeState), store snapshots
 // (SnapshotDB), TLS certificates for both ends (TLSPair) and golden files.
 // Only _test.go files import it (TestOnlyTestsImport checks): the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,28 +77,14 @@ func hasIntactLater(t *testing.T, fs vfs.FS, scan logScan, all []Header) bool {
 	return false
 }
 
-// blockingSyncFS holds every SyncData (a segment's) until it receives from
-// release, after sending on started; syncs counts them.
-func blockingSyncFS(started, release chan struct{}, syncs *atomic.Int64) vfs.FS {
-	return errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpFileSyncData {
-			syncs.Add(1)
-			started <- struct{}{}
-			<-release
-		}
-		return nil
-	}))
-}
-
 // TestGroupCommitSharesSync: appenders that write while a sync is in flight
 // wait for it, and the next sync covers all of them: three appends, two
 // fdatasyncs; none returns before the sync that covers it.
 func TestGroupCommitSharesSync(t *testing.T) {
-	started, release := make(chan struct{}, 8), make(chan struct{})
-	var syncs atomic.Int64
-	w, err := OpenWriter("/wal", &WriterOptions{FS: blockingSyncFS(started, release, &syncs)})
+	gate := &testutil.SyncGate{}
+	w, err := OpenWriter("/wal", &WriterOptions{FS: errorfs.Wrap(vfs.NewMem(), gate)})
 	require.NoError(t, err)
-	syncs.Store(0) // a fresh log's segment is created without a data sync; be exact anyway
+	syncs0 := gate.Syncs() // a fresh log's segment is created without a data sync; be exact anyway
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	appendOne := func(i int) {
@@ -106,9 +93,11 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		require.NoError(t, err)
 		done.Add(1)
 	}
+	first := gate.Hold(nil)
 	wg.Add(1)
 	go appendOne(1)
-	<-started // the first append's sync is in flight
+	first.Wait() // the first append's sync is in flight
+	second := gate.Hold(nil)
 	wg.Add(2)
 	go appendOne(2)
 	go appendOne(3)
@@ -116,15 +105,14 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		runtime.Gosched()
 	}
 	require.Zero(t, done.Load(), "nothing returns before its sync")
-	release <- struct{}{} // first sync ends: covers only batch 1
-	<-started             // one sync for batches 2 and 3
-	release <- struct{}{}
+	first.Release() // first sync ends: covers only batch 1
+	second.Wait()   // one sync for batches 2 and 3
+	second.Release()
 	wg.Wait()
-	require.EqualValues(t, 2, syncs.Load())
+	require.EqualValues(t, 2, gate.Syncs()-syncs0)
 	require.EqualValues(t, 2, w.Syncs(), "the Writer counts the syncs the file saw")
 	require.EqualValues(t, 3, w.Batches())
 	require.EqualValues(t, 9, w.DurableLSN())
-	close(release)
 	require.NoError(t, w.Close())
 }
 
