@@ -8,7 +8,9 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // trackerRig is a Pebble store with `sessions` HWM rows (flushed to sstables,
@@ -28,10 +30,9 @@ func newTrackerRig(b *testing.B, sessions, cache int) *trackerRig {
 
 func newTrackerRigOpts(b *testing.B, sessions int, opts session.TrackerOptions) *trackerRig {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: store.FatalLogger{}, CacheSize: 64 << 20})
-	if err != nil {
-		b.Fatal(err)
-	}
+	o := testutil.DBOptions(vfs.Default)
+	o.Logger, o.CacheSize = store.FatalLogger{}, 64<<20
+	db := testutil.OpenDBWith(b, b.TempDir(), o)
 	b.Cleanup(func() { db.Close() })
 	r := &trackerRig{db: db, ids: make([]session.ID, sessions), hwm: make([]session.SeqNo, sessions),
 		rng: rand.New(rand.NewPCG(1, 2)), base: 1_700_000_000_000_000_000}

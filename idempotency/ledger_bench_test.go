@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // benchLedger opens a standalone ledger (default log: one synced Pebble
@@ -20,15 +20,11 @@ func benchLedger(b *testing.B) *idempotency.Ledger { return benchLedgerOn(b, "di
 
 // benchLedgerOn opens a standalone ledger on "disk" or in "mem"ory.
 func benchLedgerOn(b *testing.B, medium string) *idempotency.Ledger {
-	o := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietPebble{}}
-	dir := b.TempDir()
+	o, dir := testutil.DBOptions(vfs.Default), b.TempDir()
 	if medium == "mem" {
 		o.FS, dir = vfs.NewMem(), "db"
 	}
-	db, err := pebble.Open(dir, o)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db := testutil.OpenDBWith(b, dir, o)
 	b.Cleanup(func() { _ = db.Close() })
 	t, err := idempotency.OpenLedgerTable(db, nil)
 	if err != nil {
@@ -188,12 +184,4 @@ func BenchmarkFingerprint(b *testing.B) {
 			}
 		})
 	}
-}
-
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -16,20 +16,8 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/testutil"
 )
-
-// fakeClock is a WAL clock the test moves by hand.
-type fakeClock struct{ t atomic.Int64 }
-
-func newClock() *fakeClock {
-	c := &fakeClock{}
-	c.t.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-// Now ticks by one nanosecond per call, like a leader's strictly increasing clock.
-func (c *fakeClock) Now() int64              { return c.t.Add(1) }
-func (c *fakeClock) Advance(d time.Duration) { c.t.Add(int64(d)) }
 
 type env struct {
 	t     testing.TB
@@ -37,13 +25,13 @@ type env struct {
 	db    *pebble.DB
 	table *idempotency.LedgerTable
 	l     *idempotency.Ledger
-	clock *fakeClock
+	clock *testutil.Clock
 	topts idempotency.TableOptions
 	lopts idempotency.LedgerOptions
 }
 
 func newEnv(t testing.TB, topts *idempotency.TableOptions, lopts *idempotency.LedgerOptions) *env {
-	e := &env{t: t, fs: vfs.NewMem(), clock: newClock()}
+	e := &env{t: t, fs: vfs.NewMem(), clock: testutil.NewTickingClock(1)}
 	if topts != nil {
 		e.topts = *topts
 	}
@@ -62,9 +50,8 @@ func newEnv(t testing.TB, topts *idempotency.TableOptions, lopts *idempotency.Le
 }
 
 func (e *env) open() {
+	e.db = testutil.OpenDB(e.t, e.fs, "db")
 	var err error
-	e.db, err = pebble.Open("db", &pebble.Options{FS: e.fs, FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(e.t, err)
 	e.table, err = idempotency.OpenLedgerTable(e.db, &e.topts)
 	require.NoError(e.t, err)
 	lo := e.lopts

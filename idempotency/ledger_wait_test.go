@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // The tests here move the WAL clock by hand, so waiting claims recheck it
@@ -270,10 +270,7 @@ func TestLedgerWaitingClaimsOneFresh(t *testing.T) {
 // a waiter wakes at the lease end by itself — its recheck is an hour here,
 // so only the lease-end timer can wake it.
 func TestLedgerWaitTimedByWALClock(t *testing.T) {
-	db, err := pebble.Open("db", &pebble.Options{FS: vfs.NewMem(), FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(t, err)
-	defer db.Close()
-	table, err := idempotency.OpenLedgerTable(db, nil)
+	table, err := idempotency.OpenLedgerTable(testutil.MemDB(t), nil)
 	require.NoError(t, err)
 	l, err := idempotency.OpenLedger(table, &idempotency.LedgerOptions{Lease: 30 * time.Millisecond, WaitRecheck: time.Hour})
 	require.NoError(t, err)

@@ -89,7 +89,7 @@ func TestEpochBound(t *testing.T) {
 // after the epoch-2 ones and never started again.)
 func TestLostStoreTwoEpochs(t *testing.T) {
 	dir := t.TempDir()
-	id := sid(rand.New(rand.NewPCG(3, 3)))
+	id := testutil.SessionID(rand.New(rand.NewPCG(3, 3)))
 	l := open(t, dir, &leader.Options{Shards: 1})
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})
 	require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestLostStoreTwoEpochs(t *testing.T) {
 func TestRegressedLogWayOut(t *testing.T) {
 	dir := t.TempDir()
 	walDir := filepath.Join(dir, leader.WALDirName)
-	id := sid(rand.New(rand.NewPCG(5, 5)))
+	id := testutil.SessionID(rand.New(rand.NewPCG(5, 5)))
 	l := open(t, dir, &leader.Options{Shards: 1})
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id})
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -24,7 +25,7 @@ func TestLeaderOnCrashableFS(t *testing.T) {
 	l, err := leader.Open("/node", o)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(9, 9))
-	ids := []session.ID{sid(rng), sid(rng), sid(rng), sid(rng)}
+	ids := []session.ID{testutil.SessionID(rng), testutil.SessionID(rng), testutil.SessionID(rng), testutil.SessionID(rng)}
 	oracle := sim.NewOracle()
 	for i := range 40 {
 		ev := wal.Event{Op: wal.OpAdd, Session: ids[i%len(ids)], Key: []byte("n"), Delta: int64(i)}

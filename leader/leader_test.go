@@ -1,14 +1,12 @@
 package leader_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,27 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func sid(rng *rand.Rand) session.ID {
-	var id session.ID
-	binary.LittleEndian.PutUint64(id[:8], rng.Uint64())
-	binary.LittleEndian.PutUint64(id[8:], rng.Uint64())
-	return id
-}
-
-// clock is a settable wall clock.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *clock) wall() int64          { return c.ns.Load() }
-func (c *clock) step(d time.Duration) { c.ns.Add(int64(d)) }
-func quiet() *follower.Options {
-	return &follower.Options{Options: store.Options{Logger: discard()}}
-}
-func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+func quiet() *follower.Options { return &follower.Options{Options: store.Options{Logger: discard()}} }
+func discard() *slog.Logger    { return slog.New(slog.DiscardHandler) }
 func open(t *testing.T, dir string, o *leader.Options) *leader.Leader {
 	t.Helper()
 	o.Store.Logger = discard()
@@ -81,7 +60,7 @@ func readLog(t *testing.T, walDir string, shard uint32) []wal.Event {
 func TestSeqNosContinueAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := []session.ID{sid(rng), sid(rng), sid(rng)}
+	ids := []session.ID{testutil.SessionID(rng), testutil.SessionID(rng), testutil.SessionID(rng)}
 	for round := range 4 {
 		l := open(t, dir, &leader.Options{Shards: 2})
 		for i := range 30 {
@@ -110,10 +89,10 @@ func TestAppendRefusesCrossShardBatch(t *testing.T) {
 	l := open(t, t.TempDir(), &leader.Options{Shards: 4})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
-	a := sid(rng)
-	b := sid(rng)
+	a := testutil.SessionID(rng)
+	b := testutil.SessionID(rng)
 	for l.Router().Shard(b) == l.Router().Shard(a) {
-		b = sid(rng)
+		b = testutil.SessionID(rng)
 	}
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: a}, wal.Event{Op: wal.OpOpen, Session: b})
 	require.ErrorIs(t, err, leader.ErrCrossShard)
@@ -133,7 +112,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	l := open(t, dir, &leader.Options{Shards: 3})
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 10 {
-		_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: sid(rng)})
+		_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: testutil.SessionID(rng)})
 		require.NoError(t, err)
 	}
 	require.NoError(t, l.Close())
@@ -155,7 +134,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 func TestClosedSessionRefused(t *testing.T) {
 	l := open(t, t.TempDir(), &leader.Options{Shards: 1})
 	defer l.Close()
-	id := sid(rand.New(rand.NewPCG(7, 8)))
+	id := testutil.SessionID(rand.New(rand.NewPCG(7, 8)))
 	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: id}, wal.Event{Op: wal.OpClose, Session: id},
 		wal.Event{Op: wal.OpPut, Session: id, Key: []byte("k")})
 	require.ErrorIs(t, err, session.ErrSessionClosed, "an event after a close in the same batch")
@@ -172,7 +151,7 @@ func TestEpochRaisedAndStaleRefused(t *testing.T) {
 	l := open(t, dir, &leader.Options{Shards: 1})
 	sh, _ := l.Shard(0)
 	require.Equal(t, uint64(1), sh.Epoch())
-	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: sid(rand.New(rand.NewPCG(9, 9)))})
+	_, err := l.Append(wal.Event{Op: wal.OpOpen, Session: testutil.SessionID(rand.New(rand.NewPCG(9, 9)))})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 
@@ -213,14 +192,14 @@ func stepsName(steps []time.Duration) string {
 
 func runClockSteps(t *testing.T, steps []time.Duration) {
 	dir := t.TempDir()
-	clk := newClock()
-	l := open(t, dir, &leader.Options{Shards: 1, Wall: clk.wall})
+	clk := testutil.NewClock()
+	l := open(t, dir, &leader.Options{Shards: 1, Wall: clk.Now})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(uint64(len(steps)), uint64(steps[0])))
 	oracle := sim.NewOracle()
 	live := make([]session.ID, 8)
 	for i := range live {
-		live[i] = sid(rng)
+		live[i] = testutil.SessionID(rng)
 	}
 	var expired, last int64
 	stepAt := map[int]time.Duration{}
@@ -229,15 +208,15 @@ func runClockSteps(t *testing.T, steps []time.Duration) {
 	}
 	for i := range 300 * (len(steps) + 1) {
 		if d, ok := stepAt[i]; ok {
-			clk.step(d)
+			clk.Advance(d)
 		}
-		clk.step(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		j := rng.IntN(len(live))
 		ev := wal.Event{Op: wal.OpAdd, Session: live[j], Key: []byte{byte('a' + rng.IntN(3))}, Delta: int64(i)}
 		h, err := l.Append(ev)
 		if errors.Is(err, leader.ErrSessionExpired) {
 			expired++
-			live[j] = sid(rng) // the client opens a new session
+			live[j] = testutil.SessionID(rng) // the client opens a new session
 			continue
 		}
 		require.NoError(t, err)
@@ -288,7 +267,7 @@ func TestOpenValidatesLog(t *testing.T) {
 		l := open(t, dir, &leader.Options{Shards: 1, SegmentSize: 1 << 10})
 		rng := rand.New(rand.NewPCG(8, 8))
 		for range 40 {
-			_, err := l.Append(wal.Event{Op: wal.OpPut, Session: sid(rng), Key: []byte("k"), Value: make([]byte, 64)})
+			_, err := l.Append(wal.Event{Op: wal.OpPut, Session: testutil.SessionID(rng), Key: []byte("k"), Value: make([]byte, 64)})
 			require.NoError(t, err)
 		}
 		require.NoError(t, l.Close())

@@ -18,6 +18,7 @@ import (
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -113,7 +114,7 @@ func TestThreeFollowersPerShard(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	sess := make([]session.ID, 20)
 	for i := range sess {
-		sess[i] = sid(rng)
+		sess[i] = testutil.SessionID(rng)
 	}
 	oracles := []*sim.Oracle{sim.NewOracle(), sim.NewOracle()}
 	for range 200 {
@@ -148,7 +149,7 @@ func TestQuorumAck(t *testing.T) {
 		defer stop()
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
-	h, err := c.l.Append(randomOps(rng, []session.ID{sid(rng)}, 5)...)
+	h, err := c.l.Append(randomOps(rng, []session.ID{testutil.SessionID(rng)}, 5)...)
 	require.NoError(t, err)
 	sh, _ := c.l.Shard(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -171,7 +172,7 @@ func TestRetentionBound(t *testing.T) {
 	f, stop := c.runFollower(t.TempDir(), "live", 0)
 	defer stop()
 	rng := rand.New(rand.NewPCG(2, 2))
-	sess := []session.ID{sid(rng), sid(rng), sid(rng)}
+	sess := []session.ID{testutil.SessionID(rng), testutil.SessionID(rng), testutil.SessionID(rng)}
 	sh, _ := c.l.Shard(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -219,7 +220,7 @@ func TestRetentionBound(t *testing.T) {
 // be refused (ErrDiverged), not silently continued.
 func TestAlignedDivergenceRefused(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
-	sess := []session.ID{sid(rng), sid(rng)}
+	sess := []session.ID{testutil.SessionID(rng), testutil.SessionID(rng)}
 	// Deposed leader A: 50 events, epoch 1.
 	aDir := t.TempDir()
 	a := open(t, aDir, &leader.Options{Shards: 1})
@@ -238,7 +239,7 @@ func TestAlignedDivergenceRefused(t *testing.T) {
 	w, err := wal.OpenWriter(other, &wal.WriterOptions{FirstLSN: 41})
 	require.NoError(t, err)
 	for i := range 10 {
-		_, err := w.Append(1, []wal.Event{{Op: wal.OpOpen, Session: sid(rng), Seq: 1, Time: int64(i + 1)}})
+		_, err := w.Append(1, []wal.Event{{Op: wal.OpOpen, Session: testutil.SessionID(rng), Seq: 1, Time: int64(i + 1)}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Close())

@@ -2,7 +2,6 @@ package metrics_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,9 +23,10 @@ import (
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	oncetest "github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil" // GatherAndLint; oncewal's is oncetest
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
@@ -75,13 +75,6 @@ outer:
 	return 0
 }
 
-func sid(rng *rand.Rand) session.ID {
-	var id session.ID
-	binary.LittleEndian.PutUint64(id[:8], rng.Uint64())
-	binary.LittleEndian.PutUint64(id[8:], rng.Uint64())
-	return id
-}
-
 // TestLeaderAndNodeMetrics runs a leader of two shards and a follower node
 // over the in-process transport, and checks that the collectors export the
 // libraries' own figures under Prometheus-clean names (promlint), that the
@@ -113,7 +106,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	wg.Go(func() { _ = n.Serve(ctx, func(s uint32) replication.Dialer { return trs[s] }) })
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := []session.ID{sid(rng), sid(rng), sid(rng), sid(rng)}
+	ids := []session.ID{oncetest.SessionID(rng), oncetest.SessionID(rng), oncetest.SessionID(rng), oncetest.SessionID(rng)}
 	for i := range 200 {
 		id := ids[i%len(ids)]
 		_, err := l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1})

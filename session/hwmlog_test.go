@@ -104,7 +104,7 @@ func TestGoldenDeltaV1StillReads(t *testing.T) {
 // latest change wins across the two.
 func TestOpenReplaysVersion1Deltas(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openDB(t, fs)
+	db := testutil.OpenDB(t, fs, "db")
 	a, b := NewID(), NewID()
 	base := 100 * hour
 	var lk [logKeyLen]byte
@@ -119,7 +119,7 @@ func TestOpenReplaysVersion1Deltas(t *testing.T) {
 	applyBatch(t, db, tr, ev{a, 4, base + 2})
 	require.NoError(t, db.Close())
 
-	db = openDB(t, fs)
+	db = testutil.OpenDB(t, fs, "db")
 	defer db.Close()
 	tr = openTracker(t, db, nil)
 	requireHWM(t, tr, a, 4, false)
@@ -149,7 +149,7 @@ func TestBadDeltaRefused(t *testing.T) {
 	cases["v1 bad length"][0] = logVersion1
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {
-			db := memDB(t)
+			db := testutil.MemDB(t)
 			var lk [logKeyLen]byte
 			require.NoError(t, db.Set(logKey(&lk, 9), v, pebble.Sync))
 			_, err := OpenTracker(db, nil)

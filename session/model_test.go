@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,7 +102,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 		cacheSize := cfg.cacheSize
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))
 		fs := vfs.NewMem()
-		db := openDB(t, fs)
+		db := testutil.OpenDB(t, fs, "db")
 		opts := &TrackerOptions{CacheSize: cacheSize, RetentionHorizon: 50 * time.Second,
 			LogBatches: cfg.logBatches, LogSessions: cfg.logSessions}
 		tr := openTracker(t, db, opts)
@@ -169,7 +170,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 				gone := collected(t, db, tr, ids)
 				require.NoError(t, db.Flush())
 				require.NoError(t, db.Close())
-				db = openDB(t, fs)
+				db = testutil.OpenDB(t, fs, "db")
 				tr = openTracker(t, db, opts)
 				// Replaying the log brings back no collected session.
 				require.Equal(t, gone, collected(t, db, tr, ids), "seed %d", seed)
@@ -262,7 +263,7 @@ func requireCommitted(t *testing.T, db *pebble.DB, tr *Tracker, model *modelTrac
 // TestTrackerConcurrentReaders runs txs on one goroutine while others read
 // Get and Clock (the follower's inspect path), under -race.
 func TestTrackerConcurrentReaders(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, &TrackerOptions{CacheSize: 8})
 	ids := []ID{NewID(), NewID(), NewID(), NewID()}
 	stop := make(chan struct{})

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,10 +35,7 @@ func TestTrackerOptionsValidate(t *testing.T) {
 			for _, f := range tc.bad {
 				require.True(t, strings.Contains(err.Error(), f), "%v does not name %s", err, f)
 			}
-			db, derr := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
-			require.NoError(t, derr)
-			defer db.Close()
-			_, err = session.OpenTracker(db, &tc.o)
+			_, err = session.OpenTracker(testutil.MemDB(t), &tc.o)
 			require.True(t, errors.Is(err, session.ErrBadOptions), "OpenTracker: %v", err)
 		})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +26,7 @@ func TestStatePutDeleteAdd(t *testing.T) {
 }
 
 func testStatePutDeleteAdd(t *testing.T, indexed bool) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	s := NewState(db)
 	a, c := NewID(), NewID()
 	// a committed counter the batch builds on
@@ -113,7 +114,7 @@ func testStatePutDeleteAdd(t *testing.T, indexed bool) {
 }
 
 func TestStateWriteOnly(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	s := NewState(db)
 	a := NewID()
 	b := db.NewBatch()
@@ -133,7 +134,7 @@ func TestStateWriteOnly(t *testing.T) {
 }
 
 func TestStateAbortedBatchLeavesNothing(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	s := NewState(db)
 	a := NewID()
 	b := db.NewBatch()
@@ -149,7 +150,7 @@ func TestStateAbortedBatchLeavesNothing(t *testing.T) {
 }
 
 func TestStateBadInput(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	s := NewState(db)
 	a := NewID()
 	require.ErrorIs(t, s.Begin(nil).Put(a, nil, nil), ErrNilBatch)
@@ -170,7 +171,7 @@ func TestStateBadInput(t *testing.T) {
 
 func TestStatePersistsAcrossReopen(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openDB(t, fs)
+	db := testutil.OpenDB(t, fs, "db")
 	s := NewState(db)
 	a := NewID()
 	b := db.NewBatch()
@@ -179,7 +180,7 @@ func TestStatePersistsAcrossReopen(t *testing.T) {
 	require.NoError(t, b.Commit(pebble.Sync))
 	b.Close()
 	require.NoError(t, db.Close())
-	db = openDB(t, fs)
+	db = testutil.OpenDB(t, fs, "db")
 	defer db.Close()
 	s = NewState(db)
 	b = db.NewBatch()
@@ -198,7 +199,7 @@ func BenchmarkStatePut(b *testing.B) {
 }
 
 func benchmarkStatePut(b *testing.B, mode string) {
-	db := memDB(b)
+	db := testutil.MemDB(b)
 	s := NewState(db)
 	ids := make([]ID, 1000)
 	for i := range ids {

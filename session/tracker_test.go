@@ -8,23 +8,15 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
 const hour = int64(time.Hour)
 
-func openDB(t testing.TB, fs vfs.FS) *pebble.DB {
-	t.Helper()
-	db, err := pebble.Open("db", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest})
-	require.NoError(t, err)
-	return db
-}
-
-func memDB(t testing.TB) *pebble.DB {
-	db := openDB(t, vfs.NewMem())
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+// memDB is testutil.MemDB under the name cache_test.go calls (that file is
+// being edited on another branch); call testutil.MemDB in new code.
+func memDB(t testing.TB) *pebble.DB { return testutil.MemDB(t) }
 
 func openTracker(t *testing.T, db *pebble.DB, opts *TrackerOptions) *Tracker {
 	t.Helper()
@@ -140,7 +132,7 @@ func diskRecord(t *testing.T, db *pebble.DB, id ID) (record, bool) {
 }
 
 func TestDecisions(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, nil)
 	a := NewID()
 	base := 100 * hour
@@ -191,7 +183,7 @@ func TestDecisions(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, nil)
 	a := NewID()
 	base := 100 * hour
@@ -234,7 +226,7 @@ func TestManyEventsOfOneSessionInOneTx(t *testing.T) {
 }
 
 func testManyEventsOfOneSessionInOneTx(t *testing.T, opts *TrackerOptions) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, opts)
 	a, c := NewID(), NewID()
 	base := 100 * hour
@@ -288,7 +280,7 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 
 func testPersistenceAcrossReopen(t *testing.T, opts *TrackerOptions) {
 	fs := vfs.NewMem()
-	db := openDB(t, fs)
+	db := testutil.OpenDB(t, fs, "db")
 	tr := openTracker(t, db, opts)
 	a, c := NewID(), NewID()
 	base := 100 * hour
@@ -301,7 +293,7 @@ func testPersistenceAcrossReopen(t *testing.T, opts *TrackerOptions) {
 	tx.Commit()
 	require.NoError(t, db.Close())
 
-	db = openDB(t, fs)
+	db = testutil.OpenDB(t, fs, "db")
 	defer db.Close()
 	tr = openTracker(t, db, opts)
 	require.Equal(t, base+8, tr.Clock())
@@ -324,7 +316,7 @@ func TestFailedBatchLeavesNoTrace(t *testing.T) {
 
 func testFailedBatchLeavesNoTrace(t *testing.T, opts *TrackerOptions) {
 	fs := vfs.NewMem()
-	db := openDB(t, fs)
+	db := testutil.OpenDB(t, fs, "db")
 	tr := openTracker(t, db, opts)
 	a, n := NewID(), NewID()
 	base := 100 * hour
@@ -361,7 +353,7 @@ func testFailedBatchLeavesNoTrace(t *testing.T, opts *TrackerOptions) {
 	}
 
 	require.NoError(t, db.Close())
-	db = openDB(t, fs)
+	db = testutil.OpenDB(t, fs, "db")
 	defer db.Close()
 	tr = openTracker(t, db, opts)
 	require.Equal(t, base, tr.Clock())
@@ -374,7 +366,7 @@ func TestCommitWithoutFlushPublishesNothingUnwritten(t *testing.T) {
 }
 
 func testCommitWithoutFlushPublishesNothingUnwritten(t *testing.T, opts *TrackerOptions) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, opts)
 	a := NewID()
 	base := 100 * hour
@@ -398,7 +390,7 @@ func testCommitWithoutFlushPublishesNothingUnwritten(t *testing.T, opts *Tracker
 // it on, logged sessions are pinned beyond CacheSize; the model test covers
 // tiny caches with the log).
 func TestCacheEvictionFallsBackToPebble(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, &TrackerOptions{CacheSize: 2, LogBatches: -1})
 	base := 100 * hour
 	ids := make([]ID, 10)
@@ -473,7 +465,7 @@ func TestGCOnWALClock(t *testing.T) {
 // one's sessions, so the rows GC examines are those of all but the last
 // batch; the sessions it expects to collect have rows by then.
 func testGCOnWALClock(t *testing.T, opts *TrackerOptions) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, opts)
 	// Timestamps far in the past relative to the machine's clock: if GC used the
 	// follower's wall clock, everything would be collected at once.
@@ -531,7 +523,7 @@ func TestGCLimitResumesAndWraps(t *testing.T) {
 }
 
 func testGCLimitResumesAndWraps(t *testing.T, opts *TrackerOptions) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, opts)
 	base := 100 * hour
 	var evs []ev
@@ -573,7 +565,7 @@ func TestGCInSameTxAsEvents(t *testing.T) {
 }
 
 func testGCInSameTxAsEvents(t *testing.T, opts *TrackerOptions) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	tr := openTracker(t, db, opts)
 	base := 100 * hour
 	a, c := NewID(), NewID()
@@ -612,13 +604,13 @@ func TestOptionsDefaults(t *testing.T) {
 	o = (&TrackerOptions{CacheSize: -1, RetentionHorizon: -time.Second}).EnsureDefaults()
 	require.Equal(t, -1, o.CacheSize)
 	require.ErrorIs(t, o.Validate(), ErrBadOptions)
-	tr := openTracker(t, memDB(t), &TrackerOptions{CacheSize: 5})
+	tr := openTracker(t, testutil.MemDB(t), &TrackerOptions{CacheSize: 5})
 	require.Equal(t, 5, tr.Options().CacheSize)
 	require.Equal(t, 24*time.Hour, tr.Options().RetentionHorizon)
 }
 
 func TestCorruptRecords(t *testing.T) {
-	db := memDB(t)
+	db := testutil.MemDB(t)
 	a := NewID()
 	var kb [hwmKeyLen]byte
 	require.NoError(t, db.Set(hwmKey(&kb, a), []byte{2, 1, 2}, pebble.Sync))
@@ -659,7 +651,7 @@ func TestIDs(t *testing.T) {
 // count. Every step survives a reopen (the replay sees the carried entry).
 func TestLogCarriesForwardThenCheckpoints(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openDB(t, fs)
+	db := testutil.OpenDB(t, fs, "db")
 	opts := &TrackerOptions{LogBatches: 1}
 	tr := openTracker(t, db, opts)
 	x, y := NewID(), NewID()
@@ -691,7 +683,7 @@ func TestLogCarriesForwardThenCheckpoints(t *testing.T) {
 	// A reopen replays the carried entries: nothing is lost, nothing older
 	// comes back, and the log holds at most LogBatches+1 deltas.
 	require.NoError(t, db.Close())
-	db = openDB(t, fs)
+	db = testutil.OpenDB(t, fs, "db")
 	defer db.Close()
 	tr = openTracker(t, db, opts)
 	requireHWM(t, tr, x, 2, false)

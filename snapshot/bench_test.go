@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -17,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/snapshot"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // BenchmarkRebuild measures a rebuild on the OS filesystem beside the
@@ -96,20 +96,9 @@ func BenchmarkRebuild(b *testing.B) {
 		report(b, start)
 	})
 	b.Run("grpc-mtls", func(b *testing.B) {
-		certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
-		if err != nil {
-			b.Fatal(err)
-		}
-		leaderPair, err := certs.LeaderPair()
-		if err != nil {
-			b.Fatal(err)
-		}
-		followerPair, err := certs.FollowerPair()
-		if err != nil {
-			b.Fatal(err)
-		}
-		st := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
-		ct := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
+		p := testutil.NewTLSPair(b, "127.0.0.1")
+		st := grpctransport.ServerTLSConfig(p.Pool, p.Leader)
+		ct := grpctransport.ClientTLSConfig(p.Pool, p.Follower, "")
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet,
 			Snapshots: func(uint32) snapshot.Source { return donor }})
 		if err != nil {

@@ -3,7 +3,6 @@ package snapshot_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/stretchr/testify/require"
 )
@@ -119,20 +119,18 @@ func TestLostBeginAnswerReleased(t *testing.T) {
 
 // meetFS holds the checkpoint of first back until the checkpoint of second
 // has begun (its WAL flush is done): the two cuts then hold the same files.
-type meetFS struct {
-	vfs.FS
-	first, second string
-	met           chan struct{}
-}
-
-func (fs *meetFS) MkdirAll(dir string, perm os.FileMode) error {
-	switch dir {
-	case fs.first:
-		<-fs.met
-	case fs.second:
-		close(fs.met)
-	}
-	return fs.FS.MkdirAll(dir, perm)
+func meetFS(first, second string) vfs.FS {
+	met := make(chan struct{})
+	return errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch {
+		case op.Kind != errorfs.OpMkdirAll:
+		case op.Path == first:
+			<-met
+		case op.Path == second:
+			close(met)
+		}
+		return nil
+	}))
 }
 
 // TestConcurrentBeginsPinApart: two fetchers begin at once on an idle store
@@ -142,7 +140,7 @@ func (fs *meetFS) MkdirAll(dir string, perm os.FileMode) error {
 // the second Begin overwrite the first and leak the first's pin (the
 // leader's WAL retained for good).
 func TestConcurrentBeginsPinApart(t *testing.T) {
-	fs := &meetFS{FS: vfs.NewMem(), first: "/donor/pins/snap-1", second: "/donor/pins/snap-2", met: make(chan struct{})}
+	fs := meetFS("/donor/pins/snap-1", "/donor/pins/snap-2")
 	fx := newFixture(t, fs, -1)
 	pin, pinned := countPins()
 	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: store.Describe, RateLimit: -1, Pin: pin})

@@ -23,6 +23,10 @@ var layers = [][]string{
 	// only where listed in sameLayer
 	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
 	{"ledgerrecord"},
+	// test helpers: imported by _test.go files only (TestOnlyTestsImport),
+	// and themselves import leaves only (TestTestutilImportsOnlyLeaves), so
+	// that every package's internal tests can use them
+	{"testutil"},
 	{"wal"},
 	{"session"},
 	{"idempotency"},
@@ -34,8 +38,6 @@ var layers = [][]string{
 	{"leader", "follower", "replication/inprocess", "replication/grpctransport"},
 	{"metrics", "sim", "bench"},
 	{"cmd/oncewal"},
-	// test helpers: imported by _test.go files only (TestOnlyTestsImport)
-	{"testutil"},
 }
 
 // TestLayering: imports point down the layers only. In particular leader
@@ -50,7 +52,7 @@ func TestLayering(t *testing.T) {
 			rank[p] = i
 		}
 	}
-	imports := moduleImports(t, "..")
+	imports := packageImports(t, "..")
 	var pkgs []string
 	for p := range imports {
 		pkgs = append(pkgs, p)
@@ -77,9 +79,9 @@ func TestLayering(t *testing.T) {
 	}
 }
 
-// moduleImports maps each package of the module under root (module-relative
+// packageImports maps each package of the module under root (module-relative
 // path) to the module packages its non-test files import.
-func moduleImports(t *testing.T, root string) map[string][]string {
+func packageImports(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	seen := map[string]map[string]bool{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {

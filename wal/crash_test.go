@@ -6,17 +6,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
 const crashDir = "/data/wal"
-
-var errCrash = errors.New("simulated crash")
 
 // crashBatch is batch i of the crash workload: puts with random values, so
 // that no sector is zero by chance, of sizes from ~100 B to ~9 KiB, so that
@@ -84,20 +81,12 @@ func crashWorkload(fs vfs.FS, st *crashState) error {
 // filesystem as a crash before FS operation k would leave it (nil if the
 // workload has fewer operations), with the workload's state at that moment.
 func crashAt(k int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
-	mem := vfs.NewCrashableMem()
 	var st, atCrash crashState
-	var img *vfs.MemFS
-	var n atomic.Int64
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(errorfs.Op) error {
-		if n.Add(1)-1 == k {
-			img = mem.CrashClone(cfg)
-			atCrash = crashState{acked: append([]Header(nil), st.acked...), floor: st.floor}
-			return errCrash
-		}
-		return nil
-	}))
+	fs := testutil.NewCrashFS(vfs.NewCrashableMem(), testutil.CrashOptions{At: int(k), Clone: cfg, OnCrash: func() {
+		atCrash = crashState{acked: append([]Header(nil), st.acked...), floor: st.floor}
+	}})
 	_ = crashWorkload(fs, &st)
-	return img, atCrash
+	return fs.Image(), atCrash
 }
 
 // checkCrashImage opens the log in a crash image and checks the torn-tail
@@ -173,12 +162,11 @@ func TestCrashSweep(t *testing.T) {
 	var all []Header
 	{
 		var st crashState
-		var ops atomic.Int64
-		fs := errorfs.Wrap(vfs.NewCrashableMem(), errorfs.InjectorFunc(func(errorfs.Op) error { ops.Add(1); return nil }))
-		require.NoError(t, crashWorkload(fs, &st))
+		probe := testutil.NewCrashFS(vfs.NewCrashableMem(), testutil.CrashOptions{At: -1})
+		require.NoError(t, crashWorkload(probe, &st))
 		all = st.acked
 		require.Len(t, all, crashBatches)
-		t.Logf("%d FS operations", ops.Load())
+		t.Logf("%d FS operations", probe.Counted())
 	}
 	nestedEvery, seeds := int64(10), 1
 	if os.Getenv("ONCEWAL_LONG") == "1" {
@@ -203,18 +191,11 @@ func TestCrashSweep(t *testing.T) {
 				// Crash the recovery of this image at each of its operations.
 				for j := int64(0); ; j++ {
 					pristine := img.CrashClone(vfs.CrashCloneCfg{}) // exact copy: a clone holds only synced data
-					var img2 *vfs.MemFS
-					var n atomic.Int64
-					fs := errorfs.Wrap(pristine, errorfs.InjectorFunc(func(errorfs.Op) error {
-						if n.Add(1)-1 == j {
-							img2 = pristine.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng})
-							return errCrash
-						}
-						return nil
-					}))
+					fs := testutil.NewCrashFS(pristine, testutil.CrashOptions{At: int(j), Clone: vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng}})
 					if w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10}); err == nil {
 						_ = w.Close()
 					}
+					img2 := fs.Image()
 					if img2 == nil {
 						break
 					}

@@ -2,11 +2,10 @@ package wal
 
 import (
 	"io"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,32 +66,6 @@ func writeRawLog(t *testing.T, fs vfs.FS, dir string, segs [][]uint64) []Header 
 	return hs
 }
 
-// dirImage is every file under dir (recursively) and its bytes.
-func dirImage(t *testing.T, fs vfs.FS, dir string) map[string]string {
-	t.Helper()
-	img := map[string]string{}
-	names, err := fs.List(dir)
-	require.NoError(t, err)
-	for _, n := range names {
-		p := fs.PathJoin(dir, n)
-		st, err := fs.Stat(p)
-		require.NoError(t, err)
-		if st.IsDir() {
-			for k, v := range dirImage(t, fs, p) {
-				img[n+"/"+k] = v
-			}
-			continue
-		}
-		f, err := fs.Open(p)
-		require.NoError(t, err)
-		b, err := io.ReadAll(f)
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
-		img[n] = string(b)
-	}
-	return img
-}
-
 // decodeAll splits b into batches and returns their headers.
 func decodeAll(t *testing.T, b []byte) []Header {
 	t.Helper()
@@ -122,7 +95,7 @@ func TestEpochRegressionInLog(t *testing.T) {
 			fs := vfs.NewMem()
 			hs := writeRawLog(t, fs, crashDir, tc.segs)
 			bad := hs[tc.at]
-			before := dirImage(t, fs, "/data")
+			before := testutil.DirImage(t, fs, "/data")
 
 			// Found, typed, located — and nothing changes.
 			_, err := OpenWriter(crashDir, &WriterOptions{FS: fs})
@@ -136,7 +109,7 @@ func TestEpochRegressionInLog(t *testing.T) {
 			require.ErrorIs(t, CheckFS(fs, crashDir, 0), ErrEpochRegression)
 			_, err = InspectFS(fs, crashDir, 0)
 			require.ErrorIs(t, err, ErrEpochRegression)
-			require.Equal(t, before, dirImage(t, fs, "/data"))
+			require.Equal(t, before, testutil.DirImage(t, fs, "/data"))
 
 			// The way out: everything from the regression on moves to a side
 			// file, verbatim; the log ends before it and opens again.
@@ -162,11 +135,11 @@ func TestEpochRegressionInLog(t *testing.T) {
 			require.Equal(t, hs[:tc.at], got)
 
 			// Nothing left to cut: a second run changes nothing.
-			after := dirImage(t, fs, "/data")
+			after := testutil.DirImage(t, fs, "/data")
 			again, err := CutEpochRegression(fs, crashDir, 0, "/data")
 			require.NoError(t, err)
 			require.Zero(t, again.LSN)
-			require.Equal(t, after, dirImage(t, fs, "/data"))
+			require.Equal(t, after, testutil.DirImage(t, fs, "/data"))
 		})
 	}
 }
@@ -180,16 +153,9 @@ func TestCutEpochRegressionCrash(t *testing.T) {
 	for k := int64(0); ; k++ {
 		mem := vfs.NewCrashableMem()
 		hs := writeRawLog(t, mem, crashDir, segs)
-		var img *vfs.MemFS
-		var n atomic.Int64
-		fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(errorfs.Op) error {
-			if n.Add(1)-1 == k {
-				img = mem.CrashClone(vfs.CrashCloneCfg{})
-				return errCrash
-			}
-			return nil
-		}))
+		fs := testutil.NewCrashFS(mem, testutil.CrashOptions{At: int(k)})
 		_, err := CutEpochRegression(fs, crashDir, 0, "/data")
+		img := fs.Image()
 		if img == nil {
 			require.NoError(t, err)
 			break

@@ -3,30 +3,18 @@ package wal
 import (
 	"fmt"
 	"io"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
 // failNth fails the nth operation (0-based) of kind, counting only while
-// armed.
-type failNth struct {
-	kind  errorfs.OpKind
-	n     int64
-	armed atomic.Bool
-	seen  atomic.Int64
-}
-
-func (f *failNth) String() string { return fmt.Sprintf("fail %v #%d", f.kind, f.n) }
-
-func (f *failNth) MaybeError(op errorfs.Op) error {
-	if f.armed.Load() && op.Kind == f.kind && f.seen.Add(1)-1 == f.n {
-		return errorfs.ErrInjected
-	}
-	return nil
+// on.
+func failNth(kind errorfs.OpKind, n int64) *errorfs.Toggle {
+	return &errorfs.Toggle{Injector: &testutil.FailNth{N: n, Match: testutil.OpKinds(kind)}}
 }
 
 // TestWriterStickyFailure injects a write, sync, segment-create or
@@ -39,12 +27,12 @@ func TestWriterStickyFailure(t *testing.T) {
 		for n := int64(0); n < 12; n++ {
 			what := fmt.Sprintf("%v #%d", kind, n)
 			mem := vfs.NewMem()
-			inj := &failNth{kind: kind, n: n}
+			inj := failNth(kind, n)
 			fs := errorfs.Wrap(mem, inj)
 			opts := &WriterOptions{FS: fs, SegmentSize: 2 << 10}
 			w, err := OpenWriter("/wal", opts)
 			require.NoError(t, err, what)
-			inj.armed.Store(true)
+			inj.On()
 			var acked []Header
 			var failed error
 			for i := 0; i < 40 && failed == nil; i++ {
@@ -58,7 +46,7 @@ func TestWriterStickyFailure(t *testing.T) {
 			require.Error(t, failed, "%s: never injected", what)
 			require.ErrorIs(t, failed, ErrWriterFailed, what)
 			require.ErrorIs(t, failed, errorfs.ErrInjected, what)
-			inj.armed.Store(false) // the FS works again; the Writer must not
+			inj.Off() // the FS works again; the Writer must not
 
 			next := w.NextLSN()
 			_, err = w.Append(1, crashBatch(100))
@@ -134,17 +122,11 @@ func TestOpenWriterIOErrors(t *testing.T) {
 
 	for i := int64(0); ; i++ {
 		copyFS := base.CrashClone(vfs.CrashCloneCfg{}) // everything in base is synced: an exact copy
-		var n atomic.Int64
-		var opened atomic.Bool
-		fs := errorfs.Wrap(copyFS, errorfs.InjectorFunc(func(errorfs.Op) error {
-			if !opened.Load() && n.Add(1)-1 == i {
-				return errorfs.ErrInjected
-			}
-			return nil
-		}))
-		w, err := OpenWriter("/wal", &WriterOptions{FS: fs, SegmentSize: 2 << 10})
+		inj := &errorfs.Toggle{Injector: &testutil.FailNth{N: i}}
+		inj.On()
+		w, err := OpenWriter("/wal", &WriterOptions{FS: errorfs.Wrap(copyFS, inj), SegmentSize: 2 << 10})
 		if err == nil {
-			opened.Store(true)
+			inj.Off()
 			require.NoError(t, w.Close())
 			require.Greater(t, i, int64(10), "the sweep covered the open's operations")
 			t.Logf("%d operations failed in turn", i)
@@ -168,7 +150,7 @@ func TestDeleteBelowIOErrors(t *testing.T) {
 		for n := int64(0); n < 3; n++ {
 			what := fmt.Sprintf("%v #%d", kind, n)
 			mem := vfs.NewMem()
-			inj := &failNth{kind: kind, n: n}
+			inj := failNth(kind, n)
 			w, err := OpenWriter("/wal", &WriterOptions{FS: errorfs.Wrap(mem, inj), SegmentSize: 2 << 10})
 			require.NoError(t, err, what)
 			var hs []Header
@@ -180,7 +162,7 @@ func TestDeleteBelowIOErrors(t *testing.T) {
 			segs, err := listSegments(mem, "/wal", 0)
 			require.NoError(t, err)
 			require.Greater(t, len(segs), 5, what)
-			inj.armed.Store(true)
+			inj.On()
 			removed, err := w.DeleteBelow(segs[4].first)
 			require.ErrorIs(t, err, errorfs.ErrInjected, what)
 			require.NotErrorIs(t, err, ErrWriterFailed, "%s: retention errors are not sticky", what)
@@ -197,7 +179,7 @@ func TestDeleteBelowIOErrors(t *testing.T) {
 			h, err := w.Append(1, crashBatch(99))
 			require.NoError(t, err, what)
 			hs = append(hs, h)
-			inj.armed.Store(false)
+			inj.Off()
 			removed, err = w.DeleteBelow(segs[4].first)
 			require.NoError(t, err, what)
 			require.Equal(t, 4-wantRemoved, removed, what)

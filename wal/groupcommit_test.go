@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,40 +77,14 @@ func hasIntactLater(t *testing.T, fs vfs.FS, scan logScan, all []Header) bool {
 	return false
 }
 
-// blockingSyncFS holds every SyncData of a segment until release is closed,
-// counting them.
-type blockingSyncFS struct {
-	vfs.FS
-	started chan struct{}
-	release chan struct{}
-	syncs   atomic.Int64
-}
-
-func (fs *blockingSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return &blockingSyncFile{File: f, fs: fs}, err
-}
-
-type blockingSyncFile struct {
-	vfs.File
-	fs *blockingSyncFS
-}
-
-func (f *blockingSyncFile) SyncData() error {
-	f.fs.syncs.Add(1)
-	f.fs.started <- struct{}{}
-	<-f.fs.release
-	return f.File.SyncData()
-}
-
 // TestGroupCommitSharesSync: appenders that write while a sync is in flight
 // wait for it, and the next sync covers all of them: three appends, two
 // fdatasyncs; none returns before the sync that covers it.
 func TestGroupCommitSharesSync(t *testing.T) {
-	fs := &blockingSyncFS{FS: vfs.NewMem(), started: make(chan struct{}, 8), release: make(chan struct{})}
-	w, err := OpenWriter("/wal", &WriterOptions{FS: fs})
+	gate := &testutil.SyncGate{}
+	w, err := OpenWriter("/wal", &WriterOptions{FS: errorfs.Wrap(vfs.NewMem(), gate)})
 	require.NoError(t, err)
-	fs.syncs.Store(0) // a fresh log's segment is created without a data sync; be exact anyway
+	syncs0 := gate.Syncs() // a fresh log's segment is created without a data sync; be exact anyway
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	appendOne := func(i int) {
@@ -118,9 +93,11 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		require.NoError(t, err)
 		done.Add(1)
 	}
+	first := gate.Hold(nil)
 	wg.Add(1)
 	go appendOne(1)
-	<-fs.started // the first append's sync is in flight
+	first.Wait() // the first append's sync is in flight
+	second := gate.Hold(nil)
 	wg.Add(2)
 	go appendOne(2)
 	go appendOne(3)
@@ -128,15 +105,14 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		runtime.Gosched()
 	}
 	require.Zero(t, done.Load(), "nothing returns before its sync")
-	fs.release <- struct{}{} // first sync ends: covers only batch 1
-	<-fs.started             // one sync for batches 2 and 3
-	fs.release <- struct{}{}
+	first.Release() // first sync ends: covers only batch 1
+	second.Wait()   // one sync for batches 2 and 3
+	second.Release()
 	wg.Wait()
-	require.EqualValues(t, 2, fs.syncs.Load())
+	require.EqualValues(t, 2, gate.Syncs()-syncs0)
 	require.EqualValues(t, 2, w.Syncs(), "the Writer counts the syncs the file saw")
 	require.EqualValues(t, 3, w.Batches())
 	require.EqualValues(t, 9, w.DurableLSN())
-	close(fs.release)
 	require.NoError(t, w.Close())
 }
 

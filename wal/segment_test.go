@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 func TestSegmentNames(t *testing.T) {
@@ -360,19 +361,6 @@ func buildLog(t *testing.T, lastBatchEvents int) (dir, lastPath string, lastOff 
 	return dir, lastPath, lastOff, want, h.FirstLSN
 }
 
-func copyDir(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	ents, err := os.ReadDir(src)
-	require.NoError(t, err)
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644))
-	}
-	return dst
-}
-
 // checkRecovered opens a writer on dir and checks that exactly the events
 // before lastFirst survive, and that the log accepts and serves new appends.
 func checkRecovered(t *testing.T, dir string, want []Event, lastFirst uint64, what string) {
@@ -402,14 +390,14 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 	name := filepath.Base(lastPath)
 	// The intact log recovers everything.
 	{
-		d := copyDir(t, dir)
+		d := testutil.TempCopy(t, dir)
 		w, err := OpenWriter(d, nil)
 		require.NoError(t, err)
 		require.Equal(t, uint64(len(want)+1), w.NextLSN())
 		require.NoError(t, w.Close())
 	}
 	for cut := lastOff; cut < int64(len(full)); cut++ {
-		d := copyDir(t, dir)
+		d := testutil.TempCopy(t, dir)
 		require.NoError(t, os.WriteFile(filepath.Join(d, name), full[:cut], 0o644))
 		checkRecovered(t, d, want, lastFirst, fmt.Sprintf("cut at %d", cut))
 		st, err := os.Stat(filepath.Join(d, name))
@@ -426,14 +414,14 @@ func TestTornTailZeroFilled(t *testing.T) {
 	name := filepath.Base(lastPath)
 
 	// The file grew but none of the last batch reached the disk.
-	d := copyDir(t, dir)
+	d := testutil.TempCopy(t, dir)
 	z := slices.Clone(full)
 	clear(z[lastOff:])
 	require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
 	checkRecovered(t, d, want, lastFirst, "all zero")
 
 	// Header and first pages arrived, a later sector did not.
-	d = copyDir(t, dir)
+	d = testutil.TempCopy(t, dir)
 	z = slices.Clone(full)
 	s := (lastOff/sectorSize + 2) * sectorSize
 	clear(z[s:])
@@ -441,7 +429,7 @@ func TestTornTailZeroFilled(t *testing.T) {
 	checkRecovered(t, d, want, lastFirst, "zero sectors at end")
 
 	// Zeros after a complete batch.
-	d = copyDir(t, dir)
+	d = testutil.TempCopy(t, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(d, name), append(slices.Clone(full), make([]byte, 3000)...), 0o644))
 	w, err := OpenWriter(d, nil)
 	require.NoError(t, err)
@@ -462,7 +450,7 @@ func TestTornTailHeaderLost(t *testing.T) {
 		if zeroTo <= lastOff || zeroTo >= int64(len(full)) {
 			continue
 		}
-		d := copyDir(t, dir)
+		d := testutil.TempCopy(t, dir)
 		z := slices.Clone(full)
 		clear(z[lastOff:zeroTo])
 		require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
@@ -471,14 +459,14 @@ func TestTornTailHeaderLost(t *testing.T) {
 		// The same, but a complete later batch follows: a group commit's
 		// unsynced batches, cut with the damaged one, while the damage is
 		// within MaxUnsyncedBytes of the end...
-		d = copyDir(t, dir)
+		d = testutil.TempCopy(t, dir)
 		next, err := AppendBatch(nil, 0, 2, uint64(len(want)+1), testEvents(2, 9))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(d, name), append(slices.Clone(z), next...), 0o644))
 		checkRecovered(t, d, want, lastFirst, fmt.Sprintf("zero from %d to %d, then a batch", lastOff, zeroTo))
 
 		// ...and beyond it the later batch was acknowledged: corruption.
-		d = copyDir(t, dir)
+		d = testutil.TempCopy(t, dir)
 		big := testEvents(1, 9)
 		big[0].Op, big[0].Key, big[0].Value = OpPut, []byte("k"), make([]byte, MaxUnsyncedBytes)
 		next, err = AppendBatch(nil, 0, 2, uint64(len(want)+1), big)
@@ -487,7 +475,7 @@ func TestTornTailHeaderLost(t *testing.T) {
 		requireOpenFails(t, d, ErrCorrupt, fmt.Sprintf("zero from %d to %d, then a large batch", lastOff, zeroTo))
 	}
 	// Damage that is not zeros (a flipped magic byte) is corruption.
-	d := copyDir(t, dir)
+	d := testutil.TempCopy(t, dir)
 	z := slices.Clone(full)
 	z[lastOff] ^= 0x01
 	require.NoError(t, os.WriteFile(filepath.Join(d, name), z, 0o644))
@@ -498,22 +486,10 @@ func TestTornTailHeaderLost(t *testing.T) {
 // files untouched.
 func requireOpenFails(t *testing.T, dir string, target error, what string) {
 	t.Helper()
-	before := snapshotDir(t, dir)
+	before := testutil.DirImage(t, vfs.Default, dir)
 	_, err := OpenWriter(dir, nil)
 	require.ErrorIs(t, err, target, what)
-	require.Equal(t, before, snapshotDir(t, dir), "%s: files changed", what)
-}
-
-func snapshotDir(t *testing.T, dir string) map[string]string {
-	m := map[string]string{}
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		m[e.Name()] = string(b)
-	}
-	return m
+	require.Equal(t, before, testutil.DirImage(t, vfs.Default, dir), "%s: files changed", what)
 }
 
 func TestCorruptionIsNotTruncated(t *testing.T) {
@@ -528,7 +504,7 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	require.NoError(t, err)
 
 	mutate := func(path string, b []byte, what string, target error) {
-		d := copyDir(t, dir)
+		d := testutil.TempCopy(t, dir)
 		require.NoError(t, os.WriteFile(filepath.Join(d, filepath.Base(path)), b, 0o644))
 		requireOpenFails(t, d, target, what)
 		// The reader reports it too, at open or when it gets there,
@@ -570,7 +546,7 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	mutate(lastPath, b, "foreign shard", ErrCorrupt)
 
 	// A missing middle segment is a gap.
-	d := copyDir(t, dir)
+	d := testutil.TempCopy(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(d, segs[1].name)))
 	requireOpenFails(t, d, ErrCorrupt, "gap")
 	r, err := OpenReader(d, 0)
@@ -581,17 +557,17 @@ func TestCorruptionIsNotTruncated(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.NoError(t, r.Close())
 	// A segment whose name disagrees with its first batch.
-	d = copyDir(t, dir)
+	d = testutil.TempCopy(t, dir)
 	require.NoError(t, os.Rename(filepath.Join(d, name), filepath.Join(d, SegmentName(0, segs[len(segs)-1].first+1))))
 	requireOpenFails(t, d, ErrCorrupt, "renamed")
 	// A malformed .wal name.
-	d = copyDir(t, dir)
+	d = testutil.TempCopy(t, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(d, "junk.wal"), nil, 0o644))
 	requireOpenFails(t, d, ErrBadSegmentName, "bad name")
 	_, err = OpenReader(d, 0)
 	require.ErrorIs(t, err, ErrBadSegmentName)
 	// Any other file makes it a non-WAL directory.
-	d = copyDir(t, dir)
+	d = testutil.TempCopy(t, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(d, "LOCK"), nil, 0o644))
 	requireOpenFails(t, d, ErrNotWAL, "foreign file")
 	_, err = OpenReader(d, 0)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ func requireRefused(t *testing.T, dir string, shard uint32, target error, what s
 			require.NoError(t, err)
 			return string(b)
 		}
-		return snapshotDir(t, dir)
+		return testutil.DirImage(t, vfs.Default, dir)
 	}
 	before := snap()
 	_, err := OpenWriter(dir, &WriterOptions{Shard: shard})
@@ -119,7 +120,7 @@ func TestOpenRefusesRandomSegment(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, len(segs), 2)
 		for _, victim := range []segment{segs[len(segs)-1], segs[1]} {
-			d := copyDir(t, dir)
+			d := testutil.TempCopy(t, dir)
 			require.NoError(t, os.WriteFile(filepath.Join(d, victim.name), junk, 0o644))
 			requireRefused(t, d, 0, ErrCorrupt, "random segment "+victim.name)
 		}

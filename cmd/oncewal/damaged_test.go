@@ -100,7 +100,7 @@ func TestRealProcessDamagedStore(t *testing.T) {
 	rp := newRealProcs(t)
 	node, leaderDir := filepath.Join(rp.dir, "node"), filepath.Join(rp.dir, "leader")
 	writeNode(t, node, 3)
-	copyTree(t, node, leaderDir)
+	testutil.CopyDir(t, node, leaderDir)
 	if _, e, err := rp.run("promote", "--dir", leaderDir); err != nil {
 		t.Fatalf("promote: %v\n%s", err, e)
 	}

@@ -143,8 +143,6 @@ func buildFollower(t *testing.T, dir string, kill bool) wantStore {
 	return w
 }
 
-func treeDigest(t *testing.T, dir string) map[string]string { return testutil.TreeDigest(t, dir) }
-
 func TestInspectMatchesFollower(t *testing.T) {
 	for _, kill := range []bool{false, true} {
 		name := "closed"
@@ -154,7 +152,7 @@ func TestInspectMatchesFollower(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			want := buildFollower(t, dir, kill)
-			before := treeDigest(t, dir)
+			before := testutil.TreeDigest(t, dir)
 
 			out, errOut, code := runCmd(t, "inspect", dir, "--json")
 			if code != exitOK || errOut != "" {
@@ -221,7 +219,7 @@ func TestInspectMatchesFollower(t *testing.T) {
 				}
 			}
 
-			if after := treeDigest(t, dir); !maps.Equal(before, after) {
+			if after := testutil.TreeDigest(t, dir); !maps.Equal(before, after) {
 				t.Errorf("inspect changed the store:\nbefore %v\nafter  %v", before, after)
 			}
 		})
@@ -253,7 +251,7 @@ func TestInspectRefusesNonStores(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	before := treeDigest(t, root)
+	before := testutil.TreeDigest(t, root)
 
 	for _, tc := range []struct{ path, want string }{
 		{filepath.Join(root, "missing"), "no such file or directory"},
@@ -270,7 +268,7 @@ func TestInspectRefusesNonStores(t *testing.T) {
 			}
 		}
 	}
-	if after := treeDigest(t, root); !maps.Equal(before, after) {
+	if after := testutil.TreeDigest(t, root); !maps.Equal(before, after) {
 		t.Errorf("inspect changed what it refused:\nbefore %v\nafter  %v", before, after)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/oncewal/oncewal/store"
@@ -18,31 +17,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/testutil"
 )
-
-// failNth is an errorfs injector that fails the n-th (from 0) operation
-// that changes something on disk (creates, links, renames, removals,
-// directory creation, writes and syncs) and counts them all.
-type failNth struct {
-	n, seen atomic.Int64
-	fired   atomic.Bool
-}
-
-func (f *failNth) String() string { return "failNth" }
-
-func (f *failNth) MaybeError(op errorfs.Op) error {
-	switch op.Kind {
-	case errorfs.OpCreate, errorfs.OpLink, errorfs.OpRemove, errorfs.OpRemoveAll, errorfs.OpRename, errorfs.OpMkdirAll,
-		errorfs.OpReuseForWrite, errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData,
-		errorfs.OpFileSyncTo:
-	default:
-		return nil
-	}
-	if f.seen.Add(1)-1 == f.n.Load() && f.fired.CompareAndSwap(false, true) {
-		return errorfs.ErrInjected
-	}
-	return nil
-}
 
 // promotedState is what a finished promotion leaves: each shard's applied
 // LSN and epoch, and whether anything but a leader node directory remains.
@@ -77,7 +53,7 @@ func TestPromoteErrorSweep(t *testing.T) {
 	pristine := filepath.Join(base, "pristine")
 	writeNode(t, pristine, 3)
 	single := filepath.Join(base, "single")
-	copyTree(t, store.ShardDir(pristine, 0), single)
+	testutil.CopyDir(t, store.ShardDir(pristine, 0), single)
 	ahead0, ahead1 := filepath.Join(base, "ahead0"), filepath.Join(base, "ahead1")
 	writeNodeUpTo(t, ahead0, [2]int{-1, 5})
 	writeNodeUpTo(t, ahead1, [2]int{5, -1})
@@ -96,10 +72,10 @@ func TestPromoteErrorSweep(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			caseDir := func(name string) promoteConfig {
 				d := filepath.Join(t.TempDir(), name)
-				copyTree(t, tc.src, filepath.Join(d, "f"))
+				testutil.CopyDir(t, tc.src, filepath.Join(d, "f"))
 				c := promoteConfig{dir: filepath.Join(d, "f")}
 				if tc.peer != "" {
-					copyTree(t, tc.peer, filepath.Join(d, "p"))
+					testutil.CopyDir(t, tc.peer, filepath.Join(d, "p"))
 					c.peers, c.catchUp = []string{filepath.Join(d, "p")}, true
 				}
 				if tc.out {
@@ -230,14 +206,13 @@ func TestPromoteFaultChild(t *testing.T) {
 	}
 	n, err := strconv.Atoi(ns)
 	must(t, err)
-	inj := &failNth{}
-	inj.n.Store(int64(n))
+	inj := &testutil.FailNth{N: int64(n), Match: testutil.Mutations}
 	c := promoteConfig{dir: os.Getenv("ONCEWAL_FAULT_DIR"), out: os.Getenv("ONCEWAL_FAULT_OUT"), fs: errorfs.Wrap(vfs.Default, inj)}
 	if p := os.Getenv("ONCEWAL_FAULT_PEERS"); p != "" {
 		c.peers, c.catchUp = strings.Split(p, ","), true
 	}
 	err = promote(c, io.Discard, io.Discard)
-	if inj.fired.Load() {
+	if inj.Fired() {
 		fmt.Println("FAULT FIRED")
 	}
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -43,30 +42,6 @@ func inspectPositionsJSON(t *testing.T, dirs ...string) positions {
 		t.Fatalf("inspect --json: %v: %s", err, out)
 	}
 	return p
-}
-
-// copyTree copies a stopped store or node directory, as an operator would
-// with cp -a.
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestPromoteMostAdvancedNode is the failover recipe of the README on two
@@ -131,7 +106,7 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 	}
 
 	rebuild := filepath.Join(dir, "a-before-promotion")
-	copyTree(t, aDir, rebuild)
+	testutil.CopyDir(t, aDir, rebuild)
 	out, errOut, code := runCmd(t, "promote", "--dir", aDir, "--peers", bDir)
 	if code != exitOK || !strings.Contains(out, "at epoch 2") {
 		t.Fatalf("promote a: exit %d\n%s\n%s", code, out, errOut)
@@ -157,7 +132,7 @@ func TestPromoteMostAdvancedNode(t *testing.T) {
 	waitLog(t, fb.log, "level=ERROR", "refused by the leader", replication.ErrBehindRetention.Error())
 	must(t, fb.stop())
 	must(t, os.RemoveAll(bDir))
-	copyTree(t, rebuild, bDir)
+	testutil.CopyDir(t, rebuild, bDir)
 	fb = startFollower(t, fcfg("b", bDir, l2))
 	waitApplied(t, promotedAt[0]+100, fb)
 	must(t, l2.stop())
