@@ -3,7 +3,6 @@ package testutil
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,39 +12,12 @@ import (
 // TestOnlyTestsImport: no file of the module but a _test.go file imports
 // testutil, so that no product code (the CLI above all) links test helpers.
 func TestOnlyTestsImport(t *testing.T) {
-	const path = "github.com/oncewal/oncewal/testutil"
-	root := ".."
-	checked := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		checked++
-		for _, imp := range f.Imports {
-			if v, _ := strconv.Unquote(imp.Path.Value); v == path {
+	for p, imps := range packageImports(t, "..") {
+		for _, imp := range imps {
+			if imp == "testutil" {
 				t.Errorf("%s imports testutil; only _test.go files may", p)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 50 {
-		t.Fatalf("checked only %d files: wrong root?", checked)
 	}
 }
 
