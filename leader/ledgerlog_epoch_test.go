@@ -18,27 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestNextEpoch(t *testing.T) {
-	for _, tc := range []struct {
-		highest, want uint64
-		exhausted     bool
-	}{
-		{0, 1, false},
-		{41, 42, false},
-		{replication.MaxEpoch - 1, replication.MaxEpoch, false},
-		{replication.MaxEpoch, 0, true},
-		{math.MaxUint64, 0, true}, // never wraps to 0
-	} {
-		got, err := replication.NextEpoch(tc.highest, "test")
-		if tc.exhausted {
-			require.ErrorIs(t, err, replication.ErrEpochExhausted, "%d", tc.highest)
-			continue
-		}
-		require.NoError(t, err)
-		require.Equal(t, tc.want, got)
-	}
-}
-
 // TestLedgerLogEpochBound: an epoch above MaxEpoch is refused, given as an
 // option or found in a store an older binary wrote, and nothing changes.
 func TestLedgerLogEpochBound(t *testing.T) {

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"encoding/binary"
-	"strings"
 	"testing"
 
 	"github.com/oncewal/oncewal/store"
@@ -13,15 +12,6 @@ import (
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
-
-func TestValidFollowerID(t *testing.T) {
-	for _, id := range []string{"", "a", "replica-1", "eu.west_2", strings.Repeat("x", replication.MaxFollowerIDLen)} {
-		require.NoError(t, replication.ValidFollowerID(id), "%q", id)
-	}
-	for _, id := range []string{" ", "a b", "a/b", "ü", "a\x00", "a:b", strings.Repeat("x", replication.MaxFollowerIDLen+1)} {
-		require.ErrorIs(t, replication.ValidFollowerID(id), replication.ErrBadFollowerID, "%q", id)
-	}
-}
 
 // reopen builds a new Receiver over the rig's store, as a restart would.
 func (r *rig) reopen(id string) (*store.Receiver, error) {
