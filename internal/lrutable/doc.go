@@ -42,6 +42,21 @@
 //     never a result — and a table read that way must never grow
 //     (invariant 4), because growth replaces the arrays.
 //
+// # Shape and cost
+//
+// The table is generic over the key (any ~[16]byte: the window's Key and
+// the cache's session ID share one GC shape) and the value; each value type
+// gets its own stenciled code, and the hot paths (Find, Touch, the list
+// operations) compile to plain loads and compares with no dictionary
+// lookups (go build -gcflags=-S). Keys and links are parallel arrays, so a
+// value-less table (the window: 16 B key + 8 B links) costs what the
+// window's 24-byte entries with inline links did, and a table with a 16 B
+// value (the cache) keeps two 32-byte entries per cache line. A change here
+// is gated by bench's Window, WindowMemory, TrackerCheckDuplicate, Tracker
+// and TrackerCacheMemory benchmarks, run interleaved with the code before
+// it: go test ./bench -run '^$' -bench
+// 'Window$|WindowMemory|TrackerCheckDuplicate|Tracker$|TrackerCacheMemory'.
+//
 // The seed is random per table: keys arrive in shipped events, and a
 // per-table seed keeps anyone who can choose keys from aiming them at one
 // probe cluster.
