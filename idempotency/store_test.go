@@ -1,8 +1,6 @@
 package idempotency
 
 import (
-	"unsafe"
-
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +10,8 @@ import (
 	"testing"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/oncewal/oncewal/internal/lrutable"
 )
 
 func key(n uint64) Key {
@@ -21,39 +21,15 @@ func key(n uint64) Key {
 	return k
 }
 
-// checkInvariants verifies the internal structure: list and table agree,
-// every live key is reachable from its home slot, counts match.
+// checkInvariants verifies the internal structure: the recency list holds
+// every live key, each reachable from its home slot, and counts match
+// (lrutable.Table.Verify).
 func checkInvariants(t testing.TB, s *Store) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := 0
-	prev := int32(nilIdx)
-	for i := s.head; i != nilIdx; i = s.entries[i].next {
-		if s.entries[i].prev != prev {
-			t.Fatalf("entry %d: prev %d, want %d", i, s.entries[i].prev, prev)
-		}
-		k := s.entries[i].key
-		if _, j := s.find(&k, s.hash32(&k)); j != i {
-			t.Fatalf("key %v of entry %d found at %d", k, i, j)
-		}
-		prev = i
-		seen++
-		if seen > int(s.capacity) {
-			t.Fatal("list longer than capacity (cycle?)")
-		}
-	}
-	if prev != s.tail {
-		t.Fatalf("tail %d, walk ended at %d", s.tail, prev)
-	}
-	used := 0
-	for _, v := range s.table {
-		if v != 0 {
-			used++
-		}
-	}
-	if seen != int(s.n) || used != int(s.n) {
-		t.Fatalf("n=%d list=%d table=%d", s.n, seen, used)
+	if err := s.t.Verify(&s.lru); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -287,7 +263,7 @@ func TestStoreDifferential(t *testing.T) {
 					case op < 5:
 						// A hint: the model does not change. Batches
 						// cross PrefetchKeys's chunks.
-						batch := make([]Key, r.IntN(3*prefetchChunk))
+						batch := make([]Key, r.IntN(3*lrutable.PrefetchChunk))
 						for j := range batch {
 							batch[j] = key(r.Uint64N(universe))
 						}
@@ -400,7 +376,7 @@ func TestStoreConcurrentMixed(t *testing.T) {
 func TestStoreOpsDoNotAllocate(t *testing.T) {
 	s := NewStore(100)
 	i := uint64(0)
-	batch := make([]Key, 2*prefetchChunk+1)
+	batch := make([]Key, 2*lrutable.PrefetchChunk+1)
 	for j := range batch {
 		batch[j] = key(uint64(j))
 	}
@@ -462,7 +438,7 @@ func TestStoreMemoryBound(t *testing.T) {
 func TestStoreBytesMatchesAllocation(t *testing.T) {
 	for _, c := range []int{1, 3, 100, 100_000} {
 		s := NewStore(c)
-		want := int64(unsafe.Sizeof(entry{}))*int64(len(s.entries)) + 8*int64(len(s.table))
+		want := s.t.Bytes()
 		if got := StoreBytes(c); got != want {
 			t.Fatalf("StoreBytes(%d) = %d, NewStore allocated %d", c, got, want)
 		}

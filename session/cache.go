@@ -1,28 +1,25 @@
 package session
 
 import (
-	"encoding/binary"
-	"math/bits"
-	"math/rand/v2"
 	"sync"
+	"unsafe"
+
+	"github.com/oncewal/oncewal/internal/lrutable"
 )
 
-// hwmCache is the Tracker's cache of committed HWM records, built like the
-// idempotency window (idempotency.Store) so that a hit costs two cache lines
-// — a slot of an open-addressing table and a 32-byte entry — instead of
-// golang-lru's walk from a Go map to a heap-allocated list element.
+// hwmCache is the Tracker's cache of committed HWM records, an
+// lrutable.Table as the idempotency window (idempotency.Store) is, so that a
+// hit costs two cache lines — a slot of an open-addressing table and a
+// 32-byte entry — instead of golang-lru's walk from a Go map to a
+// heap-allocated list element.
 //
-// Layout: entries[i] holds a session's ID and record; links[i] its place in
-// a doubly linked list, logSeq[i] its state and carries[i] how often its
-// logged record was carried forward unchanged (kept apart, so a lookup
-// never drags them into cache); table is a linear-probing table of uint64
-// slots, each the 32-bit hash of an ID and its entry index + 1. The hash in
-// the slot lets a miss finish without touching an entry. Deletion shifts the
-// rest of a probe cluster back instead of leaving tombstones, so churn never
-// degrades probing. Nothing holds a pointer: the arrays are noscan
-// allocations the GC never traverses. They grow (entries by append, the
-// table by doubling and rehashing at half load), so a follower with few
-// sessions does not pay for a large CacheSize up front.
+// Layout: the table's entries hold a session's ID and record, its links the
+// entry's place in a list; logSeq[i] holds entry i's state and carries[i]
+// how often its logged record was carried forward unchanged (kept apart, so
+// a lookup never drags them into cache). Nothing holds a pointer. The
+// arrays grow (the entries as append would, the index by doubling at half
+// load), so a follower with few sessions does not pay for a large CacheSize
+// up front.
 //
 // Two kinds of entry. A clean entry's record is also its row in Pebble: it
 // is an exact LRU of at most capacity entries (put, checked against
@@ -50,107 +47,56 @@ import (
 type hwmCache struct {
 	mu sync.Mutex
 
-	table    []uint64 // 0 = empty; else uint64(hash32)<<32 | uint64(index+1)
-	entries  []cacheEntry
-	links    []cacheLinks // links[i] belongs to entries[i]
-	logSeq   []uint64     // logSeq[i]: 0 if entries[i] is clean, else its delta
-	carries  []uint8      // carries[i]: times entries[i]'s logged record was carried forward unchanged
-	seed0    uint64
-	seed1    uint64
-	mask     uint32
-	shift    uint8 // home slot = hash32 >> shift
-	capacity int32 // bound on clean entries
+	t        lrutable.Table[ID, cacheVal]
+	logSeq   []uint64 // logSeq[i]: 0 if entry i is clean, else its delta
+	carries  []uint8  // carries[i]: times entry i's logged record was carried forward unchanged
+	capacity int32    // bound on clean entries
 
-	n      int32     // live entries, clean and dirty
-	ndirty int32     // of which dirty
-	lru    cacheList // clean entries; head = most recently put
-	dirty  cacheList // dirty entries; head = oldest logged change
-	free   int32     // free list (via links.next) of removed entries, or nilIdx
+	ndirty int32         // dirty entries
+	lru    lrutable.List // clean entries; head = most recently put
+	dirty  lrutable.List // dirty entries; head = oldest logged change
 }
 
-type cacheList struct{ head, tail int32 }
-
 const (
-	nilIdx = -1
-	// closedBit marks a closed session in cacheEntry.hwm, so an entry is 32
+	nilIdx = lrutable.Nil
+	// closedBit marks a closed session in cacheVal.hwm, so an entry is 32
 	// bytes and two fit a cache line. No HWM reaches it (MaxSeqNo).
 	closedBit = 1 << 63
 	// minSlots is the table's first size; it doubles from there.
 	minSlots = 1 << 10
-	// maxCacheCapacity keeps entry indexes (+1) in the 32 low bits of a slot
-	// and table sizes in int; larger CacheSizes are clamped.
-	maxCacheCapacity = 1 << 30
+	// maxCacheCapacity bounds CacheSize (lrutable.MaxEntries); larger
+	// CacheSizes are clamped.
+	maxCacheCapacity = lrutable.MaxEntries
 )
 
-type cacheEntry struct {
-	id     ID
+// cacheVal is a cached record.
+type cacheVal struct {
 	hwm    uint64 // record.hwm | closedBit if closed
 	lastTS int64
-}
-
-type cacheLinks struct {
-	prev, next int32 // prev is toward the most recently put (head)
 }
 
 func newHWMCache(capacity int) *hwmCache {
 	c := &hwmCache{
 		capacity: int32(min(max(capacity, 1), maxCacheCapacity)),
-		lru:      cacheList{nilIdx, nilIdx},
-		dirty:    cacheList{nilIdx, nilIdx},
-		free:     nilIdx,
-		// IDs arrive in shipped events; a per-cache random seed keeps anyone
-		// who can choose IDs from aiming them at one probe cluster.
-		seed0: rand.Uint64(),
-		seed1: rand.Uint64() | 1,
+		lru:      lrutable.NewList(),
+		dirty:    lrutable.NewList(),
 	}
-	c.setTable(minSlots)
+	c.t.Init(minSlots, 0)
 	return c
 }
 
-func (c *hwmCache) setTable(slots int) {
-	c.table = make([]uint64, slots)
-	c.mask = uint32(slots - 1)
-	c.shift = uint8(32 - bits.TrailingZeros(uint(slots)))
-}
-
-// hash32 mixes the whole ID with the cache's seed (a wyhash-style
-// multiply-fold, as idempotency.Store does for keys). A slot word is never 0
-// because the index part is index+1.
-func (c *hwmCache) hash32(id *ID) uint32 {
-	lo := binary.LittleEndian.Uint64(id[0:8])
-	hi := binary.LittleEndian.Uint64(id[8:16])
-	h1, h0 := bits.Mul64(lo^c.seed0, hi^c.seed1)
-	return uint32((h1 ^ h0) >> 32)
-}
-
-// find returns the table slot and entry index of id, or the empty slot where
-// the probe stopped and nilIdx.
-func (c *hwmCache) find(id *ID, h uint32) (slot uint32, idx int32) {
-	slot = h >> c.shift
-	for {
-		v := c.table[slot]
-		if v == 0 {
-			return slot, nilIdx
-		}
-		if uint32(v>>32) == h {
-			i := int32(uint32(v)) - 1
-			if c.entries[i].id == *id {
-				return slot, i
-			}
-		}
-		slot = (slot + 1) & c.mask
-	}
-}
+// idAt returns the ID of live entry i.
+func (c *hwmCache) idAt(i int32) ID { return c.t.At(i).Key }
 
 // peek returns the cached record of id without changing recency. Only the
 // goroutine that changes the cache may call it without holding mu.
 func (c *hwmCache) peek(id *ID) (record, bool) {
-	_, i := c.find(id, c.hash32(id))
+	_, i := c.t.Find(id, c.t.Hash(id))
 	if i == nilIdx {
 		return record{}, false
 	}
-	e := &c.entries[i]
-	return record{hwm: SeqNo(e.hwm &^ closedBit), lastTS: e.lastTS, closed: e.hwm&closedBit != 0}, true
+	v := &c.t.At(i).Val
+	return record{hwm: SeqNo(v.hwm &^ closedBit), lastTS: v.lastTS, closed: v.hwm&closedBit != 0}, true
 }
 
 // get is peek for any goroutine.
@@ -164,7 +110,7 @@ func (c *hwmCache) get(id *ID) (record, bool) {
 // len returns the number of cached sessions.
 func (c *hwmCache) len() int {
 	c.mu.Lock()
-	n := c.n
+	n := c.t.Len()
 	c.mu.Unlock()
 	return int(n)
 }
@@ -189,16 +135,16 @@ func (c *hwmCache) putDirty(id *ID, r record, seq uint64, carries uint8) {
 // set inserts or updates id with r; seq 0 makes it clean (LRU front), else
 // dirty (dirty list's newest end).
 func (c *hwmCache) set(id *ID, r record, seq uint64, carries uint8) {
-	hwm := uint64(r.hwm)
+	v := cacheVal{hwm: uint64(r.hwm), lastTS: r.lastTS}
 	if r.closed {
-		hwm |= closedBit
+		v.hwm |= closedBit
 	}
-	h := c.hash32(id)
-	slot, i := c.find(id, h)
+	h := c.t.Hash(id)
+	slot, i := c.t.Find(id, h)
 	if i != nilIdx {
-		c.entries[i].hwm, c.entries[i].lastTS = hwm, r.lastTS
+		c.t.At(i).Val = v
 		c.carries[i] = carries
-		if c.logSeq[i] == 0 && seq == 0 && i == c.lru.head {
+		if c.logSeq[i] == 0 && seq == 0 && i == c.lru.Head {
 			return
 		}
 		c.unlink(i)
@@ -206,37 +152,25 @@ func (c *hwmCache) set(id *ID, r record, seq uint64, carries uint8) {
 		c.evictOverCapacity()
 		return
 	}
-	switch {
-	case seq == 0 && c.n-c.ndirty == c.capacity:
-		i = c.lru.tail
-		c.removeIdx(i)
-		// The shift may have opened a hole earlier on id's probe path.
-		slot, _ = c.find(id, h)
-	case c.free != nilIdx:
-		i = c.free
-		c.free = c.links[i].next
-	default:
-		i = int32(len(c.entries))
-		c.entries = append(c.entries, cacheEntry{})
-		c.links = append(c.links, cacheLinks{})
+	var victim *lrutable.List
+	if seq == 0 && c.t.Len()-c.ndirty == c.capacity {
+		victim = &c.lru
+	}
+	i = c.t.Insert(id, h, slot, victim)
+	if int(i) == len(c.logSeq) {
 		c.logSeq = append(c.logSeq, 0)
 		c.carries = append(c.carries, 0)
 	}
-	c.entries[i] = cacheEntry{id: *id, hwm: hwm, lastTS: r.lastTS}
+	c.t.At(i).Val = v
 	c.carries[i] = carries
-	c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
 	c.link(i, seq)
-	c.n++
-	if int(c.n) > len(c.table)/2 {
-		c.grow()
-	}
 }
 
 // markClean makes id's dirty entry clean (its row now holds its record), as
 // the most recently put clean entry. Clean entries beyond CacheSize are then
 // evicted, least recently put first. Caller holds mu.
 func (c *hwmCache) markClean(id *ID) {
-	_, i := c.find(id, c.hash32(id))
+	_, i := c.t.Find(id, c.t.Hash(id))
 	if i == nilIdx || c.logSeq[i] == 0 {
 		return
 	}
@@ -248,19 +182,18 @@ func (c *hwmCache) markClean(id *ID) {
 
 // evictOverCapacity evicts clean entries, least recently put first, while
 // there are more than capacity (a logged entry that turned clean adds one).
+// A clean entry's logSeq and carries are already 0.
 func (c *hwmCache) evictOverCapacity() {
-	for c.n-c.ndirty > c.capacity {
-		t := c.lru.tail
-		c.removeIdx(t)
-		c.freeIdx(t)
+	for c.t.Len()-c.ndirty > c.capacity {
+		c.t.Evict(&c.lru)
 	}
 }
 
 // oldestDirty returns the dirty entry with the oldest logged change, or
 // nilIdx; nextDirty the one after i; carried how often i's record was
 // carried forward unchanged. The tx goroutine reads them without mu.
-func (c *hwmCache) oldestDirty() int32      { return c.dirty.head }
-func (c *hwmCache) nextDirty(i int32) int32 { return c.links[i].next }
+func (c *hwmCache) oldestDirty() int32      { return c.dirty.Head }
+func (c *hwmCache) nextDirty(i int32) int32 { return c.t.Next(i) }
 func (c *hwmCache) carried(i int32) uint8   { return c.carries[i] }
 
 // dirtyLen returns the number of dirty entries (tx goroutine only).
@@ -268,65 +201,14 @@ func (c *hwmCache) dirtyLen() int { return int(c.ndirty) }
 
 // remove drops id from the cache, if present. Caller holds mu.
 func (c *hwmCache) remove(id *ID) {
-	_, i := c.find(id, c.hash32(id))
+	slot, i := c.t.Find(id, c.t.Hash(id))
 	if i == nilIdx {
 		return
 	}
-	c.removeIdx(i)
-	c.freeIdx(i)
-}
-
-func (c *hwmCache) freeIdx(i int32) {
-	c.entries[i] = cacheEntry{}
+	c.unlink(i)
+	c.t.Delete(slot, i)
 	c.logSeq[i] = 0
 	c.carries[i] = 0
-	c.links[i] = cacheLinks{prev: nilIdx, next: c.free}
-	c.free = i
-}
-
-// removeIdx drops live entry i from the table and its list; the caller
-// reuses or frees its index.
-func (c *hwmCache) removeIdx(i int32) {
-	id := &c.entries[i].id
-	slot, _ := c.find(id, c.hash32(id))
-	c.deleteSlot(slot)
-	c.unlink(i)
-	c.n--
-}
-
-// deleteSlot empties slot and shifts the rest of its cluster back so every
-// remaining ID stays reachable from its home slot.
-func (c *hwmCache) deleteSlot(hole uint32) {
-	j := hole
-	for {
-		j = (j + 1) & c.mask
-		v := c.table[j]
-		if v == 0 {
-			break
-		}
-		home := uint32(v>>32) >> c.shift
-		// Move j into the hole unless its home lies cyclically in (hole, j].
-		if (j-home)&c.mask >= (j-hole)&c.mask {
-			c.table[hole] = v
-			hole = j
-		}
-	}
-	c.table[hole] = 0
-}
-
-// grow doubles the table and reinserts every live entry.
-func (c *hwmCache) grow() {
-	c.setTable(len(c.table) * 2)
-	for _, l := range []cacheList{c.lru, c.dirty} {
-		for i := l.head; i != nilIdx; i = c.links[i].next {
-			h := c.hash32(&c.entries[i].id)
-			slot := h >> c.shift
-			for c.table[slot] != 0 {
-				slot = (slot + 1) & c.mask
-			}
-			c.table[slot] = uint64(h)<<32 | uint64(uint32(i)+1)
-		}
-	}
 }
 
 // unlink takes live entry i out of its list (clean or dirty).
@@ -336,17 +218,7 @@ func (c *hwmCache) unlink(i int32) {
 		l = &c.dirty
 		c.ndirty--
 	}
-	p := c.links[i]
-	if p.prev != nilIdx {
-		c.links[p.prev].next = p.next
-	} else {
-		l.head = p.next
-	}
-	if p.next != nilIdx {
-		c.links[p.next].prev = p.prev
-	} else {
-		l.tail = p.prev
-	}
+	c.t.Unlink(l, i)
 }
 
 // link puts entry i, in no list, at the front of the clean list (seq 0) or
@@ -354,42 +226,28 @@ func (c *hwmCache) unlink(i int32) {
 func (c *hwmCache) link(i int32, seq uint64) {
 	c.logSeq[i] = seq
 	if seq == 0 {
-		c.links[i] = cacheLinks{prev: nilIdx, next: c.lru.head}
-		if c.lru.head != nilIdx {
-			c.links[c.lru.head].prev = i
-		} else {
-			c.lru.tail = i
-		}
-		c.lru.head = i
+		c.t.PushFront(&c.lru, i)
 		return
 	}
 	c.ndirty++
-	c.links[i] = cacheLinks{prev: c.dirty.tail, next: nilIdx}
-	if c.dirty.tail != nilIdx {
-		c.links[c.dirty.tail].next = i
-	} else {
-		c.dirty.head = i
-	}
-	c.dirty.tail = i
+	c.t.PushBack(&c.dirty, i)
 }
 
-// prefetch touches the table slot and, if the home slot holds a candidate,
-// the entry a lookup of id will read and the entry's log state and links,
-// which the commit of an advance reads (set: logSeq, then unlink), and
-// returns a value derived from them (so the loads are not dropped). Its
-// loads depend on nothing a caller's loop computes, so the CPU overlaps the
-// cache misses of many calls; the lookups that follow then hit. Only the
-// goroutine that changes the cache may call it.
+// prefetch pulls in the table slots and, if the home slots hold a
+// candidate, the entry a lookup of id will read and the entry's log state
+// and links, which the commit of an advance reads (set: logSeq, then
+// unlink). The CPU overlaps the cache misses of many calls; the lookups
+// that follow then hit. Only the goroutine that changes the cache may call
+// it.
 //
 // The log state and links were left out once: then the first read of
 // logSeq in set was a cache miss per advanced session, about half of set's
 // time (go test ./bench -bench 'Receiver/dup100-window$' -cpuprofile).
-func (c *hwmCache) prefetch(id *ID) uint64 {
-	h := c.hash32(id)
-	v := c.table[h>>c.shift]
-	if v == 0 || uint32(v>>32) != h {
-		return v
+func (c *hwmCache) prefetch(id *ID) {
+	i := c.t.ResidentHint(c.t.Hash(id))
+	if i == nilIdx {
+		return
 	}
-	i := uint32(v) - 1
-	return c.entries[i].hwm + c.logSeq[i] + uint64(c.links[i].prev)
+	c.t.PrefetchEntry(i)
+	lrutable.Prefetch(unsafe.Pointer(&c.logSeq[i]))
 }

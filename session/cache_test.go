@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncewal/oncewal/internal/lrutable"
 )
 
 // checkCache verifies the cache's structure — lists and table agree, every
@@ -27,35 +29,25 @@ func checkCacheAll(t testing.TB, c *hwmCache) (ids []ID, recs []record, dirty ma
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.t.Verify(&c.lru, &c.dirty); err != nil {
+		t.Fatal(err)
+	}
 	ids, recs, dirty = []ID{}, []record{}, map[ID]loggedRecord{}
-	walk := func(l cacheList, dirtyList bool, visit func(i int32)) int {
+	walk := func(l lrutable.List, dirtyList bool, visit func(i int32)) int {
 		n := 0
-		prev := int32(nilIdx)
-		for i := l.head; i != nilIdx; i = c.links[i].next {
-			if c.links[i].prev != prev {
-				t.Fatalf("entry %d: prev %d, want %d", i, c.links[i].prev, prev)
-			}
+		for i := l.Head; i != nilIdx; i = c.t.Next(i) {
 			if (c.logSeq[i] != 0) != dirtyList {
 				t.Fatalf("entry %d with delta %d in the wrong list", i, c.logSeq[i])
 			}
-			id := c.entries[i].id
-			if _, j := c.find(&id, c.hash32(&id)); j != i {
-				t.Fatalf("ID %s of entry %d found at %d", id, i, j)
-			}
 			visit(i)
-			prev = i
-			if n++; n > int(c.n) {
-				t.Fatal("list longer than the cache (cycle?)")
-			}
-		}
-		if prev != l.tail {
-			t.Fatalf("tail %d, walk ended at %d", l.tail, prev)
+			n++
 		}
 		return n
 	}
 	nclean := walk(c.lru, false, func(i int32) {
-		r, _ := c.peek(&c.entries[i].id)
-		ids, recs = append(ids, c.entries[i].id), append(recs, r)
+		id := c.idAt(i)
+		r, _ := c.peek(&id)
+		ids, recs = append(ids, id), append(recs, r)
 	})
 	slices.Reverse(ids)
 	slices.Reverse(recs)
@@ -65,23 +57,15 @@ func checkCacheAll(t testing.TB, c *hwmCache) (ids []ID, recs []record, dirty ma
 			t.Fatalf("dirty list out of delta order: %d after %d", c.logSeq[i], last)
 		}
 		last = c.logSeq[i]
-		r, _ := c.peek(&c.entries[i].id)
-		dirty[c.entries[i].id] = loggedRecord{rec: r, exists: true, seq: c.logSeq[i]}
+		id := c.idAt(i)
+		r, _ := c.peek(&id)
+		dirty[id] = loggedRecord{rec: r, exists: true, seq: c.logSeq[i]}
 	})
-	used := 0
-	for _, v := range c.table {
-		if v != 0 {
-			used++
-		}
-	}
-	if nclean+ndirty != int(c.n) || ndirty != int(c.ndirty) || used != int(c.n) {
-		t.Fatalf("n=%d ndirty=%d lists=%d+%d table=%d", c.n, c.ndirty, nclean, ndirty, used)
+	if ndirty != int(c.ndirty) {
+		t.Fatalf("ndirty=%d, dirty list %d", c.ndirty, ndirty)
 	}
 	if nclean > int(c.capacity) {
 		t.Fatalf("%d clean entries, capacity %d", nclean, c.capacity)
-	}
-	if used > len(c.table)/2 {
-		t.Fatalf("table of %d slots holds %d", len(c.table), used)
 	}
 	return ids, recs, dirty
 }
@@ -192,7 +176,7 @@ func TestHWMCacheAgainstLRU(t *testing.T) {
 func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	const capacity = 100_000
 	c := newHWMCache(capacity)
-	require.Equal(t, minSlots, len(c.table))
+	require.Equal(t, minSlots, c.t.Slots())
 	c.mu.Lock()
 	for n := range uint64(capacity) {
 		id := cacheID(n)
@@ -200,7 +184,7 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	}
 	c.mu.Unlock()
 	require.Equal(t, capacity, c.len())
-	require.Equal(t, 1<<18, len(c.table))
+	require.Equal(t, 1<<18, c.t.Slots())
 	for n := range uint64(capacity) {
 		id := cacheID(n)
 		if r, ok := c.peek(&id); !ok || r != (record{hwm: SeqNo(n + 1), lastTS: int64(n)}) {

@@ -40,8 +40,8 @@
 //
 // # The HWM cache
 //
-// An exact LRU (cache.go) built like the idempotency window: a linear-probing
-// table of 8-byte slots (32-bit hash and entry index) over an array of
+// An exact LRU (cache.go) on the same table as the idempotency window
+// (internal/lrutable): a linear-probing table of 8-byte slots (32-bit hash and entry index) over an array of
 // 32-byte entries (ID, HWM with the closed flag in its top bit, last
 // activity) with the recency links and log state in parallel arrays. No pointers, so the
 // GC never scans it; a hit reads one slot and one entry (two cache lines)

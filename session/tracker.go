@@ -419,7 +419,6 @@ type TrackerTx struct {
 	ckptAt                      int32 // next committed dirty entry to consider checkpointing
 
 	done bool
-	sink uint64 // Prefetch's loads land here
 	kbuf [hwmKeyLen]byte
 	vbuf [hwmValLen]byte
 }
@@ -534,7 +533,7 @@ func (tx *TrackerTx) view(id ID) (txEntry, error) {
 // overlap, where the checks that follow would take them one after another.
 // It is only a hint: it changes nothing and reads no Pebble.
 func (tx *TrackerTx) Prefetch(id ID) {
-	tx.sink += tx.t.cache.prefetch(&id)
+	tx.t.cache.prefetch(&id)
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
@@ -745,7 +744,7 @@ func (tx *TrackerTx) checkpoint(v []byte) ([]byte, error) {
 			break
 		}
 		tx.ckptAt = c.nextDirty(i)
-		id := c.entries[i].id
+		id := c.idAt(i)
 		if tx.superseded(&id) {
 			continue
 		}
@@ -776,7 +775,7 @@ func (tx *TrackerTx) checkpoint(v []byte) ([]byte, error) {
 	// tx's own first delta.
 	keep := tx.logBegin
 	for i := tx.ckptAt; i != nilIdx; i = c.nextDirty(i) {
-		if id := c.entries[i].id; !tx.superseded(&id) {
+		if id := c.idAt(i); !tx.superseded(&id) {
 			keep = c.logSeq[i]
 			break
 		}
@@ -957,7 +956,7 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	// expired (later changes mostly carry later timestamps).
 	c := tx.t.cache
 	for i, walked := c.oldestDirty(), 0; i != nilIdx && (limit <= 0 || walked < limit); i, walked = c.nextDirty(i), walked+1 {
-		id := c.entries[i].id
+		id := c.idAt(i)
 		r, _ := c.peek(&id)
 		if r.lastTS >= cutoff {
 			break

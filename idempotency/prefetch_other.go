@@ -1,9 +1,0 @@
-//go:build !amd64
-
-package idempotency
-
-import "unsafe"
-
-func prefetch(unsafe.Pointer) {}
-
-func prefetchLinks(unsafe.Pointer, *int32) {}

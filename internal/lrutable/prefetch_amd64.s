@@ -1,0 +1,39 @@
+#include "textflag.h"
+
+// func Prefetch(addr unsafe.Pointer)
+TEXT ·Prefetch(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ addr+0(FP), AX
+	PREFETCHT0 (AX)
+	RET
+
+// func prefetchLinks(links, entries unsafe.Pointer, size uintptr, link *int32)
+//
+// Loads the entry index *link (an aligned int32, so never torn) and, unless
+// it is negative (Nil), prefetches that entry, loads its links and
+// prefetches the links of its list neighbours. The loads read only
+// in-bounds words (links[i] with i a valid index); the computed addresses
+// are only prefetched, and PREFETCH never faults, so stale values are
+// harmless. Links are 8 bytes: Prev at 0, Next at 4 (checked in
+// prefetch_amd64.go).
+TEXT ·prefetchLinks(SB), NOSPLIT|NOFRAME, $0-32
+	MOVQ links+0(FP), AX
+	MOVQ entries+8(FP), R8
+	MOVQ size+16(FP), R9
+	MOVQ link+24(FP), BX
+	MOVLQSX (BX), CX
+	TESTQ CX, CX
+	JS done
+	MOVQ CX, DX
+	IMULQ R9, DX
+	PREFETCHT0 (R8)(DX*1)
+	MOVLQSX 0(AX)(CX*8), DX
+	MOVLQSX 4(AX)(CX*8), SI
+	TESTQ DX, DX
+	JS next
+	PREFETCHT0 (AX)(DX*8)
+next:
+	TESTQ SI, SI
+	JS done
+	PREFETCHT0 (AX)(SI*8)
+done:
+	RET
