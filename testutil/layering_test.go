@@ -21,7 +21,7 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
+	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/lrutable", "internal/pki"},
 	{"ledgerrecord"},
 	// test helpers: imported by _test.go files only (TestOnlyTestsImport),
 	// and themselves import leaves only (TestTestutilImportsOnlyLeaves), so
