@@ -165,8 +165,8 @@
 // # Pebble key layout
 //
 // One store per follower shard. Every value begins with a one-byte format
-// version (currently 1). The prefixes are named once, in package keyspace;
-// a custom Applier may write anything outside keyspace.Reserved (h/, hd/,
+// version (currently 1). The prefixes are named once, in internal/keyspace;
+// a custom Applier may write anything for which store.IsReserved is false (h/, hd/,
 // m/, w/, l/).
 //
 //	h/<session ID:16>              session HWM record (package session)

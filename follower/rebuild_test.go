@@ -15,7 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"

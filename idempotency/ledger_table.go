@@ -11,7 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // Pebble keys of the ledger table. Every value starts with the format

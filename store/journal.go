@@ -8,7 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // The window journal makes the idempotency-key window survive restarts,

@@ -9,7 +9,7 @@ import (
 	"github.com/oncewal/oncewal/wal"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // The store's replication metadata (keyspace.Meta keys) and its one codec:

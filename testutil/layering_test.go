@@ -21,8 +21,8 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
-	{"ledgerrecord"},
+	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
+	{"internal/ledgerrecord"},
 	{"wal"},
 	{"session"},
 	{"idempotency"},
