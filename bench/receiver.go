@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -303,8 +304,8 @@ func Receiver(w Workload) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close, r.db = f.Close, f.DB()
-			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
+			r.close, r.db = f.Close, rawdb.Of(f)
+			return batchRig(r, w, rawdb.Of(f), func(raw []byte) (int, error) {
 				res, err := f.Apply(raw)
 				return res.Applied, err
 			})
@@ -326,8 +327,8 @@ func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close, r.db, r.start = f.Close, f.DB(), f.Start
-			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
+			r.close, r.db, r.start = f.Close, rawdb.Of(f), f.Start
+			return batchRig(r, w, rawdb.Of(f), func(raw []byte) (int, error) {
 				res, err := f.Apply(raw)
 				return res.Applied, err
 			})

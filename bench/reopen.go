@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -89,7 +90,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 			}
 			b.StopTimer()
 			t0 := time.Now()
-			tr, err := session.OpenTracker(f.DB(), &session.TrackerOptions{LogBatches: logBatches})
+			tr, err := session.OpenTracker(rawdb.Of(f), &session.TrackerOptions{LogBatches: logBatches})
 			if err != nil {
 				b.Fatal(err)
 			}

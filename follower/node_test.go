@@ -205,7 +205,7 @@ func TestNodeWrongShard(t *testing.T) {
 		out := map[uint32]map[string]string{}
 		for _, s := range n.Shards() {
 			require.NoError(t, n.Follower(s, func(f *follower.Follower) error {
-				snap, err := testutil.SnapshotDB(f.DB())
+				snap, err := testutil.SnapshotDB(f.View())
 				out[s] = snap
 				return err
 			}))

@@ -341,7 +341,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 
 	f, err := follower.Open(storeDir, so)
 	require.NoError(t, err)
-	it, err := f.DB().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
+	it, err := f.View().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
 	require.NoError(t, err)
 	var leaderRows []string
 	for it.First(); it.Valid(); it.Next() {

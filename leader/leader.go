@@ -564,7 +564,7 @@ func (s *Shard) Now() int64 { return s.log.Now() }
 func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 
 // Store is the shard's local store (read-only use: State, Tracker,
-// Position, DB).
+// Position, View).
 func (s *Shard) Store() *store.Store { return s.store }
 
 // StoreStats are the figures of the shard's local store: the receiver that

@@ -137,6 +137,6 @@ func (c *LeaderCollector) Collect(ch chan<- prometheus.Metric) {
 			e.counter(c.decisions, o.n, s, o.name)
 		}
 		applied, epoch := sh.Log().Position()
-		c.store.emit(e, st.Shard, applied, epoch, sh.StoreStats(), sh.Store().DB())
+		c.store.emit(e, st.Shard, applied, epoch, sh.StoreStats(), sh.Store().View())
 	}
 }

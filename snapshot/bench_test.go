@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -58,17 +59,17 @@ func BenchmarkRebuild(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := src.DB().Flush(); err != nil {
+	if err := rawdb.Of(src).Flush(); err != nil {
 		b.Fatal(err)
 	}
 	events, _ := src.Position()
-	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: store.Describe, RateLimit: -1})
+	donor, err := snapshot.NewDonor(rawdb.Of(src), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: store.Describe, RateLimit: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer donor.Close()
 	ref := filepath.Join(dir, "reference")
-	m, err := snapshot.Create(src.DB(), vfs.Default, ref, store.Describe)
+	m, err := snapshot.Create(rawdb.Of(src), vfs.Default, ref, store.Describe)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func readLastBatch(r pebble.Reader, applied uint64) (wal.BatchRef, error) {
 // from this store reads it before its first append: it is the boundary of
 // its epoch (EpochBoundary.Prev), which CheckHello needs to verify a
 // follower that stopped exactly where the new epoch starts.
-func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref wal.BatchRef, err error) {
+func ReadLastBatch(db pebble.Reader) (appliedLSN uint64, ref wal.BatchRef, err error) {
 	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
 		return 0, wal.BatchRef{}, err
 	}

@@ -434,10 +434,6 @@ func (s *Store) Tracker() *session.Tracker { return s.tracker }
 // Window is the idempotency-key window.
 func (s *Store) Window() *idempotency.Store { return s.window }
 
-// DB returns the underlying Pebble store, for embedders that read their own
-// Applier's rows. Writing to it outside an Applier voids every guarantee.
-func (s *Store) DB() *pebble.DB { return s.db }
-
 // Close waits for the Applies in flight, refuses new ones and closes the
 // store. Writes are durable before Close (every ack follows a sync); Close
 // flushes the memtable so the next Open replays no WAL. Close is idempotent.

@@ -21,7 +21,7 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
+	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki", "internal/rawdb"},
 	{"internal/ledgerrecord"},
 	{"wal"},
 	{"session"},
