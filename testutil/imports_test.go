@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -46,5 +47,56 @@ func TestOnlyTestsImport(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files: wrong root?", checked)
+	}
+}
+
+// TestExamplesUsePublicAPI: a file holding an Example imports neither an
+// internal/ package nor testutil, so that a user can copy any Example into
+// their own module and build it (issue 25: grpctransport's imported
+// internal/pki for its certificates).
+func TestExamplesUsePublicAPI(t *testing.T) {
+	const module = "github.com/oncewal/oncewal/"
+	root := ".."
+	examples := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		has := false
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") {
+				has = true
+			}
+		}
+		if !has {
+			return nil
+		}
+		examples++
+		for _, imp := range f.Imports {
+			v, _ := strconv.Unquote(imp.Path.Value)
+			if rel, ok := strings.CutPrefix(v, module); ok && (rel == "testutil" || strings.HasPrefix(rel, "internal/")) {
+				t.Errorf("%s holds an Example and imports %s: an Example uses the public API only", p, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if examples < 3 {
+		t.Fatalf("found only %d files with Examples: wrong root?", examples)
 	}
 }
