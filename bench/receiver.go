@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
@@ -517,7 +518,7 @@ func (n *naiveReceiver) apply(raw []byte) (int, error) {
 	for i, lsn := 1, h.LastLSN(); i < 9; i, lsn = i+1, lsn>>8 {
 		pos[i] = byte(lsn)
 	}
-	if err := b.Set(store.KeyPosition, pos[:], nil); err != nil {
+	if err := b.Set([]byte(keyspace.MetaPosition), pos[:], nil); err != nil {
 		return 0, err
 	}
 	opts := pebble.NoSync

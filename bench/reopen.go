@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
@@ -63,7 +64,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 		}
 		stop := f.Close
 		if kill {
-			stop = f.Kill
+			stop = func() error { return drill.Kill(f) }
 		}
 		if err := stop(); err != nil {
 			b.Fatal(err)

@@ -177,7 +177,7 @@
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
 //	m/identity                     kind, shard, window capacity, retention horizon
-//	                               (KeyIdentity; written when the store is created)
+//	                               (keyspace.MetaIdentity; written when the store is created)
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
 //	m/epoch_prev                   the batch ending just before m/epoch_start (as m/last_batch)
 //	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/rawdb"
 
 	"github.com/oncewal/oncewal/store"
@@ -494,12 +495,24 @@ func (f *Follower) Retire() (*store.Store, error) {
 	return f.st, nil
 }
 
-// Kill stops the follower the way a killed process stops, for fault drills:
-// Serve is cancelled wherever it is and the store is closed without the
-// clean-shutdown flush (Store.Kill).
-func (f *Follower) Kill() error {
+// kill stops the follower the way a killed process stops, for fault drills
+// (internal/drill): Serve is cancelled wherever it is and the store is
+// closed without the clean-shutdown flush.
+func (f *Follower) kill() error {
 	f.stop()
-	return f.st.Kill()
+	return drill.Kill(f.st)
+}
+
+func init() {
+	drill.Register(func(x any) (error, bool) {
+		switch x := x.(type) {
+		case *Follower:
+			return x.kill(), true
+		case *Node:
+			return x.shutdown(false), true
+		}
+		return nil, false
+	})
 }
 
 // WALLag estimates how far the store is behind its leader on the WAL clock:

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -42,7 +44,7 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 	}
 	lsn, _ := f.Position()
 	if kill {
-		require.NoError(t, f.Kill())
+		require.NoError(t, drill.Kill(f))
 	} else {
 		require.NoError(t, f.Close())
 	}
@@ -205,7 +207,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 4}})
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
-	require.NoError(t, db.Delete(store.KeyIdentity, pebble.Sync))
+	require.NoError(t, db.Delete([]byte(keyspace.MetaIdentity), pebble.Sync))
 	require.NoError(t, db.Close())
 
 	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -428,7 +429,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 			done <- n.Serve(context.Background(), func(uint32) replication.Dialer { return stallDialer{} })
 		}()
 		if i%2 == 0 {
-			require.NoError(t, n.Kill())
+			require.NoError(t, drill.Kill(n))
 		} else {
 			require.NoError(t, n.Close())
 		}

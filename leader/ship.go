@@ -336,7 +336,7 @@ func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) err
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(closing, stop)()
-	err := s.ship.fan.WaitAcked(ctx, lsn, policy)
+	err := s.ship.fan.waitAcked(ctx, lsn, policy)
 	if err != nil && closing.Err() != nil {
 		return ErrClosed
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -706,7 +707,7 @@ func (n *node) close(kill bool) error {
 	n.stop()
 	var err error
 	if kill {
-		err = n.n.Kill()
+		err = drill.Kill(n.n)
 	} else {
 		err = n.n.Close()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/diskguard"
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -450,12 +451,21 @@ func (s *Store) Close() error {
 	return s.shutdown(true)
 }
 
-// Kill closes the store the way a killed process stops, for fault drills:
-// without the clean-shutdown flush, so the next Open replays Pebble's WAL.
-// (Power loss, where unsynced writes vanish, is simulated in tests with
-// vfs.CrashClone.)
-func (s *Store) Kill() error {
+// kill closes the store the way a killed process stops, for fault drills
+// (internal/drill): without the clean-shutdown flush, so the next Open
+// replays Pebble's WAL. (Power loss, where unsynced writes vanish, is
+// simulated in tests with vfs.CrashClone.)
+func (s *Store) kill() error {
 	return s.shutdown(false)
+}
+
+func init() {
+	drill.Register(func(x any) (error, bool) {
+		if s, ok := x.(*Store); ok {
+			return s.kill(), true
+		}
+		return nil, false
+	})
 }
 
 func (s *Store) shutdown(flush bool) error {

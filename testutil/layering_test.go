@@ -21,13 +21,13 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki", "internal/rawdb"},
+	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki", "internal/rawdb", "internal/ackwait", "internal/drill"},
 	{"internal/ledgerrecord"},
 	{"wal"},
 	{"session"},
 	{"idempotency"},
 	// the wire contract, and snapshots (checkpoints of a store directory)
-	{"replication", "snapshot"},
+	{"replication", "snapshot", "internal/leaderhook"},
 	// one shard's store: both roles stand on it
 	{"store"},
 	// the roles, and the transports beside the contract
