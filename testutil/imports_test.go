@@ -17,17 +17,8 @@ func TestOnlyTestsImport(t *testing.T) {
 	const path = "github.com/oncewal/oncewal/testutil"
 	root := ".."
 	checked := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+	err := walkGoFiles(root, func(p string) error {
+		if strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
@@ -58,16 +49,7 @@ func TestExamplesUsePublicAPI(t *testing.T) {
 	const module = "github.com/oncewal/oncewal/"
 	root := ".."
 	examples := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := walkGoFiles(root, func(p string) error {
 		if !strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
@@ -99,4 +81,24 @@ func TestExamplesUsePublicAPI(t *testing.T) {
 	if examples < 3 {
 		t.Fatalf("found only %d files with Examples: wrong root?", examples)
 	}
+}
+
+// walkGoFiles calls fn with the path of every .go file under root, skipping
+// hidden and testdata directories: the files the module's go/ast checks read.
+func walkGoFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		return fn(p)
+	})
 }
