@@ -235,9 +235,6 @@ func OpenLedgerTable(db *pebble.DB, opts *TableOptions) (*LedgerTable, error) {
 	return t, nil
 }
 
-// DB returns the store the table lives in.
-func (t *LedgerTable) DB() *pebble.DB { return t.db }
-
 // Options returns the effective options.
 func (t *LedgerTable) Options() TableOptions { return t.opts }
 
