@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/ackwait"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -213,7 +215,7 @@ func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
 		default:
 		}
 	}
-	if err := r.shipper.WaitAcked(r.ctx, last); err != nil {
+	if err := ackwait.Until(r.ctx, last, func() (uint64, error) { return r.shipper.AckedLSN(), nil }); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
@@ -371,7 +373,7 @@ func rawApply(db *pebble.DB, h wal.Header, evs []wal.Event, kbuf, vbuf *[]byte) 
 	var pos [9]byte
 	pos[0] = 1
 	binary.LittleEndian.PutUint64(pos[1:], h.LastLSN())
-	if err := batch.Set(store.KeyPosition, pos[:], nil); err != nil {
+	if err := batch.Set([]byte(keyspace.MetaPosition), pos[:], nil); err != nil {
 		return err
 	}
 	return batch.Commit(pebble.Sync)

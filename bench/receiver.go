@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -303,8 +305,8 @@ func Receiver(w Workload) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close, r.db = f.Close, f.DB()
-			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
+			r.close, r.db = f.Close, rawdb.Of(f)
+			return batchRig(r, w, rawdb.Of(f), func(raw []byte) (int, error) {
 				res, err := f.Apply(raw)
 				return res.Applied, err
 			})
@@ -326,8 +328,8 @@ func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			r.close, r.db, r.start = f.Close, f.DB(), f.Start
-			return batchRig(r, w, f.DB(), func(raw []byte) (int, error) {
+			r.close, r.db, r.start = f.Close, rawdb.Of(f), f.Start
+			return batchRig(r, w, rawdb.Of(f), func(raw []byte) (int, error) {
 				res, err := f.Apply(raw)
 				return res.Applied, err
 			})
@@ -516,7 +518,7 @@ func (n *naiveReceiver) apply(raw []byte) (int, error) {
 	for i, lsn := 1, h.LastLSN(); i < 9; i, lsn = i+1, lsn>>8 {
 		pos[i] = byte(lsn)
 	}
-	if err := b.Set(store.KeyPosition, pos[:], nil); err != nil {
+	if err := b.Set([]byte(keyspace.MetaPosition), pos[:], nil); err != nil {
 		return 0, err
 	}
 	opts := pebble.NoSync

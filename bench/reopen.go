@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -62,7 +64,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 		}
 		stop := f.Close
 		if kill {
-			stop = f.Kill
+			stop = func() error { return drill.Kill(f) }
 		}
 		if err := stop(); err != nil {
 			b.Fatal(err)
@@ -89,7 +91,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 			}
 			b.StopTimer()
 			t0 := time.Now()
-			tr, err := session.OpenTracker(f.DB(), &session.TrackerOptions{LogBatches: logBatches})
+			tr, err := session.OpenTracker(rawdb.Of(f), &session.TrackerOptions{LogBatches: logBatches})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -4,9 +4,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 
-	"github.com/oncewal/oncewal/store"
-
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -312,21 +311,21 @@ func (g *generator) rows(dst []byte, writeSet bool) []byte {
 		dst = append(dst, id[:]...)
 		dst = append(dst, make([]byte, hwmValLen)...)
 	}
-	row(len(store.JournalPrefix)+8, 1+16*len(g.events))
-	dst = append(dst, store.JournalPrefix...)
+	row(len(keyspace.Journal)+8, 1+16*len(g.events))
+	dst = append(dst, keyspace.Journal...)
 	dst = binary.BigEndian.AppendUint64(dst, g.lsn)
 	dst = append(dst, 1)
 	for i := range g.events {
 		dst = append(dst, g.events[i].IdemKey[:]...)
 	}
-	row(len(store.KeyPosition), 9)
-	dst = append(dst, store.KeyPosition...)
+	row(len(keyspace.MetaPosition), 9)
+	dst = append(dst, keyspace.MetaPosition...)
 	dst = append(dst, 1)
 	dst = binary.LittleEndian.AppendUint64(dst, g.lsn)
 	// The identity of the batch ending at the position (epoch 1; the CRC's
 	// value does not change the cost).
-	row(len(store.KeyLastBatch), 21)
-	dst = append(dst, store.KeyLastBatch...)
+	row(len(keyspace.MetaLastBatch), 21)
+	dst = append(dst, keyspace.MetaLastBatch...)
 	dst = append(dst, 1)
 	dst = binary.LittleEndian.AppendUint64(dst, g.lsn)
 	dst = binary.LittleEndian.AppendUint64(dst, 1)

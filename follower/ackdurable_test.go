@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
@@ -41,7 +42,7 @@ func TestAckedPositionSurvivesPowerFailure(t *testing.T) {
 	require.Equal(t, uint64(2), res.Ack.AppliedLSN)
 
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	require.NoError(t, f.Kill())
+	require.NoError(t, drill.Kill(f))
 	f, err = follower.Open("/store", testOptions(crashed))
 	require.NoError(t, err)
 	defer f.Close()

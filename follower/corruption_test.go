@@ -3,6 +3,7 @@ package follower_test
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,7 +18,7 @@ func TestIdentityThatDoesNotDecodeIsCorruption(t *testing.T) {
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	defer db.Close()
-	require.NoError(t, db.Set(store.KeyIdentity, []byte{0xff, 1}, nil))
+	require.NoError(t, db.Set([]byte(keyspace.MetaIdentity), []byte{0xff, 1}, nil))
 	_, ok, err := store.ReadIdentity(db)
 	require.False(t, ok)
 	require.ErrorIs(t, err, corruption.Err)

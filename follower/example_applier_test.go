@@ -82,7 +82,7 @@ func Example_customApplier() {
 
 	show := func(f *follower.Follower) {
 		for _, acct := range []string{"alice", "bob"} {
-			n, err := balance(f.DB(), []byte("acct/"+acct))
+			n, err := balance(f.View(), []byte("acct/"+acct))
 			if err != nil {
 				log.Fatal(err)
 			}

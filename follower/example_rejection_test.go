@@ -82,7 +82,7 @@ func Example_rejectedBeforeLogging() {
 	add("alice", 10)
 	add("alice", -15)
 	add("alice", -4)
-	n, err := balance(l.For(s).Store().DB(), []byte("acct/alice"))
+	n, err := balance(l.For(s).Store().View(), []byte("acct/alice"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -158,8 +158,8 @@ func Example_rejectionRecorded() {
 	}
 	for _, r := range []struct {
 		name string
-		db   *pebble.DB
-	}{{"leader", l.For(s).Store().DB()}, {"follower", f.DB()}} {
+		db   *store.View
+	}{{"leader", l.For(s).Store().View()}, {"follower", f.View()}} {
 		db := r.db
 		n, err := balance(db, []byte("acct/alice"))
 		if err != nil {

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/ackwait"
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/leader"
@@ -30,7 +33,7 @@ import (
 // TestFailoverLiveShipper runs the failover scenario over the real Shipper
 // and the InProcess transport with light faults (drops, duplicates,
 // reorders, disconnects): A answers a request only once the Shipper reports
-// B's ack covering it (WaitAcked), A is killed at a random request and
+// B's ack covering it (AckedLSN), A is killed at a random request and
 // phase, B is promoted, unanswered requests are retried against B — half of
 // them as waiting claims, which block on a claim inherited from A until its
 // lease ends on the WAL clock. Same invariant as
@@ -122,7 +125,7 @@ func liveFailover(t *testing.T, seed uint64) {
 		cur, err := f.State().Counter(sid, ckey)
 		require.NoError(t, err)
 		out := sim.FailoverOutcome(r.key, r.counter, r.delta, cur)
-		h, err := l.Commit(c, out, wal.Event{Op: wal.OpAdd, Session: sid, Key: ckey, Delta: r.delta})
+		h, err := leaderhook.Commit(l, c, out, wal.Event{Op: wal.OpAdd, Session: sid, Key: ckey, Delta: r.delta})
 		require.NoError(t, err)
 		return out, h
 	}
@@ -143,7 +146,7 @@ func liveFailover(t *testing.T, seed uint64) {
 			break
 		}
 		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-		require.NoError(t, ship.WaitAcked(wctx, h.LastLSN()), "B never acked LSN %d", h.LastLSN())
+		require.NoError(t, ackwait.Until(wctx, h.LastLSN(), func() (uint64, error) { return ship.AckedLSN(), nil }), "B never acked LSN %d", h.LastLSN())
 		wcancel()
 		reqs[i].seen = out
 		ret(op, out)
@@ -156,7 +159,7 @@ func liveFailover(t *testing.T, seed uint64) {
 	stopShip()
 	<-shipDone
 	require.NoError(t, la.Close())
-	require.NoError(t, a.Kill())
+	require.NoError(t, drill.Kill(a))
 
 	lb, err := leader.Promote(retire(t, b), leader.PromoteOptions{WALDir: filepath.Join(dir, "b-wal"), Wall: now, Epoch: 2, Ledger: handClock})
 	require.NoError(t, err)

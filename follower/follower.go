@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/rawdb"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -454,8 +457,22 @@ func (f *Follower) LedgerTable() *idempotency.LedgerTable { return f.st.LedgerTa
 // Tracker exposes the session HWMs (Store.Tracker).
 func (f *Follower) Tracker() *session.Tracker { return f.st.Tracker() }
 
-// DB returns the underlying Pebble store (Store.DB).
-func (f *Follower) DB() *pebble.DB { return f.st.DB() }
+// View is a live read-only view of the store, for reading an Applier's
+// rows (store.View: Get, NewIter; it cannot write).
+func (f *Follower) View() *store.View { return f.st.View() }
+
+// Snapshot is a point-in-time read-only view of the store; close it
+// (Store.Snapshot).
+func (f *Follower) Snapshot() *store.View { return f.st.Snapshot() }
+
+func init() {
+	rawdb.Register(func(x any) (*pebble.DB, bool) {
+		if f, ok := x.(*Follower); ok {
+			return rawdb.Of(f.st), true
+		}
+		return nil, false
+	})
+}
 
 // Close stops every Serve, waits for them, and closes the store (Store.Close
 // says what a close guarantees and when it gives up waiting).
@@ -478,12 +495,24 @@ func (f *Follower) Retire() (*store.Store, error) {
 	return f.st, nil
 }
 
-// Kill stops the follower the way a killed process stops, for fault drills:
-// Serve is cancelled wherever it is and the store is closed without the
-// clean-shutdown flush (Store.Kill).
-func (f *Follower) Kill() error {
+// kill stops the follower the way a killed process stops, for fault drills
+// (internal/drill): Serve is cancelled wherever it is and the store is
+// closed without the clean-shutdown flush.
+func (f *Follower) kill() error {
 	f.stop()
-	return f.st.Kill()
+	return drill.Kill(f.st)
+}
+
+func init() {
+	drill.Register(func(x any) (error, bool) {
+		switch x := x.(type) {
+		case *Follower:
+			return x.kill(), true
+		case *Node:
+			return x.shutdown(false), true
+		}
+		return nil, false
+	})
 }
 
 // WALLag estimates how far the store is behind its leader on the WAL clock:

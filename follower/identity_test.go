@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -42,7 +44,7 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 	}
 	lsn, _ := f.Position()
 	if kill {
-		require.NoError(t, f.Kill())
+		require.NoError(t, drill.Kill(f))
 	} else {
 		require.NoError(t, f.Close())
 	}
@@ -124,7 +126,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 	f, err := follower.Open(dir, &grown)
 	require.NoError(t, err)
 	require.Equal(t, 5000, f.Stats().WindowCapacity)
-	id, ok, err := store.ReadIdentity(f.DB())
+	id, ok, err := store.ReadIdentity(f.View())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 48*time.Hour, id.RetentionHorizon)
@@ -205,7 +207,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 4}})
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
-	require.NoError(t, db.Delete(store.KeyIdentity, pebble.Sync))
+	require.NoError(t, db.Delete([]byte(keyspace.MetaIdentity), pebble.Sync))
 	require.NoError(t, db.Close())
 
 	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
@@ -215,7 +217,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
-	id, ok, err := store.ReadIdentity(f.DB())
+	id, ok, err := store.ReadIdentity(f.View())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 77, id.WindowCapacity)
@@ -235,7 +237,7 @@ func TestOpenNewStoreRecordsIdentity(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrMismatch)
 	f, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
-	_, _, ok, err := store.ReadMeta(f.DB())
+	_, _, ok, err := store.ReadMeta(f.View())
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, f.Close())

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -47,8 +49,8 @@ func newPromotePair(t *testing.T) *promotePair {
 		if p.la != nil {
 			_ = p.la.Close()
 		}
-		_ = p.a.Kill()
-		_ = p.b.Kill()
+		_ = drill.Kill(p.a)
+		_ = drill.Kill(p.b)
 	})
 	return p
 }
@@ -77,7 +79,7 @@ func (p *promotePair) ship() {
 func (p *promotePair) promote() *leader.LedgerLog {
 	require.NoError(p.t, p.la.Close())
 	p.la = nil
-	require.NoError(p.t, p.a.Kill())
+	require.NoError(p.t, drill.Kill(p.a))
 	lb, err := leader.Promote(retire(p.t, p.b), leader.PromoteOptions{WALDir: filepath.Join(p.dir, "b-wal"), Wall: p.now, Epoch: 2, Ledger: handClock})
 	require.NoError(p.t, err)
 	p.t.Cleanup(func() { _ = lb.Close() })
@@ -114,7 +116,7 @@ func TestPromotionKeepsExtendedLease(t *testing.T) {
 	// A's owner cannot settle or extend on B: its claim is A's.
 	_, err = lb.Ledger().Extend(c, 0)
 	require.ErrorIs(t, err, idempotency.ErrNotOwner)
-	_, err = lb.Commit(c, []byte("late"), wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Key: []byte("n"), Delta: 5})
+	_, err = leaderhook.Commit(lb, c, []byte("late"), wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Key: []byte("n"), Delta: 5})
 	require.ErrorIs(t, err, idempotency.ErrNotOwner)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -141,7 +143,7 @@ func TestPromotionKeepsExtendedLease(t *testing.T) {
 	fresh := <-got
 	require.NotNil(t, fresh)
 	require.Equal(t, idempotency.Fresh, fresh.Status)
-	_, err = lb.Commit(fresh, []byte("n=5"), wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Key: []byte("n"), Delta: 5})
+	_, err = leaderhook.Commit(lb, fresh, []byte("n=5"), wal.Event{Op: wal.OpAdd, Session: session.ID{1}, Key: []byte("n"), Delta: 5})
 	require.NoError(t, err)
 	n, err := p.b.State().Counter(session.ID{1}, []byte("n"))
 	require.NoError(t, err)

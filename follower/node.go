@@ -637,9 +637,6 @@ func WindowBytes(capacity int) int64 {
 // that failed to close cleanly. Close is idempotent.
 func (n *Node) Close() error { return n.shutdown(true) }
 
-// Kill stops the node as a killed process stops (see Follower.Kill).
-func (n *Node) Kill() error { return n.shutdown(false) }
-
 func (n *Node) shutdown(clean bool) error {
 	n.closeOnce.Do(func() {
 		n.life.Close()
@@ -656,7 +653,7 @@ func (n *Node) shutdown(clean bool) error {
 				if clean {
 					err = ns.f.Close()
 				} else {
-					err = ns.f.Kill()
+					err = ns.f.kill()
 				}
 				st := ns.f.Stats()
 				ns.retired = ns.retired.Add(st.Receiver)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -205,7 +206,7 @@ func TestNodeWrongShard(t *testing.T) {
 		out := map[uint32]map[string]string{}
 		for _, s := range n.Shards() {
 			require.NoError(t, n.Follower(s, func(f *follower.Follower) error {
-				snap, err := testutil.SnapshotDB(f.DB())
+				snap, err := testutil.SnapshotDB(f.View())
 				out[s] = snap
 				return err
 			}))
@@ -428,7 +429,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 			done <- n.Serve(context.Background(), func(uint32) replication.Dialer { return stallDialer{} })
 		}()
 		if i%2 == 0 {
-			require.NoError(t, n.Kill())
+			require.NoError(t, drill.Kill(n))
 		} else {
 			require.NoError(t, n.Close())
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
@@ -341,7 +341,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 
 	f, err := follower.Open(storeDir, so)
 	require.NoError(t, err)
-	it, err := f.DB().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
+	it, err := f.View().NewIter(&pebble.IterOptions{LowerBound: []byte(keyspace.MetaSlot), UpperBound: keyspace.UpperBound(keyspace.MetaSlot)})
 	require.NoError(t, err)
 	var leaderRows []string
 	for it.First(); it.Valid(); it.Next() {

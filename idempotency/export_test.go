@@ -10,3 +10,7 @@ func (l *Ledger) Reset() error {
 	defer l.logMu.Unlock()
 	return l.table.db.DeleteRange([]byte(LedgerPrefix), []byte("l0"), pebble.Sync)
 }
+
+// DB is the store the table lives in; the table hands it to no one else, so
+// that a follower's or leader's LedgerTable is no way round store.View.
+func (t *LedgerTable) DB() *pebble.DB { return t.db }

@@ -1,6 +1,6 @@
 package idempotency
 
-import "github.com/oncewal/oncewal/eventid"
+import "github.com/oncewal/oncewal/internal/eventid"
 
 // Key is a 128-bit idempotency key (eventid.Key, the leaf type package wal
 // uses too): the first 16 bytes of a BLAKE3-256 digest (see DeriveKey).

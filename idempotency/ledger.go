@@ -36,6 +36,12 @@ var (
 	// reports every failure with it; other calls report a closed store with
 	// it instead of letting Pebble's panic escape.
 	ErrStoreUnavailable = errors.New("idempotency: ledger store unavailable")
+	// ErrCompleteNotAtomic: Complete on a ledger whose records share a log
+	// with the operation's events (LedgerOptions.AtomicCommit: a leader
+	// shard's), where a complete record logged alone is not atomic with the
+	// effects logged before or after it. Nothing was recorded and the claim
+	// still owns its key; complete it with the call the error names.
+	ErrCompleteNotAtomic = errors.New("idempotency: Complete would log the outcome apart from the operation's events")
 )
 
 // MaxRetention bounds every ledger duration (TTL, lease, failure retention,
@@ -194,6 +200,13 @@ type LedgerOptions struct {
 	Log LogFunc
 	// NewToken returns claim tokens. Default: NewToken (crypto/rand).
 	NewToken func() Token
+	// AtomicCommit, when set, names the call that completes a claim in one
+	// log batch with the operation's events: Log then carries those events
+	// too (a leader shard's ledger: "leader.Shard.Commit", set by the
+	// leader), so Complete refuses with ErrCompleteNotAtomic naming it
+	// instead of logging the outcome on its own. Default: "" (Complete
+	// logs).
+	AtomicCommit string
 }
 
 // Defaults of LedgerOptions.
@@ -711,8 +724,13 @@ func (l *Ledger) Extend(c *Claim, d time.Duration) (leaseEnd int64, err error) {
 // Complete records that c's operation succeeded with outcome: retries within
 // the replay window get outcome back verbatim. Errors: ErrNotOwner (c's
 // lease ended, or another claim took the key: the operation must not take
-// effect), ErrSettled, ErrOutcomeTooLarge, or a log error.
+// effect), ErrSettled, ErrOutcomeTooLarge, ErrCompleteNotAtomic (a leader
+// shard's ledger: use leader.Shard.Commit), or a log error.
 func (l *Ledger) Complete(c *Claim, outcome []byte) error {
+	if l.opts.AtomicCommit != "" {
+		return fmt.Errorf("%w: complete the claim with %s(claim, outcome, events...), which logs the outcome and the events in one batch",
+			ErrCompleteNotAtomic, l.opts.AtomicCommit)
+	}
 	_, err := l.decide(c, RecordComplete, outcome, l.opts.TTL, l.logOne)
 	return err
 }

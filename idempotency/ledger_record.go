@@ -3,7 +3,7 @@ package idempotency
 import (
 	"encoding/binary"
 
-	"github.com/oncewal/oncewal/ledgerrecord"
+	"github.com/oncewal/oncewal/internal/ledgerrecord"
 )
 
 // The request-ledger record and its codec live in the leaf package

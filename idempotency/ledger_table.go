@@ -11,7 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // Pebble keys of the ledger table. Every value starts with the format
@@ -234,9 +234,6 @@ func OpenLedgerTable(db *pebble.DB, opts *TableOptions) (*LedgerTable, error) {
 	}
 	return t, nil
 }
-
-// DB returns the store the table lives in.
-func (t *LedgerTable) DB() *pebble.DB { return t.db }
 
 // Options returns the effective options.
 func (t *LedgerTable) Options() TableOptions { return t.opts }

@@ -250,8 +250,8 @@ func TestValidatorRejects(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Append(withdraw)
 	require.NoError(t, err, "a retry was judged as a new withdrawal")
-	require.Equal(t, bankOracle(t, walDir), replicaState(t, sh.Store().DB()))
-	require.NotContains(t, replicaState(t, sh.Store().DB()), string(rejKey(h.FirstLSN)))
+	require.Equal(t, bankOracle(t, walDir), replicaState(t, sh.Store().View()))
+	require.NotContains(t, replicaState(t, sh.Store().View()), string(rejKey(h.FirstLSN)))
 }
 
 // replica is a follower served from tr until its Serve returns.
@@ -419,9 +419,9 @@ func applierFailsThenFixed(t *testing.T, panics bool) {
 		}
 		return rej
 	}(), "the workload must record rejections")
-	require.Equal(t, want, replicaState(t, sh.Store().DB()), "leader")
-	require.Equal(t, want, replicaState(t, f1.f.DB()), "f1")
-	require.Equal(t, want, replicaState(t, f2.f.DB()), "f2")
+	require.Equal(t, want, replicaState(t, sh.Store().View()), "leader")
+	require.Equal(t, want, replicaState(t, f1.f.View()), "f1")
+	require.Equal(t, want, replicaState(t, f2.f.View()), "f2")
 	f1.close(t)
 	f2.close(t)
 }

@@ -116,7 +116,7 @@
 //     why).
 //   - Each shard's store (store.PeekStore): a leader opens only on a
 //     leader's store — one a leader raised the epoch of (the m/leader mark,
-//     store.KeyLeader, written with every raised epoch; leader-only, so
+//     keyspace.MetaLeader, written with every raised epoch; leader-only, so
 //     a store rebuilt from a snapshot never has it), one whose shard's log
 //     this leader directory already holds (directories from before the
 //     mark), or one with nothing in it. Anything else — a follower's node

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/snapshot"
@@ -67,7 +68,7 @@ func (l *Leader) Donor(shard uint32, o *snapshot.DonorOptions) (*snapshot.Donor,
 			return func() { r(); release() }, nil
 		}
 	}
-	d, err := snapshot.NewDonor(s.store.DB(), &do)
+	d, err := snapshot.NewDonor(rawdb.Of(s.store), &do)
 	if err != nil {
 		return nil, fmt.Errorf("leader: donor of shard %d: %w", shard, err)
 	}

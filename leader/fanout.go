@@ -656,12 +656,12 @@ func (f *Fanout) ackChangedLocked() {
 	}
 }
 
-// WaitAcked blocks until the followers policy asks for (of those registered
+// waitAcked (Shard.WaitAcked, the one spelling embedders get) blocks until the followers policy asks for (of those registered
 // while it waits) have acknowledged every LSN up to and including lsn, or
 // ctx ends (ctx.Err()). With no registered follower it returns
 // ErrNoFollowers: no policy can be met, and waiting would hang. It works
 // whether or not Run is running.
-func (f *Fanout) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
+func (f *Fanout) waitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
 	if policy < AckOne || policy > AckAll {
 		return fmt.Errorf("%w: %v", ErrBadAckPolicy, policy)
 	}

@@ -547,7 +547,7 @@ func (s *Shard) Append(events ...wal.Event) (wal.Header, error) { return s.log.A
 // the effect and the outcome are durable together or not at all, here and
 // on every follower.
 func (s *Shard) Commit(c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
-	return s.log.Commit(c, outcome, events...)
+	return s.log.commit(c, outcome, events...)
 }
 
 // Ledger is the shard's request ledger; its decisions are logged through
@@ -564,7 +564,7 @@ func (s *Shard) Now() int64 { return s.log.Now() }
 func (s *Shard) NextLSN() uint64 { return s.log.Writer().NextLSN() }
 
 // Store is the shard's local store (read-only use: State, Tracker,
-// Position, DB).
+// Position, View).
 func (s *Shard) Store() *store.Store { return s.store }
 
 // StoreStats are the figures of the shard's local store: the receiver that
@@ -577,8 +577,8 @@ func (s *Shard) StoreStats() store.Stats {
 	return st
 }
 
-// Log is the shard's log (for shipping: Writer, Notify, EpochStartLSN).
-func (s *Shard) Log() *LedgerLog { return s.log }
+// Position is the shard's local store's applied LSN and epoch.
+func (s *Shard) Position() (appliedLSN, epoch uint64) { return s.log.Position() }
 
 // hold keeps Close from closing the stores until release is called; after
 // Close it returns ErrClosed. Holds do not nest: a waiting Close would

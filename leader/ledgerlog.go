@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/diskguard"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -269,6 +270,7 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	l.last = max(clock, cfg.Tracker.Clock())
 	lo := cfg.Ledger
 	lo.Now, lo.Log = l.Now, l.logRecords
+	lo.AtomicCommit = "leader.Shard.Commit" // commit: the outcome travels with the events
 	if l.ledger, err = idempotency.OpenLedger(cfg.Table, &lo); err != nil {
 		return fail(err)
 	}
@@ -405,12 +407,12 @@ func (l *LedgerLog) Append(events ...wal.Event) (wal.Header, error) {
 	return l.append(events, l.Now(), 0)
 }
 
-// Commit completes claim c with outcome and logs the operation's data
+// commit (Shard.Commit, the one spelling embedders get) completes claim c with outcome and logs the operation's data
 // events (stamped as in Append) and the complete record in ONE batch, so
 // the effect and the outcome are durable — here and on every follower —
 // together or not at all. If c no longer owns its key (idempotency.ErrNotOwner)
 // or the log fails, nothing is logged and the effect did not happen.
-func (l *LedgerLog) Commit(c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
+func (l *LedgerLog) commit(c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
 	var h wal.Header
 	err := l.ledger.CompleteWith(c, outcome, func(rec idempotency.Record) error {
 		evs := make([]wal.Event, 0, len(events)+1)
@@ -698,4 +700,10 @@ func (l *LedgerLog) Close() error {
 	}
 	l.applyMu.Unlock()
 	return l.w.Close()
+}
+
+func init() {
+	leaderhook.Commit = func(l any, c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
+		return l.(*LedgerLog).commit(c, outcome, events...)
+	}
 }

@@ -308,3 +308,30 @@ func TestLedgerLogRefusesExpiredSession(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 }
+
+// TestLeaderLedgerCompleteRefuses: on a leader's ledger, Complete would log
+// the outcome in a batch of its own, apart from the operation's events (the
+// non-atomic Complete-then-Append of issue 25), so it refuses, naming
+// Shard.Commit, logs nothing and leaves the claim owning its key.
+func TestLeaderLedgerCompleteRefuses(t *testing.T) {
+	a := openNode(t, vfs.NewMem())
+	defer a.db.Close()
+	l, err := a.leader(t.TempDir(), 1, newWall().Now)
+	require.NoError(t, err)
+	defer l.Close()
+	c, err := l.Ledger().Claim("ops", "req-1", []byte("add 5"))
+	require.NoError(t, err)
+	next, rows := l.Writer().NextLSN(), a.ledgerRows()
+
+	err = l.Ledger().Complete(c, []byte("n=5"))
+	require.ErrorIs(t, err, idempotency.ErrCompleteNotAtomic)
+	require.ErrorContains(t, err, "leader.Shard.Commit(claim, outcome, events...)")
+	require.Equal(t, next, l.Writer().NextLSN(), "nothing logged")
+	require.Equal(t, rows, a.ledgerRows(), "the claim's row is as it was")
+
+	_, err = l.Commit(c, []byte("n=5"), wal.Event{Op: wal.OpAdd, Session: session.ID{7}, Key: []byte("n"), Delta: 5})
+	require.NoError(t, err, "the claim still owns its key: Commit completes it")
+	r, err := l.Ledger().Claim("ops", "req-1", []byte("add 5"))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Replay, r.Status)
+}

@@ -3,6 +3,7 @@ package leader_test
 import (
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -24,9 +25,9 @@ func TestMetaDecodeIsCorruption(t *testing.T) {
 		{"last batch", goodPosition, []byte{0xff}},
 	} {
 		n := openNode(t, vfs.NewMem())
-		require.NoError(t, n.db.Set(store.KeyPosition, c.position, pebble.Sync))
+		require.NoError(t, n.db.Set([]byte(keyspace.MetaPosition), c.position, pebble.Sync))
 		if c.batch != nil {
-			require.NoError(t, n.db.Set(store.KeyLastBatch, c.batch, pebble.Sync))
+			require.NoError(t, n.db.Set([]byte(keyspace.MetaLastBatch), c.batch, pebble.Sync))
 		}
 		_, _, err := store.ReadLastBatch(n.db)
 		require.ErrorIs(t, err, corruption.Err, c.name)

@@ -3,6 +3,7 @@ package leader
 import (
 	"fmt"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -72,7 +73,7 @@ func Promote(st *store.Store, opts PromoteOptions) (*LedgerLog, error) {
 		WALDir:      opts.WALDir,
 		Shard:       fo.Shard,
 		Epoch:       epoch,
-		DB:          st.DB(),
+		DB:          rawdb.Of(st),
 		Tracker:     st.Tracker(),
 		Window:      st.Window(),
 		Table:       st.LedgerTable(),

@@ -35,12 +35,12 @@ func NewShardRouter(n int) (ShardRouter, error) {
 // Shards is the deployment's shard count.
 func (r ShardRouter) Shards() int { return int(r.n) }
 
-// Shard returns the shard of session id: JumpHash(RouteKey(id), n).
+// Shard returns the shard of session id: jumpHash(routeKey(id), n).
 func (r ShardRouter) Shard(id session.ID) uint32 {
 	if r.n <= 1 {
 		return 0
 	}
-	return uint32(JumpHash(RouteKey(id), int(r.n)))
+	return uint32(jumpHash(routeKey(id), int(r.n)))
 }
 
 // Split groups events by their session's shard, keeping their order within
@@ -61,9 +61,9 @@ func (r ShardRouter) Split(events []wal.Event, out [][]wal.Event) [][]wal.Event 
 	return out
 }
 
-// RouteKey is the 64-bit routing key of a session: the first 8 bytes of
+// routeKey is the 64-bit routing key of a session: the first 8 bytes of
 // BLAKE3-256 of its 16 ID bytes, read little-endian.
-func RouteKey(id session.ID) uint64 {
+func routeKey(id session.ID) uint64 {
 	// 16 bytes are one BLAKE3 block: a single compression, computed directly
 	// so the ID does not escape to the heap (blake3.Sum256 would allocate).
 	// The result equals blake3.Sum256(id[:]) (checked in router_test.go).
@@ -78,10 +78,10 @@ func RouteKey(id session.ID) uint64 {
 	return uint64(out[0]) | uint64(out[1])<<32
 }
 
-// JumpHash is Lamping and Veach's jump consistent hash: it maps key to a
+// jumpHash is Lamping and Veach's jump consistent hash: it maps key to a
 // bucket in [0, buckets) so that growing buckets by one moves only
 // 1/buckets of the keys. buckets < 1 is treated as 1.
-func JumpHash(key uint64, buckets int) int {
+func jumpHash(key uint64, buckets int) int {
 	var b, j int64 = -1, 0
 	for j < int64(buckets) {
 		b = j

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -107,7 +108,7 @@ func (l *Leader) openShipping(s *Shard) error {
 	if err != nil {
 		return err
 	}
-	db := s.store.DB()
+	db := rawdb.Of(s.store)
 	stored, err := loadSlots(db)
 	if err != nil {
 		return err
@@ -235,7 +236,7 @@ func (l *Leader) retain(s *Shard) error {
 		for _, lsn := range sh.pins {
 			local = min(local, lsn)
 		}
-		if err := s.store.DB().LogData(nil, pebble.Sync); err != nil {
+		if err := rawdb.Of(s.store).LogData(nil, pebble.Sync); err != nil {
 			return fmt.Errorf("syncing the local store: %w", err)
 		}
 		w := s.log.Writer()
@@ -247,7 +248,7 @@ func (l *Leader) retain(s *Shard) error {
 					"shard", s.id, "follower", sh.slots[i].ID, "acked_lsn", sh.slots[i].Acked, "max_retained_bytes", l.opts.MaxRetainedBytes)
 			}
 		}
-		if err := saveSlots(s.store.DB(), sh.slots, nil); err != nil {
+		if err := saveSlots(rawdb.Of(s.store), sh.slots, nil); err != nil {
 			return fmt.Errorf("persisting replication slots: %w", err)
 		}
 		n, err := w.DeleteBelow(p.DeleteBelow)
@@ -283,7 +284,7 @@ func (l *Leader) Register(id string) error {
 		if !slices.ContainsFunc(sh.slots, func(sl slot) bool { return sl.ID == id }) {
 			sh.slots = append(sh.slots, slot{ID: id, Acked: s.log.Writer().FirstLSN() - 1})
 		}
-		err := saveSlots(s.store.DB(), sh.slots, nil)
+		err := saveSlots(rawdb.Of(s.store), sh.slots, nil)
 		sh.mu.Unlock()
 		if err != nil {
 			return err
@@ -311,7 +312,7 @@ func (l *Leader) Unregister(id string) error {
 		sh := s.ship
 		sh.mu.Lock()
 		sh.slots = slices.DeleteFunc(sh.slots, func(sl slot) bool { return sl.ID == id })
-		err := saveSlots(s.store.DB(), nil, []string{id})
+		err := saveSlots(rawdb.Of(s.store), nil, []string{id})
 		sh.mu.Unlock()
 		if err != nil {
 			return err
@@ -335,7 +336,7 @@ func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) err
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(closing, stop)()
-	err := s.ship.fan.WaitAcked(ctx, lsn, policy)
+	err := s.ship.fan.waitAcked(ctx, lsn, policy)
 	if err != nil && closing.Err() != nil {
 		return ErrClosed
 	}

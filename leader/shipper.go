@@ -227,13 +227,6 @@ func (s *Shipper) AckedLSN() uint64 {
 	return s.f.single.acked
 }
 
-// WaitAcked blocks until the follower has acknowledged every LSN up to and
-// including lsn, or ctx ends (ctx.Err()). It works whether or not Run is
-// running.
-func (s *Shipper) WaitAcked(ctx context.Context, lsn uint64) error {
-	return s.f.WaitAcked(ctx, lsn, AckAll)
-}
-
 // Run accepts follower connections and ships batches until ctx ends, then
 // returns nil after every goroutine it started has stopped. It returns early
 // with ErrFenced (see the package documentation) or with the Listener's error once the

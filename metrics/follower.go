@@ -63,7 +63,7 @@ func (c *FollowerCollector) Collect(ch chan<- prometheus.Metric) {
 	st := f.Stats()
 	applied, epoch := f.Position()
 	shard := f.Shard()
-	c.store.emit(ch, shard, applied, epoch, st.Stats, f.DB())
+	c.store.emit(ch, shard, applied, epoch, st.Stats, f.View())
 	c.link.emit(ch, shard, st, time.Now())
 	emitter(ch).counter(c.rebuilds, uint64(rebuilds), shardLabel(shard))
 }
@@ -113,7 +113,7 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 		// The store's fsync histogram is read while the node keeps the
 		// shard's Follower (it may be replaced after a failure).
 		_ = c.n.Follower(ss.Shard, func(f *follower.Follower) error {
-			if m, ok := fsyncHistogram(f.DB(), c.store.fsync, shardLabel(ss.Shard)); ok {
+			if m, ok := fsyncHistogram(f.View(), c.store.fsync, shardLabel(ss.Shard)); ok {
 				ch <- m
 			}
 			return nil

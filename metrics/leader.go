@@ -136,7 +136,7 @@ func (c *LeaderCollector) Collect(ch chan<- prometheus.Metric) {
 		}{{"complete", ls.Completed}, {"fail", ls.Failed}, {"release", ls.Released}, {"extend", ls.Extended}, {"not_owner", ls.NotOwner}} {
 			e.counter(c.decisions, o.n, s, o.name)
 		}
-		applied, epoch := sh.Log().Position()
-		c.store.emit(e, st.Shard, applied, epoch, sh.StoreStats(), sh.Store().DB())
+		applied, epoch := sh.Position()
+		c.store.emit(e, st.Shard, applied, epoch, sh.StoreStats(), sh.Store().View())
 	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/oncewal/oncewal/store"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -91,7 +90,7 @@ func newStoreDescs(prefix string) *storeDescs {
 
 // emit sends one store's metrics; db, if not nil, is read for Pebble's
 // fsync latency.
-func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st store.Stats, db *pebble.DB) {
+func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st store.Stats, db *store.View) {
 	s := shardLabel(shard)
 	r := st.Receiver
 	e.gauge(d.appliedLSN, float64(applied), s)
@@ -147,7 +146,7 @@ func (d *storeDescs) emit(e emitter, shard uint32, applied, epoch uint64, st sto
 // largest of Pebble's bounds at or below it (cumulative counts stay exact;
 // each bucket is labelled with Pebble's own bound). ok is false when the
 // store is closed or keeps no such histogram.
-func fsyncHistogram(db *pebble.DB, desc *prometheus.Desc, labels ...string) (m prometheus.Metric, ok bool) {
+func fsyncHistogram(db *store.View, desc *prometheus.Desc, labels ...string) (m prometheus.Metric, ok bool) {
 	defer func() {
 		if recover() != nil { // a store closed under the scrape
 			m, ok = nil, false

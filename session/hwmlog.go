@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // The HWM delta log: instead of one row per changed session, a batch writes

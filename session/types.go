@@ -1,6 +1,6 @@
 package session
 
-import "github.com/oncewal/oncewal/eventid"
+import "github.com/oncewal/oncewal/internal/eventid"
 
 // ID identifies a client session: 16 opaque bytes (eventid.SessionID, the
 // leaf type package wal uses too).

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -706,7 +707,7 @@ func (n *node) close(kill bool) error {
 	n.stop()
 	var err error
 	if kill {
-		err = n.n.Kill()
+		err = drill.Kill(n.n)
 	} else {
 		err = n.n.Close()
 	}
@@ -833,7 +834,7 @@ func (r *run) promote(e event, rng *rand.Rand) error {
 		for s := range uint32(r.cfg.Shards) {
 			var at replication.Ack
 			err := n.n.Follower(s, func(f *follower.Follower) (err error) {
-				at, _, err = store.ReadPosition(f.DB())
+				at, _, err = store.ReadPosition(f.View())
 				return err
 			})
 			if err != nil {
@@ -1015,7 +1016,7 @@ func (r *run) catchUp() error {
 			}
 			sh, _ := r.lead.l.Shard(s)
 			last := sh.NextLSN() - 1
-			at, want, err := store.ReadLastBatch(sh.Store().DB())
+			at, want, err := store.ReadLastBatch(sh.Store().View())
 			switch {
 			case err != nil:
 				return fmt.Errorf("sim: reading the last batch of the leader's store of shard %d: %w", s, err)
@@ -1037,7 +1038,7 @@ func (r *run) catchUp() error {
 			err := t.n.n.Follower(t.s, func(f *follower.Follower) error {
 				lsn, _ = f.Position() // published: synced, in memory
 				var err error
-				stored, ref, err = store.ReadLastBatch(f.DB())
+				stored, ref, err = store.ReadLastBatch(f.View())
 				return err
 			})
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -231,7 +232,7 @@ func RunFailover(cfg FailoverOptions) (*FailoverResult, error) {
 	if s.lead != nil {
 		_ = s.lead.Close()
 	} else if s.b != nil {
-		_ = s.b.Kill()
+		_ = drill.Kill(s.b)
 	}
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -126,7 +127,7 @@ func (r *run) transplant(src, dst *node, shard uint32) error {
 	o := r.followerOptions()
 	o.ID, o.FS, o.Shard = dst.id, dst.fs, shard
 	err := src.n.Follower(shard, func(f *follower.Follower) error {
-		d, err := snapshot.NewDonor(f.DB(), &snapshot.DonorOptions{
+		d, err := snapshot.NewDonor(rawdb.Of(f), &snapshot.DonorOptions{
 			FS: src.fs, Dir: src.fs.PathJoin(src.dir, fmt.Sprintf("snapshots-%d", shard)),
 			Describe: store.Describe, RateLimit: -1})
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -16,7 +18,6 @@ import (
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/snapshot"
-	"github.com/oncewal/oncewal/testutil"
 )
 
 // BenchmarkRebuild measures a rebuild on the OS filesystem beside the
@@ -58,17 +59,17 @@ func BenchmarkRebuild(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := src.DB().Flush(); err != nil {
+	if err := rawdb.Of(src).Flush(); err != nil {
 		b.Fatal(err)
 	}
 	events, _ := src.Position()
-	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: store.Describe, RateLimit: -1})
+	donor, err := snapshot.NewDonor(rawdb.Of(src), &snapshot.DonorOptions{FS: vfs.Default, Dir: filepath.Join(dir, "donor-snapshots"), Describe: store.Describe, RateLimit: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer donor.Close()
 	ref := filepath.Join(dir, "reference")
-	m, err := snapshot.Create(src.DB(), vfs.Default, ref, store.Describe)
+	m, err := snapshot.Create(rawdb.Of(src), vfs.Default, ref, store.Describe)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,9 +97,20 @@ func BenchmarkRebuild(b *testing.B) {
 		report(b, start)
 	})
 	b.Run("grpc-mtls", func(b *testing.B) {
-		p := testutil.NewTLSPair(b, "127.0.0.1")
-		st := grpctransport.ServerTLSConfig(p.Pool, p.Leader)
-		ct := grpctransport.ClientTLSConfig(p.Pool, p.Follower, "")
+		certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		leaderPair, err := certs.LeaderPair()
+		if err != nil {
+			b.Fatal(err)
+		}
+		followerPair, err := certs.FollowerPair()
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
+		ct := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet,
 			Snapshots: func(uint32) snapshot.Source { return donor }})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -69,7 +70,7 @@ func TestLostBeginAnswerReleased(t *testing.T) {
 	fs := vfs.NewMem()
 	fx := newFixture(t, fs, -1)
 	pin, pinned := countPins()
-	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: store.Describe, RateLimit: -1, Pin: pin})
+	d, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: store.Describe, RateLimit: -1, Pin: pin})
 	require.NoError(t, err)
 	defer d.Close()
 	opts := &snapshot.Options{RetryBackoff: time.Millisecond}
@@ -100,7 +101,7 @@ func TestLostBeginAnswerReleased(t *testing.T) {
 	require.Equal(t, uint64(3), d.Stats().Superseded)
 
 	// Another holder's snapshot is not touched; the idle timeout bounds it.
-	idle, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/idle", Describe: store.Describe,
+	idle, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/idle", Describe: store.Describe,
 		RateLimit: -1, IdleTimeout: 2 * time.Second}) // longer than a fetch on a loaded machine
 	require.NoError(t, err)
 	defer idle.Close()
@@ -143,7 +144,7 @@ func TestConcurrentBeginsPinApart(t *testing.T) {
 	fs := meetFS("/donor/pins/snap-1", "/donor/pins/snap-2")
 	fx := newFixture(t, fs, -1)
 	pin, pinned := countPins()
-	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: store.Describe, RateLimit: -1, Pin: pin})
+	d, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/pins", Describe: store.Describe, RateLimit: -1, Pin: pin})
 	require.NoError(t, err)
 	defer d.Close()
 	var ms [2]snapshot.Manifest
@@ -177,7 +178,7 @@ func TestClosedDonorNotRetried(t *testing.T) {
 	fx := newFixture(t, fs, -1)
 	errOwnerClosed := errors.New("test: owner closed")
 	holds := 0
-	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/closed", Describe: store.Describe,
+	d, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/closed", Describe: store.Describe,
 		Hold: func() (func(), error) { holds++; return nil, errOwnerClosed }})
 	require.NoError(t, err)
 	defer d.Close()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -62,7 +63,7 @@ func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 		require.NoError(t, err)
 	}
 	fx.newLSN, _ = fx.donor.Position()
-	fx.d, err = snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/snapshots", Describe: store.Describe, RateLimit: -1})
+	fx.d, err = snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/snapshots", Describe: store.Describe, RateLimit: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = fx.d.Close() })
 
@@ -328,7 +329,7 @@ func TestBeginOnClosedStore(t *testing.T) {
 	fs := vfs.NewMem()
 	fx := newFixture(t, fs, -1)
 	held := errors.New("closing")
-	refusing, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: store.Describe,
+	refusing, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/held", Describe: store.Describe,
 		Hold: func() (func(), error) { return nil, held }})
 	require.NoError(t, err)
 	_, err = refusing.Begin(context.Background(), 0)

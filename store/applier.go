@@ -9,7 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/batchrepr"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -21,7 +21,7 @@ import (
 // both dedup layers, and must add their effects to b — the same Pebble batch
 // that carries the HWM advances and the applied position, so everything
 // commits together or not at all. Apply must not commit b, must not write
-// outside b, and must not write keys in keyspace.Reserved (oncewal's
+// outside b, and must not write keys for which IsReserved is true (oncewal's
 // metadata, HWMs, window journal and request ledger): behind a follower or a
 // leader (RouteLedger) a batch that does is refused with ErrReservedKey.
 //
@@ -200,9 +200,15 @@ func applyLedger(b *pebble.Batch, table *idempotency.LedgerTable, events []wal.E
 	return ltx.Finish()
 }
 
-// ErrReservedKey: an Applier behind RouteLedger wrote a key in
-// keyspace.Reserved. The batch is refused (ErrApply) before anything commits.
+// ErrReservedKey: an Applier behind RouteLedger wrote a reserved key
+// (IsReserved). The batch is refused (ErrApply) before anything commits.
 var ErrReservedKey = errors.New("store: applier wrote a reserved key")
+
+// IsReserved reports whether key lies under one of the prefixes oncewal keeps
+// for itself in a store (the layout in follower/doc.go), which an Applier
+// must not write. The prefix registry is internal; this is the question an
+// Applier's author needs answered.
+func IsReserved(key []byte) bool { return keyspace.IsReserved(key) }
 
 // RouteLedger returns the Applier a node runs for a custom state machine
 // next: request-ledger records go to ledger (with the ledger's WAL clock),
@@ -212,7 +218,7 @@ var ErrReservedKey = errors.New("store: applier wrote a reserved key")
 // keeps scratch space: one receiver at a time may use it.
 //
 // It also holds next to the Applier contract's key rule: a batch in which
-// next wrote into keyspace.Reserved fails with ErrReservedKey, so a
+// next wrote a reserved key (IsReserved) fails with ErrReservedKey, so a
 // misplaced key is refused instead of overwriting oncewal's metadata, HWMs,
 // journal or ledger. The check reads what next added to b once, after it
 // returns.

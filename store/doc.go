@@ -203,9 +203,9 @@
 // # Pebble key layout
 //
 // One store per follower shard. Every value begins with a one-byte format
-// version (currently 1). The prefixes are named once, in package keyspace;
-// a custom Applier may write anything outside keyspace.Reserved (h/, hd/,
-// m/, w/, l/).
+// version (currently 1). The prefixes are named once, in internal/keyspace;
+// a custom Applier may write anything for which IsReserved is false (h/,
+// hd/, m/, w/, l/ are reserved).
 //
 //	h/<session ID:16>              session HWM record (package session)
 //	h/...                          the tracker's WAL clock (package session)
@@ -215,7 +215,7 @@
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store
 //	m/identity                     kind, shard, window capacity, retention horizon
-//	                               (KeyIdentity; written when the store is created)
+//	                               (keyspace.MetaIdentity; written when the store is created)
 //	m/epoch_start                  first LSN of the epoch this store leads (after Promote)
 //	m/epoch_prev                   the batch ending just before m/epoch_start (as m/last_batch)
 //	m/slot/<follower ID>           a leader's replication slot for that follower (package leader;

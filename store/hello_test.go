@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,11 +71,11 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	stale := binary.LittleEndian.AppendUint64([]byte{1}, 2)
 	stale = binary.LittleEndian.AppendUint64(stale, ref1.Epoch)
 	stale = binary.LittleEndian.AppendUint32(stale, ref1.CRC)
-	require.NoError(t, r.db.Set(store.KeyLastBatch, stale, pebble.Sync))
+	require.NoError(t, r.db.Set([]byte(keyspace.MetaLastBatch), stale, pebble.Sync))
 	recv3, err := r.reopen("")
 	require.NoError(t, err)
 	require.Equal(t, replication.Ack{Shard: 3, Epoch: 6, AppliedLSN: 3}, recv3.Hello())
-	require.NoError(t, r.db.Delete(store.KeyLastBatch, pebble.Sync))
+	require.NoError(t, r.db.Delete([]byte(keyspace.MetaLastBatch), pebble.Sync))
 	recv3, err = r.reopen("")
 	require.NoError(t, err)
 	require.True(t, recv3.Hello().LastBatch.IsZero())
@@ -87,7 +88,7 @@ func TestReceiverHelloIdentity(t *testing.T) {
 	require.Equal(t, ref3, recv3.Hello().LastBatch)
 
 	// A malformed value is an error, not a guess.
-	require.NoError(t, r.db.Set(store.KeyLastBatch, []byte{1, 2, 3}, pebble.Sync))
+	require.NoError(t, r.db.Set([]byte(keyspace.MetaLastBatch), []byte{1, 2, 3}, pebble.Sync))
 	_, err = r.reopen("")
 	require.Error(t, err)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // Store identity (notes for doc.go)
@@ -33,11 +33,11 @@ import (
 //
 // SetRecordedOptions changes the record where that is safe (see there).
 
-// KeyIdentity holds the store's identity, written with the store's first
+// keyIdentity holds the store's identity, written with the store's first
 // commit (Open of a new store, or the first Open of a store written before
 // the key existed): version byte 1 | kind u8 | shard u32 LE | window
 // capacity u64 LE | retention horizon i64 LE (nanoseconds).
-var KeyIdentity = []byte(keyspace.MetaIdentity)
+var keyIdentity = []byte(keyspace.MetaIdentity)
 
 const identityVersion = 1
 
@@ -60,7 +60,7 @@ func (k StoreKind) String() string {
 	return fmt.Sprintf("StoreKind(%d)", uint8(k))
 }
 
-// Identity is what a store records about itself (KeyIdentity).
+// Identity is what a store records about itself (keyIdentity).
 type Identity struct {
 	Kind             StoreKind
 	Shard            uint32
@@ -120,18 +120,18 @@ func (e *MismatchError) Error() string {
 func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
 // ReadIdentity reads a store's recorded identity; ok is false when the store
-// records none (a new store, or one written before KeyIdentity existed).
+// records none (a new store, or one written before keyIdentity existed).
 func ReadIdentity(r pebble.Reader) (id Identity, ok bool, err error) {
-	v, closer, err := r.Get(KeyIdentity)
+	v, closer, err := r.Get(keyIdentity)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return Identity{}, false, nil
 	}
 	if err != nil {
-		return Identity{}, false, fmt.Errorf("store: reading %s: %w", KeyIdentity, err)
+		return Identity{}, false, fmt.Errorf("store: reading %s: %w", keyIdentity, err)
 	}
 	defer closer.Close()
 	if len(v) != identitySize || v[0] != identityVersion {
-		return Identity{}, false, corruption.Errorf("store: %s: unrecognised value %x", KeyIdentity, v)
+		return Identity{}, false, corruption.Errorf("store: %s: unrecognised value %x", keyIdentity, v)
 	}
 	id = Identity{
 		Kind:             StoreKind(v[1]),
@@ -147,10 +147,10 @@ func ReadIdentity(r pebble.Reader) (id Identity, ok bool, err error) {
 func writeIdentity(db *pebble.DB, id Identity) error {
 	b := db.NewBatch()
 	defer b.Close()
-	if err := b.Set(KeyIdentity, id.encode(), nil); err != nil {
+	if err := b.Set(keyIdentity, id.encode(), nil); err != nil {
 		return err
 	}
-	if err := StageFormat(b); err != nil {
+	if err := stageFormat(b); err != nil {
 		return err
 	}
 	return guard(func() error { return b.Commit(pebble.Sync) })

@@ -8,7 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // The window journal makes the idempotency-key window survive restarts,
@@ -20,7 +20,7 @@ import (
 // empty after a crash would apply such a retry twice. So every committed batch
 // also writes the keys it recorded in the window — new keys and window hits
 // (which refresh recency) alike, in recording order — as one Pebble value
-// under JournalPrefix + big-endian last LSN of the batch, in the same Pebble
+// under journalPrefix + big-endian last LSN of the batch, in the same Pebble
 // batch as the state, so the journal is exactly as durable as the state it
 // guards. Opening replays every entry, oldest first, into an empty window.
 //
@@ -66,8 +66,8 @@ import (
 // bug or a foreign writer in the w/ key space; the store needs repair or a
 // rebuild, not a quiet start.
 
-// JournalPrefix is the Pebble key prefix of window journal entries.
-var JournalPrefix = []byte(keyspace.Journal)
+// journalPrefix is the Pebble key prefix of window journal entries.
+var journalPrefix = []byte(keyspace.Journal)
 
 const journalVersion = 1
 
@@ -97,22 +97,22 @@ type journal struct {
 }
 
 func journalKey(lsn uint64) []byte {
-	k := make([]byte, len(JournalPrefix)+8)
-	copy(k, JournalPrefix)
-	binary.BigEndian.PutUint64(k[len(JournalPrefix):], lsn)
+	k := make([]byte, len(journalPrefix)+8)
+	copy(k, journalPrefix)
+	binary.BigEndian.PutUint64(k[len(journalPrefix):], lsn)
 	return k
 }
 
 // loadJournal reads the journal and replays it, oldest first, into window.
 func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*journal, error) {
 	j := &journal{}
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: JournalPrefix, UpperBound: keyspace.UpperBound(keyspace.Journal)})
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: journalPrefix, UpperBound: keyspace.UpperBound(keyspace.Journal)})
 	if err != nil {
 		return nil, err
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
-		if len(k) != len(JournalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
+		if len(k) != len(journalPrefix)+8 || len(v) == 0 || v[0] != journalVersion || (len(v)-1)%16 != 0 {
 			err := corruption.Errorf("store: undecodable window journal entry %q (%d bytes)", k, len(v))
 			return nil, errors.Join(err, it.Close())
 		}
@@ -122,7 +122,7 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*jou
 			copy(key[:], v[1+16*i:])
 			window.CheckAndRecord(key)
 		}
-		j.entries = append(j.entries, journalEntry{lsn: binary.BigEndian.Uint64(k[len(JournalPrefix):]), n: n,
+		j.entries = append(j.entries, journalEntry{lsn: binary.BigEndian.Uint64(k[len(journalPrefix):]), n: n,
 			evicted: window.Evictions()})
 		j.total += n
 	}
@@ -168,7 +168,7 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, win
 	}
 	key := journalKey(lsn)
 	if compact {
-		if err := b.DeleteRange(JournalPrefix, key, nil); err != nil {
+		if err := b.DeleteRange(journalPrefix, key, nil); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/corruption"
@@ -27,7 +28,7 @@ func TestWindowJournalUndecodableEntryFailsOpen(t *testing.T) {
 			_, err := r.recv.Apply(r.batch(add(session.NewID(), 1, 1, &k)))
 			require.NoError(t, err)
 
-			key := binary.BigEndian.AppendUint64(append([]byte(nil), store.JournalPrefix...), 1<<40)
+			key := binary.BigEndian.AppendUint64(append([]byte(nil), keyspace.Journal...), 1<<40)
 			require.NoError(t, r.db.Set(key, value, nil))
 			_, err = store.NewReceiver(r.db, r.tracker, idempotency.NewStore(1000), r.applier, &store.ReceiverOptions{Shard: 3})
 			require.ErrorIs(t, err, corruption.Err)

@@ -9,7 +9,7 @@ import (
 	"github.com/oncewal/oncewal/wal"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/oncewal/oncewal/keyspace"
+	"github.com/oncewal/oncewal/internal/keyspace"
 )
 
 // The store's replication metadata (keyspace.Meta keys) and its one codec:
@@ -26,28 +26,28 @@ import (
 // that advanced the position without writing the key: such a value, like a
 // missing key, means unknown.
 var (
-	KeyPosition = []byte(keyspace.MetaPosition) // u64: applied LSN
-	KeyEpoch    = []byte(keyspace.MetaEpoch)    // u64: highest committed epoch
-	KeyFormat   = []byte(keyspace.MetaFormat)   // u64: store format (StoreFormat)
-	// KeyEpochStart is written by a promoted leader (LedgerLog) when it
+	keyPosition = []byte(keyspace.MetaPosition) // u64: applied LSN
+	keyEpoch    = []byte(keyspace.MetaEpoch)    // u64: highest committed epoch
+	keyFormat   = []byte(keyspace.MetaFormat)   // u64: store format (StoreFormat)
+	// keyEpochStart is written by a promoted leader (LedgerLog) when it
 	// raises the epoch: u64, first LSN of the new epoch.
-	KeyEpochStart = []byte(keyspace.MetaEpochStart)
-	// KeyLastBatch identifies the batch that ends at the applied position,
+	keyEpochStart = []byte(keyspace.MetaEpochStart)
+	// keyLastBatch identifies the batch that ends at the applied position,
 	// written with it in every commit: a batch ref.
-	KeyLastBatch = []byte(keyspace.MetaLastBatch)
-	// KeyEpochPrev is written with KeyEpochStart: the identity of the batch
+	keyLastBatch = []byte(keyspace.MetaLastBatch)
+	// keyEpochPrev is written with keyEpochStart: the identity of the batch
 	// ending just before the epoch's first LSN (a batch ref), the
 	// EpochBoundary.Prev a promoted leader checks hellos against.
-	KeyEpochPrev = []byte(keyspace.MetaEpochPrev)
-	// KeyLeader marks a store a leader made its own: u64, the epoch at
+	keyEpochPrev = []byte(keyspace.MetaEpochPrev)
+	// keyLeader marks a store a leader made its own: u64, the epoch at
 	// which it raised the store's epoch (stageEpoch). Leader-only: a store
 	// rebuilt from a snapshot never has it.
-	KeyLeader = []byte(keyspace.MetaLeader)
+	keyLeader = []byte(keyspace.MetaLeader)
 )
 
 const metaVersion = 1
 
-// StoreFormat is written at KeyFormat by the first commit. A store without it
+// StoreFormat is written at keyFormat by the first commit. A store without it
 // is not an oncewal follower store.
 const StoreFormat = 1
 
@@ -72,19 +72,19 @@ func appendBatchRef(dst []byte, lsn uint64, ref wal.BatchRef) []byte {
 // with the first commit.
 func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last wal.BatchRef) error {
 	// Pebble copies values into the batch, so r.meta is reused key by key.
-	if err := b.Set(KeyPosition, appendMetaU64(r.meta[:0], lsn), nil); err != nil {
+	if err := b.Set(keyPosition, appendMetaU64(r.meta[:0], lsn), nil); err != nil {
 		return err
 	}
-	if err := b.Set(KeyLastBatch, appendBatchRef(r.meta[:0], lsn, last), nil); err != nil {
+	if err := b.Set(keyLastBatch, appendBatchRef(r.meta[:0], lsn, last), nil); err != nil {
 		return err
 	}
 	if epoch != r.epoch || r.applied == 0 {
-		if err := b.Set(KeyEpoch, appendMetaU64(r.meta[:0], epoch), nil); err != nil {
+		if err := b.Set(keyEpoch, appendMetaU64(r.meta[:0], epoch), nil); err != nil {
 			return err
 		}
 	}
 	if r.applied == 0 {
-		return b.Set(KeyFormat, appendMetaU64(r.meta[:0], StoreFormat), nil)
+		return b.Set(keyFormat, appendMetaU64(r.meta[:0], StoreFormat), nil)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (r *Receiver) stageMeta(b *pebble.Batch, lsn, epoch uint64, last wal.BatchR
 // deletion of the old epoch's leader-only rows. A store without metadata
 // gets its format too.
 func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev wal.BatchRef) error {
-	if err := b.Set(KeyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
+	if err := b.Set(keyEpoch, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
 	}
 	if err := stageEpochStart(b, applied+1, prev); err != nil {
@@ -110,13 +110,13 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev w
 	}
 	// The store is now a leader's (set after the deletion: later in the
 	// batch wins).
-	if err := b.Set(KeyLeader, appendMetaU64(nil, epoch), nil); err != nil {
+	if err := b.Set(keyLeader, appendMetaU64(nil, epoch), nil); err != nil {
 		return err
 	}
 	if _, _, ok, err := ReadMeta(db); err != nil || ok {
 		return err
 	}
-	return StageFormat(b)
+	return stageFormat(b)
 }
 
 // stageEpochStart stages where the current epoch's history starts: its
@@ -124,17 +124,17 @@ func stageEpoch(b *pebble.Batch, db pebble.Reader, epoch, applied uint64, prev w
 func stageEpochStart(b *pebble.Batch, start uint64, prev wal.BatchRef) error {
 	// A follower that applied start or later under an older epoch has
 	// diverged.
-	if err := b.Set(KeyEpochStart, appendMetaU64(nil, start), nil); err != nil {
+	if err := b.Set(keyEpochStart, appendMetaU64(nil, start), nil); err != nil {
 		return err
 	}
 	// A follower stopped exactly at start-1 can be verified (CheckHello).
-	return b.Set(KeyEpochPrev, appendBatchRef(nil, start-1, prev), nil)
+	return b.Set(keyEpochPrev, appendBatchRef(nil, start-1, prev), nil)
 }
 
-// StageFormat stages the store format marker (KeyFormat) into b: what makes
+// stageFormat stages the store format marker (keyFormat) into b: what makes
 // a Pebble store an oncewal store.
-func StageFormat(b *pebble.Batch) error {
-	return b.Set(KeyFormat, appendMetaU64(nil, StoreFormat), nil)
+func stageFormat(b *pebble.Batch) error {
+	return b.Set(keyFormat, appendMetaU64(nil, StoreFormat), nil)
 }
 
 // getMeta returns a copy of the value at key, nil when absent.
@@ -178,50 +178,50 @@ func readBatchRef(r pebble.Reader, key []byte, lsn uint64) (wal.BatchRef, error)
 	return wal.BatchRef{Epoch: binary.LittleEndian.Uint64(v[9:]), CRC: binary.LittleEndian.Uint32(v[17:])}, nil
 }
 
-// readLastBatch reads KeyLastBatch and returns the identity of the batch
+// readLastBatch reads keyLastBatch and returns the identity of the batch
 // ending at applied, or the zero wal.BatchRef when the store does not know it
 // (no key, or a key written for another position).
 func readLastBatch(r pebble.Reader, applied uint64) (wal.BatchRef, error) {
-	return readBatchRef(r, KeyLastBatch, applied)
+	return readBatchRef(r, keyLastBatch, applied)
 }
 
 // ReadLastBatch returns the store's applied position and the identity of the
 // batch that ends there (zero when the store does not know it: nothing
-// applied, or a store written before KeyLastBatch existed). A leader promoted
+// applied, or a store written before keyLastBatch existed). A leader promoted
 // from this store reads it before its first append: it is the boundary of
 // its epoch (EpochBoundary.Prev), which CheckHello needs to verify a
 // follower that stopped exactly where the new epoch starts.
-func ReadLastBatch(db *pebble.DB) (appliedLSN uint64, ref wal.BatchRef, err error) {
-	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
+func ReadLastBatch(db pebble.Reader) (appliedLSN uint64, ref wal.BatchRef, err error) {
+	if appliedLSN, err = readMetaU64(db, keyPosition); err != nil {
 		return 0, wal.BatchRef{}, err
 	}
 	ref, err = readLastBatch(db, appliedLSN)
 	return appliedLSN, ref, err
 }
 
-// ReadLeaderMark returns the epoch at which a leader made db's store its
-// own (KeyLeader); ok is false for a store no leader raised: a follower's,
+// readLeaderMark returns the epoch at which a leader made db's store its
+// own (keyLeader); ok is false for a store no leader raised: a follower's,
 // or one written before the mark existed.
-func ReadLeaderMark(db pebble.Reader) (epoch uint64, ok bool, err error) {
-	v, err := getMeta(db, KeyLeader)
+func readLeaderMark(db pebble.Reader) (epoch uint64, ok bool, err error) {
+	v, err := getMeta(db, keyLeader)
 	if err != nil || v == nil {
 		return 0, false, err
 	}
-	epoch, err = readMetaU64(db, KeyLeader)
+	epoch, err = readMetaU64(db, keyLeader)
 	return epoch, err == nil, err
 }
 
 // ReadMeta reads the applied position and epoch persisted in db, e.g. from a
 // read-only store; ok is false when db holds no oncewal metadata at all.
 func ReadMeta(db pebble.Reader) (appliedLSN, epoch uint64, ok bool, err error) {
-	format, err := readMetaU64(db, KeyFormat)
+	format, err := readMetaU64(db, keyFormat)
 	if err != nil || format == 0 {
 		return 0, 0, false, err
 	}
-	if appliedLSN, err = readMetaU64(db, KeyPosition); err != nil {
+	if appliedLSN, err = readMetaU64(db, keyPosition); err != nil {
 		return 0, 0, false, err
 	}
-	if epoch, err = readMetaU64(db, KeyEpoch); err != nil {
+	if epoch, err = readMetaU64(db, keyEpoch); err != nil {
 		return 0, 0, false, err
 	}
 	return appliedLSN, epoch, true, nil

@@ -13,7 +13,7 @@ type StoreInfo struct {
 	// Applied and Epoch are the applied LSN and the highest committed
 	// epoch (0 for a store without oncewal metadata).
 	Applied, Epoch uint64
-	// Leader: a leader made the store its own (replication.KeyLeader), at
+	// Leader: a leader made the store its own (replication.keyLeader), at
 	// LeaderEpoch.
 	Leader      bool
 	LeaderEpoch uint64
@@ -50,7 +50,7 @@ func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 	if info.Applied, info.Epoch, _, err = ReadMeta(db); err != nil {
 		return StoreInfo{}, err
 	}
-	if info.LeaderEpoch, info.Leader, err = ReadLeaderMark(db); err != nil {
+	if info.LeaderEpoch, info.Leader, err = readLeaderMark(db); err != nil {
 		return StoreInfo{}, err
 	}
 	return info, nil

@@ -13,7 +13,7 @@ import (
 // (Ack.Epoch, AppliedLSN, LastBatch; Shard and FollowerID are not stored) —
 // from db, e.g. a store opened read-only to choose the follower to promote.
 // ok is false when db holds no oncewal metadata.
-func ReadPosition(db *pebble.DB) (pos replication.Ack, ok bool, err error) {
+func ReadPosition(db pebble.Reader) (pos replication.Ack, ok bool, err error) {
 	applied, epoch, ok, err := ReadMeta(db)
 	if err != nil || !ok {
 		return replication.Ack{}, false, err

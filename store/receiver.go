@@ -137,10 +137,10 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 		inBatch: make(map[idempotency.Key]struct{}),
 	}
 	var err error
-	if r.applied, err = readMetaU64(db, KeyPosition); err != nil {
+	if r.applied, err = readMetaU64(db, keyPosition); err != nil {
 		return nil, err
 	}
-	if r.epoch, err = readMetaU64(db, KeyEpoch); err != nil {
+	if r.epoch, err = readMetaU64(db, keyEpoch); err != nil {
 		return nil, err
 	}
 	if r.last, err = readLastBatch(db, r.applied); err != nil {
@@ -174,7 +174,7 @@ func (r *Receiver) RaiseEpoch(epoch, riseStart uint64, risePrev wal.BatchRef) (s
 	applied, stored := r.Position()
 	b := db.NewBatch()
 	defer b.Close()
-	switch start, err := readMetaU64(db, KeyEpochStart); {
+	switch start, err := readMetaU64(db, keyEpochStart); {
 	case err != nil:
 		return 0, wal.BatchRef{}, err
 	case epoch > stored:
@@ -198,10 +198,10 @@ func (r *Receiver) RaiseEpoch(epoch, riseStart uint64, risePrev wal.BatchRef) (s
 			return 0, wal.BatchRef{}, fmt.Errorf("store: recording where epoch %d starts: %w", epoch, err)
 		}
 	}
-	if start, err = readMetaU64(db, KeyEpochStart); err != nil || start == 0 {
+	if start, err = readMetaU64(db, keyEpochStart); err != nil || start == 0 {
 		return start, wal.BatchRef{}, err
 	}
-	prev, err = readBatchRef(db, KeyEpochPrev, start-1)
+	prev, err = readBatchRef(db, keyEpochPrev, start-1)
 	return start, prev, err
 }
 

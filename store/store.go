@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/diskguard"
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/lifegate"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -434,10 +435,6 @@ func (s *Store) Tracker() *session.Tracker { return s.tracker }
 // Window is the idempotency-key window.
 func (s *Store) Window() *idempotency.Store { return s.window }
 
-// DB returns the underlying Pebble store, for embedders that read their own
-// Applier's rows. Writing to it outside an Applier voids every guarantee.
-func (s *Store) DB() *pebble.DB { return s.db }
-
 // Close waits for the Applies in flight, refuses new ones and closes the
 // store. Writes are durable before Close (every ack follows a sync); Close
 // flushes the memtable so the next Open replays no WAL. Close is idempotent.
@@ -454,12 +451,21 @@ func (s *Store) Close() error {
 	return s.shutdown(true)
 }
 
-// Kill closes the store the way a killed process stops, for fault drills:
-// without the clean-shutdown flush, so the next Open replays Pebble's WAL.
-// (Power loss, where unsynced writes vanish, is simulated in tests with
-// vfs.CrashClone.)
-func (s *Store) Kill() error {
+// kill closes the store the way a killed process stops, for fault drills
+// (internal/drill): without the clean-shutdown flush, so the next Open
+// replays Pebble's WAL. (Power loss, where unsynced writes vanish, is
+// simulated in tests with vfs.CrashClone.)
+func (s *Store) kill() error {
 	return s.shutdown(false)
+}
+
+func init() {
+	drill.Register(func(x any) (error, bool) {
+		if s, ok := x.(*Store); ok {
+			return s.kill(), true
+		}
+		return nil, false
+	})
 }
 
 func (s *Store) shutdown(flush bool) error {

@@ -67,7 +67,7 @@ func (PanicLogger) Fatalf(format string, args ...any) {
 
 // SnapshotDB returns every key and value in db, for byte-for-byte comparisons
 // of a store before and after an operation that must not change it.
-func SnapshotDB(db *pebble.DB) (map[string]string, error) {
+func SnapshotDB(db pebble.Reader) (map[string]string, error) {
 	it, err := db.NewIter(nil)
 	if err != nil {
 		return nil, err

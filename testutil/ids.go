@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 
-	"github.com/oncewal/oncewal/eventid"
+	"github.com/oncewal/oncewal/internal/eventid"
 )
 
 // SessionID draws a session ID from rng (session.ID is the same type):

@@ -1,8 +1,10 @@
 package testutil
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,55 +14,104 @@ import (
 // TestOnlyTestsImport: no file of the module but a _test.go file imports
 // testutil, so that no product code (the CLI above all) links test helpers.
 func TestOnlyTestsImport(t *testing.T) {
-	for p, imps := range packageImports(t, "..") {
-		for _, imp := range imps {
-			if imp == "testutil" {
-				t.Errorf("%s imports testutil; only _test.go files may", p)
-			}
-		}
-	}
-}
-
-// TestTestutilImportsOnlyLeaves: testutil imports, of this module, only the
-// leaf packages listed here (they import nothing of the module). A package's
-// internal tests cannot import a testutil that imports that package, so a
-// helper that needs, say, wal belongs in wal's tests, not here.
-func TestTestutilImportsOnlyLeaves(t *testing.T) {
-	const module = "github.com/oncewal/oncewal/"
-	leaves := map[string]bool{module + "eventid": true, module + "internal/pki": true}
-	for leaf := range leaves {
-		for _, v := range moduleImports(t, module, filepath.Join("..", strings.TrimPrefix(leaf, module))) {
-			t.Errorf("%s imports %s: it is no leaf", leaf, v)
-		}
-	}
-	for _, v := range moduleImports(t, module, ".") {
-		if !leaves[v] {
-			t.Errorf("testutil imports %s: the internal tests of %s could no longer use testutil", v, strings.TrimPrefix(v, module))
-		}
-	}
-}
-
-// moduleImports is what the non-test files of dir import from the module.
-func moduleImports(t *testing.T, module, dir string) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no Go files in %s: %v", dir, err)
-	}
-	var out []string
-	for _, p := range files {
+	const path = "github.com/oncewal/oncewal/testutil"
+	root := ".."
+	checked := 0
+	err := walkGoFiles(root, func(p string) error {
 		if strings.HasSuffix(p, "_test.go") {
-			continue
+			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
+		checked++
 		for _, imp := range f.Imports {
-			if v, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(v, module) {
-				out = append(out, v)
+			if v, _ := strconv.Unquote(imp.Path.Value); v == path {
+				t.Errorf("%s imports testutil; only _test.go files may", p)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	if checked < 50 {
+		t.Fatalf("checked only %d files: wrong root?", checked)
+	}
+}
+
+// TestExamplesUsePublicAPI: a file holding an Example imports neither an
+// internal/ package nor testutil, so that a user can copy any Example into
+// their own module and build it (issue 25: grpctransport's imported
+// internal/pki for its certificates).
+func TestExamplesUsePublicAPI(t *testing.T) {
+	const module = "github.com/oncewal/oncewal/"
+	root := ".."
+	examples := 0
+	err := walkGoFiles(root, func(p string) error {
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		has := false
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") {
+				has = true
+			}
+		}
+		if !has {
+			return nil
+		}
+		examples++
+		for _, imp := range f.Imports {
+			v, _ := strconv.Unquote(imp.Path.Value)
+			if rel, ok := strings.CutPrefix(v, module); ok && (rel == "testutil" || strings.HasPrefix(rel, "internal/")) {
+				t.Errorf("%s holds an Example and imports %s: an Example uses the public API only", p, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if examples < 3 {
+		t.Fatalf("found only %d files with Examples: wrong root?", examples)
+	}
+}
+
+// walkGoFiles calls fn with the path of every .go file under root, skipping
+// hidden and testdata directories: the files the module's go/ast checks read.
+func walkGoFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		return fn(p)
+	})
+}
+
+// TestTestutilImportsOnlyLeaves: testutil imports, of this module, only leaf
+// packages (they import nothing of the module). A package's internal tests
+// cannot import a testutil that imports that package, so a helper that
+// needs, say, wal belongs in wal's tests, not here.
+func TestTestutilImportsOnlyLeaves(t *testing.T) {
+	imports := moduleImports(t, "..")
+	for _, imp := range imports["testutil"] {
+		if deps := imports[imp]; len(deps) > 0 {
+			t.Errorf("testutil imports %s, which imports %v: the internal tests of those could no longer use testutil", imp, deps)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package testutil
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path"
 	"path/filepath"
 	"sort"
@@ -21,8 +20,8 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/lrutable", "internal/pki"},
-	{"ledgerrecord"},
+	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/lrutable", "internal/pki", "internal/rawdb", "internal/ackwait", "internal/drill"},
+	{"internal/ledgerrecord"},
 	// test helpers: imported by _test.go files only (TestOnlyTestsImport),
 	// and themselves import leaves only (TestTestutilImportsOnlyLeaves), so
 	// that every package's internal tests can use them
@@ -31,7 +30,7 @@ var layers = [][]string{
 	{"session"},
 	{"idempotency"},
 	// the wire contract, and snapshots (checkpoints of a store directory)
-	{"replication", "snapshot"},
+	{"replication", "snapshot", "internal/leaderhook"},
 	// one shard's store: both roles stand on it
 	{"store"},
 	// the roles, and the transports beside the contract
@@ -52,7 +51,7 @@ func TestLayering(t *testing.T) {
 			rank[p] = i
 		}
 	}
-	imports := packageImports(t, "..")
+	imports := moduleImports(t, "..")
 	var pkgs []string
 	for p := range imports {
 		pkgs = append(pkgs, p)
@@ -79,22 +78,13 @@ func TestLayering(t *testing.T) {
 	}
 }
 
-// packageImports maps each package of the module under root (module-relative
+// moduleImports maps each package of the module under root (module-relative
 // path) to the module packages its non-test files import.
-func packageImports(t *testing.T, root string) map[string][]string {
+func moduleImports(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	seen := map[string]map[string]bool{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+	err := walkGoFiles(root, func(p string) error {
+		if strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)

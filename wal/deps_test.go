@@ -25,10 +25,10 @@ func TestLeafDependencies(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	allowedOwn := map[string]bool{
-		"github.com/oncewal/oncewal/wal":          true,
-		"github.com/oncewal/oncewal/eventid":      true,
-		"github.com/oncewal/oncewal/ledgerrecord": true,
-		"github.com/oncewal/oncewal/corruption":   true, // the corruption class; standard library only
+		"github.com/oncewal/oncewal/wal":                   true,
+		"github.com/oncewal/oncewal/internal/eventid":      true,
+		"github.com/oncewal/oncewal/internal/ledgerrecord": true,
+		"github.com/oncewal/oncewal/corruption":            true, // the corruption class; standard library only
 	}
 	sawVFS := false
 	for _, dep := range strings.Fields(string(out)) {

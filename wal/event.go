@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/eventid"
-	"github.com/oncewal/oncewal/ledgerrecord"
+	"github.com/oncewal/oncewal/internal/eventid"
+	"github.com/oncewal/oncewal/internal/ledgerrecord"
 )
 
 // Op is the kind of a session event.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -189,7 +190,7 @@ func inspectOneStore(dir string, jsonOut bool, out *bufio.Writer, stderr io.Writ
 		return fmt.Errorf("%s: reading metadata: %w", dir, err)
 	}
 	if !ok {
-		return fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata (%s)", dir, errNotStore, store.KeyFormat)
+		return fmt.Errorf("%s: %w: the Pebble store has no oncewal metadata (%s)", dir, errNotStore, keyspace.MetaFormat)
 	}
 	clock, err := walClock(db)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -133,7 +134,7 @@ func buildFollower(t *testing.T, dir string, kill bool) wantStore {
 		t.Fatalf("test setup: want a closed session, a non-empty window and epoch ≥ 2: %+v", w)
 	}
 	if kill {
-		err = f.Kill()
+		err = drill.Kill(f)
 	} else {
 		err = f.Close()
 	}

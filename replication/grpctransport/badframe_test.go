@@ -202,7 +202,7 @@ func TestBadFramesFromLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, err := testutil.SnapshotDB(fl.DB())
+			before, err := testutil.SnapshotDB(fl.View())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestBadFramesFromLeader(t *testing.T) {
 			} else {
 				t.Logf("log: %s", line)
 			}
-			after, err := testutil.SnapshotDB(fl.DB())
+			after, err := testutil.SnapshotDB(fl.View())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
@@ -23,7 +22,7 @@ import (
 
 // Example ships a leader's log to a follower over gRPC with mutual TLS on
 // loopback: a fresh CA issues the leader's server certificate and the
-// follower's client certificate, the leader serves shard 0 on a Server's
+// follower's client certificate (WriteCerts, as oncewal gencerts), the leader serves shard 0 on a Server's
 // listener, and the follower dials it, applies what it receives and acks.
 func Example() {
 	dir, err := os.MkdirTemp("", "oncewal-grpc-")
@@ -33,22 +32,21 @@ func Example() {
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.DiscardHandler)
 
-	// A throwaway CA with a leader and a follower certificate; a deployment
-	// loads its own with LoadServerTLS and LoadClientTLS.
-	certs, err := pki.GenerateCerts(nil, time.Hour)
+	// A throwaway CA with a leader and a follower certificate, written as
+	// `oncewal gencerts` writes them; a deployment loads its own files the
+	// same way.
+	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, time.Hour)
 	if err != nil {
 		log.Fatal(err)
 	}
-	leaderPair, err := certs.LeaderPair()
+	serverTLS, err := grpctransport.LoadServerTLS(certs.CA, certs.Leader, certs.LeaderKey)
 	if err != nil {
 		log.Fatal(err)
 	}
-	followerPair, err := certs.FollowerPair()
+	clientTLS, err := grpctransport.LoadClientTLS(certs.CA, certs.Follower, certs.FollowerKey)
 	if err != nil {
 		log.Fatal(err)
 	}
-	serverTLS := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
-	clientTLS := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 
 	// Leader: a gRPC server on loopback, shard 0's streams accepted on its
 	// per-shard listener, one registered follower.

@@ -21,6 +21,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/ackwait"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -199,7 +200,7 @@ func (l *benchLeader) round(b *testing.B, batches [][]wal.Event) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := l.fo.WaitAcked(ctx, l.lastLSN, leader.AckAll); err != nil {
+	if err := ackwait.Until(ctx, l.lastLSN, ackwait.All(l.fo.Followers(), l.fo.AckedLSN)); err != nil {
 		b.Fatalf("WaitAcked: %v; %+v", err, l.fo.Stats())
 	}
 	l.cpu += cpuTime() - start

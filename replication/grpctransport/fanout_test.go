@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/ackwait"
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -106,7 +108,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		t.Helper()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
-		if err := fo.WaitAcked(wctx, lsn, leader.AckAll); err != nil {
+		if err := ackwait.Until(wctx, lsn, ackwait.All(fo.Followers(), fo.AckedLSN)); err != nil {
 			t.Fatalf("WaitAcked(%d): %v; %+v", lsn, err, fo.Stats())
 		}
 	}
@@ -120,7 +122,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 				if err := fb.Close(); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := fb.Kill(); err != nil {
+			} else if err := drill.Kill(fb); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-bDone; err != nil {

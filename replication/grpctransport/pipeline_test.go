@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -238,7 +239,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 		mu.Unlock()
 		var err error
 		if kill {
-			err = cur.Kill()
+			err = drill.Kill(cur)
 		} else {
 			err = cur.Close()
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/internal/rawdb"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -40,8 +41,8 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Sstables too, not only a WAL: the transfer carries every kind of file.
-	require.NoError(t, src.DB().Flush())
-	donor, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor-snapshots", Describe: store.Describe, RateLimit: -1, IdleTimeout: time.Second})
+	require.NoError(t, rawdb.Of(src).Flush())
+	donor, err := snapshot.NewDonor(rawdb.Of(src), &snapshot.DonorOptions{FS: fs, Dir: "/donor-snapshots", Describe: store.Describe, RateLimit: -1, IdleTimeout: time.Second})
 	require.NoError(t, err)
 	defer donor.Close()
 
@@ -50,7 +51,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	st, ct := tlsPair(t, certs)
 	// Shard 2's donor is closed: its owner refuses every Begin.
 	errOwnerClosed := errors.New("test: owner closed")
-	closed, err := snapshot.NewDonor(src.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/closed-snapshots", Describe: store.Describe,
+	closed, err := snapshot.NewDonor(rawdb.Of(src), &snapshot.DonorOptions{FS: fs, Dir: "/closed-snapshots", Describe: store.Describe,
 		Hold: func() (func(), error) { return nil, errOwnerClosed }})
 	require.NoError(t, err)
 	srv, err := Listen("127.0.0.1:0", &ServerOptions{TLS: st, Logger: quiet, Snapshots: func(shard uint32) snapshot.Source {

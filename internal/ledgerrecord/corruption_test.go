@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/oncewal/oncewal/corruption"
-	"github.com/oncewal/oncewal/ledgerrecord"
+	"github.com/oncewal/oncewal/internal/ledgerrecord"
 )
 
 // TestDecodeErrorsAreCorruption: a record body that does not decode is
