@@ -142,6 +142,9 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 	serveOpts.rebuilder = o.Rebuild == RebuildAuto
 	for ctx.Err() == nil {
 		f, err := OpenContext(ctx, dir, &serveOpts)
+		if err != nil && ctx.Err() != nil {
+			return nil // stopped while the store opened (after a rebuild, say): a stop, not a failure
+		}
 		if err == nil {
 			if h.Opened != nil {
 				h.Opened(f)

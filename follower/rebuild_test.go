@@ -14,6 +14,8 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/leader"
@@ -567,4 +569,30 @@ func runUntilCaughtUp(t *testing.T, ctx context.Context, dir string, o *follower
 	stop()
 	err := <-done
 	return reasons, err
+}
+
+// TestRunStoppedWhileOpening: a Run stopped while its store opens (after a
+// rebuild, or at start on a slow disk) returns nil, as a stop does, not
+// the open's context error. (oncewal follower exited 1 when stopped during
+// the reopen that follows a rebuild: TestLeaderRetentionFlags failed so
+// once.)
+func TestRunStoppedWhileOpening(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	// The store's first file: the stop comes while Pebble creates it, and
+	// Pebble is held there until the open has given up on it.
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpCreate {
+			once.Do(func() {
+				cancel()
+				time.Sleep(200 * time.Millisecond)
+			})
+		}
+		return nil
+	}))
+	tr := inprocess.New(inprocess.FaultsNone, 1)
+	defer tr.Close()
+	err := follower.Run(ctx, "/store", &follower.Options{Options: store.Options{FS: fs, Logger: quietLogger}}, tr, nil)
+	require.NoError(t, err)
 }
