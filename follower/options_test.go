@@ -45,7 +45,7 @@ func TestNodeOptionsValidate(t *testing.T) {
 			}
 			dir := t.TempDir()
 			_, err = follower.OpenNode(dir, []uint32{0}, &tc.o)
-			require.ErrorIs(t, err, follower.ErrBadNodeOptions)
+			require.ErrorIs(t, err, follower.ErrBadOptions)
 		})
 	}
 }

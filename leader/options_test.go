@@ -42,19 +42,19 @@ func TestShipperOptionsValidate(t *testing.T) {
 				require.NoError(t, tc.o.ShipperOptions.Validate())
 				return
 			}
-			requireNamesAll(t, err, leader.ErrBadShipperOptions, tc.bad)
+			requireNamesAll(t, err, leader.ErrBadOptions, tc.bad)
 			_, err = leader.NewFanout(&tc.o)
-			require.ErrorIs(t, err, leader.ErrBadShipperOptions)
+			require.ErrorIs(t, err, leader.ErrBadOptions)
 		})
 	}
 }
 
 func TestLedgerLogOptionsValidate(t *testing.T) {
 	err := (&leader.LedgerLogOptions{SegmentSize: -1}).Validate()
-	requireNamesAll(t, err, leader.ErrBadLedgerLogOptions,
+	requireNamesAll(t, err, leader.ErrBadOptions,
 		[]string{"WALDir", "DB", "Tracker", "Window", "Table", "State or Applier", "SegmentSize"})
 	_, err = leader.OpenLedgerLog(nil)
-	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+	require.ErrorIs(t, err, leader.ErrBadOptions)
 	_, err = leader.OpenLedgerLog(&leader.LedgerLogOptions{WALDir: t.TempDir()})
-	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+	require.ErrorIs(t, err, leader.ErrBadOptions)
 }

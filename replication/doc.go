@@ -42,7 +42,7 @@
 //     goroutine, any number of times, and unblocks both.
 //   - Errors: ErrDisconnected when the link is gone (peer closed, network
 //     fault); the connection is dead and the follower dials again with a fresh
-//     hello, the leader Accepts again. ErrTransportClosed after this side closed the
+//     hello, the leader Accepts again. ErrClosed after this side closed the
 //     connection or the whole transport. Errors are wrapped; test them with
 //     errors.Is.
 //   - Cancellation: a cancelled ctx makes a blocked call return ctx.Err()

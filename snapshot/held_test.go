@@ -171,7 +171,7 @@ func TestConcurrentBeginsPinApart(t *testing.T) {
 
 // TestClosedDonorNotRetried: a donor whose owner closed (DonorOptions.Hold
 // refuses) is a refusal, not a dropped connection: Fetch returns
-// ErrDonorClosed, still wrapping the owner's error, after one Begin instead
+// ErrClosed, still wrapping the owner's error, after one Begin instead
 // of retrying it Options.Retries times (about 1.5 s by default) on a donor
 // that will not serve again.
 func TestClosedDonorNotRetried(t *testing.T) {
@@ -184,7 +184,7 @@ func TestClosedDonorNotRetried(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Close()
 	_, st, err := snapshot.Fetch(context.Background(), d, fs, target, fx.want(), nil)
-	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
 	require.ErrorIs(t, err, errOwnerClosed)
 	require.Equal(t, 1, holds, "Begins asked of a closed donor")
 	require.Zero(t, st.Retries)

@@ -317,7 +317,7 @@ func TestOptionsValidate(t *testing.T) {
 	_, _, err = snapshot.Fetch(context.Background(), nil, vfs.NewMem(), "/x", snapshot.Want{}, bad)
 	require.Error(t, err)
 	_, err = snapshot.NewDonor(nil, &snapshot.DonorOptions{})
-	require.ErrorIs(t, err, snapshot.ErrDonorOptions)
+	require.ErrorIs(t, err, snapshot.ErrBadOptions)
 }
 
 // TestBeginOnClosedStore: a donor whose store was closed under it (a

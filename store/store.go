@@ -28,6 +28,11 @@ var ErrNotStore = errors.New("store: not an oncewal shard store")
 // ErrClosed is returned by methods of a closed Store.
 var ErrClosed = errors.New("store: closed")
 
+// ErrBadOptions: Open or NewReceiver was given unusable Options or
+// ReceiverOptions (every problem is listed in the joined error). Nothing was
+// changed on disk.
+var ErrBadOptions = errors.New("store: bad options")
+
 // Options configures a Store. Every zero field takes the default named
 // in its comment (see EnsureDefaults); Open validates the result and reports
 // all problems at once.
@@ -139,12 +144,15 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports every invalid field in one error.
-func (o *Options) Validate() error {
-	if errs := o.problems(); len(errs) > 0 {
-		return fmt.Errorf("store: invalid options: %w", errors.Join(errs...))
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *Options) Validate() error { return badOptions("Options", o.problems()) }
+
+// badOptions wraps the problems found in one options type, if any.
+func badOptions(typ string, errs []error) error {
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: %s: %w", ErrBadOptions, typ, errors.Join(errs...))
 }
 
 // problems lists every invalid field.

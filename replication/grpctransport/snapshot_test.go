@@ -106,10 +106,10 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	_, _, err = snapshot.Fetch(ctx, client, fs, "/other", snapshot.Want{Shard: 1}, nil)
 	require.ErrorIs(t, err, snapshot.ErrMismatch)
 
-	// A closed donor crosses the wire as ErrDonorClosed, and the fetch
+	// A closed donor crosses the wire as snapshot.ErrClosed, and the fetch
 	// does not retry its Begin.
 	_, fst, err := snapshot.Fetch(ctx, direct, fs, "/other", snapshot.Want{Shard: 2}, nil)
-	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
 	require.Zero(t, fst.Retries, "the fetch retried a closed donor's Begin")
 
 	// A client the server does not trust.
