@@ -135,7 +135,7 @@ type Donor struct {
 	name string
 
 	mu     sync.Mutex
-	closed bool // Close ran: Begin and Read answer ErrClosed
+	closed bool // Close ran: Begin answers ErrClosed
 	next   int
 	snaps  map[string]*served
 	pace   pacer
@@ -191,10 +191,6 @@ func (d *Donor) Begin(ctx context.Context, shard uint32) (Manifest, error) {
 // donor serves to holder (none for an empty holder).
 func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Manifest, error) {
 	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return Manifest{}, errDonorClosed
-	}
 	d.releaseIdleLocked()
 	var stale []*served
 	if holder != "" {
@@ -221,6 +217,14 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 		}
 		defer done()
 	}
+	// After the owner's Hold, so that a closed owner's refusal (which says
+	// more) comes first.
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return Manifest{}, errDonorClosed
+	}
 	release := func() {}
 	if d.opts.Pin != nil {
 		r, err := d.opts.Pin()
@@ -245,7 +249,7 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 	}
 	s := &served{dir: dir, m: m, holder: holder, release: release, lastUsed: time.Now()}
 	d.mu.Lock()
-	closed := d.closed
+	closed = d.closed
 	if !closed {
 		d.snaps[m.ID] = s
 		d.stats.Begun++
@@ -267,10 +271,6 @@ func (d *Donor) drop(s *served) error {
 // Read implements Source, paced to DonorOptions.RateLimit.
 func (d *Donor) Read(ctx context.Context, id, name string, off int64, p []byte) (int, error) {
 	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return 0, errDonorClosed
-	}
 	s := d.snaps[id]
 	if s != nil {
 		s.lastUsed = time.Now()
@@ -319,10 +319,11 @@ func (d *Donor) End(_ context.Context, id string) error {
 	return d.drop(s)
 }
 
-// errDonorClosed answers a Begin or Read after Close.
+// errDonorClosed answers a Begin after Close. (A Read after Close finds its
+// snapshot released: ErrUnknownSnapshot, and the fetch starts over.)
 var errDonorClosed = fmt.Errorf("%w: Close was called", ErrClosed)
 
-// Close releases every snapshot; later Begins and Reads answer ErrClosed.
+// Close releases every snapshot; later Begins answer ErrClosed.
 // Idempotent.
 func (d *Donor) Close() error {
 	d.mu.Lock()

@@ -190,3 +190,23 @@ func TestClosedDonorNotRetried(t *testing.T) {
 	require.Zero(t, st.Retries)
 	require.Zero(t, d.Serving())
 }
+
+// TestDonorBeginAfterClose: a closed Donor answers its package's ErrClosed
+// (it used to cut and serve a new snapshot, which nobody would release),
+// and a Begin racing Close leaves nothing served.
+func TestDonorBeginAfterClose(t *testing.T) {
+	fs := vfs.NewMem()
+	fx := newFixture(t, fs, -1)
+	pin, pinned := countPins()
+	d, err := snapshot.NewDonor(fx.donor.DB(), &snapshot.DonorOptions{FS: fs, Dir: "/donor/after", Describe: store.Describe, RateLimit: -1, Pin: pin})
+	require.NoError(t, err)
+	_, err = d.Begin(context.Background(), 0)
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	require.Zero(t, d.Serving())
+	_, err = d.Begin(context.Background(), 0)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
+	require.Zero(t, d.Serving())
+	require.Zero(t, pinned(), "a Begin after Close pinned the log")
+	require.NoError(t, d.Close(), "Close is idempotent")
+}
