@@ -7,7 +7,9 @@ import (
 
 	"github.com/oncewal/oncewal/replication/inprocess"
 
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/stretchr/testify/require"
 )
@@ -47,6 +49,18 @@ func TestShipperOptionsValidate(t *testing.T) {
 			require.ErrorIs(t, err, leader.ErrBadOptions)
 		})
 	}
+}
+
+// TestPromoteOptionsValidate: Promote refuses unusable options with
+// ErrBadOptions, every problem named, before it looks at the store.
+func TestPromoteOptionsValidate(t *testing.T) {
+	o := leader.PromoteOptions{SegmentSize: -1, Epoch: replication.MaxEpoch + 1,
+		Ledger: idempotency.LedgerOptions{TTL: -time.Second}}
+	_, err := leader.Promote(nil, o)
+	requireNamesAll(t, err, leader.ErrBadOptions, []string{"WALDir", "SegmentSize", "Epoch", "Ledger", "TTL"})
+	require.ErrorIs(t, err, replication.ErrEpochExhausted)
+	require.ErrorIs(t, err, idempotency.ErrBadOptions)
+	require.NoError(t, (&leader.PromoteOptions{WALDir: "w"}).EnsureDefaults().Validate())
 }
 
 func TestLedgerLogOptionsValidate(t *testing.T) {
