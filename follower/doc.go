@@ -117,8 +117,9 @@
 // operator does (refusalReasons). Serve keeps redialling at the capped
 // backoff, so an operator's fix on the leader takes effect without a
 // restart, unless Options.StopOnPermanentRefusal makes it return
-// ErrPermanentRefusal; Run and Node with Rebuild auto get that error at a
-// refusal only a rebuild fixes (NeedsRebuild) and rebuild. A duplicate
+// ErrPermanentRefusal; Run and Node with Rebuild auto (the default) and a
+// RebuildFrom get that error at a refusal only a rebuild fixes
+// (NeedsRebuild) and rebuild. A duplicate
 // follower ID (replication.ErrDuplicateFollower: another live process is
 // connected with this ID) is retried even then: it passes by itself when
 // the other connection turns out dead.
@@ -414,7 +415,8 @@
 //     on every store opened), typed store.ErrCorrupt at the store boundary
 //     (CorruptStoreError: Open, Describe, a node's shards, oncewal inspect
 //     and promote). It changes nothing on disk; a node keeps its other
-//     shards serving and rebuilds the damaged one with Rebuild auto.
+//     shards serving and rebuilds the damaged one with Rebuild auto and a
+//     RebuildFrom.
 //
 // # Pipeline
 //

@@ -166,6 +166,6 @@
 // then closes the logs and stores. Every later call returns a typed error —
 // ErrClosed (Run, Retain, Register, Unregister, WaitAcked, Donor, a donor's
 // Begin, Append — which wraps wal.ErrClosed too), idempotency.ErrClosed
-// (Commit and the ledger) — never a panic on a closed store; a donor's snapshots
-// already cut stay readable until they are ended.
+// (Commit and the ledger) — never a panic on a closed store; a donor's
+// snapshots already cut stay readable until they are ended.
 package leader
