@@ -146,15 +146,7 @@ const (
 // returns o.
 func (o *Options) EnsureDefaults() *Options {
 	o.Store.EnsureDefaults()
-	if o.Wall == nil {
-		o.Wall = func() int64 { return time.Now().UnixNano() }
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
+	ensureShared(&o.Wall, &o.Logger, &o.FS)
 	o.Store.FS = o.FS
 	if o.SegmentSize == 0 {
 		o.SegmentSize = wal.DefaultSegmentSize
@@ -166,6 +158,20 @@ func (o *Options) EnsureDefaults() *Options {
 		o.RetentionInterval = DefaultRetentionInterval
 	}
 	return o
+}
+
+// ensureShared fills the defaults the leader's options types share: the
+// wall clock, the logger (nil: the type has none) and the WAL's filesystem.
+func ensureShared(wall *func() int64, logger **slog.Logger, fs *vfs.FS) {
+	if *wall == nil {
+		*wall = func() int64 { return time.Now().UnixNano() }
+	}
+	if logger != nil && *logger == nil {
+		*logger = slog.Default()
+	}
+	if *fs == nil {
+		*fs = vfs.Default
+	}
 }
 
 // Validate reports every invalid field in one error.

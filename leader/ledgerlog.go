@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/oncewal/oncewal/store"
 
@@ -97,15 +96,7 @@ type LedgerLogOptions struct {
 // EnsureDefaults fills unset fields with their documented defaults (the
 // Applier's is set by OpenLedgerLog, which also routes a custom one).
 func (o *LedgerLogOptions) EnsureDefaults() *LedgerLogOptions {
-	if o.Wall == nil {
-		o.Wall = func() int64 { return time.Now().UnixNano() }
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
+	ensureShared(&o.Wall, &o.Logger, &o.FS)
 	return o
 }
 

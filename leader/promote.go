@@ -3,7 +3,6 @@ package leader
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/oncewal/oncewal/store"
 
@@ -43,12 +42,7 @@ type PromoteOptions struct {
 // EnsureDefaults fills unset fields with their documented defaults (the
 // Epoch's comes from the store: Promote sets it).
 func (o *PromoteOptions) EnsureDefaults() *PromoteOptions {
-	if o.Wall == nil {
-		o.Wall = func() int64 { return time.Now().UnixNano() }
-	}
-	if o.WALFS == nil {
-		o.WALFS = vfs.Default
-	}
+	ensureShared(&o.Wall, nil, &o.WALFS)
 	return o
 }
 
