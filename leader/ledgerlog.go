@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/oncewal/oncewal/internal/badopts"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/replication"
@@ -122,10 +124,7 @@ func (o *LedgerLogOptions) Validate() error {
 	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: LedgerLogOptions: %w", ErrBadOptions, errors.Join(errs...))
+	return badopts.Wrap(ErrBadOptions, "LedgerLogOptions", errs)
 }
 
 // LedgerLog is a leader for one shard with a request ledger. It is safe for

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oncewal/oncewal/internal/badopts"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -62,10 +64,7 @@ func (o *PromoteOptions) Validate() error {
 	if err := o.Ledger.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Ledger: %w", err))
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: PromoteOptions: %w", ErrBadOptions, errors.Join(errs...))
+	return badopts.Wrap(ErrBadOptions, "PromoteOptions", errs)
 }
 
 // Promote opens a leader's log on st, the store of its shard: it persists

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/badopts"
+
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -125,12 +127,7 @@ type Options struct {
 var ErrBadOptions = errors.New("sim: bad options")
 
 // badOptions wraps the problems found in one options type, if any.
-func badOptions(typ string, errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s: %w", ErrBadOptions, typ, errors.Join(errs...))
-}
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (c *Options) EnsureDefaults() *Options {

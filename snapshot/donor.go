@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/badopts"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -115,12 +117,7 @@ func (o *DonorOptions) Validate() error {
 }
 
 // badOptions wraps the problems found in one options type, if any.
-func badOptions(typ string, errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s: %w", ErrBadOptions, typ, errors.Join(errs...))
-}
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
 
 // ErrBadOptions: invalid Options or DonorOptions (every problem is listed
 // in the joined error).

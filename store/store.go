@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/badopts"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
@@ -148,12 +150,7 @@ func (o *Options) EnsureDefaults() *Options {
 func (o *Options) Validate() error { return badOptions("Options", o.problems()) }
 
 // badOptions wraps the problems found in one options type, if any.
-func badOptions(typ string, errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s: %w", ErrBadOptions, typ, errors.Join(errs...))
-}
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
 
 // problems lists every invalid field.
 func (o *Options) problems() []error {

@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -91,23 +90,7 @@ type pkgConventions struct {
 // the number of packages checked.
 func conventionProblems(t *testing.T, root string) ([]string, int) {
 	pkgs := map[string]*pkgConventions{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	parseProductFiles(t, root, parser.SkipObjectResolution, func(p string, f *ast.File) error {
 		dir := filepath.Dir(p)
 		pc := pkgs[dir]
 		if pc == nil {
@@ -117,9 +100,6 @@ func conventionProblems(t *testing.T, root string) ([]string, int) {
 		pc.add(f)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var problems []string
 	for dir, pc := range pkgs {
 		rel, _ := filepath.Rel(root, dir)

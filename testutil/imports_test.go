@@ -1,12 +1,9 @@
 package testutil
 
 import (
+	"go/ast"
 	"go/parser"
-	"go/token"
-	"io/fs"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -16,23 +13,7 @@ func TestOnlyTestsImport(t *testing.T) {
 	const path = "github.com/oncewal/oncewal/testutil"
 	root := ".."
 	checked := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
+	parseProductFiles(t, root, parser.ImportsOnly, func(p string, f *ast.File) error {
 		checked++
 		for _, imp := range f.Imports {
 			if v, _ := strconv.Unquote(imp.Path.Value); v == path {
@@ -41,9 +22,6 @@ func TestOnlyTestsImport(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files: wrong root?", checked)
 	}

@@ -1,9 +1,8 @@
 package testutil
 
 import (
+	"go/ast"
 	"go/parser"
-	"go/token"
-	"io/fs"
 	"path"
 	"path/filepath"
 	"sort"
@@ -21,7 +20,7 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library and each other
 	// only where listed in sameLayer
-	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki"},
+	{"corruption", "eventid", "keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate", "internal/pki", "internal/badopts"},
 	{"ledgerrecord"},
 	{"wal"},
 	{"session"},
@@ -82,23 +81,7 @@ func TestLayering(t *testing.T) {
 func moduleImports(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	seen := map[string]map[string]bool{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
+	parseProductFiles(t, root, parser.ImportsOnly, func(p string, f *ast.File) error {
 		rel, err := filepath.Rel(root, filepath.Dir(p))
 		if err != nil {
 			return err
@@ -114,9 +97,6 @@ func moduleImports(t *testing.T, root string) map[string][]string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]string{}
 	for p, imps := range seen {
 		out[p] = []string{}
