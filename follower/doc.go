@@ -36,8 +36,9 @@
 // operator does (refusalReasons). Serve keeps redialling at the capped
 // backoff, so an operator's fix on the leader takes effect without a
 // restart, unless Options.StopOnPermanentRefusal makes it return
-// ErrPermanentRefusal; Run and Node with Rebuild auto get that error at a
-// refusal only a rebuild fixes (NeedsRebuild) and rebuild. A duplicate
+// ErrPermanentRefusal; Run and Node with Rebuild auto (the default) and a
+// RebuildFrom get that error at a refusal only a rebuild fixes
+// (NeedsRebuild) and rebuild. A duplicate
 // follower ID (replication.ErrDuplicateFollower: another live process is
 // connected with this ID) is retried even then: it passes by itself when
 // the other connection turns out dead.

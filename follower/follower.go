@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/badopts"
 	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/rawdb"
 
@@ -21,8 +22,8 @@ import (
 	"github.com/oncewal/oncewal/snapshot"
 )
 
-// ErrFollowerClosed is returned by methods of a closed Follower.
-var ErrFollowerClosed = errors.New("follower: closed")
+// ErrClosed is returned by methods of a closed Follower.
+var ErrClosed = errors.New("follower: closed")
 
 // ErrPermanentRefusal: Serve stopped because the leader (or the transport's
 // authentication) refused the follower in a way no retry can fix, and
@@ -60,18 +61,20 @@ type Options struct {
 	// registering the follower, rotating a certificate — takes effect
 	// without a restart.
 	StopOnPermanentRefusal bool
-	// Rebuild says what Run does when the leader refuses the store in a way
-	// only a rebuild fixes (replication.ErrDiverged, ErrBehindRetention —
-	// which is also what an empty store gets from a leader whose log no
-	// longer starts at LSN 1): RebuildAuto replaces the store with a
-	// snapshot from RebuildFrom and serves on from its LSN; RebuildNever
-	// (the default here, as a library cannot know where to rebuild from)
-	// leaves the refusal standing. The CLI's default is auto (README).
+	// Rebuild says what Run and Node do when the leader refuses the store
+	// in a way only a rebuild fixes (replication.ErrDiverged,
+	// ErrBehindRetention — which is also what an empty store gets from a
+	// leader whose log no longer starts at LSN 1) or the store is damaged:
+	// RebuildAuto, the default here as in the CLI, replaces the store with
+	// a snapshot from RebuildFrom and serves on from its LSN; RebuildNever
+	// leaves the refusal standing. Auto with no RebuildFrom cannot rebuild:
+	// the refusal stands as with never, and the line that logs it says to
+	// give a donor (RebuildFrom) or to choose never.
 	Rebuild RebuildMode
 	// RebuildFrom is the donor a rebuild fetches from: the shard's leader
 	// or another follower (snapshot.Donor in process, or grpctransport's
-	// snapshot client). Required with RebuildAuto. A donor that answers
-	// snapshot.ErrDonorClosed (its leader closed) is asked once, not
+	// snapshot client). Without it nothing is rebuilt. A donor that answers
+	// snapshot.ErrClosed (its leader closed) is asked once, not
 	// retried: after MaxReconnectBackoff the store goes back to the
 	// Dialer, which reaches whichever leader serves now; a new refusal
 	// asks RebuildFrom again.
@@ -89,7 +92,8 @@ type Options struct {
 	// DefaultLeaderTimeout (5s: five of the gRPC transport's 1s heartbeats);
 	// negative: no bound (a leader that sends no heartbeats gets none).
 	LeaderTimeout time.Duration
-	// rebuilder is set by Run and Node when Rebuild is RebuildAuto: Serve
+	// rebuilder is set by Run and Node when they rebuild (RebuildAuto with a
+	// RebuildFrom): Serve
 	// then returns ErrPermanentRefusal at a refusal only a rebuild fixes
 	// (NeedsRebuild), for them to rebuild the store, and keeps redialling
 	// at the others unless StopOnPermanentRefusal.
@@ -122,8 +126,15 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports every invalid field in one error.
-func (o *Options) Validate() error {
+// Validate reports every invalid field in one error wrapping ErrBadOptions
+// (and store.ErrBadOptions for the store's fields).
+func (o *Options) Validate() error { return badOptions("Options", o.problems()) }
+
+// badOptions wraps the problems found in one options type, if any.
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
+
+// problems lists every invalid field.
+func (o *Options) problems() []error {
 	var errs []error
 	if err := o.Options.Validate(); err != nil {
 		errs = append(errs, err)
@@ -137,20 +148,14 @@ func (o *Options) Validate() error {
 	if !(o.ReconnectJitter <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("ReconnectJitter %v is above 1", o.ReconnectJitter))
 	}
-	if o.Rebuild > RebuildAuto {
-		errs = append(errs, fmt.Errorf("Rebuild %d is neither RebuildNever nor RebuildAuto", o.Rebuild))
-	}
-	if o.Rebuild == RebuildAuto && o.RebuildFrom == nil {
-		errs = append(errs, errors.New("Rebuild is RebuildAuto but RebuildFrom is nil"))
+	if o.Rebuild > RebuildNever {
+		errs = append(errs, fmt.Errorf("Rebuild %d is neither RebuildAuto nor RebuildNever", o.Rebuild))
 	}
 	sn := o.Snapshot
 	if err := sn.EnsureDefaults().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Snapshot: %w", err))
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("follower: invalid options: %w", errors.Join(errs...))
+	return errs
 }
 
 // Follower serves one shard's Store from a leader: it dials the leader,
@@ -208,7 +213,7 @@ func (f *Follower) Apply(batch []byte) (store.Result, error) {
 func (f *Follower) Start(batch []byte) *store.Pending {
 	release, ok := f.life.Hold()
 	if !ok {
-		return store.Refused(f.st.Hello(), ErrFollowerClosed)
+		return store.Refused(f.st.Hello(), ErrClosed)
 	}
 	defer release()
 	return f.st.Start(batch)
@@ -237,7 +242,7 @@ func (f *Follower) stop() bool { return f.life.Close() }
 func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	ctx, done, ok := f.life.Enter(ctx)
 	if !ok {
-		return ErrFollowerClosed
+		return ErrClosed
 	}
 	defer done()
 
@@ -318,6 +323,9 @@ func (f *Follower) afterRefusal(err error, wait time.Duration) (next string, sto
 	switch {
 	case f.opts.rebuilder && NeedsRebuild(err):
 		return "rebuilding the store from a snapshot of the leader", true
+	case NeedsRebuild(err) && !f.opts.rebuilds() && !f.opts.StopOnPermanentRefusal:
+		return fmt.Sprintf("retrying in %v, then at most every %v, but only a rebuild lets it serve: %s",
+			wait.Round(time.Millisecond), f.opts.MaxReconnectBackoff, f.opts.noRebuild()), false
 	case f.opts.StopOnPermanentRefusal && permanent(err):
 		return "stopping: StopOnPermanentRefusal is set (oncewal follower --stop-on-refusal: the process exits 1)", true
 	}
@@ -482,12 +490,12 @@ func (f *Follower) Close() error {
 }
 
 // Retire stops the follower for good — Serve returns, Apply answers
-// ErrFollowerClosed — so that a leader can take its store over
+// ErrClosed — so that a leader can take its store over
 // (leader.Promote). The store stays the follower's: Close closes it. It
 // refuses a store that has failed.
 func (f *Follower) Retire() (*store.Store, error) {
 	if !f.stop() {
-		return nil, ErrFollowerClosed
+		return nil, ErrClosed
 	}
 	if err := f.st.Err(); err != nil {
 		return nil, fmt.Errorf("follower: cannot promote a failed store: %w", err)

@@ -161,7 +161,7 @@ func TestWaitingClaimReleasedByOwnersCrash(t *testing.T) {
 		ch := make(chan *idempotency.Claim, 1)
 		go func() {
 			c, err := l.Ledger().ClaimWith(context.Background(), "client", key, []byte("p"), idempotency.ClaimOptions{Wait: true})
-			if err != nil && !errors.Is(err, idempotency.ErrLedgerClosed) {
+			if err != nil && !errors.Is(err, idempotency.ErrClosed) {
 				t.Error(err)
 			}
 			ch <- c

@@ -21,8 +21,10 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// ErrBadNodeOptions: OpenNode was given an unusable shard list or options.
-var ErrBadNodeOptions = errors.New("follower: bad node options")
+// ErrBadOptions: Open or OpenNode was given unusable options or an
+// unusable shard list (every problem is listed in the joined error).
+// Nothing was changed on disk.
+var ErrBadOptions = errors.New("follower: bad options")
 
 // ErrNodeServing: Serve was called while another Serve of the node runs.
 var ErrNodeServing = errors.New("follower: node already serving")
@@ -62,8 +64,11 @@ func (o *NodeOptions) EnsureDefaults() *NodeOptions {
 }
 
 // Validate reports every invalid field, the Follower template's included,
-// in one error.
-func (o *NodeOptions) Validate() error {
+// in one error wrapping ErrBadOptions.
+func (o *NodeOptions) Validate() error { return badOptions("NodeOptions", o.problems()) }
+
+// problems lists every invalid field, the Follower template's included.
+func (o *NodeOptions) problems() []error {
 	var errs []error
 	if o.ReopenBackoff < 0 {
 		errs = append(errs, fmt.Errorf("ReopenBackoff %v is negative", o.ReopenBackoff))
@@ -71,10 +76,7 @@ func (o *NodeOptions) Validate() error {
 	if o.ShardCount < 0 || o.ShardCount > replication.MaxShards {
 		errs = append(errs, fmt.Errorf("ShardCount %d is outside 0..%d", o.ShardCount, replication.MaxShards))
 	}
-	if err := o.Follower.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return append(errs, o.Follower.problems()...)
 }
 
 // Node is one follower process serving many shards: one Follower (store,
@@ -92,7 +94,7 @@ type Node struct {
 
 	serving atomic.Bool
 	// life orders Serve (a run) against shutdown: a Serve that starts as
-	// the node closes either returns ErrFollowerClosed or is waited for,
+	// the node closes either returns ErrClosed or is waited for,
 	// never runs on closed stores.
 	life *lifegate.Gate
 
@@ -151,14 +153,12 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if len(slices.Compact(slices.Clone(sorted))) != len(sorted) {
 		errs = append(errs, fmt.Errorf("duplicate shard in %v", shards))
 	}
-	if err := o.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.problems()...)
 	if len(sorted) > 0 && o.ShardCount > 0 && int(sorted[len(sorted)-1]) >= o.ShardCount {
 		errs = append(errs, fmt.Errorf("shard %d is outside the deployment's ShardCount %d", sorted[len(sorted)-1], o.ShardCount))
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrBadNodeOptions, errors.Join(errs...))
+	if err := badOptions("NodeOptions", errs); err != nil {
+		return nil, err
 	}
 	// A single store, a WAL or a leader's directory is refused before
 	// anything is created in it.
@@ -202,7 +202,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			so.Shard = s
 		}
 		ns := &nodeShard{shard: s, dir: store.ShardDir(dir, s), opts: so}
-		ns.opts.rebuilder = so.Rebuild == RebuildAuto
+		ns.opts.rebuilder = so.rebuilds()
 		n.shards = append(n.shards, ns)
 		n.byID[s] = ns
 	}
@@ -334,7 +334,7 @@ func (ns *nodeShard) err() error {
 	if ns.lastErr != nil {
 		return ns.lastErr
 	}
-	return ErrFollowerClosed
+	return ErrClosed
 }
 
 // Follower calls fn with shard's current Follower, which stays valid (not
@@ -380,10 +380,10 @@ func (n *Node) Position(shard uint32) (appliedLSN, epoch uint64, err error) {
 // touched.
 func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Dialer) error {
 	if n.life.Context().Err() != nil {
-		return ErrFollowerClosed
+		return ErrClosed
 	}
 	if dial == nil {
-		return fmt.Errorf("%w: Serve needs a dial function", ErrBadNodeOptions)
+		return fmt.Errorf("%w: Serve needs a dial function", ErrBadOptions)
 	}
 	if !n.serving.CompareAndSwap(false, true) {
 		return ErrNodeServing
@@ -391,7 +391,7 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 	defer n.serving.Store(false)
 	ctx, done, ok := n.life.Enter(ctx)
 	if !ok {
-		return ErrFollowerClosed
+		return ErrClosed
 	}
 	defer done()
 	var wg sync.WaitGroup
@@ -422,12 +422,12 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 			// Serve runs without the lock: the follower is replaced only
 			// here, after Serve returned.
 			err := f.Serve(ctx, d)
-			if err == nil || ctx.Err() != nil || errors.Is(err, ErrFollowerClosed) {
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return nil // stopped, or the node is closing this follower
 			}
 			if errors.Is(err, ErrPermanentRefusal) {
 				switch {
-				case NeedsRebuild(err) && ns.opts.Rebuild == RebuildAuto:
+				case NeedsRebuild(err) && ns.opts.rebuilds():
 					n.rebuild(ctx, ns, err)
 				default:
 					// Serve returns any other refusal only with
@@ -443,7 +443,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 				ns.retire(err)
 				ns.mu.Unlock()
 				ns.logDamaged(err)
-				if ns.opts.Rebuild != RebuildAuto {
+				if !ns.opts.rebuilds() {
 					<-ctx.Done()
 					return nil
 				}
@@ -470,7 +470,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 // rebuild closes ns's store and replaces it with a snapshot from
 // ns.opts.RebuildFrom (Rebuild), retrying at the longest redial backoff
 // until it succeeds or ctx ends; the old store stays meanwhile. A closed
-// donor (snapshot.ErrDonorClosed) is not asked again: after that backoff
+// donor (snapshot.ErrClosed) is not asked again: after that backoff
 // the shard goes back to its Dialer, which reaches the current leader (a
 // restarted or a new one, which may no longer refuse it; if it does, the
 // next rebuild asks the donor again), as Run does after a failed rebuild.
@@ -490,7 +490,7 @@ func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
 				"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
 			return
 		}
-		closed := errors.Is(err, snapshot.ErrDonorClosed)
+		closed := errors.Is(err, snapshot.ErrClosed)
 		if closed {
 			log.Error("oncewal node: rebuild failed: the donor is closed; the old store is kept, redialling the leader", "shard", ns.shard, "err", err)
 		} else {
@@ -523,8 +523,8 @@ func (ns *nodeShard) logDamaged(err error) {
 		return
 	}
 	ns.damagedLogged = true
-	does := "the shard stays down (the other shards serve) until the store is replaced: Rebuild is never"
-	if ns.opts.Rebuild == RebuildAuto {
+	does := "the shard stays down (the other shards serve) until the store is replaced: " + ns.opts.noRebuild()
+	if ns.opts.rebuilds() {
 		does = "the shard is rebuilt from the leader's snapshot (the other shards serve meanwhile)"
 	}
 	ns.opts.Logger.Error("oncewal node: shard store is damaged; "+does, "shard", ns.shard, "err", err)
@@ -537,7 +537,7 @@ func (ns *nodeShard) logDamaged(err error) {
 func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 	backoff := n.opts.ReopenBackoff
 	for ctx.Err() == nil {
-		if errors.Is(ns.lastErr, store.ErrCorrupt) && ns.opts.Rebuild == RebuildAuto {
+		if errors.Is(ns.lastErr, store.ErrCorrupt) && ns.opts.rebuilds() {
 			n.rebuild(ctx, ns, ns.lastErr)
 		}
 		select {
@@ -659,7 +659,7 @@ func (n *Node) shutdown(clean bool) error {
 				ns.retired = ns.retired.Add(st.Receiver)
 				ns.retiredBG += st.BackgroundErrors
 				ns.f = nil
-				ns.lastErr = ErrFollowerClosed
+				ns.lastErr = ErrClosed
 				if err != nil {
 					errs[i] = fmt.Errorf("shard %d: %w", ns.shard, err)
 				}

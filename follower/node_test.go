@@ -253,10 +253,10 @@ func TestNodeWrongShard(t *testing.T) {
 func TestNodeBadOptions(t *testing.T) {
 	for _, shards := range [][]uint32{nil, {}, {1, 2, 1}} {
 		_, err := follower.OpenNode(t.TempDir(), shards, nil)
-		require.ErrorIs(t, err, follower.ErrBadNodeOptions, "%v", shards)
+		require.ErrorIs(t, err, follower.ErrBadOptions, "%v", shards)
 	}
 	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{WindowCapacity: -1}}})
-	require.ErrorIs(t, err, follower.ErrBadNodeOptions)
+	require.ErrorIs(t, err, follower.ErrBadOptions)
 	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
 }
 
@@ -417,7 +417,7 @@ func TestNodeFailingShard(t *testing.T) {
 }
 
 // TestNodeCloseRacesServe: a Serve that starts as the node closes either
-// returns ErrFollowerClosed or is waited for by Close (found by the multi-follower
+// returns ErrClosed or is waited for by Close (found by the multi-follower
 // simulation; the race detector flags a Serve that runs unordered with
 // Close).
 func TestNodeCloseRacesServe(t *testing.T) {
@@ -434,7 +434,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 			require.NoError(t, n.Close())
 		}
 		err = <-done
-		require.True(t, err == nil || errors.Is(err, follower.ErrFollowerClosed), "%v", err)
+		require.True(t, err == nil || errors.Is(err, follower.ErrClosed), "%v", err)
 	}
 }
 
@@ -445,7 +445,7 @@ func TestNodeCloseStopsServe(t *testing.T) {
 	tr := inprocess.New(inprocess.FaultsNone, 1)
 	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
-	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadNodeOptions)
+	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadOptions)
 	done := make(chan error, 1)
 	dialed := make(chan uint32, 3)
 	go func() {
@@ -468,7 +468,7 @@ func TestNodeCloseStopsServe(t *testing.T) {
 		t.Fatal("Serve did not return after Close")
 	}
 	require.NoError(t, n.Close(), "Close is idempotent")
-	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrFollowerClosed)
+	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrClosed)
 	_, err = n.Apply(nil)
 	require.Error(t, err)
 	require.NoError(t, tr.Close())

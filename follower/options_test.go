@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +47,7 @@ func TestNodeOptionsValidate(t *testing.T) {
 			}
 			dir := t.TempDir()
 			_, err = follower.OpenNode(dir, []uint32{0}, &tc.o)
-			require.ErrorIs(t, err, follower.ErrBadNodeOptions)
+			require.ErrorIs(t, err, follower.ErrBadOptions)
 		})
 	}
 }
@@ -96,4 +98,37 @@ func TestMemTableSize(t *testing.T) {
 		require.ErrorContains(t, err, "MemTableSize", "MemTableSize %d", bad)
 	}
 	require.NoError(t, (&follower.Options{Options: store.Options{MemTableSize: store.MinMemTableSize}}).EnsureDefaults().Validate())
+}
+
+// TestBadOptionsSentinels: every constructor refuses unusable options at
+// start with its package's ErrBadOptions, and a follower's refusal of its
+// store's fields is store.ErrBadOptions too; nothing is created on disk.
+func TestBadOptionsSentinels(t *testing.T) {
+	badStore := store.Options{WindowCapacity: -1}
+	for _, tc := range []struct {
+		name  string
+		open  func(dir string) error
+		wants []error
+	}{
+		{"store.Open", func(dir string) error { _, err := store.Open(dir, &badStore); return err }, []error{store.ErrBadOptions}},
+		{"follower.Open", func(dir string) error {
+			_, err := follower.Open(dir, &follower.Options{Options: badStore, ReconnectJitter: 2})
+			return err
+		}, []error{follower.ErrBadOptions, store.ErrBadOptions}},
+		{"follower.OpenNode", func(dir string) error {
+			_, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: badStore}})
+			return err
+		}, []error{follower.ErrBadOptions, store.ErrBadOptions}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			err := tc.open(dir)
+			for _, want := range tc.wants {
+				require.ErrorIs(t, err, want)
+			}
+			require.ErrorContains(t, err, "WindowCapacity")
+			_, statErr := os.Stat(dir)
+			require.ErrorIs(t, statErr, os.ErrNotExist, "a refused open created the directory")
+		})
+	}
 }

@@ -18,11 +18,29 @@ import (
 type RebuildMode uint8
 
 const (
+	// RebuildAuto, the default (the zero value, as the CLI's
+	// --rebuild=auto), rebuilds the store from Options.RebuildFrom; with no
+	// RebuildFrom no rebuild is possible and the refusal stands (see
+	// Options.Rebuild).
+	RebuildAuto RebuildMode = iota
 	// RebuildNever leaves a refusal only a rebuild fixes standing.
-	RebuildNever RebuildMode = iota
-	// RebuildAuto rebuilds the store from Options.RebuildFrom.
-	RebuildAuto
+	RebuildNever
 )
+
+// rebuilds reports whether a refusal only a rebuild fixes, or a damaged
+// store, is rebuilt: Rebuild is auto and there is a donor to rebuild from.
+func (o *Options) rebuilds() bool { return o.Rebuild == RebuildAuto && o.RebuildFrom != nil }
+
+// noRebuild says why a store that only a rebuild fixes is left as it is,
+// and what to do, for the log line that reports it.
+func (o *Options) noRebuild() string {
+	if o.Rebuild == RebuildAuto {
+		return "no rebuild is possible: Rebuild is auto but Options.RebuildFrom is nil " +
+			"(give the follower a donor: the leader's snapshot.Donor, or grpctransport.NewSnapshotClient of its address; " +
+			"oncewal follower --rebuild=auto does)"
+	}
+	return "Rebuild is never (Options.Rebuild, oncewal follower --rebuild)"
+}
 
 func (m RebuildMode) String() string {
 	switch m {
@@ -139,7 +157,7 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		h = *hooks
 	}
 	serveOpts := o
-	serveOpts.rebuilder = o.Rebuild == RebuildAuto
+	serveOpts.rebuilder = o.rebuilds()
 	for ctx.Err() == nil {
 		f, err := OpenContext(ctx, dir, &serveOpts)
 		if err != nil && ctx.Err() != nil {
@@ -159,11 +177,11 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		}
 		damaged := errors.Is(err, store.ErrCorrupt)
 		switch {
-		case damaged && o.Rebuild == RebuildAuto:
+		case damaged && o.rebuilds():
 			o.Logger.Error("oncewal follower: the store is damaged; rebuilding it from a snapshot of the leader", "dir", dir, "err", err)
 		case !errors.Is(err, ErrPermanentRefusal):
 			return err
-		case !NeedsRebuild(err) || o.Rebuild != RebuildAuto:
+		case !NeedsRebuild(err) || !o.rebuilds():
 			// Serve returns any other refusal only with
 			// StopOnPermanentRefusal (it retries the rest itself).
 			return err

@@ -446,12 +446,12 @@ func TestCloseDuringRebuild(t *testing.T) {
 }
 
 // closedDonor is a snapshot.Source whose owner has closed: it refuses every
-// Begin with snapshot.ErrDonorClosed.
+// Begin with snapshot.ErrClosed.
 type closedDonor struct{ begins atomic.Int64 }
 
 func (d *closedDonor) Begin(context.Context, uint32) (snapshot.Manifest, error) {
 	d.begins.Add(1)
-	return snapshot.Manifest{}, fmt.Errorf("%w: test", snapshot.ErrDonorClosed)
+	return snapshot.Manifest{}, fmt.Errorf("%w: test", snapshot.ErrClosed)
 }
 
 func (d *closedDonor) Read(context.Context, string, string, int64, []byte) (int, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/snapshot"
 )
 
 func TestRedialBackoff(t *testing.T) {
@@ -106,3 +107,38 @@ func TestAfterRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuildDefault: the library's rebuild default is auto, as the CLI's;
+// auto with no donor cannot rebuild, so it is valid and leaves the refusal
+// standing, and the refusal's log line says what to do.
+func TestRebuildDefault(t *testing.T) {
+	var zero Options
+	if zero.Rebuild != RebuildAuto {
+		t.Fatalf("zero Options.Rebuild is %v, want auto", zero.Rebuild)
+	}
+	if err := zero.EnsureDefaults().Validate(); err != nil {
+		t.Fatalf("auto without RebuildFrom refused: %v", err)
+	}
+	diverged := fmt.Errorf("hello: %w", replication.ErrDiverged)
+	for _, tc := range []struct {
+		name     string
+		o        Options
+		stop     bool
+		contains string
+	}{
+		{"auto without a donor", Options{}, false, "Rebuild is auto but Options.RebuildFrom is nil"},
+		{"never", Options{Rebuild: RebuildNever}, false, "Rebuild is never"},
+		{"auto with a donor under Run", Options{RebuildFrom: nopSource{}, rebuilder: true}, true, "rebuilding the store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &Follower{opts: *tc.o.EnsureDefaults()}
+			next, stop := f.afterRefusal(diverged, time.Second)
+			if stop != tc.stop || !strings.Contains(next, tc.contains) {
+				t.Fatalf("afterRefusal: %q, stop %v; want %q, stop %v", next, stop, tc.contains, tc.stop)
+			}
+		})
+	}
+}
+
+// nopSource is a donor that is never asked.
+type nopSource struct{ snapshot.Source }

@@ -43,7 +43,7 @@ func TestNodeShardCountFixed(t *testing.T) {
 	err = refused([]uint32{0, 1, 2}, 3, store.ErrShardCount)
 	require.ErrorContains(t, err, "holds a deployment of 2 shards (recorded in SHARDS), not 3")
 	refused([]uint32{0}, 1, store.ErrShardCount)
-	refused([]uint32{0, 2}, 2, follower.ErrBadNodeOptions)
+	refused([]uint32{0, 2}, 2, follower.ErrBadOptions)
 
 	// From before the record: counted from the stores, then recorded.
 	require.NoError(t, os.Remove(filepath.Join(dir, store.ShardCountFileName)))

@@ -127,7 +127,7 @@
 // completion or a retained failure, Fresh after a release or a lease end.
 // Of waiters woken together exactly one is Fresh and the rest wait on; ctx
 // ends a wait (the error wraps ctx.Err()), and so does Close
-// (ErrLedgerClosed), with nothing claimed. Only decisions made through this
+// (ErrClosed), with nothing claimed. Only decisions made through this
 // Ledger wake waiters, so a lease end is timed from the WAL clock and
 // rechecked at least every LedgerOptions.WaitRecheck (default 1s; a test
 // with a hand-moved clock sets it to a millisecond). This is what makes
@@ -153,9 +153,9 @@
 //
 // Options are validated: zero durations take their defaults, negative ones
 // or ones above MaxRetention are refused by OpenLedger (and per call by
-// Extend and Fail) with ErrInvalidOptions naming every problem, and nothing
+// Extend and Fail) with ErrBadOptions naming every problem, and nothing
 // changes. Probe (for readiness checks) reports a closed ledger with
-// ErrLedgerClosed and a closed, failed or undecodable store with
+// ErrClosed and a closed, failed or undecodable store with
 // ErrStoreUnavailable; it never panics, and requests on a store closed
 // under the ledger get ErrStoreUnavailable instead of Pebble's panic.
 //

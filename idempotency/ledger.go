@@ -26,12 +26,12 @@ var (
 	ErrNotOwner = errors.New("idempotency: claim does not own the key")
 	// ErrSettled: the claim was already completed, failed or released.
 	ErrSettled = errors.New("idempotency: claim already settled")
-	// ErrLedgerClosed: the Ledger was closed (a waiting claim returns it
+	// ErrClosed: the Ledger was closed (a waiting claim returns it
 	// when Close interrupts the wait).
-	ErrLedgerClosed = errors.New("idempotency: ledger closed")
-	// ErrInvalidOptions: ledger or table options, or a per-call duration or
+	ErrClosed = errors.New("idempotency: ledger closed")
+	// ErrBadOptions: ledger or table options, or a per-call duration or
 	// action, out of range. Nothing changed.
-	ErrInvalidOptions = errors.New("idempotency: invalid options")
+	ErrBadOptions = errors.New("idempotency: invalid options")
 	// ErrStoreUnavailable: the ledger's store is closed or failing. Probe
 	// reports every failure with it; other calls report a closed store with
 	// it instead of letting Pebble's panic escape.
@@ -143,6 +143,19 @@ type ClaimOptions struct {
 	Action string
 }
 
+// EnsureDefaults returns o: every zero field is the default (no wait, no
+// action).
+func (o *ClaimOptions) EnsureDefaults() *ClaimOptions { return o }
+
+// Validate reports an oversized Action wrapping ErrBadOptions.
+func (o *ClaimOptions) Validate() error {
+	var errs []error
+	if len(o.Action) > MaxActionLen {
+		errs = append(errs, fmt.Errorf("Action is %d bytes, limit %d", len(o.Action), MaxActionLen))
+	}
+	return invalidOptions("claim", errs)
+}
+
 // LogFunc makes a decision's records durable and applies them to the ledger
 // table, atomically and in order, before it returns nil: after it returns,
 // LedgerTable.Get must see them. On a replicated leader it appends them to
@@ -160,6 +173,25 @@ type ScopeOptions struct {
 	// they replay for the TTL, so a failed request is never re-executed
 	// within the replay window. It excludes FailureTTL.
 	FinalFailures bool
+}
+
+// EnsureDefaults returns o: a zero FailureTTL already means the ledger's
+// (LedgerOptions.FailureTTL), which only the Ledger knows.
+func (o *ScopeOptions) EnsureDefaults() *ScopeOptions { return o }
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *ScopeOptions) Validate() error { return invalidOptions("scope", o.problems("ScopeOptions")) }
+
+// problems names the fields as in's.
+func (o *ScopeOptions) problems(in string) []error {
+	var errs []error
+	if err := checkDuration(o.FailureTTL); err != nil {
+		errs = append(errs, fmt.Errorf("%s.FailureTTL %v %w", in, o.FailureTTL, err))
+	}
+	if o.FinalFailures && o.FailureTTL != 0 {
+		errs = append(errs, fmt.Errorf("%s: FinalFailures and FailureTTL %v both set", in, o.FailureTTL))
+	}
+	return errs
 }
 
 // LedgerOptions configures a Ledger. Zero fields take the documented
@@ -239,7 +271,7 @@ func (o *LedgerOptions) EnsureDefaults() *LedgerOptions {
 }
 
 // Validate reports every invalid field in one error wrapping
-// ErrInvalidOptions. Zero durations are valid (they mean the default).
+// ErrBadOptions. Zero durations are valid (they mean the default).
 func (o *LedgerOptions) Validate() error {
 	var errs []error
 	for _, d := range []struct {
@@ -254,12 +286,7 @@ func (o *LedgerOptions) Validate() error {
 		if len(scope) > MaxScopeLen {
 			errs = append(errs, fmt.Errorf("Scopes: scope of %d bytes, limit %d", len(scope), MaxScopeLen))
 		}
-		if err := checkDuration(so.FailureTTL); err != nil {
-			errs = append(errs, fmt.Errorf("Scopes[%q].FailureTTL %v %w", scope, so.FailureTTL, err))
-		}
-		if so.FinalFailures && so.FailureTTL != 0 {
-			errs = append(errs, fmt.Errorf("Scopes[%q]: FinalFailures and FailureTTL %v both set", scope, so.FailureTTL))
-		}
+		errs = append(errs, so.problems(fmt.Sprintf("Scopes[%q]", scope))...)
 	}
 	return invalidOptions("ledger", errs)
 }
@@ -278,7 +305,7 @@ func invalidOptions(what string, errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, what, errors.Join(errs...))
+	return fmt.Errorf("%w: %s: %w", ErrBadOptions, what, errors.Join(errs...))
 }
 
 // Ledger is the leader-side request ledger: request-level idempotency over
@@ -336,7 +363,7 @@ type watch struct {
 	refs int
 }
 
-// OpenLedger returns a Ledger over t, or ErrInvalidOptions.
+// OpenLedger returns a Ledger over t, or ErrBadOptions.
 func OpenLedger(t *LedgerTable, opts *LedgerOptions) (*Ledger, error) {
 	if t == nil {
 		return nil, errors.New("idempotency: OpenLedger needs a table")
@@ -437,7 +464,7 @@ func (l *Ledger) turn(rk string) (func(logged bool), error) {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
-			return nil, ErrLedgerClosed
+			return nil, ErrClosed
 		}
 		wait, ok := l.busy[rk]
 		if !ok {
@@ -506,7 +533,7 @@ func (l *Ledger) sleep(ctx context.Context, w *watch, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-l.closing:
-		return ErrLedgerClosed
+		return ErrClosed
 	}
 	return nil
 }
@@ -552,13 +579,13 @@ func (l *Ledger) Claim(scope, key string, payload []byte) (*Claim, error) {
 // works alike on a promoted leader, whose in-flight entries come from the
 // replicated table: their owners are gone, so they end with their leases.
 // Waiting ends with ctx (the error wraps ctx.Err()) or Close
-// (ErrLedgerClosed); either way nothing was claimed.
+// (ErrClosed); either way nothing was claimed.
 func (l *Ledger) ClaimWith(ctx context.Context, scope, key string, payload []byte, o ClaimOptions) (*Claim, error) {
 	if err := ValidateRequest(scope, key); err != nil {
 		return nil, err
 	}
-	if len(o.Action) > MaxActionLen {
-		return nil, fmt.Errorf("%w: action is %d bytes, limit %d", ErrInvalidOptions, len(o.Action), MaxActionLen)
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("idempotency: claim of %q: %w", key, err)
@@ -644,7 +671,7 @@ func (l *Ledger) decide(c *Claim, kind RecordKind, outcome []byte, d time.Durati
 		return 0, fmt.Errorf("%w: %d bytes", ErrOutcomeTooLarge, len(outcome))
 	}
 	if err := checkDuration(d); err != nil {
-		return 0, fmt.Errorf("%w: %s for %v %w", ErrInvalidOptions, kind, d, err)
+		return 0, fmt.Errorf("%w: %s for %v %w", ErrBadOptions, kind, d, err)
 	}
 	rk := rowKey(c.Scope, c.Key)
 	done, err := l.turn(string(rk))
@@ -712,7 +739,7 @@ func (l *Ledger) logOne(rec Record) error { return l.opts.Log([]Record{rec}) }
 // works keeps the extended lease. An owner working longer than the lease
 // calls Extend before the lease ends (a heartbeat at a fraction of it);
 // once it has ended, Extend, Complete and Fail return ErrNotOwner. Errors:
-// ErrNotOwner, ErrSettled, ErrInvalidOptions (d negative or above
+// ErrNotOwner, ErrSettled, ErrBadOptions (d negative or above
 // MaxRetention), or a log error.
 func (l *Ledger) Extend(c *Claim, d time.Duration) (leaseEnd int64, err error) {
 	if d == 0 {
@@ -749,7 +776,7 @@ func (l *Ledger) CompleteWith(c *Claim, outcome []byte, log func(Record) error) 
 // CachedFailure, instead of re-executing, for ttl — or, when ttl is 0, for
 // the scope's retention (FailureRetention: by default a short cache,
 // LedgerOptions.FailureTTL). To make this failure as final as a success,
-// pass ReplayWindow(). Errors as Complete, and ErrInvalidOptions for a
+// pass ReplayWindow(). Errors as Complete, and ErrBadOptions for a
 // negative ttl or one above MaxRetention.
 func (l *Ledger) Fail(c *Claim, outcome []byte, ttl time.Duration) error {
 	if ttl == 0 && c != nil {
@@ -778,7 +805,7 @@ func (l *Ledger) Lookup(scope, key string) (_ Entry, _ bool, err error) {
 	return l.live(rowKey(scope, key), l.opts.Now())
 }
 
-// Probe checks that the ledger can serve: not closed (ErrLedgerClosed), its
+// Probe checks that the ledger can serve: not closed (ErrClosed), its
 // store readable and writable and its clock decodable (else an error
 // wrapping ErrStoreUnavailable, also when the store was closed under the
 // ledger or has failed). Call it before accepting traffic and from
@@ -788,7 +815,7 @@ func (l *Ledger) Probe() (err error) {
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return ErrLedgerClosed
+		return ErrClosed
 	}
 	defer func() {
 		if p := recover(); p != nil { // a closed store panics, and so does a failed one (see replication.FatalLogger)
@@ -808,7 +835,7 @@ func (l *Ledger) Probe() (err error) {
 	return nil
 }
 
-// Close stops the ledger: later calls return ErrLedgerClosed, and so do
+// Close stops the ledger: later calls return ErrClosed, and so do
 // waiting claims, at once. It waits for decisions in progress and does not
 // close the store. Close is idempotent.
 func (l *Ledger) Close() error {

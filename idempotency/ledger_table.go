@@ -189,7 +189,7 @@ func (o *TableOptions) EnsureDefaults() *TableOptions {
 }
 
 // Validate reports every invalid field in one error wrapping
-// ErrInvalidOptions.
+// ErrBadOptions.
 func (o *TableOptions) Validate() error {
 	var errs []error
 	if o.SweepLimit < 0 {

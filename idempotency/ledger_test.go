@@ -377,9 +377,9 @@ func TestLedgerCloseProbeReset(t *testing.T) {
 	require.Equal(t, idempotency.Fresh, e.claim("k", "p").Status, "Reset (tests only) forgets everything")
 	require.NoError(t, e.l.Close())
 	require.NoError(t, e.l.Close())
-	require.ErrorIs(t, e.l.Probe(), idempotency.ErrLedgerClosed)
+	require.ErrorIs(t, e.l.Probe(), idempotency.ErrClosed)
 	_, err := e.l.Claim("ops", "k", nil)
-	require.ErrorIs(t, err, idempotency.ErrLedgerClosed)
+	require.ErrorIs(t, err, idempotency.ErrClosed)
 }
 
 func TestLedgerLogFailureChangesNothing(t *testing.T) {

@@ -118,7 +118,7 @@ func TestLedgerExtendSlowOwnerWaiterReplays(t *testing.T) {
 	before := snapshot(t, e.db)
 	for _, d := range []time.Duration{-time.Second, idempotency.MaxRetention + 1} {
 		_, err = e.l.Extend(c, d)
-		require.ErrorIs(t, err, idempotency.ErrInvalidOptions)
+		require.ErrorIs(t, err, idempotency.ErrBadOptions)
 	}
 	require.Equal(t, before, snapshot(t, e.db), "a refused extension changes nothing")
 	require.NoError(t, e.l.Complete(c, nil))
@@ -229,7 +229,7 @@ func TestLedgerWaitingClaimEnds(t *testing.T) {
 		parked(t, e.l, 1)
 		require.NoError(t, e.l.Close())
 		r := <-w
-		require.ErrorIs(t, r.err, idempotency.ErrLedgerClosed)
+		require.ErrorIs(t, r.err, idempotency.ErrClosed)
 	})
 	t.Run("conflict", func(t *testing.T) {
 		e := waitEnv(t, nil)
@@ -334,7 +334,7 @@ func TestLedgerProbeClosedStore(t *testing.T) {
 	_, _, err = e.l.Lookup("ops", "k")
 	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
 	require.NoError(t, e.l.Close())
-	require.ErrorIs(t, e.l.Probe(), idempotency.ErrLedgerClosed)
+	require.ErrorIs(t, e.l.Probe(), idempotency.ErrClosed)
 	e.db = nil // closed already
 }
 
@@ -349,14 +349,14 @@ func TestLedgerOptionsValidated(t *testing.T) {
 			"b": {FailureTTL: time.Second, FinalFailures: true},
 		}}
 	_, err := idempotency.OpenLedger(e.table, &bad)
-	require.ErrorIs(t, err, idempotency.ErrInvalidOptions)
+	require.ErrorIs(t, err, idempotency.ErrBadOptions)
 	for _, want := range []string{"TTL -1ns is negative", "Lease -1s is negative", "FailureTTL 876000h0m0.000000001s exceeds",
 		"WaitRecheck -1ns", "scope of 201 bytes", `Scopes["a"].FailureTTL -1ns`, `Scopes["b"]: FinalFailures and FailureTTL`} {
 		require.Contains(t, err.Error(), want)
 	}
-	require.ErrorIs(t, bad.Validate(), idempotency.ErrInvalidOptions)
+	require.ErrorIs(t, bad.Validate(), idempotency.ErrBadOptions)
 	_, err = idempotency.OpenLedgerTable(e.db, &idempotency.TableOptions{SweepLimit: -1})
-	require.ErrorIs(t, err, idempotency.ErrInvalidOptions)
+	require.ErrorIs(t, err, idempotency.ErrBadOptions)
 
 	var zero idempotency.LedgerOptions
 	require.NoError(t, zero.Validate())
@@ -370,7 +370,7 @@ func TestLedgerOptionsValidated(t *testing.T) {
 	before := snapshot(t, e.db)
 	_, err = e.l.ClaimWith(context.Background(), "ops", "k", nil,
 		idempotency.ClaimOptions{Action: strings.Repeat("a", idempotency.MaxActionLen+1)})
-	require.ErrorIs(t, err, idempotency.ErrInvalidOptions)
+	require.ErrorIs(t, err, idempotency.ErrBadOptions)
 	require.Equal(t, before, snapshot(t, e.db))
 }
 
@@ -440,6 +440,6 @@ func TestLedgerFailureRetention(t *testing.T) {
 	r = fail("payments", "brief", time.Second) // per call beats the scope
 	require.Equal(t, r.Time+int64(time.Second), r.Expires)
 	c := e.claim("neg", "p")
-	require.ErrorIs(t, e.l.Fail(c, nil, -time.Second), idempotency.ErrInvalidOptions)
+	require.ErrorIs(t, e.l.Fail(c, nil, -time.Second), idempotency.ErrBadOptions)
 	require.NoError(t, e.l.Fail(c, nil, 0), "a refused Fail leaves the claim usable")
 }

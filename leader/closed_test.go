@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAppendAfterClose: a closed leader refuses with wal.ErrLogClosed, the
-// error its doc promises.
+// TestAppendAfterClose: a closed leader refuses with its package's
+// ErrClosed, which wraps wal.ErrClosed (what callers tested before).
 func TestAppendAfterClose(t *testing.T) {
 	l := open(t, t.TempDir(), &leader.Options{Shards: 2})
 	ev := wal.Event{Op: wal.OpPut, Session: session.NewID(), Key: []byte("k")}
@@ -32,13 +32,14 @@ func TestAppendAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	_, err = l.Append(ev)
-	require.ErrorIs(t, err, wal.ErrLogClosed)
+	require.ErrorIs(t, err, leader.ErrClosed)
+	require.ErrorIs(t, err, wal.ErrClosed)
 }
 
 // closedErr reports whether err is one of the typed errors a closed leader
 // (or a caller's own context) answers with.
 func closedErr(err error) bool {
-	for _, want := range []error{leader.ErrClosed, wal.ErrLogClosed, idempotency.ErrLedgerClosed,
+	for _, want := range []error{leader.ErrClosed, wal.ErrClosed, idempotency.ErrClosed,
 		idempotency.ErrStoreUnavailable, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, want) {
 			return true
@@ -53,7 +54,7 @@ func closedErr(err error) bool {
 // used to: "pebble: closed" from the retention pass on the closed store)
 // and never hangs: Run returns, every call in flight returns, and every
 // call after Close returns a typed error (leader.ErrClosed,
-// wal.ErrLogClosed) — never a panic.
+// wal.ErrClosed) — never a panic.
 func TestCloseWhileRunning(t *testing.T) {
 	for round := range 12 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) { closeWhileRunning(t, round) })
@@ -179,7 +180,8 @@ func closeWhileRunning(t *testing.T, round int) {
 	_, err = l.Donor(0, &snapshot.DonorOptions{Dir: filepath.Join(t.TempDir(), "d")})
 	require.ErrorIs(t, err, leader.ErrClosed)
 	_, err = l.Append(wal.Event{Op: wal.OpAdd, Session: id, Key: []byte("n"), Delta: 1})
-	require.ErrorIs(t, err, wal.ErrLogClosed)
+	require.ErrorIs(t, err, leader.ErrClosed)
+	require.ErrorIs(t, err, wal.ErrClosed)
 	_ = l.Stats()
 	require.NoError(t, l.Close())
 }

@@ -165,9 +165,9 @@
 // for the retention pass, slot write or snapshot cut in progress, and only
 // then closes the logs and stores. Every later call returns a typed error —
 // ErrClosed (Run, Retain, Register, Unregister, WaitAcked, Donor, a donor's
-// Begin), wal.ErrLogClosed (Append, Commit), idempotency.ErrLedgerClosed
-// (the ledger) — never a panic on a closed store; a donor's snapshots
-// already cut stay readable until they are ended.
+// Begin, Append — which wraps wal.ErrClosed too), idempotency.ErrClosed
+// (Commit and the ledger) — never a panic on a closed store; a donor's
+// snapshots already cut stay readable until they are ended.
 //
 // # The leader side: Fanout and Shipper
 //

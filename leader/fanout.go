@@ -47,8 +47,15 @@ type FanoutOptions struct {
 	OnAcked func(id string, ackedLSN uint64)
 }
 
+// EnsureDefaults fills unset fields with their documented defaults (those
+// of ShipperOptions; the rest default to their zero values).
+func (o *FanoutOptions) EnsureDefaults() *FanoutOptions {
+	o.ShipperOptions.EnsureDefaults()
+	return o
+}
+
 // Validate reports every problem of o, its ShipperOptions' included, in one
-// error wrapping ErrBadShipperOptions.
+// error wrapping ErrBadOptions.
 func (o *FanoutOptions) Validate() error {
 	errs := o.ShipperOptions.problems()
 	seen := make(map[string]bool, len(o.Followers))
@@ -240,14 +247,14 @@ type runState struct {
 	fatal chan error
 }
 
-// NewFanout validates opts (every problem in one ErrBadShipperOptions
+// NewFanout validates opts (every problem in one ErrBadOptions
 // error) and returns a Fanout serving opts.Followers.
 func NewFanout(opts *FanoutOptions) (*Fanout, error) {
 	var o FanoutOptions
 	if opts != nil {
 		o = *opts
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	return newFanout(o, false), nil
@@ -374,7 +381,7 @@ func (f *Fanout) Followers() []string {
 // until ctx ends, then returns nil after every goroutine it started has
 // stopped. It returns early with ErrFenced (a follower has seen a newer
 // epoch) or with the Listener's error once the Listener is closed
-// (errors.Is(err, ErrTransportClosed)). Run may be called again after it returned,
+// (errors.Is(err, replication.ErrClosed)). Run may be called again after it returned,
 // not concurrently (ErrShipperRunning).
 func (f *Fanout) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
@@ -468,7 +475,7 @@ func (f *Fanout) acceptLoop(ctx context.Context, fatal chan<- error) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, replication.ErrTransportClosed) {
+			if errors.Is(err, replication.ErrClosed) {
 				select {
 				case fatal <- fmt.Errorf("leader: shipper: listener: %w", err):
 				default:

@@ -518,7 +518,7 @@ func TestNewFanoutValidates(t *testing.T) {
 	m := newMemLog(0)
 	_, err := NewFanout(&FanoutOptions{ShipperOptions: ShipperOptions{OpenReader: m.open, MaxInFlight: -1},
 		Followers: []string{"a", "", "a", "b c"}})
-	if !errors.Is(err, ErrBadShipperOptions) {
+	if !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("NewFanout = %v", err)
 	}
 	for _, want := range []string{"Listener", "MaxInFlight", "empty", `"a" listed twice`, `"b c"`} {

@@ -25,8 +25,9 @@ import (
 // Errors returned by Open and the append paths. Every refusal leaves the
 // node's directory and memory as they were.
 var (
-	// ErrBadOptions: Open was given unusable options (every problem is
-	// listed in the joined error).
+	// ErrBadOptions: Open, OpenLedgerLog, NewShipper, NewFanout or Promote
+	// was given unusable options (every problem is listed in the joined
+	// error, which names the options type). Nothing was changed.
 	ErrBadOptions = errors.New("leader: bad options")
 	// ErrForeignShard: the directory holds a store or WAL segments of a
 	// shard outside the deployment's 0..Shards-1 (a wrong --shards, or
@@ -46,10 +47,10 @@ var (
 	// both epochs and the command that cuts it (oncewal waldump
 	// --cut-epoch-regression). Nothing was changed.
 	ErrEpochRegression = wal.ErrEpochRegression
-	// ErrClosed: a call on a closed Leader — Run, Retain, Register,
-	// Unregister, WaitAcked, Donor and a Begin of its donors' snapshots
-	// (Append, Commit and the ledger answer with the log's own closed
-	// errors: wal.ErrLogClosed, idempotency.ErrLedgerClosed).
+	// ErrClosed: a call on a closed Leader or LedgerLog — Run, Retain,
+	// Register, Unregister, WaitAcked, Donor, a Begin of its donors'
+	// snapshots, and Append (wrapping wal.ErrClosed); Commit and the
+	// ledger answer with the ledger's idempotency.ErrClosed.
 	ErrClosed = errors.New("leader: closed")
 )
 
@@ -145,15 +146,7 @@ const (
 // returns o.
 func (o *Options) EnsureDefaults() *Options {
 	o.Store.EnsureDefaults()
-	if o.Wall == nil {
-		o.Wall = func() int64 { return time.Now().UnixNano() }
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
+	ensureShared(&o.Wall, &o.Logger, &o.FS)
 	o.Store.FS = o.FS
 	if o.SegmentSize == 0 {
 		o.SegmentSize = wal.DefaultSegmentSize
@@ -165,6 +158,20 @@ func (o *Options) EnsureDefaults() *Options {
 		o.RetentionInterval = DefaultRetentionInterval
 	}
 	return o
+}
+
+// ensureShared fills the defaults the leader's options types share: the
+// wall clock, the logger (nil: the type has none) and the WAL's filesystem.
+func ensureShared(wall *func() int64, logger **slog.Logger, fs *vfs.FS) {
+	if *wall == nil {
+		*wall = func() int64 { return time.Now().UnixNano() }
+	}
+	if logger != nil && *logger == nil {
+		*logger = slog.Default()
+	}
+	if *fs == nil {
+		*fs = vfs.Default
+	}
 }
 
 // Validate reports every invalid field in one error.
@@ -496,7 +503,7 @@ func (l *Leader) For(id session.ID) *Shard { return l.shards[l.router.Shard(id)]
 // sessions route to (see Shard.Append). Events without a session go with
 // the first session's shard; events of sessions of different shards are
 // refused with ErrCrossShard (use Split, or Shard(s).Append per shard).
-// After Close it returns wal.ErrLogClosed.
+// After Close it returns ErrClosed (wrapping wal.ErrClosed).
 func (l *Leader) Append(events ...wal.Event) (wal.Header, error) {
 	s, err := l.route(events)
 	if err != nil {

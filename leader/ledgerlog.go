@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/oncewal/oncewal/internal/badopts"
 
 	"github.com/oncewal/oncewal/store"
 
@@ -37,9 +38,9 @@ var ErrBadEvent = errors.New("leader: event not accepted by ledger log")
 // next SeqNo could never apply; the client must open a new session.
 var ErrSessionExpired = errors.New("leader: session expired")
 
-// ErrBadLedgerLogOptions: OpenLedgerLog was given invalid options (every
-// problem is listed in the joined error).
-var ErrBadLedgerLogOptions = errors.New("leader: bad ledger log options")
+// errLogClosed answers an append to a closed LedgerLog: the package's
+// ErrClosed, wrapping wal.ErrClosed, which callers tested before.
+var errLogClosed = fmt.Errorf("%w: %w", ErrClosed, wal.ErrClosed)
 
 // LedgerLogOptions configures OpenLedgerLog.
 type LedgerLogOptions struct {
@@ -95,11 +96,18 @@ type LedgerLogOptions struct {
 	OnAppend func(h wal.Header, raw []byte)
 }
 
+// EnsureDefaults fills unset fields with their documented defaults (the
+// Applier's is set by OpenLedgerLog, which also routes a custom one).
+func (o *LedgerLogOptions) EnsureDefaults() *LedgerLogOptions {
+	ensureShared(&o.Wall, &o.Logger, &o.FS)
+	return o
+}
+
 // Validate reports every missing or invalid field in one error wrapping
-// ErrBadLedgerLogOptions.
+// ErrBadOptions.
 func (o *LedgerLogOptions) Validate() error {
 	if o == nil {
-		return fmt.Errorf("%w: nil options", ErrBadLedgerLogOptions)
+		return fmt.Errorf("%w: nil options", ErrBadOptions)
 	}
 	var errs []error
 	for _, f := range []struct {
@@ -117,10 +125,7 @@ func (o *LedgerLogOptions) Validate() error {
 	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrBadLedgerLogOptions, errors.Join(errs...))
+	return badopts.Wrap(ErrBadOptions, "LedgerLogOptions", errs)
 }
 
 // LedgerLog is a leader for one shard with a request ledger. It is safe for
@@ -193,10 +198,11 @@ type closingRef struct {
 // the WAL, brings the local store up to the end of the WAL, and opens the
 // Ledger over the store's ledger table.
 func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
-	if err := opts.Validate(); err != nil {
+	if err := opts.Validate(); err != nil { // nil opts too
 		return nil, err
 	}
 	cfg := *opts
+	cfg.EnsureDefaults()
 	var validator store.Validator
 	if cfg.Applier == nil {
 		cfg.Applier = store.SessionApplier{State: cfg.State, Ledger: cfg.Table}
@@ -206,15 +212,6 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 		if validates {
 			validator = cfg.Applier.(store.Validator)
 		}
-	}
-	if cfg.Wall == nil {
-		cfg.Wall = func() int64 { return time.Now().UnixNano() }
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.FS == nil {
-		cfg.FS = vfs.Default
 	}
 	// The receiver applies the log to the local store. The WAL is synced
 	// before anything is applied, so the store needs no fsync of its own: a
@@ -477,7 +474,7 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return wal.Header{}, nil, wal.ErrLogClosed
+		return wal.Header{}, nil, errLogClosed
 	}
 	if l.failed != nil {
 		return wal.Header{}, nil, l.failed
@@ -682,7 +679,7 @@ func (l *LedgerLog) failure() error {
 
 // Close closes the Ledger and the WAL writer (not the store, which belongs
 // to the caller), after the appends in flight have ended: it refuses new
-// ones (wal.ErrLogClosed) and waits until every written batch is applied or
+// ones (ErrClosed, wrapping wal.ErrClosed) and waits until every written batch is applied or
 // failed. Idempotent.
 func (l *LedgerLog) Close() error {
 	_ = l.ledger.Close()

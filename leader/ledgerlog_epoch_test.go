@@ -25,7 +25,7 @@ func TestLedgerLogEpochBound(t *testing.T) {
 		a := openNode(t, vfs.NewMem())
 		walDir := t.TempDir()
 		_, err := a.leader(walDir, epoch, nil)
-		require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+		require.ErrorIs(t, err, leader.ErrBadOptions)
 		require.ErrorIs(t, err, replication.ErrEpochExhausted)
 		_, stored, ok, err := store.ReadMeta(a.db)
 		require.NoError(t, err)

@@ -143,7 +143,8 @@ func TestLedgerLogCommitReplicates(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close())
 	_, err = l.Append(wal.Event{Op: wal.OpPut, Key: []byte("k")})
-	require.ErrorIs(t, err, wal.ErrLogClosed)
+	require.ErrorIs(t, err, leader.ErrClosed)
+	require.ErrorIs(t, err, wal.ErrClosed)
 }
 
 func mustClaim(t *testing.T, l *leader.LedgerLog, key string) *idempotency.Claim {

@@ -7,7 +7,9 @@ import (
 
 	"github.com/oncewal/oncewal/replication/inprocess"
 
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
 
 	"github.com/stretchr/testify/require"
 )
@@ -42,19 +44,31 @@ func TestShipperOptionsValidate(t *testing.T) {
 				require.NoError(t, tc.o.ShipperOptions.Validate())
 				return
 			}
-			requireNamesAll(t, err, leader.ErrBadShipperOptions, tc.bad)
+			requireNamesAll(t, err, leader.ErrBadOptions, tc.bad)
 			_, err = leader.NewFanout(&tc.o)
-			require.ErrorIs(t, err, leader.ErrBadShipperOptions)
+			require.ErrorIs(t, err, leader.ErrBadOptions)
 		})
 	}
 }
 
+// TestPromoteOptionsValidate: Promote refuses unusable options with
+// ErrBadOptions, every problem named, before it looks at the store.
+func TestPromoteOptionsValidate(t *testing.T) {
+	o := leader.PromoteOptions{SegmentSize: -1, Epoch: replication.MaxEpoch + 1,
+		Ledger: idempotency.LedgerOptions{TTL: -time.Second}}
+	_, err := leader.Promote(nil, o)
+	requireNamesAll(t, err, leader.ErrBadOptions, []string{"WALDir", "SegmentSize", "Epoch", "Ledger", "TTL"})
+	require.ErrorIs(t, err, replication.ErrEpochExhausted)
+	require.ErrorIs(t, err, idempotency.ErrBadOptions)
+	require.NoError(t, (&leader.PromoteOptions{WALDir: "w"}).EnsureDefaults().Validate())
+}
+
 func TestLedgerLogOptionsValidate(t *testing.T) {
 	err := (&leader.LedgerLogOptions{SegmentSize: -1}).Validate()
-	requireNamesAll(t, err, leader.ErrBadLedgerLogOptions,
+	requireNamesAll(t, err, leader.ErrBadOptions,
 		[]string{"WALDir", "DB", "Tracker", "Window", "Table", "State or Applier", "SegmentSize"})
 	_, err = leader.OpenLedgerLog(nil)
-	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+	require.ErrorIs(t, err, leader.ErrBadOptions)
 	_, err = leader.OpenLedgerLog(&leader.LedgerLogOptions{WALDir: t.TempDir()})
-	require.ErrorIs(t, err, leader.ErrBadLedgerLogOptions)
+	require.ErrorIs(t, err, leader.ErrBadOptions)
 }

@@ -1,13 +1,17 @@
 package leader
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/oncewal/oncewal/internal/badopts"
 	"github.com/oncewal/oncewal/internal/rawdb"
+
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -38,6 +42,32 @@ type PromoteOptions struct {
 	OnAppend func(h wal.Header, raw []byte)
 }
 
+// EnsureDefaults fills unset fields with their documented defaults (the
+// Epoch's comes from the store: Promote sets it).
+func (o *PromoteOptions) EnsureDefaults() *PromoteOptions {
+	ensureShared(&o.Wall, nil, &o.WALFS)
+	return o
+}
+
+// Validate reports every missing or invalid field in one error wrapping
+// ErrBadOptions.
+func (o *PromoteOptions) Validate() error {
+	var errs []error
+	if o.WALDir == "" {
+		errs = append(errs, errors.New("WALDir is required"))
+	}
+	if o.SegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("SegmentSize %d is negative", o.SegmentSize))
+	}
+	if err := replication.CheckEpoch("Epoch", o.Epoch); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Ledger.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Ledger: %w", err))
+	}
+	return badopts.Wrap(ErrBadOptions, "PromoteOptions", errs)
+}
+
 // Promote opens a leader's log on st, the store of its shard: it persists
 // the new epoch — from then on this store refuses batches of the old leader
 // (replication.ErrStaleEpoch) — and returns a LedgerLog whose log continues
@@ -57,6 +87,9 @@ type PromoteOptions struct {
 // A fresh, empty store promoted with epoch 1 is how a first leader starts.
 // Close the LedgerLog before the store.
 func Promote(st *store.Store, opts PromoteOptions) (*LedgerLog, error) {
+	if err := opts.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("leader: cannot promote a failed store: %w", err)
 	}

@@ -17,9 +17,6 @@ import (
 
 // Shipper errors.
 var (
-	// ErrBadShipperOptions: NewShipper or NewFanout was given unusable
-	// options.
-	ErrBadShipperOptions = errors.New("leader: bad shipper options")
 	// ErrShipperRunning: Run was called while another Run is in progress.
 	ErrShipperRunning = errors.New("leader: shipper already running")
 )
@@ -138,7 +135,7 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 }
 
 // Validate reports every problem of o in one error wrapping
-// ErrBadShipperOptions (zero fields are valid: they mean the default).
+// ErrBadOptions (zero fields are valid: they mean the default).
 func (o *ShipperOptions) Validate() error {
 	return badShipperOptions(o.problems())
 }
@@ -147,7 +144,7 @@ func badShipperOptions(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrBadShipperOptions, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
 func (o *ShipperOptions) problems() []error {
@@ -201,14 +198,14 @@ type Shipper struct {
 	f *Fanout
 }
 
-// NewShipper validates opts (every problem in one ErrBadShipperOptions
+// NewShipper validates opts (every problem in one ErrBadOptions
 // error) and returns a Shipper.
 func NewShipper(opts *ShipperOptions) (*Shipper, error) {
 	var o ShipperOptions
 	if opts != nil {
 		o = *opts
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	return &Shipper{f: newFanout(FanoutOptions{ShipperOptions: o}, true)}, nil
@@ -230,7 +227,7 @@ func (s *Shipper) AckedLSN() uint64 {
 // Run accepts follower connections and ships batches until ctx ends, then
 // returns nil after every goroutine it started has stopped. It returns early
 // with ErrFenced (see the package documentation) or with the Listener's error once the
-// Listener is closed (errors.Is(err, ErrTransportClosed)). Run may be called again
+// Listener is closed (errors.Is(err, replication.ErrClosed)). Run may be called again
 // after it returned, not concurrently (ErrShipperRunning).
 func (s *Shipper) Run(ctx context.Context) error { return s.f.Run(ctx) }
 

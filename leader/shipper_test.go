@@ -151,14 +151,14 @@ func (f *fakeFollower) serve(ctx context.Context, d replication.Dialer) error {
 		f.mu.Unlock()
 		c, err := d.Dial(ctx, hello)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, replication.ErrTransportClosed) {
+			if ctx.Err() != nil || errors.Is(err, replication.ErrClosed) {
 				return nil
 			}
 			return err
 		}
 		err = f.session(ctx, c)
 		c.Close()
-		if ctx.Err() != nil || errors.Is(err, replication.ErrTransportClosed) {
+		if ctx.Err() != nil || errors.Is(err, replication.ErrClosed) {
 			return nil
 		}
 		if !errors.Is(err, replication.ErrDisconnected) {
@@ -455,10 +455,10 @@ func TestShipperStopsCleanly(t *testing.T) {
 		t.Fatalf("follower after shipper stopped: %v", err)
 	}
 
-	// Closing the listener ends Run with ErrTransportClosed.
+	// Closing the listener ends Run with replication.ErrClosed.
 	go func() { done <- s.Run(ctx) }()
 	tr.Close()
-	if err := <-done; !errors.Is(err, replication.ErrTransportClosed) {
+	if err := <-done; !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("Run after listener closed: %v", err)
 	}
 	tr2.Close()
@@ -581,7 +581,7 @@ func TestShipperWaitAckedHonoursContext(t *testing.T) {
 
 func TestNewShipperValidates(t *testing.T) {
 	_, err := NewShipper(&ShipperOptions{MaxInFlight: -1, RetransmitTimeout: -1, PollInterval: -1})
-	if !errors.Is(err, ErrBadShipperOptions) {
+	if !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("NewShipper = %v", err)
 	}
 	for _, want := range []string{"Listener", "WALDir", "MaxInFlight", "RetransmitTimeout", "PollInterval"} {

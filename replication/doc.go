@@ -48,7 +48,7 @@
 //     goroutine, any number of times, and unblocks both.
 //   - Errors: ErrDisconnected when the link is gone (peer closed, network
 //     fault); the connection is dead and the follower dials again with a fresh
-//     hello, the leader Accepts again. ErrTransportClosed after this side closed the
+//     hello, the leader Accepts again. ErrClosed after this side closed the
 //     connection or the whole transport. Errors are wrapped; test them with
 //     errors.Is.
 //   - Cancellation: a cancelled ctx makes a blocked call return ctx.Err()
@@ -68,7 +68,7 @@
 // ErrOutOfOrder, ErrDiverged: refusal.go), a leader's refusal of a hello
 // (ErrBadHello, ErrFenced, ErrDiverged, ErrBehindRetention,
 // ErrUnknownFollower, ErrDuplicateFollower, ErrBadFollowerID) and a
-// transport's (ErrAuthFailed, ErrDisconnected, ErrTransportClosed). A
+// transport's (ErrAuthFailed, ErrDisconnected, ErrClosed). A
 // follower names itself in every hello (Ack.FollowerID: 1..MaxFollowerIDLen
 // bytes, ValidFollowerID); shards are numbered 0..MaxShards-1.
 //

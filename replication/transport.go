@@ -14,8 +14,8 @@ var (
 	// ErrDisconnected: the link dropped (peer closed, network fault, injected
 	// disconnect). The connection is dead; the caller reconnects.
 	ErrDisconnected = errors.New("replication: disconnected")
-	// ErrTransportClosed: this connection, listener or transport was closed locally.
-	ErrTransportClosed = errors.New("replication: closed")
+	// ErrClosed: this connection, listener or transport was closed locally.
+	ErrClosed = errors.New("replication: closed")
 	// ErrBadHello: a handshake whose shard is not the one the leader serves.
 	ErrBadHello = errors.New("replication: bad hello")
 	// ErrFenced: the follower has committed a leader epoch higher than this
@@ -116,7 +116,7 @@ type Ack struct {
 // Listener is the leader side of a Transport: it accepts follower connections.
 type Listener interface {
 	// Accept waits for a follower to connect and returns the connection with
-	// the follower's hello. It returns ErrTransportClosed (wrapped) once the listener
+	// the follower's hello. It returns ErrClosed (wrapped) once the listener
 	// or its transport is closed, and ctx.Err() when ctx ends first.
 	Accept(ctx context.Context) (LeaderConn, Ack, error)
 }
@@ -199,7 +199,7 @@ type LivenessConn interface {
 type Dialer interface {
 	// Dial connects to the leader and delivers hello as the handshake. It
 	// returns once the leader has accepted the connection, or with ctx.Err()
-	// or ErrTransportClosed (wrapped). A network Dialer may also return a dial error;
+	// or ErrClosed (wrapped). A network Dialer may also return a dial error;
 	// the caller retries with backoff.
 	Dial(ctx context.Context, hello Ack) (FollowerConn, error)
 }

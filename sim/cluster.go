@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/badopts"
 	"github.com/oncewal/oncewal/internal/drill"
+
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -121,24 +123,24 @@ type Options struct {
 	LateJoiners int
 }
 
-func (c *Options) ensureDefaults() error {
+// ErrBadOptions: Run or RunFailover was given unusable options (every
+// problem is listed in the joined error).
+var ErrBadOptions = errors.New("sim: bad options")
+
+// badOptions wraps the problems found in one options type, if any.
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
+
+// EnsureDefaults fills unset fields with their documented defaults.
+func (c *Options) EnsureDefaults() *Options {
 	if c.Workload.Seed == 0 {
 		c.Workload.Seed = c.Seed
 	}
+	c.Workload.EnsureDefaults()
 	if c.Shards <= 0 {
 		c.Shards = 1
 	}
 	if c.Followers <= 0 {
 		c.Followers = 1
-	}
-	if c.Promote && c.Followers < 2 {
-		return errors.New("sim: a promotion needs at least 2 followers")
-	}
-	if c.Diverge && !c.Promote {
-		return errors.New("sim: Diverge needs Promote (a diverged follower holds a deposed leader's entries)")
-	}
-	if c.LateJoiners < 0 || (c.LateJoiners > 0 && !c.Rebuild) {
-		return errors.New("sim: late joiners need Rebuild (the leader refuses an empty store once retention deleted its log's start)")
 	}
 	if c.Skip == nil {
 		c.Skip = func(uint32) bool { return false }
@@ -149,6 +151,8 @@ func (c *Options) ensureDefaults() error {
 	if c.Timeout <= 0 {
 		c.Timeout = 2 * time.Minute
 	}
+	// The simulated nodes are quiet unless the caller gives the template a
+	// logger: a run restarts hundreds of stores.
 	if c.Follower.Logger == nil {
 		c.Follower.Logger = discard
 	}
@@ -169,7 +173,24 @@ func (c *Options) ensureDefaults() error {
 	if c.Node.ReopenBackoff == 0 {
 		c.Node.ReopenBackoff = 5 * time.Millisecond
 	}
-	return nil
+	return c
+}
+
+// Validate reports every combination Run cannot carry out in one error
+// wrapping ErrBadOptions.
+func (c *Options) Validate() error {
+	var errs []error
+	if c.Promote && c.Followers < 2 {
+		errs = append(errs, errors.New("a promotion needs at least 2 followers"))
+	}
+	if c.Diverge && !c.Promote {
+		errs = append(errs, errors.New("Diverge needs Promote (a diverged follower holds a deposed leader's entries)"))
+	}
+	if c.LateJoiners < 0 || (c.LateJoiners > 0 && !c.Rebuild) {
+		errs = append(errs, errors.New("late joiners need Rebuild (the leader refuses an empty store once retention deleted its log's start)"))
+	}
+	errs = append(errs, c.Workload.problems()...)
+	return badOptions("Options", errs)
 }
 
 // Restart kinds.
@@ -357,7 +378,7 @@ const (
 // can caught up, then verified. An error means the run could not be carried
 // out; a violated invariant is reported in Result.VerifyErr.
 func Run(ctx context.Context, cfg Options) (*Result, error) {
-	if err := cfg.ensureDefaults(); err != nil {
+	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)

@@ -34,9 +34,11 @@ import (
 type FailoverOptions struct {
 	Dir  string // leader A in Dir/a, follower B in Dir/b (its store then its leader's), on FS
 	Seed uint64
-	// Requests is the number of distinct client requests. Default 40.
+	// Requests is the number of distinct client requests. Default 40;
+	// negative is refused.
 	Requests int
-	// Counters is the number of counters the adds spread over. Default 3.
+	// Counters is the number of counters the adds spread over. Default 3;
+	// negative is refused.
 	Counters int
 	// Async answers the client as soon as A has committed a request, before
 	// B acknowledged it (asynchronous replication). Then a request answered
@@ -47,10 +49,40 @@ type FailoverOptions struct {
 	Async bool
 	// FS holds the two stores. Default: a fresh in-memory filesystem.
 	FS vfs.FS
-	// Logger for the nodes. Default: discard.
+	// Logger for the nodes. Default slog.Default(), as everywhere
+	// (slog.New(slog.DiscardHandler) silences them).
 	Logger *slog.Logger
 	// Trace, if set, receives a line per notable step (for the demo).
 	Trace func(format string, args ...any)
+}
+
+// EnsureDefaults fills unset fields with their documented defaults.
+func (c *FailoverOptions) EnsureDefaults() *FailoverOptions {
+	if c.Requests == 0 {
+		c.Requests = 40
+	}
+	if c.Counters == 0 {
+		c.Counters = 3
+	}
+	if c.FS == nil {
+		c.FS = vfs.NewMem()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (c *FailoverOptions) Validate() error {
+	var errs []error
+	if c.Requests < 0 {
+		errs = append(errs, fmt.Errorf("Requests %d is negative", c.Requests))
+	}
+	if c.Counters < 0 {
+		errs = append(errs, fmt.Errorf("Counters %d is negative", c.Counters))
+	}
+	return badOptions("FailoverOptions", errs)
 }
 
 // Kill phases of leader A, relative to request FailoverResult.KilledAt.
@@ -206,17 +238,8 @@ func (s *failSim) answer(op int, outcome []byte) {
 // An error means the run could not be carried out; a violated invariant is
 // reported in FailoverResult.VerifyErr.
 func RunFailover(cfg FailoverOptions) (*FailoverResult, error) {
-	if cfg.Requests <= 0 {
-		cfg.Requests = 40
-	}
-	if cfg.Counters <= 0 {
-		cfg.Counters = 3
-	}
-	if cfg.FS == nil {
-		cfg.FS = vfs.NewMem()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := cfg.EnsureDefaults().Validate(); err != nil {
+		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfa11))
 	s := &failSim{cfg: cfg, rng: rng, res: &FailoverResult{Requests: cfg.Requests}, aWAL: filepath.Join(cfg.Dir, "a", leader.WALDirName)}
@@ -277,11 +300,11 @@ func (s *failSim) run() error {
 	}
 	s.res.ALastLSN = s.la.NextLSN() - 1
 	epochA := s.la.Epoch()
-	_ = s.lead.Close() // wakes a duplicate still waiting on A: ErrLedgerClosed
+	_ = s.lead.Close() // wakes a duplicate still waiting on A: idempotency.ErrClosed
 	s.lead, s.la, s.a = nil, nil, nil
 	if dup != nil {
-		if r := <-dup; !errors.Is(r.err, idempotency.ErrLedgerClosed) {
-			s.fail("duplicate waiting on A when A died: %v %v, want ErrLedgerClosed", r.status, r.err)
+		if r := <-dup; !errors.Is(r.err, idempotency.ErrClosed) {
+			s.fail("duplicate waiting on A when A died: %v %v, want idempotency.ErrClosed", r.status, r.err)
 		}
 	}
 	s.res.PromotedAt, _ = s.b.Position()

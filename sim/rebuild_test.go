@@ -126,7 +126,7 @@ func crashLostRebuildScenario(t *testing.T) Options {
 			Promote:  true, Diverge: true, Restarts: 1, Rebuild: true,
 			Timeout: 30 * time.Second, Trace: trace,
 		}
-		if err := cfg.ensureDefaults(); err != nil {
+		if err := cfg.EnsureDefaults().Validate(); err != nil {
 			t.Fatal(err)
 		}
 		w := GenerateWorkload(cfg.Workload)

@@ -143,6 +143,15 @@ type HostileOptions struct {
 	LateWrites float64
 }
 
+// EnsureDefaults returns c: zero chances inject nothing.
+func (c *HostileOptions) EnsureDefaults() *HostileOptions { return c }
+
+// Validate reports every chance outside 0..1 in one error wrapping
+// ErrBadOptions.
+func (c *HostileOptions) Validate() error {
+	return badOptions("HostileOptions", rateProblems(rate{"Reappends", c.Reappends}, rate{"LateWrites", c.LateWrites}))
+}
+
 // Hostile is fault injection for testing followers: it returns a copy of
 // the log with events added that no correct leader logs — verbatim
 // re-appends of already logged events (same SeqNo, same key) and writes to

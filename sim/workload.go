@@ -48,7 +48,8 @@ type WorkloadOptions struct {
 	Start time.Time
 }
 
-func (c *WorkloadOptions) ensureDefaults() {
+// EnsureDefaults fills unset fields with their documented defaults.
+func (c *WorkloadOptions) EnsureDefaults() *WorkloadOptions {
 	if c.Sessions <= 0 {
 		c.Sessions = 8
 	}
@@ -67,6 +68,32 @@ func (c *WorkloadOptions) ensureDefaults() {
 	if c.Start.IsZero() {
 		c.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
+	return c
+}
+
+// Validate reports every rate outside 0..1 in one error wrapping
+// ErrBadOptions.
+func (c *WorkloadOptions) Validate() error { return badOptions("WorkloadOptions", c.problems()) }
+
+func (c *WorkloadOptions) problems() []error {
+	return rateProblems(rate{"RetryRate", c.RetryRate}, rate{"CloseRate", c.CloseRate}, rate{"LateRate", c.LateRate})
+}
+
+// rate is a named chance.
+type rate struct {
+	name string
+	p    float64
+}
+
+// rateProblems names every chance outside 0..1 (NaN too).
+func rateProblems(rates ...rate) []error {
+	var errs []error
+	for _, r := range rates {
+		if !(r.p >= 0 && r.p <= 1) {
+			errs = append(errs, fmt.Errorf("%s %v is outside 0..1", r.name, r.p))
+		}
+	}
+	return errs
 }
 
 // Request is one client request: an operation the client sends to the
@@ -111,7 +138,7 @@ type Workload struct {
 // client key (idempotency.ClientKey of the request ID), which their retries
 // reuse; the rest are keyed by the leader.
 func GenerateWorkload(cfg WorkloadOptions) *Workload {
-	cfg.ensureDefaults()
+	cfg.EnsureDefaults() // its rates are checked by Validate, which Run calls
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6f6e636577616c))
 	w := &Workload{Options: cfg}
 	var nextID uint64

@@ -100,7 +100,7 @@
 //     idles out, so the rebuilt store can replicate on from the snapshot's
 //     LSN + 1.
 //  5. A Donor never cuts a closed store: its owner's Hold refuses the Begin
-//     (ErrDonorClosed wrapping leader.ErrClosed), and a store closed under
-//     it gives ErrDonorClosed wrapping pebble.ErrClosed, not Pebble's panic.
+//     (ErrClosed wrapping leader.ErrClosed), and a store closed under
+//     it gives ErrClosed wrapping pebble.ErrClosed, not Pebble's panic.
 //     Fetch does not retry a closed donor's Begin: it returns at once.
 package snapshot

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/oncewal/oncewal/internal/ctxtime"
 	"io"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/oncewal/oncewal/internal/badopts"
+	"github.com/oncewal/oncewal/internal/ctxtime"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -50,7 +52,8 @@ type HeldSource interface {
 }
 
 // DonorOptions configures a Donor. Every zero field takes the default named
-// in its comment.
+// in its comment (see EnsureDefaults); NewDonor refuses unusable ones with
+// ErrBadOptions.
 type DonorOptions struct {
 	// FS is the store's filesystem. Default vfs.Default.
 	FS vfs.FS
@@ -70,10 +73,10 @@ type DonorOptions struct {
 	Pin func() (release func(), err error)
 	// IdleTimeout releases a snapshot nobody has read for that long (a
 	// fetcher that died and never came back; one that comes back releases
-	// its own at its next BeginFor). Default 2 minutes.
+	// its own at its next BeginFor). Default DefaultIdleTimeout (2 minutes).
 	IdleTimeout time.Duration
 	// Hold, if set, is called before each use of the store (a Begin's cut)
-	// and its release after it; an error refuses the Begin (ErrDonorClosed,
+	// and its release after it; an error refuses the Begin (ErrClosed,
 	// wrapping the error: the owner is closing the store). The owner of
 	// the store holds off its close with it: a leader's Close waits for a
 	// cut in progress, and a Begin after it is refused (leader.ErrClosed)
@@ -81,8 +84,44 @@ type DonorOptions struct {
 	Hold func() (release func(), err error)
 }
 
-// ErrDonorOptions: invalid DonorOptions.
-var ErrDonorOptions = errors.New("snapshot: invalid donor options")
+// DefaultIdleTimeout is DonorOptions.IdleTimeout's default.
+const DefaultIdleTimeout = 2 * time.Minute
+
+// EnsureDefaults fills unset fields with their documented defaults.
+func (o *DonorOptions) EnsureDefaults() *DonorOptions {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit = DefaultRateLimit
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	return o
+}
+
+// Validate reports every unusable field in one error wrapping ErrBadOptions.
+func (o *DonorOptions) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("Dir is empty"))
+	}
+	if o.Describe == nil {
+		errs = append(errs, errors.New("Describe is nil"))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("IdleTimeout %v is negative", o.IdleTimeout))
+	}
+	return badOptions("DonorOptions", errs)
+}
+
+// badOptions wraps the problems found in one options type, if any.
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
+
+// ErrBadOptions: invalid Options or DonorOptions (every problem is listed
+// in the joined error).
+var ErrBadOptions = errors.New("snapshot: bad options")
 
 // Donor serves snapshots of one open Pebble store.
 type Donor struct {
@@ -92,11 +131,12 @@ type Donor struct {
 	// name is this Donor's random name, in every Manifest.Serial it seals.
 	name string
 
-	mu    sync.Mutex
-	next  int
-	snaps map[string]*served
-	pace  pacer
-	stats DonorStats
+	mu     sync.Mutex
+	closed bool // Close ran: Begin answers ErrClosed
+	next   int
+	snaps  map[string]*served
+	pace   pacer
+	stats  DonorStats
 }
 
 type served struct {
@@ -122,28 +162,12 @@ type DonorStats struct {
 
 // NewDonor returns a Donor of db.
 func NewDonor(db *pebble.DB, opts *DonorOptions) (*Donor, error) {
-	o := *opts
-	if o.FS == nil {
-		o.FS = vfs.Default
+	var o DonorOptions
+	if opts != nil {
+		o = *opts
 	}
-	if o.RateLimit == 0 {
-		o.RateLimit = DefaultRateLimit
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = 2 * time.Minute
-	}
-	var errs []error
-	if o.Dir == "" {
-		errs = append(errs, errors.New("Dir is empty"))
-	}
-	if o.Describe == nil {
-		errs = append(errs, errors.New("Describe is nil"))
-	}
-	if o.IdleTimeout < 0 {
-		errs = append(errs, fmt.Errorf("IdleTimeout %v is negative", o.IdleTimeout))
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrDonorOptions, errors.Join(errs...))
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
 	}
 	// Checkpoints of an earlier process are not served any more.
 	if err := o.FS.RemoveAll(o.Dir); err != nil {
@@ -186,9 +210,17 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 	if d.opts.Hold != nil {
 		done, err := d.opts.Hold()
 		if err != nil {
-			return Manifest{}, fmt.Errorf("%w: %w", ErrDonorClosed, err)
+			return Manifest{}, fmt.Errorf("%w: %w", ErrClosed, err)
 		}
 		defer done()
+	}
+	// After the owner's Hold, so that a closed owner's refusal (which says
+	// more) comes first.
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return Manifest{}, errDonorClosed
 	}
 	release := func() {}
 	if d.opts.Pin != nil {
@@ -212,10 +244,18 @@ func (d *Donor) BeginFor(ctx context.Context, shard uint32, holder string) (Mani
 		_ = d.opts.FS.RemoveAll(dir)
 		return Manifest{}, err
 	}
+	s := &served{dir: dir, m: m, holder: holder, release: release, lastUsed: time.Now()}
 	d.mu.Lock()
-	d.snaps[m.ID] = &served{dir: dir, m: m, holder: holder, release: release, lastUsed: time.Now()}
-	d.stats.Begun++
+	closed = d.closed
+	if !closed {
+		d.snaps[m.ID] = s
+		d.stats.Begun++
+	}
 	d.mu.Unlock()
+	if closed { // Close ran during the cut: nobody would end this one
+		_ = d.drop(s)
+		return Manifest{}, errDonorClosed
+	}
 	return m, nil
 }
 
@@ -276,9 +316,15 @@ func (d *Donor) End(_ context.Context, id string) error {
 	return d.drop(s)
 }
 
-// Close releases every snapshot.
+// errDonorClosed answers a Begin after Close. (A Read after Close finds its
+// snapshot released: ErrUnknownSnapshot, and the fetch starts over.)
+var errDonorClosed = fmt.Errorf("%w: Close was called", ErrClosed)
+
+// Close releases every snapshot; later Begins answer ErrClosed.
+// Idempotent.
 func (d *Donor) Close() error {
 	d.mu.Lock()
+	d.closed = true
 	ids := make([]string, 0, len(d.snaps))
 	for id := range d.snaps {
 		ids = append(ids, id)
@@ -328,7 +374,7 @@ func (d *Donor) releaseIdleLocked() {
 // sealed manifest of the checkpoint. The WAL is flushed first so the
 // checkpoint holds every committed batch; a checkpoint is a cut at a batch
 // boundary because every batch is one Pebble commit. A closed db gives an
-// error wrapping ErrDonorClosed and pebble.ErrClosed (Pebble panics with it).
+// error wrapping ErrClosed and pebble.ErrClosed (Pebble panics with it).
 func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifest, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -336,7 +382,7 @@ func Create(db *pebble.DB, fs vfs.FS, dir string, describe Describer) (m Manifes
 			if !ok || !errors.Is(pe, pebble.ErrClosed) {
 				panic(p)
 			}
-			m, err = Manifest{}, fmt.Errorf("%w: checkpoint into %s: %w", ErrDonorClosed, dir, pe)
+			m, err = Manifest{}, fmt.Errorf("%w: checkpoint into %s: %w", ErrClosed, dir, pe)
 		}
 	}()
 	if err := db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {

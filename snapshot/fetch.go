@@ -205,7 +205,7 @@ func release(ctx context.Context, src Source, id string, o *Options) {
 
 // begin asks src for a snapshot for o.Holder, retrying what may be a
 // dropped connection (an error that is none of this package's refusals; a
-// closed donor, ErrDonorClosed, is one: it will not answer otherwise on a
+// closed donor, ErrClosed, is one: it will not answer otherwise on a
 // retry, and the current leader may be another process). A
 // snapshot whose answer was lost is released by the retry on a HeldSource,
 // else by the donor's idle timeout.
@@ -227,7 +227,7 @@ func begin(ctx context.Context, src Source, shard uint32, o *Options, st *Stats)
 // refusal reports whether err is one of the typed refusals, which no retry
 // changes.
 func refusal(err error) bool {
-	for _, r := range []error{ErrMismatch, ErrOlderEpoch, ErrDonorBehind, ErrCorrupt, ErrTruncated, ErrDonorClosed} {
+	for _, r := range []error{ErrMismatch, ErrOlderEpoch, ErrDonorBehind, ErrCorrupt, ErrTruncated, ErrClosed} {
 		if errors.Is(err, r) {
 			return true
 		}

@@ -170,7 +170,7 @@ func TestConcurrentBeginsPinApart(t *testing.T) {
 
 // TestClosedDonorNotRetried: a donor whose owner closed (DonorOptions.Hold
 // refuses) is a refusal, not a dropped connection: Fetch returns
-// ErrDonorClosed, still wrapping the owner's error, after one Begin instead
+// ErrClosed, still wrapping the owner's error, after one Begin instead
 // of retrying it Options.Retries times (about 1.5 s by default) on a donor
 // that will not serve again.
 func TestClosedDonorNotRetried(t *testing.T) {
@@ -183,9 +183,29 @@ func TestClosedDonorNotRetried(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Close()
 	_, st, err := snapshot.Fetch(context.Background(), d, fs, target, fx.want(), nil)
-	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
 	require.ErrorIs(t, err, errOwnerClosed)
 	require.Equal(t, 1, holds, "Begins asked of a closed donor")
 	require.Zero(t, st.Retries)
 	require.Zero(t, d.Serving())
+}
+
+// TestDonorBeginAfterClose: a closed Donor answers its package's ErrClosed
+// (it used to cut and serve a new snapshot, which nobody would release),
+// and a Begin racing Close leaves nothing served.
+func TestDonorBeginAfterClose(t *testing.T) {
+	fs := vfs.NewMem()
+	fx := newFixture(t, fs, -1)
+	pin, pinned := countPins()
+	d, err := snapshot.NewDonor(rawdb.Of(fx.donor), &snapshot.DonorOptions{FS: fs, Dir: "/donor/after", Describe: store.Describe, RateLimit: -1, Pin: pin})
+	require.NoError(t, err)
+	_, err = d.Begin(context.Background(), 0)
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	require.Zero(t, d.Serving())
+	_, err = d.Begin(context.Background(), 0)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
+	require.Zero(t, d.Serving())
+	require.Zero(t, pinned(), "a Begin after Close pinned the log")
+	require.NoError(t, d.Close(), "Close is idempotent")
 }

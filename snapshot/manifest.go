@@ -30,13 +30,13 @@ var (
 	// ErrUnknownSnapshot: the source no longer holds the snapshot a read
 	// names (it was released, or the donor restarted); Fetch starts over.
 	ErrUnknownSnapshot = errors.New("snapshot: unknown snapshot")
-	// ErrDonorClosed: the donor's store is closed or closing (its owner's
+	// ErrClosed: the donor's store is closed or closing (its owner's
 	// DonorOptions.Hold refused the Begin — a leader's is leader.ErrClosed,
 	// which the error wraps too — or the store closed under the cut). It
 	// will not serve again; Fetch returns at once instead of retrying the
 	// Begin, and the caller finds the current leader (a follower goes back
 	// to its Dialer, then asks its donor again if the leader refuses it).
-	ErrDonorClosed = errors.New("snapshot: donor closed")
+	ErrClosed = errors.New("snapshot: donor closed")
 )
 
 // Cut describes a store at the moment of the snapshot, read from the

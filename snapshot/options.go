@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -54,7 +53,7 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports every invalid field in one error.
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
 func (o *Options) Validate() error {
 	var errs []error
 	if o.ChunkSize < 0 || o.ChunkSize > MaxChunkSize {
@@ -66,10 +65,7 @@ func (o *Options) Validate() error {
 	if o.RetryBackoff < 0 {
 		errs = append(errs, fmt.Errorf("RetryBackoff %v is negative", o.RetryBackoff))
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("snapshot: invalid options: %w", errors.Join(errs...))
+	return badOptions("Options", errs)
 }
 
 // MaxChunkSize bounds one chunk read (a gRPC message must hold it).

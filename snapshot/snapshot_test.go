@@ -311,14 +311,17 @@ func TestOptionsValidate(t *testing.T) {
 	require.EqualValues(t, snapshot.DefaultRateLimit, o.RateLimit)
 	bad := &snapshot.Options{ChunkSize: snapshot.MaxChunkSize + 1, Retries: -1, RetryBackoff: -1}
 	err := bad.Validate()
-	require.Error(t, err)
+	require.ErrorIs(t, err, snapshot.ErrBadOptions)
 	for _, s := range []string{"ChunkSize", "Retries", "RetryBackoff"} {
 		require.ErrorContains(t, err, s)
 	}
 	_, _, err = snapshot.Fetch(context.Background(), nil, vfs.NewMem(), "/x", snapshot.Want{}, bad)
-	require.Error(t, err)
-	_, err = snapshot.NewDonor(nil, &snapshot.DonorOptions{})
-	require.ErrorIs(t, err, snapshot.ErrDonorOptions)
+	require.ErrorIs(t, err, snapshot.ErrBadOptions)
+	_, err = snapshot.NewDonor(nil, &snapshot.DonorOptions{IdleTimeout: -1})
+	require.ErrorIs(t, err, snapshot.ErrBadOptions)
+	for _, s := range []string{"Dir", "Describe", "IdleTimeout"} {
+		require.ErrorContains(t, err, s)
+	}
 }
 
 // TestBeginOnClosedStore: a donor whose store was closed under it (a

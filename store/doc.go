@@ -372,7 +372,7 @@
 //     store opened), typed ErrCorrupt at the store boundary (CorruptError:
 //     Open, Describe, a node's shards, oncewal inspect and promote). It
 //     changes nothing on disk; a node keeps its other shards serving and
-//     rebuilds the damaged one with Rebuild auto.
+//     rebuilds the damaged one with Rebuild auto and a RebuildFrom.
 //  11. A store knows what it is (DESIGN invariant 9): its kind, shard and
 //     the options that change its decisions are recorded when it is created,
 //     and opening it as anything else — or opening anything else as a store —

@@ -97,6 +97,7 @@ func TestNewReceiverRefusesBadFollowerID(t *testing.T) {
 	r := newRig(t, nil)
 	_, err := r.reopen("no spaces")
 	require.ErrorIs(t, err, replication.ErrBadFollowerID)
+	require.ErrorIs(t, err, store.ErrBadOptions)
 }
 
 func TestBatchRefOf(t *testing.T) {

@@ -74,6 +74,15 @@ func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 	return o
 }
 
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *ReceiverOptions) Validate() error {
+	var errs []error
+	if err := replication.ValidFollowerID(o.FollowerID); err != nil {
+		errs = append(errs, fmt.Errorf("FollowerID: %w", err))
+	}
+	return badOptions("ReceiverOptions", errs)
+}
+
 // Result describes what Apply did with one batch.
 type Result struct {
 	Ack       replication.Ack // what to send back to the leader
@@ -128,10 +137,9 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if opts != nil {
 		o = *opts
 	}
-	if err := replication.ValidFollowerID(o.FollowerID); err != nil {
-		return nil, fmt.Errorf("store: NewReceiver: %w", err)
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
 	}
-	o.EnsureDefaults()
 	r := &Receiver{
 		db: db, tracker: tracker, window: window, applier: applier, opts: o,
 		inBatch: make(map[idempotency.Key]struct{}),

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncewal/oncewal/internal/badopts"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
@@ -28,6 +30,11 @@ var ErrNotStore = errors.New("store: not an oncewal shard store")
 
 // ErrClosed is returned by methods of a closed Store.
 var ErrClosed = errors.New("store: closed")
+
+// ErrBadOptions: Open or NewReceiver was given unusable Options or
+// ReceiverOptions (every problem is listed in the joined error). Nothing was
+// changed on disk.
+var ErrBadOptions = errors.New("store: bad options")
 
 // Options configures a Store. Every zero field takes the default named
 // in its comment (see EnsureDefaults); Open validates the result and reports
@@ -140,13 +147,11 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports every invalid field in one error.
-func (o *Options) Validate() error {
-	if errs := o.problems(); len(errs) > 0 {
-		return fmt.Errorf("store: invalid options: %w", errors.Join(errs...))
-	}
-	return nil
-}
+// Validate reports every invalid field in one error wrapping ErrBadOptions.
+func (o *Options) Validate() error { return badOptions("Options", o.problems()) }
+
+// badOptions wraps the problems found in one options type, if any.
+func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOptions, typ, errs) }
 
 // problems lists every invalid field.
 func (o *Options) problems() []error {

@@ -4,8 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,30 +12,25 @@ import (
 // TestOnlyTestsImport: no file of the module but a _test.go file imports
 // testutil, so that no product code (the CLI above all) links test helpers.
 func TestOnlyTestsImport(t *testing.T) {
-	const path = "github.com/oncewal/oncewal/testutil"
-	root := ".."
-	checked := 0
-	err := walkGoFiles(root, func(p string) error {
-		if strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		checked++
-		for _, imp := range f.Imports {
-			if v, _ := strconv.Unquote(imp.Path.Value); v == path {
+	for p, imps := range moduleImports(t, "..") {
+		for _, imp := range imps {
+			if imp == "testutil" {
 				t.Errorf("%s imports testutil; only _test.go files may", p)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if checked < 50 {
-		t.Fatalf("checked only %d files: wrong root?", checked)
+}
+
+// TestTestutilImportsOnlyLeaves: testutil imports, of this module, only leaf
+// packages (they import nothing of the module). A package's internal tests
+// cannot import a testutil that imports that package, so a helper that
+// needs, say, wal belongs in wal's tests, not here.
+func TestTestutilImportsOnlyLeaves(t *testing.T) {
+	imports := moduleImports(t, "..")
+	for _, imp := range imports["testutil"] {
+		if deps := imports[imp]; len(deps) > 0 {
+			t.Errorf("testutil imports %s, which imports %v: the internal tests of those could no longer use testutil", imp, deps)
+		}
 	}
 }
 
@@ -80,38 +73,5 @@ func TestExamplesUsePublicAPI(t *testing.T) {
 	}
 	if examples < 3 {
 		t.Fatalf("found only %d files with Examples: wrong root?", examples)
-	}
-}
-
-// walkGoFiles calls fn with the path of every .go file under root, skipping
-// hidden and testdata directories: the files the module's go/ast checks read.
-func walkGoFiles(root string, fn func(path string) error) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") {
-			return nil
-		}
-		return fn(p)
-	})
-}
-
-// TestTestutilImportsOnlyLeaves: testutil imports, of this module, only leaf
-// packages (they import nothing of the module). A package's internal tests
-// cannot import a testutil that imports that package, so a helper that
-// needs, say, wal belongs in wal's tests, not here.
-func TestTestutilImportsOnlyLeaves(t *testing.T) {
-	imports := moduleImports(t, "..")
-	for _, imp := range imports["testutil"] {
-		if deps := imports[imp]; len(deps) > 0 {
-			t.Errorf("testutil imports %s, which imports %v: the internal tests of those could no longer use testutil", imp, deps)
-		}
 	}
 }

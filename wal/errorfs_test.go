@@ -57,7 +57,7 @@ func TestWriterStickyFailure(t *testing.T) {
 			require.Equal(t, next, w.NextLSN(), "%s: nothing more appended", what)
 			require.Equal(t, failed, w.Close(), "%s: Close after failure", what)
 			_, err = w.Append(1, crashBatch(100))
-			require.ErrorIs(t, err, ErrLogClosed, what)
+			require.ErrorIs(t, err, ErrClosed, what)
 
 			// Reopen recovers: every acknowledged batch is there, the failed
 			// one at most whole, and the log continues.

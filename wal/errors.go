@@ -56,6 +56,6 @@ var (
 	// ErrBadOptions: OpenWriter was given invalid WriterOptions (every
 	// problem is listed in the joined error).
 	ErrBadOptions = errors.New("wal: bad writer options")
-	// ErrLogClosed: the Writer or Reader was closed.
-	ErrLogClosed = errors.New("wal: closed")
+	// ErrClosed: the Writer or Reader was closed.
+	ErrClosed = errors.New("wal: closed")
 )

@@ -107,7 +107,7 @@ func checkSegmentStart(fs vfs.FS, dir string, seg segment, shard uint32, last bo
 // from Next. Seek(0) positions at the oldest retained batch.
 func (r *Reader) Seek(lsn uint64) error {
 	if r.closed {
-		return ErrLogClosed
+		return ErrClosed
 	}
 	r.target = lsn
 	r.closeFile()
@@ -300,7 +300,7 @@ func (r *Reader) skip(h Header) {
 // ErrChecksum, ErrTruncated, ...) and wrap segment and offset.
 func (r *Reader) Next() (Header, []byte, error) {
 	if r.closed {
-		return Header{}, nil, ErrLogClosed
+		return Header{}, nil, ErrClosed
 	}
 	h, err := r.advance()
 	if err != nil {
@@ -333,7 +333,7 @@ func (r *Reader) Next() (Header, []byte, error) {
 // on.
 func (r *Reader) BatchEndingAt(lsn uint64) (Header, error) {
 	if r.closed {
-		return Header{}, ErrLogClosed
+		return Header{}, ErrClosed
 	}
 	if lsn == 0 {
 		return Header{}, fmt.Errorf("%w: LSN 0 is never used", ErrNoBatchBoundary)
@@ -356,7 +356,7 @@ func (r *Reader) BatchEndingAt(lsn uint64) (Header, error) {
 // Close releases the Reader's file.
 func (r *Reader) Close() error {
 	if r.closed {
-		return ErrLogClosed
+		return ErrClosed
 	}
 	r.closed = true
 	r.closeFile()

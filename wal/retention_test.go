@@ -108,7 +108,7 @@ func TestDeleteBelow(t *testing.T) {
 	first, next, retained := w.FirstLSN(), w.NextLSN(), w.RetainedBytes()
 	require.NoError(t, w.Close())
 	_, err = w.DeleteBelow(next)
-	require.ErrorIs(t, err, ErrLogClosed)
+	require.ErrorIs(t, err, ErrClosed)
 	w, err = OpenWriter(dir, &WriterOptions{Shard: 1, SegmentSize: 700})
 	require.NoError(t, err)
 	defer w.Close()

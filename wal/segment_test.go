@@ -139,9 +139,9 @@ func TestWriterReaderRoundTrip(t *testing.T) {
 	require.Empty(t, hs)
 
 	require.NoError(t, w.Close())
-	require.ErrorIs(t, w.Close(), ErrLogClosed)
+	require.ErrorIs(t, w.Close(), ErrClosed)
 	_, err = w.Append(1, testEvents(1, 0))
-	require.ErrorIs(t, err, ErrLogClosed)
+	require.ErrorIs(t, err, ErrClosed)
 
 	// Reopen continues the log.
 	w, err = OpenWriter(dir, &WriterOptions{Shard: 5})
@@ -584,7 +584,7 @@ func TestOpenReaderMissingDir(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 	require.NoError(t, r.Close())
 	_, _, err = r.Next()
-	require.ErrorIs(t, err, ErrLogClosed)
+	require.ErrorIs(t, err, ErrClosed)
 }
 
 func TestConcurrentAppends(t *testing.T) {

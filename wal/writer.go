@@ -413,7 +413,7 @@ func (w *Writer) Write(dst []byte, epoch uint64, events []Event) (Header, []byte
 func (w *Writer) write(dst []byte, epoch uint64, events []Event) (Header, []byte, error) {
 	for {
 		if w.closed {
-			return Header{}, nil, ErrLogClosed
+			return Header{}, nil, ErrClosed
 		}
 		if w.err != nil {
 			return Header{}, nil, w.err
@@ -514,7 +514,7 @@ func (w *Writer) SyncTo(lsn uint64) error {
 			return w.err
 		}
 		if w.closed {
-			return ErrLogClosed
+			return ErrClosed
 		}
 		if lsn >= w.next.Load() {
 			return fmt.Errorf("wal: SyncTo(%d): the log ends at LSN %d", lsn, w.next.Load()-1)
@@ -552,7 +552,7 @@ func (w *Writer) Sync() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return ErrLogClosed
+		return ErrClosed
 	}
 	if w.err != nil {
 		w.mu.Unlock()
@@ -618,7 +618,7 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrLogClosed
+		return 0, ErrClosed
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -649,18 +649,18 @@ func (w *Writer) DeleteBelow(lsn uint64) (removed int, err error) {
 }
 
 // Close syncs and closes the Writer and releases the shard's lock. A second
-// Close returns ErrLogClosed.
+// Close returns ErrClosed.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrLogClosed
+		return ErrClosed
 	}
 	for w.syncing {
 		w.synced.Wait() // do not close the segment under a sync in flight
 	}
 	if w.closed {
-		return ErrLogClosed
+		return ErrClosed
 	}
 	w.closed = true
 	var err error

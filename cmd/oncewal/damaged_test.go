@@ -185,7 +185,9 @@ func TestRealProcessDamagedStore(t *testing.T) {
 		"--metrics-addr", "127.0.0.1:0"}}
 	reapProcs(t, []*proc{fl})
 	fl.start(t, rp.bin)
-	log = waitFile(t, fl.log, "shard store is damaged", "shard=1", store.ErrCorrupt.Error(), "replicating", "serving metrics")
+	// The line says why the shard is not rebuilt and which flag decides.
+	log = waitFile(t, fl.log, "shard store is damaged", "shard=1", store.ErrCorrupt.Error(), "replicating", "serving metrics",
+		"Rebuild is never (Options.Rebuild, oncewal follower --rebuild)")
 	if strings.Count(log, "shard store is damaged") != 1 || strings.Contains(log, "panic") {
 		t.Fatalf("the damaged shard should be logged once:\n%s", log)
 	}

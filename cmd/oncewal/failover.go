@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"text/tabwriter"
 	"time"
@@ -58,6 +59,7 @@ func runFailoverDemo(root string, seed uint64, asJSON bool, stdout, stderr io.Wr
 	run := func(i int, s uint64, async bool, narrate bool) bool {
 		cfg := sim.FailoverOptions{
 			Dir: filepath.Join(root, fmt.Sprintf("run-%03d", i)), Seed: s, Async: async, Requests: 40, FS: vfs.Default,
+			Logger: slog.New(slog.DiscardHandler), // the report is the output; the nodes' lines are not
 		}
 		if narrate && !asJSON {
 			mode := "synchronous replication (A answers after B's ack)"

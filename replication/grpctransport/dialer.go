@@ -259,7 +259,7 @@ func refusal(err error) (_ error, ok bool) {
 // Dial implements replication.Dialer. It returns once the leader accepted
 // the stream (its Listener's Accept took it), or with ctx.Err(), or with an
 // error wrapping replication.ErrDisconnected (connect, TLS or stream
-// failure; the caller retries), replication.ErrTransportClosed, or
+// failure; the caller retries), replication.ErrClosed, or
 // replication.ErrBadFollowerID (hello.FollowerID cannot be sent; nothing
 // was dialled).
 func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
@@ -267,7 +267,7 @@ func (d *Dialer) Dial(ctx context.Context, hello replication.Ack) (replication.F
 	c, err := d.dial(ctx, hello)
 	if err != nil {
 		d.stats.failures.Add(1)
-		if ctx.Err() == nil && !errors.Is(err, replication.ErrTransportClosed) {
+		if ctx.Err() == nil && !errors.Is(err, replication.ErrClosed) {
 			d.logDialError(err)
 		}
 		return nil, err
@@ -280,7 +280,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return nil, fmt.Errorf("grpctransport: dial: %w", replication.ErrTransportClosed)
+		return nil, fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -375,7 +375,7 @@ func (d *Dialer) dial(ctx context.Context, hello replication.Ack) (*followerConn
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fail(fmt.Errorf("grpctransport: dial: %w", replication.ErrTransportClosed))
+		return fail(fmt.Errorf("grpctransport: dial: %w", replication.ErrClosed))
 	}
 	d.conns[c] = struct{}{}
 	d.mu.Unlock()
@@ -465,7 +465,7 @@ func (c *followerConn) streamErr(err error) error {
 	local := c.local
 	c.mu.Unlock()
 	if local {
-		return fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
+		return fmt.Errorf("grpctransport: %w", replication.ErrClosed)
 	}
 	if status.Code(err) == codes.ResourceExhausted {
 		return fmt.Errorf("%w: %w: %w", replication.ErrDisconnected, ErrFrameTooLarge, err)
@@ -582,7 +582,7 @@ func (c *followerConn) Close() error {
 			c.local = true
 		}
 		c.mu.Unlock()
-		c.fail(fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed))
+		c.fail(fmt.Errorf("grpctransport: %w", replication.ErrClosed))
 		c.wg.Wait()
 		c.cc.Close()
 		c.d.mu.Lock()

@@ -86,7 +86,7 @@
 //
 //   - Errors: a broken stream (peer closed, network fault, keepalive timeout,
 //     server stop) is replication.ErrDisconnected; a local Close of the
-//     connection, Server or Dialer is replication.ErrTransportClosed.
+//     connection, Server or Dialer is replication.ErrClosed.
 //   - Buffers: LeaderConn.Send copies the batch into a fresh frame before it
 //     returns; FollowerConn.Recv returns a slice the caller owns.
 //   - Concurrency: one Send and one Recv may run concurrently per

@@ -104,7 +104,7 @@ func TestServerRoutesByShard(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { _, _, err := l0.Accept(ctx); closed <- err }()
 	srv.Close()
-	if err := <-closed; !errors.Is(err, replication.ErrTransportClosed) {
+	if err := <-closed; !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
 }

@@ -271,7 +271,7 @@ func (s *Server) Accept(ctx context.Context) (replication.LeaderConn, replicatio
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrTransportClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept: %w", replication.ErrClosed)
 	}
 }
 
@@ -294,7 +294,7 @@ var _ replication.Listener = (*ShardListener)(nil)
 // with the reason, the leader logs it and counts it (UnservedShard) — and
 // Accept on the Server itself returns ErrRouted. Calling Listener again for
 // a shard returns the same Listener. Closing the Server ends them all
-// (their Accept returns replication.ErrTransportClosed).
+// (their Accept returns replication.ErrClosed).
 func (s *Server) Listener(shard uint32) *ShardListener {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -321,7 +321,7 @@ func (l *ShardListener) Accept(ctx context.Context) (replication.LeaderConn, rep
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-l.s.closed:
-		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrTransportClosed)
+		return nil, replication.Ack{}, fmt.Errorf("grpctransport: accept (shard %d): %w", l.shard, replication.ErrClosed)
 	}
 }
 
@@ -392,7 +392,7 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	local := false
 	defer func() {
 		if s.isClosed() {
-			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
+			c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
 		} else {
 			c.fail(fmt.Errorf("%w: stream to %s ended", replication.ErrDisconnected, remote))
 		}
@@ -578,7 +578,7 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 				// Close marks the server closed before stopping gRPC, so a
 				// stream that Stop cancelled ends as closed, whichever of
 				// this goroutine and the handler notices first.
-				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrTransportClosed))
+				c.fail(fmt.Errorf("grpctransport: %w (server closed)", replication.ErrClosed))
 				return
 			}
 			if err == io.EOF {
@@ -725,7 +725,7 @@ func (c *leaderConn) end(refusal error) error {
 			c.s.stats.refusedHello.Add(1)
 		}
 		c.local, c.refusal = true, refusal
-		c.err = fmt.Errorf("grpctransport: %w", replication.ErrTransportClosed)
+		c.err = fmt.Errorf("grpctransport: %w", replication.ErrClosed)
 		close(c.done)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -107,7 +108,7 @@ func snapshotStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, snapshot.ErrMismatch):
 		code = codes.FailedPrecondition
-	case errors.Is(err, snapshot.ErrDonorClosed):
+	case errors.Is(err, snapshot.ErrClosed):
 		// Not Unavailable, which a fetch retries: this server's donor
 		// will not serve again.
 		code = codes.Aborted
@@ -128,7 +129,7 @@ func snapshotError(err error) error {
 	case codes.FailedPrecondition:
 		return fmt.Errorf("%w (donor: %s)", snapshot.ErrMismatch, st.Message())
 	case codes.Aborted:
-		return fmt.Errorf("%w (donor: %s)", snapshot.ErrDonorClosed, st.Message())
+		return fmt.Errorf("%w (donor: %s)", snapshot.ErrClosed, st.Message())
 	}
 	return fmt.Errorf("grpctransport: snapshot: %w", err)
 }
@@ -137,7 +138,8 @@ func snapshotError(err error) error {
 // over gRPC with the Dialer's security (mutual TLS). A dropped connection
 // fails the call in flight; the next call reconnects.
 type SnapshotClient struct {
-	cc *grpc.ClientConn
+	cc     *grpc.ClientConn
+	closed atomic.Bool
 }
 
 var _ snapshot.HeldSource = (*SnapshotClient)(nil)
@@ -148,13 +150,15 @@ func NewSnapshotClient(addr string, opts *DialerOptions) (*SnapshotClient, error
 	if opts != nil {
 		o = *opts
 	}
-	o.EnsureDefaults()
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty donor address", ErrBadOptions)
+	}
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	creds, err := o.creds()
 	if err != nil {
 		return nil, err
-	}
-	if addr == "" {
-		return nil, fmt.Errorf("%w: empty donor address", ErrBadOptions)
 	}
 	return newSnapshotClient(addr, &o, creds)
 }
@@ -179,6 +183,9 @@ func newSnapshotClient(addr string, o *DialerOptions, creds credentials.Transpor
 }
 
 func (c *SnapshotClient) call(ctx context.Context, req snapshotRequest) ([]byte, error) {
+	if c.closed.Load() {
+		return nil, fmt.Errorf("grpctransport: snapshot client: %w", ErrClosed)
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -231,5 +238,11 @@ func (c *SnapshotClient) End(ctx context.Context, id string) error {
 	return err
 }
 
-// Close closes the client's connection.
-func (c *SnapshotClient) Close() error { return c.cc.Close() }
+// Close closes the client's connection; later calls return ErrClosed.
+// Idempotent.
+func (c *SnapshotClient) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.cc.Close()
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/stretchr/testify/require"
@@ -103,14 +104,24 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	require.NoError(t, direct.End(ctx, held.ID))
 	require.Zero(t, donor.Serving())
 
+	// A closed client answers the package's ErrClosed (the contract's
+	// replication.ErrClosed) without a call to the server.
+	closedClient, err := NewSnapshotClient(srv.Addr().String(), &DialerOptions{TLS: ct, Logger: quiet, ConnectTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, closedClient.Close())
+	_, err = closedClient.BeginFor(ctx, 0, "f1/shard-0000")
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, replication.ErrClosed)
+	require.NoError(t, closedClient.Close(), "Close is idempotent")
+
 	// Another shard: the server donates none.
 	_, _, err = snapshot.Fetch(ctx, client, fs, "/other", snapshot.Want{Shard: 1}, nil)
 	require.ErrorIs(t, err, snapshot.ErrMismatch)
 
-	// A closed donor crosses the wire as ErrDonorClosed, and the fetch
+	// A closed donor crosses the wire as snapshot.ErrClosed, and the fetch
 	// does not retry its Begin.
 	_, fst, err := snapshot.Fetch(ctx, direct, fs, "/other", snapshot.Want{Shard: 2}, nil)
-	require.ErrorIs(t, err, snapshot.ErrDonorClosed)
+	require.ErrorIs(t, err, snapshot.ErrClosed)
 	require.Zero(t, fst.Retries, "the fetch retried a closed donor's Begin")
 
 	// A client the server does not trust.

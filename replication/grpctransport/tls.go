@@ -10,12 +10,18 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/oncewal/oncewal/replication"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ErrBadOptions: ServerOptions or DialerOptions are unusable (see Validate).
 var ErrBadOptions = errors.New("grpctransport: bad options")
+
+// ErrClosed: a call on a closed Server, Dialer or SnapshotClient, or on a
+// connection one of them closed. It is replication.ErrClosed, the contract's
+// word for a locally closed transport, so either test works.
+var ErrClosed = replication.ErrClosed
 
 // ServerTLSConfig returns the leader's mutual-TLS configuration: TLS 1.3
 // only, cert as the leader's identity, and every follower must present a

@@ -182,11 +182,11 @@ func TestRoundTripMTLS(t *testing.T) {
 	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower Recv after leader Close: %v", err)
 	}
-	if err := p.l.Send(ctx, sent); !errors.Is(err, replication.ErrTransportClosed) {
+	if err := p.l.Send(ctx, sent); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("leader Send after Close: %v", err)
 	}
 	p.f.Close()
-	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) && !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) && !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("follower Recv after both closed: %v", err)
 	}
 
@@ -196,10 +196,10 @@ func TestRoundTripMTLS(t *testing.T) {
 	if _, err := p.l.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("leader Recv after follower Close: %v", err)
 	}
-	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("follower Recv after own Close: %v", err)
 	}
-	if err := p.f.Send(ctx, hello); !errors.Is(err, replication.ErrTransportClosed) {
+	if err := p.f.Send(ctx, hello); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("follower Send after own Close: %v", err)
 	}
 	p.l.Close()
@@ -208,10 +208,10 @@ func TestRoundTripMTLS(t *testing.T) {
 	// follower ErrDisconnected; the Dialer's Close ends its connections.
 	p = connect(t, ctx, srv, d, hello)
 	srv.Close()
-	if _, _, err := srv.Accept(ctx); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, _, err := srv.Accept(ctx); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
-	if _, err := p.l.Recv(ctx); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := p.l.Recv(ctx); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("leader Recv after server Close: %v", err)
 	}
 	if _, err := p.f.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
@@ -221,7 +221,7 @@ func TestRoundTripMTLS(t *testing.T) {
 		t.Fatalf("Dial to a closed server: %v", err)
 	}
 	d.Close()
-	if _, err := d.Dial(ctx, hello); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := d.Dial(ctx, hello); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("Dial after Dialer Close: %v", err)
 	}
 }

@@ -13,8 +13,13 @@ import (
 	"github.com/oncewal/oncewal/replication"
 )
 
+// ErrClosed: a call on a closed Transport or on a connection closed
+// locally. It is replication.ErrClosed, the contract's word for a locally
+// closed transport, so either test works.
+var ErrClosed = replication.ErrClosed
+
 // ErrBadOptions: a FaultOptions field is out of range (see Validate).
-var ErrBadOptions = errors.New("replication: bad fault options")
+var ErrBadOptions = errors.New("inprocess: bad fault options")
 
 // FaultOptions sets the faults an Transport transport injects. Probabilities
 // are per accepted Send, in [0, 1]. The zero value injects nothing.
@@ -277,7 +282,7 @@ func (t *Transport) Disconnect() int {
 }
 
 // Close breaks every connection and makes all pending and future calls on
-// the transport and its connections return ErrTransportClosed. Idempotent.
+// the transport and its connections return ErrClosed. Idempotent.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -303,7 +308,7 @@ func (t *Transport) Accept(ctx context.Context) (replication.LeaderConn, replica
 	case <-ctx.Done():
 		return nil, replication.Ack{}, ctx.Err()
 	case <-t.closedCh:
-		return nil, replication.Ack{}, fmt.Errorf("accept: %w", replication.ErrTransportClosed)
+		return nil, replication.Ack{}, fmt.Errorf("accept: %w", replication.ErrClosed)
 	}
 }
 
@@ -320,7 +325,7 @@ func (t *Transport) Dial(ctx context.Context, hello replication.Ack) (replicatio
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("dial: %w", replication.ErrTransportClosed)
+		return nil, fmt.Errorf("dial: %w", replication.ErrClosed)
 	}
 	// Registered before the handoff so that a Close racing with Accept
 	// still breaks the new connection.
@@ -338,7 +343,7 @@ func (t *Transport) Dial(ctx context.Context, hello replication.Ack) (replicatio
 		t.mu.Unlock()
 		return nil, ctx.Err()
 	case <-t.closedCh:
-		return nil, fmt.Errorf("dial: %w", replication.ErrTransportClosed)
+		return nil, fmt.Errorf("dial: %w", replication.ErrClosed)
 	}
 }
 
@@ -412,7 +417,7 @@ func (p *pipe) errLocked(side int) error {
 		return nil
 	}
 	if p.closed[side] || p.t.closed {
-		return replication.ErrTransportClosed
+		return replication.ErrClosed
 	}
 	if side == followerSide && p.refusal != nil {
 		return fmt.Errorf("%w: %w: %w", replication.ErrDisconnected, replication.ErrRefused, p.refusal)

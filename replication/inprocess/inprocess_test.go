@@ -328,9 +328,9 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 	if err := fc.Send(ctx, replication.Ack{}); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower send: %v", err)
 	}
-	// Close after a disconnect reports ErrTransportClosed to the closing side only.
+	// Close after a disconnect reports ErrClosed to the closing side only.
 	fc.Close()
-	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("recv after own close: %v", err)
 	}
 	if _, err := lc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
@@ -346,12 +346,12 @@ func TestInProcessDisconnectReconnect(t *testing.T) {
 	if b, err := fc.Recv(ctx); err != nil || binary.LittleEndian.Uint64(b) != 2 {
 		t.Fatalf("after reconnect: %v %v", b, err)
 	}
-	// Closing one end: the peer sees ErrDisconnected, this end ErrTransportClosed.
+	// Closing one end: the peer sees ErrDisconnected, this end ErrClosed.
 	lc.Close()
 	if _, err := fc.Recv(ctx); !errors.Is(err, replication.ErrDisconnected) {
 		t.Fatalf("follower after leader close: %v", err)
 	}
-	if err := lc.Send(ctx, msg(3)); !errors.Is(err, replication.ErrTransportClosed) {
+	if err := lc.Send(ctx, msg(3)); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("leader after own close: %v", err)
 	}
 	if st := tr.Stats(); st.Dials != 2 || st.Accepts != 2 || st.Disconnects != 1 {
@@ -411,7 +411,7 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Calls blocked in every way, then Close: all return ErrTransportClosed (also
+	// Calls blocked in every way, then Close: all return ErrClosed (also
 	// those that only start after Close).
 	if err := fc.Send(ctx, replication.Ack{}); err != nil {
 		t.Fatal(err)
@@ -424,17 +424,17 @@ func TestInProcessCloseAndCancelNeverHang(t *testing.T) {
 	tr.Close()
 	tr2.Close()
 	for i := 0; i < 4; i++ {
-		if err := <-done; !errors.Is(err, replication.ErrTransportClosed) {
+		if err := <-done; !errors.Is(err, replication.ErrClosed) {
 			t.Fatalf("after Close: %v", err)
 		}
 	}
-	if _, err := tr.Dial(ctx, replication.Ack{}); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, err := tr.Dial(ctx, replication.Ack{}); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("dial after close: %v", err)
 	}
-	if _, _, err := tr.Accept(ctx); !errors.Is(err, replication.ErrTransportClosed) {
+	if _, _, err := tr.Accept(ctx); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
 	}
-	if err := lc.Send(ctx, msg(1)); !errors.Is(err, replication.ErrTransportClosed) {
+	if err := lc.Send(ctx, msg(1)); !errors.Is(err, replication.ErrClosed) {
 		t.Fatalf("send after close: %v", err)
 	}
 	if st := tr.Stats(); st.Lost != 6 { // 5 delayed batches + 1 queued ack
