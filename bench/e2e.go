@@ -239,7 +239,7 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer r.close()
-		f, err := follower.Open(filepath.Join(r.dir, "follower"), &follower.Options{Options: store.Options{NoSync: noSync, Logger: quietSlog()}})
+		f, err := follower.Open(filepath.Join(r.dir, "follower"), &follower.Options{Store: store.Options{NoSync: noSync, Logger: quietSlog()}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -402,7 +402,7 @@ func Shards(n int, noSync bool) func(*testing.B) {
 			shards[i] = uint32(i)
 		}
 		node, err := follower.OpenNode(dir, shards, &follower.NodeOptions{
-			Follower: follower.Options{Options: store.Options{NoSync: noSync, Logger: quietSlog()}}})
+			Follower: follower.Options{Store: store.Options{NoSync: noSync, Logger: quietSlog()}}})
 		if err != nil {
 			b.Fatal(err)
 		}

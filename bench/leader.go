@@ -163,7 +163,7 @@ func LeaderQuorum(n int) func(*testing.B) {
 		var fs []*follower.Follower
 		for i := range n {
 			f, err := follower.Open(fmt.Sprintf("%s/follower-%d", r.dir, i+1),
-				&follower.Options{Options: store.Options{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
+				&follower.Options{Store: store.Options{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
 			if err != nil {
 				cancel()
 				wg.Wait()

@@ -301,7 +301,7 @@ func runDrain(b *testing.B, prepare func(i int) int, compose func(i int) int, ti
 func Receiver(w Workload) func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, fmt.Sprintf("receiver %+v", w), func(r *rig) error {
-			f, err := follower.Open(r.dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler)}})
+			f, err := follower.Open(r.dir, &follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				return err
 			}
@@ -324,7 +324,7 @@ func Receiver(w Workload) func(b *testing.B) {
 func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v", w), func(r *rig) error {
-			f, err := follower.Open(r.dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler)}})
+			f, err := follower.Open(r.dir, &follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,7 @@ func Reopen(logBatches int) func(*testing.B) { return reopen(logBatches, false) 
 
 // ReopenKilled is Reopen of a follower that was killed instead of closed
 // (follower.Kill: no flush), so that every open also replays Pebble's WAL
-// — up to a memtable's worth (follower.Options.MemTableSize) — into a
+// — up to a memtable's worth (store.Options.MemTableSize) — into a
 // memtable and flushes it. Each op opens a copy of the killed store, made
 // with the timer stopped.
 func ReopenKilled() func(*testing.B) { return reopen(0, true) }
@@ -41,7 +41,7 @@ func reopen(logBatches int, kill bool) func(*testing.B) {
 		}
 		defer os.RemoveAll(dir)
 		defer os.RemoveAll(dir + "-copy")
-		opts := &follower.Options{Options: store.Options{HWMLogBatches: logBatches, Logger: quietSlog()}}
+		opts := &follower.Options{Store: store.Options{HWMLogBatches: logBatches, Logger: quietSlog()}}
 		f, err := follower.Open(dir, opts)
 		if err != nil {
 			b.Fatal(err)

@@ -28,7 +28,7 @@ import (
 func damagedNode(t *testing.T) (string, [][]byte) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "node")
-	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 2, Requests: 12, BatchSize: 4}, 1, nil)
 	for _, s := range []uint32{0, 1} {
@@ -77,7 +77,7 @@ func TestDamagedStoreIsAnError(t *testing.T) {
 		open func() error
 	}{
 		{"Open", func() error {
-			f, err := follower.Open(storeDir, &follower.Options{Options: store.Options{Shard: 1, Logger: quietLogger}})
+			f, err := follower.Open(storeDir, &follower.Options{Store: store.Options{Shard: 1, Logger: quietLogger}})
 			if err == nil {
 				_ = f.Close()
 			}
@@ -85,7 +85,7 @@ func TestDamagedStoreIsAnError(t *testing.T) {
 		}},
 		{"Describe", func() error { _, err := store.Describe(vfs.Default, storeDir); return err }},
 		{"OpenNode of the damaged shard alone", func() error {
-			n, err := follower.OpenNode(dir, []uint32{1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+			n, err := follower.OpenNode(dir, []uint32{1}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 			if err == nil {
 				_ = n.Close()
 			}
@@ -112,7 +112,7 @@ func TestNodeServesAroundDamagedShard(t *testing.T) {
 	dir, batches := damagedNode(t)
 	storeDir := store.ShardDir(dir, 1)
 	before := storeDigest(t, storeDir)
-	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	defer n.Close()
 
@@ -161,7 +161,7 @@ func TestNodeRebuildsDamagedShard(t *testing.T) {
 		_, err := c.Send(l)
 		require.NoError(t, err)
 	}
-	opts := &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}, ReopenBackoff: time.Millisecond}
+	opts := &follower.NodeOptions{Follower: follower.Options{Store: store.Options{ID: "node", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}, ReopenBackoff: time.Millisecond}
 	serve := func(n *follower.Node) { serveNodeUntilCaughtUp(t, ctx, n, trs, c)() }
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, opts)
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 	pristine := filepath.Join(t.TempDir(), "s")
 	w := recordLog(t, sim.WorkloadOptions{Seed: 4, Sessions: 600, Requests: 3000, BatchSize: 600}, 1, nil)
 	batches := encodeLog(t, w, 0, 1)
-	f, err := follower.Open(pristine, &follower.Options{Options: store.Options{Logger: quietLogger}})
+	f, err := follower.Open(pristine, &follower.Options{Store: store.Options{Logger: quietLogger}})
 	require.NoError(t, err)
 	half := len(batches) / 2
 	for _, b := range batches[:half] {
@@ -215,7 +215,7 @@ func TestDamagedBlockMetWhileApplying(t *testing.T) {
 		b := append([]byte(nil), orig...)
 		b[len(b)*i/20] ^= 0xff
 		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(ssts[0])), b, 0o644))
-		f, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
+		f, err := follower.Open(dir, &follower.Options{Store: store.Options{Logger: quietLogger}})
 		if err != nil {
 			require.ErrorIs(t, err, store.ErrCorrupt)
 			continue // a block Open reads
@@ -267,7 +267,7 @@ func TestRunRebuildsDamagedStore(t *testing.T) {
 		half = c.LastLSN(0) > 30
 	}
 	opts := func(mode follower.RebuildMode) *follower.Options {
-		return &follower.Options{Options: store.Options{ID: "a", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor}
+		return &follower.Options{Store: store.Options{ID: "a", Logger: quietLogger}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor}
 	}
 	storeDir := dir + "/a"
 	f, stop := serveFollower(t, ctx, storeDir, opts(follower.RebuildNever), tr)

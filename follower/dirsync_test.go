@@ -39,7 +39,7 @@ func TestNewStoreSurvivesPowerFailure(t *testing.T) {
 		require.NoError(t, err)
 		_, err = n.Apply(batch)
 		require.NoError(t, err)
-		o.Follower.FS = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+		o.Follower.Store.FS = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 		require.NoError(t, n.Close())
 		n, err = follower.OpenNode("/nodes/n1", []uint32{0}, o)
 		require.NoError(t, err)

@@ -4,7 +4,7 @@
 // the link drops; a Node does that for every shard a process holds, and a
 // store the leader refuses for good is rebuilt from a snapshot.
 //
-//	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 3}})
+//	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 3}})
 //	go f.Serve(ctx, dialer)      // redials, resumes from the durable position
 //	...
 //	f.Close()                    // stops Serve, flushes, closes the store
@@ -58,7 +58,7 @@
 //
 // # Applier failure
 //
-// A custom Applier (Options.Applier) keeps the Applier contract above
+// A custom Applier (Options.Store.Applier) keeps the Applier contract (package store)
 // (store invariant 9): deterministic, a rejection recorded as a result (package
 // follower's Example_rejectionRecorded), never an error. An error or a panic
 // (recovered) refuses the batch with store.ErrApply and commits
@@ -117,7 +117,7 @@
 // goroutine, so shards apply in parallel and a stalled link holds up only its
 // shard. A shard whose store fails (store.ErrFailed) is closed and
 // reopened from disk on its own, with backoff, while the others keep
-// applying. The window bound (Options.WindowCapacity) holds per shard: the
+// applying. The window bound (Options.Store.WindowCapacity) holds per shard: the
 // node holds at most shards × capacity keys, and NodeStats reports the
 // total, including WindowBytes, the memory the windows hold.
 //

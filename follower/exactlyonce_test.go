@@ -42,7 +42,7 @@ func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 // checkpoints a session two batches after its change, so the workloads'
 // dozen batches exercise logging, checkpoints, delta deletion and replay.
 func testOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{Options: store.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
+	return &follower.Options{Store: store.Options{FS: fs, Logger: quietLogger, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // logModes are the HWM log settings the seeded simulations rotate through:
@@ -128,7 +128,7 @@ type simFollower struct {
 
 func (s *simFollower) open() {
 	o := s.opts
-	o.FS = s.fs
+	o.Store.FS = s.fs
 	f, err := follower.Open("/follower", &o)
 	require.NoError(s.t, err)
 	s.f = f
@@ -174,8 +174,8 @@ func runSim(t testing.TB, seed uint64, cfg sim.WorkloadOptions, faults bool) (*s
 	w := recordLog(t, cfg, 1, &hostile)
 	net := newSimNet(seed, encodeLog(t, w, 0, 1))
 	sf := &simFollower{t: t, fs: vfs.NewCrashableMem(), opts: *testOptions(nil)}
-	sf.opts.WindowCapacity = 4096
-	sf.opts.HWMLogBatches = logModes[seed%uint64(len(logModes))]
+	sf.opts.Store.WindowCapacity = 4096
+	sf.opts.Store.HWMLogBatches = logModes[seed%uint64(len(logModes))]
 	sf.open()
 	defer func() { _ = sf.f.Close() }()
 

@@ -66,7 +66,7 @@ func Example_customApplier() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	opts := &follower.Options{Options: store.Options{Applier: balances{}, Logger: quietLogger}}
+	opts := &follower.Options{Store: store.Options{Applier: balances{}, Logger: quietLogger}}
 
 	s := session.ID{0x02}
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()

@@ -47,7 +47,7 @@ func ExampleNode() {
 	}
 	defer l.Close()
 	n, err := follower.OpenNode(filepath.Join(dir, "node-1"), []uint32{0, 1, 2, 3}, &follower.NodeOptions{
-		Follower: follower.Options{Options: store.Options{ID: "node-1", Logger: quietLogger}},
+		Follower: follower.Options{Store: store.Options{ID: "node-1", Logger: quietLogger}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -137,7 +137,7 @@ func Example_rejectionRecorded() {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	f, err := follower.Open(filepath.Join(dir, "f1"), &follower.Options{Options: store.Options{ID: "f1", Applier: recordedBalances{}, Logger: quietLogger}})
+	f, err := follower.Open(filepath.Join(dir, "f1"), &follower.Options{Store: store.Options{ID: "f1", Applier: recordedBalances{}, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 0, Logger: quietLogger}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,12 +31,15 @@ var ErrClosed = errors.New("follower: closed")
 // errors.Is(err, replication.ErrWrongShard) and the like work.
 var ErrPermanentRefusal = errors.New("follower: refused for good")
 
-// Options configures a Follower: the store's options (store.Options,
-// embedded) and how Serve reaches the leader. Every zero field takes the
-// default named in its comment (see EnsureDefaults); Open validates the
-// result and reports all problems at once.
+// Options configures a Follower: its store's options and how Serve reaches
+// the leader. Every zero field takes the default named in its comment (see
+// EnsureDefaults); Open validates the result and reports all problems at
+// once.
 type Options struct {
-	store.Options
+	// Store configures the follower's store (its shard, its ID in the
+	// hello, the window, the Applier, the filesystem, ...): store.Options,
+	// whose defaults hold.
+	Store store.Options
 	// ReconnectBackoff is the first wait before Serve redials: after a
 	// working connection drops, and after the first failed attempt. It
 	// doubles after every further failed attempt (a failed dial, or a
@@ -110,7 +113,7 @@ const (
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (o *Options) EnsureDefaults() *Options {
-	o.Options.EnsureDefaults()
+	o.Store.EnsureDefaults()
 	if o.ReconnectBackoff == 0 {
 		o.ReconnectBackoff = DefaultReconnectBackoff
 	}
@@ -136,7 +139,7 @@ func badOptions(typ string, errs []error) error { return badopts.Wrap(ErrBadOpti
 // problems lists every invalid field.
 func (o *Options) problems() []error {
 	var errs []error
-	if err := o.Options.Validate(); err != nil {
+	if err := o.Store.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.ReconnectBackoff < 0 {
@@ -190,12 +193,12 @@ func OpenContext(ctx context.Context, dir string, opts *Options) (*Follower, err
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := store.OpenContext(ctx, dir, &o.Options)
+	st, err := store.OpenContext(ctx, dir, &o.Store)
 	if err != nil {
 		return nil, err
 	}
 	lsn, epoch := st.Position()
-	o.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Shard,
+	o.Store.Logger.Info("oncewal follower opened", "dir", dir, "shard", o.Store.Shard,
 		"applied_lsn", lsn, "epoch", epoch, "window", st.Window().Len())
 	return &Follower{st: st, opts: o, life: lifegate.New()}, nil
 }
@@ -246,7 +249,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 	}
 	defer done()
 
-	log := f.opts.Logger
+	log := f.opts.Store.Logger
 	backoff := newRedialBackoff(&f.opts)
 	var streak linkStreak
 	for ctx.Err() == nil {
@@ -301,7 +304,7 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 		} else {
 			f.link.failed(err)
 			next, stop := f.afterRefusal(err, wait)
-			streak.fail(log, err, capped, wait, next, f.opts.ID)
+			streak.fail(log, err, capped, wait, next, f.opts.Store.ID)
 			if stop {
 				return fmt.Errorf("%w: %w", ErrPermanentRefusal, err)
 			}
@@ -369,7 +372,7 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 				continue
 			}
 			if err != nil && !errors.Is(err, replication.ErrSeqGap) && !errors.Is(err, replication.ErrOutOfOrder) {
-				f.opts.Logger.Warn("oncewal follower: batch refused", "err", err)
+				f.opts.Store.Logger.Warn("oncewal follower: batch refused", "err", err)
 			}
 			if err := conn.Send(ctx, res.Ack); err != nil {
 				failed = err
@@ -448,7 +451,7 @@ func (f *Follower) recvLive(ctx context.Context, conn replication.FollowerConn) 
 func (f *Follower) Store() *store.Store { return f.st }
 
 // Shard is the shard the follower serves.
-func (f *Follower) Shard() uint32 { return f.opts.Shard }
+func (f *Follower) Shard() uint32 { return f.opts.Store.Shard }
 
 // Position returns the applied LSN and the highest committed epoch.
 func (f *Follower) Position() (appliedLSN, epoch uint64) { return f.st.Position() }

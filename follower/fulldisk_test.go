@@ -195,7 +195,7 @@ func TestCloseOnFullDisk(t *testing.T) {
 	require.NoError(t, g.Close())
 }
 
-// TestMinFreeBytes: below Options.MinFreeBytes of free space, Apply refuses
+// TestMinFreeBytes: below Options.Store.MinFreeBytes of free space, Apply refuses
 // a batch with replication.ErrDiskFull and changes nothing, and Serve holds
 // its batches (Stats.DiskFull, /readyz not ready) instead of writing them;
 // once there is room, the follower goes on to the oracle's state.
@@ -204,7 +204,7 @@ func TestMinFreeBytes(t *testing.T) {
 	log := encodeLog(t, w, 0, 1)
 	mem := vfs.NewMem()
 	o := testOptions(mem)
-	o.MinFreeBytes = 1 << 20
+	o.Store.MinFreeBytes = 1 << 20
 	f, err := follower.Open("/f", o)
 	require.NoError(t, err)
 	res, err := f.Apply(log[0])

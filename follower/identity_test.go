@@ -35,10 +35,10 @@ func appliedStore(t *testing.T, dir string, o follower.Options) uint64 {
 func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64 {
 	t.Helper()
 	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 200, BatchSize: 20}, 1, nil)
-	o.Logger = quietLogger
+	o.Store.Logger = quietLogger
 	f, err := follower.Open(dir, &o)
 	require.NoError(t, err)
-	for _, raw := range encodeLog(t, w, o.Shard, 1) {
+	for _, raw := range encodeLog(t, w, o.Store.Shard, 1) {
 		_, err := f.Apply(raw)
 		require.NoError(t, err)
 	}
@@ -57,10 +57,10 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 // it opens.
 func TestOpenForeignShard(t *testing.T) {
 	dir := t.TempDir()
-	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 1}})
+	lsn := appliedStore(t, dir, follower.Options{Store: store.Options{Shard: 1}})
 	before := dirState(t, dir)
 
-	_, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
+	_, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 0, Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrMismatch)
 	var me *store.MismatchError
 	require.ErrorAs(t, err, &me)
@@ -69,7 +69,7 @@ func TestOpenForeignShard(t *testing.T) {
 	require.Contains(t, err.Error(), "shard 1, asked 0")
 	require.Equal(t, before, dirState(t, dir), "a refused open changed the store")
 
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 1, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 1, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
@@ -82,15 +82,15 @@ func TestOpenForeignShard(t *testing.T) {
 // is safe — longer, larger — and refuses the rest without changing anything.
 func TestOpenOptionMismatch(t *testing.T) {
 	dir := t.TempDir()
-	base := follower.Options{Options: store.Options{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
+	base := follower.Options{Store: store.Options{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
 	appliedStore(t, dir, base)
 	before := dirState(t, dir)
 
 	for name, mod := range map[string]func(*follower.Options){
-		"shorter horizon": func(o *follower.Options) { o.RetentionHorizon = time.Minute },
-		"longer horizon":  func(o *follower.Options) { o.RetentionHorizon = 2 * time.Hour },
-		"smaller window":  func(o *follower.Options) { o.WindowCapacity = 10 },
-		"default window":  func(o *follower.Options) { o.WindowCapacity = 0 },
+		"shorter horizon": func(o *follower.Options) { o.Store.RetentionHorizon = time.Minute },
+		"longer horizon":  func(o *follower.Options) { o.Store.RetentionHorizon = 2 * time.Hour },
+		"smaller window":  func(o *follower.Options) { o.Store.WindowCapacity = 10 },
+		"default window":  func(o *follower.Options) { o.Store.WindowCapacity = 0 },
 	} {
 		o := base
 		mod(&o)
@@ -104,21 +104,21 @@ func TestOpenOptionMismatch(t *testing.T) {
 
 	// Unsafe changes are refused and change nothing.
 	for name, mod := range map[string]func(*follower.Options){
-		"shorter horizon": func(o *follower.Options) { o.RetentionHorizon = time.Minute },
-		"smaller window":  func(o *follower.Options) { o.WindowCapacity = 999 },
-		"other shard":     func(o *follower.Options) { o.Shard = 3 },
+		"shorter horizon": func(o *follower.Options) { o.Store.RetentionHorizon = time.Minute },
+		"smaller window":  func(o *follower.Options) { o.Store.WindowCapacity = 999 },
+		"other shard":     func(o *follower.Options) { o.Store.Shard = 3 },
 	} {
 		o := base
 		mod(&o)
-		old, err := store.SetRecordedOptions(dir, &o.Options)
+		old, err := store.SetRecordedOptions(dir, &o.Store)
 		require.ErrorIs(t, err, store.ErrUnsafeOptionChange, name)
 		require.Equal(t, 1000, old.WindowCapacity)
 	}
 	require.Equal(t, before, dirState(t, dir))
 
 	grown := base
-	grown.WindowCapacity, grown.RetentionHorizon = 5000, 48*time.Hour
-	old, err := store.SetRecordedOptions(dir, &grown.Options)
+	grown.Store.WindowCapacity, grown.Store.RetentionHorizon = 5000, 48*time.Hour
+	old, err := store.SetRecordedOptions(dir, &grown.Store)
 	require.NoError(t, err)
 	require.Equal(t, store.Identity{Kind: store.KindShardStore, Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour}, old)
 	_, err = follower.Open(dir, &base)
@@ -141,7 +141,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 func TestOpenWrongLayout(t *testing.T) {
 	root := t.TempDir()
 	node := filepath.Join(root, "node")
-	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err := follower.OpenNode(node, []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.NoError(t, n.Close())
 
@@ -165,7 +165,7 @@ func TestOpenWrongLayout(t *testing.T) {
 		found store.Layout
 	}{{node, store.LayoutNode}, {walDir, store.LayoutWAL}, {leaderDir, store.LayoutLeader}, {random, store.LayoutOther}} {
 		before := dirState(t, c.dir)
-		_, err := follower.Open(c.dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
+		_, err := follower.Open(c.dir, &follower.Options{Store: store.Options{Logger: quietLogger}})
 		require.ErrorIs(t, err, store.ErrWrongLayout, c.dir)
 		var le *store.LayoutError
 		require.ErrorAs(t, err, &le)
@@ -177,7 +177,7 @@ func TestOpenWrongLayout(t *testing.T) {
 	storeDir := store.ShardDir(node, 1)
 	before := dirState(t, storeDir)
 	for _, dir := range []string{storeDir, walDir, leaderDir, random} {
-		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 		require.ErrorIs(t, err, store.ErrWrongLayout, dir)
 	}
 	require.Equal(t, before, dirState(t, storeDir))
@@ -193,7 +193,7 @@ func TestOpenNotOncewalStore(t *testing.T) {
 	require.NoError(t, db.Set([]byte("users/1"), []byte("alice"), pebble.Sync))
 	require.NoError(t, db.Close())
 	before := dirState(t, dir)
-	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger}})
+	_, err = follower.Open(dir, &follower.Options{Store: store.Options{Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrNotStore)
 	require.Equal(t, before, dirState(t, dir))
 }
@@ -204,16 +204,16 @@ func TestOpenNotOncewalStore(t *testing.T) {
 func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	root := t.TempDir()
 	dir := store.ShardDir(root, 4)
-	lsn := appliedStore(t, dir, follower.Options{Options: store.Options{Shard: 4}})
+	lsn := appliedStore(t, dir, follower.Options{Store: store.Options{Shard: 4}})
 	db, err := pebble.Open(dir, &pebble.Options{Logger: store.FatalLogger{}})
 	require.NoError(t, err)
 	require.NoError(t, db.Delete([]byte(keyspace.MetaIdentity), pebble.Sync))
 	require.NoError(t, db.Close())
 
-	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 0, Logger: quietLogger}})
+	_, err = follower.Open(dir, &follower.Options{Store: store.Options{Shard: 0, Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrMismatch, "shard-0004 opened as shard 0")
 
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 4, WindowCapacity: 77, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 4, WindowCapacity: 77, Logger: quietLogger}})
 	require.NoError(t, err)
 	got, _ := f.Position()
 	require.Equal(t, lsn, got)
@@ -222,7 +222,7 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 77, id.WindowCapacity)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 4, Logger: quietLogger}})
+	_, err = follower.Open(dir, &follower.Options{Store: store.Options{Shard: 4, Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrMismatch, "the adopted identity is enforced")
 }
 
@@ -230,12 +230,12 @@ func TestOpenAdoptsStoreWithoutIdentity(t *testing.T) {
 // (before any batch), and it marks the store as oncewal's.
 func TestOpenNewStoreRecordsIdentity(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "s")
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Shard: 9, Logger: quietLogger}})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	_, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 8, Logger: quietLogger}})
+	_, err = follower.Open(dir, &follower.Options{Store: store.Options{Shard: 8, Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrMismatch)
-	f, err = follower.Open(dir, &follower.Options{Options: store.Options{Shard: 9, Logger: quietLogger}})
+	f, err = follower.Open(dir, &follower.Options{Store: store.Options{Shard: 9, Logger: quietLogger}})
 	require.NoError(t, err)
 	_, _, ok, err := store.ReadMeta(f.View())
 	require.NoError(t, err)

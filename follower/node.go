@@ -162,7 +162,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	}
 	// A single store, a WAL or a leader's directory is refused before
 	// anything is created in it.
-	switch layout, detail, err := store.DirLayout(o.Follower.FS, dir); {
+	switch layout, detail, err := store.DirLayout(o.Follower.Store.FS, dir); {
 	case err != nil:
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	case layout != store.LayoutEmpty && layout != store.LayoutNode:
@@ -171,7 +171,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	// A refused start leaves the node directory as it was: the store
 	// directories this open creates are removed again if any shard fails
 	// (a new store's Open removes only its own when it fails itself).
-	fs := o.Follower.FS
+	fs := o.Follower.Store.FS
 	_, statErr := fs.Stat(dir)
 	newDir := errors.Is(statErr, os.ErrNotExist)
 	had, err := store.NodeShards(fs, dir)
@@ -196,10 +196,10 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	n := &Node{dir: dir, opts: o, byID: make(map[uint32]*nodeShard, len(sorted))}
 	for _, s := range sorted {
 		so := o.Follower
-		so.Shard = s
+		so.Store.Shard = s
 		if o.PerShard != nil {
 			o.PerShard(s, &so)
-			so.Shard = s
+			so.Store.Shard = s
 		}
 		ns := &nodeShard{shard: s, dir: store.ShardDir(dir, s), opts: so}
 		ns.opts.rebuilder = so.rebuilds()
@@ -413,7 +413,7 @@ func (n *Node) Serve(ctx context.Context, dial func(shard uint32) replication.Di
 // a rebuild fixes (NeedsRebuild) closes the shard's store, rebuilds it from
 // Options.RebuildFrom and reopens it; the other shards are not touched.
 func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dialer) error {
-	log := ns.opts.Logger
+	log := ns.opts.Store.Logger
 	for ctx.Err() == nil {
 		ns.mu.RLock()
 		f := ns.f
@@ -475,7 +475,7 @@ func (n *Node) serveShard(ctx context.Context, ns *nodeShard, d replication.Dial
 // restarted or a new one, which may no longer refuse it; if it does, the
 // next rebuild asks the donor again), as Run does after a failed rebuild.
 func (n *Node) rebuild(ctx context.Context, ns *nodeShard, reason error) {
-	log := ns.opts.Logger
+	log := ns.opts.Store.Logger
 	ns.mu.Lock()
 	ns.retire(reason)
 	ns.mu.Unlock()
@@ -527,7 +527,7 @@ func (ns *nodeShard) logDamaged(err error) {
 	if ns.opts.rebuilds() {
 		does = "the shard is rebuilt from the leader's snapshot (the other shards serve meanwhile)"
 	}
-	ns.opts.Logger.Error("oncewal node: shard store is damaged; "+does, "shard", ns.shard, "err", err)
+	ns.opts.Store.Logger.Error("oncewal node: shard store is damaged; "+does, "shard", ns.shard, "err", err)
 }
 
 // reopen opens ns's store again, retrying with backoff until it opens or
@@ -558,7 +558,7 @@ func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 		if errors.Is(err, store.ErrCorrupt) {
 			ns.logDamaged(err)
 		} else {
-			ns.opts.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
+			ns.opts.Store.Logger.Error("oncewal node: reopening shard store failed", "shard", ns.shard, "err", err, "retry_in", backoff)
 		}
 		backoff = min(2*backoff, 32*n.opts.ReopenBackoff)
 	}
@@ -601,7 +601,7 @@ func (n *Node) Stats() NodeStats {
 		ss := ShardStats{Shard: ns.shard, Reopens: ns.reopens, Rebuilds: ns.rebuilds, Err: ns.lastErr}
 		ss.Receiver = ns.retired
 		ss.BackgroundErrors = ns.retiredBG
-		ss.WindowCapacity = ns.opts.WindowCapacity
+		ss.WindowCapacity = ns.opts.Store.WindowCapacity
 		if ns.f != nil {
 			fs := ns.f.Stats()
 			fs.Receiver = ss.Receiver.Add(fs.Receiver)

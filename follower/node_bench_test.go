@@ -88,7 +88,7 @@ func benchNodeApply(b *testing.B, shards int, noSync bool) {
 		}
 	}
 	probe := &syncProbe{FS: vfs.Default}
-	node, err := follower.OpenNode(b.TempDir(), ids, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger, NoSync: noSync, FS: probe}}})
+	node, err := follower.OpenNode(b.TempDir(), ids, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger, NoSync: noSync, FS: probe}}})
 	if err != nil {
 		b.Fatal(err)
 	}

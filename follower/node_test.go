@@ -44,7 +44,7 @@ type simNode struct {
 
 func (s *simNode) open() {
 	o := s.opts
-	o.Follower.FS = s.fs
+	o.Follower.Store.FS = s.fs
 	n, err := follower.OpenNode("/node", s.shards, &o)
 	require.NoError(s.t, err)
 	s.node = n
@@ -94,7 +94,7 @@ func runShardedSim(t testing.TB, seed uint64, shards int, cfg sim.WorkloadOption
 	}
 	sn := &simNode{t: t, fs: vfs.NewCrashableMem(), shards: ids,
 		opts: follower.NodeOptions{Follower: *testOptions(nil)}}
-	sn.opts.Follower.WindowCapacity = 4096
+	sn.opts.Follower.Store.WindowCapacity = 4096
 	sn.open()
 	defer func() { _ = sn.node.Close() }()
 
@@ -168,7 +168,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 					Workload: sim.WorkloadOptions{Sessions: 16, Requests: 1200, RetryRate: 0.05, CloseRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
-					Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
+					Follower: follower.Options{Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
 					Timeout:  time.Minute,
 					Shards:   shards,
 				})
@@ -192,7 +192,7 @@ func TestNodeShardedPipeline(t *testing.T) {
 // header does not decode (with its wal error).
 func TestNodeWrongShard(t *testing.T) {
 	dir := t.TempDir()
-	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err := follower.OpenNode(dir, []uint32{1, 3}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	defer n.Close()
 	require.Equal(t, []uint32{1, 3}, n.Shards())
@@ -242,7 +242,7 @@ func TestNodeWrongShard(t *testing.T) {
 	got, err := store.NodeShards(nil, dir)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1, 3}, got)
-	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err = follower.OpenNode(dir, []uint32{3}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	lsn, _, err := n.Position(3)
 	require.NoError(t, err)
@@ -255,7 +255,7 @@ func TestNodeBadOptions(t *testing.T) {
 		_, err := follower.OpenNode(t.TempDir(), shards, nil)
 		require.ErrorIs(t, err, follower.ErrBadOptions, "%v", shards)
 	}
-	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{WindowCapacity: -1}}})
+	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{WindowCapacity: -1}}})
 	require.ErrorIs(t, err, follower.ErrBadOptions)
 	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
 }
@@ -265,7 +265,7 @@ func TestNodeBadOptions(t *testing.T) {
 func TestNodeWindowBoundPerShard(t *testing.T) {
 	const capacity = 50
 	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{Options: store.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}}})
+		Follower: follower.Options{Store: store.Options{Logger: quietLogger, WindowCapacity: capacity, PebbleOptions: smallMemtable}}})
 	require.NoError(t, err)
 	defer n.Close()
 	w := recordLog(t, sim.WorkloadOptions{Seed: 5, Requests: 400}, 1, nil)
@@ -302,7 +302,7 @@ func TestNodeStalledShard(t *testing.T) {
 		Workload: sim.WorkloadOptions{Sessions: 12, Requests: 800, BatchSize: 30},
 		Faults:   inprocess.FaultsLight,
 		Restarts: 2,
-		Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
+		Follower: follower.Options{Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}},
 		Timeout:  time.Minute,
 		Shards:   3,
 		Wrap: func(_ int, s uint32, d replication.Dialer) replication.Dialer {
@@ -374,11 +374,11 @@ func TestNodeFailingShard(t *testing.T) {
 	}
 
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower:      follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}},
+		Follower:      follower.Options{Store: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}},
 		ReopenBackoff: 5 * time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
-				o.FS = errorfs.Wrap(vfs.Default, inj)
+				o.Store.FS = errorfs.Wrap(vfs.Default, inj)
 			}
 		},
 	})
@@ -422,7 +422,7 @@ func TestNodeFailingShard(t *testing.T) {
 // Close).
 func TestNodeCloseRacesServe(t *testing.T) {
 	for i := range 20 {
-		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}})
+		n, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}})
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() {
@@ -443,7 +443,7 @@ func TestNodeCloseRacesServe(t *testing.T) {
 func TestNodeCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
 	tr := inprocess.New(inprocess.FaultsNone, 1)
-	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{Logger: quietLogger}}})
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, n.Serve(context.Background(), nil), follower.ErrBadOptions)
 	done := make(chan error, 1)
@@ -513,10 +513,10 @@ func TestNodeApplierFailure(t *testing.T) {
 		return err == nil && lsn == sh.NextLSN()-1
 	}
 	waitFor := func(n *follower.Node, what string, cond func() bool) { t.Helper(); waitNode(t, ctx, n, what, cond) }
-	nodeOpts := &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger}}, ReopenBackoff: time.Millisecond,
+	nodeOpts := &follower.NodeOptions{Follower: follower.Options{Store: store.Options{ID: "node", Logger: quietLogger}}, ReopenBackoff: time.Millisecond,
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == bad {
-				o.Applier = brokenApplier{}
+				o.Store.Applier = brokenApplier{}
 			}
 		}}
 	n, err := follower.OpenNode(filepath.Join(dir, "node"), []uint32{0, 1}, nodeOpts)

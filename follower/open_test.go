@@ -78,7 +78,7 @@ func TestOpenFullDisk(t *testing.T) {
 		return nil
 	})
 	var lines atomic.Int64
-	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: slog.New(countingHandler{n: &lines})}}
+	opts := &follower.Options{Store: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: slog.New(countingHandler{n: &lines})}}
 	_, err := openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
 	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorIs(t, err, syscall.ENOSPC)
@@ -114,7 +114,7 @@ func TestOpenFatalDuringOpen(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Store: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	for range 2 { // the second Open finds the dead one and answers at once
 		_, err := openWithin(t, time.Minute, func() (*follower.Follower, error) { return follower.Open(dir, opts) })
 		require.ErrorIs(t, err, store.ErrUnavailable)
@@ -139,7 +139,7 @@ func TestOpenContextCancel(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Store: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for !blocked.Load() {
@@ -168,7 +168,7 @@ func TestOpenNewStoreFailureLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	opts := &follower.Options{Options: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
+	opts := &follower.Options{Store: store.Options{FS: errorfs.Wrap(vfs.Default, inj), Logger: quietLogger}}
 	absent := filepath.Join(root, "new")
 	_, err := follower.Open(absent, opts)
 	require.ErrorIs(t, err, syscall.EIO)

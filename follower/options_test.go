@@ -30,7 +30,7 @@ func TestNodeOptionsValidate(t *testing.T) {
 		{"zero is the defaults", follower.NodeOptions{}, nil},
 		{"negative backoff", follower.NodeOptions{ReopenBackoff: -time.Millisecond}, []string{"ReopenBackoff"}},
 		{"all at once", follower.NodeOptions{ReopenBackoff: -1,
-			Follower: follower.Options{Options: store.Options{WindowCapacity: -1, RetentionHorizon: -time.Hour}}},
+			Follower: follower.Options{Store: store.Options{WindowCapacity: -1, RetentionHorizon: -time.Hour}}},
 			[]string{"ReopenBackoff", "WindowCapacity", "RetentionHorizon"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,14 +52,14 @@ func TestNodeOptionsValidate(t *testing.T) {
 	}
 }
 
-// TestMemTableSize: the store's memtable is Options.MemTableSize (default
+// TestMemTableSize: the store's memtable is Options.Store.MemTableSize (default
 // DefaultMemTableSize), as Pebble records it in the store's OPTIONS file;
 // PebbleOptions still has the last word (the simulations and crash tests
 // shrink it to exercise flushes); sizes Pebble cannot take are refused.
 func TestMemTableSize(t *testing.T) {
 	recordedAs := func(t *testing.T, o follower.Options, key string) string {
 		fs := vfs.NewMem()
-		o.FS, o.Logger = fs, slog.New(slog.DiscardHandler)
+		o.Store.FS, o.Store.Logger = fs, slog.New(slog.DiscardHandler)
 		f, err := follower.Open("store", &o)
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
@@ -85,19 +85,19 @@ func TestMemTableSize(t *testing.T) {
 	}
 	recorded := func(t *testing.T, o follower.Options) string { return recordedAs(t, o, "mem_table_size") }
 	require.Equal(t, fmt.Sprint(store.DefaultMemTableSize), recorded(t, follower.Options{}))
-	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{Options: store.Options{MemTableSize: 8 << 20}}))
-	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{Options: store.Options{MemTableSize: 8 << 20, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}))
+	require.Equal(t, fmt.Sprint(8<<20), recorded(t, follower.Options{Store: store.Options{MemTableSize: 8 << 20}}))
+	require.Equal(t, fmt.Sprint(256<<10), recorded(t, follower.Options{Store: store.Options{MemTableSize: 8 << 20, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}))
 	// Pebble charges memtables to the block cache: the cache holds two of
 	// them on top of 8 MiB of blocks, unless PebbleOptions sizes it.
 	require.Equal(t, fmt.Sprint(8<<20+2*store.DefaultMemTableSize), recordedAs(t, follower.Options{}, "cache_size"))
-	require.Equal(t, fmt.Sprint(8<<20+2*(256<<10)), recordedAs(t, follower.Options{Options: store.Options{PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}, "cache_size"))
-	require.Equal(t, fmt.Sprint(1<<20), recordedAs(t, follower.Options{Options: store.Options{PebbleOptions: func(o *pebble.Options) { o.CacheSize = 1 << 20 }}}, "cache_size"))
+	require.Equal(t, fmt.Sprint(8<<20+2*(256<<10)), recordedAs(t, follower.Options{Store: store.Options{PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}, "cache_size"))
+	require.Equal(t, fmt.Sprint(1<<20), recordedAs(t, follower.Options{Store: store.Options{PebbleOptions: func(o *pebble.Options) { o.CacheSize = 1 << 20 }}}, "cache_size"))
 
 	for _, bad := range []int64{-1, store.MinMemTableSize - 1, store.MaxMemTableSize + 1} {
-		err := (&follower.Options{Options: store.Options{MemTableSize: bad}}).EnsureDefaults().Validate()
+		err := (&follower.Options{Store: store.Options{MemTableSize: bad}}).EnsureDefaults().Validate()
 		require.ErrorContains(t, err, "MemTableSize", "MemTableSize %d", bad)
 	}
-	require.NoError(t, (&follower.Options{Options: store.Options{MemTableSize: store.MinMemTableSize}}).EnsureDefaults().Validate())
+	require.NoError(t, (&follower.Options{Store: store.Options{MemTableSize: store.MinMemTableSize}}).EnsureDefaults().Validate())
 }
 
 // TestBadOptionsSentinels: every constructor refuses unusable options at
@@ -112,11 +112,11 @@ func TestBadOptionsSentinels(t *testing.T) {
 	}{
 		{"store.Open", func(dir string) error { _, err := store.Open(dir, &badStore); return err }, []error{store.ErrBadOptions}},
 		{"follower.Open", func(dir string) error {
-			_, err := follower.Open(dir, &follower.Options{Options: badStore, ReconnectJitter: 2})
+			_, err := follower.Open(dir, &follower.Options{Store: badStore, ReconnectJitter: 2})
 			return err
 		}, []error{follower.ErrBadOptions, store.ErrBadOptions}},
 		{"follower.OpenNode", func(dir string) error {
-			_, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: badStore}})
+			_, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: badStore}})
 			return err
 		}, []error{follower.ErrBadOptions, store.ErrBadOptions}},
 	} {

@@ -38,7 +38,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 					Workload: sim.WorkloadOptions{Sessions: 10, Requests: 1500, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 40},
 					Faults:   p.faults,
 					Restarts: 3,
-					Follower: follower.Options{Options: store.Options{Logger: quietLogger}},
+					Follower: follower.Options{Store: store.Options{Logger: quietLogger}},
 					Timeout:  time.Minute,
 				})
 				require.NoError(t, err, "seed %d", seed)
@@ -55,7 +55,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 func TestCloseStopsServe(t *testing.T) {
 	before := runtime.NumGoroutine()
 	tr := inprocess.New(inprocess.FaultsNone, 1)
-	f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger}})
+	f, err := follower.Open(t.TempDir(), &follower.Options{Store: store.Options{Logger: quietLogger}})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- f.Serve(context.Background(), tr) }()

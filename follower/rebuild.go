@@ -92,12 +92,12 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 		o = *opts
 	}
 	o.EnsureDefaults()
-	want := snapshot.Want{Shard: o.Shard, Identity: store.IdentityString(&o.Options), Describe: store.Describe}
-	if err := snapshot.Recover(o.FS, dir); err != nil {
+	want := snapshot.Want{Shard: o.Store.Shard, Identity: store.IdentityString(&o.Store), Describe: store.Describe}
+	if err := snapshot.Recover(o.Store.FS, dir); err != nil {
 		return snapshot.Manifest{}, snapshot.Stats{}, err
 	}
-	if layout, _, err := store.DirLayout(o.FS, dir); err == nil && layout == store.LayoutStore {
-		if cut, err := store.Describe(o.FS, dir); err == nil {
+	if layout, _, err := store.DirLayout(o.Store.FS, dir); err == nil && layout == store.LayoutStore {
+		if cut, err := store.Describe(o.Store.FS, dir); err == nil {
 			want.MinEpoch = cut.Epoch
 			if !errors.Is(reason, replication.ErrDiverged) {
 				want.MinLSN = cut.AppliedLSN
@@ -105,21 +105,21 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 		}
 	}
 	so := o.Snapshot
-	if so.Holder == "" && o.ID != "" {
+	if so.Holder == "" && o.Store.ID != "" {
 		// Stable across restarts: a rebuild killed mid-transfer releases
 		// its snapshot (and the donor's log pin) at its next Begin.
-		so.Holder = o.ID + "/" + filepath.Base(store.ShardDir("", o.Shard))
+		so.Holder = o.Store.ID + "/" + filepath.Base(store.ShardDir("", o.Store.Shard))
 	}
-	m, st, err := snapshot.Fetch(ctx, src, o.FS, dir, want, &so)
+	m, st, err := snapshot.Fetch(ctx, src, o.Store.FS, dir, want, &so)
 	if err != nil {
 		return m, st, err
 	}
-	if err := store.DropLeaderRows(snapshot.StagingDir(dir), &o.Options); err != nil {
+	if err := store.DropLeaderRows(snapshot.StagingDir(dir), &o.Store); err != nil {
 		// Not installed: the next Recover (every open) removes the staging.
-		_ = snapshot.Recover(o.FS, dir)
+		_ = snapshot.Recover(o.Store.FS, dir)
 		return m, st, fmt.Errorf("follower: rebuild of %s: %w", dir, err)
 	}
-	if err := snapshot.Install(o.FS, dir); err != nil {
+	if err := snapshot.Install(o.Store.FS, dir); err != nil {
 		return m, st, err
 	}
 	return m, st, nil
@@ -178,7 +178,7 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 		damaged := errors.Is(err, store.ErrCorrupt)
 		switch {
 		case damaged && o.rebuilds():
-			o.Logger.Error("oncewal follower: the store is damaged; rebuilding it from a snapshot of the leader", "dir", dir, "err", err)
+			o.Store.Logger.Error("oncewal follower: the store is damaged; rebuilding it from a snapshot of the leader", "dir", dir, "err", err)
 		case !errors.Is(err, ErrPermanentRefusal):
 			return err
 		case !NeedsRebuild(err) || !o.rebuilds():
@@ -186,19 +186,19 @@ func Run(ctx context.Context, dir string, opts *Options, d replication.Dialer, h
 			// StopOnPermanentRefusal (it retries the rest itself).
 			return err
 		}
-		o.Logger.Warn("oncewal follower: rebuilding the store from a snapshot", "dir", dir, "shard", o.Shard, "reason", err)
+		o.Store.Logger.Warn("oncewal follower: rebuilding the store from a snapshot", "dir", dir, "shard", o.Store.Shard, "reason", err)
 		m, st, rerr := Rebuild(ctx, dir, &o, o.RebuildFrom, err)
 		if rerr != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			o.Logger.Error("oncewal follower: rebuild failed; the old store is kept, retrying", "dir", dir, "err", rerr)
+			o.Store.Logger.Error("oncewal follower: rebuild failed; the old store is kept, retrying", "dir", dir, "err", rerr)
 			if err := ctxtime.Sleep(ctx, o.MaxReconnectBackoff); err != nil {
 				return nil
 			}
 			continue
 		}
-		o.Logger.Info("oncewal follower: store rebuilt from a snapshot", "dir", dir, "shard", o.Shard,
+		o.Store.Logger.Info("oncewal follower: store rebuilt from a snapshot", "dir", dir, "shard", o.Store.Shard,
 			"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
 		if h.Rebuilt != nil {
 			h.Rebuilt(err, m, st)

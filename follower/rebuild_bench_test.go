@@ -64,7 +64,7 @@ func donorRun(b *testing.B, seed int, rate int64) (uint64, time.Duration) {
 	ran := make(chan error, 1)
 	go func() { ran <- l.Run(ctx) }()
 	defer func() { cancel(); <-ran; _ = l.Close() }()
-	f, err := follower.Open(dir+"/live", &follower.Options{Options: store.Options{ID: "live", Logger: quietLogger}})
+	f, err := follower.Open(dir+"/live", &follower.Options{Store: store.Options{ID: "live", Logger: quietLogger}})
 	if err != nil {
 		b.Fatal(err)
 	}

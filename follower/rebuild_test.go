@@ -48,7 +48,7 @@ func TestRebuildJoinsLateAndDivergedFollowers(t *testing.T) {
 	defer donor.Close()
 
 	opts := func(id string, mode follower.RebuildMode) *follower.Options {
-		return &follower.Options{Options: store.Options{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
+		return &follower.Options{Store: store.Options{ID: id, Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: mode, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 8 << 10}}
 	}
 	live, stopLive := serveFollower(t, ctx, dir+"/live", opts("live", follower.RebuildNever), tr)
 	defer stopLive()
@@ -194,7 +194,7 @@ func TestNodeRebuildsEachRefusedShard(t *testing.T) {
 	donors := shardDonors(t, l)
 	c := sim.NewClient(w, 2, clock)
 	sendRetaining(t, c, l)
-	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: snapshot.NewRouter(func(s uint32) snapshot.Source { return donors[s] })}})
 	require.NoError(t, err)
 	stop := serveNodeUntilCaughtUp(t, ctx, n, trs, c)
 	require.NoError(t, c.Oracle().Verify(sim.RoutedState{Router: l.Router(), Node: n}))
@@ -241,7 +241,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 		_, err := c.Send(a)
 		require.NoError(t, err)
 	}
-	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Options: store.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond}})
+	b, err := follower.OpenNode(dir+"/b", []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{ID: "b", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	bctx, stopB := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -279,7 +279,7 @@ func TestDeposedLeaderRejoinsAsFollower(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- follower.Run(rctx, store.ShardDir(dir+"/a", 0), &follower.Options{Options: store.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
+		done <- follower.Run(rctx, store.ShardDir(dir+"/a", 0), &follower.Options{Store: store.Options{ID: "a", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor},
 			trB, &follower.RunHooks{
 				Opened:  func(f *follower.Follower) { cur.Store(f) },
 				Rebuilt: func(r error, _ snapshot.Manifest, _ snapshot.Stats) { reason = r },
@@ -334,7 +334,7 @@ func TestRebuiltStoreHasNoLeaderRows(t *testing.T) {
 	defer donor.Close()
 	node := dir + "/node"
 	storeDir := store.ShardDir(node, 0)
-	so := &follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}
+	so := &follower.Options{Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, _, err := follower.Rebuild(ctx, storeDir, so, donor, nil)
@@ -393,9 +393,9 @@ func TestCloseDuringRebuild(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 
-	slow := follower.Options{Options: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
+	slow := follower.Options{Store: store.Options{Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor, Snapshot: snapshot.Options{ChunkSize: 1 << 10, RateLimit: 2 << 10}}
 	no := slow
-	no.ID = "node"
+	no.Store.ID = "node"
 	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{Follower: no})
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -423,7 +423,7 @@ func TestCloseDuringRebuild(t *testing.T) {
 
 	// The donor's leader closes under a fetch: an error, no panic.
 	so := slow
-	so.ID = "single"
+	so.Store.ID = "single"
 	fetched := make(chan error, 1)
 	go func() {
 		_, _, err := follower.Rebuild(context.Background(), dir+"/single", &so, donor, nil)
@@ -479,7 +479,7 @@ func TestNodeRebuildFromClosedDonorRedials(t *testing.T) {
 	c := sim.NewClient(w, 1, clock)
 	sendRetaining(t, c, l)
 	donor := &closedDonor{}
-	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{Options: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor}})
+	n, err := follower.OpenNode(dir+"/node", []uint32{0}, &follower.NodeOptions{ReopenBackoff: time.Millisecond, Follower: follower.Options{Store: store.Options{ID: "node", Logger: quietLogger, PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 20 * time.Millisecond, Rebuild: follower.RebuildAuto, RebuildFrom: donor}})
 	require.NoError(t, err)
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -593,6 +593,6 @@ func TestRunStoppedWhileOpening(t *testing.T) {
 	}))
 	tr := inprocess.New(inprocess.FaultsNone, 1)
 	defer tr.Close()
-	err := follower.Run(ctx, "/store", &follower.Options{Options: store.Options{FS: fs, Logger: quietLogger}}, tr, nil)
+	err := follower.Run(ctx, "/store", &follower.Options{Store: store.Options{FS: fs, Logger: quietLogger}}, tr, nil)
 	require.NoError(t, err)
 }

@@ -131,7 +131,7 @@ func testBackoff(t *testing.T, failure func(n int) (bool, error)) {
 	const failures = 8
 	ms := time.Millisecond
 	logs := &logRecords{}
-	o := &follower.Options{Options: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, ReconnectBackoff: 5 * ms, MaxReconnectBackoff: 40 * ms, ReconnectJitter: -1}
+	o := &follower.Options{Store: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, ReconnectBackoff: 5 * ms, MaxReconnectBackoff: 40 * ms, ReconnectJitter: -1}
 	d := &scriptDialer{script: func(n int) (bool, error) {
 		if n <= failures {
 			return failure(n)
@@ -171,7 +171,7 @@ func testBackoff(t *testing.T, failure func(n int) (bool, error)) {
 // Error at its first occurrence and not again while it repeats.
 func TestServeLogsPermanentRefusalOnce(t *testing.T) {
 	logs := &logRecords{}
-	o := &follower.Options{Options: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 4 * time.Millisecond}
+	o := &follower.Options{Store: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 4 * time.Millisecond}
 	refusal := fmt.Errorf("dial: %w: hello for shard 1, serving 0", replication.ErrWrongShard)
 	d := &scriptDialer{script: func(int) (bool, error) { return false, refusal }}
 	serveUntil(t, o, d, func(n int) bool { return n >= 20 })
@@ -238,7 +238,7 @@ func TestRefusalLogSaysWhatNext(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &logRecords{}
-			o := &follower.Options{Options: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable, ID: "f3"}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond, StopOnPermanentRefusal: tc.stop}
+			o := &follower.Options{Store: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable, ID: "f3"}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond, StopOnPermanentRefusal: tc.stop}
 			f, err := follower.Open("f", o)
 			require.NoError(t, err)
 			defer f.Close()
@@ -281,7 +281,7 @@ func TestRefusalLogSaysWhatNext(t *testing.T) {
 // not at Info beside the follower's own lines.
 func TestPebbleLinesLabelled(t *testing.T) {
 	logs := &logRecords{}
-	f, err := follower.Open("f", &follower.Options{Options: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}})
+	f, err := follower.Open("f", &follower.Options{Store: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}})
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	logs.mu.Lock()
@@ -348,7 +348,7 @@ func TestServeDropsSilentLeader(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
 			logs := &logRecords{}
-			f, err := follower.Open("f", &follower.Options{Options: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, LeaderTimeout: 50 * time.Millisecond, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond})
+			f, err := follower.Open("f", &follower.Options{Store: store.Options{FS: vfs.NewMem(), Logger: slog.New(logs), PebbleOptions: smallMemtable}, LeaderTimeout: 50 * time.Millisecond, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 2 * time.Millisecond})
 			require.NoError(t, err)
 			defer f.Close()
 			ctx, cancel := context.WithCancel(context.Background())

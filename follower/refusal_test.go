@@ -42,13 +42,13 @@ func TestRefusalReachesFollower(t *testing.T) {
 		reason string
 		want   error
 	}{
-		{"unknown follower", follower.Options{Options: store.Options{ID: "stranger"}}, "unknown_follower", replication.ErrUnknownFollower},
-		{"wrong shard", follower.Options{Options: store.Options{ID: "f1", Shard: 3}}, "wrong_shard", replication.ErrWrongShard},
+		{"unknown follower", follower.Options{Store: store.Options{ID: "stranger"}}, "unknown_follower", replication.ErrUnknownFollower},
+		{"wrong shard", follower.Options{Store: store.Options{ID: "f1", Shard: 3}}, "wrong_shard", replication.ErrWrongShard},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := c.opts
-			o.Logger, o.ReconnectBackoff, o.MaxReconnectBackoff = quietLogger, time.Millisecond, 4*time.Millisecond
+			o.Store.Logger, o.ReconnectBackoff, o.MaxReconnectBackoff = quietLogger, time.Millisecond, 4*time.Millisecond
 
 			// Default: Serve keeps redialling, and counts every refusal.
 			f, err := follower.Open(t.TempDir(), &o)

@@ -16,7 +16,7 @@ import (
 func openNodeOf(t *testing.T, dir string, shards []uint32, count, window int) (*follower.Node, error) {
 	t.Helper()
 	return follower.OpenNode(dir, shards, &follower.NodeOptions{ShardCount: count,
-		Follower: follower.Options{Options: store.Options{Logger: quietLogger, WindowCapacity: window}}})
+		Follower: follower.Options{Store: store.Options{Logger: quietLogger, WindowCapacity: window}}})
 }
 
 // TestNodeShardCountFixed: a node directory records the deployment's shard
@@ -70,10 +70,10 @@ func TestNodeFailedStartLeavesNothing(t *testing.T) {
 
 	fresh := filepath.Join(t.TempDir(), "fresh")
 	_, err = follower.OpenNode(fresh, []uint32{0, 1}, &follower.NodeOptions{
-		Follower: follower.Options{Options: store.Options{Logger: quietLogger}},
+		Follower: follower.Options{Store: store.Options{Logger: quietLogger}},
 		PerShard: func(s uint32, o *follower.Options) {
 			if s == 1 {
-				o.FS = refuseFS{o.FS}
+				o.Store.FS = refuseFS{o.Store.FS}
 			}
 		}})
 	require.Error(t, err)

@@ -274,7 +274,7 @@ func serveReplica(t *testing.T, dir, id string, a store.Applier, tr *inprocess.T
 	if log == nil {
 		log = discard()
 	}
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{ID: id, Applier: a, Logger: log}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 10 * time.Millisecond})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{ID: id, Applier: a, Logger: log}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
 	r := &replica{f: f, stop: stop, done: make(chan error, 1)}

@@ -16,7 +16,7 @@ import (
 )
 
 // TestAppendRefusedOnFullDisk: while the WAL's disk has less free space
-// than the stores keep (follower.Options.MinFreeBytes), Append and the
+// than the stores keep (store.Options.MinFreeBytes), Append and the
 // request ledger are refused with replication.ErrDiskFull and nothing is
 // logged; once there is room, appends go on from the same LSN and SeqNo.
 func TestAppendRefusedOnFullDisk(t *testing.T) {

@@ -175,7 +175,7 @@
 // over one Listener; a Shipper is the simple case of one anonymous follower
 // (it is a Fanout with a single stream, so both run the same code:
 // shipper.go describes the stream, fanout.go the routing). Each follower
-// names itself in its hello (Ack.FollowerID, follower.Options.ID) and has its
+// names itself in its hello (Ack.FollowerID, store.Options.ID) and has its
 // own stream — connection, position, window, timers, counters — so a
 // reconnect replaces only that follower's stream and a slow or refused
 // follower holds up no other. Followers are registered by

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func quiet() *follower.Options { return &follower.Options{Options: store.Options{Logger: discard()}} }
+func quiet() *follower.Options { return &follower.Options{Store: store.Options{Logger: discard()}} }
 func discard() *slog.Logger    { return slog.New(slog.DiscardHandler) }
 func open(t *testing.T, dir string, o *leader.Options) *leader.Leader {
 	t.Helper()
@@ -117,7 +117,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 	before := testutil.TreeDigest(t, dir)
-	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: quiet().Options})
+	_, err := leader.Open(dir, &leader.Options{Shards: 2, Store: quiet().Store})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 	require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 
@@ -127,7 +127,7 @@ func TestOpenRefusesForeignShards(t *testing.T) {
 	w, err := wal.OpenWriter(filepath.Join(dir2, leader.WALDirName), &wal.WriterOptions{Shard: 7})
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: quiet().Options})
+	_, err = leader.Open(dir2, &leader.Options{Shards: 2, Store: quiet().Store})
 	require.ErrorIs(t, err, leader.ErrForeignShard)
 }
 
@@ -161,7 +161,7 @@ func TestEpochRaisedAndStaleRefused(t *testing.T) {
 	require.Equal(t, uint64(2), sh.Log().EpochStartLSN())
 	require.NoError(t, l.Close())
 
-	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: quiet().Options})
+	_, err = leader.Open(dir, &leader.Options{Shards: 1, Epoch: 2, Store: quiet().Store})
 	require.ErrorIs(t, err, replication.ErrStaleEpoch)
 	l = open(t, dir, &leader.Options{Shards: 1})
 	sh, _ = l.Shard(0)
@@ -276,7 +276,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	refused := func(t *testing.T, dir string, target error) {
 		t.Helper()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Store})
 		require.ErrorIs(t, err, target)
 		require.Equal(t, before, testutil.TreeDigest(t, dir), "a refused open changed the directory")
 	}
@@ -306,7 +306,7 @@ func TestOpenValidatesLog(t *testing.T) {
 	t.Run("a file instead of the directory", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "file")
 		require.NoError(t, os.WriteFile(p, []byte("not a leader"), 0o644))
-		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: quiet().Options})
+		_, err := leader.Open(p, &leader.Options{Shards: 1, Store: quiet().Store})
 		require.ErrorIs(t, err, leader.ErrBadOptions)
 	})
 	t.Run("second leader", func(t *testing.T) {
@@ -314,7 +314,7 @@ func TestOpenValidatesLog(t *testing.T) {
 		l := open(t, dir, &leader.Options{Shards: 1})
 		defer l.Close()
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Store})
 		require.ErrorIs(t, err, wal.ErrLocked)
 		require.ErrorContains(t, err, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
@@ -337,7 +337,7 @@ func TestOpenRefusesStoreOrWALDir(t *testing.T) {
 	require.NoError(t, w.Close())
 	for _, dir := range []string{storeDir, walDir} {
 		before := testutil.TreeDigest(t, dir)
-		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Options})
+		_, err := leader.Open(dir, &leader.Options{Shards: 1, Store: quiet().Store})
 		require.ErrorIs(t, err, store.ErrWrongLayout, dir)
 		require.Equal(t, before, testutil.TreeDigest(t, dir))
 	}

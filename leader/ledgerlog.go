@@ -87,7 +87,7 @@ type LedgerLogOptions struct {
 	// MinFreeBytes is the free space the WAL's disk keeps: below it every
 	// append is refused with ErrDiskFull and nothing is logged (see
 	// internal/diskguard). 0: the guard is off (leader.Open passes its
-	// store's follower.Options.MinFreeBytes).
+	// store's store.Options.MinFreeBytes).
 	MinFreeBytes int64
 	// OnAppend, if set, is called after every append with the batch's header
 	// and encoded bytes (those in the WAL), synced and applied locally, one

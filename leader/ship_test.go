@@ -70,7 +70,7 @@ func (c *cluster) stop() {
 // runFollower serves shard from c as follower id in dir until the returned
 // stop func is called; stop closes the follower.
 func (c *cluster) runFollower(dir, id string, shard uint32) (*follower.Follower, func()) {
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{ID: id, Shard: shard, Logger: discard()}, ReconnectBackoff: time.Millisecond})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{ID: id, Shard: shard, Logger: discard()}, ReconnectBackoff: time.Millisecond})
 	require.NoError(c.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

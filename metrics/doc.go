@@ -49,7 +49,7 @@
 //	ledger_swept_entries_total      counter  entries the sweeps deleted
 //	store_background_errors_total   counter  Pebble background errors (flush, compaction)
 //	store_write_stalled             gauge    1 while Pebble holds the store's writes back (follower.Stats.WriteStalled)
-//	store_disk_full                 gauge    1 while the disk is below follower.Options.MinFreeBytes (nothing applied)
+//	store_disk_full                 gauge    1 while the disk is below store.Options.MinFreeBytes (nothing applied)
 //
 // Follower link and node (prefix oncewal_follower_):
 //

@@ -100,7 +100,7 @@ func TestLeaderAndNodeMetrics(t *testing.T) {
 	wg.Go(func() { _ = l.Run(ctx) })
 
 	n, err := follower.OpenNode(dir+"/node", []uint32{0, 1}, &follower.NodeOptions{
-		Follower: follower.Options{Options: store.Options{ID: "f1", Logger: quiet}, ReconnectBackoff: time.Millisecond}})
+		Follower: follower.Options{Store: store.Options{ID: "f1", Logger: quiet}, ReconnectBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	defer n.Close()
 	wg.Go(func() { _ = n.Serve(ctx, func(s uint32) replication.Dialer { return trs[s] }) })
@@ -226,7 +226,7 @@ func TestReadyzBody(t *testing.T) {
 // TestFollowerReadyLag: the readiness check refuses a follower that applies
 // batches logged longer ago than the threshold, and passes an idle one.
 func TestFollowerReadyLag(t *testing.T) {
-	f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quiet}})
+	f, err := follower.Open(t.TempDir(), &follower.Options{Store: store.Options{Logger: quiet}})
 	require.NoError(t, err)
 	defer f.Close()
 	st := f.Stats()

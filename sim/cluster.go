@@ -153,14 +153,14 @@ func (c *Options) EnsureDefaults() *Options {
 	}
 	// The simulated nodes are quiet unless the caller gives the template a
 	// logger: a run restarts hundreds of stores.
-	if c.Follower.Logger == nil {
-		c.Follower.Logger = discard
+	if c.Follower.Store.Logger == nil {
+		c.Follower.Store.Logger = discard
 	}
-	if c.Follower.WindowCapacity == 0 {
-		c.Follower.WindowCapacity = 4096
+	if c.Follower.Store.WindowCapacity == 0 {
+		c.Follower.Store.WindowCapacity = 4096
 	}
-	if c.Follower.PebbleOptions == nil {
-		c.Follower.PebbleOptions = smallMemtable
+	if c.Follower.Store.PebbleOptions == nil {
+		c.Follower.Store.PebbleOptions = smallMemtable
 	}
 	// Redial fast: fault-injecting links drop all the time, and the
 	// production backoff would make a run mostly waiting.
@@ -569,7 +569,7 @@ func (r *run) dialer(i int, s uint32) replication.Dialer {
 
 func (r *run) followerOptions() follower.Options {
 	o := r.cfg.Follower
-	o.ID, o.Shard, o.FS = "", 0, nil
+	o.Store.ID, o.Store.Shard, o.Store.FS = "", 0, nil
 	return o
 }
 
@@ -597,8 +597,8 @@ func (r *run) openLeader(epoch uint64) error {
 	fo := r.followerOptions()
 	l, err := leader.Open(ln.dir, &leader.Options{
 		Shards: r.cfg.Shards, Epoch: epoch, Promote: epoch > 0, FS: ln.fs, Wall: r.clock.Now, Logger: discard,
-		Store: store.Options{WindowCapacity: fo.WindowCapacity, RetentionHorizon: fo.RetentionHorizon,
-			HWMCacheSize: fo.HWMCacheSize, Logger: discard, PebbleOptions: fo.PebbleOptions},
+		Store: store.Options{WindowCapacity: fo.Store.WindowCapacity, RetentionHorizon: fo.Store.RetentionHorizon,
+			HWMCacheSize: fo.Store.HWMCacheSize, Logger: discard, PebbleOptions: fo.Store.PebbleOptions},
 		Followers: ids,
 		Listener:  func(s uint32) replication.Listener { return listeners[s] },
 		Shipping: leader.ShipperOptions{RetransmitTimeout: r.cfg.RetransmitTimeout,
@@ -682,7 +682,7 @@ func (r *run) restartLeader(crash bool, rng *rand.Rand) error {
 func (r *run) startNode(n *node) error {
 	o := r.cfg.Node
 	o.Follower = r.followerOptions()
-	o.Follower.ID, o.Follower.FS = n.id, n.fs
+	o.Follower.Store.ID, o.Follower.Store.FS = n.id, n.fs
 	if r.cfg.Rebuild {
 		o.Follower.Rebuild, o.Follower.RebuildFrom = follower.RebuildAuto, r.donors.source(n.id)
 	}

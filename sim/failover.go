@@ -265,7 +265,7 @@ func RunFailover(cfg FailoverOptions) (*FailoverResult, error) {
 }
 
 func (s *failSim) opts() *follower.Options {
-	return &follower.Options{Options: store.Options{FS: s.cfg.FS, Logger: s.cfg.Logger, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
+	return &follower.Options{Store: store.Options{FS: s.cfg.FS, Logger: s.cfg.Logger, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
 }
 
 // openLeader opens the leader of the run's one shard in dir (epoch 0:
@@ -273,7 +273,7 @@ func (s *failSim) opts() *follower.Options {
 // follower's store.
 func (s *failSim) openLeader(dir string, epoch uint64) error {
 	l, err := leader.Open(dir, &leader.Options{Shards: 1, Epoch: epoch, Promote: epoch > 0, FS: s.cfg.FS, Wall: s.now,
-		Ledger: failLedger, Logger: s.cfg.Logger, Store: s.opts().Options})
+		Ledger: failLedger, Logger: s.cfg.Logger, Store: s.opts().Store})
 	if err != nil {
 		return err
 	}
@@ -288,7 +288,7 @@ func (s *failSim) run() error {
 	}
 	s.a = s.la.Store()
 	var err error
-	if s.b, err = store.Open(store.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), &s.opts().Options); err != nil {
+	if s.b, err = store.Open(store.ShardDir(filepath.Join(s.cfg.Dir, "b"), 0), &s.opts().Store); err != nil {
 		return err
 	}
 	s.trace("leader A (epoch %d) and follower B up; %d requests, A dies during request %d (%s), async=%v",

@@ -125,7 +125,7 @@ func (r *run) segmentSize() int64 {
 // with another follower as the donor.
 func (r *run) transplant(src, dst *node, shard uint32) error {
 	o := r.followerOptions()
-	o.ID, o.FS, o.Shard = dst.id, dst.fs, shard
+	o.Store.ID, o.Store.FS, o.Store.Shard = dst.id, dst.fs, shard
 	err := src.n.Follower(shard, func(f *follower.Follower) error {
 		d, err := snapshot.NewDonor(rawdb.Of(f), &snapshot.DonorOptions{
 			FS: src.fs, Dir: src.fs.PathJoin(src.dir, fmt.Sprintf("snapshots-%d", shard)),

@@ -48,7 +48,7 @@ func BenchmarkRebuild(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	so := &follower.Options{Options: store.Options{Logger: quiet}}
+	so := &follower.Options{Store: store.Options{Logger: quiet}}
 	src, err := follower.Open(filepath.Join(dir, "donor"), so)
 	if err != nil {
 		b.Fatal(err)
@@ -73,7 +73,7 @@ func BenchmarkRebuild(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Options), Describe: store.Describe}
+	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Store), Describe: store.Describe}
 	opts := &snapshot.Options{RateLimit: -1}
 	report := func(b *testing.B, start time.Time) {
 		b.SetBytes(m.Bytes())

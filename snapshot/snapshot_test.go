@@ -28,7 +28,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func smallMemtable(o *pebble.Options) { o.MemTableSize = 256 << 10 }
 
 func storeOptions(fs vfs.FS) *follower.Options {
-	return &follower.Options{Options: store.Options{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
+	return &follower.Options{Store: store.Options{FS: fs, Logger: quiet, PebbleOptions: smallMemtable, HWMLogBatches: 2}}
 }
 
 // fixture: a donor store that applied the whole log and a target store that
@@ -79,7 +79,7 @@ func newFixture(t *testing.T, fs vfs.FS, donorBatches int) *fixture {
 }
 
 func (fx *fixture) want() snapshot.Want {
-	return snapshot.Want{Shard: 0, Identity: store.IdentityString(&storeOptions(fx.fs).Options), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: store.Describe}
+	return snapshot.Want{Shard: 0, Identity: store.IdentityString(&storeOptions(fx.fs).Store), MinLSN: fx.oldLSN, MinEpoch: 1, Describe: store.Describe}
 }
 
 // finish opens the target store, checks it is at one of the allowed

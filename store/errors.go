@@ -15,7 +15,7 @@ import (
 var ErrStaging = errors.New("store: staging the batch failed")
 
 // ErrDiskFull: the disk holding a store or a WAL has less free space than
-// its guard keeps (follower.Options.MinFreeBytes, leader.Options
+// its guard keeps (store.Options.MinFreeBytes, leader.Options
 // MinFreeBytes); the batch or the append was refused and nothing was
 // written. It passes by itself once there is room again (see
 // internal/diskguard for why oncewal stops before the disk is full).

@@ -168,7 +168,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		return err
 	}
 	defer d.Close()
-	fo := follower.Options{Options: store.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable}, StopOnPermanentRefusal: c.stopOnRefusal, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout), Rebuild: c.rebuild}
+	fo := follower.Options{Store: store.Options{ID: c.id, Shard: c.shard, NoSync: c.noSync, Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable}, StopOnPermanentRefusal: c.stopOnRefusal, LeaderTimeout: leaderTimeoutOption(c.leaderTimeout), Rebuild: c.rebuild}
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats

@@ -206,7 +206,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		Restarts:       *restarts,
 		LeaderRestarts: *leaderRestarts,
 		Promote:        *promote,
-		Follower: follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler),
+		Follower: follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler),
 			// Pebble's own memtable size: the demo's stores grow with the
 			// workload (the simulation's default is for many tiny runs).
 			PebbleOptions: func(*pebble.Options) {}}},

@@ -8,7 +8,7 @@ import (
 	"github.com/oncewal/oncewal/internal/diskguard"
 )
 
-// minFreeFlag defines --min-free-bytes (follower.Options.MinFreeBytes; the
+// minFreeFlag defines --min-free-bytes (store.Options.MinFreeBytes; the
 // leader's stores and WAL keep it too).
 func minFreeFlag(fs *flag.FlagSet) *int64 {
 	return fs.Int64("min-free-bytes", diskguard.DefaultMinFree,
@@ -21,7 +21,7 @@ func checkMinFree(c *flagCheck, v int64) {
 	}
 }
 
-// memTableFlag defines --memtable-size (follower.Options.MemTableSize: the
+// memTableFlag defines --memtable-size (store.Options.MemTableSize: the
 // memtable of every shard store; the leader's local stores too).
 func memTableFlag(fs *flag.FlagSet) *int64 {
 	return fs.Int64("memtable-size", store.DefaultMemTableSize,

@@ -52,7 +52,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 	// follower node directory of one shard.
 	followerNode := func(t *testing.T, dir, src string) {
 		t.Helper()
-		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{Options: store.Options{Logger: quiet}}})
+		n, err := follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{ShardCount: 1, Follower: follower.Options{Store: store.Options{Logger: quiet}}})
 		must(t, err)
 		r, err := wal.OpenReader(filepath.Join(src, leader.WALDirName), 0)
 		must(t, err)
@@ -226,7 +226,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		refused(t, l, exitFailure, []string{store.ErrShardCount.Error(), "holds a deployment of 2 shards", "--shards 2"},
 			leaderArgs(l, "--shards", "3")...)
 		refused(t, l, exitFailure, []string{leader.ErrForeignShard.Error()}, leaderArgs(l, "--shards", "1")...)
-		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{Options: store.Options{Logger: quiet}}})
+		n, err := follower.OpenNode(fn, []uint32{0, 1}, &follower.NodeOptions{ShardCount: 2, Follower: follower.Options{Store: store.Options{Logger: quiet}}})
 		must(t, err)
 		must(t, n.Close())
 		refused(t, fn, exitFailure, []string{store.ErrShardCount.Error(), "--shards 2"},

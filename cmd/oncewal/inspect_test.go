@@ -67,7 +67,7 @@ type wantStore struct {
 // applied last and closed, so they keep closed HWM records.
 func buildFollower(t *testing.T, dir string, kill bool) wantStore {
 	t.Helper()
-	f, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: slog.New(slog.DiscardHandler), RetentionHorizon: time.Second}})
+	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler), RetentionHorizon: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestShardedDirs(t *testing.T) {
 	defer l.Close()
 	node := filepath.Join(dir, "follower")
 	n, err := follower.OpenNode(node, []uint32{0, 1, 2}, &follower.NodeOptions{
-		Follower: follower.Options{Options: store.Options{ID: "node", Logger: quiet}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
+		Follower: follower.Options{Store: store.Options{ID: "node", Logger: quiet}, ReconnectBackoff: time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)

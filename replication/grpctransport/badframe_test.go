@@ -198,7 +198,7 @@ func TestBadFramesFromLeader(t *testing.T) {
 			}
 			defer d.Close()
 			dir := t.TempDir()
-			fl, err := follower.Open(dir, &follower.Options{Options: store.Options{Logger: quietLogger()}})
+			fl, err := follower.Open(dir, &follower.Options{Store: store.Options{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

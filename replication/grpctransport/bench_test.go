@@ -81,7 +81,7 @@ func BenchmarkReplicate(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					l, d, closeFn := tr.make(b)
-					f, err := follower.Open(b.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger(), NoSync: !sync}})
+					f, err := follower.Open(b.TempDir(), &follower.Options{Store: store.Options{Logger: quietLogger(), NoSync: !sync}})
 					if err != nil {
 						b.Fatal(err)
 					}

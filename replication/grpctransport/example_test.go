@@ -72,7 +72,7 @@ func Example() {
 	defer l.Close()
 
 	// Follower: dials the leader with its client certificate.
-	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{Options: store.Options{ID: "replica-1", Logger: quiet}})
+	f, err := follower.Open(filepath.Join(dir, "replica-1"), &follower.Options{Store: store.Options{ID: "replica-1", Logger: quiet}})
 	if err != nil {
 		log.Fatal(err)
 	}

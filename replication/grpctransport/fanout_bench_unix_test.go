@@ -132,7 +132,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 	case "ledgerlog":
 		// The leader as it runs today: stamping, the WAL synced per batch,
 		// and the local store applying every batch.
-		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{Options: store.Options{Logger: quietLogger()}})
+		f, err := follower.Open(filepath.Join(dir, "store"), &follower.Options{Store: store.Options{Logger: quietLogger()}})
 		if err != nil {
 			b.Fatal(err)
 		}

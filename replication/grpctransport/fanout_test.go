@@ -83,7 +83,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	go func() { runDone <- fo.Run(runCtx) }()
 
 	open := func(id string) *follower.Follower {
-		f, err := follower.Open(filepath.Join(dir, id), &follower.Options{Options: store.Options{ID: id, Logger: quietLogger()}})
+		f, err := follower.Open(filepath.Join(dir, id), &follower.Options{Store: store.Options{ID: id, Logger: quietLogger()}})
 		if err != nil {
 			t.Fatal(err)
 		}

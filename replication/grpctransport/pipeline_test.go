@@ -95,7 +95,7 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 						Sessions: 16, Requests: events, RetryRate: 0.05, CloseRate: 0.01, LateRate: 0.01, BatchSize: 64,
 					},
 					Restarts:  3,
-					Follower:  follower.Options{Options: store.Options{Logger: quietLogger(), NoSync: true}},
+					Follower:  follower.Options{Store: store.Options{Logger: quietLogger(), NoSync: true}},
 					Transport: func(uint32) (replication.Listener, replication.Dialer, func() error, error) { return transport() },
 					Timeout:   90 * time.Second,
 				})
@@ -218,7 +218,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	var serveWG sync.WaitGroup
 	fdir := filepath.Join(dir, "follower")
 	startFollower := func() {
-		nf, err := follower.Open(fdir, &follower.Options{Options: store.Options{Logger: quietLogger()}})
+		nf, err := follower.Open(fdir, &follower.Options{Store: store.Options{Logger: quietLogger()}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -146,7 +146,7 @@ func TestTLSRefusals(t *testing.T) {
 			}
 			defer d.Close()
 
-			f, err := follower.Open(t.TempDir(), &follower.Options{Options: store.Options{Logger: quietLogger()}})
+			f, err := follower.Open(t.TempDir(), &follower.Options{Store: store.Options{Logger: quietLogger()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,7 @@ import (
 func TestSnapshotOverMutualTLS(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	fs := vfs.NewMem()
-	so := &follower.Options{Options: store.Options{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
+	so := &follower.Options{Store: store.Options{FS: fs, Logger: quiet, PebbleOptions: func(o *pebble.Options) { o.MemTableSize = 256 << 10 }}}
 	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 4, Sessions: 8, Requests: 2000, BatchSize: 20, RetryRate: 0.1}), 1)
 	require.NoError(t, err)
 	batches, err := log.Encode(0, 0, 1)
@@ -74,7 +74,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Options), Describe: store.Describe}
+	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Store), Describe: store.Describe}
 	m, stats, err := snapshot.Rebuild(ctx, client, fs, "/rebuilt", want, &snapshot.Options{ChunkSize: 32 << 10, RetryBackoff: time.Millisecond, Retries: 50})
 	require.NoError(t, err)
 	lsn, _ := src.Position()
