@@ -58,8 +58,8 @@
 //
 // # Applier failure
 //
-// A custom Applier (Options.Store.Applier) keeps the Applier contract (package store)
-// (store invariant 9): deterministic, a rejection recorded as a result (package
+// A custom Applier (Options.Store.Applier) keeps the Applier contract of
+// package store (its invariant 9): deterministic, a rejection recorded as a result (package
 // follower's Example_rejectionRecorded), never an error. An error or a panic
 // (recovered) refuses the batch with store.ErrApply and commits
 // nothing; the same Applier would fail the resent batch again, so Serve
