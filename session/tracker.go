@@ -172,6 +172,79 @@ func (o *TrackerOptions) Validate() error {
 	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
+// HWM is one session's state as a decision reads it (TrackerTx.Load): its
+// high-water mark, last activity and closed flag, and whether the tracker
+// holds a row for it at all. Decide, Advance and Close are the Tracker's
+// rules over it as plain values, so a caller that loaded a batch's HWMs
+// first (the store's receiver) decides the batch without the tracker.
+type HWM struct {
+	Seq    SeqNo
+	LastTS int64
+	Closed bool
+	Known  bool // false: never seen, or collected
+}
+
+// Cutoff is WAL clock − horizon, saturating instead of wrapping: a session
+// whose last activity is older is expired (treated as unknown).
+func Cutoff(clock int64, horizon time.Duration) int64 {
+	if clock < math.MinInt64+int64(horizon) {
+		return math.MinInt64
+	}
+	return clock - int64(horizon)
+}
+
+// Live reports whether the session is known and not expired at cutoff.
+// Expiry is decided on the WAL clock alone, whether or not GC already
+// deleted the row, so every follower decides the same regardless of when it
+// runs CollectGarbage.
+func (h HWM) Live(cutoff int64) bool { return h.Known && h.LastTS >= cutoff }
+
+// Decide is TrackerTx.Check over plain values: what to do with the event
+// (seq, ts) of a session in state h, with the WAL clock's cutoff. seq must
+// not be 0.
+//
+// A closed session answers Duplicate for seq <= HWM (it was applied) and
+// Closed above; both mean "skip".
+func Decide(h HWM, seq SeqNo, ts, cutoff int64) Decision {
+	if !h.Live(cutoff) {
+		switch {
+		case ts < cutoff:
+			return TooOld
+		case seq == 1:
+			return Apply
+		default:
+			return Gap
+		}
+	}
+	switch {
+	case seq <= h.Seq:
+		return Duplicate
+	case h.Closed:
+		return Closed
+	case seq == h.Seq+1 && seq <= MaxSeqNo:
+		return Apply
+	default:
+		return Gap
+	}
+}
+
+// Advance is TrackerTx.Advance over plain values: h after the event (seq,
+// ts) Decide answered Apply for. An unknown or expired session starts over
+// at seq 1.
+func (h HWM) Advance(seq SeqNo, ts, cutoff int64) HWM {
+	if !h.Live(cutoff) {
+		return HWM{Seq: seq, LastTS: ts, Known: true}
+	}
+	h.Seq, h.LastTS = seq, max(h.LastTS, ts)
+	return h
+}
+
+// Close is TrackerTx.MarkClosed over plain values (for a live session).
+func (h HWM) Close(ts int64) HWM {
+	h.Closed, h.LastTS = true, max(h.LastTS, ts)
+	return h
+}
+
 // record is the persisted (and cached) state of one session.
 type record struct {
 	hwm    SeqNo
@@ -185,11 +258,10 @@ type record struct {
 // themselves must be serialized: Begin the next one only after the previous one
 // was committed or aborted, because a tx reads the committed view.
 type Tracker struct {
-	db      *pebble.DB
-	opts    TrackerOptions
-	horizon int64
-	cache   *hwmCache
-	clock   atomic.Int64
+	db    *pebble.DB
+	opts  TrackerOptions
+	cache *hwmCache
+	clock atomic.Int64
 
 	mu       sync.Mutex
 	gcCursor []byte // next HWM key to examine; nil = start of the prefix
@@ -218,7 +290,7 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: newHWMCache(o.CacheSize)}
+	t := &Tracker{db: db, opts: o, cache: newHWMCache(o.CacheSize)}
 	val, closer, err := db.Get([]byte(ClockKey))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -311,13 +383,7 @@ func (t *Tracker) read(id ID) (record, bool, error) {
 	return r, true, nil
 }
 
-// cutoff is WAL clock − horizon, saturating instead of wrapping.
-func (t *Tracker) cutoff(clock int64) int64 {
-	if clock < math.MinInt64+t.horizon {
-		return math.MinInt64
-	}
-	return clock - t.horizon
-}
+func (t *Tracker) cutoff(clock int64) int64 { return Cutoff(clock, t.opts.RetentionHorizon) }
 
 // Begin starts the tracker side of one Pebble batch. Writes go into b; the
 // in-memory view changes only at Commit.
@@ -480,11 +546,14 @@ func (tx *TrackerTx) add(e txEntry) int32 {
 	return i
 }
 
-// live reports whether the session is known and not expired. Expiry is decided
-// on the WAL clock alone, whether or not GC already deleted the row, so every
-// follower decides the same regardless of when it runs CollectGarbage.
+// live reports whether the session is known and not expired (HWM.Live).
 func (tx *TrackerTx) live(e *txEntry) bool {
 	return e.exists && e.rec.lastTS >= tx.t.cutoff(tx.clock)
+}
+
+// hwm is e as a decision reads it.
+func (e *txEntry) hwm() HWM {
+	return HWM{Seq: e.rec.hwm, LastTS: e.rec.lastTS, Closed: e.rec.closed, Known: e.exists}
 }
 
 func (tx *TrackerTx) usable(seq SeqNo) error {
@@ -538,11 +607,8 @@ func (tx *TrackerTx) Prefetch(id ID) {
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
-// advances. An error means I/O failure or misuse (seq 0: ErrZeroSeq); the
-// decision is then 0.
-//
-// A closed session answers Duplicate for seq <= HWM (it was applied) and
-// Closed above; both mean "skip".
+// advances (Decide over the session's state). An error means I/O failure or
+// misuse (seq 0: ErrZeroSeq); the decision is then 0.
 func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	if err := tx.usable(seq); err != nil {
 		return 0, err
@@ -551,26 +617,23 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !tx.live(&e) {
-		switch {
-		case ts < tx.t.cutoff(tx.clock):
-			return TooOld, nil
-		case seq == 1:
-			return Apply, nil
-		default:
-			return Gap, nil
-		}
+	return Decide(e.hwm(), seq, ts, tx.t.cutoff(tx.clock)), nil
+}
+
+// Load returns the session's state as this tx sees it (pending changes,
+// then the cache, then Pebble): the input of Decide, for a caller that
+// loads a whole batch's sessions before deciding it. Like Check it changes
+// no state; a session read from Pebble is kept for the Advance that likely
+// follows. An error is an I/O failure.
+func (tx *TrackerTx) Load(id ID) (HWM, error) {
+	if tx.done {
+		return HWM{}, ErrTxDone
 	}
-	switch {
-	case seq <= e.rec.hwm:
-		return Duplicate, nil
-	case e.rec.closed:
-		return Closed, nil
-	case seq == e.rec.hwm+1 && seq <= MaxSeqNo:
-		return Apply, nil
-	default:
-		return Gap, nil
+	e, err := tx.view(id)
+	if err != nil {
+		return HWM{}, err
 	}
+	return e.hwm(), nil
 }
 
 // put marks e (a pointer into tx.ents) changed.
