@@ -544,7 +544,7 @@ func (r *Receiver) publish(ttx *session.TrackerTx, p *plan) {
 	for _, k := range p.record {
 		r.window.CheckAndRecord(k)
 	}
-	r.journal.committed(r.window)
+	r.journal.committed(r.window.Evictions())
 	r.applied, r.epoch, r.last = p.h.LastLSN(), p.epoch, p.last
 }
 
