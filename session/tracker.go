@@ -960,12 +960,12 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	if start != nil {
 		valid = it.SeekGE(start)
 	}
-	cutoff := tx.t.cutoff(tx.clock)
-	n, examined := 0, 0
+	g := gcPass{cutoff: tx.t.cutoff(tx.clock), limit: limit}
+	n := 0
 	var next []byte
 	var collected []int32
 	for ; valid; valid = it.Next() {
-		if limit > 0 && examined >= limit {
+		if g.rowsDone() {
 			next = append([]byte(nil), it.Key()...)
 			break
 		}
@@ -973,7 +973,6 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 		if len(key) != hwmKeyLen {
 			continue // ClockKey
 		}
-		examined++
 		var id ID
 		copy(id[:], key[len(HWMPrefix):])
 		// The tx's own view wins over the committed row it may have
@@ -995,7 +994,7 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 			}
 			e = txEntry{id: id, rec: r, exists: true}
 		}
-		if !e.exists || e.rec.lastTS >= cutoff {
+		if !g.row(e.hwm()) {
 			continue
 		}
 		if err := tx.b.Delete(key, nil); err != nil {
@@ -1019,20 +1018,24 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	// it: walk the logged sessions too, oldest change first, while they are
 	// expired (later changes mostly carry later timestamps).
 	c := tx.t.cache
-	for i, walked := c.oldestDirty(), 0; i != nilIdx && (limit <= 0 || walked < limit); i, walked = c.nextDirty(i), walked+1 {
+	for i := c.oldestDirty(); i != nilIdx; i = c.nextDirty(i) {
 		id := c.entries[i].id
 		r, _ := c.peek(&id)
-		if r.lastTS >= cutoff {
+		j, seen := tx.idx[id]
+		own := seen && (tx.ents[j].state != entClean || tx.ents[j].written) // the tx's own view wins, as above
+		var ownHWM HWM
+		if own {
+			ownHWM = tx.ents[j].hwm()
+		}
+		collect, more := g.logged(HWM{Seq: r.hwm, LastTS: r.lastTS, Closed: r.closed, Known: true}, ownHWM, own)
+		if !more {
 			break
 		}
-		j, seen := tx.idx[id]
-		if seen && (tx.ents[j].state != entClean || tx.ents[j].written) {
-			// The tx's own view wins, as above.
-			if e := &tx.ents[j]; !e.exists || e.rec.lastTS >= cutoff {
-				continue
-			} else if e.state == entDirty {
-				tx.removeDirty(j)
-			}
+		if !collect {
+			continue
+		}
+		if own && tx.ents[j].state == entDirty {
+			tx.removeDirty(j)
 		}
 		var kb [hwmKeyLen]byte
 		if err := tx.b.Delete(hwmKey(&kb, id), nil); err != nil { // its stale row, if any
@@ -1063,6 +1066,46 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	tx.gcCursor = next
 	tx.gcMoved = true
 	return n, nil
+}
+
+// gcPass is one collection's decisions (CollectGarbage) as a function of
+// the sessions it looks at, in the order it looks at them: the HWM rows
+// from the cursor on (row), then the logged sessions, oldest change first
+// (logged). It reads and writes nothing. A session is collected when it is
+// expired on the WAL clock — known and last active before cutoff, closed
+// or not — as the tx sees it.
+type gcPass struct {
+	cutoff int64 // WAL clock − horizon
+	limit  int   // rows examined, and logged sessions walked, at most (<= 0: all)
+	rows   int   // rows examined so far
+	walked int   // logged sessions walked so far
+}
+
+// rowsDone reports whether the pass examined limit rows: the next row is
+// left for the next pass, which resumes there.
+func (g *gcPass) rowsDone() bool { return g.limit > 0 && g.rows >= g.limit }
+
+// row examines a session with an HWM row, in the state the tx sees (its own
+// change, else a logged one, else the row), and reports whether to collect
+// it.
+func (g *gcPass) row(h HWM) bool {
+	g.rows++
+	return h.Known && !h.Live(g.cutoff)
+}
+
+// logged walks to the next logged session: committed is its logged state;
+// own, when hasOwn, this tx's view of it, which wins. The walk stops (more
+// false) at the first one whose logged state is not expired — later
+// changes mostly carry later timestamps — or after limit sessions.
+func (g *gcPass) logged(committed, own HWM, hasOwn bool) (collect, more bool) {
+	if g.limit > 0 && g.walked >= g.limit || committed.Live(g.cutoff) {
+		return false, false
+	}
+	g.walked++
+	if hasOwn {
+		return own.Known && !own.Live(g.cutoff), true
+	}
+	return true, true
 }
 
 func (tx *TrackerTx) removeDirty(i int32) {
