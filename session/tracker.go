@@ -620,12 +620,14 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	return Decide(e.hwm(), seq, ts, tx.t.cutoff(tx.clock)), nil
 }
 
-// Load returns the session's state as this tx sees it (pending changes,
+// Peek returns the session's state as this tx sees it (pending changes,
 // then the cache, then Pebble): the input of Decide, for a caller that
 // loads a whole batch's sessions before deciding it. Like Check it changes
-// no state; a session read from Pebble is kept for the Advance that likely
-// follows. An error is an I/O failure.
-func (tx *TrackerTx) Load(id ID) (HWM, error) {
+// no state and, for a session found in the cache, indexes nothing (most
+// peeked events are duplicates that never reach Advance); a session read
+// from Pebble is kept for the Advance that likely follows. An error is an
+// I/O failure.
+func (tx *TrackerTx) Peek(id ID) (HWM, error) {
 	if tx.done {
 		return HWM{}, ErrTxDone
 	}
@@ -634,6 +636,22 @@ func (tx *TrackerTx) Load(id ID) (HWM, error) {
 		return HWM{}, err
 	}
 	return e.hwm(), nil
+}
+
+// Load is Peek for a session the caller may advance: it indexes the
+// session in the tx (the map insert a later Advance would make) and
+// returns its slot, a small number the same for every Load of the session
+// in this tx and below the number of sessions the tx indexed, which the
+// caller can key its per-session state of the batch by.
+func (tx *TrackerTx) Load(id ID) (h HWM, slot int32, err error) {
+	if tx.done {
+		return HWM{}, -1, ErrTxDone
+	}
+	i, err := tx.lookup(id)
+	if err != nil {
+		return HWM{}, -1, err
+	}
+	return tx.ents[i].hwm(), i, nil
 }
 
 // put marks e (a pointer into tx.ents) changed.

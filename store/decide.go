@@ -122,23 +122,31 @@ type decideState struct {
 }
 
 // loaded is what load read for one batch. Only the entries a decision can
-// read are filled: hwms[i] for an event past the applied position with a
-// SeqNo, hits[i] for a keyed operation (not a ledger record) past the
-// position that its HWM does not surely stop (see load).
+// read are filled: hwms[i] and slots[i] for an event past the applied
+// position with a SeqNo, hits[i] for a keyed operation (not a ledger
+// record) past the position that its HWM does not surely stop (see load).
 type loaded struct {
 	clock   int64         // the tracker's WAL clock before the batch
 	horizon time.Duration // the tracker's retention horizon
 	hwms    []session.HWM // events[i]'s session before the batch
-	hits    []bool        // events[i]'s idempotency key is in the window
+	// slots[i] numbers events[i]'s session, below nslots: the events of one
+	// session share it. -1: load found the event a sure duplicate, which
+	// no earlier event of the batch changes (its session is not numbered
+	// for it).
+	slots  []int32
+	nslots int
+	hits   []bool // events[i]'s idempotency key is in the window
 }
 
-// size makes hwms and hits cover n events, hits all false.
+// size makes the per-event slices cover n events, hits all false, and
+// numbers no session yet.
 func (in *loaded) size(n int) {
 	if cap(in.hwms) < n {
 		in.hwms = make([]session.HWM, n)
+		in.slots = make([]int32, n)
 		in.hits = make([]bool, n)
 	}
-	in.hwms, in.hits = in.hwms[:n], in.hits[:n]
+	in.hwms, in.slots, in.hits, in.nslots = in.hwms[:n], in.slots[:n], in.hits[:n], 0
 	clear(in.hits)
 }
 
@@ -149,19 +157,21 @@ type decider struct {
 	keep    []wal.Event
 	record  []idempotency.Key
 	inBatch map[idempotency.Key]struct{}
-	// touched: the state of each session the batch advanced so far (the
-	// tracker's pending overlay, as values).
-	touched map[session.ID]session.HWM
+	// touched[slot]: the state of a session the batch advanced so far
+	// (has[slot]), by loaded.slots — the tracker's pending overlay, as
+	// values.
+	touched []session.HWM
+	has     []bool
 }
 
-// reset empties a scratch map for the next batch. A Go map keeps the
+// resetKeys empties the batch's key set for the next batch. A Go map keeps the
 // capacity it grew to, and clearing it costs that capacity: after one huge
 // batch (a catch-up, a preload) every later batch would pay it (~90 µs per
 // batch after a 25,000-event one), so a map that grew past maxKeptMap
 // starts over instead.
-func resetScratch[K comparable, V any](m map[K]V, n int) map[K]V {
+func resetKeys(m map[idempotency.Key]struct{}, n int) map[idempotency.Key]struct{} {
 	if m == nil || len(m) > maxKeptMap {
-		return make(map[K]V, min(n, maxKeptMap))
+		return make(map[idempotency.Key]struct{}, min(n, maxKeptMap))
 	}
 	clear(m)
 	return m
@@ -213,8 +223,12 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(st.at.epoch, h.Epoch), last: h.Ref(),
 		fates: d.fates[:0], keep: d.keep[:0], record: d.record[:0]}
 	defer func() { d.fates, d.keep, d.record = p.fates[:0], p.keep[:0], p.record[:0] }()
-	d.inBatch = resetScratch(d.inBatch, len(events))
-	d.touched = resetScratch(d.touched, len(events))
+	d.inBatch = resetKeys(d.inBatch, len(events))
+	if cap(d.has) < in.nslots {
+		d.touched, d.has = make([]session.HWM, in.nslots), make([]bool, in.nslots)
+	}
+	d.touched, d.has = d.touched[:in.nslots], d.has[:in.nslots]
+	clear(d.has)
 	clock := in.clock // the WAL clock moves with every advance
 	for i := range events {
 		ev := &events[i]
@@ -223,9 +237,9 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 		case ev.LSN <= st.at.applied: // overlap with an already applied prefix
 			f = fatePosition
 		case ev.Seq != 0:
-			hw, ok := d.touched[ev.Session]
-			if !ok {
-				hw = in.hwms[i]
+			hw, slot := in.hwms[i], in.slots[i]
+			if slot >= 0 && d.has[slot] {
+				hw = d.touched[slot]
 			}
 			cutoff := session.Cutoff(clock, in.horizon)
 			switch session.Decide(hw, ev.Seq, ev.Time, cutoff) {
@@ -242,7 +256,9 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 				if ev.Op == wal.OpClose {
 					hw = hw.Close(ev.Time)
 				}
-				d.touched[ev.Session] = hw
+				if slot >= 0 {
+					d.touched[slot], d.has[slot] = hw, true
+				}
 				clock = max(clock, ev.Time)
 				p.advanced = true
 			}
@@ -363,14 +379,21 @@ func (r *Receiver) load(ttx *session.TrackerTx, st decideState, h wal.Header, ev
 			continue
 		}
 		if ev.Seq != 0 {
-			hw, err := ttx.Load(ev.Session)
+			hw, err := ttx.Peek(ev.Session)
 			if err != nil {
 				return fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
 			}
-			in.hwms[i] = hw
+			in.hwms[i], in.slots[i] = hw, -1
 			if ev.Seq <= hw.Seq && hw.Live(end) {
 				continue // surely a duplicate
 			}
+			// It may advance: number its session (the tx's index, which
+			// the Advance in stage finds it in).
+			slot := int32(0)
+			if in.hwms[i], slot, err = ttx.Load(ev.Session); err != nil {
+				return fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
+			}
+			in.slots[i], in.nslots = slot, max(in.nslots, int(slot)+1)
 		}
 		if ev.HasIdemKey && !ev.Op.IsLedger() {
 			cand = append(cand, int32(i))

@@ -224,6 +224,7 @@ type mapRig struct {
 	durable  position // what acks report
 	clock    int64
 	hwms     map[session.ID]session.HWM
+	slots    map[session.ID]int32 // the batch's sessions, numbered
 	window   map[idempotency.Key]bool
 	fail     error
 	failNext bool
@@ -241,11 +242,18 @@ func (m *mapRig) position() (uint64, uint32) { return m.durable.applied, m.shard
 func (m *mapRig) decide(_ *testing.T, h wal.Header, events []wal.Event) plan {
 	in := loaded{clock: m.clock, horizon: m.horizon}
 	in.size(len(events))
+	m.slots = map[session.ID]int32{}
 	for i := range events {
 		ev := &events[i]
-		in.hwms[i] = m.hwms[ev.Session]
+		slot, ok := m.slots[ev.Session]
+		if !ok {
+			slot = int32(len(m.slots))
+			m.slots[ev.Session] = slot
+		}
+		in.hwms[i], in.slots[i] = m.hwms[ev.Session], slot
 		in.hits[i] = ev.HasIdemKey && m.window[ev.IdemKey]
 	}
+	in.nslots = len(m.slots)
 	return m.dec.decideBatch(decideState{shard: m.shard, at: m.at}, &in, h, events)
 }
 
@@ -272,9 +280,11 @@ func (m *mapRig) carryOut(p plan) (Result, error) {
 	}
 	// Committed (into the memtable): memory follows, also when the sync
 	// then fails.
-	for id, hw := range m.dec.touched {
-		m.hwms[id] = hw
-		m.clock = max(m.clock, hw.LastTS)
+	for id, slot := range m.slots {
+		if hw := m.dec.touched[slot]; m.dec.has[slot] {
+			m.hwms[id] = hw
+			m.clock = max(m.clock, hw.LastTS)
+		}
 	}
 	for _, k := range p.record {
 		m.window[k] = true
