@@ -560,3 +560,46 @@ func TestPipelineSyncFailure(t *testing.T) {
 		t.Fatalf("counters do not account for every event: %+v", st)
 	}
 }
+
+// TestLoadErrorIsStaging: an I/O error while loading what a decision needs
+// (here an HWM row that does not decode) refuses the batch as a staging
+// error (ErrStaging, the cause kept), not as a decision: nothing is
+// written, the position stays, and the next batch without that session
+// applies.
+func TestLoadErrorIsStaging(t *testing.T) {
+	d := newDecideRig(t, &datadriven.TestData{})
+	bad := name16("bad")
+	if err := d.db.Set(append([]byte(session.HWMPrefix), bad[:]...), []byte("x"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	enc := func(s session.ID) []byte {
+		raw, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{{Op: wal.OpPut, Session: s, Seq: 1, Time: decideOrigin,
+			Key: []byte("k"), Value: []byte("v"), HasIdemKey: true, IdemKey: idempotency.Key(s)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	// Validate decides as Apply would, and a load failure is its answer.
+	h, events, err := wal.DecodeBatch(enc(bad), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.recv.Validate(acceptAll{}, h, events); !errors.Is(err, ErrStaging) || !errors.Is(err, session.ErrCorrupt) {
+		t.Fatalf("Validate over an undecodable HWM row: %v; want ErrStaging wrapping session.ErrCorrupt", err)
+	}
+	res, err := d.recv.Apply(enc(bad))
+	if !errors.Is(err, ErrStaging) || !errors.Is(err, session.ErrCorrupt) || !res.Ack.Refused || res.Committed {
+		t.Fatalf("Apply over an undecodable HWM row: %+v, %v; want a refused ErrStaging wrapping session.ErrCorrupt", res, err)
+	}
+	if applied, _ := d.recv.Position(); applied != 0 || d.recv.Err() != nil {
+		t.Fatalf("position %d, store error %v after a load failure", applied, d.recv.Err())
+	}
+	if res, err := d.recv.Apply(enc(name16("good"))); err != nil || !res.Committed || res.Applied != 1 {
+		t.Fatalf("next batch: %+v, %v", res, err)
+	}
+}
+
+type acceptAll struct{}
+
+func (acceptAll) Validate(*pebble.Batch, []wal.Event) error { return nil }
