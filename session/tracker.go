@@ -673,6 +673,25 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 	if err != nil {
 		return err
 	}
+	return tx.advance(e, seq, ts)
+}
+
+// AdvanceLoaded is Advance of a session Load numbered slot: it finds the
+// session by the slot instead of in the tx's index (a map lookup per
+// advanced event saved for a caller that loaded its batch first). A slot
+// that is not id's is looked up as Advance does.
+func (tx *TrackerTx) AdvanceLoaded(slot int32, id ID, seq SeqNo, ts int64) error {
+	if slot < 0 || int(slot) >= len(tx.ents) || tx.ents[slot].id != id {
+		return tx.Advance(id, seq, ts)
+	}
+	if err := tx.usable(seq); err != nil {
+		return err
+	}
+	return tx.advance(&tx.ents[slot], seq, ts)
+}
+
+// advance is Advance of e, a pointer into tx.ents.
+func (tx *TrackerTx) advance(e *txEntry, seq SeqNo, ts int64) error {
 	if !tx.live(e) {
 		if ts < tx.t.cutoff(tx.clock) {
 			return ErrTooOld

@@ -230,6 +230,7 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 	d.touched, d.has = d.touched[:in.nslots], d.has[:in.nslots]
 	clear(d.has)
 	clock := in.clock // the WAL clock moves with every advance
+	cutoff := session.Cutoff(clock, in.horizon)
 	for i := range events {
 		ev := &events[i]
 		f := fateApply
@@ -241,7 +242,6 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 			if slot >= 0 && d.has[slot] {
 				hw = d.touched[slot]
 			}
-			cutoff := session.Cutoff(clock, in.horizon)
 			switch session.Decide(hw, ev.Seq, ev.Time, cutoff) {
 			case session.Duplicate:
 				f = fateHWM
@@ -259,7 +259,10 @@ func (d *decider) decideBatch(st decideState, in *loaded, h wal.Header, events [
 				if slot >= 0 {
 					d.touched[slot], d.has[slot] = hw, true
 				}
-				clock = max(clock, ev.Time)
+				if ev.Time > clock {
+					clock = ev.Time
+					cutoff = session.Cutoff(clock, in.horizon)
+				}
 				p.advanced = true
 			}
 		}

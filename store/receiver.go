@@ -442,7 +442,7 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 		p.verdict = verdictRefuse
 		return &refusal{kind: kind, err: err}
 	}
-	if err := stageHWMs(ttx, p); err != nil {
+	if err := stageHWMs(ttx, p, r.in.slots); err != nil {
 		return fail(refusedStore, err), false
 	}
 	if err := callApplier(r.opts.Logger, r.applier.Apply, b, p.keep); err != nil {
@@ -513,16 +513,23 @@ func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error
 }
 
 // stageHWMs records in ttx the HWM advances p decided (every event step 3
-// let through, with a SeqNo; the close of a closing one). ttx checks each
-// against its own view, so a decision the tracker disagrees with fails the
-// batch (ErrStaging wrapping the tracker's error) instead of writing it.
-func stageHWMs(ttx *session.TrackerTx, p *plan) error {
+// let through, with a SeqNo; the close of a closing one), finding each
+// session by the slot load numbered it (slots). ttx checks each against its
+// own view, so a decision the tracker disagrees with fails the batch
+// (ErrStaging wrapping the tracker's error) instead of writing it.
+func stageHWMs(ttx *session.TrackerTx, p *plan, slots []int32) error {
+	if !p.advanced {
+		return nil
+	}
 	for i, f := range p.fates {
-		ev := &p.events[i]
-		if ev.Seq == 0 || (f != fateApply && f != fateInBatch && f != fateWindow) {
+		if f != fateApply && f != fateInBatch && f != fateWindow {
 			continue
 		}
-		if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
+		ev := &p.events[i]
+		if ev.Seq == 0 {
+			continue
+		}
+		if err := ttx.AdvanceLoaded(slots[i], ev.Session, ev.Seq, ev.Time); err != nil {
 			return fmt.Errorf("%w: HWM advance: %w", ErrStaging, err)
 		}
 		if ev.Op == wal.OpClose {
