@@ -3,8 +3,13 @@ package leader
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/oncewal/oncewal/replication"
 
@@ -52,85 +57,139 @@ func refOf(t *testing.T, epoch, lsn uint64, value string) wal.BatchRef {
 	return ref
 }
 
-// TestCheckHello: the table of CheckHello's rules, on the scenario —
-// a leader promoted at epoch 2 whose log starts at 4291, continuing a history
-// whose batch ending at 4290 was written by leader X under epoch 1 — and on
-// an untrimmed and a retention-trimmed log.
+// TestCheckHello runs the scripted hello checks in testdata/checkhello:
+// CheckHello against a scripted log, a follower's hello in, served or the
+// refusal out. Commands:
+//
+//	log first=LSN [last=LSN] [epoch=N start=LSN [prev=REF]] [read=fail|trim:LSN]
+//	<end LSN> <REF>
+//	    ...one batch of the log per line, by the LSN it ends at and its
+//	    identity. The log holds first..last (last: the last batch's end,
+//	    else first-1); epoch, start and prev are its epoch boundary (epoch
+//	    and start default to 1, prev to unknown). read=fail fails every
+//	    read of a batch (the disk); read=trim:LSN has retention delete the
+//	    log below LSN while the hello is checked, the read then failing.
+//	hello epoch=N applied=LSN [last=REF]
+//	    a follower's hello; REF is NAME@EPOCH, a batch identity of that
+//	    epoch with a CRC made from NAME (default: unknown, an old store).
+//
+// hello prints "served", or the refusal's sentinel and text.
 func TestCheckHello(t *testing.T) {
-	promoted := newMemLog(2)
-	promoted.next = 4291
-	for i := 0; i < 5; i++ {
-		promoted.append(t, 2, 2) // batches ending at 4292, 4294, …, 4300
-	}
-	refAt := func(m *memLog, lsn uint64) wal.BatchRef {
-		r, _ := m.open()
-		ref, ok, err := FindBatchEndingAt(r, lsn)
-		if err != nil || !ok {
-			t.Fatalf("no batch ends at %d: %v", lsn, err)
-		}
-		return ref
-	}
-	x4290 := refOf(t, 1, 4290, "leader X")
-	y4290 := refOf(t, 1, 4290, "deposed leader Y") // same epoch, other history
-	r4294 := refAt(promoted, 4294)
-	boundary := EpochBoundary{Epoch: 2, StartLSN: 4291, Prev: x4290}
-	atPromoted := memHelloLog{m: promoted, b: boundary}
-	unknownBoundary := memHelloLog{m: promoted, b: EpochBoundary{Epoch: 2, StartLSN: 4291}}
-
-	untrimmed := newMemLog(2)
-	for i := 0; i < 3; i++ {
-		untrimmed.append(t, 1, 2) // 1-2, 3-4, 5-6
-	}
-	atUntrimmed := memHelloLog{m: untrimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
-	trimmed := newMemLog(2)
-	trimmed.next = 100
-	trimmed.append(t, 1, 2) // 100-101; LSNs below 100 deleted by retention
-	atTrimmed := memHelloLog{m: trimmed, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
-
-	errDisk := errors.New("disk on fire")
-	hello := func(epoch, applied uint64, last wal.BatchRef) replication.Ack {
-		return replication.Ack{Shard: 2, FollowerID: "f", Epoch: epoch, AppliedLSN: applied, LastBatch: last}
-	}
-	for _, c := range []struct {
-		name  string
-		log   HelloLog
-		hello replication.Ack
-		want  error // nil: served
-	}{
-		{"aligned boundary, same history", atPromoted, hello(1, 4290, x4290), nil},
-		{"aligned boundary, other history of the same epoch", atPromoted, hello(1, 4290, y4290), replication.ErrDiverged},
-		{"aligned boundary, other epoch", atPromoted, hello(1, 4290, wal.BatchRef{Epoch: 2, CRC: x4290.CRC}), replication.ErrDiverged},
-		{"aligned boundary, boundary unrecorded", unknownBoundary, hello(1, 4290, x4290), replication.ErrBehindRetention},
-		{"aligned boundary, old store (epoch rule cannot see it)", atPromoted, hello(1, 4290, wal.BatchRef{}), nil},
-		{"inside the log, same batch", atPromoted, hello(2, 4294, r4294), nil},
-		{"inside the log, at its end", atPromoted, hello(2, 4300, refAt(promoted, 4300)), nil},
-		{"inside the log, other CRC", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 2, CRC: r4294.CRC + 1}), replication.ErrDiverged},
-		{"inside the log, other epoch", atPromoted, hello(2, 4294, wal.BatchRef{Epoch: 1, CRC: r4294.CRC}), replication.ErrDiverged},
-		{"inside the log, not at a batch end", atPromoted, hello(2, 4293, r4294), replication.ErrDiverged},
-		{"ahead of the log", atPromoted, hello(2, 4301, r4294), replication.ErrDiverged},
-		{"ahead of the log, old store", atPromoted, hello(2, 4301, wal.BatchRef{}), replication.ErrDiverged},
-		{"below the log", atPromoted, hello(1, 4289, x4290), replication.ErrBehindRetention},
-		{"nothing applied, log starts later", atPromoted, hello(0, 0, wal.BatchRef{}), replication.ErrBehindRetention},
-		{"old store, applied the deposed epoch's LSNs", atPromoted, hello(1, 4294, wal.BatchRef{}), replication.ErrDiverged},
-		{"old store, current epoch", atPromoted, hello(2, 4294, wal.BatchRef{}), nil},
-		{"old store, below the log", atPromoted, hello(1, 4000, wal.BatchRef{}), replication.ErrBehindRetention},
-		{"nothing applied, log starts at 1", atUntrimmed, hello(0, 0, wal.BatchRef{}), nil},
-		{"untrimmed, same batch", atUntrimmed, hello(1, 4, refAt(untrimmed, 4)), nil},
-		{"untrimmed, ahead", atUntrimmed, hello(1, 7, refAt(untrimmed, 6)), replication.ErrDiverged},
-		{"trimmed, just below (nothing recorded)", atTrimmed, hello(1, 99, refOf(t, 1, 99, "v")), replication.ErrBehindRetention},
-		{"trimmed, old store just below", atTrimmed, hello(1, 99, wal.BatchRef{}), nil},
-		{"trimmed, inside", atTrimmed, hello(1, 101, refAt(trimmed, 101)), nil},
-	} {
-		err := CheckHello(c.hello, c.log)
-		if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
-	}
-	err := CheckHello(hello(2, 4294, r4294), memHelloLog{m: promoted, b: boundary, err: errDisk})
-	if !errors.Is(err, errDisk) || errors.Is(err, replication.ErrDiverged) || errors.Is(err, replication.ErrBehindRetention) {
-		t.Errorf("read error: %v", err)
-	}
+	datadriven.Walk(t, "testdata/checkhello", func(t *testing.T, path string) {
+		var log *scriptHelloLog
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			switch td.Cmd {
+			case "log":
+				log = newScriptHelloLog(t, td)
+				return ""
+			case "hello":
+				var h replication.Ack
+				td.ScanArgs(t, "epoch", &h.Epoch)
+				td.ScanArgs(t, "applied", &h.AppliedLSN)
+				if td.HasArg("last") {
+					var ref string
+					td.ScanArgs(t, "last", &ref)
+					h.LastBatch = scriptRef(t, ref)
+				}
+				log.reset()
+				err := CheckHello(h, log)
+				switch {
+				case err == nil:
+					return "served\n"
+				case errors.Is(err, replication.ErrDiverged):
+					return fmt.Sprintf("refused (ErrDiverged): %v\n", err)
+				case errors.Is(err, replication.ErrBehindRetention):
+					return fmt.Sprintf("refused (ErrBehindRetention): %v\n", err)
+				}
+				return fmt.Sprintf("error: %v\n", err)
+			}
+			t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+			return ""
+		})
+	})
 }
+
+// scriptHelloLog is a HelloLog as a script states it.
+type scriptHelloLog struct {
+	first0, first, last uint64
+	ends                map[uint64]wal.BatchRef
+	b                   EpochBoundary
+	fail                bool   // every BatchEndingAt fails
+	trimTo              uint64 // BatchEndingAt: retention deletes below trimTo, then the read fails
+}
+
+func newScriptHelloLog(t *testing.T, td *datadriven.TestData) *scriptHelloLog {
+	l := &scriptHelloLog{ends: map[uint64]wal.BatchRef{}, b: EpochBoundary{Epoch: 1, StartLSN: 1}}
+	td.ScanArgs(t, "first", &l.first0)
+	td.MaybeScanArgs(t, "epoch", &l.b.Epoch)
+	td.MaybeScanArgs(t, "start", &l.b.StartLSN)
+	if td.HasArg("prev") {
+		var ref string
+		td.ScanArgs(t, "prev", &ref)
+		l.b.Prev = scriptRef(t, ref)
+	}
+	l.last = l.first0 - 1
+	for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		var end uint64
+		var ref string
+		if _, err := fmt.Sscan(line, &end, &ref); err != nil {
+			t.Fatalf("%s: batch line %q: %v", td.Pos, line, err)
+		}
+		l.ends[end] = scriptRef(t, ref)
+		l.last = max(l.last, end)
+	}
+	td.MaybeScanArgs(t, "last", &l.last)
+	if td.HasArg("read") {
+		var read string
+		td.ScanArgs(t, "read", &read)
+		switch to, trim := strings.CutPrefix(read, "trim:"); {
+		case read == "fail":
+			l.fail = true
+		case trim:
+			n, err := strconv.ParseUint(to, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: read=%s: %v", td.Pos, read, err)
+			}
+			l.trimTo = n
+		default:
+			t.Fatalf("%s: unknown read=%s", td.Pos, read)
+		}
+	}
+	l.reset()
+	return l
+}
+
+// scriptRef is the identity NAME@EPOCH: the epoch and a CRC made from NAME.
+func scriptRef(t *testing.T, s string) wal.BatchRef {
+	name, epoch, ok := strings.Cut(s, "@")
+	e, err := strconv.ParseUint(epoch, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("batch identity %q: want NAME@EPOCH", s)
+	}
+	return wal.BatchRef{Epoch: e, CRC: crc32.ChecksumIEEE([]byte(name))}
+}
+
+// reset undoes a trim of the previous hello.
+func (l *scriptHelloLog) reset() { l.first = l.first0 }
+
+func (l *scriptHelloLog) Retained() (first, last uint64) { return l.first, l.last }
+
+func (l *scriptHelloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
+	switch {
+	case l.fail:
+		return wal.BatchRef{}, false, errors.New("read: disk on fire")
+	case l.trimTo > 0:
+		l.first = max(l.first, l.trimTo)
+		return wal.BatchRef{}, false, fmt.Errorf("open segment: %w", fs.ErrNotExist)
+	}
+	ref, ok := l.ends[lsn]
+	return ref, ok, nil
+}
+
+func (l *scriptHelloLog) Boundary() EpochBoundary { return l.b }
 
 func TestFindBatchEndingAt(t *testing.T) {
 	m := newMemLog(0)

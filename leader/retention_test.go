@@ -1,48 +1,78 @@
 package leader
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
+// TestPlanRetention runs the scripted retention passes in
+// testdata/retention: planRetention over the slots, the local store's
+// position and the log's segments, the plan out. Commands:
+//
+//	segments
+//	<first LSN> <size>
+//	    ...the log's segments in LSN order (the last one is being written),
+//	    for the plans that follow
+//	plan local=LSN [max=BYTES]
+//	<slot ID> <acked LSN> [dropped]
+//	    ...the slots; max is the retention bound (default 0: none)
 func TestPlanRetention(t *testing.T) {
-	// Four segments of 100 bytes: LSNs 1-10, 11-20, 21-30, 31-(active).
-	segs := []wal.SegmentInfo{{FirstLSN: 1, Size: 100}, {FirstLSN: 11, Size: 100}, {FirstLSN: 21, Size: 100}, {FirstLSN: 31, Size: 100}}
-	for _, tc := range []struct {
-		name     string
-		slots    []slot
-		local    uint64
-		maxBytes int64
-		want     retentionPlan
-	}{
-		{"no followers: the local store alone pins", nil, 35, 0,
-			retentionPlan{DeleteBelow: 35, Retained: 100}},
-		{"lowest slot pins", []slot{{"a", 25, false}, {"b", 12, false}}, 35, 0,
-			retentionPlan{DeleteBelow: 12, Retained: 300}},
-		{"the segment holding a slot's last batch is kept", []slot{{"a", 20, false}}, 35, 0,
-			retentionPlan{DeleteBelow: 20, Retained: 300}},
-		{"and the one before it goes", []slot{{"a", 21, false}}, 35, 0,
-			retentionPlan{DeleteBelow: 21, Retained: 200}},
-		{"local store behind every slot pins", []slot{{"a", 30, false}}, 5, 0,
-			retentionPlan{DeleteBelow: 5, Retained: 400}},
-		{"dropped slot does not pin", []slot{{"a", 3, true}, {"b", 30, false}}, 35, 0,
-			retentionPlan{DeleteBelow: 30, Retained: 200}},
-		{"bound drops the laggard", []slot{{"dead", 2, false}, {"b", 22, false}}, 35, 250,
-			retentionPlan{DeleteBelow: 22, Drop: []string{"dead"}, Retained: 200}},
-		{"bound drops several", []slot{{"x", 2, false}, {"y", 12, false}, {"z", 33, false}}, 35, 150,
-			retentionPlan{DeleteBelow: 33, Drop: []string{"x", "y"}, Retained: 100}},
-		{"bound never drops a slot at the local position", []slot{{"a", 2, false}}, 2, 150,
-			retentionPlan{DeleteBelow: 2, Retained: 400}},
-		{"within the bound nothing is dropped", []slot{{"a", 2, false}}, 35, 400,
-			retentionPlan{DeleteBelow: 2, Retained: 400}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, planRetention(tc.slots, tc.local, segs, tc.maxBytes))
+	datadriven.Walk(t, "testdata/retention", func(t *testing.T, path string) {
+		var segs []wal.SegmentInfo
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			switch td.Cmd {
+			case "segments":
+				segs = nil
+				for _, f := range scriptLines(t, td) {
+					var s wal.SegmentInfo
+					if _, err := fmt.Sscan(strings.Join(f, " "), &s.FirstLSN, &s.Size); err != nil {
+						t.Fatalf("%s: segment %q: %v", td.Pos, f, err)
+					}
+					segs = append(segs, s)
+				}
+				return ""
+			case "plan":
+				var local uint64
+				var maxBytes int64
+				td.ScanArgs(t, "local", &local)
+				td.MaybeScanArgs(t, "max", &maxBytes)
+				var slots []slot
+				for _, f := range scriptLines(t, td) {
+					s := slot{ID: f[0], Dropped: len(f) == 3 && f[2] == "dropped"}
+					if _, err := fmt.Sscan(f[1], &s.Acked); err != nil || len(f) > 3 || (len(f) == 3 && !s.Dropped) {
+						t.Fatalf("%s: slot %q: want ID ACKED [dropped]", td.Pos, f)
+					}
+					slots = append(slots, s)
+				}
+				p := planRetention(slots, local, segs, maxBytes)
+				out := fmt.Sprintf("delete below %d, retain %d bytes\n", p.DeleteBelow, p.Retained)
+				if len(p.Drop) > 0 {
+					out += fmt.Sprintf("drop %s\n", strings.Join(p.Drop, ", "))
+				}
+				return out
+			}
+			t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+			return ""
 		})
+	})
+}
+
+// scriptLines splits a command's input into its non-empty lines' fields.
+func scriptLines(t *testing.T, td *datadriven.TestData) [][]string {
+	var lines [][]string
+	for _, line := range strings.Split(td.Input, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			lines = append(lines, f)
+		}
 	}
+	return lines
 }
 
 func TestSlotCodec(t *testing.T) {

@@ -172,6 +172,79 @@ func (o *TrackerOptions) Validate() error {
 	return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
 }
 
+// HWM is one session's state as a decision reads it (TrackerTx.Load): its
+// high-water mark, last activity and closed flag, and whether the tracker
+// holds a row for it at all. Decide, Advance and Close are the Tracker's
+// rules over it as plain values, so a caller that loaded a batch's HWMs
+// first (the store's receiver) decides the batch without the tracker.
+type HWM struct {
+	Seq    SeqNo
+	LastTS int64
+	Closed bool
+	Known  bool // false: never seen, or collected
+}
+
+// Cutoff is WAL clock − horizon, saturating instead of wrapping: a session
+// whose last activity is older is expired (treated as unknown).
+func Cutoff(clock int64, horizon time.Duration) int64 {
+	if clock < math.MinInt64+int64(horizon) {
+		return math.MinInt64
+	}
+	return clock - int64(horizon)
+}
+
+// Live reports whether the session is known and not expired at cutoff.
+// Expiry is decided on the WAL clock alone, whether or not GC already
+// deleted the row, so every follower decides the same regardless of when it
+// runs CollectGarbage.
+func (h HWM) Live(cutoff int64) bool { return h.Known && h.LastTS >= cutoff }
+
+// Decide is TrackerTx.Check over plain values: what to do with the event
+// (seq, ts) of a session in state h, with the WAL clock's cutoff. seq must
+// not be 0.
+//
+// A closed session answers Duplicate for seq <= HWM (it was applied) and
+// Closed above; both mean "skip".
+func Decide(h HWM, seq SeqNo, ts, cutoff int64) Decision {
+	if !h.Live(cutoff) {
+		switch {
+		case ts < cutoff:
+			return TooOld
+		case seq == 1:
+			return Apply
+		default:
+			return Gap
+		}
+	}
+	switch {
+	case seq <= h.Seq:
+		return Duplicate
+	case h.Closed:
+		return Closed
+	case seq == h.Seq+1 && seq <= MaxSeqNo:
+		return Apply
+	default:
+		return Gap
+	}
+}
+
+// Advance is TrackerTx.Advance over plain values: h after the event (seq,
+// ts) Decide answered Apply for. An unknown or expired session starts over
+// at seq 1.
+func (h HWM) Advance(seq SeqNo, ts, cutoff int64) HWM {
+	if !h.Live(cutoff) {
+		return HWM{Seq: seq, LastTS: ts, Known: true}
+	}
+	h.Seq, h.LastTS = seq, max(h.LastTS, ts)
+	return h
+}
+
+// Close is TrackerTx.MarkClosed over plain values (for a live session).
+func (h HWM) Close(ts int64) HWM {
+	h.Closed, h.LastTS = true, max(h.LastTS, ts)
+	return h
+}
+
 // record is the persisted (and cached) state of one session.
 type record struct {
 	hwm    SeqNo
@@ -185,11 +258,10 @@ type record struct {
 // themselves must be serialized: Begin the next one only after the previous one
 // was committed or aborted, because a tx reads the committed view.
 type Tracker struct {
-	db      *pebble.DB
-	opts    TrackerOptions
-	horizon int64
-	cache   *hwmCache
-	clock   atomic.Int64
+	db    *pebble.DB
+	opts  TrackerOptions
+	cache *hwmCache
+	clock atomic.Int64
 
 	mu       sync.Mutex
 	gcCursor []byte // next HWM key to examine; nil = start of the prefix
@@ -218,7 +290,7 @@ func OpenTracker(db *pebble.DB, opts *TrackerOptions) (*Tracker, error) {
 	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	t := &Tracker{db: db, opts: o, horizon: int64(o.RetentionHorizon), cache: newHWMCache(o.CacheSize)}
+	t := &Tracker{db: db, opts: o, cache: newHWMCache(o.CacheSize)}
 	val, closer, err := db.Get([]byte(ClockKey))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -311,13 +383,7 @@ func (t *Tracker) read(id ID) (record, bool, error) {
 	return r, true, nil
 }
 
-// cutoff is WAL clock − horizon, saturating instead of wrapping.
-func (t *Tracker) cutoff(clock int64) int64 {
-	if clock < math.MinInt64+t.horizon {
-		return math.MinInt64
-	}
-	return clock - t.horizon
-}
+func (t *Tracker) cutoff(clock int64) int64 { return Cutoff(clock, t.opts.RetentionHorizon) }
 
 // Begin starts the tracker side of one Pebble batch. Writes go into b; the
 // in-memory view changes only at Commit.
@@ -479,11 +545,14 @@ func (tx *TrackerTx) add(e txEntry) int32 {
 	return i
 }
 
-// live reports whether the session is known and not expired. Expiry is decided
-// on the WAL clock alone, whether or not GC already deleted the row, so every
-// follower decides the same regardless of when it runs CollectGarbage.
+// live reports whether the session is known and not expired (HWM.Live).
 func (tx *TrackerTx) live(e *txEntry) bool {
 	return e.exists && e.rec.lastTS >= tx.t.cutoff(tx.clock)
+}
+
+// hwm is e as a decision reads it.
+func (e *txEntry) hwm() HWM {
+	return HWM{Seq: e.rec.hwm, LastTS: e.rec.lastTS, Closed: e.rec.closed, Known: e.exists}
 }
 
 func (tx *TrackerTx) usable(seq SeqNo) error {
@@ -537,11 +606,8 @@ func (tx *TrackerTx) Prefetch(id ID) {
 }
 
 // Check decides what to do with event (id, seq, ts), seeing this tx's pending
-// advances. An error means I/O failure or misuse (seq 0: ErrZeroSeq); the
-// decision is then 0.
-//
-// A closed session answers Duplicate for seq <= HWM (it was applied) and
-// Closed above; both mean "skip".
+// advances (Decide over the session's state). An error means I/O failure or
+// misuse (seq 0: ErrZeroSeq); the decision is then 0.
 func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	if err := tx.usable(seq); err != nil {
 		return 0, err
@@ -550,26 +616,41 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !tx.live(&e) {
-		switch {
-		case ts < tx.t.cutoff(tx.clock):
-			return TooOld, nil
-		case seq == 1:
-			return Apply, nil
-		default:
-			return Gap, nil
-		}
+	return Decide(e.hwm(), seq, ts, tx.t.cutoff(tx.clock)), nil
+}
+
+// Peek returns the session's state as this tx sees it (pending changes,
+// then the cache, then Pebble): the input of Decide, for a caller that
+// loads a whole batch's sessions before deciding it. Like Check it changes
+// no state and, for a session found in the cache, indexes nothing (most
+// peeked events are duplicates that never reach Advance); a session read
+// from Pebble is kept for the Advance that likely follows. An error is an
+// I/O failure.
+func (tx *TrackerTx) Peek(id ID) (HWM, error) {
+	if tx.done {
+		return HWM{}, ErrTxDone
 	}
-	switch {
-	case seq <= e.rec.hwm:
-		return Duplicate, nil
-	case e.rec.closed:
-		return Closed, nil
-	case seq == e.rec.hwm+1 && seq <= MaxSeqNo:
-		return Apply, nil
-	default:
-		return Gap, nil
+	e, err := tx.view(id)
+	if err != nil {
+		return HWM{}, err
 	}
+	return e.hwm(), nil
+}
+
+// Load is Peek for a session the caller may advance: it indexes the
+// session in the tx (the map insert a later Advance would make) and
+// returns its slot, a small number the same for every Load of the session
+// in this tx and below the number of sessions the tx indexed, which the
+// caller can key its per-session state of the batch by.
+func (tx *TrackerTx) Load(id ID) (h HWM, slot int32, err error) {
+	if tx.done {
+		return HWM{}, -1, ErrTxDone
+	}
+	i, err := tx.lookup(id)
+	if err != nil {
+		return HWM{}, -1, err
+	}
+	return tx.ents[i].hwm(), i, nil
 }
 
 // put marks e (a pointer into tx.ents) changed.
@@ -591,6 +672,25 @@ func (tx *TrackerTx) Advance(id ID, seq SeqNo, ts int64) error {
 	if err != nil {
 		return err
 	}
+	return tx.advance(e, seq, ts)
+}
+
+// AdvanceLoaded is Advance of a session Load numbered slot: it finds the
+// session by the slot instead of in the tx's index (a map lookup per
+// advanced event saved for a caller that loaded its batch first). A slot
+// that is not id's is looked up as Advance does.
+func (tx *TrackerTx) AdvanceLoaded(slot int32, id ID, seq SeqNo, ts int64) error {
+	if slot < 0 || int(slot) >= len(tx.ents) || tx.ents[slot].id != id {
+		return tx.Advance(id, seq, ts)
+	}
+	if err := tx.usable(seq); err != nil {
+		return err
+	}
+	return tx.advance(&tx.ents[slot], seq, ts)
+}
+
+// advance is Advance of e, a pointer into tx.ents.
+func (tx *TrackerTx) advance(e *txEntry, seq SeqNo, ts int64) error {
 	if !tx.live(e) {
 		if ts < tx.t.cutoff(tx.clock) {
 			return ErrTooOld
@@ -896,12 +996,12 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	if start != nil {
 		valid = it.SeekGE(start)
 	}
-	cutoff := tx.t.cutoff(tx.clock)
-	n, examined := 0, 0
+	g := gcPass{cutoff: tx.t.cutoff(tx.clock), limit: limit}
+	n := 0
 	var next []byte
 	var collected []int32
 	for ; valid; valid = it.Next() {
-		if limit > 0 && examined >= limit {
+		if g.rowsDone() {
 			next = append([]byte(nil), it.Key()...)
 			break
 		}
@@ -909,7 +1009,6 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 		if len(key) != hwmKeyLen {
 			continue // ClockKey
 		}
-		examined++
 		var id ID
 		copy(id[:], key[len(HWMPrefix):])
 		// The tx's own view wins over the committed row it may have
@@ -931,7 +1030,7 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 			}
 			e = txEntry{id: id, rec: r, exists: true}
 		}
-		if !e.exists || e.rec.lastTS >= cutoff {
+		if !g.row(e.hwm()) {
 			continue
 		}
 		if err := tx.b.Delete(key, nil); err != nil {
@@ -955,20 +1054,24 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	// it: walk the logged sessions too, oldest change first, while they are
 	// expired (later changes mostly carry later timestamps).
 	c := tx.t.cache
-	for i, walked := c.oldestDirty(), 0; i != nilIdx && (limit <= 0 || walked < limit); i, walked = c.nextDirty(i), walked+1 {
+	for i := c.oldestDirty(); i != nilIdx; i = c.nextDirty(i) {
 		id := c.idAt(i)
 		r, _ := c.peek(&id)
-		if r.lastTS >= cutoff {
+		j, seen := tx.idx[id]
+		own := seen && (tx.ents[j].state != entClean || tx.ents[j].written) // the tx's own view wins, as above
+		var ownHWM HWM
+		if own {
+			ownHWM = tx.ents[j].hwm()
+		}
+		collect, more := g.logged(HWM{Seq: r.hwm, LastTS: r.lastTS, Closed: r.closed, Known: true}, ownHWM, own)
+		if !more {
 			break
 		}
-		j, seen := tx.idx[id]
-		if seen && (tx.ents[j].state != entClean || tx.ents[j].written) {
-			// The tx's own view wins, as above.
-			if e := &tx.ents[j]; !e.exists || e.rec.lastTS >= cutoff {
-				continue
-			} else if e.state == entDirty {
-				tx.removeDirty(j)
-			}
+		if !collect {
+			continue
+		}
+		if own && tx.ents[j].state == entDirty {
+			tx.removeDirty(j)
 		}
 		var kb [hwmKeyLen]byte
 		if err := tx.b.Delete(hwmKey(&kb, id), nil); err != nil { // its stale row, if any
@@ -999,6 +1102,46 @@ func (tx *TrackerTx) CollectGarbage(limit int) (int, error) {
 	tx.gcCursor = next
 	tx.gcMoved = true
 	return n, nil
+}
+
+// gcPass is one collection's decisions (CollectGarbage) as a function of
+// the sessions it looks at, in the order it looks at them: the HWM rows
+// from the cursor on (row), then the logged sessions, oldest change first
+// (logged). It reads and writes nothing. A session is collected when it is
+// expired on the WAL clock — known and last active before cutoff, closed
+// or not — as the tx sees it.
+type gcPass struct {
+	cutoff int64 // WAL clock − horizon
+	limit  int   // rows examined, and logged sessions walked, at most (<= 0: all)
+	rows   int   // rows examined so far
+	walked int   // logged sessions walked so far
+}
+
+// rowsDone reports whether the pass examined limit rows: the next row is
+// left for the next pass, which resumes there.
+func (g *gcPass) rowsDone() bool { return g.limit > 0 && g.rows >= g.limit }
+
+// row examines a session with an HWM row, in the state the tx sees (its own
+// change, else a logged one, else the row), and reports whether to collect
+// it.
+func (g *gcPass) row(h HWM) bool {
+	g.rows++
+	return h.Known && !h.Live(g.cutoff)
+}
+
+// logged walks to the next logged session: committed is its logged state;
+// own, when hasOwn, this tx's view of it, which wins. The walk stops (more
+// false) at the first one whose logged state is not expired — later
+// changes mostly carry later timestamps — or after limit sessions.
+func (g *gcPass) logged(committed, own HWM, hasOwn bool) (collect, more bool) {
+	if g.limit > 0 && g.walked >= g.limit || committed.Live(g.cutoff) {
+		return false, false
+	}
+	g.walked++
+	if hasOwn {
+		return own.Known && !own.Live(g.cutoff), true
+	}
+	return true, true
 }
 
 func (tx *TrackerTx) removeDirty(i int32) {

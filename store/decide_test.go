@@ -18,11 +18,16 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// TestDecide runs the scripted decision tables in testdata/decide: a batch
-// in, each event's fate, the batch's verdict and the ack out. Commands:
+// TestDecide runs the scripted decision tables in testdata/decide twice:
+// against the real tracker and window on an in-memory Pebble store
+// (Receiver.decide, then Receiver.Apply), and against a map-backed view with
+// no Pebble and no receiver (decideBatch over maps, then the plan carried
+// out on the maps). Both must print the same: a batch in, each event's
+// fate, the batch's verdict and the ack out. Commands:
 //
 //	new [shard=N] [window=N] [horizon=DURATION]
-//	    a fresh receiver on an in-memory store (default shard 0, window 100)
+//	    a fresh receiver (default shard 0, window 100; the map view keeps
+//	    every key: scripts stay within the window)
 //	batch [shard=N] [epoch=N] [first=LSN]
 //	<op> s=SESSION [seq=N] [key=NAME] [t=SECONDS]
 //	    ...one event per line; op is open, put, delete, close or claim (a
@@ -34,32 +39,62 @@ import (
 //	    the next commit fails (the store becomes failed)
 //
 // batch prints what decide answered (without writing), then what Apply did
-// and the ack; the test also checks that Apply agreed with the decision.
+// and the ack; the store run also checks that Apply agreed with the
+// decision. The rigs' Applier is a SessionApplier without a ledger table:
+// a ledger record that survives the decision fails the batch (ErrApply).
 func TestDecide(t *testing.T) {
-	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
-		var d *decideRig
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			switch td.Cmd {
-			case "new":
-				d = newDecideRig(t, td)
-				return ""
-			case "batch":
-				return d.batch(t, td)
-			case "fail-commit":
-				d.failNext = true
-				return ""
-			}
-			t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
-			return ""
+	for _, view := range []struct {
+		name string
+		new  func(t *testing.T, td *datadriven.TestData) decideRun
+	}{
+		{"store", func(t *testing.T, td *datadriven.TestData) decideRun { return newDecideRig(t, td) }},
+		{"map", func(t *testing.T, td *datadriven.TestData) decideRun { return newMapRig(t, td) }},
+	} {
+		t.Run(view.name, func(t *testing.T) {
+			datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
+				var d decideRun
+				datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+					switch td.Cmd {
+					case "new":
+						d = view.new(t, td)
+						return ""
+					case "batch":
+						return runBatch(t, td, d)
+					case "fail-commit":
+						d.failNextCommit()
+						return ""
+					}
+					t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+					return ""
+				})
+			})
 		})
-	})
+	}
+}
+
+// decideRun is one view TestDecide decides and applies batches against.
+type decideRun interface {
+	// position is the durable applied position (Receiver.Position: where
+	// a batch starts by default) and the shard.
+	position() (applied uint64, shard uint32)
+	// decide decides a decoded batch without writing anything; the plan's
+	// slices are valid until the next decide or apply.
+	decide(t *testing.T, h wal.Header, events []wal.Event) plan
+	// apply carries the encoded batch out (after decide printed p).
+	apply(t *testing.T, raw []byte, p plan) (Result, error)
+	// failed reports whether the store failed (sticky).
+	failed() bool
+	failNextCommit()
+	// failingNext reports whether the current batch's commit is to fail.
+	failingNext() bool
+	scriptClock() *int64
 }
 
 type decideRig struct {
+	script
 	db       *pebble.DB
 	recv     *Receiver
 	shard    uint32
-	clock    int64
 	failNext bool
 	fs       *failingFS
 }
@@ -109,9 +144,9 @@ var errInjectedSync = fmt.Errorf("injected sync failure")
 
 const decideOrigin = int64(1_767_225_600) * int64(time.Second) // 2026-01-01
 
-func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
-	shard, window := 0, 100
-	horizon := time.Duration(0)
+// rigArgs reads new's arguments: shard, window capacity, retention horizon.
+func rigArgs(t *testing.T, td *datadriven.TestData) (shard, window int, horizon time.Duration) {
+	shard, window = 0, 100
 	td.MaybeScanArgs(t, "shard", &shard)
 	td.MaybeScanArgs(t, "window", &window)
 	if td.HasArg("horizon") {
@@ -122,6 +157,11 @@ func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
 			t.Fatal(err)
 		}
 	}
+	return shard, window, horizon
+}
+
+func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
+	shard, window, horizon := rigArgs(t, td)
 	fs := &failingFS{FS: vfs.NewMem()}
 	db, err := pebble.Open("", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: FatalLogger{}})
 	if err != nil {
@@ -137,8 +177,131 @@ func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &decideRig{db: db, recv: recv, shard: uint32(shard), clock: decideOrigin, fs: fs}
+	return &decideRig{script: script{decideOrigin}, db: db, recv: recv, shard: uint32(shard), fs: fs}
 }
+
+func (d *decideRig) position() (uint64, uint32) {
+	applied, _ := d.recv.Position()
+	return applied, d.shard
+}
+
+// decide loads from the real tracker and window and decides; Abort drops
+// the tracker tx, which only cached what it read.
+func (d *decideRig) decide(t *testing.T, h wal.Header, events []wal.Event) plan {
+	b := d.db.NewBatch()
+	defer b.Close()
+	ttx := d.recv.tracker.Begin(b)
+	defer ttx.Abort()
+	d.recv.mu.Lock()
+	defer d.recv.mu.Unlock()
+	p, err := d.recv.decide(ttx, h, events)
+	if err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	return p
+}
+
+func (d *decideRig) apply(t *testing.T, raw []byte, _ plan) (Result, error) {
+	if d.failNext {
+		d.fs.armed = true
+		defer func() { d.fs.armed, d.failNext = false, false }()
+	}
+	return d.recv.Apply(raw)
+}
+
+func (d *decideRig) failed() bool      { return d.recv.Err() != nil }
+func (d *decideRig) failNextCommit()   { d.failNext = true }
+func (d *decideRig) failingNext() bool { return d.failNext }
+
+// mapRig decides with decideBatch over a map-backed view — HWMs, WAL clock
+// and window in maps, the position a value — and carries a plan out on the
+// maps the way stage and publish carry it out on the store.
+type mapRig struct {
+	script
+	shard    uint32
+	horizon  time.Duration
+	at       position // where the next decision starts
+	durable  position // what acks report
+	clock    int64
+	hwms     map[session.ID]session.HWM
+	slots    map[session.ID]int32 // the batch's sessions, numbered
+	window   map[idempotency.Key]bool
+	fail     error
+	failNext bool
+	dec      decider
+}
+
+func newMapRig(t *testing.T, td *datadriven.TestData) *mapRig {
+	shard, _, horizon := rigArgs(t, td)
+	return &mapRig{script: script{decideOrigin}, shard: uint32(shard), hwms: map[session.ID]session.HWM{}, window: map[idempotency.Key]bool{},
+		horizon: (&session.TrackerOptions{RetentionHorizon: horizon}).EnsureDefaults().RetentionHorizon}
+}
+
+func (m *mapRig) position() (uint64, uint32) { return m.durable.applied, m.shard }
+
+func (m *mapRig) decide(_ *testing.T, h wal.Header, events []wal.Event) plan {
+	in := loaded{clock: m.clock, horizon: m.horizon}
+	in.size(len(events))
+	m.slots = map[session.ID]int32{}
+	for i := range events {
+		ev := &events[i]
+		slot, ok := m.slots[ev.Session]
+		if !ok {
+			slot = int32(len(m.slots))
+			m.slots[ev.Session] = slot
+		}
+		in.hwms[i], in.slots[i] = m.hwms[ev.Session], slot
+		in.hits[i] = ev.HasIdemKey && m.window[ev.IdemKey]
+	}
+	in.nslots = len(m.slots)
+	return m.dec.decideBatch(decideState{shard: m.shard, at: m.at}, &in, h, events)
+}
+
+func (m *mapRig) apply(_ *testing.T, _ []byte, p plan) (Result, error) {
+	res, err := m.carryOut(p)
+	res.Ack = replication.Ack{Shard: m.shard, Epoch: m.durable.epoch, AppliedLSN: m.durable.applied, Refused: err != nil}
+	return res, err
+}
+
+func (m *mapRig) carryOut(p plan) (Result, error) {
+	if m.fail != nil {
+		return Result{}, m.fail
+	}
+	switch p.verdict {
+	case verdictRedelivery:
+		return Result{Discarded: len(p.events)}, nil
+	case verdictRefuse:
+		return Result{}, p.refusal.err
+	}
+	for i := range p.keep {
+		if ev := &p.keep[i]; ev.Op.IsLedger() {
+			return Result{}, applyFailed(p.h, fmt.Errorf("ledger op %v at LSN %d and no ledger table", ev.Op, ev.LSN))
+		}
+	}
+	// Committed (into the memtable): memory follows, also when the sync
+	// then fails.
+	for id, slot := range m.slots {
+		if hw := m.dec.touched[slot]; m.dec.has[slot] {
+			m.hwms[id] = hw
+			m.clock = max(m.clock, hw.LastTS)
+		}
+	}
+	for _, k := range p.record {
+		m.window[k] = true
+	}
+	m.at = position{applied: p.h.LastLSN(), epoch: p.epoch, last: p.last}
+	if m.failNext {
+		m.failNext = false
+		m.fail = fmt.Errorf("%w: WAL sync: %w", ErrFailed, errInjectedSync)
+		return Result{}, m.fail
+	}
+	m.durable = m.at
+	return p.result(), nil
+}
+
+func (m *mapRig) failed() bool      { return m.fail != nil }
+func (m *mapRig) failNextCommit()   { m.failNext = true }
+func (m *mapRig) failingNext() bool { return m.failNext }
 
 // names maps a script's session or key name to its bytes: the name itself,
 // zero-padded to 16 bytes.
@@ -147,10 +310,12 @@ func name16(s string) (out [16]byte) {
 	return out
 }
 
-func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
-	applied, _ := d.recv.Position()
-	shard, epoch, first := int(d.shard), 1, int(applied+1)
-	td.MaybeScanArgs(t, "shard", &shard)
+// scriptBatch encodes a batch command's events; names maps each session to
+// its script name. The clock is the last event's time, carried between
+// batches.
+func scriptBatch(t *testing.T, td *datadriven.TestData, shard uint32, applied uint64, clock *int64) ([]byte, map[session.ID]string) {
+	sh, epoch, first := int(shard), 1, int(applied+1)
+	td.MaybeScanArgs(t, "shard", &sh)
 	td.MaybeScanArgs(t, "epoch", &epoch)
 	td.MaybeScanArgs(t, "first", &first)
 	var events []wal.Event
@@ -171,13 +336,13 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 		case "close":
 			ev.Op = wal.OpClose
 		case "claim":
-			rec := idempotency.Record{Kind: idempotency.RecordClaim, Key: "r1", Time: d.clock, Expires: d.clock + int64(time.Minute)}
+			rec := idempotency.Record{Kind: idempotency.RecordClaim, Key: "r1", Time: *clock, Expires: *clock + int64(time.Minute)}
 			ev = wal.LedgerEvent(&rec)
 		default:
 			t.Fatalf("%s: unknown op %q", td.Pos, f[0])
 		}
-		d.clock += int64(time.Second)
-		ev.Time = d.clock
+		*clock += int64(time.Second)
+		ev.Time = *clock
 		for _, kv := range f[1:] {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
@@ -200,34 +365,38 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d.clock = decideOrigin + n*int64(time.Second)
-				ev.Time = d.clock
+				*clock = decideOrigin + n*int64(time.Second)
+				ev.Time = *clock
 			default:
 				t.Fatalf("%s: unknown argument %q", td.Pos, k)
 			}
 		}
 		events = append(events, ev)
 	}
-	raw, err := wal.AppendBatch(nil, uint32(shard), uint64(epoch), uint64(first), events)
+	raw, err := wal.AppendBatch(nil, uint32(sh), uint64(epoch), uint64(first), events)
 	if err != nil {
-		return fmt.Sprintf("encode: %v\n", err)
+		t.Fatalf("%s: encode: %v", td.Pos, err)
 	}
+	return raw, names
+}
+
+// scriptClock is a script's WAL clock, carried from batch to batch.
+type script struct{ clock int64 }
+
+func (c *script) scriptClock() *int64 { return &c.clock }
+
+func runBatch(t *testing.T, td *datadriven.TestData, d decideRun) string {
+	applied, shard := d.position()
+	raw, names := scriptBatch(t, td, shard, applied, d.scriptClock())
 
 	var out strings.Builder
-	// The decision alone: decide writes nothing, and Abort drops its overlay.
+	// The decision alone: decide writes nothing.
 	h, decoded, err := wal.DecodeBatch(raw, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := d.db.NewBatch()
-	ttx := d.recv.tracker.Begin(b)
-	d.recv.mu.Lock()
-	p := d.recv.decide(ttx, h, decoded)
-	fates := append([]fate(nil), p.fates...)
-	d.recv.mu.Unlock()
-	ttx.Abort()
-	_ = b.Close()
-	for i, f := range fates {
+	p := d.decide(t, h, decoded)
+	for i, f := range p.fates {
 		ev := &decoded[i]
 		fmt.Fprintf(&out, "%d %s", ev.LSN, ev.Op)
 		if ev.Session != (session.ID{}) {
@@ -246,12 +415,8 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 	kept := len(p.keep)
 	verdictOfDecide := p.verdict
 
-	failedBefore := d.recv.Err() != nil
-	if d.failNext {
-		d.fs.armed = true
-		defer func() { d.fs.armed, d.failNext = false, false }()
-	}
-	res, err := d.recv.Apply(raw)
+	failedBefore, failing := d.failed(), d.failingNext()
+	res, err := d.apply(t, raw, p)
 	switch {
 	case err != nil:
 		fmt.Fprintf(&out, "apply: refused (%s)\n", refusalName(err))
@@ -270,7 +435,7 @@ func (d *decideRig) batch(t *testing.T, td *datadriven.TestData) string {
 			t.Errorf("%s: failed store, Apply: %+v, %v", td.Pos, res, err)
 		}
 		return out.String()
-	case d.failNext:
+	case failing:
 		// The WAL sync's error comes back from Batch.SyncWait, cause kept.
 		if !errors.Is(err, ErrFailed) || !errors.Is(err, errInjectedSync) || !res.Ack.Refused || res.Committed {
 			t.Errorf("%s: failed commit, Apply: %+v, %v", td.Pos, res, err)
@@ -395,3 +560,46 @@ func TestPipelineSyncFailure(t *testing.T) {
 		t.Fatalf("counters do not account for every event: %+v", st)
 	}
 }
+
+// TestLoadErrorIsStaging: an I/O error while loading what a decision needs
+// (here an HWM row that does not decode) refuses the batch as a staging
+// error (ErrStaging, the cause kept), not as a decision: nothing is
+// written, the position stays, and the next batch without that session
+// applies.
+func TestLoadErrorIsStaging(t *testing.T) {
+	d := newDecideRig(t, &datadriven.TestData{})
+	bad := name16("bad")
+	if err := d.db.Set(append([]byte(session.HWMPrefix), bad[:]...), []byte("x"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	enc := func(s session.ID) []byte {
+		raw, err := wal.AppendBatch(nil, 0, 1, 1, []wal.Event{{Op: wal.OpPut, Session: s, Seq: 1, Time: decideOrigin,
+			Key: []byte("k"), Value: []byte("v"), HasIdemKey: true, IdemKey: idempotency.Key(s)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	// Validate decides as Apply would, and a load failure is its answer.
+	h, events, err := wal.DecodeBatch(enc(bad), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.recv.Validate(acceptAll{}, h, events); !errors.Is(err, ErrStaging) || !errors.Is(err, session.ErrCorrupt) {
+		t.Fatalf("Validate over an undecodable HWM row: %v; want ErrStaging wrapping session.ErrCorrupt", err)
+	}
+	res, err := d.recv.Apply(enc(bad))
+	if !errors.Is(err, ErrStaging) || !errors.Is(err, session.ErrCorrupt) || !res.Ack.Refused || res.Committed {
+		t.Fatalf("Apply over an undecodable HWM row: %+v, %v; want a refused ErrStaging wrapping session.ErrCorrupt", res, err)
+	}
+	if applied, _ := d.recv.Position(); applied != 0 || d.recv.Err() != nil {
+		t.Fatalf("position %d, store error %v after a load failure", applied, d.recv.Err())
+	}
+	if res, err := d.recv.Apply(enc(name16("good"))); err != nil || !res.Committed || res.Applied != 1 {
+		t.Fatalf("next batch: %+v, %v", res, err)
+	}
+}
+
+type acceptAll struct{}
+
+func (acceptAll) Validate(*pebble.Batch, []wal.Event) error { return nil }

@@ -132,31 +132,54 @@ func loadJournal(db *pebble.DB, window *idempotency.Store, _ *slog.Logger) (*jou
 	return j, nil
 }
 
-// stage writes this batch's recorded keys into b; when the journal has grown
-// past maxJournalWindows times the window's capacity, the entry is a compacted
-// one, and the oldest entries the window no longer needs are deleted (see above).
-// window must still hold its state from before this batch.
+// journalPlan is what one batch does to the journal.
+type journalPlan struct {
+	// compact: the batch's entry holds the whole window before its own
+	// keys, and replaces every live entry.
+	compact bool
+	// prune: how many of the oldest live entries the batch deletes (0 when
+	// compact).
+	prune int
+}
+
+// plan decides, purely, what a batch recording keys keys does to the
+// journal, with the window's capacity and its Evictions before the batch:
+// compact once the journal would hold more than maxJournalWindows windows'
+// worth of keys; else delete the oldest entries the window has evicted
+// Capacity keys since (see above).
+func (j *journal) plan(keys int, evictions uint64, capacity int) journalPlan {
+	if j.total+keys > maxJournalWindows*capacity {
+		return journalPlan{compact: true}
+	}
+	var p journalPlan
+	for _, e := range j.entries[j.head:] {
+		if evictions-e.evicted < uint64(capacity) {
+			break
+		}
+		p.prune++
+	}
+	return p
+}
+
+// stage writes this batch's recorded keys into b as its plan says: the
+// entry (a compacted one: the window first), and the deletions of the
+// entries it replaces or prunes. window must still hold its state from
+// before this batch.
 func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, window *idempotency.Store) error {
 	j.staged, j.compacted, j.pruned = journalEntry{}, false, 0
-	compact := j.total+len(keys) > maxJournalWindows*window.Capacity()
-	if !compact {
-		evictions, capacity := window.Evictions(), uint64(window.Capacity())
-		for _, e := range j.entries[j.head:] {
-			if evictions-e.evicted < capacity {
-				break
-			}
-			if err := b.Delete(journalKey(e.lsn), nil); err != nil {
-				return err
-			}
-			j.pruned++
+	p := j.plan(len(keys), window.Evictions(), window.Capacity())
+	for _, e := range j.entries[j.head : j.head+p.prune] {
+		if err := b.Delete(journalKey(e.lsn), nil); err != nil {
+			return err
 		}
 	}
-	if len(keys) == 0 && !compact {
+	if len(keys) == 0 && !p.compact {
+		j.note(p, lsn, 0)
 		return nil
 	}
 	j.buf = append(j.buf[:0], journalVersion)
 	n := len(keys)
-	if compact {
+	if p.compact {
 		j.snap = window.Keys(j.snap[:0])
 		for i := range j.snap {
 			j.buf = append(j.buf, j.snap[i][:]...)
@@ -167,7 +190,7 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, win
 		j.buf = append(j.buf, keys[i][:]...)
 	}
 	key := journalKey(lsn)
-	if compact {
+	if p.compact {
 		if err := b.DeleteRange(journalPrefix, key, nil); err != nil {
 			return err
 		}
@@ -175,13 +198,22 @@ func (j *journal) stage(b *pebble.Batch, lsn uint64, keys []idempotency.Key, win
 	if err := b.Set(key, j.buf, nil); err != nil {
 		return err
 	}
-	j.staged, j.compacted = journalEntry{lsn: lsn, n: n}, compact
+	j.note(p, lsn, n)
 	return nil
 }
 
+// note records what stage wrote — plan p, and an entry of n keys at lsn
+// (none when n is 0) — for committed to fold in.
+func (j *journal) note(p journalPlan, lsn uint64, n int) {
+	j.compacted, j.pruned = p.compact, p.prune
+	if n > 0 {
+		j.staged = journalEntry{lsn: lsn, n: n}
+	}
+}
+
 // committed folds the staged batch in after it committed and its keys were
-// recorded in window.
-func (j *journal) committed(window *idempotency.Store) {
+// recorded in the window, whose Evictions are now evictions.
+func (j *journal) committed(evictions uint64) {
 	if j.compacted {
 		j.entries, j.head, j.total = j.entries[:0], 0, 0
 	}
@@ -194,7 +226,7 @@ func (j *journal) committed(window *idempotency.Store) {
 		j.head = 0
 	}
 	if j.staged.n > 0 {
-		j.staged.evicted = window.Evictions()
+		j.staged.evicted = evictions
 		j.entries = append(j.entries, j.staged)
 		j.total += j.staged.n
 	}

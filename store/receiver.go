@@ -116,13 +116,13 @@ type Receiver struct {
 
 	// Scratch reused across batches; guarded by mu.
 	events  []wal.Event
-	keep    []wal.Event
-	fates   []fate
-	inBatch map[idempotency.Key]struct{}
-	cand    []int32           // events decide's step 4 looks at
+	in      loaded            // what load read for the batch being decided
+	decider decider           // decideBatch's scratch
+	cand    []int32           // events whose window hit load looks up
 	warm    []idempotency.Key // their keys, prefetched in the window together
-	record  []idempotency.Key
 	meta    [lastBatchSize]byte
+
+	horizon time.Duration // the tracker's retention horizon
 
 	stats statsCounters
 }
@@ -142,7 +142,7 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	}
 	r := &Receiver{
 		db: db, tracker: tracker, window: window, applier: applier, opts: o,
-		inBatch: make(map[idempotency.Key]struct{}),
+		horizon: tracker.Options().RetentionHorizon,
 	}
 	var err error
 	if r.applied, err = readMetaU64(db, keyPosition); err != nil {
@@ -250,12 +250,12 @@ func (r *Receiver) Hello() replication.Ack {
 // to send, also when err is non-nil; Ack.Refused tells the leader to resend
 // from Ack.AppliedLSN+1.
 //
-// Applying is three steps, the way etcd raft separates deciding (Step) from
-// doing (Ready/Advance): decide reads the receiver's position, the tracker's
-// view and the window and returns a plan without writing anything; stage
-// writes the plan into one Pebble batch and hands it to Pebble; publish
-// changes memory after that. The order of decisions is decide's, and is
-// stated there once.
+// Applying is four steps, the way etcd raft separates deciding (Step) from
+// doing (Ready/Advance): load reads the HWMs and window hits the batch
+// needs; decideBatch, a function of those values, the receiver's position
+// and the batch, returns a plan; stage writes the plan into one Pebble
+// batch and hands it to Pebble; publish changes memory after that. The
+// order of decisions is decideBatch's, and is stated there once.
 func (r *Receiver) Apply(raw []byte) (Result, error) { return r.Start(raw).Wait() }
 
 // Pending is a batch Start handed to the store whose WAL sync may still be
@@ -327,7 +327,10 @@ func (r *Receiver) Start(raw []byte) *Pending {
 		b = r.db.NewIndexedBatch()
 	}
 	ttx := r.tracker.Begin(b)
-	pl := r.decide(ttx, h, events)
+	pl, err := r.decide(ttx, h, events)
+	if err != nil {
+		pl = refuse(refusedStore, err) // a load failure: a staging error, not a decision
+	}
 	inPebble := false
 	if pl.verdict == verdictStage {
 		pl.refusal, inPebble = r.stage(b, ttx, &pl)
@@ -370,9 +373,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 	p.pos = position{r.applied, r.epoch, r.last}
 	p.lastTime = events[len(events)-1].Time
 	p.counts, p.applied, p.events = pl.counts, len(pl.keep), len(events)
-	p.res = Result{Committed: true, Applied: len(pl.keep),
-		Discarded: pl.counts.position + pl.counts.hwm + pl.counts.window + pl.counts.inBatch,
-		Skipped:   pl.counts.closed + pl.counts.tooOld}
+	p.res = pl.result()
 	if pl.syncing {
 		p.b = b
 	} else {
@@ -437,281 +438,8 @@ func (p *Pending) Wait() (Result, error) {
 	return p.res, p.err
 }
 
-// verdict is decide's answer for a whole batch.
-type verdict uint8
-
-const (
-	// verdictStage: stage and commit the plan (some events may be
-	// discarded; the position advances either way).
-	verdictStage verdict = iota
-	// verdictRedelivery: the batch lies wholly at or below the applied
-	// position (or is empty); nothing is written and the ack repeats the
-	// position.
-	verdictRedelivery
-	// verdictRefuse: nothing is written; the ack is refused.
-	verdictRefuse
-)
-
-// fate is what decide did with one event.
-type fate uint8
-
-const (
-	fateApply    fate = iota // handed to the Applier
-	fatePosition             // at or below the applied position
-	fateHWM                  // SeqNo at or below its session's HWM
-	fateClosed               // session closed
-	fateTooOld               // session expired and SeqNo > 1
-	fateInBatch              // idempotency key seen earlier in the batch
-	fateWindow               // idempotency key in the window (SeqNo consumed)
-	fateGap                  // SeqNo above HWM+1: the batch is refused
-)
-
-var fateNames = [...]string{"apply", "position", "hwm", "closed", "too-old", "in-batch", "window", "gap"}
-
-func (f fate) String() string { return fateNames[f] }
-
-// refusalKind names the Stats counter a refusal adds to.
-type refusalKind uint8
-
-const (
-	refusedWrongShard refusalKind = iota
-	refusedStaleEpoch
-	refusedOutOfOrder
-	refusedSeqGap
-	refusedStore // I/O failure while deciding or staging (incl. the commit)
-	refusedApply // the Applier failed
-)
-
-// refusal is a refused batch: the error Apply returns and its counter.
-type refusal struct {
-	kind refusalKind
-	err  error
-}
-
-func (f *refusal) counter(s *statsCounters) *counter {
-	switch f.kind {
-	case refusedWrongShard:
-		return &s.wrongShard
-	case refusedStaleEpoch:
-		return &s.staleEpochs
-	case refusedOutOfOrder:
-		return &s.outOfOrder
-	case refusedSeqGap:
-		return &s.seqGaps
-	}
-	return &s.applyErrors
-}
-
-// plan is decide's result for one batch: a refusal, a redelivery, or what to
-// stage — the surviving events, the idempotency keys to record, whether any
-// HWM advanced, the epoch and batch identity to persist, and the counts.
-// Its slices are the receiver's scratch, valid until the next Apply.
-type plan struct {
-	verdict  verdict
-	refusal  *refusal
-	h        wal.Header
-	events   []wal.Event
-	fates    []fate // fates[i]: what happened to events[i] (verdictStage, or up to a gap)
-	keep     []wal.Event
-	record   []idempotency.Key
-	advanced bool // some session's HWM advanced (its SeqNo was consumed)
-	epoch    uint64
-	last     wal.BatchRef
-	counts   batchCounts
-	syncing  bool      // stage committed b with Sync and did not wait for it
-	started  time.Time // when stage handed b to Pebble
-}
-
-func refuse(kind refusalKind, err error) plan {
-	return plan{verdict: verdictRefuse, refusal: &refusal{kind: kind, err: err}}
-}
-
-// maxKeptMap is the most entries a per-batch scratch map may have held for
-// the receiver to clear and keep it rather than allocate a new one.
-const maxKeptMap = 1 << 13
-
-// decide takes every decision about a batch before anything is written, in
-// this order:
-//  1. shard (ErrWrongShard) and epoch fencing (ErrStaleEpoch; a newer epoch
-//     overlapping applied LSNs: ErrDiverged);
-//  2. position: a batch wholly at or below the applied LSN (or empty) is a
-//     redelivery; one starting past applied+1 is refused (ErrOutOfOrder);
-//  3. per event, in log order: an LSN at or below the applied position is
-//     discarded; then the SeqNo against the session's HWM as the tracker's
-//     overlay sees it (duplicate, closed, too old: skipped; a gap refuses the
-//     whole batch, ErrSeqGap); an applied SeqNo advances the HWM in the
-//     overlay (and closes the session for OpClose) whether or not the window
-//     then suppresses the operation, so the next SeqNo is not a gap;
-//  4. then, per event step 3 let through, in log order, the idempotency key
-//     (data events only): a key seen earlier in the batch, then one in the
-//     window, suppresses the operation; every distinct key is recorded.
-//     (Running step 3 over the whole batch first decides exactly what
-//     running both steps event by event would: see below.)
-//
-// Decoding and checksums come before decide (wal.DecodeBatch). decide
-// changes only ttx's pending overlay, which Abort drops.
-func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Event) plan {
-	if h.Shard != r.opts.Shard {
-		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", replication.ErrWrongShard, h.Shard, r.opts.Shard))
-	}
-	if h.Epoch < r.epoch {
-		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d: it comes from a deposed leader; point this follower at the current leader", replication.ErrStaleEpoch, h.Epoch, r.epoch))
-	}
-	if h.Epoch > r.epoch && h.FirstLSN <= r.applied {
-		return refuse(refusedStaleEpoch, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
-			replication.ErrDiverged, h.Epoch, h.FirstLSN, r.applied, r.epoch))
-	}
-	if len(events) == 0 || h.LastLSN() <= r.applied {
-		return plan{verdict: verdictRedelivery, h: h, events: events}
-	}
-	if h.FirstLSN > r.applied+1 {
-		return refuse(refusedOutOfOrder, fmt.Errorf("%w: batch starts at LSN %d, applied %d", replication.ErrOutOfOrder, h.FirstLSN, r.applied))
-	}
-
-	p := plan{verdict: verdictStage, h: h, events: events, epoch: max(r.epoch, h.Epoch), last: h.Ref(),
-		fates: r.fates[:0], keep: r.keep[:0], record: r.record[:0]}
-	defer func() { r.fates, r.keep, r.record = p.fates[:0], p.keep[:0], p.record[:0] }()
-	if len(r.inBatch) > maxKeptMap {
-		// A Go map keeps the capacity it grew to, and clearing it costs
-		// that capacity: after one huge batch (a catch-up, a preload)
-		// every later batch would pay it (~90 µs per batch after a
-		// 25,000-event one). Start over instead.
-		r.inBatch = make(map[idempotency.Key]struct{}, len(events))
-	} else {
-		clear(r.inBatch)
-	}
-	// Touch every session's cache slot first, so that the batch's cache
-	// misses overlap instead of stalling the checks one at a time (a hint:
-	// it reads no Pebble and changes nothing). With 100K random sessions
-	// this takes a duplicate's HWM check from ~290 to ~110 cpu-ns
-	// (go test ./bench -bench 'TrackerCheckDuplicate/warm').
-	for i := range events {
-		if ev := &events[i]; ev.Seq != 0 && ev.LSN > r.applied {
-			ttx.Prefetch(ev.Session)
-		}
-	}
-	// Step 3 for every event, then step 4 for those it let through, in log
-	// order: the window's outcome never changes an HWM decision (the HWM
-	// advances either way) and a gap refuses the whole batch, so this is
-	// the same as both steps event by event. It lets the window's lines of
-	// the events that reach it be prefetched between the steps, all
-	// together (Store.PrefetchKeys: a retry's key is resident, and its
-	// slot, entry and neighbours are read by the check and by publish's
-	// recency update), without prefetching them for duplicates the HWM
-	// stops. One Store.Prefetch per event as step 3 found it waited for two
-	// cache misses per key in turn (~160 ns per retry, a sixth of the retry
-	// path's CPU).
-	cand, warm := r.cand[:0], r.warm[:0]
-	defer func() { r.cand, r.warm = cand[:0], warm[:0] }()
-	for i := range events {
-		ev := &events[i]
-		f, err := r.decideHWM(ttx, ev, &p)
-		if err != nil {
-			r.decideWindow(&p, cand)
-			fates := p.fates
-			p = refuse(refusedStore, err)
-			p.fates = fates
-			return p
-		}
-		p.fates = append(p.fates, f)
-		if f == fateGap {
-			r.decideWindow(&p, cand)
-			hwm, _, _, _ := r.tracker.Get(ev.Session)
-			fates := p.fates
-			p = refuse(refusedSeqGap, fmt.Errorf("%w: session %s SeqNo %d at LSN %d, HWM %d",
-				replication.ErrSeqGap, ev.Session, ev.Seq, ev.LSN, hwm))
-			p.fates = fates
-			return p
-		}
-		// Ledger records never enter the window: the position gate admits
-		// each once and re-applying one is harmless, and the window's slots
-		// are promised to operations ("the last Capacity distinct
-		// operations"). Leaders before wal.OpExtend gave them keys; ignored.
-		if f == fateApply && ev.HasIdemKey && !ev.Op.IsLedger() {
-			cand = append(cand, int32(i))
-			warm = append(warm, ev.IdemKey)
-		}
-	}
-	r.window.PrefetchKeys(warm)
-	r.decideWindow(&p, cand)
-	for i, f := range p.fates {
-		switch f {
-		case fateApply:
-			p.keep = append(p.keep, events[i])
-		case fatePosition:
-			p.counts.position++
-		case fateHWM:
-			p.counts.hwm++
-		case fateClosed:
-			p.counts.closed++
-		case fateTooOld:
-			p.counts.tooOld++
-		case fateInBatch:
-			p.counts.inBatch++
-		case fateWindow:
-			p.counts.window++
-		}
-	}
-	return p
-}
-
-// decideHWM is step 3 of decide for one event: the position and its
-// session's HWM. fateApply means it passed (its SeqNo, if any, consumed);
-// step 4 may still suppress it. An error is an I/O failure (wrapping
-// ErrStaging and the cause).
-func (r *Receiver) decideHWM(ttx *session.TrackerTx, ev *wal.Event, p *plan) (fate, error) {
-	if ev.LSN <= r.applied { // overlap with an already applied prefix
-		return fatePosition, nil
-	}
-	if ev.Seq != 0 {
-		d, err := ttx.Check(ev.Session, ev.Seq, ev.Time)
-		if err != nil {
-			return 0, fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
-		}
-		switch d {
-		case session.Duplicate:
-			return fateHWM, nil
-		case session.Gap:
-			return fateGap, nil
-		case session.Closed:
-			return fateClosed, nil
-		case session.TooOld:
-			return fateTooOld, nil
-		}
-		p.advanced = true
-		if err := ttx.Advance(ev.Session, ev.Seq, ev.Time); err != nil {
-			return 0, fmt.Errorf("%w: HWM advance: %w", ErrStaging, err)
-		}
-		if ev.Op == wal.OpClose {
-			if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
-				return 0, fmt.Errorf("%w: HWM close: %w", ErrStaging, err)
-			}
-		}
-	}
-	return fateApply, nil
-}
-
-// decideWindow is step 4 of decide for the events at indexes cand (keyed
-// operations step 3 let through, in log order): a key seen earlier in the
-// batch, then one in the window, suppresses the operation; every distinct
-// key is recorded.
-func (r *Receiver) decideWindow(p *plan, cand []int32) {
-	for _, i := range cand {
-		k := &p.events[i].IdemKey
-		if _, dup := r.inBatch[*k]; dup {
-			p.fates[i] = fateInBatch
-			continue
-		}
-		r.inBatch[*k] = struct{}{}
-		p.record = append(p.record, *k)
-		if r.window.Contains(*k) {
-			p.fates[i] = fateWindow
-		}
-	}
-}
-
-// stage writes plan p into b — the Applier's writes of the surviving events,
-// the HWM advances (ttx.Flush), session GC every GCEvery-th commit, the
+// stage writes plan p into b — the HWM advances decided (ttx, then
+// ttx.Flush), the Applier's writes of the surviving events, session GC every GCEvery-th commit, the
 // window journal, the position, batch identity and epoch — and hands b to
 // Pebble: with Sync, without waiting for the WAL sync (p.syncing; Wait
 // waits). It returns the refusal if any step fails, and whether b reached
@@ -721,6 +449,9 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	fail := func(kind refusalKind, err error) *refusal {
 		p.verdict = verdictRefuse
 		return &refusal{kind: kind, err: err}
+	}
+	if err := stageHWMs(ttx, p, r.in.slots); err != nil {
+		return fail(refusedStore, err), false
 	}
 	if err := callApplier(r.opts.Logger, r.applier.Apply, b, p.keep); err != nil {
 		return fail(refusedApply, applyFailed(p.h, err)), false
@@ -758,9 +489,10 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 // batch not logged yet, with header h and events stamped and given their
 // LSNs: decide picks the events Apply would get, as it would for the
 // logged batch, and Validate reads a scratch indexed batch over the
-// store. Nothing is written and memory is untouched (decide changes only
-// ttx's overlay, which Abort drops). It returns Validate's reason wrapped
-// in ErrRejected, or ErrApply for a panic.
+// store. Nothing is written and memory is untouched (decide changes
+// nothing; ttx only caches what it read). It returns Validate's reason
+// wrapped in ErrRejected, or ErrApply for a panic; a failure to load what
+// deciding needs is returned as it is (ErrStaging).
 func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -771,11 +503,14 @@ func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error
 	defer b.Close()
 	ttx := r.tracker.Begin(b)
 	defer ttx.Abort()
-	p := r.decide(ttx, h, events)
+	p, err := r.decide(ttx, h, events)
+	if err != nil {
+		return err
+	}
 	if p.verdict != verdictStage || len(p.keep) == 0 {
 		return nil // a refusal here is the logged batch's to report
 	}
-	err := callApplier(r.opts.Logger, v.Validate, b, p.keep)
+	err = callApplier(r.opts.Logger, v.Validate, b, p.keep)
 	switch {
 	case err == nil:
 		return nil
@@ -783,6 +518,35 @@ func (r *Receiver) Validate(v Validator, h wal.Header, events []wal.Event) error
 		return applyFailed(h, err)
 	}
 	return fmt.Errorf("%w: %w", ErrRejected, err)
+}
+
+// stageHWMs records in ttx the HWM advances p decided (every event step 3
+// let through, with a SeqNo; the close of a closing one), finding each
+// session by the slot load numbered it (slots). ttx checks each against its
+// own view, so a decision the tracker disagrees with fails the batch
+// (ErrStaging wrapping the tracker's error) instead of writing it.
+func stageHWMs(ttx *session.TrackerTx, p *plan, slots []int32) error {
+	if !p.advanced {
+		return nil
+	}
+	for i, f := range p.fates {
+		if f != fateApply && f != fateInBatch && f != fateWindow {
+			continue
+		}
+		ev := &p.events[i]
+		if ev.Seq == 0 {
+			continue
+		}
+		if err := ttx.AdvanceLoaded(slots[i], ev.Session, ev.Seq, ev.Time); err != nil {
+			return fmt.Errorf("%w: HWM advance: %w", ErrStaging, err)
+		}
+		if ev.Op == wal.OpClose {
+			if err := ttx.MarkClosed(ev.Session, ev.Time); err != nil {
+				return fmt.Errorf("%w: HWM close: %w", ErrStaging, err)
+			}
+		}
+	}
+	return nil
 }
 
 // publish makes memory follow the batch stage handed to the store
@@ -795,7 +559,7 @@ func (r *Receiver) publish(ttx *session.TrackerTx, p *plan) {
 	for _, k := range p.record {
 		r.window.CheckAndRecord(k)
 	}
-	r.journal.committed(r.window)
+	r.journal.committed(r.window.Evictions())
 	r.applied, r.epoch, r.last = p.h.LastLSN(), p.epoch, p.last
 }
 
