@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/oncewal/oncewal/internal/ackwait"
 	"github.com/oncewal/oncewal/internal/keyspace"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -215,7 +215,7 @@ func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
 		default:
 		}
 	}
-	if err := ackwait.Until(r.ctx, last, func() (uint64, error) { return r.shipper.AckedLSN(), nil }); err != nil {
+	if err := leaderhook.WaitAcked(r.shipper, r.ctx, last); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()

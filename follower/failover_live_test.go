@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/internal/ackwait"
 	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/replication/inprocess"
@@ -146,7 +145,7 @@ func liveFailover(t *testing.T, seed uint64) {
 			break
 		}
 		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-		require.NoError(t, ackwait.Until(wctx, h.LastLSN(), func() (uint64, error) { return ship.AckedLSN(), nil }), "B never acked LSN %d", h.LastLSN())
+		require.NoError(t, leaderhook.WaitAcked(ship, wctx, h.LastLSN()), "B never acked LSN %d", h.LastLSN())
 		wcancel()
 		reqs[i].seen = out
 		ret(op, out)

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -702,5 +703,14 @@ func (l *LedgerLog) Close() error {
 func init() {
 	leaderhook.Commit = func(l any, c *idempotency.Claim, outcome []byte, events ...wal.Event) (wal.Header, error) {
 		return l.(*LedgerLog).commit(c, outcome, events...)
+	}
+	leaderhook.WaitAcked = func(s any, ctx context.Context, lsn uint64) error {
+		switch s := s.(type) {
+		case *Shipper:
+			return s.f.waitAcked(ctx, lsn, AckAll)
+		case *Fanout:
+			return s.waitAcked(ctx, lsn, AckAll)
+		}
+		panic(fmt.Sprintf("leaderhook.WaitAcked: %T is neither a *Shipper nor a *Fanout", s))
 	}
 }

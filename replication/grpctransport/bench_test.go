@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/internal/ackwait"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/replication/inprocess"
 
 	"github.com/oncewal/oncewal/store"
@@ -96,7 +96,7 @@ func BenchmarkReplicate(b *testing.B) {
 					start := time.Now()
 					serveDone := make(chan struct{})
 					go func() { defer close(serveDone); _ = f.Serve(ctx, d) }()
-					if err := ackwait.Until(ctx, last, func() (uint64, error) { return ship.AckedLSN(), nil }); err != nil {
+					if err := leaderhook.WaitAcked(ship, ctx, last); err != nil {
 						b.Fatal(err)
 					}
 					elapsed += time.Since(start)

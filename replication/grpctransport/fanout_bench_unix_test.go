@@ -21,7 +21,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/internal/ackwait"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -200,7 +200,7 @@ func (l *benchLeader) round(b *testing.B, batches [][]wal.Event) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := ackwait.Until(ctx, l.lastLSN, ackwait.All(l.fo.Followers(), l.fo.AckedLSN)); err != nil {
+	if err := leaderhook.WaitAcked(l.fo, ctx, l.lastLSN); err != nil {
 		b.Fatalf("WaitAcked: %v; %+v", err, l.fo.Stats())
 	}
 	l.cpu += cpuTime() - start

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/internal/ackwait"
 	"github.com/oncewal/oncewal/internal/drill"
+	"github.com/oncewal/oncewal/internal/leaderhook"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/leader"
@@ -108,7 +108,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 		t.Helper()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
-		if err := ackwait.Until(wctx, lsn, ackwait.All(fo.Followers(), fo.AckedLSN)); err != nil {
+		if err := leaderhook.WaitAcked(fo, wctx, lsn); err != nil {
 			t.Fatalf("WaitAcked(%d): %v; %+v", lsn, err, fo.Stats())
 		}
 	}
