@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -248,7 +249,7 @@ func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
 	walFS, hold := holdSync(mem, nil)
-	wall := newWall()
+	wall := testutil.NewClock()
 	l, err := a.groupLeader(walFS, nil, wall.Now)
 	require.NoError(t, err)
 	sid := session.ID{4}
