@@ -2,14 +2,12 @@ package follower_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/oncewal/oncewal/store"
@@ -20,6 +18,7 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -308,45 +307,31 @@ func TestExactlyOnceSeeds(t *testing.T) {
 	}
 }
 
-// crashFS counts the write and sync operations of the commit path (Pebble's
-// WAL and MANIFEST; background file deletion is not deterministic and is left
-// out) and takes a crash clone of the filesystem just before the k-th one.
-type crashFS struct {
-	mu    sync.Mutex
-	armed bool // counting starts once the store exists (see runCrashPoint)
-	mem   *vfs.MemFS
-	k, n  int
-	clone *vfs.MemFS
-	rng   *rand.Rand
-	pct   int
-	// onClone, if set, runs (under mu) right after the crash image is taken.
-	onClone func()
-}
-
-func (c *crashFS) String() string { return fmt.Sprintf("crash before write %d", c.k) }
-
-func (c *crashFS) MaybeError(op errorfs.Op) error {
+// commitPathWrites selects the write and sync operations of the commit path
+// (Pebble's WAL and MANIFEST; background file deletion is not deterministic
+// and is left out): the crash points of the sweeps.
+func commitPathWrites(op errorfs.Op) bool {
 	switch op.Kind {
 	case errorfs.OpCreate, errorfs.OpFileWrite, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpRename:
 	default:
-		return nil
+		return false
 	}
-	if !strings.HasSuffix(op.Path, ".log") && !strings.Contains(op.Path, "MANIFEST") {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.armed {
-		return nil
-	}
-	c.n++
-	if c.n == c.k {
-		c.clone = c.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: c.pct, RNG: c.rng})
-		if c.onClone != nil {
-			c.onClone()
-		}
-	}
-	return nil
+	return strings.HasSuffix(op.Path, ".log") || strings.Contains(op.Path, "MANIFEST")
+}
+
+// newSweepFS is the filesystem of one crash point of a sweep: it takes a
+// crash image (keeping pct% of unsynced data) just before the k-th (from 1)
+// commit-path write once armed, and lets the run go on; k < 1 only counts.
+// onCrash, if set, runs when the image is taken.
+func newSweepFS(k, pct int, onCrash func()) *testutil.CrashFS {
+	return testutil.NewCrashFS(vfs.NewCrashableMem(), testutil.CrashOptions{
+		At:       k - 1,
+		Count:    commitPathWrites,
+		Clone:    vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(uint64(k), uint64(pct)))},
+		Continue: true,
+		Disarmed: true,
+		OnCrash:  onCrash,
+	})
 }
 
 // TestCrashSweep crashes the follower at every write/sync point of a workload
@@ -357,9 +342,9 @@ func TestCrashSweep(t *testing.T) {
 	log := encodeLog(t, w, 0, 1)
 
 	// Count the write points of a fault-free run.
-	probe := &crashFS{mem: vfs.NewCrashableMem(), k: -1}
+	probe := newSweepFS(-1, 0, nil)
 	runCrashPoint(t, w, log, probe)
-	points := probe.n
+	points := probe.Counted()
 	require.Greater(t, points, 20)
 	percents := []int{0, 50}
 	if os.Getenv("ONCEWAL_LONG") != "" {
@@ -368,16 +353,17 @@ func TestCrashSweep(t *testing.T) {
 	crashed, missed := 0, 0
 	for _, pct := range percents {
 		for k := 1; k <= points; k++ {
-			c := &crashFS{mem: vfs.NewCrashableMem(), k: k, rng: rand.New(rand.NewPCG(uint64(k), uint64(pct))), pct: pct}
+			c := newSweepFS(k, pct, nil)
 			runCrashPoint(t, w, log, c)
-			if c.clone == nil {
+			clone := c.Image()
+			if clone == nil {
 				// Pebble's log writer coalesces writes by timing, so a run
 				// may have a few write points fewer than the probe run.
 				missed++
 				continue
 			}
 			// Recover from the crash image and finish delivery.
-			f, err := follower.Open("/follower", testOptions(c.clone))
+			f, err := follower.Open("/follower", testOptions(clone))
 			require.NoError(t, err, "crash point %d (%d%% unsynced kept)", k, pct)
 			lsn, _ := f.Position()
 			for _, raw := range log {
@@ -397,8 +383,7 @@ func TestCrashSweep(t *testing.T) {
 
 // runCrashPoint applies the whole log (each batch twice: redelivery) with
 // the counting filesystem in place, restarting cleanly half-way.
-func runCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *crashFS) {
-	fs := errorfs.Wrap(c.mem, c)
+func runCrashPoint(t *testing.T, w *sim.Log, log [][]byte, fs *testutil.CrashFS) {
 	open := func() *follower.Follower {
 		f, err := follower.Open("/follower", testOptions(fs))
 		require.NoError(t, err)
@@ -408,9 +393,7 @@ func runCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *crashFS) {
 	// unsynced directory entries kept at random it may not reopen); the sweep
 	// starts once the store exists.
 	f := open()
-	c.mu.Lock()
-	c.armed = true
-	c.mu.Unlock()
+	fs.Arm()
 	for i, raw := range log {
 		for range 2 {
 			_, err := f.Apply(raw)

@@ -18,13 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// dirState is testutil.TreeState of dir, to prove a refused open changed
-// nothing.
-func dirState(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	return testutil.TreeState(t, dir)
-}
-
 // appliedStore fills a store of shard with a short workload and closes it.
 func appliedStore(t *testing.T, dir string, o follower.Options) uint64 {
 	return filledStore(t, dir, o, false)
@@ -58,7 +51,7 @@ func filledStore(t *testing.T, dir string, o follower.Options, kill bool) uint64
 func TestOpenForeignShard(t *testing.T) {
 	dir := t.TempDir()
 	lsn := appliedStore(t, dir, follower.Options{Store: store.Options{Shard: 1}})
-	before := dirState(t, dir)
+	before := testutil.TreeState(t, dir)
 
 	_, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 0, Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrMismatch)
@@ -67,7 +60,7 @@ func TestOpenForeignShard(t *testing.T) {
 	require.Equal(t, uint32(1), me.Found.Shard)
 	require.Equal(t, uint32(0), me.Asked.Shard)
 	require.Contains(t, err.Error(), "shard 1, asked 0")
-	require.Equal(t, before, dirState(t, dir), "a refused open changed the store")
+	require.Equal(t, before, testutil.TreeState(t, dir), "a refused open changed the store")
 
 	f, err := follower.Open(dir, &follower.Options{Store: store.Options{Shard: 1, Logger: quietLogger}})
 	require.NoError(t, err)
@@ -84,7 +77,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 	dir := t.TempDir()
 	base := follower.Options{Store: store.Options{Shard: 2, WindowCapacity: 1000, RetentionHorizon: time.Hour, Logger: quietLogger}}
 	appliedStore(t, dir, base)
-	before := dirState(t, dir)
+	before := testutil.TreeState(t, dir)
 
 	for name, mod := range map[string]func(*follower.Options){
 		"shorter horizon": func(o *follower.Options) { o.Store.RetentionHorizon = time.Minute },
@@ -100,7 +93,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 		require.Equal(t, 1000, me.Found.WindowCapacity, name)
 		require.Equal(t, time.Hour, me.Found.RetentionHorizon, name)
 	}
-	require.Equal(t, before, dirState(t, dir))
+	require.Equal(t, before, testutil.TreeState(t, dir))
 
 	// Unsafe changes are refused and change nothing.
 	for name, mod := range map[string]func(*follower.Options){
@@ -114,7 +107,7 @@ func TestOpenOptionMismatch(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrUnsafeOptionChange, name)
 		require.Equal(t, 1000, old.WindowCapacity)
 	}
-	require.Equal(t, before, dirState(t, dir))
+	require.Equal(t, before, testutil.TreeState(t, dir))
 
 	grown := base
 	grown.Store.WindowCapacity, grown.Store.RetentionHorizon = 5000, 48*time.Hour
@@ -164,23 +157,23 @@ func TestOpenWrongLayout(t *testing.T) {
 		dir   string
 		found store.Layout
 	}{{node, store.LayoutNode}, {walDir, store.LayoutWAL}, {leaderDir, store.LayoutLeader}, {random, store.LayoutOther}} {
-		before := dirState(t, c.dir)
+		before := testutil.TreeState(t, c.dir)
 		_, err := follower.Open(c.dir, &follower.Options{Store: store.Options{Logger: quietLogger}})
 		require.ErrorIs(t, err, store.ErrWrongLayout, c.dir)
 		var le *store.LayoutError
 		require.ErrorAs(t, err, &le)
 		require.Equal(t, c.found, le.Found, err.Error())
-		require.Equal(t, before, dirState(t, c.dir), "refused open of %s changed it", c.dir)
+		require.Equal(t, before, testutil.TreeState(t, c.dir), "refused open of %s changed it", c.dir)
 		require.NoFileExists(t, filepath.Join(c.dir, "LOCK"))
 	}
 
 	storeDir := store.ShardDir(node, 1)
-	before := dirState(t, storeDir)
+	before := testutil.TreeState(t, storeDir)
 	for _, dir := range []string{storeDir, walDir, leaderDir, random} {
 		_, err = follower.OpenNode(dir, []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
 		require.ErrorIs(t, err, store.ErrWrongLayout, dir)
 	}
-	require.Equal(t, before, dirState(t, storeDir))
+	require.Equal(t, before, testutil.TreeState(t, storeDir))
 	require.NoDirExists(t, filepath.Join(storeDir, "shard-0000"))
 }
 
@@ -192,10 +185,10 @@ func TestOpenNotOncewalStore(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Set([]byte("users/1"), []byte("alice"), pebble.Sync))
 	require.NoError(t, db.Close())
-	before := dirState(t, dir)
+	before := testutil.TreeState(t, dir)
 	_, err = follower.Open(dir, &follower.Options{Store: store.Options{Logger: quietLogger}})
 	require.ErrorIs(t, err, store.ErrNotStore)
-	require.Equal(t, before, dirState(t, dir))
+	require.Equal(t, before, testutil.TreeState(t, dir))
 }
 
 // TestOpenAdoptsStoreWithoutIdentity: a store written before the identity

@@ -13,6 +13,8 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // BenchmarkStoreLayout is the measurement behind the node's store layout (see
@@ -36,14 +38,9 @@ func benchLayout(b *testing.B, shared bool, shards int) {
 	const batchKeys = 1000
 	dir := b.TempDir()
 	open := func(name string) *pebble.DB {
-		db, err := pebble.Open(filepath.Join(dir, name), &pebble.Options{
-			FormatMajorVersion: pebble.FormatNewest,
-			Logger:             store.FatalLogger{},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return db
+		o := testutil.DBOptions(vfs.Default)
+		o.Logger = store.FatalLogger{}
+		return testutil.OpenDBWith(b, filepath.Join(dir, name), o)
 	}
 	dbs := make([]*pebble.DB, shards)
 	if shared {

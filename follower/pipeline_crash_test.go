@@ -2,7 +2,6 @@ package follower_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,28 +11,31 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
 
-// pipelineCrashFS is crashFS (exactlyonce_test.go) that also notes, when it
-// takes the crash image, the highest LSN acknowledged so far and how many
-// batches were between Start and their ack.
+// pipelineCrashFS is a sweep filesystem (newSweepFS, exactlyonce_test.go)
+// that also notes, when it takes the crash image, the highest LSN
+// acknowledged so far and how many batches were between Start and their
+// ack.
 type pipelineCrashFS struct {
-	*crashFS
+	*testutil.CrashFS
 	acked, inFlight         atomic.Int64
-	ackedAtCrash, inFlight0 int64
+	ackedAtCrash, inFlight0 atomic.Int64
 }
 
 func newPipelineCrashFS(k, pct int) *pipelineCrashFS {
-	c := &pipelineCrashFS{crashFS: &crashFS{mem: vfs.NewCrashableMem(), k: k,
-		rng: rand.New(rand.NewPCG(uint64(k), uint64(pct))), pct: pct}}
-	c.onClone = func() { c.ackedAtCrash, c.inFlight0 = c.acked.Load(), c.inFlight.Load() }
+	c := &pipelineCrashFS{}
+	c.CrashFS = newSweepFS(k, pct, func() {
+		c.ackedAtCrash.Store(c.acked.Load())
+		c.inFlight0.Store(c.inFlight.Load())
+	})
 	return c
 }
 
@@ -49,16 +51,14 @@ func TestCrashSweepPipelined(t *testing.T) {
 	log := encodeLog(t, w, 0, 1)
 	probe := newPipelineCrashFS(-1, 0)
 	runPipelinedCrashPoint(t, w, log, probe)
-	points := probe.n
+	points := probe.Counted()
 	require.Greater(t, points, 20)
 	crashed, busy := 0, 0
 	for _, pct := range []int{0, 50} {
 		for k := 1; k <= points; k++ {
 			c := newPipelineCrashFS(k, pct)
 			runPipelinedCrashPoint(t, w, log, c)
-			c.mu.Lock()
-			clone, ackedAtCrash, inFlight := c.clone, c.ackedAtCrash, c.inFlight0
-			c.mu.Unlock()
+			clone, ackedAtCrash, inFlight := c.Image(), c.ackedAtCrash.Load(), c.inFlight0.Load()
 			if clone == nil {
 				continue // Pebble coalesced writes; see TestCrashSweep
 			}
@@ -90,16 +90,13 @@ func TestCrashSweepPipelined(t *testing.T) {
 // redelivery) through Follower.Start with up to 3 batches in flight,
 // restarting cleanly half-way.
 func runPipelinedCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *pipelineCrashFS) {
-	fs := errorfs.Wrap(c.mem, c.crashFS)
 	open := func() *follower.Follower {
-		f, err := follower.Open("/follower", testOptions(fs))
+		f, err := follower.Open("/follower", testOptions(c.CrashFS))
 		require.NoError(t, err)
 		return f
 	}
 	f := open()
-	c.mu.Lock()
-	c.armed = true
-	c.mu.Unlock()
+	c.Arm()
 	var queue []*store.Pending
 	wait := func() {
 		res, err := queue[0].Wait()

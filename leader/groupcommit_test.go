@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -33,38 +34,6 @@ func (n *node) groupLeader(fs vfs.FS, onAppend func(wal.Header, []byte), wall ..
 		o.Wall = wall[0]
 	}
 	return leader.OpenLedgerLog(o)
-}
-
-// heldSync is one fdatasync held by holdSync.
-type heldSync struct{ started, done chan struct{} }
-
-// Wait returns once the held sync has started.
-func (h heldSync) Wait() { <-h.started }
-
-// Go lets the held sync finish (with holdSync's result).
-func (h heldSync) Go() { close(h.done) }
-
-// holdSync wraps fs so that the next fdatasync after each call of the
-// returned function is held until the heldSync it returned is let go, and
-// then returns result (nil: the sync happens).
-func holdSync(fs vfs.FS, result error) (vfs.FS, func() heldSync) {
-	var next atomic.Pointer[heldSync]
-	wrapped := errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind != errorfs.OpFileSyncData {
-			return nil
-		}
-		if h := next.Swap(nil); h != nil {
-			h.started <- struct{}{}
-			<-h.done
-			return result
-		}
-		return nil
-	}))
-	return wrapped, func() heldSync {
-		h := &heldSync{started: make(chan struct{}), done: make(chan struct{})}
-		next.Store(h)
-		return *h
-	}
 }
 
 // spinUntil waits until cond holds, at most 10 s (a serialized log would
@@ -198,7 +167,8 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
 	injected := errors.New("injected fdatasync failure")
-	walFS, hold := holdSync(mem, injected)
+	gate := &testutil.SyncGate{}
+	walFS := errorfs.Wrap(mem, gate)
 	var shipped []wal.Header
 	l, err := a.groupLeader(walFS, func(h wal.Header, _ []byte) { shipped = append(shipped, h) })
 	require.NoError(t, err)
@@ -212,7 +182,7 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 
 	const others = 5
 	errs := make(chan error, others+1)
-	release := hold() // the next sync is held, then fails
+	release := gate.Hold(injected) // the next sync is held, then fails
 	go func() { _, err := l.Append(add); errs <- err }()
 	release.Wait()
 	for range others {
@@ -220,7 +190,7 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 	}
 	require.True(t, spinUntil(func() bool { return l.Writer().NextLSN() == okEnd+1+1+others }),
 		"the others write while the sync is in flight")
-	release.Go()
+	release.Release()
 	for range others + 1 {
 		err := <-errs
 		require.ErrorIs(t, err, leader.ErrLogFailed)
@@ -247,8 +217,9 @@ func TestLedgerLogSyncFailureFailsLater(t *testing.T) {
 func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 	mem := vfs.NewMem()
 	a := openNode(t, mem)
-	walFS, hold := holdSync(mem, nil)
-	wall := newWall()
+	gate := &testutil.SyncGate{}
+	walFS := errorfs.Wrap(mem, gate)
+	wall := testutil.NewClock()
 	l, err := a.groupLeader(walFS, nil, wall.Now)
 	require.NoError(t, err)
 	sid := session.ID{4}
@@ -257,7 +228,7 @@ func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 	require.NoError(t, err)
 
 	wall.Advance(session.DefaultRetentionHorizon - time.Millisecond)
-	release := hold()
+	release := gate.Hold(nil)
 	errA := make(chan error, 1)
 	go func() { _, err := l.Append(add); errA <- err }()
 	release.Wait() // A is written, its sync in flight, not applied
@@ -274,7 +245,7 @@ func TestLedgerLogExpiryJudgedByBatchInFlight(t *testing.T) {
 		}
 		return bDone || l.Writer().NextLSN() == 4
 	})
-	release.Go()
+	release.Release()
 	require.NoError(t, <-errA)
 	if !bDone {
 		bErr = <-errB

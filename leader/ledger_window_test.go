@@ -28,7 +28,7 @@ func TestLedgerRecordsTakeNoWindowSlots(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
 	walDir := t.TempDir()
-	l, err := a.leader(walDir, 1, newWall().Now)
+	l, err := a.leader(walDir, 1, testutil.NewClock().Now)
 	require.NoError(t, err)
 	sid := session.ID{0x77}
 	var want []idempotency.Key
@@ -169,7 +169,7 @@ func TestLedgerLogExtendReplicates(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
 	walDir := t.TempDir()
-	wall := newWall()
+	wall := testutil.NewClock()
 	l, err := a.leader(walDir, 1, wall.Now)
 	require.NoError(t, err)
 	defer l.Close()

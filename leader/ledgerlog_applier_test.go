@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -94,7 +95,7 @@ func TestLeaderRoutesLedgerAroundCustomApplier(t *testing.T) {
 	c := &counters{}
 	l, err := leader.OpenLedgerLog(&leader.LedgerLogOptions{
 		WALDir: "wal", Epoch: 1, DB: n.db, Tracker: n.tracker, Window: n.window, Table: n.table,
-		Applier: c, Wall: newWall().Now, FS: n.fs,
+		Applier: c, Wall: testutil.NewClock().Now, FS: n.fs,
 	})
 	require.NoError(t, err)
 	defer l.Close()

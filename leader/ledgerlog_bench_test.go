@@ -9,10 +9,10 @@ import (
 
 	"github.com/oncewal/oncewal/leader"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -46,11 +46,9 @@ func BenchmarkLedgerLogRequest(b *testing.B) {
 		for _, mode := range []string{"plain", "ledger", "extend"} {
 			b.Run(m.name+"/"+mode, func(b *testing.B) {
 				fs, dir := m.fs(b)
-				db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest,
-					Logger: store.FatalLogger{}})
-				if err != nil {
-					b.Fatal(err)
-				}
+				o := testutil.DBOptions(fs)
+				o.Logger = store.FatalLogger{}
+				db := testutil.OpenDBWith(b, dir, o)
 				defer db.Close()
 				tracker, err := session.OpenTracker(db, nil)
 				if err != nil {

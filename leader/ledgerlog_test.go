@@ -5,7 +5,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -34,10 +34,11 @@ type node struct {
 }
 
 func openNode(t *testing.T, fs vfs.FS) *node {
-	db, err := pebble.Open("store", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest,
-		Logger: store.FatalLogger{}})
-	require.NoError(t, err)
+	o := testutil.DBOptions(fs)
+	o.Logger = store.FatalLogger{}
+	db := testutil.OpenDBWith(t, "store", o)
 	n := &node{t: t, fs: fs, db: db, window: idempotency.NewStore(1000), state: session.NewState(db)}
+	var err error
 	n.tracker, err = session.OpenTracker(db, nil)
 	require.NoError(t, err)
 	n.table, err = idempotency.OpenLedgerTable(db, nil)
@@ -70,16 +71,6 @@ func (n *node) ledgerRows() map[string]string {
 	return out
 }
 
-type wallClock struct{ t atomic.Int64 }
-
-func newWall() *wallClock {
-	w := &wallClock{}
-	w.t.Store(t0)
-	return w
-}
-func (w *wallClock) Now() int64              { return w.t.Load() }
-func (w *wallClock) Advance(d time.Duration) { w.t.Add(int64(d)) }
-
 // shipAll feeds every batch of walDir from LSN from on to r.
 func shipAll(t *testing.T, walDir string, from uint64, r *store.Receiver) {
 	rd, err := wal.OpenReader(walDir, 0)
@@ -101,7 +92,7 @@ func TestLedgerLogCommitReplicates(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
 	walDir := t.TempDir()
-	wall := newWall()
+	wall := testutil.NewClock()
 	l, err := a.leader(walDir, 1, wall.Now)
 	require.NoError(t, err)
 	sid := session.ID{7}
@@ -257,7 +248,7 @@ func TestLedgerLogWALClockContinues(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
 	walDir := t.TempDir()
-	wall := newWall()
+	wall := testutil.NewClock()
 	l, err := a.leader(walDir, 1, wall.Now)
 	require.NoError(t, err)
 	c := mustClaim(t, l, "k")
@@ -285,7 +276,7 @@ func TestLedgerLogRefusesExpiredSession(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
 	walDir := t.TempDir()
-	wall := newWall()
+	wall := testutil.NewClock()
 	l, err := a.leader(walDir, 1, wall.Now)
 	require.NoError(t, err)
 	x, y := session.ID{0x58}, session.ID{0x59}
@@ -317,7 +308,7 @@ func TestLedgerLogRefusesExpiredSession(t *testing.T) {
 func TestLeaderLedgerCompleteRefuses(t *testing.T) {
 	a := openNode(t, vfs.NewMem())
 	defer a.db.Close()
-	l, err := a.leader(t.TempDir(), 1, newWall().Now)
+	l, err := a.leader(t.TempDir(), 1, testutil.NewClock().Now)
 	require.NoError(t, err)
 	defer l.Close()
 	c, err := l.Ledger().Claim("ops", "req-1", []byte("add 5"))

@@ -13,8 +13,10 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -96,49 +98,17 @@ type decideRig struct {
 	recv     *Receiver
 	shard    uint32
 	failNext bool
-	fs       *failingFS
+	syncs    *errorfs.Toggle
 }
 
-// failingFS fails every WAL sync once armed: a failed commit.
-type failingFS struct {
-	vfs.FS
-	armed bool
-}
-
-type failingFile struct {
-	vfs.File
-	fs *failingFS
-}
-
-func (f *failingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := f.FS.Create(name, c)
-	if err != nil {
-		return nil, err
-	}
-	return failingFile{file, f}, nil
-}
-
-func (f *failingFS) ReuseForWrite(old, new string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := f.FS.ReuseForWrite(old, new, c)
-	if err != nil {
-		return nil, err
-	}
-	return failingFile{file, f}, nil
-}
-
-func (f failingFile) Sync() error {
-	if f.fs.armed {
+// failSyncs fails every file sync with errInjectedSync: wrapped in an
+// errorfs.Toggle that is on, a failed commit.
+var failSyncs = errorfs.InjectorFunc(func(op errorfs.Op) error {
+	if op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData {
 		return errInjectedSync
 	}
-	return f.File.Sync()
-}
-
-func (f failingFile) SyncData() error {
-	if f.fs.armed {
-		return errInjectedSync
-	}
-	return f.File.SyncData()
-}
+	return nil
+})
 
 var errInjectedSync = fmt.Errorf("injected sync failure")
 
@@ -162,11 +132,10 @@ func rigArgs(t *testing.T, td *datadriven.TestData) (shard, window int, horizon 
 
 func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
 	shard, window, horizon := rigArgs(t, td)
-	fs := &failingFS{FS: vfs.NewMem()}
-	db, err := pebble.Open("", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: FatalLogger{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	syncs := &errorfs.Toggle{Injector: failSyncs}
+	o := testutil.DBOptions(errorfs.Wrap(vfs.NewMem(), syncs))
+	o.Logger = FatalLogger{}
+	db := testutil.OpenDBWith(t, "", o)
 	t.Cleanup(func() { _ = db.Close() })
 	tracker, err := session.OpenTracker(db, &session.TrackerOptions{RetentionHorizon: horizon})
 	if err != nil {
@@ -177,7 +146,7 @@ func newDecideRig(t *testing.T, td *datadriven.TestData) *decideRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &decideRig{script: script{decideOrigin}, db: db, recv: recv, shard: uint32(shard), fs: fs}
+	return &decideRig{script: script{decideOrigin}, db: db, recv: recv, shard: uint32(shard), syncs: syncs}
 }
 
 func (d *decideRig) position() (uint64, uint32) {
@@ -203,8 +172,8 @@ func (d *decideRig) decide(t *testing.T, h wal.Header, events []wal.Event) plan 
 
 func (d *decideRig) apply(t *testing.T, raw []byte, _ plan) (Result, error) {
 	if d.failNext {
-		d.fs.armed = true
-		defer func() { d.fs.armed, d.failNext = false, false }()
+		d.syncs.On()
+		defer func() { d.syncs.Off(); d.failNext = false }()
 	}
 	return d.recv.Apply(raw)
 }
@@ -490,10 +459,9 @@ func (a failingApplier) Apply(*pebble.Batch, []wal.Event) error { return a.err }
 // TestApplyKeepsInnerError: a refusal wraps both its sentinel and the cause,
 // so errors.Is finds either.
 func TestApplyKeepsInnerError(t *testing.T) {
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), FormatMajorVersion: pebble.FormatNewest, Logger: FatalLogger{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := testutil.DBOptions(vfs.NewMem())
+	o.Logger = FatalLogger{}
+	db := testutil.OpenDBWith(t, "", o)
 	defer db.Close()
 	tracker, err := session.OpenTracker(db, nil)
 	if err != nil {
@@ -540,7 +508,7 @@ func TestPipelineSyncFailure(t *testing.T) {
 		t.Fatalf("first batch: %+v, %v", res, err)
 	}
 
-	d.fs.armed = true
+	d.syncs.On()
 	p2 := d.recv.Start(enc(2, 2))
 	p3 := d.recv.Start(enc(3, 3)) // decided from p2's position: staged while p2 syncs
 	for i, p := range []*Pending{p2, p3} {
@@ -549,7 +517,7 @@ func TestPipelineSyncFailure(t *testing.T) {
 			t.Fatalf("batch %d after the failed sync: %+v, %v", i+2, res, err)
 		}
 	}
-	d.fs.armed = false
+	d.syncs.Off()
 	if applied, _ := d.recv.Position(); applied != 1 {
 		t.Fatalf("Position %d after the failed sync, want 1", applied)
 	}

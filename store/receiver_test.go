@@ -33,11 +33,12 @@ type rig struct {
 }
 
 func newRig(t *testing.T, applier func(*session.State) store.Applier) *rig {
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), FormatMajorVersion: pebble.FormatNewest,
-		Logger: store.FatalLogger{}})
-	require.NoError(t, err)
+	o := testutil.DBOptions(vfs.NewMem())
+	o.Logger = store.FatalLogger{}
+	db := testutil.OpenDBWith(t, "", o)
 	t.Cleanup(func() { _ = db.Close() })
 	r := &rig{t: t, db: db, nextLSN: 1}
+	var err error
 	r.tracker, err = session.OpenTracker(db, nil)
 	require.NoError(t, err)
 	r.window = idempotency.NewStore(1000)
