@@ -23,7 +23,7 @@ const SnapshotsDirName = "snapshots"
 // from the store's position on, so the rebuilt follower continues from the
 // snapshot's LSN through the ordinary path. o may be nil; its Dir defaults
 // to SnapshotsDirName/shard-N in the leader's directory, FS to the store's,
-// Describe to follower.Describe, Pin to that retention pin. The donor holds
+// Describe to store.Describe, Pin to that retention pin. The donor holds
 // off the leader's Close while it cuts (DonorOptions.Hold): after Close, a
 // Begin is refused with ErrClosed, as is Donor itself.
 func (l *Leader) Donor(shard uint32, o *snapshot.DonorOptions) (*snapshot.Donor, error) {

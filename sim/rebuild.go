@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncewal/oncewal/internal/rawdb"
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
@@ -127,9 +126,8 @@ func (r *run) transplant(src, dst *node, shard uint32) error {
 	o := r.followerOptions()
 	o.Store.ID, o.Store.FS, o.Store.Shard = dst.id, dst.fs, shard
 	err := src.n.Follower(shard, func(f *follower.Follower) error {
-		d, err := snapshot.NewDonor(rawdb.Of(f), &snapshot.DonorOptions{
-			FS: src.fs, Dir: src.fs.PathJoin(src.dir, fmt.Sprintf("snapshots-%d", shard)),
-			Describe: store.Describe, RateLimit: -1})
+		d, err := f.Store().Donor(&snapshot.DonorOptions{
+			FS: src.fs, Dir: src.fs.PathJoin(src.dir, fmt.Sprintf("snapshots-%d", shard)), RateLimit: -1})
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,7 @@
 // operator copying files by hand (PostgreSQL's pg_basebackup, Raft's
 // InstallSnapshot).
 //
-//	d, err := snapshot.NewDonor(db, &snapshot.DonorOptions{FS: fs, Dir: work, Describe: follower.Describe})
+//	d, err := snapshot.NewDonor(db, &snapshot.DonorOptions{FS: fs, Dir: work, Describe: store.Describe})
 //	m, st, err := snapshot.Fetch(ctx, d, fs, storeDir, want, nil) // into StagingDir(storeDir), verified
 //	err = snapshot.Install(fs, storeDir)                          // atomic replace (Rebuild: both)
 //	...

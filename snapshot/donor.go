@@ -23,7 +23,7 @@ import (
 
 // Describer reads the cut of the store in dir (a checkpoint or a staged
 // snapshot) from its own files. Package follower provides the one for shard
-// stores (follower.Describe).
+// stores (store.Describe).
 type Describer func(fs vfs.FS, dir string) (Cut, error)
 
 // Source serves snapshots: a Donor in process, or a remote donor through

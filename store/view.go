@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/oncewal/oncewal/internal/rawdb"
+	"github.com/oncewal/oncewal/snapshot"
 )
 
 // View reads a store's committed state — an embedder's own Applier rows, say
@@ -61,4 +62,20 @@ func init() {
 		}
 		return nil, false
 	})
+}
+
+// Donor returns a snapshot donor of this store, so that another replica's
+// store can be rebuilt from it (follower.Rebuild, follower.Options
+// RebuildFrom): a follower's store donates as a leader's does
+// (leader.Leader.Donor). opts.Describe defaults to Describe; the rest are
+// snapshot.DonorOptions' defaults. Close the Donor before the store.
+func (s *Store) Donor(opts *snapshot.DonorOptions) (*snapshot.Donor, error) {
+	var o snapshot.DonorOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Describe == nil {
+		o.Describe = Describe
+	}
+	return snapshot.NewDonor(s.db, &o)
 }

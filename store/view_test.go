@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -45,4 +47,26 @@ func TestViewReadsAndCannotWrite(t *testing.T) {
 	_, err = st.Apply(raw) // the store is still open: a duplicate, not a closed error
 	require.NoError(t, err)
 	require.NotNil(t, live.Metrics())
+}
+
+// TestStoreDonates: a store, a follower's as much as a leader's, hands out a
+// snapshot donor whose snapshot is the store's cut (its shard and applied
+// LSN), described with store.Describe unless the caller says otherwise.
+func TestStoreDonates(t *testing.T) {
+	fs := vfs.NewMem()
+	st, err := store.Open("/s", &store.Options{Shard: 2, FS: fs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer st.Close()
+	raw, err := wal.AppendBatch(nil, 2, 1, 1, []wal.Event{{Op: wal.OpPut, Session: [16]byte{1}, Seq: 1, Time: 1, Key: []byte("k")}})
+	require.NoError(t, err)
+	_, err = st.Apply(raw)
+	require.NoError(t, err)
+
+	d, err := st.Donor(&snapshot.DonorOptions{FS: fs, Dir: "/donor", RateLimit: -1})
+	require.NoError(t, err)
+	defer d.Close()
+	m, err := d.Begin(context.Background(), 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, m.Cut.Shard)
+	require.EqualValues(t, 1, m.Cut.AppliedLSN)
 }
