@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// t0 is the WAL time the scripted events start at.
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+// t0 is the WAL time the scripted events start at (where a test clock starts).
+var t0 = testutil.ClockStart.UnixNano()
 
 // TestLedgerRecordsTakeNoWindowSlots: ten one-event requests through a real
 // LedgerLog leave exactly their ten operation keys in the window, on the

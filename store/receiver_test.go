@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/oncewal/oncewal/store"
 
@@ -19,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+// t0 is the WAL time the scripted events start at (where a test clock starts).
+var t0 = testutil.ClockStart.UnixNano()
 
 type rig struct {
 	t       *testing.T
