@@ -9,12 +9,12 @@ import (
 
 // hwmCache is the Tracker's cache of committed HWM records, an
 // lrutable.Table as the idempotency window (idempotency.Store) is, so that a
-// hit costs two cache lines — a slot of an open-addressing table and a
-// 32-byte entry — instead of golang-lru's walk from a Go map to a
+// hit costs two or three cache lines — a slot of an open-addressing table
+// and a 40-byte entry — instead of golang-lru's walk from a Go map to a
 // heap-allocated list element.
 //
-// Layout: the table's entries hold a session's ID and record, its links the
-// entry's place in a list; logSeq[i] holds entry i's state and carries[i]
+// Layout: the table's entries hold a session's ID, record and place in a
+// list; logSeq[i] holds entry i's state and carries[i]
 // how often its logged record was carried forward unchanged (kept apart, so
 // a lookup never drags them into cache). Nothing holds a pointer. The
 // arrays grow (the entries as append would, the index by doubling at half
@@ -59,8 +59,9 @@ type hwmCache struct {
 
 const (
 	nilIdx = lrutable.Nil
-	// closedBit marks a closed session in cacheVal.hwm, so an entry is 32
-	// bytes and two fit a cache line. No HWM reaches it (MaxSeqNo).
+	// closedBit marks a closed session in cacheVal.hwm, so a record is 16
+	// bytes (an entry 40 with its key and links). No HWM reaches it
+	// (MaxSeqNo).
 	closedBit = 1 << 63
 	// minSlots is the table's first size; it doubles from there.
 	minSlots = 1 << 10

@@ -30,10 +30,9 @@ func (t *Table[K, V]) ResidentHint(h uint32) int32 {
 	return Nil
 }
 
-// PrefetchEntry pulls in entry i and its links.
+// PrefetchEntry pulls in entry i, links and all.
 func (t *Table[K, V]) PrefetchEntry(i int32) {
 	Prefetch(unsafe.Pointer(&t.entries[i]))
-	Prefetch(unsafe.Pointer(&t.links[i]))
 }
 
 // Warm pulls in what an operation on a key of hash h in list l touches:
@@ -92,7 +91,7 @@ func (t *Table[K, V]) PrefetchVictim(l *List) {
 		return
 	}
 	Prefetch(unsafe.Pointer(&t.slots[t.Hash(&t.entries[v].Key)>>t.shift]))
-	if p := t.links[v].Prev; p != Nil {
+	if p := t.entries[v].links.Prev; p != Nil {
 		t.PrefetchEntry(p)
 	}
 }
@@ -101,6 +100,6 @@ func (t *Table[K, V]) PrefetchVictim(l *List) {
 // that entry's links without synchronization (in assembly, see
 // prefetchLinks in prefetch_amd64.go), and its neighbours' links.
 func (t *Table[K, V]) prefetchLinks(link *int32) {
-	prefetchLinks(unsafe.Pointer(unsafe.SliceData(t.links)), unsafe.Pointer(unsafe.SliceData(t.entries)),
-		unsafe.Sizeof(Entry[K, V]{}), link)
+	e := unsafe.SliceData(t.entries)
+	prefetchLinks(unsafe.Pointer(&e.links), unsafe.Pointer(e), unsafe.Sizeof(Entry[K, V]{}), link)
 }

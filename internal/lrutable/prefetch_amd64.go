@@ -9,8 +9,9 @@ import "unsafe"
 //go:noescape
 func Prefetch(addr unsafe.Pointer)
 
-// prefetchLinks prefetches entry *link (entries is the entries array, size
-// the size of an entry) and the links of that entry's list neighbours. It
+// prefetchLinks prefetches entry *link and the entries of its list
+// neighbours (entries is entry 0, links entry 0's links, size the size of
+// an entry and so the stride of both). It
 // reads *link and the entry's links without synchronization, in assembly,
 // and uses them only as prefetch addresses: a value raced with a writer
 // yields a useless prefetch, never a wrong result, because the caller redoes

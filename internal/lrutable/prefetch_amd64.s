@@ -10,11 +10,12 @@ TEXT ·Prefetch(SB), NOSPLIT|NOFRAME, $0-8
 //
 // Loads the entry index *link (an aligned int32, so never torn) and, unless
 // it is negative (Nil), prefetches that entry, loads its links and
-// prefetches the links of its list neighbours. The loads read only
-// in-bounds words (links[i] with i a valid index); the computed addresses
-// are only prefetched, and PREFETCH never faults, so stale values are
-// harmless. Links are 8 bytes: Prev at 0, Next at 4 (checked in
-// prefetch_amd64.go).
+// prefetches the links of its list neighbours (and so the neighbours: the
+// links sit inside an entry). The loads read only in-bounds words (entry
+// i's links with i a valid index); the computed addresses are only
+// prefetched, and PREFETCH never faults, so stale values are harmless.
+// Links are 8 bytes: Prev at 0, Next at 4 (checked in prefetch_amd64.go);
+// entry i's links are at links + i*size.
 TEXT ·prefetchLinks(SB), NOSPLIT|NOFRAME, $0-32
 	MOVQ links+0(FP), AX
 	MOVQ entries+8(FP), R8
@@ -26,14 +27,16 @@ TEXT ·prefetchLinks(SB), NOSPLIT|NOFRAME, $0-32
 	MOVQ CX, DX
 	IMULQ R9, DX
 	PREFETCHT0 (R8)(DX*1)
-	MOVLQSX 0(AX)(CX*8), DX
-	MOVLQSX 4(AX)(CX*8), SI
-	TESTQ DX, DX
+	MOVLQSX 0(AX)(DX*1), DI
+	MOVLQSX 4(AX)(DX*1), SI
+	TESTQ DI, DI
 	JS next
-	PREFETCHT0 (AX)(DX*8)
+	IMULQ R9, DI
+	PREFETCHT0 (AX)(DI*1)
 next:
 	TESTQ SI, SI
 	JS done
-	PREFETCHT0 (AX)(SI*8)
+	IMULQ R9, SI
+	PREFETCHT0 (AX)(SI*1)
 done:
 	RET

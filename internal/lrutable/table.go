@@ -19,11 +19,13 @@ const MaxEntries = 1 << 30
 // Key is what a table can hold as a key: 16 bytes, compared whole.
 type Key interface{ ~[16]byte }
 
-// Entry is one entry: the caller's value and its key. The value comes first
-// so that an empty value (struct{}) adds no padding.
+// Entry is one entry: the caller's value, its key and its place in a list.
+// The value comes first so that an empty value (struct{}) adds no padding;
+// the links sit beside the key because an eviction reads both.
 type Entry[K Key, V any] struct {
-	Val V
-	Key K
+	Val   V
+	Key   K
+	links Links
 }
 
 // Links places an entry in a List: Prev toward the head, Next toward the
@@ -47,7 +49,6 @@ type Table[K Key, V any] struct {
 	// caller puts next to the table, such as its lock) do not evict them.
 	slots   []uint64 // invariant 1
 	entries []Entry[K, V]
-	links   []Links // links[i] belongs to entries[i]
 	seed0   uint64
 	seed1   uint64
 	mask    uint32
@@ -66,9 +67,9 @@ func SlotsFor(n int) int {
 }
 
 // Bytes is what Init(slots, entries) allocates for a table of K and V:
-// per entry the entry and its links, and 8 B per slot.
+// per entry the entry (with its links), and 8 B per slot.
 func Bytes[K Key, V any](slots, entries int) int64 {
-	return int64(unsafe.Sizeof(Entry[K, V]{})+unsafe.Sizeof(Links{}))*int64(entries) + 8*int64(slots)
+	return int64(unsafe.Sizeof(Entry[K, V]{}))*int64(entries) + 8*int64(slots)
 }
 
 // Init makes t an empty table of slots slots (a power of two, at least 8)
@@ -77,7 +78,6 @@ func Bytes[K Key, V any](slots, entries int) int64 {
 func (t *Table[K, V]) Init(slots, entries int) {
 	*t = Table[K, V]{
 		entries: make([]Entry[K, V], entries),
-		links:   make([]Links, entries),
 		free:    Nil,
 		seed0:   rand.Uint64(),
 		seed1:   rand.Uint64() | 1,
@@ -105,8 +105,8 @@ func (t *Table[K, V]) At(i int32) *Entry[K, V] { return &t.entries[i] }
 
 // Next and Prev return the indexes after (toward the tail) and before
 // (toward the head) live entry i in its list, or Nil.
-func (t *Table[K, V]) Next(i int32) int32 { return t.links[i].Next }
-func (t *Table[K, V]) Prev(i int32) int32 { return t.links[i].Prev }
+func (t *Table[K, V]) Next(i int32) int32 { return t.entries[i].links.Next }
+func (t *Table[K, V]) Prev(i int32) int32 { return t.entries[i].links.Prev }
 
 // Hash mixes the whole key with the table's seed (a wyhash-style
 // multiply-fold).
@@ -167,7 +167,7 @@ func (t *Table[K, V]) Insert(k *K, h uint32, slot uint32, victim *List) int32 {
 func (t *Table[K, V]) Delete(slot uint32, i int32) {
 	t.unindex(slot)
 	t.entries[i] = Entry[K, V]{}
-	t.links[i] = Links{Prev: Nil, Next: t.free}
+	t.entries[i].links = Links{Prev: Nil, Next: t.free}
 	t.free = i
 }
 
@@ -214,14 +214,12 @@ func (t *Table[K, V]) Touch(l *List, k *K, h uint32, capacity int32) (added, evi
 // as append would when they are used up.
 func (t *Table[K, V]) alloc() int32 {
 	if i := t.free; i != Nil {
-		t.free = t.links[i].Next
+		t.free = t.entries[i].links.Next
 		return i
 	}
 	if int(t.used) == len(t.entries) {
 		t.entries = slices.Grow(t.entries, 1)
 		t.entries = t.entries[:cap(t.entries)]
-		t.links = slices.Grow(t.links, len(t.entries)-len(t.links))
-		t.links = t.links[:len(t.entries)]
 	}
 	i := t.used
 	t.used++
@@ -274,14 +272,14 @@ func (t *Table[K, V]) grow() {
 
 // Unlink takes live entry i out of l.
 func (t *Table[K, V]) Unlink(l *List, i int32) {
-	p := t.links[i]
+	p := t.entries[i].links
 	if p.Prev != Nil {
-		t.links[p.Prev].Next = p.Next
+		t.entries[p.Prev].links.Next = p.Next
 	} else {
 		l.Head = p.Next
 	}
 	if p.Next != Nil {
-		t.links[p.Next].Prev = p.Prev
+		t.entries[p.Next].links.Prev = p.Prev
 	} else {
 		l.Tail = p.Prev
 	}
@@ -289,9 +287,9 @@ func (t *Table[K, V]) Unlink(l *List, i int32) {
 
 // PushFront puts live entry i, in no list, at the head of l.
 func (t *Table[K, V]) PushFront(l *List, i int32) {
-	t.links[i] = Links{Prev: Nil, Next: l.Head}
+	t.entries[i].links = Links{Prev: Nil, Next: l.Head}
 	if l.Head != Nil {
-		t.links[l.Head].Prev = i
+		t.entries[l.Head].links.Prev = i
 	} else {
 		l.Tail = i
 	}
@@ -300,9 +298,9 @@ func (t *Table[K, V]) PushFront(l *List, i int32) {
 
 // PushBack puts live entry i, in no list, at the tail of l.
 func (t *Table[K, V]) PushBack(l *List, i int32) {
-	t.links[i] = Links{Prev: l.Tail, Next: Nil}
+	t.entries[i].links = Links{Prev: l.Tail, Next: Nil}
 	if l.Tail != Nil {
-		t.links[l.Tail].Next = i
+		t.entries[l.Tail].links.Next = i
 	} else {
 		l.Head = i
 	}

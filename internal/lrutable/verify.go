@@ -12,12 +12,12 @@ func (t *Table[K, V]) Verify(lists ...*List) error {
 	listed := 0
 	for li, l := range lists {
 		prev := int32(Nil)
-		for i := l.Head; i != Nil; i = t.links[i].Next {
+		for i := l.Head; i != Nil; i = t.entries[i].links.Next {
 			if i < 0 || i >= t.used {
 				return fmt.Errorf("list %d: index %d out of [0, %d)", li, i, t.used)
 			}
-			if t.links[i].Prev != prev {
-				return fmt.Errorf("list %d: entry %d: prev %d, want %d", li, i, t.links[i].Prev, prev)
+			if t.entries[i].links.Prev != prev {
+				return fmt.Errorf("list %d: entry %d: prev %d, want %d", li, i, t.entries[i].links.Prev, prev)
 			}
 			k := &t.entries[i].Key
 			if _, j := t.Find(k, t.Hash(k)); j != i {
@@ -53,7 +53,7 @@ func (t *Table[K, V]) Verify(lists ...*List) error {
 		return fmt.Errorf("%d of %d slots used: over half", used, len(t.slots))
 	}
 	freed := 0
-	for i := t.free; i != Nil; i = t.links[i].Next {
+	for i := t.free; i != Nil; i = t.entries[i].links.Next {
 		if i < 0 || i >= t.used {
 			return fmt.Errorf("free list: index %d out of [0, %d)", i, t.used)
 		}
