@@ -26,7 +26,7 @@ import (
 func Reopen(logBatches int) func(*testing.B) { return reopen(logBatches, false) }
 
 // ReopenKilled is Reopen of a follower that was killed instead of closed
-// (follower.Kill: no flush), so that every open also replays Pebble's WAL
+// (drill.Kill: no flush), so that every open also replays Pebble's WAL
 // — up to a memtable's worth (store.Options.MemTableSize) — into a
 // memtable and flushes it. Each op opens a copy of the killed store, made
 // with the timer stopped.

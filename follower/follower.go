@@ -339,7 +339,7 @@ func (f *Follower) afterRefusal(err error, wait time.Duration) (next string, sto
 // pipelineDepth is how many batches serveConn keeps between Start and the
 // ack: while batch N's WAL sync is in flight, up to pipelineDepth-1 later
 // batches are decided and staged. The shipper keeps more in flight
-// (replication.ShipperOptions.MaxInFlight, default 32), so the pipe stays
+// (leader.ShipperOptions.MaxInFlight, default 32), so the pipe stays
 // full.
 const pipelineDepth = 4
 

@@ -60,7 +60,7 @@ func TestEpochBound(t *testing.T) {
 		refusedUnchanged(t, dir, leader.Options{Shards: 1, Epoch: epoch}, leader.ErrBadOptions, replication.ErrEpochExhausted)
 	}
 	// The bound itself is an epoch a leader may hold; nothing is above it
-	// for a promotion (leader.Options.Promote, follower.Promote).
+	// for a promotion (leader.Options.Promote, leader.Promote).
 	dir := t.TempDir()
 	l := open(t, dir, &leader.Options{Shards: 1, Epoch: replication.MaxEpoch})
 	sh, _ := l.Shard(0)

@@ -116,7 +116,7 @@ type Options struct {
 	// Shipping is the template of every follower stream's options
 	// (MaxInFlight, timeouts); the WAL, shard, listener, epoch, durability
 	// bound and hello check are set per shard. Default: the
-	// replication.ShipperOptions defaults.
+	// ShipperOptions defaults.
 	Shipping ShipperOptions
 	// MaxRetainedBytes bounds each shard's WAL: when the segments its slots
 	// pin exceed it, the most lagging followers are dropped from retention

@@ -35,10 +35,10 @@ type PromoteOptions struct {
 	Wall func() int64
 	// SegmentSize is the new log's segment size (wal default when 0).
 	SegmentSize int64
-	// WALFS is the filesystem of the WAL (replication.LedgerLogOptions.FS).
+	// WALFS is the filesystem of the WAL (LedgerLogOptions.FS).
 	// Default vfs.Default, whatever the store's Options.FS.
 	WALFS vfs.FS
-	// OnAppend is replication.LedgerLogOptions.OnAppend.
+	// OnAppend is LedgerLogOptions.OnAppend.
 	OnAppend func(h wal.Header, raw []byte)
 }
 

@@ -1,7 +1,7 @@
 // Package session owns what a follower knows about client sessions: their IDs,
 // the follower-side high-water-mark Tracker, and the default session state
 // machine (State). The leader numbers events when it stamps them
-// (replication.LedgerLog), continuing each session from its Tracker.
+// (leader.LedgerLog), continuing each session from its Tracker.
 //
 // # Job
 //
@@ -27,6 +27,16 @@
 // the cache; after a failure, tx.Abort, which leaves no trace.
 // TrackerTx.CollectGarbage writes its deletions straight into the batch (no
 // Flush needed for them).
+//
+// # Deciding a batch from plain values
+//
+// The rules of Check are a function of plain values, so a caller can load
+// first and decide after (the store's receiver does, as raft's Step is pure
+// and its Ready does the I/O): TrackerTx.Peek (state only) or Load (state
+// and a slot to advance by) returns a session's HWM; Decide(h, seq, ts,
+// Cutoff(clock, horizon)) is Check over it; AdvanceLoaded is Advance by the
+// slot, without a second index lookup. Check and Advance are these same
+// functions over the tx's own view, so the two ways cannot disagree.
 //
 // TrackerTx.Prefetch(id) is a hint with no effect on state: a caller that
 // holds a whole batch prefetches its sessions before checking them, so the

@@ -77,7 +77,7 @@ var (
 	ErrNotNext = errors.New("session: advance is not HWM+1")
 	// ErrSessionClosed: an event for a closed session (its OpClose applied
 	// or logged): Advance refuses it here, and the leader's log refuses to
-	// log it (replication.LedgerLog), since followers would skip it.
+	// log it (leader.LedgerLog), since followers would skip it.
 	ErrSessionClosed = errors.New("session: session is closed")
 	// ErrUnknownSession: MarkClosed on a session that is unknown or expired.
 	ErrUnknownSession = errors.New("session: unknown session")

@@ -48,7 +48,7 @@
 //     requests of a deposed leader only up to the promoted store's position.
 //     So does each shard's store of the final leader.
 //  2. Every follower's receiver counters account for every event delivered
-//     (replication.Stats.Accounted), over all its incarnations.
+//     (store.ReceiverStats.Accounted), over all its incarnations.
 //  3. An answer the client saw after WaitAcked(AckMajority) survives the
 //     leader's death and the promotion: its LSN is within the promoted
 //     history.

@@ -44,10 +44,10 @@ type Options struct {
 	// refused with replication.ErrWrongShard. Default 0.
 	Shard uint32
 	// ID is the follower's stable name, sent in every hello; a leader that
-	// ships to several followers of a shard (replication.Fanout) tells them
+	// ships to several followers of a shard (leader.Fanout) tells them
 	// apart by it and serves only the IDs it has registered. 1..64 bytes of
 	// [A-Za-z0-9._-] (replication.ValidFollowerID). Default "" (anonymous:
-	// served only by a single-follower replication.Shipper).
+	// served only by a single-follower leader.Shipper).
 	ID string
 	// WindowCapacity is the number of idempotency keys remembered.
 	// Default idempotency.DefaultCapacity (100,000).
@@ -71,11 +71,11 @@ type Options struct {
 	// session.DefaultRetentionHorizon (24h).
 	RetentionHorizon time.Duration
 	// NoSync commits without waiting for fsync (see
-	// replication.ReceiverOptions.NoSync). Default false: every ack is durable.
+	// ReceiverOptions.NoSync). Default false: every ack is durable.
 	NoSync bool
 	// Applier is the state machine events are applied to. Default: the
 	// session state machine and the request-ledger table
-	// (replication.SessionApplier with State and Ledger). A custom Applier
+	// (SessionApplier with State and Ledger). A custom Applier
 	// reads the store through the batch it is handed and never sees the
 	// request-ledger records: the follower applies them to LedgerTable()
 	// itself (replication.RouteLedger), so it needs nothing from the

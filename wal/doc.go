@@ -221,12 +221,12 @@
 // the log after a batch of a newer epoch only from a leader that serves
 // below the epoch its own log already holds, and such a batch is refused
 // everywhere it could count: the leader applies its own batch to its store
-// before answering (replication.LedgerLog: that store has applied the
+// before answering (leader.LedgerLog: that store has applied the
 // newer batches, so it refuses it with replication.ErrStaleEpoch, the
 // append fails and the log is failed for every later append — nothing more
 // of that leader is acknowledged); a follower applies in LSN order, so it
 // has applied the newer batch before it is offered the stale one and
-// refuses it the same way (replication.Receiver's epoch fence), and no
+// refuses it the same way (store.Receiver's epoch fence), and no
 // follower acknowledges what it refused; a snapshot is cut from a store,
 // which never holds it. Everything after the first regressing batch was
 // written by the same failed leader, and is refused for the same reason.

@@ -25,7 +25,7 @@
 // routes each stream by its hello's shard, so one address and one TLS
 // identity serve them all; a routed server refuses a stream for a shard no
 // Listener serves at once (replication.ErrWrongShard). Routing streams to
-// followers is replication.Fanout's job: put one Fanout per shard on the
+// followers is leader.Fanout's job: put one Fanout per shard on the
 // shard's Listener and every registered follower gets its own stream, each
 // follower's reconnect replacing only its own. The ID is not bound to the
 // follower's certificate: any client the CA vouches for can claim any
