@@ -20,7 +20,7 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library only
 	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate",
-		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill"},
+		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill", "internal/clientwire"},
 	{"internal/ledgerrecord"},
 	// test helpers: imported by _test.go files only (TestOnlyTestsImport),
 	// and themselves import leaves only (TestTestutilImportsOnlyLeaves), so

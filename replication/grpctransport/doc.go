@@ -32,6 +32,14 @@
 // registered ID (and so take that follower's stream). Issue follower
 // certificates only to the replicas of the deployment.
 //
+// # Other services on the port, and identities
+//
+// ServerOptions.Services adds services of unary methods (UnaryService:
+// bytes in, bytes out, under the same TLS and raw codec) to the server; the
+// client service is one, and CallUnary is how a client calls them. A
+// certificate names its holder's Identity (a role and a name) with one URI
+// SAN, oncewal://ROLE/NAME; a handler reads its caller's with PeerIdentity.
+//
 // # Refusals
 //
 // A leader that will not serve a follower (a Fanout's refusals: an unknown
@@ -73,7 +81,10 @@
 //
 // The follower accepts messages up to MaxBatchFrame (1 + wal.HeaderSize +
 // wal.MaxBodySize); the leader accepts only control-frame-sized messages.
-// gRPC refuses a longer message before buffering it. A frame of the wrong
+// gRPC refuses a longer message before buffering it, up to the server's
+// limit, which is the largest any of its methods takes (a service of
+// ServerOptions.Services may take more); each method then refuses a
+// message over its own limit itself. A frame of the wrong
 // type or length, a batch whose header does not decode or whose length
 // disagrees with its header, a second hello, or a hello of another protocol
 // version ends the stream with a log line and an error wrapping ErrBadFrame

@@ -70,6 +70,9 @@ type ServerOptions struct {
 	// must be rebuilt fetches from it with a SnapshotClient. Default: none
 	// (a begin is refused with snapshot.ErrNoDonor).
 	Snapshots func(shard uint32) snapshot.Source
+	// Services are served beside replication on the same port (see
+	// UnaryService). Default: none.
+	Services []UnaryService
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -105,7 +108,27 @@ func (o *ServerOptions) Validate() error {
 	if _, err := o.creds(&probe); err != nil {
 		errs = append(errs, err)
 	}
+	names := map[string]bool{}
+	for i := range o.Services {
+		if err := o.Services[i].validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if names[o.Services[i].Name] {
+			errs = append(errs, fmt.Errorf("service %s given twice", o.Services[i].Name))
+		}
+		names[o.Services[i].Name] = true
+	}
 	return badOptions(errs)
+}
+
+// maxRecv is the server's receive limit: the largest message any of its
+// methods takes. Each handler checks its own, smaller limit.
+func (o *ServerOptions) maxRecv() int {
+	n := max(maxControlFrame, maxSnapshotRequest)
+	for _, u := range o.Services {
+		n = max(n, u.MaxRequest)
+	}
+	return n
 }
 
 func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCredentials, error) {
@@ -207,7 +230,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 	s.gs = grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.MaxRecvMsgSize(max(maxControlFrame, maxSnapshotRequest)),
+		grpc.MaxRecvMsgSize(o.maxRecv()),
 		grpc.MaxSendMsgSize(MaxBatchFrame),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -234,6 +257,9 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 			ClientStreams: true,
 		}},
 	}, struct{}{})
+	for i := range o.Services {
+		o.Services[i].register(s.gs)
+	}
 	go func() {
 		defer close(s.serve)
 		_ = s.gs.Serve(lis)
@@ -585,6 +611,10 @@ func (c *leaderConn) recvLoop(ctx context.Context) {
 				err = errors.New("follower closed the stream")
 			}
 			c.fail(fmt.Errorf("%w: %w", replication.ErrDisconnected, err))
+			return
+		}
+		if len(f.b) > maxControlFrame {
+			c.badFrame(fmt.Errorf("%w: control frame of %d bytes, limit %d", ErrFrameTooLarge, len(f.b), maxControlFrame))
 			return
 		}
 		c.heard.Store(time.Now().UnixNano())

@@ -62,6 +62,9 @@ func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any,
 	if err := dec(&in); err != nil {
 		return nil, err
 	}
+	if len(in.b) > maxSnapshotRequest {
+		return nil, status.Errorf(codes.ResourceExhausted, "grpctransport: snapshot request of %d bytes, limit %d", len(in.b), maxSnapshotRequest)
+	}
 	var req snapshotRequest
 	if err := json.Unmarshal(in.b, &req); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "grpctransport: snapshot request: %v", err)
