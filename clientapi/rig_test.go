@@ -26,6 +26,7 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 type rig struct {
 	t    *testing.T
 	l    *leader.Leader
+	svc  *clientapi.Service
 	addr string
 	tls  testutil.TLSPair
 }
@@ -42,7 +43,7 @@ func newRig(t *testing.T, lo leader.Options, so *clientapi.Options) *rig {
 	so.Logger = quiet()
 	svc, err := clientapi.New(l, so)
 	require.NoError(t, err)
-	r := &rig{t: t, l: l, tls: testutil.NewTLSPair(t)}
+	r := &rig{t: t, l: l, svc: svc, tls: testutil.NewTLSPair(t)}
 	srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{
 		TLS: grpctransport.ServerTLSConfig(r.tls.Pool, r.tls.Leader), Logger: quiet(),
 		Services: []grpctransport.UnaryService{svc.Unary()}})
