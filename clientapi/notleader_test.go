@@ -1,6 +1,8 @@
 package clientapi_test
 
-import (	"testing"
+import (
+	"context"
+	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -8,8 +10,6 @@ import (	"testing"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
-
-	"context"
 
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/internal/clientwire"
