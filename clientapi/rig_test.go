@@ -132,3 +132,16 @@ func grpctransportCall(cc *grpc.ClientConn, method string, frame []byte) ([]byte
 	defer cancel()
 	return grpctransport.CallUnary(ctx, cc, method, frame, clientwire.MaxFrame)
 }
+
+// waitFor polls cond until it holds (a bounded wait for a state, never an
+// assertion on time).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

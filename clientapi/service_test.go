@@ -131,8 +131,10 @@ func TestSessionExpiredAtTheDoor(t *testing.T) {
 	clk.Advance(time.Duration(opened.Horizon) + time.Hour)
 
 	req := clientwire.SubmitRequest{Session: sid, RequestID: "late", Payload: ops(add("n", 1))}
+	next := r.l.For(sid).NextLSN()
 	rep := submit(t, cc, req)
 	require.Equal(t, clientwire.SessionExpired, rep.Code, rep.Message)
+	require.Equal(t, next, r.l.For(sid).NextLSN(), "nothing logged: no claim, no release")
 	require.Contains(t, rep.Message, "open a new session")
 	_, found, err := r.l.For(sid).Ledger().Lookup("erin", "late")
 	require.NoError(t, err)
@@ -240,4 +242,44 @@ func TestIdentityRequired(t *testing.T) {
 	out, err := grpctransportCall(r.client("alice"), clientwire.SubmitMethod, []byte{clientwire.Version, 9})
 	require.Nil(t, out)
 	require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
+}
+
+// TestConcurrentRetryWaits: a retry that arrives while the first attempt
+// runs waits for it and replays its outcome; the handler runs once.
+func TestConcurrentRetryWaits(t *testing.T) {
+	running, release := make(chan struct{}), make(chan struct{})
+	var count int
+	h := func(ctx context.Context, q clientapi.Request) ([]wal.Event, []byte, error) {
+		count++ // the claim serialises runs of one ID
+		close(running)
+		<-release
+		return []wal.Event{{Op: wal.OpAdd, Session: q.Session, Key: []byte("n"), Delta: 1}}, []byte("once"), nil
+	}
+	r := newRig(t, leader.Options{Shards: 1}, &clientapi.Options{Handler: h})
+	cc := r.client("heidi")
+	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	req := clientwire.SubmitRequest{Session: sid, RequestID: "dup", Payload: []byte("p")}
+	first := make(chan clientwire.SubmitReply, 1)
+	go func() {
+		var rep clientwire.SubmitReply
+		_ = call(cc, clientwire.SubmitMethod, &req, &rep)
+		first <- rep
+	}()
+	<-running
+	second := make(chan clientwire.SubmitReply, 1)
+	go func() {
+		var rep clientwire.SubmitReply
+		_ = call(cc, clientwire.SubmitMethod, &req, &rep)
+		second <- rep
+	}()
+	// The retry is parked on the claim (the ledger counts its waiters)
+	// before the first attempt is let go.
+	waitFor(t, func() bool { return r.l.For(sid).Ledger().Waiting() == 1 })
+	close(release)
+	a, b := <-first, <-second
+	require.Equal(t, clientwire.OK, a.Code, a.Message)
+	require.Equal(t, clientwire.Replay, b.Code, "the retry waited for the first attempt: %s", b.Message)
+	require.Equal(t, "once", string(b.Outcome))
+	require.Equal(t, 1, count)
+	require.Equal(t, int64(1), r.counter(sid, "n"))
 }
