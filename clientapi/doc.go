@@ -32,11 +32,13 @@
 //
 //   - Fresh: the handler (Options.Handler; DefaultHandler maps the default
 //     payload, clientwire.DecodeOps, to one event per op in the request's
-//     session) gives the events and the outcome; Shard.Commit logs them with
-//     the ledger's complete record in one batch; the service waits for the
-//     ack policy and answers OK with the batch's LSN, the epoch and the
-//     outcome. A handler error, or events of a session of another shard,
-//     releases the claim and answers Refused with the error's text.
+//     session) gives the events and the outcome — while it runs, the claim
+//     is extended every Options.Heartbeat, so a slow handler keeps its
+//     request ID; Shard.Commit logs them with the ledger's complete record
+//     in one batch; the service waits for the ack policy and answers OK
+//     with the batch's LSN, the epoch and the outcome. A handler error, or
+//     events of a session of another shard, releases the claim and answers
+//     Refused with the error's text.
 //   - Replay: the service waits for the ack policy up to the shard's
 //     applied LSN at that moment, which covers the original's batch (the
 //     ledger shows an outcome only once its batch is applied), and answers

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/oncewal/oncewal/internal/badopts"
 	"github.com/oncewal/oncewal/internal/clientwire"
@@ -37,7 +38,9 @@ type Request struct {
 // leader (leave them zero) and must be of sessions of the request's shard
 // (the request's own session always is). An error refuses the request
 // (Refused, with the error's text) and releases its claim: a retry runs
-// the handler again. It runs while the request's claim is held; a handler
+// the handler again. It runs while the request's claim is held, which the
+// service extends every Options.Heartbeat meanwhile (a logged record), so a
+// slow handler keeps its request ID; with the heartbeat off, a handler
 // that outlives the ledger's lease (default 1 minute) loses the claim and
 // its commit is refused.
 type Handler func(ctx context.Context, r Request) (events []wal.Event, outcome []byte, err error)
@@ -67,6 +70,12 @@ type Options struct {
 	// in tests on loopback only — anyone who reaches the port can then
 	// claim any name. Default false: a caller needs a client certificate.
 	Insecure bool
+	// Heartbeat is how often the claim of a request whose handler is still
+	// running is extended (idempotency.Ledger.Extend: a logged record), so
+	// that a handler slower than the ledger's lease keeps its request ID
+	// and its commit is not refused. Default: a third of the ledger's
+	// lease. Negative: never (a handler then has one lease).
+	Heartbeat time.Duration
 	// Logger receives a line per request that could not be served
 	// (Unavailable) and per handler panic. Default slog.Default().
 	Logger *slog.Logger

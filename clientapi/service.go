@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -126,7 +128,9 @@ func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRe
 		rep.Code, rep.Message = clientwire.InFlight, fmt.Sprintf("request %q is running; retry with the same request ID", r.RequestID)
 		return rep
 	}
+	stopBeat := s.keepClaim(sh, c)
 	events, outcome, err := s.run(ctx, Request{Principal: who, Session: sid, RequestID: r.RequestID, Action: r.Action, Payload: r.Payload})
+	stopBeat()
 	if err == nil {
 		err = s.sameShard(sh, events)
 	}
@@ -164,6 +168,46 @@ func (s *Service) run(ctx context.Context, r Request) (events []wal.Event, outco
 		return nil, nil, fmt.Errorf("%w: %w", errHandler, err)
 	}
 	return events, outcome, nil
+}
+
+// keepClaim extends c every Options.Heartbeat while its handler runs, and
+// returns the func that stops it; once that returns, no extension runs.
+// A timer, not a goroutine: almost every handler ends before the first
+// beat.
+func (s *Service) keepClaim(sh *leader.Shard, c *idempotency.Claim) (stop func()) {
+	every := s.opts.Heartbeat
+	if every == 0 {
+		every = sh.Ledger().Lease() / 3
+	}
+	if every < 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if _, err := sh.Ledger().Extend(c, 0); err != nil {
+			s.log.Warn("clientapi: extending a running request's claim", "request_id", c.Key, "principal", c.Scope, "err", err)
+			return // the commit will say what became of the claim
+		}
+		t.Reset(every)
+	}
+	mu.Lock()
+	t = time.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // sameShard refuses events of a session another shard logs: a request's

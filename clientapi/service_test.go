@@ -283,3 +283,38 @@ func TestConcurrentRetryWaits(t *testing.T) {
 	require.Equal(t, 1, count)
 	require.Equal(t, int64(1), r.counter(sid, "n"))
 }
+
+// TestSlowHandlerKeepsItsClaim: a handler that runs past the ledger's
+// lease (on a hand-moved WAL clock) keeps its request ID by the service's
+// heartbeat and commits; no other attempt could take the ID meanwhile.
+func TestSlowHandlerKeepsItsClaim(t *testing.T) {
+	clk := testutil.NewClock()
+	var r *rig
+	h := func(ctx context.Context, q clientapi.Request) ([]wal.Event, []byte, error) {
+		sh := r.l.For(q.Session)
+		lease := func() int64 {
+			e, found, err := sh.Ledger().Lookup(q.Principal, q.RequestID)
+			if err != nil || !found {
+				return 0
+			}
+			return e.Expires
+		}
+		first := lease()
+		clk.Advance(45 * time.Second)
+		for deadline := time.Now().Add(10 * time.Second); lease() <= first; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				return nil, nil, errors.New("no heartbeat extended the claim in 10s")
+			}
+		}
+		clk.Advance(45 * time.Second) // past the first lease's end
+		return []wal.Event{{Op: wal.OpAdd, Session: q.Session, Key: []byte("n"), Delta: 1}}, []byte("slow but done"), nil
+	}
+	r = newRig(t, leader.Options{Shards: 1, Wall: clk.Now, Ledger: idempotency.LedgerOptions{Lease: time.Minute}},
+		&clientapi.Options{Handler: h, Heartbeat: time.Millisecond})
+	cc := r.client("judy")
+	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	rep := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "slow", Payload: []byte("p")})
+	require.Equal(t, clientwire.OK, rep.Code, rep.Message)
+	require.Equal(t, "slow but done", string(rep.Outcome))
+	require.Equal(t, int64(1), r.counter(sid, "n"))
+}
