@@ -25,9 +25,10 @@ import (
 // resources of its own: it serves until the leader is closed, and then
 // answers Unavailable.
 type Service struct {
-	l    *leader.Leader
-	opts Options
-	log  *slog.Logger
+	l     *leader.Leader
+	opts  Options
+	log   *slog.Logger
+	stats counters
 }
 
 // New returns the client service of l.
@@ -80,16 +81,28 @@ func (s *Service) principal(ctx context.Context) (string, error) {
 	return id.Name, nil
 }
 
-func (s *Service) submitFrame(ctx context.Context, in []byte) ([]byte, error) {
-	var r clientwire.SubmitRequest
-	if err := r.Unmarshal(in); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+// admit decodes a request frame into m and names its caller; a refusal
+// is the call's gRPC status (InvalidArgument, or the principal's).
+func (s *Service) admit(ctx context.Context, in []byte, m interface{ Unmarshal([]byte) error }) (string, error) {
+	if err := m.Unmarshal(in); err != nil {
+		s.stats.malformed.Add(1)
+		return "", status.Error(codes.InvalidArgument, err.Error())
 	}
 	who, err := s.principal(ctx)
+	if err != nil {
+		s.stats.denied.Add(1)
+	}
+	return who, err
+}
+
+func (s *Service) submitFrame(ctx context.Context, in []byte) ([]byte, error) {
+	var r clientwire.SubmitRequest
+	who, err := s.admit(ctx, in, &r)
 	if err != nil {
 		return nil, err
 	}
 	rep := s.Submit(ctx, who, &r)
+	s.stats.submit.add(rep.Code)
 	return rep.Marshal(), nil
 }
 

@@ -60,6 +60,11 @@ func TestSubmitOnce(t *testing.T) {
 	st = status(t, cc, clientwire.StatusRequest{Session: sid, RequestID: "r1"})
 	require.Equal(t, clientwire.Replay, st.Code)
 	require.Positive(t, st.Expires)
+	require.Equal(t, clientapi.Stats{
+		Submit:      map[clientwire.Code]uint64{clientwire.OK: 1, clientwire.Replay: 1, clientwire.Conflict: 1},
+		Status:      map[clientwire.Code]uint64{clientwire.Unknown: 1, clientwire.Replay: 1},
+		OpenSession: map[clientwire.Code]uint64{clientwire.OK: 1},
+	}, r.svc.Stats())
 }
 
 // TestHandlerOutcomeAndRefusal: a handler's outcome is answered and
@@ -242,6 +247,10 @@ func TestIdentityRequired(t *testing.T) {
 	out, err := grpctransportCall(r.client("alice"), clientwire.SubmitMethod, []byte{clientwire.Version, 9})
 	require.Nil(t, out)
 	require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
+	st := r.svc.Stats()
+	require.Equal(t, uint64(3), st.Denied)
+	require.Equal(t, uint64(1), st.Malformed)
+	require.Empty(t, st.Submit)
 }
 
 // TestConcurrentRetryWaits: a retry that arrives while the first attempt

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/session"
@@ -15,14 +12,12 @@ import (
 
 func (s *Service) statusFrame(ctx context.Context, in []byte) ([]byte, error) {
 	var r clientwire.StatusRequest
-	if err := r.Unmarshal(in); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	who, err := s.principal(ctx)
+	who, err := s.admit(ctx, in, &r)
 	if err != nil {
 		return nil, err
 	}
 	rep := s.Status(who, &r)
+	s.stats.status.add(rep.Code)
 	return rep.Marshal(), nil
 }
 
@@ -58,13 +53,11 @@ func (s *Service) Status(who string, r *clientwire.StatusRequest) clientwire.Sta
 
 func (s *Service) openSessionFrame(ctx context.Context, in []byte) ([]byte, error) {
 	var r clientwire.OpenSessionRequest
-	if err := r.Unmarshal(in); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if _, err := s.principal(ctx); err != nil {
+	if _, err := s.admit(ctx, in, &r); err != nil {
 		return nil, err
 	}
 	rep := s.OpenSession(&r)
+	s.stats.open.add(rep.Code)
 	return rep.Marshal(), nil
 }
 

@@ -84,6 +84,11 @@ func TestRealProcessesClientService(t *testing.T) {
 	}
 	must(t, ld.stop(t))
 	must(t, f1.stop(t))
+	// The leader's last stats line counts what it answered.
+	if log := readFile(t, ld.log); !strings.Contains(log, "oncewal leader: client service") ||
+		!strings.Contains(log, "submit_ok=1 submit_replay=1 open_session_ok=1") {
+		t.Fatalf("the leader's client service stats:\n%s", log)
+	}
 }
 
 func freePort(t *testing.T) int {

@@ -18,6 +18,7 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/clientapi"
+	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
@@ -361,7 +362,10 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 			}
 		})
 	}
-	logStats := func() { logLeaderStats(log, l, srv, gen, ds) }
+	logStats := func() {
+		logLeaderStats(log, l, srv, gen, ds)
+		logClientStats(log, clients.Stats())
+	}
 	wg.Go(func() { every(c.statsEvery, runCtx.Done(), logStats) })
 	wg.Wait()
 	logStats()
@@ -413,4 +417,22 @@ func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Serve
 	t := srv.Stats()
 	log.Info("oncewal leader: transport", "streams", t.Streams, "tls_refused", t.RefusedTLS,
 		"refused", t.Refused, "unserved_shard", t.UnservedShard, "bad_frames", t.BadFrames, "bytes_sent", t.BytesSent)
+}
+
+// logClientStats logs one line of the client service's replies: per method
+// and code (submit_ok=…, status_unknown=…), and the calls refused for
+// their caller's identity or an undecodable request.
+func logClientStats(log *slog.Logger, st clientapi.Stats) {
+	attrs := []any{"denied", st.Denied, "malformed", st.Malformed}
+	for _, m := range []struct {
+		name  string
+		codes map[clientwire.Code]uint64
+	}{{"submit", st.Submit}, {"status", st.Status}, {"open_session", st.OpenSession}} {
+		for code := range clientwire.Code(16) {
+			if n := m.codes[code]; n > 0 {
+				attrs = append(attrs, m.name+"_"+strings.ReplaceAll(code.String(), " ", "_"), n)
+			}
+		}
+	}
+	log.Info("oncewal leader: client service", attrs...)
 }
