@@ -11,9 +11,9 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-// errHandler marks a handler's refusal of a request (and events it gave
-// that the request may not log).
-var errHandler = errors.New("the handler refused the request")
+// errRefused marks a request the service refuses itself: its handler's
+// refusal, events the request may not log, an unknown ack policy.
+var errRefused = errors.New("clientapi: request refused")
 
 // Decide is the reply code of a Submit whose claim, handler or commit
 // ended with err (never nil): what the caller should do next.
@@ -34,7 +34,7 @@ func Decide(err error) clientwire.Code {
 		return clientwire.Conflict
 	case errors.Is(err, leader.ErrSessionExpired), errors.Is(err, session.ErrSessionClosed):
 		return clientwire.SessionExpired
-	case errors.Is(err, errHandler), errors.Is(err, idempotency.ErrInvalidKey), errors.Is(err, idempotency.ErrOutcomeTooLarge),
+	case errors.Is(err, errRefused), errors.Is(err, idempotency.ErrInvalidKey), errors.Is(err, idempotency.ErrOutcomeTooLarge),
 		errors.Is(err, idempotency.ErrBadOptions), errors.Is(err, leader.ErrBadEvent), errors.Is(err, leader.ErrCrossShard),
 		errors.Is(err, wal.ErrInvalidEvent), errors.Is(err, wal.ErrTooLarge), errors.Is(err, store.ErrRejected):
 		return clientwire.Refused
@@ -49,7 +49,7 @@ func remedy(c clientwire.Code) string {
 	case clientwire.Conflict:
 		return "use a new request ID for a new request"
 	case clientwire.SessionExpired:
-		return "open a new session (OpenSession with Near set to this session) and retry with the same request ID"
+		return "OpenSession with Near set to this session opens one in its shard, where the retry meets its ledger entry"
 	case clientwire.Refused:
 		return "the same request will be refused again; fix it"
 	}

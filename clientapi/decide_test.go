@@ -25,7 +25,7 @@ func TestDecide(t *testing.T) {
 		{&idempotency.ConflictError{Scope: "a", Key: "k"}, clientwire.Conflict},
 		{wrap(leader.ErrSessionExpired), clientwire.SessionExpired},
 		{wrap(session.ErrSessionClosed), clientwire.SessionExpired},
-		{fmt.Errorf("%w: boom", errHandler), clientwire.Refused},
+		{fmt.Errorf("%w: boom", errRefused), clientwire.Refused},
 		{idempotency.ErrInvalidKey, clientwire.Refused},
 		{idempotency.ErrOutcomeTooLarge, clientwire.Refused},
 		{wrap(leader.ErrBadEvent), clientwire.Refused},

@@ -114,7 +114,7 @@ func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRe
 	sh := s.l.For(sid)
 	rep := clientwire.SubmitReply{Epoch: sh.Epoch()}
 	if r.Ack > clientwire.AckAll {
-		return s.refuse(rep, fmt.Errorf("%w: ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", errHandler, r.Ack))
+		return s.refuse(rep, fmt.Errorf("%w: ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", errRefused, r.Ack))
 	}
 	c, err := sh.Claim(ctx, sid, who, r.RequestID, r.Payload, idempotency.ClaimOptions{Wait: true, Action: r.Action})
 	if err != nil {
@@ -173,12 +173,12 @@ func (s *Service) run(ctx context.Context, r Request) (events []wal.Event, outco
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("clientapi: the handler panicked", "request_id", r.RequestID, "principal", r.Principal, "panic", p)
-			events, outcome, err = nil, nil, fmt.Errorf("%w: it panicked: %v", errHandler, p)
+			events, outcome, err = nil, nil, fmt.Errorf("%w: the handler panicked: %v", errRefused, p)
 		}
 	}()
 	events, outcome, err = s.opts.Handler(ctx, r)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errHandler, err)
+		return nil, nil, fmt.Errorf("%w by the handler: %w", errRefused, err)
 	}
 	return events, outcome, nil
 }
@@ -229,7 +229,7 @@ func (s *Service) sameShard(sh *leader.Shard, events []wal.Event) error {
 	for i := range events {
 		if id := events[i].Session; id != (session.ID{}) && s.l.For(id) != sh {
 			return fmt.Errorf("%w: event %d is of session %s, which shard %d logs, not the request's shard %d",
-				errHandler, i, id, s.l.For(id).ID(), sh.ID())
+				errRefused, i, id, s.l.For(id).ID(), sh.ID())
 		}
 	}
 	return nil

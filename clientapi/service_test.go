@@ -327,3 +327,41 @@ func TestSlowHandlerKeepsItsClaim(t *testing.T) {
 	require.Equal(t, "slow but done", string(rep.Outcome))
 	require.Equal(t, int64(1), r.counter(sid, "n"))
 }
+
+// TestServiceRefusals: an unknown ack policy, a handler that panics and a
+// handler whose events belong to another shard's session are refused,
+// leave no claim and log nothing of the request's.
+func TestServiceRefusals(t *testing.T) {
+	var other session.ID
+	h := func(ctx context.Context, q clientapi.Request) ([]wal.Event, []byte, error) {
+		switch q.RequestID {
+		case "panic":
+			panic("handler bug")
+		case "cross":
+			return []wal.Event{{Op: wal.OpAdd, Session: other, Key: []byte("n"), Delta: 1}}, nil, nil
+		}
+		return nil, nil, nil
+	}
+	r := newRig(t, leader.Options{Shards: 4}, &clientapi.Options{Handler: h})
+	cc := r.client("kim")
+	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	for other = session.NewID(); r.l.For(other) == r.l.For(sid); other = session.NewID() {
+	}
+	for _, tc := range []struct {
+		id   string
+		ack  clientwire.Ack
+		want string
+	}{{"ack", 7, "ack policy 7"}, {"panic", 0, "the handler panicked: handler bug"}, {"cross", 0, "which shard"}} {
+		next := r.l.For(sid).NextLSN()
+		rep := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: tc.id, Ack: tc.ack, Payload: []byte("p")})
+		require.Equal(t, clientwire.Refused, rep.Code, "%s: %s", tc.id, rep.Message)
+		require.Contains(t, rep.Message, tc.want)
+		_, found, err := r.l.For(sid).Ledger().Lookup("kim", tc.id)
+		require.NoError(t, err)
+		require.False(t, found, "%s: the claim is released", tc.id)
+		if tc.id == "ack" {
+			require.Equal(t, next, r.l.For(sid).NextLSN(), "an unknown policy is refused before the claim")
+		}
+	}
+	require.Equal(t, int64(0), r.counter(other, "n"))
+}
