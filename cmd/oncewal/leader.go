@@ -74,8 +74,7 @@ majority, all). --ack-log FILE appends the 16-byte client key of every
 request acknowledged to its client (logged, and --ack met) to FILE, so a
 test can check after kill -9 that nothing acknowledged was lost. Logs
 one stats line per shard and per follower, and one of the client service's
-replies, every --stats-interval; stops
-cleanly on SIGINT/SIGTERM.
+replies, every --stats-interval; stops cleanly on SIGINT/SIGTERM.
 --metrics-addr serves /metrics, /healthz and /readyz (ready: open and
 shipping).`
 
