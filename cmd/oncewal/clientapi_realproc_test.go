@@ -131,3 +131,23 @@ func unary(cc *grpc.ClientConn, method string, req interface{ Marshal() []byte }
 	}
 	return rep.Unmarshal(out)
 }
+
+// TestFollowerClientListenUsage: --client-listen's flags are checked with
+// the others (exit 2, nothing started).
+func TestFollowerClientListenUsage(t *testing.T) {
+	base := []string{"follower", "--dir", "x", "--leader", "l:1", "--id", "a"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--insecure", "--client-listen", "nope"}, "--client-listen"},
+		{[]string{"--insecure", "--client-tls-cert", "c.pem"}, "need --client-listen"},
+		{[]string{"--insecure", "--client-listen", "127.0.0.1:0", "--client-tls-key", "k.pem"}, "--insecure serves --client-listen in plaintext"},
+	} {
+		args := append(append([]string(nil), base...), tc.args...)
+		_, errOut, code := runCmd(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: exit %d, want %d with %q:\n%s", args, code, exitUsage, tc.want, errOut)
+		}
+	}
+}
