@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -465,4 +467,73 @@ func TestDelay(t *testing.T) {
 			t.Errorf("delay(%d waits, r %v) = %v, want %v", tc.waits, tc.r, got, tc.want)
 		}
 	}
+}
+
+// TestConcurrentCallsShareSessions: concurrent first calls open one
+// session between them, and concurrent SessionExpired answers for it renew
+// it once; every request is retried with its own ID under the new one.
+func TestConcurrentCallsShareSessions(t *testing.T) {
+	expire := make(chan struct{})
+	n := startNode(t, &node{submit: func(_ int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+		select {
+		case <-expire:
+			if r.Session == sessionN(0) {
+				return &clientwire.SubmitReply{Code: clientwire.SessionExpired}, nil
+			}
+		default:
+		}
+		return &clientwire.SubmitReply{Code: clientwire.OK}, nil
+	}}, nil)
+	c := newTestClient(t, []string{n.addr}, nil)
+	burst := func(prefix string) {
+		t.Helper()
+		errs := make(chan error, 8)
+		for i := range 8 {
+			go func() {
+				_, err := c.Submit(context.Background(), fmt.Sprintf("%s-%d", prefix, i), Ops(Put([]byte("k"), nil)))
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	burst("a")
+	if len(n.seenOpens()) != 1 {
+		t.Fatalf("%d opens for 8 concurrent first calls, want 1", len(n.seenOpens()))
+	}
+	close(expire)
+	burst("b")
+	if opens := n.seenOpens(); len(opens) != 2 || opens[1].Near != sessionN(0) {
+		t.Errorf("opens %+v, want one renewal near the first session", opens)
+	}
+	last := map[string]clientwire.SessionID{}
+	for _, r := range n.seenSubmits() {
+		last[r.RequestID] = r.Session
+	}
+	for i := range 8 {
+		if s := last[fmt.Sprintf("b-%d", i)]; s != sessionN(1) {
+			t.Errorf("b-%d last sent under %x, want the renewed session", i, s)
+		}
+	}
+}
+
+// TestCloseLeavesNoGoroutines: Close ends every connection the client made
+// (to a node that answered and to one that refused).
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	n := startNode(t, &node{}, nil)
+	base := runtime.NumGoroutine()
+	c, err := New(&Options{Addrs: []string{deadAddr(t), n.addr}, Insecure: true, Principal: "p", Backoff: fastBackoff, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), "r", Ops(Put([]byte("k"), nil))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitGoroutines(t, base)
 }
