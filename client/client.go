@@ -241,24 +241,29 @@ type Status struct {
 	Epoch uint64
 }
 
-// Status asks the leader what its ledger knows of requestID. It runs
-// nothing, so it never ends with ErrOutcomeUnknown: a spent budget is
+// Status asks the leader what its ledger knows of requestID, in the shard
+// of the Client's session: the shard of every request this Client
+// submitted (opening a session first if there is none). It runs nothing,
+// so it never ends with ErrOutcomeUnknown: a spent budget is
 // ErrUnavailable.
 func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
 	if requestID == "" || len(requestID) > clientwire.MaxRequestID {
 		return Status{}, fmt.Errorf("%w: not sent: request ID of %d bytes, want 1 to %d", ErrRefused, len(requestID), clientwire.MaxRequestID)
 	}
-	// TODO(issue 26): the ledger is per shard, chosen by session; when
-	// clientwire.StatusRequest gains a Session field, send the client's
-	// current session (c.sess.current()) so that the leader asks the
-	// shard this client's Submits went to.
-	req := (&clientwire.StatusRequest{RequestID: requestID}).Marshal()
 	var st Status
 	err := c.run(ctx, fmt.Sprintf("status %q", requestID), func(ctx context.Context, addr string) step {
 		cc, err := c.conn(addr)
 		if err != nil {
 			return connStep(addr, err)
 		}
+		// The ledger is per shard and the session names the shard: the
+		// Client's session (renewals stay in its shard) finds what it
+		// submitted.
+		sid, s, ok := c.sess.get(ctx, c, cc, addr, nil)
+		if !ok {
+			return s
+		}
+		req := (&clientwire.StatusRequest{Session: sid, RequestID: requestID}).Marshal()
 		out, err := c.call(ctx, cc, clientwire.StatusMethod, req, nil)
 		if err != nil {
 			return rpcStep(addr, err, false)

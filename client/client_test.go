@@ -26,7 +26,7 @@ func TestSubmitMutualTLS(t *testing.T) {
 	n := startNode(t, &node{submit: func(i int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
 		return &clientwire.SubmitReply{Code: []clientwire.Code{clientwire.OK, clientwire.Replay}[i], LSN: 40 + uint64(i), Epoch: 3, Outcome: []byte("done")}, nil
 	}}, grpctransport.ServerTLSConfig(p.Pool, p.Leader))
-	alice := testutil.ClientCert(t, p.Certs.CA, "oncewal://client/alice")
+	alice := testutil.ClientCert(t, p.Certs, "oncewal://client/alice")
 	c, err := New(&Options{Addrs: []string{n.addr}, TLS: grpctransport.ClientTLSConfig(p.Pool, alice, ""), Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,9 @@ func TestFinalAnswers(t *testing.T) {
 		{"conflict", &clientwire.SubmitReply{Code: clientwire.Conflict, Message: `recorded as "pay 5"`}, nil, ErrConflict},
 		{"refused", &clientwire.SubmitReply{Code: clientwire.Refused, Message: "unknown op"}, nil, ErrRefused},
 		{"unknown code", &clientwire.SubmitReply{Code: 200}, nil, ErrRefused},
-		{"permission denied", nil, status.Error(codes.PermissionDenied, "no identity"), ErrRefused},
+		{"permission denied", nil, status.Error(codes.PermissionDenied, "a follower's certificate"), ErrDenied},
+		{"unauthenticated", nil, status.Error(codes.Unauthenticated, "no identity"), ErrDenied},
+		{"malformed", nil, status.Error(codes.InvalidArgument, "bad frame"), ErrRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) { return tc.reply, tc.err }}, nil)
@@ -390,7 +392,8 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestStatusStates: each ledger answer maps to its State.
+// TestStatusStates: each ledger answer maps to its State; the request
+// names the Client's session, opened for it if need be.
 func TestStatusStates(t *testing.T) {
 	codes := []clientwire.Code{clientwire.Unknown, clientwire.InFlight, clientwire.Replay, clientwire.Failed, clientwire.Refused}
 	n := startNode(t, &node{status: func(i int, _ *clientwire.StatusRequest) *clientwire.StatusReply {
@@ -405,6 +408,12 @@ func TestStatusStates(t *testing.T) {
 	}
 	if _, err := c.Status(context.Background(), "id"); !errors.Is(err, ErrRefused) {
 		t.Errorf("refused status: %v", err)
+	}
+	// The ledger is per shard: Status names the Client's session.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.opens) != 1 || n.statuses[0].Session != sessionN(0) || n.statuses[0].RequestID != "id" {
+		t.Errorf("%d opens, status request %+v", len(n.opens), n.statuses[0])
 	}
 }
 

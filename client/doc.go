@@ -30,9 +30,9 @@
 //     The request may have taken effect or not; retrying with the same ID
 //     tells which and never runs it twice. A call none of whose attempts
 //     could have run ends with ErrUnavailable: it did not run.
-//  4. Conflict and Refused are final: the client does not retry them
-//     (ErrConflict, ErrRefused); retrying the same request will not change
-//     the answer.
+//  4. Conflict, Refused and a refused identity are final: the client does
+//     not retry them (ErrConflict, ErrRefused, ErrDenied); retrying the
+//     same request will not change the answer.
 //  5. NotLeader, SessionExpired, InFlight, Unavailable and transport
 //     errors are retried inside the budget. A NotLeader naming the leader
 //     sends the next attempt there (the address joins the known ones);

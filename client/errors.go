@@ -26,6 +26,11 @@ var ErrUnavailable = errors.New("client: no node took the request (it did not ru
 // it. Retrying the same request will not help.
 var ErrRefused = errors.New("client: request refused; retrying it will not help: fix the request")
 
+// ErrDenied: the node refused the caller's identity (gRPC PermissionDenied
+// or Unauthenticated): the certificate names no client, or another role.
+// Retrying will not help.
+var ErrDenied = errors.New("client: the node refused this client's identity; give the client a certificate of the cluster's CA naming oncewal://client/NAME")
+
 // ErrClosed: the Client was closed.
 var ErrClosed = errors.New("client: closed")
 

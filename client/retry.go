@@ -140,8 +140,10 @@ func replyStep(addr string, code clientwire.Code, leader, msg string, sent bool)
 // refusal; anything else moves to the next address.
 func rpcStep(addr string, err error, sent bool) step {
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.ResourceExhausted, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition:
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.FailedPrecondition:
 		return step{v: vDone, err: fmt.Errorf("%w: %s: %w", ErrRefused, addr, err)}
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return step{v: vDone, err: fmt.Errorf("%w: %s: %w", ErrDenied, addr, err)}
 	case codes.Unimplemented:
 		// The node does not serve the client service: nothing ran there.
 		return step{v: vMove, err: fmt.Errorf("%s: %w", addr, err)}
