@@ -44,8 +44,8 @@ func TestSubmitMutualTLS(t *testing.T) {
 	if res, err = c.Submit(ctx, "req-1", Ops(ops...), WithAction("set k")); err != nil || !res.Replayed || res.LSN != 41 {
 		t.Errorf("replay: %+v, %v", res, err)
 	}
-	if opens := n.seenOpens(); len(opens) != 1 || opens[0].HasNear {
-		t.Errorf("opens %+v, want one without Near", opens)
+	if opens := n.seenOpens(); len(opens) != 1 || !opens[0].HasNear || opens[0].Near != homeOf("alice") {
+		t.Errorf("opens %+v, want one near alice's home", opens)
 	}
 	subs := n.seenSubmits()
 	if len(subs) != 2 || n.principals[0] != "client/alice" {
@@ -298,7 +298,7 @@ func TestSessionExpiredRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	opens, subs := n.seenOpens(), n.seenSubmits()
-	if len(opens) != 2 || opens[0].HasNear || !opens[1].HasNear || opens[1].Near != sessionN(0) {
+	if len(opens) != 2 || !opens[1].HasNear || opens[1].Near != sessionN(0) {
 		t.Errorf("opens %+v, want a first one, then one near %x", opens, sessionN(0))
 	}
 	if len(subs) != 2 || subs[1].Session != sessionN(1) || subs[1].RequestID != "r1" {
@@ -545,4 +545,25 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitGoroutines(t, base)
+}
+
+// TestFirstSessionHome: every Client of one principal — a process and its
+// restart — opens its first session near the same home, so in the same
+// shard, and another principal's home differs (invariant 8).
+func TestFirstSessionHome(t *testing.T) {
+	n := startNode(t, &node{}, nil)
+	for _, who := range []string{"tester", "tester", "other"} {
+		c := newTestClient(t, []string{n.addr}, func(o *Options) { o.Principal = who })
+		if _, err := c.Submit(context.Background(), "r", Ops(Put([]byte("k"), nil))); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	opens := n.seenOpens()
+	if len(opens) != 3 || !opens[0].HasNear || opens[0] != opens[1] || opens[2].Near == opens[0].Near || !opens[2].HasNear {
+		t.Errorf("opens %+v: want the same home twice, then another", opens)
+	}
+	if opens[0].Near != homeOf("tester") {
+		t.Errorf("home %x, want homeOf(tester)", opens[0].Near)
+	}
 }

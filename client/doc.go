@@ -51,4 +51,13 @@
 //     share one renewal. The caller never sees a session.
 //  7. After Close every call returns ErrClosed; calls in progress end with
 //     ErrClosed, and with ErrOutcomeUnknown too when invariant 3 says so.
+//  8. Every Client of one principal opens its first session in the same
+//     shard: its OpenSession names as Near a fixed ID derived from the
+//     principal's name (Options.Principal, or the certificate's
+//     oncewal://client/NAME). A node's ledger is per shard, and a
+//     request's shard is its session's; so a request retried by another
+//     process of the same principal — after a crash or a restart, with the
+//     same request ID — meets its own ledger entry and does not run twice.
+//     The price: one principal's requests are logged in one shard; a
+//     service spreads its load over the shards with several principals.
 package client

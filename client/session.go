@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
 // sessions is the Client's one session (invariant 6).
@@ -17,6 +20,10 @@ type sessions struct {
 	// renewing holds one token: one OpenSession at a time, and a caller
 	// waiting for it can give up when its context ends.
 	renewing chan struct{}
+
+	// home is the Near of the first session when hasHome (invariant 8).
+	home    clientwire.SessionID
+	hasHome bool
 
 	mu      sync.Mutex
 	id      clientwire.SessionID
@@ -28,6 +35,43 @@ type sessions struct {
 func (s *sessions) init(o *Options) {
 	s.opts = o
 	s.renewing = make(chan struct{}, 1)
+	if name, ok := principalName(o); ok {
+		s.home, s.hasHome = homeOf(name), true
+	}
+}
+
+// homeOf is the fixed session ID whose shard every Client of principal
+// name opens its first session in (invariant 8). The node only routes by
+// it (a session's shard is a hash of its ID); no session has this ID.
+func homeOf(name string) (home clientwire.SessionID) {
+	sum := sha256.Sum256([]byte("oncewal client home\x00" + name))
+	copy(home[:], sum[:])
+	return home
+}
+
+// principalName is the name the node will scope this client's requests
+// by: Options.Principal when Insecure, else the name in the URI SAN of
+// the TLS client certificate. A certificate given only through
+// GetClientCertificate, or one that names no identity, has none here.
+func principalName(o *Options) (string, bool) {
+	if o.Insecure {
+		return o.Principal, true
+	}
+	if len(o.TLS.Certificates) == 0 || len(o.TLS.Certificates[0].Certificate) == 0 {
+		return "", false
+	}
+	leaf := o.TLS.Certificates[0].Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(o.TLS.Certificates[0].Certificate[0]); err != nil {
+			return "", false
+		}
+	}
+	id, err := grpctransport.IdentityOf(leaf)
+	if err != nil {
+		return "", false
+	}
+	return id.Name, true
 }
 
 // usable returns the session and whether it can be used as is: it is
@@ -73,7 +117,11 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 		return old, step{}, true
 	}
 	s.mu.Lock()
-	req := clientwire.OpenSessionRequest{Near: s.id, HasNear: s.open}
+	renew := s.open
+	req := clientwire.OpenSessionRequest{Near: s.id, HasNear: true}
+	if !renew {
+		req.Near, req.HasNear = s.home, s.hasHome
+	}
 	s.mu.Unlock()
 	out, err := c.call(ctx, cc, clientwire.OpenSessionMethod, req.Marshal(), nil)
 	if err != nil {
@@ -89,7 +137,7 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 	s.mu.Lock()
 	s.id, s.open, s.horizon, s.lastUse = rep.Session, true, time.Duration(rep.Horizon), s.opts.now()
 	s.mu.Unlock()
-	if req.HasNear {
+	if renew {
 		c.opts.Logger.Info("client: session renewed", "addr", addr, "horizon", time.Duration(rep.Horizon), "expired", expired != nil)
 	} else {
 		c.opts.Logger.Debug("client: session opened", "addr", addr, "horizon", time.Duration(rep.Horizon))
