@@ -61,18 +61,23 @@ func New(opts *Options) (*Client, error) {
 		creds = credentials.NewTLS(t)
 	}
 	life, end := context.WithCancel(context.Background())
-	c := &Client{opts: o, creds: creds, life: life, endLife: end, conns: map[string]*grpc.ClientConn{}, addrs: slices.Compact(o.Addrs)}
+	c := &Client{opts: o, creds: creds, life: life, endLife: end, conns: map[string]*grpc.ClientConn{}}
+	for _, a := range o.Addrs {
+		if !slices.Contains(c.addrs, a) {
+			c.addrs = append(c.addrs, a)
+		}
+	}
 	c.sess.init(&c.opts)
 	return c, nil
 }
 
 // Close closes the connections; calls in progress end (invariant 7) and
-// later calls return ErrClosed. A second Close returns ErrClosed.
+// later calls return ErrClosed. A second Close does nothing.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	c.closed = true
 	conns := c.conns
@@ -102,13 +107,19 @@ type Result struct {
 	Replayed bool
 }
 
+// Sizes a node accepts; a larger request is refused before it is sent.
+const (
+	MaxRequestID = clientwire.MaxRequestID
+	MaxAction    = clientwire.MaxAction
+	MaxPayload   = clientwire.MaxPayload
+)
+
 // SubmitOption adjusts one Submit.
 type SubmitOption func(*clientwire.SubmitRequest)
 
 // WithAction says what the request does ("transfer 10 from a to b"): the
 // node records it with the request ID and names it in a conflict's
-// message, so that a reused ID is recognised. At most
-// clientwire.MaxAction (200) bytes.
+// message, so that a reused ID is recognised. At most MaxAction bytes.
 func WithAction(action string) SubmitOption {
 	return func(r *clientwire.SubmitRequest) { r.Action = action }
 }
@@ -125,8 +136,9 @@ func WithAck(a Ack) SubmitOption {
 // Submit runs the request named requestID once, with payload (Ops builds
 // the default one), on the leader, retrying under the budget with the
 // same request ID (invariant 1). Errors: ErrConflict (a *ConflictError),
-// ErrRefused, ErrOutcomeUnknown (retry with the same ID), ErrUnavailable
-// (it did not run), ErrClosed, or the caller's context error.
+// ErrRefused, ErrDenied, ErrOutcomeUnknown (retry with the same ID),
+// ErrUnavailable (it did not run), ErrClosed, or the caller's context
+// error (with ErrOutcomeUnknown if an attempt may have run).
 func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, opts ...SubmitOption) (Result, error) {
 	req := clientwire.SubmitRequest{RequestID: requestID, Ack: c.opts.Ack.wire(), Payload: payload}
 	for _, o := range opts {

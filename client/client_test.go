@@ -92,7 +92,8 @@ func notLeader(leader string) *node {
 }
 
 // TestRedirects: a NotLeader naming the leader sends the client there (and
-// later calls start there); one naming none sends it to the next address.
+// later calls start there); one naming none, and a node that refuses the
+// connection, send it to the next address.
 func TestRedirects(t *testing.T) {
 	leader := startNode(t, &node{status: func(int, *clientwire.StatusRequest) *clientwire.StatusReply {
 		return &clientwire.StatusReply{Code: clientwire.Replay, Outcome: []byte("o"), Epoch: 2}
@@ -112,6 +113,12 @@ func TestRedirects(t *testing.T) {
 		// at the leader it named.
 		if opens, subs := f.seenOpens(), f.seenSubmits(); len(opens) != 1 || len(subs) != 0 {
 			t.Errorf("follower saw %d opens, %d submits; want 1, 0", len(opens), len(subs))
+		}
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		c := newTestClient(t, []string{deadAddr(t), leader.addr}, nil)
+		if _, err := c.Submit(context.Background(), "d", Ops(Put([]byte("k"), nil))); err != nil {
+			t.Fatal(err)
 		}
 	})
 	t.Run("without address", func(t *testing.T) {
@@ -361,8 +368,8 @@ func TestCancelStopsPromptly(t *testing.T) {
 }
 
 // TestClose: Close ends a call in progress with ErrClosed (outcome unknown:
-// its request reached the node); later calls and a second Close answer
-// ErrClosed.
+// its request reached the node); later calls answer ErrClosed, and a
+// second Close nothing.
 func TestClose(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -387,7 +394,7 @@ func TestClose(t *testing.T) {
 	if _, err := c.Status(context.Background(), "r"); !errors.Is(err, ErrClosed) {
 		t.Errorf("status after Close: %v", err)
 	}
-	if err := c.Close(); !errors.Is(err, ErrClosed) {
+	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
 }

@@ -36,6 +36,9 @@ var errBudget = errors.New("retry budget spent")
 // run makes attempts until one is final or the budget is spent
 // (invariants 3 and 5). what names the call in errors and logs.
 func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.Context, addr string) step) error {
+	if c.life.Err() != nil {
+		return fmt.Errorf("%w: %s not sent", ErrClosed, what)
+	}
 	budget, cancelBudget := context.WithTimeoutCause(ctx, c.opts.RetryTimeout, errBudget)
 	defer cancelBudget()
 	call, cancelCall := context.WithCancelCause(budget)
