@@ -16,6 +16,16 @@
 // (put/add/delete operations) that a node without its own handler maps to
 // events.
 //
+// # Errors
+//
+// Every error a call returns is one of these (errors.Is), and says what to
+// do: ErrConflict (the ID was used for another request: use a new one),
+// ErrRefused (the request is invalid or the node will not run it: fix it),
+// ErrDenied (the certificate names no client: fix the deployment),
+// ErrOutcomeUnknown (it may have run: retry with the same ID),
+// ErrUnavailable (it did not run: retry later), ErrClosed, or the
+// caller's context error (with ErrOutcomeUnknown if it may have run).
+//
 // # Invariants
 //
 //  1. Every attempt of a Submit carries the caller's request ID, payload
