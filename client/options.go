@@ -30,7 +30,8 @@ const (
 	AckLeader Ack = 1 + Ack(clientwire.AckLeader)
 	// AckOne: durable on the leader and one follower.
 	AckOne Ack = 1 + Ack(clientwire.AckOne)
-	// AckMajority: durable on a majority of the leader and its followers.
+	// AckMajority: durable on the leader and a majority of its followers
+	// (leader.AckMajority).
 	AckMajority Ack = 1 + Ack(clientwire.AckMajority)
 	// AckAll: durable on the leader and every follower; one slow follower
 	// slows every request.
