@@ -12,7 +12,9 @@ import (
 // TLSPair is a fresh CA and the leader (server) and follower (client)
 // certificates it issued, for mutual TLS between the two ends of a test:
 // grpctransport.ServerTLSConfig(p.Pool, p.Leader) on one end,
-// grpctransport.ClientTLSConfig(p.Pool, p.Follower, "") on the other.
+// grpctransport.ClientTLSConfig(p.Pool, p.Follower, "") on the other. The
+// leader's names the node pki.DefaultNode, the follower's the follower
+// pki.DefaultFollower: a follower of another ID needs its own (Identity).
 type TLSPair struct {
 	// Certs holds the PEM, for a test that writes or edits it.
 	Certs            *pki.Certs
@@ -36,4 +38,20 @@ func NewTLSPair(t testing.TB, hosts ...string) TLSPair {
 		t.Fatalf("follower key pair: %v", err)
 	}
 	return p
+}
+
+// Identity issues a certificate of p's CA naming role/name (pki.RoleNode,
+// RoleFollower, RoleClient): a follower's for its ID, a client's.
+func (p TLSPair) Identity(t testing.TB, role, name string) tls.Certificate {
+	t.Helper()
+	c := p.Certs.CA.Cert
+	l, err := p.Certs.CA.IssueIdentity(role, name, nil, c.NotBefore, c.NotAfter)
+	if err != nil {
+		t.Fatalf("issuing %s/%s: %v", role, name, err)
+	}
+	pair, err := l.Pair()
+	if err != nil {
+		t.Fatalf("%s/%s key pair: %v", role, name, err)
+	}
+	return pair
 }

@@ -155,10 +155,14 @@ type ServerStats struct {
 	// Refused counts accepted streams the leader refused with a reason
 	// (LeaderConn.Refuse: unknown follower, diverged, behind retention, …).
 	Refused uint64
+	// RefusedIdentity counts streams and snapshot calls refused because
+	// the caller's certificate may not claim the hello's follower ID, or
+	// names a client (replication.ErrIdentityMismatch).
+	RefusedIdentity uint64
 }
 
 type serverCounters struct {
-	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects, unserved, refusedHello atomic.Uint64
+	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects, unserved, refusedHello, identity atomic.Uint64
 }
 
 // Server is the leader side of the gRPC transport: a gRPC server whose one
@@ -240,7 +244,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(streamWindow),
 	)
-	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots)}
+	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots), insecure: o.Insecure, log: o.Logger, refused: &s.stats.identity}
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
@@ -277,7 +281,7 @@ func (s *Server) Stats() ServerStats {
 		Streams: c.streams.Load(), Accepted: c.accepted.Load(), RefusedTLS: c.refused.Load(),
 		BadFrames: c.badFrames.Load(), BatchesSent: c.batches.Load(), BytesSent: c.bytes.Load(),
 		AcksReceived: c.acks.Load(), Disconnects: c.disconnects.Load(),
-		UnservedShard: c.unserved.Load(), Refused: c.refusedHello.Load(),
+		UnservedShard: c.unserved.Load(), Refused: c.refusedHello.Load(), RefusedIdentity: c.identity.Load(),
 	}
 }
 
@@ -441,6 +445,14 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	case <-s.closed:
 		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
 	}
+	// Who may ack as an ID is settled before anything else reads the hello:
+	// a forged ID's acks would make a quorum lie (doc.go, "Identities").
+	if why := mayFollow(ctx, s.opts.Insecure, c.hello); why != nil {
+		s.stats.identity.Add(1)
+		s.opts.Logger.Warn("oncewal leader: refused a follower whose certificate does not name its ID", "remote", remote,
+			"follower", c.hello.FollowerID, "err", why)
+		return status.Error(codes.PermissionDenied, refusalMessage(why))
+	}
 	for accepted := false; !accepted; {
 		q, routed, served, ok := s.queueFor(c.hello.Shard)
 		if !ok {
@@ -576,6 +588,7 @@ var refusalKinds = []refusalKind{
 	{"diverged", replication.ErrDiverged},
 	{"behind-retention", replication.ErrBehindRetention},
 	{"unknown-follower", replication.ErrUnknownFollower},
+	{"identity-mismatch", replication.ErrIdentityMismatch},
 	{"duplicate-follower", replication.ErrDuplicateFollower},
 	{"bad-follower-id", replication.ErrBadFollowerID},
 	{"bad-hello", replication.ErrBadHello},

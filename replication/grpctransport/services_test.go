@@ -105,12 +105,16 @@ func TestUnaryService(t *testing.T) {
 	if _, err := call(alice, "/oncewal.test.v1.Big/Take", bytes.Repeat([]byte{1}, 1<<16)); err != nil {
 		t.Errorf("at the big service's limit: %v", err)
 	}
-	// The generated follower certificate names no identity.
+	// The generated follower certificate names its follower; one without
+	// a URI SAN names no identity.
 	fpair, err := c.FollowerPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
+	if out, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); err != nil || string(out) != "follower/"+pki.DefaultFollower+":" {
+		t.Errorf("follower certificate: %q, %v", out, err)
+	}
+	if _, err := call(clientPair(t, c), "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
 		t.Errorf("no identity: %v", err)
 	}
 }
