@@ -38,11 +38,12 @@ const (
 type ServerOptions struct {
 	// TLS is the leader's mutual-TLS configuration (ServerTLSConfig or
 	// LoadServerTLS). It must require and verify client certificates against
-	// ClientCAs; MinVersion is raised to TLS 1.3.
+	// ClientCAs; MinVersion is raised to TLS 1.3. A follower's certificate
+	// must name its ID (doc.go, "Identities").
 	TLS *tls.Config
-	// Insecure serves plaintext. Only for tests and loopback experiments:
-	// anyone who can reach the port can then read the log and pose as a
-	// follower.
+	// Insecure serves plaintext. Only for tests on loopback: anyone who
+	// can reach the port can then read the log and pose as any follower
+	// (no certificate names them: IDs are taken on trust).
 	Insecure bool
 	// Logger receives connection-level log lines (refused handshakes, bad
 	// frames). Default slog.Default().
