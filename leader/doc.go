@@ -79,7 +79,12 @@
 // closed session with session.ErrSessionClosed): a forward step of the
 // wall clock may expire idle sessions, and their clients get a typed error
 // and open new sessions, instead of the log carrying events that every
-// follower would treat as a gap (a wedge) or skip.
+// follower would treat as a gap (a wedge) or skip. Shard.Claim applies the
+// same rule (the same code, LedgerLog's admitSession) at the door of a
+// request, before anything is claimed: a claim on a session that can no
+// longer log is refused with the same errors, whose text says to open a new
+// session and retry with the same request ID, and leaves no in-flight
+// entry behind.
 //
 // # Epochs
 //

@@ -1,6 +1,7 @@
 package leader_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -73,7 +74,9 @@ func Example_requestLedger() {
 	s := session.ID{0x02}
 	sh := l.For(s)
 	pay := func(payload string) {
-		c, err := sh.Ledger().Claim("payments", "req-42", []byte(payload))
+		// The door: a session that can no longer log is refused here
+		// (leader.ErrSessionExpired), before anything is claimed.
+		c, err := sh.Claim(context.Background(), s, "payments", "req-42", []byte(payload), idempotency.ClaimOptions{Wait: true})
 		switch {
 		case errors.Is(err, idempotency.ErrConflict):
 			fmt.Println("refused: key reused with another payload")

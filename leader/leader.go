@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -548,6 +549,31 @@ func (s *Shard) ID() uint32 { return s.id }
 // (replication.ErrSessionExpired, session.ErrSessionClosed): the client
 // must open a new session; nothing is logged.
 func (s *Shard) Append(events ...wal.Event) (wal.Header, error) { return s.log.Append(events...) }
+
+// Claim is the door of a request that will log in session sid: it refuses
+// a session that can no longer log — idle past the retention horizon on the
+// WAL clock (ErrSessionExpired) or closed (session.ErrSessionClosed), by
+// the very rule Append applies — before anything is claimed, and otherwise
+// claims (scope, key) in the shard's ledger (idempotency.Ledger.ClaimWith).
+// Without the door such a claim is Fresh, its Commit then fails, and the
+// key stays in flight until its lease ends. sid must route to this shard
+// (Leader.For), else ErrCrossShard: a request's claim and its events share
+// one log. A session can still expire between Claim and Commit (the
+// horizon is a day; a handler is not): Commit then refuses with
+// ErrSessionExpired and the caller releases the claim.
+func (s *Shard) Claim(ctx context.Context, sid session.ID, scope, key string, payload []byte, o idempotency.ClaimOptions) (*idempotency.Claim, error) {
+	if got := s.l.router.Shard(sid); got != s.id {
+		return nil, fmt.Errorf("%w: session %s routes to shard %d, not %d: claim on Leader.For(session)", ErrCrossShard, sid, got, s.id)
+	}
+	if err := s.log.admit(sid); err != nil {
+		if errors.Is(err, ErrSessionExpired) || errors.Is(err, session.ErrSessionClosed) {
+			return nil, fmt.Errorf("%w: session %s can no longer log, so request %q was not claimed: open a new session and retry with the same request ID",
+				err, sid, key)
+		}
+		return nil, err
+	}
+	return s.log.Ledger().ClaimWith(ctx, scope, key, payload, o)
+}
 
 // Commit completes claim c with outcome and logs the operation's events
 // (stamped as in Append) with the ledger's complete record in one batch:

@@ -607,6 +607,27 @@ func (l *LedgerLog) admitSession(id session.ID, st stamped, known bool, ts int64
 	return st, nil
 }
 
+// admit reports whether session id may log an event now, by the rule
+// stamping applies (admitSession, on the WAL clock, the log's pending
+// batches included), without stamping anything: ErrSessionExpired,
+// session.ErrSessionClosed, or the log's closed or failed error. The door of
+// Shard.Claim.
+func (l *LedgerLog) admit(id session.ID) error {
+	ts := l.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errLogClosed
+	}
+	if l.failed != nil {
+		return l.failed
+	}
+	l.forgetClosed()
+	prev, known := l.sessions[id]
+	_, err := l.admitSession(id, prev, known, ts)
+	return err
+}
+
 // forgetClosed forgets the sessions closed by applied batches: from now on
 // the tracker answers "closed" for them. Holds mu.
 func (l *LedgerLog) forgetClosed() {

@@ -4,7 +4,8 @@
 // over vfs.NewCrashableMem + CrashClone; SyncGate, which holds a sync in
 // flight), directory copies and images
 // (CopyDir, TempCopy, DirImage, TreeDigest, TreeState), store snapshots
-// (SnapshotDB), TLS certificates for both ends (TLSPair) and golden files.
+// (SnapshotDB), TLS certificates for both ends (TLSPair), a TCP proxy that
+// breaks connections (FaultProxy) and golden files.
 // Only _test.go files import it (TestOnlyTestsImport checks): the
 // simulation the demo runs is package sim.
 //

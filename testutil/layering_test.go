@@ -35,6 +35,7 @@ var layers = [][]string{
 	{"store"},
 	// the roles, and the transports beside the contract
 	{"leader", "follower", "replication/inprocess", "replication/grpctransport"},
+	{"clientapi", "client"},
 	{"metrics", "sim", "bench"},
 	{"cmd/oncewal"},
 }

@@ -1,8 +1,14 @@
 package testutil
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net/url"
 	"testing"
 	"time"
 
@@ -14,7 +20,8 @@ import (
 // grpctransport.ServerTLSConfig(p.Pool, p.Leader) on one end,
 // grpctransport.ClientTLSConfig(p.Pool, p.Follower, "") on the other. The
 // leader's names the node pki.DefaultNode, the follower's the follower
-// pki.DefaultFollower: a follower of another ID needs its own (Identity).
+// pki.DefaultFollower: a follower of another ID needs its own
+// (p.Certs.CA.IssueIdentity).
 type TLSPair struct {
 	// Certs holds the PEM, for a test that writes or edits it.
 	Certs            *pki.Certs
@@ -40,18 +47,33 @@ func NewTLSPair(t testing.TB, hosts ...string) TLSPair {
 	return p
 }
 
-// Identity issues a certificate of p's CA naming role/name (pki.RoleNode,
-// RoleFollower, RoleClient): a follower's for its ID, a client's.
-func (p TLSPair) Identity(t testing.TB, role, name string) tls.Certificate {
+// ClientCert is a client certificate of c's CA valid for an hour whose URI
+// SANs are uris ("oncewal://client/alice": grpctransport.IdentityOf reads
+// the caller's identity from it).
+func ClientCert(t testing.TB, c *pki.Certs, uris ...string) tls.Certificate {
 	t.Helper()
-	c := p.Certs.CA.Cert
-	l, err := p.Certs.CA.IssueIdentity(role, name, nil, c.NotBefore, c.NotAfter)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatalf("issuing %s/%s: %v", role, name, err)
+		t.Fatal(err)
 	}
-	pair, err := l.Pair()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "test-client"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.CA.Cert, &key.PublicKey, c.CA.Key)
 	if err != nil {
-		t.Fatalf("%s/%s key pair: %v", role, name, err)
+		t.Fatal(err)
 	}
-	return pair
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/oncewal/oncewal/store"
 
+	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
@@ -28,6 +31,7 @@ import (
 
 const followerSynopsis = `follower --dir DIR --leader ADDR --id NAME [--shard N | --shards N]
                         [--tls-ca F --tls-cert F --tls-key F | --insecure]
+                        [--client-listen ADDR [--client-tls-cert F --client-tls-key F]]
 
 Replicates from the leader at ADDR (gRPC, mutual TLS unless --insecure):
 with --shard N (default 0), shard N into the follower store in DIR; with
@@ -48,7 +52,15 @@ SIGINT/SIGTERM, also while a store is opening (the stores are flushed and
 closed); logs its stats every --stats-interval. --metrics-addr serves
 /metrics, /healthz and /readyz (ready: every store open, connected to a
 leader that sent something within --leader-timeout, within --ready-max-lag
-of the leader).`
+of the leader).
+
+--client-listen serves the client service (oncewal.client.v1.Client) on
+ADDR so that a client that reached this follower learns where the leader
+is: every call answers "not leader" with --leader and the highest epoch
+this follower's stores have seen. Under mutual TLS it needs a server
+certificate (--client-tls-cert/--client-tls-key, default --tls-cert/
+--tls-key, which a follower's client-only certificate is not: gencerts'
+leader.pem is one); clients' certificates are checked against --tls-ca.`
 
 func runFollower(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("follower", followerSynopsis, stderr)
@@ -68,6 +80,9 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	leaderTimeout := fs.Duration("leader-timeout", follower.DefaultLeaderTimeout,
 		"drop the connection and redial when the leader sends nothing (no batch, no heartbeat; it sends one every second) for this long: it is stopped, hung or cut off, and /readyz fails meanwhile (0: no bound)")
 	rebuildRate := fs.Int64("rebuild-rate", snapshot.DefaultRateLimit, "cap a rebuild's transfer at this many bytes/s (the donor's own cap applies too); -1: no cap")
+	clientListen := fs.String("client-listen", "", "serve the client service on this address, answering \"not leader\" with --leader (default: none)")
+	clientCert := fs.String("client-tls-cert", "", "PEM file of the server certificate --client-listen presents (default --tls-cert; it must be a server certificate)")
+	clientKey := fs.String("client-tls-key", "", "PEM file of --client-tls-cert's key (default --tls-key)")
 	mf := addMetricsFlags(fs, true)
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
@@ -78,6 +93,14 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
 	var c flagCheck
+	if *clientListen != "" {
+		hostPort(&c, "client-listen", *clientListen, false)
+	} else if *clientCert != "" || *clientKey != "" {
+		c.failf("--client-tls-cert and --client-tls-key need --client-listen")
+	}
+	if *tf.insecure && (*clientCert != "" || *clientKey != "") {
+		c.failf("--insecure serves --client-listen in plaintext: it excludes --client-tls-cert and --client-tls-key")
+	}
 	if *dir == "" || *leaderAddr == "" {
 		c.failf("--dir and --leader are required")
 	}
@@ -122,8 +145,15 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		log.Error("oncewal follower: TLS", "err", err)
 		return exitFailure
 	}
+	var clientTLS *tls.Config
 	if tlsCfg != nil {
 		tlsCfg.ServerName = *serverName
+		if *clientListen != "" {
+			if clientTLS, err = clientServerTLS(*tf.ca, or(*clientCert, *tf.cert), or(*clientKey, *tf.key)); err != nil {
+				log.Error("oncewal follower: --client-listen", "err", err)
+				return exitFailure
+			}
+		}
 	} else {
 		log.Warn("oncewal follower: --insecure: plaintext, unauthenticated; use only on loopback for tests")
 	}
@@ -135,6 +165,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
 		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
 		minFree: *minFree, memTable: *memTable, leaderTimeout: *leaderTimeout,
+		clientListen: *clientListen, clientTLS: clientTLS,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -160,6 +191,8 @@ type followerConfig struct {
 	opened          func(applied func(shard uint32) uint64) // tests: called once the stores are open
 	openedRows      func(rows func() []follower.ShardStats) // tests: each shard's figures, once open
 	metricsServing  func(addr string)                       // tests: the metrics server's address
+	clientListen    string                                  // --client-listen ("": none)
+	clientTLS       *tls.Config                             // its server TLS (nil: insecure)
 }
 
 func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err error) {
@@ -289,6 +322,13 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	if c.metricsServing != nil {
 		c.metricsServing(addr)
 	}
+	if c.clientListen != "" {
+		stopClients, err := serveNotLeader(c, log, rows)
+		if err != nil {
+			return fmt.Errorf("--client-listen: %w", err)
+		}
+		defer stopClients()
+	}
 	if c.openedRows != nil {
 		c.openedRows(rows)
 	}
@@ -346,4 +386,55 @@ func leaderTimeoutOption(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// serveNotLeader serves the client service on --client-listen, answering
+// every call "not leader" with --leader and the highest epoch any of the
+// follower's stores has applied.
+func serveNotLeader(c followerConfig, log *slog.Logger, rows func() []follower.ShardStats) (stop func(), err error) {
+	where := func() (string, uint64) {
+		var epoch uint64
+		for _, s := range rows() {
+			epoch = max(epoch, s.Epoch)
+		}
+		return c.leader, epoch
+	}
+	srv, err := grpctransport.ListenServices(c.clientListen, &grpctransport.ServerOptions{TLS: c.clientTLS, Insecure: c.clientTLS == nil,
+		Logger: log, Services: []grpctransport.UnaryService{clientapi.NotLeader(where)}})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("oncewal follower: client service (not leader)", "listen", srv.Addr().String(), "leader", c.leader)
+	return func() { _ = srv.Close() }, nil
+}
+
+// errNotServerCert: --client-listen was given a certificate a TLS client
+// would refuse as a server's.
+var errNotServerCert = errors.New("not a server certificate")
+
+// clientServerTLS is --client-listen's mutual TLS: its certificate must be
+// usable by a server (a follower's client-only certificate is not), and
+// clients' certificates must chain to ca.
+func clientServerTLS(ca, cert, key string) (*tls.Config, error) {
+	cfg, err := grpctransport.LoadServerTLS(ca, cert, key)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		return nil, fmt.Errorf("%w: %s allows client authentication only, so clients would refuse it; give --client-tls-cert and --client-tls-key "+
+			"a server certificate of the same CA for this host (oncewal gencerts' leader.pem is one)", errNotServerCert, cert)
+	}
+	return cfg, nil
+}
+
+// or is a if set, else b.
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

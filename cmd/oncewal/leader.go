@@ -17,6 +17,8 @@ import (
 
 	"github.com/oncewal/oncewal/store"
 
+	"github.com/oncewal/oncewal/clientapi"
+	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/replication"
@@ -37,7 +39,11 @@ store a follower keeps) and DIR/wal every shard's WAL; both are created if
 missing. One gRPC server on --listen (mutual TLS unless --insecure) serves
 every shard; each follower states its shard and its --id, and each
 registered follower (--followers, the same list for every shard) gets its
-own stream per shard. A follower not listed is refused and told why.
+own stream per shard. A follower not listed is refused and told why. The
+same server and TLS serve the client service (oncewal.client.v1.Client:
+submit a request once, its status, open a session) to callers whose
+certificate names oncewal://client/NAME; with --insecure a caller names
+itself in the oncewal-principal metadata (loopback tests only).
 
 Retention: each registered follower has a replication slot per shard (its
 acknowledged LSN, persisted); WAL segments below every live slot are
@@ -67,8 +73,8 @@ acknowledgements of each batch before the client's next (none, one,
 majority, all). --ack-log FILE appends the 16-byte client key of every
 request acknowledged to its client (logged, and --ack met) to FILE, so a
 test can check after kill -9 that nothing acknowledged was lost. Logs
-one stats line per shard and per follower every --stats-interval; stops
-cleanly on SIGINT/SIGTERM.
+one stats line per shard and per follower, and one of the client service's
+replies, every --stats-interval; stops cleanly on SIGINT/SIGTERM.
 --metrics-addr serves /metrics, /healthz and /readyz (ready: open and
 shipping).`
 
@@ -90,7 +96,7 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	shards := fs.Int("shards", 1, "the deployment's shard count (fixed for its lifetime)")
 	epoch := fs.Uint64("epoch", 0, "leader epoch (0: keep the stores' epoch; higher: promotion)")
 	followers := fs.String("followers", "", "comma-separated IDs of the registered followers of every shard (required)")
-	listen := fs.String("listen", "127.0.0.1:7070", "address to serve followers on")
+	listen := fs.String("listen", "127.0.0.1:7070", "address to serve followers and clients on (replication and the client service)")
 	tf := addTLSFlags(fs, "leader")
 	maxRetained := fs.Int64("max-retained-bytes", leader.DefaultMaxRetainedBytes, "per shard: WAL bytes the followers' slots may pin before the most lagging is dropped")
 	retainEvery := fs.Duration("retention-interval", leader.DefaultRetentionInterval, "how often slots advance and unneeded segments are deleted")
@@ -295,13 +301,21 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		defer d.Close()
 		donors[s], ds[s] = d, d
 	}
+	// The client service shares the port and its mutual TLS; a plaintext
+	// leader (--insecure, loopback tests) takes a client's name from its
+	// oncewal-principal metadata.
+	clients, err := clientapi.New(l, &clientapi.Options{Insecure: c.tls == nil, Logger: log})
+	if err != nil {
+		return err
+	}
 	sopts := &grpctransport.ServerOptions{Logger: log, TLS: c.tls, Insecure: c.tls == nil,
 		Snapshots: func(s uint32) snapshot.Source {
 			if int(s) < len(donors) {
 				return donors[s]
 			}
 			return nil
-		}}
+		},
+		Services: []grpctransport.UnaryService{clients.Unary()}}
 	if srv, err = grpctransport.Listen(c.listen, sopts); err != nil {
 		return err
 	}
@@ -348,7 +362,10 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 			}
 		})
 	}
-	logStats := func() { logLeaderStats(log, l, srv, gen, ds) }
+	logStats := func() {
+		logLeaderStats(log, l, srv, gen, ds)
+		logClientStats(log, clients.Stats())
+	}
 	wg.Go(func() { every(c.statsEvery, runCtx.Done(), logStats) })
 	wg.Wait()
 	logStats()
@@ -400,4 +417,22 @@ func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Serve
 	t := srv.Stats()
 	log.Info("oncewal leader: transport", "streams", t.Streams, "tls_refused", t.RefusedTLS,
 		"refused", t.Refused, "unserved_shard", t.UnservedShard, "bad_frames", t.BadFrames, "bytes_sent", t.BytesSent)
+}
+
+// logClientStats logs one line of the client service's replies: per method
+// and code (submit_ok=…, status_unknown=…), and the calls refused for
+// their caller's identity or an undecodable request.
+func logClientStats(log *slog.Logger, st clientapi.Stats) {
+	attrs := []any{"denied", st.Denied, "malformed", st.Malformed}
+	for _, m := range []struct {
+		name  string
+		codes map[clientwire.Code]uint64
+	}{{"submit", st.Submit}, {"status", st.Status}, {"open_session", st.OpenSession}} {
+		for code := range clientwire.Code(16) {
+			if n := m.codes[code]; n > 0 {
+				attrs = append(attrs, m.name+"_"+strings.ReplaceAll(code.String(), " ", "_"), n)
+			}
+		}
+	}
+	log.Info("oncewal leader: client service", attrs...)
 }

@@ -13,7 +13,8 @@
 //     a conflict's message), the ack policy to wait for, and the payload the
 //     node's handler maps to events. The reply says what happened (Code), the
 //     LSN and epoch of the batch that logged it, and the recorded outcome.
-//   - Status: what the node's ledger knows of a request ID.
+//   - Status: what the node's ledger knows of a request ID, in the shard
+//     of the session the request was submitted in (the ledger is per shard).
 //   - OpenSession: a new session for the client, in the shard of Near if
 //     set (so that a request retried under a renewed session meets its own
 //     ledger), with the retention horizon the client must renew within.

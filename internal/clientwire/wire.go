@@ -124,8 +124,11 @@ type SubmitReply struct {
 	Message string
 }
 
-// StatusRequest asks what the ledger knows of a request ID.
+// StatusRequest asks what the ledger knows of a request ID. The ledger is
+// per shard and a request's shard is its session's, so Session names the
+// session the request was submitted in (or any session of that shard).
 type StatusRequest struct {
+	Session   SessionID
 	RequestID string
 }
 
@@ -325,13 +328,15 @@ func (m *SubmitReply) Unmarshal(b []byte) error {
 }
 
 func (m *StatusRequest) Marshal() []byte {
-	e := newEncoder(typeStatusRequest, len(m.RequestID)+4)
+	e := newEncoder(typeStatusRequest, 16+len(m.RequestID)+4)
+	e.b = append(e.b, m.Session[:]...)
 	e.str(m.RequestID)
 	return e.b
 }
 
 func (m *StatusRequest) Unmarshal(b []byte) error {
 	d := newDecoder(b, typeStatusRequest)
+	m.Session = d.id()
 	m.RequestID = d.str("request ID", MaxRequestID)
 	return d.done()
 }

@@ -30,7 +30,7 @@ func samples() []struct {
 		{&SubmitRequest{}, func() message { return &SubmitRequest{} }},
 		{&SubmitReply{Code: Replay, LSN: 1 << 40, Epoch: 7, Outcome: []byte("paid"), Leader: "10.0.0.1:7000", Message: "replayed"}, func() message { return &SubmitReply{} }},
 		{&SubmitReply{}, func() message { return &SubmitReply{} }},
-		{&StatusRequest{RequestID: "req-42"}, func() message { return &StatusRequest{} }},
+		{&StatusRequest{Session: SessionID{7, 7, 7}, RequestID: "req-42"}, func() message { return &StatusRequest{} }},
 		{&StatusReply{Code: Failed, Time: -5, Expires: 1 << 62, Epoch: 3, Outcome: []byte("no funds"), Leader: "l:1", Message: "m"}, func() message { return &StatusReply{} }},
 		{&OpenSessionRequest{Near: id, HasNear: true}, func() message { return &OpenSessionRequest{} }},
 		{&OpenSessionRequest{}, func() message { return &OpenSessionRequest{} }},
@@ -88,7 +88,7 @@ func TestLimits(t *testing.T) {
 		t.Errorf("over-long request ID: %v", err)
 	}
 	// A length prefix claiming 2^62 bytes is refused without allocating.
-	huge := append([]byte{Version, typeStatusRequest}, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40)
+	huge := append(append([]byte{Version, typeStatusRequest}, make([]byte, 16)...), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40)
 	if err := new(StatusRequest).Unmarshal(huge); !errors.Is(err, ErrMalformed) {
 		t.Errorf("huge length: %v", err)
 	}

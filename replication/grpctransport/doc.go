@@ -38,6 +38,9 @@
 // client service is one, and CallUnary is how a client calls them. A
 // certificate names its holder's Identity (a role and a name) with one URI
 // SAN, oncewal://ROLE/NAME; a handler reads its caller's with PeerIdentity.
+// ListenServices serves such services alone (a ServiceServer: no
+// replication, no snapshots), for a node that does not lead but answers the
+// client service (a follower, which says "not leader").
 //
 // # Identities
 //

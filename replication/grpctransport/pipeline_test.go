@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncewal/oncewal/internal/drill"
 	"github.com/oncewal/oncewal/store"
+	"github.com/oncewal/oncewal/testutil"
 
 	"github.com/oncewal/oncewal/leader"
 
@@ -37,7 +38,7 @@ func recorded(t testing.TB, cfg sim.WorkloadOptions) *sim.Log {
 	return log
 }
 
-func proxied(t testing.TB, seed uint64, f proxyFaults, px **faultProxy) func() (replication.Listener, replication.Dialer, func() error, error) {
+func proxied(t testing.TB, seed uint64, f testutil.ProxyFaults, px **testutil.FaultProxy) func() (replication.Listener, replication.Dialer, func() error, error) {
 	return func() (replication.Listener, replication.Dialer, func() error, error) {
 		c := certs(t)
 		st, err := serverTLS(c)
@@ -52,7 +53,7 @@ func proxied(t testing.TB, seed uint64, f proxyFaults, px **faultProxy) func() (
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		p := newFaultProxy(t, srv.Addr().String(), seed, f)
+		p := testutil.NewFaultProxy(t, srv.Addr().String(), seed, f)
 		if px != nil {
 			*px = p
 		}
@@ -66,7 +67,7 @@ func proxied(t testing.TB, seed uint64, f proxyFaults, px **faultProxy) func() (
 	}
 }
 
-var proxyPresets = map[string]proxyFaults{
+var proxyPresets = map[string]testutil.ProxyFaults{
 	"clean": {},
 	"light": {Reset: 0.002, Drop: 0.002, Stall: 0.01, MaxStall: 10 * time.Millisecond, Refuse: 0.05},
 	"heavy": {Reset: 0.01, Drop: 0.01, Stall: 0.03, MaxStall: 30 * time.Millisecond, Refuse: 0.2},
@@ -86,7 +87,7 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 	for _, preset := range []string{"clean", "light", "heavy"} {
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", preset, seed), func(t *testing.T) {
-				var px *faultProxy
+				var px *testutil.FaultProxy
 				transport := proxied(t, seed, proxyPresets[preset], &px)
 				res, err := sim.Run(context.Background(), sim.Options{
 					Dir:  t.TempDir(),
@@ -109,9 +110,10 @@ func TestExactlyOnceOverGRPC(t *testing.T) {
 				if fs.Receiver.Applied == 0 {
 					t.Fatal("nothing applied")
 				}
+				st := px.Stats()
 				t.Logf("appends %d, shipped %d (resent %d), connections %d; proxy: conns %d, resets %d, drops %d, stalls %d, refused %d; %v",
 					res.Appends, fs.Shipper.BatchesSent, fs.Shipper.BatchesResent, fs.Shipper.Connections,
-					px.accepted.Load(), px.resets.Load(), px.drops.Load(), px.stalls.Load(), px.refused.Load(), res.Elapsed)
+					st.Accepted, st.Resets, st.Drops, st.Stalls, st.Refused, res.Elapsed)
 			})
 		}
 	}
@@ -200,7 +202,7 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 
 	notify := make(chan struct{}, 1)
 	leader := startLeader(t, walDir, addr, notify)
-	px := newFaultProxy(t, addr, 7, proxyPresets["light"])
+	px := testutil.NewFaultProxy(t, addr, 7, proxyPresets["light"])
 	defer px.Close()
 	ct, err := clientTLS(certs(t))
 	if err != nil {
@@ -306,8 +308,9 @@ func TestLeaderAndFollowerRestarts(t *testing.T) {
 	if total.Events != total.Accounted() {
 		t.Fatalf("counters: %d delivered, %d accounted", total.Events, total.Accounted())
 	}
+	st := px.Stats()
 	t.Logf("applied %d of %d delivered events; proxy conns %d, resets %d, drops %d, stalls %d; last follower incarnation: %+v",
-		total.Applied, total.Events, px.accepted.Load(), px.resets.Load(), px.drops.Load(), px.stalls.Load(), stats)
+		total.Applied, total.Events, st.Accepted, st.Resets, st.Drops, st.Stalls, stats)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("timed out")
 	}

@@ -140,6 +140,25 @@ func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCred
 	return loggedCreds{c, o.Logger, refused}, nil
 }
 
+// grpcServer is the gRPC server of a Server or a ServiceServer: the raw
+// codec, the limits, keepalives and windows every server of the package
+// shares.
+func (o *ServerOptions) grpcServer(creds credentials.TransportCredentials) *grpc.Server {
+	return grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.MaxRecvMsgSize(o.maxRecv()),
+		grpc.MaxSendMsgSize(MaxBatchFrame),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+		// Static 4 MiB windows: a batch stream is one long bulk transfer;
+		// gRPC's 64 KiB default (BDP-probed upward) throttles it on loopback.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(streamWindow),
+	)
+}
+
 // ServerStats counts what a Server did.
 type ServerStats struct {
 	Streams      uint64 // streams opened by followers (TLS passed)
@@ -232,19 +251,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.gs = grpc.NewServer(
-		grpc.Creds(creds),
-		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.MaxRecvMsgSize(o.maxRecv()),
-		grpc.MaxSendMsgSize(MaxBatchFrame),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WaitForHandlers(true),
-		// Static 4 MiB windows: a batch stream is one long bulk transfer;
-		// gRPC's 64 KiB default (BDP-probed upward) throttles it on loopback.
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(streamWindow),
-	)
+	s.gs = o.grpcServer(creds)
 	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots), insecure: o.Insecure, log: o.Logger, refused: &s.stats.identity}
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,

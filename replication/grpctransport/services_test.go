@@ -3,15 +3,9 @@ package grpctransport
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -22,36 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/testutil"
 )
-
-// clientPair is a client certificate of the test CA whose URI SANs are uris.
-func clientPair(t *testing.T, c *pki.Certs, uris ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "test-client"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.CA.Cert, &key.PublicKey, c.CA.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // TestUnaryService: a service registered through ServerOptions.Services
 // answers on the replication port under its mutual TLS, sees its caller's
@@ -94,7 +60,7 @@ func TestUnaryService(t *testing.T) {
 		defer cancel()
 		return CallUnary(ctx, cc, method, req, 1<<10)
 	}
-	alice := clientPair(t, c, "oncewal://client/alice")
+	alice := testutil.ClientCert(t, c, "oncewal://client/alice")
 	out, err := call(alice, "/oncewal.test.v1.Echo/Echo", []byte("hi"))
 	if err != nil || string(out) != "client/alice:hi" {
 		t.Fatalf("echo = %q, %v", out, err)
@@ -114,7 +80,7 @@ func TestUnaryService(t *testing.T) {
 	if out, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); err != nil || string(out) != "follower/"+pki.DefaultFollower+":" {
 		t.Errorf("follower certificate: %q, %v", out, err)
 	}
-	if _, err := call(clientPair(t, c), "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
+	if _, err := call(testutil.ClientCert(t, c), "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
 		t.Errorf("no identity: %v", err)
 	}
 }
@@ -135,7 +101,7 @@ func TestIdentityOf(t *testing.T) {
 		{[]string{"oncewal://client/a/b"}, Identity{}, "not oncewal://ROLE/NAME"},
 		{[]string{"oncewal://client/a", "oncewal://follower/a"}, Identity{}, "names 2 identities"},
 	} {
-		pair := clientPair(t, c, tc.uris...)
+		pair := testutil.ClientCert(t, c, tc.uris...)
 		cert, err := x509.ParseCertificate(pair.Certificate[0])
 		if err != nil {
 			t.Fatal(err)

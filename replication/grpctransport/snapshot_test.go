@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/store"
+	"github.com/oncewal/oncewal/testutil"
 
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/internal/rawdb"
@@ -68,7 +69,7 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	defer srv.Close()
-	proxy := newFaultProxy(t, srv.Addr().String(), 7, proxyFaults{Drop: 0.01, Chunk: 16 << 10})
+	proxy := testutil.NewFaultProxy(t, srv.Addr().String(), 7, testutil.ProxyFaults{Drop: 0.01, Chunk: 16 << 10})
 	defer proxy.Close()
 	client, err := NewSnapshotClient(proxy.Addr(), &DialerOptions{TLS: ct, Logger: quiet, ConnectTimeout: 2 * time.Second})
 	require.NoError(t, err)

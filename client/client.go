@@ -1,0 +1,374 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/internal/ctxtime"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+)
+
+// principalKey is the gRPC metadata key that names the caller on an
+// insecure connection (Options.Principal); with TLS the node reads the
+// caller from its certificate and ignores it.
+const principalKey = "oncewal-principal"
+
+// Client sends requests to an oncewal cluster's leader (see the package
+// doc). Safe for concurrent use.
+type Client struct {
+	opts  Options
+	creds credentials.TransportCredentials
+	// life ends when Close is called; every call's context ends with it.
+	life    context.Context
+	endLife context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[string]*grpc.ClientConn
+	addrs  []string // Options.Addrs, then the leaders redirects named
+	leader string   // where the last answer came from: where calls start
+
+	sess sessions
+}
+
+// New makes a Client for opts (defaults filled in a copy). It dials
+// nothing yet: connections are made by the first call to each node.
+func New(opts *Options) (*Client, error) {
+	o := *opts
+	o.Addrs = slices.Clone(o.Addrs)
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials
+	if o.Insecure {
+		creds = insecure.NewCredentials()
+	} else {
+		t := o.TLS.Clone()
+		t.MinVersion = max(t.MinVersion, tls.VersionTLS13)
+		creds = credentials.NewTLS(t)
+	}
+	life, end := context.WithCancel(context.Background())
+	c := &Client{opts: o, creds: creds, life: life, endLife: end, conns: map[string]*grpc.ClientConn{}}
+	for _, a := range o.Addrs {
+		if !slices.Contains(c.addrs, a) {
+			c.addrs = append(c.addrs, a)
+		}
+	}
+	c.sess.init(&c.opts)
+	return c, nil
+}
+
+// Close closes the connections; calls in progress end (invariant 7) and
+// later calls return ErrClosed. A second Close does nothing.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	conns := c.conns
+	c.conns = nil
+	c.mu.Unlock()
+	c.endLife()
+	var errs []error
+	for addr, cc := range conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("client: closing the connection to %s: %w", addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Result is the answer to a Submit.
+type Result struct {
+	// Outcome is what the node's handler recorded for the request.
+	Outcome []byte
+	// LSN is the WAL batch that logged the request (a replay: the log's end
+	// when the retry came, which covers it); durable under the ack policy.
+	LSN uint64
+	// Epoch is the leader's epoch when it answered.
+	Epoch uint64
+	// Replayed: an earlier attempt (of this call or of an earlier one with
+	// the same request ID) ran the request; this is its recorded answer.
+	Replayed bool
+}
+
+// Sizes a node accepts; a larger request is refused before it is sent.
+const (
+	MaxRequestID = clientwire.MaxRequestID
+	MaxAction    = clientwire.MaxAction
+	MaxPayload   = clientwire.MaxPayload
+)
+
+// SubmitOption adjusts one Submit.
+type SubmitOption func(*clientwire.SubmitRequest)
+
+// WithAction says what the request does ("transfer 10 from a to b"): the
+// node records it with the request ID and names it in a conflict's
+// message, so that a reused ID is recognised. At most MaxAction bytes.
+func WithAction(action string) SubmitOption {
+	return func(r *clientwire.SubmitRequest) { r.Action = action }
+}
+
+// WithAck sets the ack policy of this Submit (default Options.Ack).
+func WithAck(a Ack) SubmitOption {
+	return func(r *clientwire.SubmitRequest) {
+		if a != 0 {
+			r.Ack = a.wire()
+		}
+	}
+}
+
+// Submit runs the request named requestID once, with payload (Ops builds
+// the default one), on the leader, retrying under the budget with the
+// same request ID (invariant 1). Errors: ErrConflict (a *ConflictError),
+// ErrRefused, ErrDenied, ErrOutcomeUnknown (retry with the same ID),
+// ErrUnavailable (it did not run), ErrClosed, or the caller's context
+// error (with ErrOutcomeUnknown if an attempt may have run).
+func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, opts ...SubmitOption) (Result, error) {
+	req := clientwire.SubmitRequest{RequestID: requestID, Ack: c.opts.Ack.wire(), Payload: payload}
+	for _, o := range opts {
+		o(&req)
+	}
+	if err := checkRequest(&req); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var expired *clientwire.SessionID // the session a node last answered SessionExpired for
+	what := fmt.Sprintf("submit %q", requestID)
+	err := c.run(ctx, what, func(ctx context.Context, addr string) step {
+		cc, err := c.conn(addr)
+		if err != nil {
+			return connStep(addr, err)
+		}
+		sid, s, ok := c.sess.get(ctx, c, cc, addr, expired)
+		if !ok {
+			return s
+		}
+		req.Session = sid
+		var p peer.Peer
+		out, err := c.call(ctx, cc, clientwire.SubmitMethod, req.Marshal(), &p)
+		if err != nil {
+			return rpcStep(addr, err, p.Addr != nil)
+		}
+		var rep clientwire.SubmitReply
+		if err := rep.Unmarshal(out); err != nil {
+			return step{v: vMove, err: fmt.Errorf("%s answered a malformed reply: %w", addr, err), sent: true}
+		}
+		switch rep.Code {
+		case clientwire.OK, clientwire.Replay:
+			if rep.Code == clientwire.OK {
+				c.sess.used(sid)
+			}
+			res = Result{Outcome: rep.Outcome, LSN: rep.LSN, Epoch: rep.Epoch, Replayed: rep.Code == clientwire.Replay}
+			return step{v: vDone}
+		case clientwire.Conflict:
+			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.Action, Message: rep.Message}}
+		case clientwire.SessionExpired:
+			expired = &sid
+			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.Message)}
+		}
+		return replyStep(addr, rep.Code, rep.Leader, rep.Message, true)
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// checkRequest refuses, before anything is sent, what every node would
+// refuse for its size.
+func checkRequest(r *clientwire.SubmitRequest) error {
+	var errs []error
+	if r.RequestID == "" || len(r.RequestID) > clientwire.MaxRequestID {
+		errs = append(errs, fmt.Errorf("request ID of %d bytes, want 1 to %d", len(r.RequestID), clientwire.MaxRequestID))
+	}
+	if len(r.Action) > clientwire.MaxAction {
+		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", len(r.Action), clientwire.MaxAction))
+	}
+	if len(r.Payload) > clientwire.MaxPayload {
+		errs = append(errs, fmt.Errorf("payload of %d bytes, limit %d", len(r.Payload), clientwire.MaxPayload))
+	}
+	if r.Ack > clientwire.AckAll {
+		errs = append(errs, fmt.Errorf("ack policy %d is not one of AckLeader, AckOne, AckMajority, AckAll", r.Ack+1))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: not sent: %w", ErrRefused, errors.Join(errs...))
+	}
+	return nil
+}
+
+// State is what a node's ledger knows of a request ID.
+type State uint8
+
+// States.
+const (
+	// StateUnknown: nothing (never seen, or past its replay window).
+	StateUnknown State = iota
+	// StateInFlight: an attempt is running.
+	StateInFlight
+	// StateDone: the request ran; Outcome is its recorded answer.
+	StateDone
+	// StateFailed: the request ran and recorded a failure; Outcome says
+	// which.
+	StateFailed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateUnknown:
+		return "unknown"
+	case StateInFlight:
+		return "in flight"
+	case StateDone:
+		return "done"
+	case StateFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Status is the leader's ledger entry for a request ID.
+type Status struct {
+	State   State
+	Outcome []byte
+	// Time is the WAL time (nanoseconds) of the entry's last decision;
+	// Expires the WAL time at which it leaves the ledger.
+	Time, Expires int64
+	// Epoch is the leader's epoch when it answered.
+	Epoch uint64
+}
+
+// Status asks the leader what its ledger knows of requestID, in the shard
+// of the Client's session: the shard of every request this Client
+// submitted (opening a session first if there is none). It runs nothing,
+// so it never ends with ErrOutcomeUnknown: a spent budget is
+// ErrUnavailable.
+func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
+	if requestID == "" || len(requestID) > clientwire.MaxRequestID {
+		return Status{}, fmt.Errorf("%w: not sent: request ID of %d bytes, want 1 to %d", ErrRefused, len(requestID), clientwire.MaxRequestID)
+	}
+	var st Status
+	err := c.run(ctx, fmt.Sprintf("status %q", requestID), func(ctx context.Context, addr string) step {
+		cc, err := c.conn(addr)
+		if err != nil {
+			return connStep(addr, err)
+		}
+		// The ledger is per shard and the session names the shard: the
+		// Client's session (renewals stay in its shard) finds what it
+		// submitted.
+		sid, s, ok := c.sess.get(ctx, c, cc, addr, nil)
+		if !ok {
+			return s
+		}
+		req := (&clientwire.StatusRequest{Session: sid, RequestID: requestID}).Marshal()
+		out, err := c.call(ctx, cc, clientwire.StatusMethod, req, nil)
+		if err != nil {
+			return rpcStep(addr, err, false)
+		}
+		var rep clientwire.StatusReply
+		if err := rep.Unmarshal(out); err != nil {
+			return step{v: vMove, err: fmt.Errorf("%s answered a malformed reply: %w", addr, err)}
+		}
+		st = Status{Outcome: rep.Outcome, Time: rep.Time, Expires: rep.Expires, Epoch: rep.Epoch}
+		switch rep.Code {
+		case clientwire.Unknown:
+			st.State = StateUnknown
+		case clientwire.InFlight:
+			st.State = StateInFlight
+		case clientwire.Replay:
+			st.State = StateDone
+		case clientwire.Failed:
+			st.State = StateFailed
+		default:
+			return replyStep(addr, rep.Code, rep.Leader, rep.Message, false)
+		}
+		return step{v: vDone}
+	})
+	if err != nil {
+		return Status{}, err
+	}
+	return st, nil
+}
+
+// conn returns the connection to addr, made on first use. gRPC redials it
+// under Options.Backoff.
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if cc := c.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: c.opts.Backoff, MinConnectTimeout: c.opts.AttemptTimeout}))
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// call makes one RPC; p, if set, receives the node's address once gRPC has
+// a transport for the call (so the request may have reached it).
+func (c *Client) call(ctx context.Context, cc *grpc.ClientConn, method string, req []byte, p *peer.Peer) ([]byte, error) {
+	if c.opts.Insecure {
+		ctx = metadata.AppendToOutgoingContext(ctx, principalKey, c.opts.Principal)
+	}
+	var opts []grpc.CallOption
+	if p != nil {
+		opts = append(opts, grpc.Peer(p))
+	}
+	return grpctransport.CallUnary(ctx, cc, method, req, clientwire.MaxFrame, opts...)
+}
+
+// start is where a call starts: the last node that answered as leader.
+func (c *Client) start() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" {
+		return c.leader
+	}
+	return c.addrs[0]
+}
+
+// heard records that addr answered as leader (or was named as one), so
+// that calls start there; a new address joins the known ones.
+func (c *Client) heard(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leader = addr
+	if !slices.Contains(c.addrs, addr) {
+		c.addrs = append(c.addrs, addr)
+	}
+}
+
+// after returns the known address after addr, and how many are known.
+func (c *Client) after(addr string) (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.addrs, addr)
+	return c.addrs[(i+1)%len(c.addrs)], len(c.addrs)
+}
+
+// wait sleeps the backoff before the retry that follows `waits` earlier
+// ones, or until ctx ends.
+func (c *Client) wait(ctx context.Context, waits int) error {
+	return ctxtime.Sleep(ctx, delay(c.opts.Backoff, waits, rand.Float64()))
+}

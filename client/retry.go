@@ -1,0 +1,164 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/internal/clientwire"
+)
+
+// verdict is what an attempt says to do next.
+type verdict uint8
+
+const (
+	vDone verdict = iota // the call ends with step.err (nil: success)
+	vMove                // try step.addr next ("": the next known address)
+	vWait                // back off, then try the same address again
+)
+
+// step is the end of one attempt.
+type step struct {
+	v    verdict
+	addr string
+	// err ends the call (vDone) or says why the attempt failed.
+	err error
+	// sent: the request may have run (invariant 3).
+	sent bool
+}
+
+// errBudget ends a call's context when its RetryTimeout is spent.
+var errBudget = errors.New("retry budget spent")
+
+// run makes attempts until one is final or the budget is spent
+// (invariants 3 and 5). what names the call in errors and logs.
+func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.Context, addr string) step) error {
+	if c.life.Err() != nil {
+		return fmt.Errorf("%w: %s not sent", ErrClosed, what)
+	}
+	budget, cancelBudget := context.WithTimeoutCause(ctx, c.opts.RetryTimeout, errBudget)
+	defer cancelBudget()
+	call, cancelCall := context.WithCancelCause(budget)
+	defer cancelCall(nil)
+	stop := context.AfterFunc(c.life, func() { cancelCall(ErrClosed) })
+	defer stop()
+
+	addr := c.start()
+	sent := false
+	hops, waits := 0, 0
+	for n := 1; ; n++ {
+		if call.Err() != nil {
+			return c.ended(ctx, call, what, n-1, sent, nil)
+		}
+		actx, cancel := context.WithTimeout(call, c.opts.AttemptTimeout)
+		s := attempt(actx, addr)
+		cancel()
+		sent = sent || s.sent
+		if s.v == vDone {
+			if s.err == nil {
+				c.heard(addr)
+			} else if errors.Is(s.err, ErrClosed) {
+				return c.ended(ctx, call, what, n, sent, s.err)
+			}
+			return s.err
+		}
+		if call.Err() != nil || n >= c.opts.Attempts {
+			return c.ended(ctx, call, what, n, sent, s.err)
+		}
+		next, wait := addr, s.v == vWait
+		if s.v == vMove {
+			var known int
+			if next, known = c.after(addr); s.addr != "" {
+				next = s.addr
+				c.heard(next)
+			}
+			// Back off before returning to an address tried since the last
+			// wait: every node said no, so the cluster needs time.
+			hops++
+			wait = hops >= known
+		}
+		c.opts.Logger.Debug("client: attempt failed, retrying", "call", what, "attempt", n, "addr", addr, "next", next, "backoff", wait, "err", s.err)
+		if wait {
+			hops = 0
+			if c.wait(call, waits) != nil {
+				return c.ended(ctx, call, what, n, sent, s.err)
+			}
+			waits++
+		}
+		addr = next
+	}
+}
+
+// ended is the error of a call whose budget ended after n attempts:
+// ErrOutcomeUnknown if one may have run, else ErrClosed, the caller's
+// context error, or ErrUnavailable.
+func (c *Client) ended(caller, call context.Context, what string, n int, sent bool, last error) error {
+	var why error
+	switch {
+	case context.Cause(call) == ErrClosed || errors.Is(last, ErrClosed):
+		why = ErrClosed
+	case caller.Err() != nil:
+		why = context.Cause(caller)
+	case call.Err() != nil:
+		why = fmt.Errorf("%w (RetryTimeout %v)", errBudget, c.opts.RetryTimeout)
+	default:
+		why = fmt.Errorf("%w (Options.Attempts %d)", errBudget, c.opts.Attempts)
+	}
+	if last == nil {
+		last = errors.New("none")
+	}
+	switch {
+	case sent:
+		return fmt.Errorf("%w: %s: %w after %d attempts; last: %w", ErrOutcomeUnknown, what, why, n, last)
+	case errors.Is(why, errBudget):
+		return fmt.Errorf("%w: %s: %w after %d attempts; last: %w", ErrUnavailable, what, why, n, last)
+	}
+	return fmt.Errorf("client: %s: %w after %d attempts (the request did not run); last: %w", what, why, n, last)
+}
+
+// replyStep handles the reply codes every method shares; sent says
+// whether an Unavailable or InFlight means the request may have run.
+func replyStep(addr string, code clientwire.Code, leader, msg string, sent bool) step {
+	switch code {
+	case clientwire.NotLeader:
+		if leader == addr {
+			leader = ""
+		}
+		return step{v: vMove, addr: leader, err: fmt.Errorf("%s does not lead (leader %q): %s", addr, leader, msg)}
+	case clientwire.Unavailable:
+		return step{v: vMove, sent: sent, err: fmt.Errorf("%s is unavailable: %s", addr, msg)}
+	case clientwire.InFlight:
+		return step{v: vWait, sent: sent, err: fmt.Errorf("%s: another attempt is in flight: %s", addr, msg)}
+	case clientwire.Refused:
+		return step{v: vDone, err: fmt.Errorf("%w: %s: %s", ErrRefused, addr, msg)}
+	}
+	// clientwire invariant 4: a code this client does not know is a refusal.
+	return step{v: vDone, err: fmt.Errorf("%w: %s answered %v: %s", ErrRefused, addr, code, msg)}
+}
+
+// rpcStep handles a failed RPC: what gRPC says no retry will fix is a
+// refusal; anything else moves to the next address.
+func rpcStep(addr string, err error, sent bool) step {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.FailedPrecondition:
+		return step{v: vDone, err: fmt.Errorf("%w: %s: %w", ErrRefused, addr, err)}
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return step{v: vDone, err: fmt.Errorf("%w: %s: %w", ErrDenied, addr, err)}
+	case codes.Unimplemented:
+		// The node does not serve the client service: nothing ran there.
+		return step{v: vMove, err: fmt.Errorf("%s: %w", addr, err)}
+	}
+	return step{v: vMove, sent: sent, err: fmt.Errorf("%s: %w", addr, err)}
+}
+
+// connStep: no connection to addr could be made (a redirect to an
+// address gRPC cannot parse), or the Client is closed.
+func connStep(addr string, err error) step {
+	if errors.Is(err, ErrClosed) {
+		return step{v: vDone, err: err}
+	}
+	return step{v: vMove, err: fmt.Errorf("%s: %w", addr, err)}
+}

@@ -1,0 +1,74 @@
+package clientapi_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/inprocess"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/store"
+)
+
+// TestAckMajority: with a registered follower not running, a majority
+// request cannot be acknowledged: when its context ends the answer is the
+// outcome unknown (Unavailable, saying to retry with the same ID); once the follower runs,
+// the retry answers Replay — and a new request OK — only with the
+// follower holding the batch.
+func TestAckMajority(t *testing.T) {
+	tr := inprocess.New(inprocess.FaultsNone, 1)
+	defer tr.Close()
+	r := newRig(t, leader.Options{Shards: 1, Followers: []string{"f1"},
+		Listener: func(uint32) replication.Listener { return tr },
+		Shipping: leader.ShipperOptions{PollInterval: time.Millisecond, RetransmitTimeout: 20 * time.Millisecond}}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { _ = r.l.Run(ctx) })
+
+	cc := r.client("alice")
+	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	req := clientwire.SubmitRequest{Session: sid, RequestID: "m1", Ack: clientwire.AckMajority, Payload: ops(add("n", 1))}
+	// Over the wire the caller's deadline ends the call on both sides; the
+	// service's own answer to a wait its context ended is what it says.
+	short, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	rep := r.svc.Submit(short, "alice", &req)
+	stop()
+	require.Equal(t, clientwire.Unavailable, rep.Code, "answered %v before any follower acknowledged", rep.Code)
+	require.Contains(t, rep.Message, "outcome is unknown")
+	require.Contains(t, rep.Message, "retry with the same request ID")
+	require.Equal(t, int64(1), r.counter(sid, "n"), "it ran, once")
+
+	f, err := follower.Open(t.TempDir(), &follower.Options{Store: store.Options{ID: "f1", Logger: quiet()}, ReconnectBackoff: time.Millisecond})
+	require.NoError(t, err)
+	fctx, fcancel := context.WithCancel(context.Background())
+	var fwg sync.WaitGroup
+	fwg.Go(func() { _ = f.Serve(fctx, tr) })
+	defer func() {
+		fcancel()
+		fwg.Wait()
+		require.NoError(t, f.Close())
+	}()
+
+	replay := submit(t, cc, req)
+	require.Equal(t, clientwire.Replay, replay.Code, replay.Message)
+	applied, _ := f.Position()
+	require.GreaterOrEqual(t, applied, replay.LSN, "the replay was answered before the follower held it")
+	n, err := f.Store().State().Counter(sid, []byte("n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+
+	next := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "m2", Ack: clientwire.AckMajority, Payload: ops(add("n", 2))})
+	require.Equal(t, clientwire.OK, next.Code, next.Message)
+	applied, _ = f.Position()
+	require.GreaterOrEqual(t, applied, next.LSN, "OK was answered before the follower held it")
+	require.Equal(t, int64(3), r.counter(sid, "n"))
+}

@@ -1,0 +1,79 @@
+// Package clientapi is the server side of the client service,
+// oncewal.client.v1.Client (the wire contract is internal/clientwire): a
+// Service runs a client's request once on a *leader.Leader and answers it,
+// and NotLeader answers for a node that does not lead.
+//
+//	svc, err := clientapi.New(l, nil)
+//	srv, err := grpctransport.Listen(addr, &grpctransport.ServerOptions{TLS: t,
+//		Services: []grpctransport.UnaryService{svc.Unary()}})
+//
+// # Who is asking: the scope
+//
+// A request's ledger scope is its caller's authenticated identity, the
+// name of the client certificate's oncewal://client/NAME URI SAN
+// (grpctransport.PeerIdentity): two clients may use the same request IDs
+// and never replay or collide with each other's (clientwire invariant 3).
+// A certificate of another role (a follower's, a node's) is refused with
+// the gRPC status PermissionDenied, and a caller without an identity with
+// Unauthenticated, before the request is looked at: these are faults of
+// the caller's deployment, not answers about a request, and a client must
+// not retry them as it retries Unavailable, nor take them for Refused (the
+// request is bad). A replica's certificate is refused so that a node can
+// never write as a client. Options.Insecure (a plaintext server: loopback
+// tests only) takes the name from the gRPC metadata oncewal-principal
+// (PrincipalMetadata) when the caller has no certificate.
+//
+// # Submit
+//
+// The request's shard is its session's (leader.Leader.For). The service
+// claims the request ID at the shard's door (leader.Shard.Claim, waiting
+// while another attempt of the same ID runs, for as long as the call's
+// context lasts), then:
+//
+//   - Fresh: the handler (Options.Handler; DefaultHandler maps the default
+//     payload, clientwire.DecodeOps, to one event per op in the request's
+//     session) gives the events and the outcome — while it runs, the claim
+//     is extended every Options.Heartbeat, so a slow handler keeps its
+//     request ID; Shard.Commit logs them with the ledger's complete record
+//     in one batch; the service waits for the ack policy and answers OK
+//     with the batch's LSN, the epoch and the outcome. A handler error, or
+//     events of a session of another shard, releases the claim and answers
+//     Refused with the error's text.
+//   - Replay: the service waits for the ack policy up to the shard's
+//     applied LSN at that moment, which covers the original's batch (the
+//     ledger shows an outcome only once its batch is applied), and answers
+//     Replay with the recorded outcome; that LSN is the reply's.
+//   - Conflict, SessionExpired, Refused, Unavailable: from the claim's or
+//     the commit's error (Decide, a pure function of it).
+//
+// A request the node cannot decode is the gRPC status InvalidArgument.
+//
+// # Status and OpenSession
+//
+// Status looks the request ID up in the ledger of the shard of the session
+// the StatusRequest names, as the leader holds it now (not waiting for any
+// ack policy). OpenSession logs an OpOpen event for a new random session
+// and answers it with the retention horizon and the epoch; with Near, the
+// new session is drawn in Near's shard, so that a request retried under a
+// renewed session meets its own ledger entry.
+//
+// # Invariants
+//
+//  1. The scope of every ledger call is the caller's authenticated client
+//     name; nothing on the wire names it.
+//  2. OK and Replay are answered only once the answer's batch is durable
+//     under the request's ack policy: in the leader's WAL (AckLeader), and
+//     acknowledged by the followers the policy asks for.
+//  3. A request's effects and its outcome are logged in one batch
+//     (Shard.Commit); a request that answers anything but OK logged no
+//     effect of its own, except Unavailable after the commit (the ack wait
+//     ended), whose message says the outcome is unknown and to retry with
+//     the same request ID.
+//  4. A claim on a session that can no longer log is refused before
+//     anything is claimed (SessionExpired); a handler's or a commit's
+//     failure releases the claim, so a retry runs again.
+//  5. A session opened with Near routes to Near's shard.
+//  6. A node that does not lead (NotLeader) answers every call NotLeader,
+//     with the leader's address and epoch when it knows them, and runs
+//     nothing.
+package clientapi

@@ -1,0 +1,103 @@
+package clientapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncewal/oncewal/internal/badopts"
+	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// ErrBadOptions: New was given no leader or unusable options.
+var ErrBadOptions = errors.New("clientapi: bad options")
+
+// PrincipalMetadata is the gRPC metadata key an insecure server
+// (Options.Insecure: loopback tests only) takes a caller's name from.
+const PrincipalMetadata = "oncewal-principal"
+
+// Request is what a handler is asked to run: the caller's authenticated
+// name (its ledger scope), the session the request logs in, its request ID
+// and action, and its payload as the client sent it.
+type Request struct {
+	Principal string
+	Session   session.ID
+	RequestID string
+	Action    string
+	Payload   []byte
+}
+
+// Handler maps a fresh request to the events to log and the outcome to
+// record, without side effects of its own: the events and the outcome are
+// logged in one batch (leader.Shard.Commit), and a retry replays the
+// outcome. Events get their SeqNo, idempotency key and time from the
+// leader (leave them zero) and must be of sessions of the request's shard
+// (the request's own session always is). An error refuses the request
+// (Refused, with the error's text) and releases its claim: a retry runs
+// the handler again. It runs while the request's claim is held, which the
+// service extends every Options.Heartbeat meanwhile (a logged record), so a
+// slow handler keeps its request ID; with the heartbeat off, a handler
+// that outlives the ledger's lease (default 1 minute) loses the claim and
+// its commit is refused.
+type Handler func(ctx context.Context, r Request) (events []wal.Event, outcome []byte, err error)
+
+// DefaultHandler runs the default payload (clientwire.AppendOps): one
+// event per op, in order, in the request's session; the outcome is empty.
+// A payload that does not decode is refused.
+func DefaultHandler(_ context.Context, r Request) ([]wal.Event, []byte, error) {
+	ops, err := clientwire.DecodeOps(r.Payload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the payload is not the default payload of put/add/delete ops: %w", err)
+	}
+	events := make([]wal.Event, len(ops))
+	for i, op := range ops {
+		events[i] = wal.Event{Op: wal.Op(op.Kind), Session: r.Session, Key: op.Key, Value: op.Value, Delta: op.Delta}
+	}
+	return events, nil, nil
+}
+
+// Options configures a Service.
+type Options struct {
+	// Handler maps a request to its events and outcome. Default
+	// DefaultHandler.
+	Handler Handler
+	// Insecure takes a caller's name from the gRPC metadata
+	// oncewal-principal when it has no certificate: for a plaintext server
+	// in tests on loopback only — anyone who reaches the port can then
+	// claim any name. Default false: a caller needs a client certificate.
+	Insecure bool
+	// Heartbeat is how often the claim of a request whose handler is still
+	// running is extended (idempotency.Ledger.Extend: a logged record), so
+	// that a handler slower than the ledger's lease keeps its request ID
+	// and its commit is not refused. Default: a third of the ledger's
+	// lease. Negative: never (a handler then has one lease).
+	Heartbeat time.Duration
+	// Logger receives a line per request that could not be served
+	// (Unavailable) and per handler panic. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills unset fields with their documented defaults and
+// returns o.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Handler == nil {
+		o.Handler = DefaultHandler
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate reports every invalid field wrapping ErrBadOptions; every field
+// of Options has a usable zero value, so only a nil Options is refused.
+func (o *Options) Validate() error {
+	if o == nil {
+		return fmt.Errorf("%w: nil Options", ErrBadOptions)
+	}
+	return badopts.Wrap(ErrBadOptions, "Options", nil)
+}

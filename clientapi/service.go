@@ -1,0 +1,278 @@
+package clientapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/wal"
+)
+
+// Service is the client service of a leader: Submit, Status and
+// OpenSession over the leader's shards (see the package doc). It holds no
+// resources of its own: it serves until the leader is closed, and then
+// answers Unavailable.
+type Service struct {
+	l     *leader.Leader
+	opts  Options
+	log   *slog.Logger
+	stats counters
+}
+
+// New returns the client service of l.
+func New(l *leader.Leader, opts *Options) (*Service, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("%w: no leader", ErrBadOptions)
+	}
+	return &Service{l: l, opts: o, log: o.Logger}, nil
+}
+
+// Unary is the service to put in grpctransport.ServerOptions.Services.
+func (s *Service) Unary() grpctransport.UnaryService {
+	return grpctransport.UnaryService{
+		Name:       clientwire.Service,
+		MaxRequest: clientwire.MaxFrame,
+		Methods: map[string]grpctransport.UnaryHandler{
+			"Submit":      s.submitFrame,
+			"Status":      s.statusFrame,
+			"OpenSession": s.openSessionFrame,
+		},
+	}
+}
+
+// principal is the caller's name, the scope of its requests (invariant
+// 1): a client certificate's, or with Options.Insecure the metadata's for
+// a caller without one.
+func (s *Service) principal(ctx context.Context) (string, error) {
+	id, err := grpctransport.PeerIdentity(ctx)
+	if err != nil && s.opts.Insecure {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get(PrincipalMetadata); len(v) == 1 && v[0] != "" {
+				return v[0], nil
+			}
+		}
+		return "", status.Errorf(codes.Unauthenticated, "clientapi: %v, and no %s metadata on this insecure server: name the caller", err, PrincipalMetadata)
+	}
+	if err != nil {
+		return "", status.Errorf(codes.Unauthenticated, "clientapi: %v: the client service needs a client certificate naming oncewal://client/NAME", err)
+	}
+	if id.Role != grpctransport.RoleClient {
+		return "", status.Errorf(codes.PermissionDenied, "clientapi: the certificate names %s: only a client certificate (oncewal://client/NAME) may use the client service", id)
+	}
+	return id.Name, nil
+}
+
+// admit decodes a request frame into m and names its caller; a refusal
+// is the call's gRPC status (InvalidArgument, or the principal's).
+func (s *Service) admit(ctx context.Context, in []byte, m interface{ Unmarshal([]byte) error }) (string, error) {
+	if err := m.Unmarshal(in); err != nil {
+		s.stats.malformed.Add(1)
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	who, err := s.principal(ctx)
+	if err != nil {
+		s.stats.denied.Add(1)
+	}
+	return who, err
+}
+
+func (s *Service) submitFrame(ctx context.Context, in []byte) ([]byte, error) {
+	var r clientwire.SubmitRequest
+	who, err := s.admit(ctx, in, &r)
+	if err != nil {
+		return nil, err
+	}
+	rep := s.Submit(ctx, who, &r)
+	s.stats.submit.add(rep.Code)
+	return rep.Marshal(), nil
+}
+
+// Submit runs r for the caller named who (its ledger scope) and returns
+// the reply (the package doc, "Submit"). It is the method behind the wire,
+// for an embedder that authenticates its callers itself.
+func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRequest) clientwire.SubmitReply {
+	sid := session.ID(r.Session)
+	sh := s.l.For(sid)
+	rep := clientwire.SubmitReply{Epoch: sh.Epoch()}
+	if r.Ack > clientwire.AckAll {
+		return s.refuse(rep, fmt.Errorf("%w: ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", errRefused, r.Ack))
+	}
+	c, err := sh.Claim(ctx, sid, who, r.RequestID, r.Payload, idempotency.ClaimOptions{Wait: true, Action: r.Action})
+	if err != nil {
+		return s.refuse(rep, err)
+	}
+	switch c.Status {
+	case idempotency.Replay:
+		if c.CachedFailure {
+			// Not this service's (it never records failures): an embedder's
+			// Fail on the same ledger, replayed as the refusal it was.
+			rep.Code, rep.Outcome = clientwire.Refused, c.Outcome
+			rep.Message = fmt.Sprintf("request %q failed earlier and its failure is recorded until WAL time %d", r.RequestID, c.Expires)
+			return rep
+		}
+		// The ledger shows an outcome only once its batch is applied, so
+		// the applied LSN now covers it (invariant 2).
+		lsn, _ := sh.Position()
+		if err := s.waitAck(ctx, sh, lsn, r.Ack); err != nil {
+			return s.unknown(rep, r, lsn, err)
+		}
+		rep.Code, rep.LSN, rep.Outcome = clientwire.Replay, lsn, c.Outcome
+		return rep
+	case idempotency.InFlight: // a waiting claim never answers it
+		rep.Code, rep.Message = clientwire.InFlight, fmt.Sprintf("request %q is running; retry with the same request ID", r.RequestID)
+		return rep
+	}
+	stopBeat := s.keepClaim(sh, c)
+	events, outcome, err := s.run(ctx, Request{Principal: who, Session: sid, RequestID: r.RequestID, Action: r.Action, Payload: r.Payload})
+	stopBeat()
+	if err == nil {
+		err = s.sameShard(sh, events)
+	}
+	var h wal.Header
+	if err == nil {
+		h, err = sh.Commit(c, outcome, events...)
+	}
+	if err != nil {
+		// Nothing was logged (Commit is atomic): free the ID so a retry
+		// runs again (invariant 4). A failed log cannot release; the
+		// claim then ends with its lease.
+		if rerr := sh.Ledger().Release(c); rerr != nil {
+			s.log.Warn("clientapi: releasing a claim after a failed request", "request_id", r.RequestID, "principal", who, "err", rerr)
+		}
+		return s.refuse(rep, err)
+	}
+	if err := s.waitAck(ctx, sh, h.LastLSN(), r.Ack); err != nil {
+		return s.unknown(rep, r, h.LastLSN(), err)
+	}
+	rep.Code, rep.LSN, rep.Outcome = clientwire.OK, h.LastLSN(), outcome
+	return rep
+}
+
+// run calls the handler; a panic is the handler's refusal, not the
+// process's end.
+func (s *Service) run(ctx context.Context, r Request) (events []wal.Event, outcome []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("clientapi: the handler panicked", "request_id", r.RequestID, "principal", r.Principal, "panic", p)
+			events, outcome, err = nil, nil, fmt.Errorf("%w: the handler panicked: %v", errRefused, p)
+		}
+	}()
+	events, outcome, err = s.opts.Handler(ctx, r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w by the handler: %w", errRefused, err)
+	}
+	return events, outcome, nil
+}
+
+// keepClaim extends c every Options.Heartbeat while its handler runs, and
+// returns the func that stops it; once that returns, no extension runs.
+// A timer, not a goroutine: almost every handler ends before the first
+// beat.
+func (s *Service) keepClaim(sh *leader.Shard, c *idempotency.Claim) (stop func()) {
+	every := s.opts.Heartbeat
+	if every == 0 {
+		every = sh.Ledger().Lease() / 3
+	}
+	if every < 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if _, err := sh.Ledger().Extend(c, 0); err != nil {
+			s.log.Warn("clientapi: extending a running request's claim", "request_id", c.Key, "principal", c.Scope, "err", err)
+			return // the commit will say what became of the claim
+		}
+		t.Reset(every)
+	}
+	mu.Lock()
+	t = time.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// sameShard refuses events of a session another shard logs: a request's
+// events and its outcome travel in one batch of one shard's log.
+func (s *Service) sameShard(sh *leader.Shard, events []wal.Event) error {
+	for i := range events {
+		if id := events[i].Session; id != (session.ID{}) && s.l.For(id) != sh {
+			return fmt.Errorf("%w: event %d is of session %s, which shard %d logs, not the request's shard %d",
+				errRefused, i, id, s.l.For(id).ID(), sh.ID())
+		}
+	}
+	return nil
+}
+
+// waitAck waits until the followers ack asks for hold lsn (AckLeader: the
+// batch is in the leader's synced WAL already).
+func (s *Service) waitAck(ctx context.Context, sh *leader.Shard, lsn uint64, ack clientwire.Ack) error {
+	if ack == clientwire.AckLeader {
+		return nil
+	}
+	return sh.WaitAcked(ctx, lsn, leader.AckPolicy(ack))
+}
+
+// refuse answers a request that logged nothing of its own.
+func (s *Service) refuse(rep clientwire.SubmitReply, err error) clientwire.SubmitReply {
+	rep.Code = Decide(err)
+	rep.Message = message(err.Error() + ": " + remedy(rep.Code))
+	if rep.Code == clientwire.Unavailable {
+		s.log.Warn("clientapi: request not served", "err", err)
+	}
+	return rep
+}
+
+// unknown answers a request whose batch is logged but not acknowledged
+// under its policy: the caller cannot know whether it will survive a
+// failover (invariant 3).
+func (s *Service) unknown(rep clientwire.SubmitReply, r *clientwire.SubmitRequest, lsn uint64, err error) clientwire.SubmitReply {
+	why := err.Error()
+	if errors.Is(err, leader.ErrNoFollowers) || errors.Is(err, leader.ErrNotShipping) {
+		why += " (this ack policy cannot be met until followers are registered; ack leader can)"
+	}
+	rep.Code = clientwire.Unavailable
+	rep.Message = message(fmt.Sprintf("request %q is logged at LSN %d but not acknowledged under ack policy %d: %s; its outcome is unknown: %s",
+		r.RequestID, lsn, r.Ack, why, remedy(clientwire.Unavailable)))
+	s.log.Warn("clientapi: ack wait ended", "request_id", r.RequestID, "lsn", lsn, "ack", r.Ack, "err", err)
+	return rep
+}
+
+// message cuts a reply's text to the wire's limit.
+func message(m string) string {
+	if len(m) > clientwire.MaxMessage {
+		m = m[:clientwire.MaxMessage]
+	}
+	return m
+}

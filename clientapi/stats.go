@@ -1,0 +1,46 @@
+package clientapi
+
+import (
+	"sync/atomic"
+
+	"github.com/oncewal/oncewal/internal/clientwire"
+)
+
+// Stats counts what the service answered: per method, the replies by code
+// (codes without a reply are absent), and the calls refused before a
+// reply — for their caller's identity (Unauthenticated, PermissionDenied)
+// or an undecodable request (InvalidArgument).
+type Stats struct {
+	Submit, Status, OpenSession map[clientwire.Code]uint64
+	Denied, Malformed           uint64
+}
+
+// numCodes bounds the codes counted; a code beyond it (none today) is
+// counted as the last.
+const numCodes = 16
+
+type codeCounts [numCodes]atomic.Uint64
+
+func (c *codeCounts) add(code clientwire.Code) { c[min(int(code), numCodes-1)].Add(1) }
+
+func (c *codeCounts) snapshot() map[clientwire.Code]uint64 {
+	m := map[clientwire.Code]uint64{}
+	for i := range c {
+		if n := c[i].Load(); n > 0 {
+			m[clientwire.Code(i)] = n
+		}
+	}
+	return m
+}
+
+type counters struct {
+	submit, status, open codeCounts
+	denied, malformed    atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Service) Stats() Stats {
+	c := &s.stats
+	return Stats{Submit: c.submit.snapshot(), Status: c.status.snapshot(), OpenSession: c.open.snapshot(),
+		Denied: c.denied.Load(), Malformed: c.malformed.Load()}
+}

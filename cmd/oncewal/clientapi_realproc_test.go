@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/testutil"
+)
+
+// TestRealProcessesClientService runs the built binary: a leader serving
+// the client service on its --listen port, and a follower serving it on
+// --client-listen. A client certificate of gencerts' CA opens a session and
+// submits a request at the leader (OK, then Replay), and the follower
+// answers the same request "not leader" with its --leader address and the
+// epoch it has seen. A follower whose --client-listen would present its
+// client-only certificate exits 1 at start, saying which certificate to
+// give.
+func TestRealProcessesClientService(t *testing.T) {
+	rp := newRealProcs(t, "f1")
+	cert := rp.cert
+	clientPort := freePort(t)
+	leaderAddr := fmt.Sprintf("localhost:%d", rp.port)
+	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
+		"--dir", filepath.Join(rp.dir, "leader"), "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
+		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey)}}
+	followerArgs := append([]string{"follower", "--dir", filepath.Join(rp.dir, "f1"), "--id", "f1", "--leader", leaderAddr,
+		"--client-listen", fmt.Sprintf("127.0.0.1:%d", clientPort)}, rp.followerTLS("f1")...)
+	f1 := &proc{name: "f1", log: filepath.Join(rp.dir, "f1.log"), args: append(followerArgs,
+		"--client-tls-cert", cert(pki.FileLeader), "--client-tls-key", cert(pki.FileLeaderKey))}
+	reapProcs(t, []*proc{ld, f1})
+
+	// The follower's own certificate is a client's: refused at start.
+	_, e, err := rp.run(followerArgs...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailure || !strings.Contains(e, "--client-tls-cert") {
+		t.Fatalf("--client-listen with the follower's client certificate: %v\n%s", err, e)
+	}
+
+	ld.start(t, rp.bin)
+	f1.start(t, rp.bin)
+	waitUntil(t, "the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+	waitUntil(t, "the follower's client port", func() bool {
+		return strings.Contains(readFile(t, f1.log), "oncewal follower: client service (not leader)")
+	})
+
+	alice := clientConn(t, rp, fmt.Sprintf("localhost:%d", rp.port))
+	var opened clientwire.OpenSessionReply
+	must(t, unary(alice, clientwire.OpenSessionMethod, &clientwire.OpenSessionRequest{}, &opened))
+	if opened.Code != clientwire.OK || opened.Epoch != 1 {
+		t.Fatalf("OpenSession at the leader: %+v", opened)
+	}
+	req := &clientwire.SubmitRequest{Session: opened.Session, RequestID: "r1", Ack: clientwire.AckOne,
+		Payload: clientwire.AppendOps(nil, []clientwire.Op{{Kind: clientwire.OpAdd, Key: []byte("n"), Delta: 1}})}
+	for _, want := range []clientwire.Code{clientwire.OK, clientwire.Replay} {
+		var rep clientwire.SubmitReply
+		must(t, unary(alice, clientwire.SubmitMethod, req, &rep))
+		if rep.Code != want || rep.LSN == 0 {
+			t.Fatalf("Submit at the leader: %+v, want %v", rep, want)
+		}
+	}
+
+	// The follower acknowledged the request (AckOne), so its store has
+	// seen epoch 1.
+	atFollower := clientConn(t, rp, fmt.Sprintf("localhost:%d", clientPort))
+	var rep clientwire.SubmitReply
+	must(t, unary(atFollower, clientwire.SubmitMethod, req, &rep))
+	if rep.Code != clientwire.NotLeader || rep.Leader != leaderAddr || rep.Epoch != 1 {
+		t.Fatalf("Submit at the follower: %+v, want not leader, %s, epoch 1", rep, leaderAddr)
+	}
+	must(t, ld.stop(t))
+	must(t, f1.stop(t))
+	// The leader's last stats line counts what it answered.
+	if log := readFile(t, ld.log); !strings.Contains(log, "oncewal leader: client service") ||
+		!strings.Contains(log, "submit_ok=1 submit_replay=1 open_session_ok=1") {
+		t.Fatalf("the leader's client service stats:\n%s", log)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).Port
+}
+
+// clientConn dials addr with a client certificate oncewal://client/alice
+// issued by gencerts' CA in rp.
+func clientConn(t *testing.T, rp *realProcs, addr string) *grpc.ClientConn {
+	t.Helper()
+	block, _ := pem.Decode([]byte(readFile(t, rp.cert(pki.FileCA))))
+	caCert, err := x509.ParseCertificate(block.Bytes)
+	must(t, err)
+	block, _ = pem.Decode([]byte(readFile(t, rp.cert(pki.FileCAKey))))
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	must(t, err)
+	ca := &pki.CA{Cert: caCert, CertPEM: []byte(readFile(t, rp.cert(pki.FileCA)))}
+	var ok bool
+	if ca.Key, ok = key.(*ecdsa.PrivateKey); !ok {
+		t.Fatalf("CA key is %T", key)
+	}
+	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/alice")
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(grpctransport.ClientTLSConfig(ca.Pool(), pair, ""))))
+	must(t, err)
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// unary makes one call of the client service.
+func unary(cc *grpc.ClientConn, method string, req interface{ Marshal() []byte }, rep interface{ Unmarshal([]byte) error }) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := grpctransport.CallUnary(ctx, cc, method, req.Marshal(), clientwire.MaxFrame)
+	if err != nil {
+		return err
+	}
+	return rep.Unmarshal(out)
+}
+
+// TestFollowerClientListenUsage: --client-listen's flags are checked with
+// the others (exit 2, nothing started).
+func TestFollowerClientListenUsage(t *testing.T) {
+	base := []string{"follower", "--dir", "x", "--leader", "l:1", "--id", "a"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--insecure", "--client-listen", "nope"}, "--client-listen"},
+		{[]string{"--insecure", "--client-tls-cert", "c.pem"}, "need --client-listen"},
+		{[]string{"--insecure", "--client-listen", "127.0.0.1:0", "--client-tls-key", "k.pem"}, "--insecure serves --client-listen in plaintext"},
+	} {
+		args := append(append([]string(nil), base...), tc.args...)
+		_, errOut, code := runCmd(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: exit %d, want %d with %q:\n%s", args, code, exitUsage, tc.want, errOut)
+		}
+	}
+}
