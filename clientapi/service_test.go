@@ -219,9 +219,9 @@ func TestOpenSessionNear(t *testing.T) {
 	require.Len(t, shards, 4, "Near, not chance, chose the shard")
 }
 
-// TestIdentityRequired: a follower's certificate (no identity, or the
-// follower role) and a node's are refused before the request is looked
-// at; an undecodable request is InvalidArgument.
+// TestIdentityRequired: a certificate without an identity, a follower's
+// (the rig's generated one, or another) and a node's are refused before
+// the request is looked at; an undecodable request is InvalidArgument.
 func TestIdentityRequired(t *testing.T) {
 	r := newRig(t, leader.Options{Shards: 1}, nil)
 	sid := session.NewID()
@@ -231,7 +231,8 @@ func TestIdentityRequired(t *testing.T) {
 		cc   *grpc.ClientConn
 		want codes.Code
 	}{
-		{"no identity", dial(t, r.addr, r.tls, r.tls.Follower), codes.Unauthenticated},
+		{"no identity", r.conn(), codes.Unauthenticated},
+		{"generated follower", dial(t, r.addr, r.tls, r.tls.Follower), codes.PermissionDenied},
 		{"follower", r.conn("oncewal://follower/f1"), codes.PermissionDenied},
 		{"node", r.conn("oncewal://node/n1"), codes.PermissionDenied},
 	} {
@@ -248,7 +249,7 @@ func TestIdentityRequired(t *testing.T) {
 	require.Nil(t, out)
 	require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
 	st := r.svc.Stats()
-	require.Equal(t, uint64(3), st.Denied)
+	require.Equal(t, uint64(4), st.Denied)
 	require.Equal(t, uint64(1), st.Malformed)
 	require.Empty(t, st.Submit)
 }

@@ -26,7 +26,8 @@
 // at Info when it ends, and otherwise at Debug. A leader's refusal reaches
 // Serve typed (replication.ErrRefused wrapping the reason: wrong shard,
 // fenced, diverged, behind retention, unknown, duplicate or malformed
-// follower ID), and a certificate either side refuses as
+// follower ID, a certificate that does not name this follower's ID), and a
+// certificate either side refuses as
 // replication.ErrAuthFailed; Stats().Link counts them by reason
 // (PermanentReasons). A refusal is logged at Error once per reason — when
 // it first comes and when the reason changes, not at every retry — saying

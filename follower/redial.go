@@ -90,6 +90,8 @@ var refusalReasons = [...]struct {
 		"the leader no longer holds the log this store needs: rebuild it (oncewal follower --rebuild auto, the default), or keep more log on the leader (oncewal leader --max-retained-bytes)"},
 	{"unknown_follower", replication.ErrUnknownFollower, false,
 		"add %[1]s to the leader's --followers (oncewal leader --followers ...,%[1]s), or start this follower with a registered --id"},
+	{"identity_mismatch", replication.ErrIdentityMismatch, false,
+		"give this follower the certificate issued for --id %[1]s (oncewal gencerts DIR --followers ...,%[1]s writes follower-%[1]s.pem and follower-%[1]s-key.pem for --tls-cert and --tls-key), or start it with the --id its certificate names"},
 	{"duplicate_follower", replication.ErrDuplicateFollower, true,
 		"another process is using --id %[1]s; give each follower its own --id"},
 	{"bad_follower_id", replication.ErrBadFollowerID, false,
@@ -191,7 +193,7 @@ type LinkStats struct {
 	// Permanent counts the failures no retry can fix; Refusals breaks the
 	// refusals down by reason (PermanentReasons: wrong_shard, fenced,
 	// stale_epoch, diverged, behind_retention, unknown_follower,
-	// duplicate_follower — retried, not counted in Permanent —,
+	// identity_mismatch, duplicate_follower — retried, not counted in Permanent —,
 	// bad_follower_id, bad_hello, auth — a certificate either side
 	// refused).
 	Permanent uint64

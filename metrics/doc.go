@@ -59,8 +59,9 @@
 //	connection_attempts_total           counter  dials
 //	connection_failures_total{kind}     counter  failed attempts: transient, permanent (a refusal no retry fixes)
 //	refusals_total{reason}              counter  permanent failures: wrong_shard, fenced, stale_epoch, diverged,
-//	                                             behind_retention, unknown_follower, bad_follower_id, bad_hello,
-//	                                             auth (a certificate either side refused)
+//	                                             behind_retention, unknown_follower, identity_mismatch,
+//	                                             bad_follower_id, bad_hello, auth (a certificate either
+//	                                             side refused)
 //	store_reopens_total                 counter  (node) reopens of a shard whose store failed
 //	store_rebuilds_total                counter  times the store was replaced by a donor's snapshot
 //	                                             (--rebuild=auto; a follower's and a node's)

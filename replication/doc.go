@@ -68,9 +68,12 @@
 // ErrOutOfOrder, ErrDiverged: refusal.go), a leader's refusal of a hello
 // (ErrBadHello, ErrFenced, ErrDiverged, ErrBehindRetention,
 // ErrUnknownFollower, ErrDuplicateFollower, ErrBadFollowerID) and a
-// transport's (ErrAuthFailed, ErrDisconnected, ErrClosed). A
-// follower names itself in every hello (Ack.FollowerID: 1..MaxFollowerIDLen
-// bytes, ValidFollowerID); shards are numbered 0..MaxShards-1.
+// transport's (ErrAuthFailed, ErrIdentityMismatch, ErrDisconnected,
+// ErrClosed). A follower names itself in every hello (Ack.FollowerID:
+// 1..MaxFollowerIDLen bytes, ValidFollowerID); shards are numbered
+// 0..MaxShards-1. A transport that authenticates its peers binds that name
+// to the peer's identity (the network transport: the certificate's) and
+// refuses a hello claiming another follower's ID with ErrIdentityMismatch.
 //
 // # Epochs
 //

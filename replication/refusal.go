@@ -33,4 +33,11 @@ var (
 	// ErrUnknownFollower: a hello whose FollowerID is not registered (or is
 	// empty) at the leader, or a method given an unregistered ID.
 	ErrUnknownFollower = errors.New("replication: unknown follower")
+	// ErrIdentityMismatch: the follower's authenticated identity may not
+	// claim its hello's follower ID — its certificate names another
+	// follower, names a client (which may not follow, nor fetch a
+	// snapshot), or names no identity at all. Only the holder of the
+	// certificate issued for an ID may ack as that ID, so a quorum of acks
+	// is a quorum of the followers it names.
+	ErrIdentityMismatch = errors.New("replication: certificate does not name this follower")
 )

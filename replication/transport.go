@@ -29,7 +29,8 @@ var (
 	// ErrDisconnected (the connection is over) and, when the transport
 	// carried it, the reason's sentinel: ErrWrongShard, ErrFenced,
 	// ErrStaleEpoch, ErrDiverged, ErrBehindRetention, ErrUnknownFollower,
-	// ErrDuplicateFollower, ErrBadFollowerID or ErrBadHello.
+	// ErrIdentityMismatch, ErrDuplicateFollower, ErrBadFollowerID or
+	// ErrBadHello.
 	ErrRefused = errors.New("replication: refused by the leader")
 	// ErrDuplicateFollower: another live connection already serves this
 	// follower ID (two processes were started with the same ID), or this

@@ -18,7 +18,10 @@ import (
 // TLSPair is a fresh CA and the leader (server) and follower (client)
 // certificates it issued, for mutual TLS between the two ends of a test:
 // grpctransport.ServerTLSConfig(p.Pool, p.Leader) on one end,
-// grpctransport.ClientTLSConfig(p.Pool, p.Follower, "") on the other.
+// grpctransport.ClientTLSConfig(p.Pool, p.Follower, "") on the other. The
+// leader's names the node pki.DefaultNode, the follower's the follower
+// pki.DefaultFollower: a follower of another ID needs its own
+// (p.Certs.CA.IssueIdentity).
 type TLSPair struct {
 	// Certs holds the PEM, for a test that writes or edits it.
 	Certs            *pki.Certs

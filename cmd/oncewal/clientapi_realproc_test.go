@@ -31,16 +31,15 @@ import (
 // client-only certificate exits 1 at start, saying which certificate to
 // give.
 func TestRealProcessesClientService(t *testing.T) {
-	rp := newRealProcs(t)
+	rp := newRealProcs(t, "f1")
 	cert := rp.cert
 	clientPort := freePort(t)
 	leaderAddr := fmt.Sprintf("localhost:%d", rp.port)
 	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
 		"--dir", filepath.Join(rp.dir, "leader"), "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
 		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey)}}
-	followerArgs := []string{"follower", "--dir", filepath.Join(rp.dir, "f1"), "--id", "f1", "--leader", leaderAddr,
-		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileFollower), "--tls-key", cert(pki.FileFollowerKey),
-		"--client-listen", fmt.Sprintf("127.0.0.1:%d", clientPort)}
+	followerArgs := append([]string{"follower", "--dir", filepath.Join(rp.dir, "f1"), "--id", "f1", "--leader", leaderAddr,
+		"--client-listen", fmt.Sprintf("127.0.0.1:%d", clientPort)}, rp.followerTLS("f1")...)
 	f1 := &proc{name: "f1", log: filepath.Join(rp.dir, "f1.log"), args: append(followerArgs,
 		"--client-tls-cert", cert(pki.FileLeader), "--client-tls-key", cert(pki.FileLeaderKey))}
 	reapProcs(t, []*proc{ld, f1})

@@ -41,10 +41,12 @@ func (s *syncBuffer) String() string {
 }
 
 // tlsPair is the leader's and the followers' TLS configuration from the
-// certificates oncewal gencerts writes into dir.
-func tlsPair(t *testing.T, dir string) (server, client func() *tls.Config) {
+// certificates oncewal gencerts writes into dir for the follower IDs
+// followers: client(id) is follower id's, which the leader serves only as
+// id.
+func tlsPair(t *testing.T, dir string, followers ...string) (server func() *tls.Config, client func(id string) *tls.Config) {
 	t.Helper()
-	if _, errOut, code := runCmd(t, "gencerts", dir); code != exitOK {
+	if _, errOut, code := runCmd(t, "gencerts", dir, "--followers", strings.Join(followers, ",")); code != exitOK {
 		t.Fatalf("gencerts: %d %s", code, errOut)
 	}
 	p := func(n string) string { return filepath.Join(dir, n) }
@@ -55,8 +57,9 @@ func tlsPair(t *testing.T, dir string) (server, client func() *tls.Config) {
 		}
 		return c
 	}
-	client = func() *tls.Config {
-		c, err := grpctransport.LoadClientTLS(p(pki.FileCA), p(pki.FileFollower), p(pki.FileFollowerKey))
+	client = func(id string) *tls.Config {
+		cert, key := pki.FollowerFiles(id)
+		c, err := grpctransport.LoadClientTLS(p(pki.FileCA), p(cert), p(key))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -92,6 +93,13 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{with(gencerts, "--days", "99999999"), []string{"--days 99999999 is out of range [1, 36500]"}},
 		{with(gencerts, "--days", "0"), []string{"--days 0 is out of range"}},
 		{with(gencerts, "--hosts", " , "), []string{"--hosts names no host"}},
+		// Bad identity names: every one named, nothing written.
+		{with(gencerts, "--followers", "f1,,f2", "--clients", "a/b"),
+			[]string{pki.ErrBadName.Error() + `: "" is not 1-64 bytes`, `"a/b": byte '/' at 1`}},
+		{with(gencerts, "--followers", "f1,f2,f1"), []string{pki.ErrBadName.Error() + `: follower "f1" is given twice`}},
+		{with(gencerts, "--node", "f1"), []string{`"f1" names both the node and a follower`}},
+		{with(gencerts, "--node", " "), []string{"--node is empty"}},
+		{with(gencerts, "--clients", "app,app"), []string{`client "app" is given twice`}},
 
 		{with(leader, "--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
 		{with(leader, "--epoch", "-1"), []string{"-epoch"}},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -19,6 +20,7 @@ import (
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -36,7 +38,7 @@ import (
 // three node directories finds them equally advanced.
 func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	dir := t.TempDir()
-	srvTLS, cliTLS := tlsPair(t, filepath.Join(dir, "certs"))
+	srvTLS, cliTLS := tlsPair(t, filepath.Join(dir, "certs"), "f1", "f2", "f3", "stranger")
 	ids := []string{"f1", "f2", "f3"}
 	lc := leaderConfig{
 		dir: filepath.Join(dir, "leader"), shards: 2, followers: ids, tls: srvTLS(), statsEvery: 50 * time.Millisecond,
@@ -45,7 +47,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 	l := startLeader(t, lc)
 	lc.listen = l.addr // restarts come back on the same address
 	fcfg := func(id string) followerConfig {
-		return followerConfig{dir: filepath.Join(dir, id), leader: l.dialAddr(), id: id, shards: 2, tls: cliTLS()}
+		return followerConfig{dir: filepath.Join(dir, id), leader: l.dialAddr(), id: id, shards: 2, tls: cliTLS(id)}
 	}
 	fs := map[string]*runningFollower{}
 	for _, id := range ids {
@@ -63,7 +65,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 
 	// A follower nobody registered is refused, and says why.
 	stranger := startFollower(t, followerConfig{dir: filepath.Join(dir, "stranger"), leader: l.dialAddr(), id: "stranger",
-		shards: 2, tls: cliTLS()})
+		shards: 2, tls: cliTLS("stranger")})
 	waitLog(t, stranger.log, "level=ERROR", "the leader refused this follower; retrying in", "unknown follower", "add stranger to the leader's --followers")
 	if err := stranger.stop(); err != nil {
 		t.Fatal(err)
@@ -284,18 +286,25 @@ func TestLeaderFollowerUsage(t *testing.T) {
 	}
 }
 
-// TestGencerts: gencerts writes the keys 0600, prints commands that use
-// them, and refuses to overwrite.
+// TestGencerts: gencerts writes one certificate per identity — the
+// leader's naming its node, one per follower and per client, each file
+// named after its holder and naming it as grpctransport.IdentityOf reads
+// it — with the keys 0600, prints commands that use them, and refuses to
+// overwrite. Without --followers it issues the default follower f1's.
 func TestGencerts(t *testing.T) {
 	certDir := filepath.Join(t.TempDir(), "certs")
-	out, errOut, code := runCmd(t, "gencerts", certDir)
+	out, errOut, code := runCmd(t, "gencerts", certDir, "--followers", "f1,f2", "--clients", "app1", "--node", "n7")
 	if code != exitOK {
 		t.Fatalf("gencerts: %d %s", code, errOut)
 	}
-	if !strings.Contains(out, "oncewal follower --dir") || !strings.Contains(out, "oncewal leader --dir") {
+	if !strings.Contains(out, "oncewal follower --dir /tmp/oncewal/f2 --id f2") || !strings.Contains(out, "oncewal leader --dir") ||
+		!strings.Contains(out, filepath.Join(certDir, "follower-f2.pem")) {
 		t.Errorf("gencerts output: %s", out)
 	}
-	for _, k := range []string{pki.FileCAKey, pki.FileLeaderKey, pki.FileFollowerKey} {
+	f1, f1Key := pki.FollowerFiles("f1")
+	f2, f2Key := pki.FollowerFiles("f2")
+	app, appKey := pki.ClientFiles("app1")
+	for _, k := range []string{pki.FileCAKey, pki.FileLeaderKey, f1Key, f2Key, appKey} {
 		fi, err := os.Stat(filepath.Join(certDir, k))
 		if err != nil {
 			t.Fatal(err)
@@ -304,8 +313,29 @@ func TestGencerts(t *testing.T) {
 			t.Errorf("%s mode %v, want 0600", k, fi.Mode().Perm())
 		}
 	}
+	for file, want := range map[string]grpctransport.Identity{
+		pki.FileLeader: {Role: grpctransport.RoleNode, Name: "n7"},
+		f1:             {Role: grpctransport.RoleFollower, Name: "f1"},
+		f2:             {Role: grpctransport.RoleFollower, Name: "f2"},
+		app:            {Role: grpctransport.RoleClient, Name: "app1"},
+	} {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(certDir, file), filepath.Join(certDir, strings.TrimSuffix(file, ".pem")+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := grpctransport.IdentityOf(pair.Leaf); err != nil || got != want {
+			t.Errorf("%s names %v (%v), want %v", file, got, err, want)
+		}
+	}
 	if _, _, code := runCmd(t, "gencerts", certDir); code != exitFailure {
 		t.Errorf("gencerts over existing files: exit %d, want %d", code, exitFailure)
+	}
+	defDir := filepath.Join(t.TempDir(), "default")
+	if _, errOut, code := runCmd(t, "gencerts", defDir); code != exitOK {
+		t.Fatalf("gencerts: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(defDir, "follower-"+pki.DefaultFollower+".pem")); err != nil {
+		t.Errorf("no default follower certificate: %v", err)
 	}
 }
 

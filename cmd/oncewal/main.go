@@ -38,7 +38,7 @@ var commands = []command{
 	{"leader", "run the leader of every shard: WAL, stamping, retention; serve registered followers over gRPC with mutual TLS", runLeader},
 	{"follower", "replicate a shard (or every shard, into a node directory) from a leader over gRPC with mutual TLS", runFollower},
 	{"promote", "turn the most advanced stopped follower into the leader at a higher epoch", runPromote},
-	{"gencerts", "write a CA, a leader and a follower certificate for trying mutual TLS locally", runGencerts},
+	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client) for trying mutual TLS locally", runGencerts},
 	{"version", "print the module version and VCS revision this binary was built from", runVersion},
 }
 

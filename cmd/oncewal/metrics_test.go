@@ -105,7 +105,7 @@ func waitStatus(t *testing.T, what, url string, code int, limit time.Duration) {
 // the follower turns 503 once its leader is gone.
 func TestMetricsEndpoints(t *testing.T) {
 	dir := t.TempDir()
-	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"))
+	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"), "f1")
 	leaderMetrics := make(chan string, 1)
 	ld := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), shards: 2, followers: []string{"f1"},
 		tls: serverTLS(), metricsAddr: "127.0.0.1:0", metrics: func(a string) { leaderMetrics <- a }})
@@ -127,7 +127,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	followerMetrics := make(chan string, 1)
 	var rows func() []follower.ShardStats
 	fl := startFollower(t, followerConfig{dir: filepath.Join(dir, "node"), leader: ld.dialAddr(), id: "f1", shards: 2,
-		tls: clientTLS(), metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
+		tls: clientTLS("f1"), metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
 		metricsServing: func(a string) { followerMetrics <- a },
 		openedRows:     func(r func() []follower.ShardStats) { rows = r }})
 	faddr, laddr := <-followerMetrics, <-leaderMetrics
@@ -209,7 +209,7 @@ func TestMetricsEndpoints(t *testing.T) {
 // closed store.)
 func TestMetricsAfterRebuild(t *testing.T) {
 	dir := t.TempDir()
-	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"))
+	serverTLS, clientTLS := tlsPair(t, filepath.Join(dir, "certs"), "late")
 	ld := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), followers: []string{"late"},
 		tls: serverTLS(), segmentSize: minSegmentSize, maxRetained: 32 << 10, retainEvery: 10 * time.Millisecond})
 	id := session.NewID()
@@ -229,7 +229,7 @@ func TestMetricsAfterRebuild(t *testing.T) {
 
 	faddr := make(chan string, 1)
 	fl := startFollower(t, followerConfig{dir: filepath.Join(dir, "late"), leader: ld.dialAddr(), id: "late",
-		tls: clientTLS(), rebuild: follower.RebuildAuto, rebuildRate: -1, metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
+		tls: clientTLS("late"), rebuild: follower.RebuildAuto, rebuildRate: -1, metricsAddr: "127.0.0.1:0", readyMaxLag: time.Hour,
 		metricsServing: func(a string) { faddr <- a }})
 	addr := <-faddr
 	waitLog(t, fl.log, "oncewal follower: rebuilt", "reason=")

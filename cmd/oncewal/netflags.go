@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/oncewal/oncewal/internal/pki"
@@ -23,7 +26,7 @@ func addTLSFlags(fs *flag.FlagSet, role string) *tlsFlags {
 		ca:       fs.String("tls-ca", "", "PEM file of the CA that "+map[string]string{"leader": "followers'", "follower": "the leader's"}[role]+" certificates must chain to"),
 		cert:     fs.String("tls-cert", "", "PEM file of this "+role+"'s certificate"),
 		key:      fs.String("tls-key", "", "PEM file of this "+role+"'s private key"),
-		insecure: fs.Bool("insecure", false, "plaintext, no authentication: ONLY for tests on loopback (anyone who reaches the port can read the log or pose as a peer)"),
+		insecure: fs.Bool("insecure", false, "plaintext, no authentication: ONLY for tests on loopback (follower IDs are taken on trust; anyone who reaches the port can read the log or pose as any follower)"),
 	}
 }
 
@@ -115,14 +118,14 @@ func every(d time.Duration, done <-chan struct{}, fn func()) {
 
 // loopbackTransport returns, when on, a sim.Options.Transport that runs the
 // demo over the real network transport: per shard a gRPC server on
-// 127.0.0.1 with mutual TLS, certificates generated in memory, and one
-// Dialer every follower shares.
+// 127.0.0.1 with mutual TLS, certificates generated in memory, and a
+// Dialer every follower shares that dials each with its own certificate.
 func loopbackTransport(on bool) func(uint32) (replication.Listener, replication.Dialer, func() error, error) {
 	if !on {
 		return nil
 	}
 	return func(uint32) (replication.Listener, replication.Dialer, func() error, error) {
-		certs, err := pki.GenerateCerts([]string{"127.0.0.1"}, time.Hour)
+		certs, err := pki.Generate(pki.Spec{Hosts: []string{"127.0.0.1"}, ValidFor: time.Hour})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -130,22 +133,70 @@ func loopbackTransport(on bool) func(uint32) (replication.Listener, replication.
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		followerPair, err := certs.FollowerPair()
-		if err != nil {
-			return nil, nil, nil, err
-		}
 		st := grpctransport.ServerTLSConfig(certs.CA.Pool(), leaderPair)
-		ct := grpctransport.ClientTLSConfig(certs.CA.Pool(), followerPair, "")
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: st, Logger: quiet})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		d, err := grpctransport.NewDialer(srv.Addr().String(), &grpctransport.DialerOptions{TLS: ct, Logger: quiet})
-		if err != nil {
-			srv.Close()
-			return nil, nil, nil, err
-		}
-		return srv, d, func() error { d.Close(); return srv.Close() }, nil
+		d := &idDialer{addr: srv.Addr().String(), ca: certs.CA, log: quiet, ds: map[string]*grpctransport.Dialer{}}
+		return srv, d, func() error { d.close(); return srv.Close() }, nil
+	}
+}
+
+// idDialer dials the demo's leader as each hello's follower with a
+// certificate naming that ID, issued by the demo's CA at its first dial:
+// the leader serves a follower only under the ID its certificate names,
+// and the demo's followers share one Dialer per shard.
+type idDialer struct {
+	addr string
+	ca   *pki.CA
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	ds     map[string]*grpctransport.Dialer
+	closed bool
+}
+
+func (d *idDialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
+	dd, err := d.dialer(hello.FollowerID)
+	if err != nil {
+		return nil, err
+	}
+	return dd.Dial(ctx, hello)
+}
+
+func (d *idDialer) dialer(id string) (*grpctransport.Dialer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("demo dialer: %w", replication.ErrClosed)
+	}
+	if dd, ok := d.ds[id]; ok {
+		return dd, nil
+	}
+	leaf, err := d.ca.IssueIdentity(pki.RoleFollower, id, nil, d.ca.Cert.NotBefore, d.ca.Cert.NotAfter)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := leaf.Pair()
+	if err != nil {
+		return nil, err
+	}
+	ct := grpctransport.ClientTLSConfig(d.ca.Pool(), pair, "")
+	dd, err := grpctransport.NewDialer(d.addr, &grpctransport.DialerOptions{TLS: ct, Logger: d.log})
+	if err != nil {
+		return nil, err
+	}
+	d.ds[id] = dd
+	return dd, nil
+}
+
+func (d *idDialer) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for _, dd := range d.ds {
+		dd.Close()
 	}
 }

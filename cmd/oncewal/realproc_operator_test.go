@@ -85,7 +85,7 @@ func waitHTTP(t *testing.T, what, url string, code int, limit time.Duration) str
 //   - a follower's /readyz turns 503 within --leader-timeout of its leader
 //     being frozen with SIGSTOP, naming why, and 200 again after SIGCONT.
 func TestRealProcessOperator(t *testing.T) {
-	rp := newRealProcs(t)
+	rp := newRealProcs(t, "f1")
 	dir, cert := rp.dir, rp.cert
 
 	// Usage errors.
@@ -115,9 +115,8 @@ func TestRealProcessOperator(t *testing.T) {
 		"--stats-interval", "200ms"}}
 	metricsA := freeAddr(t)
 	followerArgs := func(name, metrics string) []string {
-		return []string{"follower", "--dir", filepath.Join(dir, name), "--id", "f1", "--leader", fmt.Sprintf("localhost:%d", rp.port),
-			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileFollower), "--tls-key", cert(pki.FileFollowerKey),
-			"--metrics-addr", metrics, "--leader-timeout", "2500ms", "--stats-interval", "1h"}
+		return append([]string{"follower", "--dir", filepath.Join(dir, name), "--id", "f1", "--leader", fmt.Sprintf("localhost:%d", rp.port),
+			"--metrics-addr", metrics, "--leader-timeout", "2500ms", "--stats-interval", "1h"}, rp.followerTLS("f1")...)
 	}
 	a := &proc{name: "a", log: filepath.Join(dir, "a.log"), args: followerArgs("a", metricsA)}
 	b := &proc{name: "b", log: filepath.Join(dir, "b.log"), args: followerArgs("b", freeAddr(t))}

@@ -92,13 +92,14 @@ func reapProcs(t *testing.T, all []*proc) {
 }
 
 // realProcs is the setup of a real-process test: the oncewal binary built
-// into a temporary directory, gencerts' certificates, a free port.
+// into a temporary directory, gencerts' certificates (the leader's and, for
+// each follower ID newRealProcs was given, that follower's), a free port.
 type realProcs struct {
 	dir, bin string
 	port     int
 }
 
-func newRealProcs(t *testing.T) *realProcs {
+func newRealProcs(t *testing.T, followers ...string) *realProcs {
 	t.Helper()
 	rp := &realProcs{dir: t.TempDir()}
 	rp.bin = filepath.Join(rp.dir, "oncewal")
@@ -106,7 +107,7 @@ func newRealProcs(t *testing.T) *realProcs {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	if _, e, err := rp.run("gencerts", filepath.Join(rp.dir, "certs")); err != nil {
+	if _, e, err := rp.run("gencerts", filepath.Join(rp.dir, "certs"), "--followers", strings.Join(followers, ",")); err != nil {
 		t.Fatalf("gencerts: %v %s", err, e)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -127,6 +128,13 @@ func (rp *realProcs) run(args ...string) (string, string, error) {
 
 // cert is the path of one of gencerts' files.
 func (rp *realProcs) cert(name string) string { return filepath.Join(rp.dir, "certs", name) }
+
+// followerTLS are the TLS flags of follower id: the CA and the certificate
+// gencerts issued for id.
+func (rp *realProcs) followerTLS(id string) []string {
+	cert, key := pki.FollowerFiles(id)
+	return []string{"--tls-ca", rp.cert(pki.FileCA), "--tls-cert", rp.cert(cert), "--tls-key", rp.cert(key)}
+}
 
 // realProcKills is the number of kills of a real-process test: long under
 // ONCEWAL_LONG=1, a short run otherwise (CI runs every real-process test in
@@ -174,7 +182,7 @@ func TestRealProcessesKilled(t *testing.T) {
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
 	rng := rand.New(rand.NewPCG(seed, 11))
 
-	rp := newRealProcs(t)
+	rp := newRealProcs(t, "f1", "f2", "f3")
 	dir, bin, run, cert, port := rp.dir, rp.bin, rp.run, rp.cert, rp.port
 
 	ids := []string{"f1", "f2", "f3"}
@@ -196,10 +204,9 @@ func TestRealProcessesKilled(t *testing.T) {
 	ld := &proc{name: "leader", args: leaderArgs(2000), log: filepath.Join(dir, "leader.log")}
 	fs := map[string]*proc{}
 	for _, id := range ids {
-		fs[id] = &proc{name: id, log: filepath.Join(dir, id+".log"), args: []string{"follower",
+		fs[id] = &proc{name: id, log: filepath.Join(dir, id+".log"), args: append([]string{"follower",
 			"--dir", filepath.Join(dir, id), "--shards", "2", "--id", id, "--leader", fmt.Sprintf("localhost:%d", port),
-			"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileFollower),
-			"--tls-key", cert(pki.FileFollowerKey), "--stats-interval", "100ms"}}
+			"--stats-interval", "100ms"}, rp.followerTLS(id)...)}
 	}
 	all := []*proc{ld, fs["f1"], fs["f2"], fs["f3"]}
 	reapProcs(t, all)

@@ -27,7 +27,7 @@ import (
 // of that history: the old log up to the promoted positions, then the new
 // leader's log.
 func TestRealProcessesPromotionRecipe(t *testing.T) {
-	rp := newRealProcs(t)
+	rp := newRealProcs(t, "f1", "f2")
 	dir := rp.dir
 	addr := fmt.Sprintf("127.0.0.1:%d", rp.port)
 	tlsLeader := []string{"--tls-ca", rp.cert(pki.FileCA), "--tls-cert", rp.cert(pki.FileLeader), "--tls-key", rp.cert(pki.FileLeaderKey)}
@@ -43,9 +43,8 @@ func TestRealProcessesPromotionRecipe(t *testing.T) {
 		return args
 	}
 	followerProc := func(id, fdir string) *proc {
-		return &proc{name: id, log: filepath.Join(dir, id+".log"), args: []string{"follower", "--dir", fdir, "--shards", "2",
-			"--id", id, "--leader", fmt.Sprintf("localhost:%d", rp.port), "--tls-ca", rp.cert(pki.FileCA),
-			"--tls-cert", rp.cert(pki.FileFollower), "--tls-key", rp.cert(pki.FileFollowerKey), "--stats-interval", "100ms"}}
+		return &proc{name: id, log: filepath.Join(dir, id+".log"), args: append([]string{"follower", "--dir", fdir, "--shards", "2",
+			"--id", id, "--leader", fmt.Sprintf("localhost:%d", rp.port), "--stats-interval", "100ms"}, rp.followerTLS(id)...)}
 	}
 	ld := &proc{name: "leader", args: leaderArgs(oldLeader, "f1,f2", 1000), log: filepath.Join(dir, "leader.log")}
 	f1, f2 := followerProc("f1", f1Dir), followerProc("f2", f2Dir)

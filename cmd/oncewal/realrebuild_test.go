@@ -45,7 +45,7 @@ func TestRealProcessRebuildKilled(t *testing.T) {
 	seed, kills := realProcSeed(t), realProcKills(t, 10, 3)
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule), %d kills", seed, seed, kills)
 	rng := rand.New(rand.NewPCG(seed, 13))
-	rp := newRealProcs(t)
+	rp := newRealProcs(t, "live", "late")
 	dir := rp.dir
 
 	leaderDir := filepath.Join(dir, "leader")
@@ -63,10 +63,8 @@ func TestRealProcessRebuildKilled(t *testing.T) {
 			"--retention-interval", "50ms", "--stats-interval", "200ms"}
 	}
 	followerArgs := func(id string, extra ...string) []string {
-		return append([]string{"follower", "--dir", filepath.Join(dir, id), "--shard", "0", "--id", id,
-			"--leader", fmt.Sprintf("localhost:%d", rp.port),
-			"--tls-ca", rp.cert(pki.FileCA), "--tls-cert", rp.cert(pki.FileFollower),
-			"--tls-key", rp.cert(pki.FileFollowerKey), "--stats-interval", "100ms"}, extra...)
+		return append(append([]string{"follower", "--dir", filepath.Join(dir, id), "--shard", "0", "--id", id,
+			"--leader", fmt.Sprintf("localhost:%d", rp.port), "--stats-interval", "100ms"}, rp.followerTLS(id)...), extra...)
 	}
 	ld := &proc{name: "leader", args: leaderArgs(600), log: filepath.Join(dir, "leader.log")}
 	live := &proc{name: "live", args: followerArgs("live"), log: filepath.Join(dir, "live.log")}

@@ -1,8 +1,12 @@
-// Package pki makes a throwaway certificate authority and the leader's and
-// follower's certificates for trying oncewal's mutual TLS locally: oncewal
-// gencerts, the network demo, tests and examples. Production deployments
-// bring their own PKI and load it with grpctransport.LoadServerTLS and
-// LoadClientTLS. It is internal: not part of oncewal's API.
+// Package pki makes a throwaway certificate authority and one certificate
+// per identity of a deployment — the leader's node, each follower, each
+// client — for trying oncewal's mutual TLS locally: oncewal gencerts, the
+// network demo, tests and examples. A certificate names its identity with
+// one URI SAN, oncewal://ROLE/NAME (IdentityURI), the form
+// grpctransport.IdentityOf reads; the leader binds a follower's hello to
+// it. Production deployments bring their own PKI (issuing the same URI
+// SANs) and load it with grpctransport.LoadServerTLS and LoadClientTLS. It
+// is internal: not part of oncewal's API.
 package pki
 
 import (
@@ -17,8 +21,10 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -73,30 +79,116 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-// Issue signs an ECDSA P-256 leaf: a server certificate for hosts (DNS names
-// or IP literals) when server is true, a client certificate otherwise. It
-// returns the certificate and PKCS#8 key as PEM.
+// Roles a certificate names (grpctransport.RoleNode, RoleFollower,
+// RoleClient: pki is a leaf package and cannot import grpctransport, whose
+// tests check that IdentityOf reads what Issue writes).
+const (
+	RoleNode     = "node"     // a replica: serves as leader, may follow under its own name
+	RoleFollower = "follower" // follows under its own name only
+	RoleClient   = "client"   // calls the client service; may not follow
+)
+
+// MaxNameLen bounds an identity's name: a follower's name is its ID, which
+// replication.MaxFollowerIDLen bounds.
+const MaxNameLen = 64
+
+// ErrBadName: an identity name that is empty, too long, has a byte outside
+// [A-Za-z0-9._-] (a slash included), or is given twice. Nothing is issued
+// or written.
+var ErrBadName = errors.New("pki: bad identity name")
+
+// ValidName reports whether name can name an identity: 1..MaxNameLen bytes
+// of [A-Za-z0-9._-], the alphabet of follower IDs, safe in a URI path and
+// a file name. The error wraps ErrBadName.
+func ValidName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %q is not 1-%d bytes; choose a name of 1-%d bytes of [A-Za-z0-9._-]", ErrBadName, name, MaxNameLen, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q: byte %q at %d is not in [A-Za-z0-9._-]; choose a name of 1-%d bytes of [A-Za-z0-9._-]", ErrBadName, name, c, i, MaxNameLen)
+		}
+	}
+	return nil
+}
+
+// IdentityURI is the URI SAN that names the identity role/name:
+// oncewal://ROLE/NAME, as grpctransport.Identity.URI makes it.
+func IdentityURI(role, name string) *url.URL {
+	return &url.URL{Scheme: "oncewal", Host: role, Path: "/" + name}
+}
+
+// Leaf is an issued certificate and its key (PEM) and the identity it
+// names.
+type Leaf struct {
+	Role, Name string
+	Cert, Key  []byte
+}
+
+// Pair is the certificate and key for a tls.Config.
+func (l Leaf) Pair() (tls.Certificate, error) { return tls.X509KeyPair(l.Cert, l.Key) }
+
+// Issue signs an ECDSA P-256 leaf for hosts (DNS names or IP literals)
+// when server is true, a client certificate otherwise. It returns the
+// certificate and PKCS#8 key as PEM. It names no identity: IssueIdentity
+// does.
 func (ca *CA) Issue(name string, hosts []string, server bool, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if server {
+		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	return ca.issue(&x509.Certificate{Subject: pkix.Name{CommonName: name, Organization: []string{"oncewal"}}, ExtKeyUsage: usage},
+		hosts, notBefore, notAfter)
+}
+
+// IssueIdentity signs a certificate naming role/name with its one URI SAN.
+// A node's is both a server certificate for hosts and a client one (a node
+// leads, and follows under its name after a failover); a follower's and a
+// client's are client certificates (hosts must be empty). A bad name wraps
+// ErrBadName.
+func (ca *CA) IssueIdentity(role, name string, hosts []string, notBefore, notAfter time.Time) (Leaf, error) {
+	if err := ValidName(name); err != nil {
+		return Leaf{}, err
+	}
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	switch role {
+	case RoleNode:
+		usage = append(usage, x509.ExtKeyUsageServerAuth)
+	case RoleFollower, RoleClient:
+		if len(hosts) > 0 {
+			return Leaf{}, fmt.Errorf("pki: a %s certificate is a client certificate and names no hosts (%v)", role, hosts)
+		}
+	default:
+		return Leaf{}, fmt.Errorf("pki: unknown role %q (node, follower, client)", role)
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "oncewal " + role + " " + name, Organization: []string{"oncewal"}},
+		ExtKeyUsage: usage,
+		URIs:        []*url.URL{IdentityURI(role, name)},
+	}
+	cert, key, err := ca.issue(tmpl, hosts, notBefore, notAfter)
+	if err != nil {
+		return Leaf{}, err
+	}
+	return Leaf{Role: role, Name: name, Cert: cert, Key: key}, nil
+}
+
+// issue completes tmpl (serial, validity, key usage, hosts) and signs it
+// with a fresh key.
+func (ca *CA) issue(tmpl *x509.Certificate, hosts []string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"oncewal"}},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		for _, h := range hosts {
-			if ip := net.ParseIP(h); ip != nil {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			} else {
-				tmpl.DNSNames = append(tmpl.DNSNames, h)
-			}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore, tmpl.NotAfter = notBefore, notAfter
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
@@ -114,61 +206,182 @@ func (ca *CA) Issue(name string, hosts []string, server bool, notBefore, notAfte
 // DefaultHosts are the names a generated leader certificate is valid for.
 var DefaultHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-// Certs is a CA with one leader (server) and one follower (client)
-// certificate, all PEM.
-type Certs struct {
-	CA                        *CA
-	LeaderCert, LeaderKey     []byte
-	FollowerCert, FollowerKey []byte
+const (
+	// DefaultNode is the node identity the leader's certificate names.
+	DefaultNode = "n0"
+	// DefaultFollower is the follower GenerateCerts issues a certificate
+	// for (Certs.FollowerPair).
+	DefaultFollower = "f1"
+)
+
+// Spec says which certificates Generate issues.
+type Spec struct {
+	// Hosts are the names and IPs the leader's certificate is valid for.
+	// Default DefaultHosts.
+	Hosts []string
+	// Node is the node identity the leader's certificate names. Default
+	// DefaultNode.
+	Node string
+	// Followers and Clients get one certificate each, naming them. Default
+	// none.
+	Followers, Clients []string
+	// ValidFor is the validity from an hour ago (the hour absorbs clock
+	// skew between machines). Required.
+	ValidFor time.Duration
 }
 
-// GenerateCerts makes a fresh CA and a leader certificate for hosts (default
-// DefaultHosts) and a follower certificate, valid for validFor from an hour
-// ago (the hour absorbs clock skew between machines).
-func GenerateCerts(hosts []string, validFor time.Duration) (*Certs, error) {
-	if len(hosts) == 0 {
-		hosts = DefaultHosts
+// withDefaults is s with its unset fields defaulted.
+func (s Spec) withDefaults() Spec {
+	if len(s.Hosts) == 0 {
+		s.Hosts = DefaultHosts
+	}
+	if s.Node == "" {
+		s.Node = DefaultNode
+	}
+	return s
+}
+
+// Validate reports every problem of s (its unset fields defaulted),
+// joined: a name ValidName refuses or given twice in a role (wrapping
+// ErrBadName; a follower may not share the node's name either, as both
+// could follow as that ID), an empty host, a validity that is not
+// positive.
+func (s Spec) Validate() error {
+	s = s.withDefaults()
+	var errs []error
+	seen := map[string]string{} // follow-capable names, then clients'
+	add := func(role, name string) {
+		if err := ValidName(name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", role, err))
+			return
+		}
+		key := name
+		if role == RoleClient {
+			key = "client/" + name
+		}
+		switch prev, dup := seen[key]; {
+		case dup && prev == role:
+			errs = append(errs, fmt.Errorf("%w: %s %q is given twice; give each %s its own name", ErrBadName, role, name, role))
+			return
+		case dup:
+			errs = append(errs, fmt.Errorf("%w: %q names both the %s and a %s, which could then follow as each other; give each its own name", ErrBadName, name, prev, role))
+			return
+		}
+		seen[key] = role
+	}
+	add(RoleNode, s.Node)
+	for _, f := range s.Followers {
+		add(RoleFollower, f)
+	}
+	for _, c := range s.Clients {
+		add(RoleClient, c)
+	}
+	for _, h := range s.Hosts {
+		if strings.TrimSpace(h) == "" {
+			errs = append(errs, fmt.Errorf("%w: an empty host name in %q", ErrBadName, s.Hosts))
+		}
+	}
+	if s.ValidFor <= 0 {
+		errs = append(errs, fmt.Errorf("pki: validity %v is not positive", s.ValidFor))
+	}
+	return errors.Join(errs...)
+}
+
+// Certs is a CA and the certificates it issued, all PEM: the leader's (a
+// node identity), one per follower and one per client.
+type Certs struct {
+	CA        *CA
+	Leader    Leaf
+	Followers []Leaf
+	Clients   []Leaf
+}
+
+// Generate makes a fresh CA and the certificates s asks for. A bad name
+// (ErrBadName) issues nothing.
+func Generate(s Spec) (*Certs, error) {
+	s = s.withDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
 	}
 	nb := time.Now().Add(-time.Hour)
-	na := time.Now().Add(validFor)
+	na := time.Now().Add(s.ValidFor)
 	ca, err := NewCA("oncewal CA", nb, na)
 	if err != nil {
 		return nil, err
 	}
 	c := &Certs{CA: ca}
-	if c.LeaderCert, c.LeaderKey, err = ca.Issue("oncewal-leader", hosts, true, nb, na); err != nil {
+	if c.Leader, err = ca.IssueIdentity(RoleNode, s.Node, s.Hosts, nb, na); err != nil {
 		return nil, err
 	}
-	if c.FollowerCert, c.FollowerKey, err = ca.Issue("oncewal-follower", nil, false, nb, na); err != nil {
-		return nil, err
+	for _, set := range []struct {
+		role  string
+		names []string
+		out   *[]Leaf
+	}{{RoleFollower, s.Followers, &c.Followers}, {RoleClient, s.Clients, &c.Clients}} {
+		for _, name := range set.names {
+			l, err := ca.IssueIdentity(set.role, name, nil, nb, na)
+			if err != nil {
+				return nil, err
+			}
+			*set.out = append(*set.out, l)
+		}
 	}
 	return c, nil
 }
 
+// GenerateCerts makes a fresh CA, a leader certificate for hosts (default
+// DefaultHosts) naming the node DefaultNode, and a follower certificate
+// naming DefaultFollower, valid for validFor from an hour ago.
+func GenerateCerts(hosts []string, validFor time.Duration) (*Certs, error) {
+	return Generate(Spec{Hosts: hosts, Followers: []string{DefaultFollower}, ValidFor: validFor})
+}
+
 // LeaderPair is the leader's certificate and key, for
 // grpctransport.ServerTLSConfig(c.CA.Pool(), pair).
-func (c *Certs) LeaderPair() (tls.Certificate, error) {
-	return tls.X509KeyPair(c.LeaderCert, c.LeaderKey)
-}
+func (c *Certs) LeaderPair() (tls.Certificate, error) { return c.Leader.Pair() }
 
-// FollowerPair is the follower's certificate and key, for
-// grpctransport.ClientTLSConfig(c.CA.Pool(), pair, "").
+// FollowerPair is the first follower's certificate and key (GenerateCerts:
+// DefaultFollower's), for grpctransport.ClientTLSConfig(c.CA.Pool(), pair, "").
 func (c *Certs) FollowerPair() (tls.Certificate, error) {
-	return tls.X509KeyPair(c.FollowerCert, c.FollowerKey)
+	if len(c.Followers) == 0 {
+		return tls.Certificate{}, errors.New("pki: no follower certificate was issued")
+	}
+	return c.Followers[0].Pair()
 }
 
-// Certificate file names WriteDir uses.
+// Certificate file names WriteDir uses: the CA's and the leader's here,
+// a follower's and a client's from their names (FollowerFiles,
+// ClientFiles).
 const (
-	FileCA          = "ca.pem"
-	FileCAKey       = "ca-key.pem"
-	FileLeader      = "leader.pem"
-	FileLeaderKey   = "leader-key.pem"
-	FileFollower    = "follower.pem"
-	FileFollowerKey = "follower-key.pem"
+	FileCA        = "ca.pem"
+	FileCAKey     = "ca-key.pem"
+	FileLeader    = "leader.pem"
+	FileLeaderKey = "leader-key.pem"
 )
 
+// FollowerFiles are the certificate and key file names of follower name:
+// follower-NAME.pem and follower-NAME-key.pem.
+func FollowerFiles(name string) (cert, key string) { return leafFiles(RoleFollower, name) }
+
+// ClientFiles are the certificate and key file names of client name:
+// client-NAME.pem and client-NAME-key.pem.
+func ClientFiles(name string) (cert, key string) { return leafFiles(RoleClient, name) }
+
+func leafFiles(role, name string) (cert, key string) {
+	return role + "-" + name + ".pem", role + "-" + name + "-key.pem"
+}
+
+// Files are the file names WriteDir gives l's certificate and key: the
+// leader's node certificate is leader.pem.
+func (l Leaf) Files() (cert, key string) {
+	if l.Role == RoleNode {
+		return FileLeader, FileLeaderKey
+	}
+	return leafFiles(l.Role, l.Name)
+}
+
 // WriteDir writes the certificates (0644) and keys (0600) into dir, creating
-// it (0700). It refuses to overwrite existing files.
+// it (0700). It refuses to overwrite existing files, and then writes none.
 func (c *Certs) WriteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -177,21 +390,22 @@ func (c *Certs) WriteDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	files := []struct {
+	type file struct {
 		name string
 		data []byte
 		mode os.FileMode
-	}{
+	}
+	files := []file{
 		{FileCA, c.CA.CertPEM, 0o644},
 		{FileCAKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: caKey}), 0o600},
-		{FileLeader, c.LeaderCert, 0o644},
-		{FileLeaderKey, c.LeaderKey, 0o600},
-		{FileFollower, c.FollowerCert, 0o644},
-		{FileFollowerKey, c.FollowerKey, 0o600},
+	}
+	for _, l := range c.Leaves() {
+		cert, key := l.Files()
+		files = append(files, file{cert, l.Cert, 0o644}, file{key, l.Key, 0o600})
 	}
 	for _, f := range files {
 		if _, err := os.Lstat(filepath.Join(dir, f.name)); err == nil {
-			return fmt.Errorf("pki: %s already exists; not overwriting", filepath.Join(dir, f.name))
+			return fmt.Errorf("pki: %s already exists; not overwriting (choose an empty directory)", filepath.Join(dir, f.name))
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -210,4 +424,10 @@ func (c *Certs) WriteDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Leaves are the leader's, the followers' and the clients' certificates,
+// in that order.
+func (c *Certs) Leaves() []Leaf {
+	return append(append([]Leaf{c.Leader}, c.Followers...), c.Clients...)
 }

@@ -19,7 +19,8 @@
 // # Several shards, several followers per shard
 //
 // A Server accepts any number of streams and hands each to a Listener's
-// Accept with the follower's hello; it does not look at the follower ID. It
+// Accept with the follower's hello, once its certificate may claim the
+// hello's follower ID (Identities); it does not route by the ID. It
 // serves one shard (the Server is the Listener) or every shard of a leader
 // node: Server.Listener(shard) returns a Listener per shard and the server
 // routes each stream by its hello's shard, so one address and one TLS
@@ -27,10 +28,8 @@
 // Listener serves at once (replication.ErrWrongShard). Routing streams to
 // followers is leader.Fanout's job: put one Fanout per shard on the
 // shard's Listener and every registered follower gets its own stream, each
-// follower's reconnect replacing only its own. The ID is not bound to the
-// follower's certificate: any client the CA vouches for can claim any
-// registered ID (and so take that follower's stream). Issue follower
-// certificates only to the replicas of the deployment.
+// follower's reconnect replacing only its own. The ID is bound to the
+// follower's certificate (see Identities below).
 //
 // # Other services on the port, and identities
 //
@@ -43,6 +42,24 @@
 // replication, no snapshots), for a node that does not lead but answers the
 // client service (a follower, which says "not leader").
 //
+// # Identities
+//
+// The server binds a stream's hello to its certificate before the stream
+// reaches a Listener (services.go, mayFollow): a certificate of role
+// follower or node may follow only under its own name (an anonymous
+// hello claims no ID: only a Shipper serves it), one of role client, or
+// one that names no identity, may not follow at all. Anything else is
+// refused with replication.ErrIdentityMismatch (wire kind
+// identity-mismatch), which the follower's Dial returns like any refusal
+// and the leader logs at Warn and counts (ServerStats.RefusedIdentity).
+// So only the holder of a follower's certificate can ack as that follower,
+// and a quorum of acks (leader.AckMajority) cannot be forged by another
+// replica. The Snapshot method likewise serves only a node or a follower:
+// a client must not download a store (PermissionDenied, which a
+// SnapshotClient returns as replication.ErrIdentityMismatch). With
+// Insecure there are no certificates and IDs are taken on trust: tests
+// and loopback only.
+//
 // # Refusals
 //
 // A leader that will not serve a follower (a Fanout's refusals: an unknown
@@ -51,7 +68,7 @@
 // refusal's kind and text, and the follower's Recv (or Dial) returns an
 // error wrapping ErrRefused, replication.ErrDisconnected and the refusal's
 // own sentinel (replication.ErrWrongShard, ErrFenced, ErrStaleEpoch,
-// ErrDiverged, ErrBehindRetention, ErrUnknownFollower,
+// ErrDiverged, ErrBehindRetention, ErrUnknownFollower, ErrIdentityMismatch,
 // ErrDuplicateFollower, ErrBadFollowerID, ErrBadHello — the most specific
 // one a refusal wraps), so the follower's
 // redial loop knows that retrying alone will not fix it, logs why and
@@ -125,7 +142,9 @@
 //
 // # Security
 //
-// Mutual TLS is the default and the only mode unless Insecure is set: the
+// Mutual TLS is the default and the only mode unless Insecure is set (for
+// tests on loopback only: nothing is authenticated, and follower IDs are
+// taken on trust): the
 // leader requires and verifies a client certificate against its CA pool
 // (tls.RequireAndVerifyClientCert), the follower verifies the leader's
 // certificate and name against its CA pool, both at TLS 1.3 or later
@@ -142,8 +161,9 @@
 // failed dials at Warn, once per distinct reason per 30 s. Insecure
 // (plaintext) exists for tests and loopback experiments only.
 //
-// For trying this locally, oncewal gencerts makes a throwaway CA and the
-// certificates; production brings its own PKI.
+// For trying this locally, oncewal gencerts makes a throwaway CA and one
+// certificate per identity; production brings its own PKI, issuing the
+// same URI SANs.
 //
 // # Tests
 //
@@ -157,6 +177,7 @@
 // with one and with three followers (followers in a child process).
 // ONCEWAL_LONG=1 runs more seeds and larger workloads. TLS refusal tests
 // (wrong CA either way, no client certificate, plaintext client, expired
-// certificates) assert that nothing is applied and that a log line says
-// why. Tests check that no goroutine of gRPC or this package outlives Close.
+// certificates) and identity tests (another follower's certificate, a
+// client's, as follower and for a snapshot) assert that nothing is applied
+// and that a log line says why. Tests check that no goroutine of gRPC or this package outlives Close.
 package grpctransport

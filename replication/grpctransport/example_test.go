@@ -22,7 +22,8 @@ import (
 
 // Example ships a leader's log to a follower over gRPC with mutual TLS on
 // loopback: a fresh CA issues the leader's server certificate and the
-// follower's client certificate (WriteCerts, as oncewal gencerts), the leader serves shard 0 on a Server's
+// follower's client certificate naming its ID (WriteCerts, as oncewal
+// gencerts), the leader serves shard 0 on a Server's
 // listener, and the follower dials it, applies what it receives and acks.
 func Example() {
 	dir, err := os.MkdirTemp("", "oncewal-grpc-")
@@ -34,8 +35,9 @@ func Example() {
 
 	// A throwaway CA with a leader and a follower certificate, written as
 	// `oncewal gencerts` writes them; a deployment loads its own files the
-	// same way.
-	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, time.Hour)
+	// same way. The follower's names replica-1: the leader serves it only
+	// as that ID.
+	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, []string{"replica-1"}, time.Hour)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	clientTLS, err := grpctransport.LoadClientTLS(certs.CA, certs.Follower, certs.FollowerKey)
+	clientTLS, err := grpctransport.LoadClientTLS(certs.CA, certs.Followers["replica-1"].Cert, certs.Followers["replica-1"].Key)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -53,22 +53,24 @@ func TestFanoutBenchFollowerProcess(t *testing.T) {
 	}
 	parts := strings.Split(orders, "|")
 	dir := parts[0]
-	tlsConf, err := LoadClientTLS(filepath.Join(dir, pki.FileCA), filepath.Join(dir, pki.FileFollower), filepath.Join(dir, pki.FileFollowerKey))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
 	var wg sync.WaitGroup
 	for _, p := range parts[1:] {
 		addr, ids, _ := strings.Cut(p, "=")
-		d, err := NewDialer(addr, &DialerOptions{TLS: tlsConf, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
 		for _, id := range strings.Split(ids, ",") {
+			// Each follower dials with the certificate naming its ID.
+			cert, key := pki.FollowerFiles(id)
+			tlsConf, err := LoadClientTLS(filepath.Join(dir, pki.FileCA), filepath.Join(dir, cert), filepath.Join(dir, key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := NewDialer(addr, &DialerOptions{TLS: tlsConf, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
 			wg.Go(func() { ackFollower(ctx, d, id) })
 		}
 	}
@@ -165,7 +167,7 @@ func newBenchLeader(b *testing.B, kind string, followers int) *benchLeader {
 		b.Fatal(err)
 	}
 	for i := range followers {
-		l.ids = append(l.ids, fmt.Sprintf("f%d", i))
+		l.ids = append(l.ids, fmt.Sprintf("f%d", i+1)) // testCerts' followers
 	}
 	l.fo, err = leader.NewFanout(&leader.FanoutOptions{
 		ShipperOptions: leader.ShipperOptions{WALDir: walDir, Listener: l.srv, DurableLSN: durable, Epoch: epoch},

@@ -53,7 +53,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	log, rec := newLogRecorder()
-	srv, d := mtls(t, log)
+	srv, _ := mtls(t, log)
 	dir := t.TempDir()
 	walDir := filepath.Join(dir, "wal")
 	w, err := wal.OpenWriter(walDir, nil)
@@ -89,9 +89,11 @@ func TestFanoutOverMTLS(t *testing.T) {
 		}
 		return f
 	}
-	serve := func(f *follower.Follower) chan error {
+	// Each follower dials with the certificate naming its ID.
+	dialers := map[string]*Dialer{"a": followerDialer(t, srv, "a", log), "b": followerDialer(t, srv, "b", log)}
+	serve := func(f *follower.Follower, id string) chan error {
 		done := make(chan error, 1)
-		go func() { done <- f.Serve(ctx, d) }()
+		go func() { done <- f.Serve(ctx, dialers[id]) }()
 		return done
 	}
 	wl := recorded(t, sim.WorkloadOptions{Seed: 7, Sessions: 8, Requests: 3000, RetryRate: 0.05, BatchSize: 32})
@@ -101,7 +103,7 @@ func TestFanoutOverMTLS(t *testing.T) {
 	last := feed.append(t, batches[0]).LastLSN()
 	batches = batches[1:]
 	fa, fb := open("a"), open("b")
-	aDone, bDone := serve(fa), serve(fb)
+	aDone, bDone := serve(fa, "a"), serve(fb, "b")
 
 	third := len(batches) / 3
 	waitAll := func(lsn uint64) {
@@ -129,10 +131,10 @@ func TestFanoutOverMTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			fb = open("b")
-			bDone = serve(fb)
+			bDone = serve(fb, "b")
 		case third + 10:
 			// A follower nobody registered is refused.
-			c, err := d.Dial(ctx, replication.Ack{FollowerID: "stranger"})
+			c, err := followerDialer(t, srv, "stranger", log).Dial(ctx, replication.Ack{FollowerID: "stranger"})
 			if err == nil {
 				_, err = c.Recv(ctx)
 				c.Close()

@@ -140,7 +140,7 @@ func TestHeartbeats(t *testing.T) {
 // follower ID included (it arrived as an untyped "other").
 func TestRefusalReasonsCarried(t *testing.T) {
 	for _, sentinel := range []error{replication.ErrWrongShard, replication.ErrFenced, replication.ErrStaleEpoch,
-		replication.ErrDiverged, replication.ErrBehindRetention, replication.ErrUnknownFollower,
+		replication.ErrDiverged, replication.ErrBehindRetention, replication.ErrUnknownFollower, replication.ErrIdentityMismatch,
 		replication.ErrDuplicateFollower, replication.ErrBadFollowerID, replication.ErrBadHello} {
 		reason := fmt.Errorf("%w: \"f1\" is already connected; give each follower its own ID", sentinel)
 		got, ok := refusal(status.Error(codes.FailedPrecondition, refusalMessage(reason)))

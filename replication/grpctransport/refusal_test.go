@@ -76,16 +76,18 @@ func TestTLSRefusals(t *testing.T) {
 	}
 	past := time.Now().Add(-48 * time.Hour)
 	expiredFollower := *good
-	if expiredFollower.FollowerCert, expiredFollower.FollowerKey, err = good.CA.Issue("old-follower", nil, false, past, past.Add(time.Hour)); err != nil {
+	old, err := good.CA.IssueIdentity(pki.RoleFollower, good.Followers[0].Name, nil, past, past.Add(time.Hour))
+	if err != nil {
 		t.Fatal(err)
 	}
+	expiredFollower.Followers = []pki.Leaf{old}
 	expiredLeader := *good
-	if expiredLeader.LeaderCert, expiredLeader.LeaderKey, err = good.CA.Issue("old-leader", pki.DefaultHosts, true, past, past.Add(time.Hour)); err != nil {
+	if expiredLeader.Leader, err = good.CA.IssueIdentity(pki.RoleNode, pki.DefaultNode, pki.DefaultHosts, past, past.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	// Follower with the right trust but a certificate from another CA.
 	foreignFollower := *good
-	foreignFollower.FollowerCert, foreignFollower.FollowerKey = other.FollowerCert, other.FollowerKey
+	foreignFollower.Followers = other.Followers
 
 	type side int
 	const (

@@ -37,15 +37,15 @@ func TestServerRoutesByShard(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	log, rec := newLogRecorder()
-	srv, d := mtls(t, log)
+	srv, d := mtls(t, log) // d's certificate names f1: every hello here says f1
 
 	// A stream that arrives while the server is still unrouted waits in its
 	// queue; it moves to its shard's Listener when routing starts.
-	early := dialAsync(ctx, d, replication.Ack{Shard: 3, FollowerID: "early"})
+	early := dialAsync(ctx, d, replication.Ack{Shard: 3, FollowerID: "f1"})
 	waitFor(t, ctx, "the early stream", func() bool { return srv.Stats().Streams == 1 })
 	l3 := srv.Listener(3)
 	c, hello, err := l3.Accept(ctx)
-	if err != nil || hello.Shard != 3 || hello.FollowerID != "early" {
+	if err != nil || hello.Shard != 3 || hello.FollowerID != "f1" {
 		t.Fatalf("shard 3 accepted %+v, %v", hello, err)
 	}
 	if r := <-early; r.err != nil {
@@ -64,7 +64,7 @@ func TestServerRoutesByShard(t *testing.T) {
 	}
 	// Each shard's stream goes to its own Listener, whatever the order.
 	for _, shard := range []uint32{3, 0, 3} {
-		res := dialAsync(ctx, d, replication.Ack{Shard: shard, FollowerID: fmt.Sprintf("f%d", shard)})
+		res := dialAsync(ctx, d, replication.Ack{Shard: shard, FollowerID: "f1"})
 		l := map[uint32]*ShardListener{0: l0, 3: l3}[shard]
 		lc, h, err := l.Accept(ctx)
 		if err != nil || h.Shard != shard {
@@ -86,7 +86,7 @@ func TestServerRoutesByShard(t *testing.T) {
 	}
 
 	// A shard nobody serves: refused before Dial returns, with the reason.
-	_, err = d.Dial(ctx, replication.Ack{Shard: 1, FollowerID: "lost"})
+	_, err = d.Dial(ctx, replication.Ack{Shard: 1, FollowerID: "f1"})
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, replication.ErrDisconnected) || !errors.Is(err, replication.ErrWrongShard) ||
 		!strings.Contains(err.Error(), "no shard 1") {
 		t.Fatalf("dial of an unserved shard: %v", err)
@@ -94,7 +94,7 @@ func TestServerRoutesByShard(t *testing.T) {
 	if st := srv.Stats(); st.UnservedShard != 1 {
 		t.Fatalf("server stats %+v", st)
 	}
-	if _, ok := rec.find("leader serves no shard 1", "lost"); !ok {
+	if _, ok := rec.find("leader serves no shard 1", "follower=f1"); !ok {
 		t.Errorf("no leader log line for the unserved shard: %q", rec.Lines())
 	}
 	if _, ok := rec.find("refused this follower", "no shard 1"); !ok {
@@ -125,7 +125,7 @@ func TestRefuseCarriesReason(t *testing.T) {
 		errors.New("checking the hello: disk on fire"),
 	}
 	for _, reason := range reasons {
-		res := dialAsync(ctx, d, replication.Ack{FollowerID: "x", AppliedLSN: 9})
+		res := dialAsync(ctx, d, replication.Ack{FollowerID: "f1", AppliedLSN: 9})
 		lc, _, err := srv.Accept(ctx)
 		if err != nil {
 			t.Fatal(err)

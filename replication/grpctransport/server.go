@@ -38,11 +38,12 @@ const (
 type ServerOptions struct {
 	// TLS is the leader's mutual-TLS configuration (ServerTLSConfig or
 	// LoadServerTLS). It must require and verify client certificates against
-	// ClientCAs; MinVersion is raised to TLS 1.3.
+	// ClientCAs; MinVersion is raised to TLS 1.3. A follower's certificate
+	// must name its ID (doc.go, "Identities").
 	TLS *tls.Config
-	// Insecure serves plaintext. Only for tests and loopback experiments:
-	// anyone who can reach the port can then read the log and pose as a
-	// follower.
+	// Insecure serves plaintext. Only for tests on loopback: anyone who
+	// can reach the port can then read the log and pose as any follower
+	// (no certificate names them: IDs are taken on trust).
 	Insecure bool
 	// Logger receives connection-level log lines (refused handshakes, bad
 	// frames). Default slog.Default().
@@ -174,10 +175,14 @@ type ServerStats struct {
 	// Refused counts accepted streams the leader refused with a reason
 	// (LeaderConn.Refuse: unknown follower, diverged, behind retention, …).
 	Refused uint64
+	// RefusedIdentity counts streams and snapshot calls refused because
+	// the caller's certificate may not claim the hello's follower ID, or
+	// names a client (replication.ErrIdentityMismatch).
+	RefusedIdentity uint64
 }
 
 type serverCounters struct {
-	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects, unserved, refusedHello atomic.Uint64
+	streams, accepted, refused, badFrames, batches, bytes, acks, disconnects, unserved, refusedHello, identity atomic.Uint64
 }
 
 // Server is the leader side of the gRPC transport: a gRPC server whose one
@@ -247,7 +252,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	s.gs = o.grpcServer(creds)
-	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots)}
+	snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots), insecure: o.Insecure, log: o.Logger, refused: &s.stats.identity}
 	s.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
@@ -284,7 +289,7 @@ func (s *Server) Stats() ServerStats {
 		Streams: c.streams.Load(), Accepted: c.accepted.Load(), RefusedTLS: c.refused.Load(),
 		BadFrames: c.badFrames.Load(), BatchesSent: c.batches.Load(), BytesSent: c.bytes.Load(),
 		AcksReceived: c.acks.Load(), Disconnects: c.disconnects.Load(),
-		UnservedShard: c.unserved.Load(), Refused: c.refusedHello.Load(),
+		UnservedShard: c.unserved.Load(), Refused: c.refusedHello.Load(), RefusedIdentity: c.identity.Load(),
 	}
 }
 
@@ -448,6 +453,14 @@ func (s *Server) handle(ss grpc.ServerStream) error {
 	case <-s.closed:
 		return status.Error(codes.Unavailable, "oncewal: leader shutting down")
 	}
+	// Who may ack as an ID is settled before anything else reads the hello:
+	// a forged ID's acks would make a quorum lie (doc.go, "Identities").
+	if why := mayFollow(ctx, s.opts.Insecure, c.hello); why != nil {
+		s.stats.identity.Add(1)
+		s.opts.Logger.Warn("oncewal leader: refused a follower whose certificate does not name its ID", "remote", remote,
+			"follower", c.hello.FollowerID, "err", why)
+		return status.Error(codes.PermissionDenied, refusalMessage(why))
+	}
 	for accepted := false; !accepted; {
 		q, routed, served, ok := s.queueFor(c.hello.Shard)
 		if !ok {
@@ -583,6 +596,7 @@ var refusalKinds = []refusalKind{
 	{"diverged", replication.ErrDiverged},
 	{"behind-retention", replication.ErrBehindRetention},
 	{"unknown-follower", replication.ErrUnknownFollower},
+	{"identity-mismatch", replication.ErrIdentityMismatch},
 	{"duplicate-follower", replication.ErrDuplicateFollower},
 	{"bad-follower-id", replication.ErrBadFollowerID},
 	{"bad-hello", replication.ErrBadHello},

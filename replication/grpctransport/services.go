@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/oncewal/oncewal/replication"
 )
 
 // UnaryService is a service of unary methods that a Server serves beside
@@ -154,4 +156,48 @@ func PeerIdentity(ctx context.Context) (Identity, error) {
 		return Identity{}, fmt.Errorf("%w: the peer has no verified certificate", ErrNoIdentity)
 	}
 	return IdentityOf(ti.State.VerifiedChains[0][0])
+}
+
+// mayFollow reports whether the caller in ctx may follow as hello's ID
+// (a nil error), else why not, wrapping replication.ErrIdentityMismatch:
+// its certificate must name a node or a follower, and by hello's ID. An
+// anonymous hello claims no ID (only a Shipper serves one, a Fanout
+// refuses it), so any node or follower may send it. Without TLS
+// (ServerOptions.Insecure) there is no identity and the ID is taken on
+// trust.
+func mayFollow(ctx context.Context, insecure bool, hello replication.Ack) error {
+	if insecure {
+		return nil
+	}
+	id, err := PeerIdentity(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w: a follower's certificate must name it with the URI SAN oncewal://follower/ID (oncewal gencerts DIR --followers ID issues one)",
+			replication.ErrIdentityMismatch, err)
+	case id.Role == RoleClient:
+		return fmt.Errorf("%w: certificate names client %s, which may not follow: give the follower the certificate gencerts issued for its --id (oncewal gencerts DIR --followers ...,ID)",
+			replication.ErrIdentityMismatch, id.Name)
+	case hello.FollowerID != "" && id.Name != hello.FollowerID:
+		return fmt.Errorf("%w: certificate names %s %s, hello says %s: give each follower the certificate gencerts issued for its --id (follower-%s.pem), or start it with --id %s",
+			replication.ErrIdentityMismatch, id.Role, id.Name, hello.FollowerID, hello.FollowerID, id.Name)
+	}
+	return nil
+}
+
+// mayFetchSnapshot reports whether the caller in ctx may download a
+// store: a node or a follower may (any one: a follower being rebuilt
+// fetches from any donor), a client may not. Insecure: no identity, taken
+// on trust.
+func mayFetchSnapshot(ctx context.Context, insecure bool) error {
+	if insecure {
+		return nil
+	}
+	id, err := PeerIdentity(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w: only a node or a follower may fetch a snapshot", replication.ErrIdentityMismatch, err)
+	case id.Role == RoleClient:
+		return fmt.Errorf("%w: certificate names client %s: only a node or a follower may fetch a snapshot", replication.ErrIdentityMismatch, id.Name)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/testutil"
 )
 
@@ -70,12 +71,16 @@ func TestUnaryService(t *testing.T) {
 	if _, err := call(alice, "/oncewal.test.v1.Big/Take", bytes.Repeat([]byte{1}, 1<<16)); err != nil {
 		t.Errorf("at the big service's limit: %v", err)
 	}
-	// The generated follower certificate names no identity.
+	// The generated follower certificate names its follower; one without
+	// a URI SAN names no identity.
 	fpair, err := c.FollowerPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
+	if out, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); err != nil || string(out) != "follower/"+pki.DefaultFollower+":" {
+		t.Errorf("follower certificate: %q, %v", out, err)
+	}
+	if _, err := call(testutil.ClientCert(t, c), "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
 		t.Errorf("no identity: %v", err)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -25,8 +27,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 )
 
@@ -54,13 +58,26 @@ type snapshotRequest struct {
 // snapshotService answers Snapshot calls from the donors the server was
 // given (ServerOptions.Snapshots), through a snapshot.Router.
 type snapshotService struct {
-	donors *snapshot.Router
+	donors   *snapshot.Router
+	insecure bool
+	log      *slog.Logger
+	refused  *atomic.Uint64 // ServerStats.RefusedIdentity
 }
 
 func (s *snapshotService) handle(ctx context.Context, dec func(any) error) (any, error) {
 	var in frame
 	if err := dec(&in); err != nil {
 		return nil, err
+	}
+	// A store is every session's data: only a replica may download one.
+	if err := mayFetchSnapshot(ctx, s.insecure); err != nil {
+		s.refused.Add(1)
+		remote := "?"
+		if p, ok := peer.FromContext(ctx); ok {
+			remote = p.Addr.String()
+		}
+		s.log.Warn("oncewal leader: refused a snapshot to a caller that is no replica", "remote", remote, "err", err)
+		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
 	if len(in.b) > maxSnapshotRequest {
 		return nil, status.Errorf(codes.ResourceExhausted, "grpctransport: snapshot request of %d bytes, limit %d", len(in.b), maxSnapshotRequest)
@@ -133,6 +150,9 @@ func snapshotError(err error) error {
 		return fmt.Errorf("%w (donor: %s)", snapshot.ErrMismatch, st.Message())
 	case codes.Aborted:
 		return fmt.Errorf("%w (donor: %s)", snapshot.ErrClosed, st.Message())
+	case codes.PermissionDenied:
+		msg := strings.TrimPrefix(st.Message(), replication.ErrIdentityMismatch.Error()+": ")
+		return fmt.Errorf("%w (donor: %s)", replication.ErrIdentityMismatch, msg)
 	}
 	return fmt.Errorf("grpctransport: snapshot: %w", err)
 }

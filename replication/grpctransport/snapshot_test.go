@@ -26,7 +26,9 @@ import (
 // Snapshot method over mutual TLS, through a proxy that keeps breaking the
 // connection: the fetch resumes each file where the break left it, every
 // checksum holds, and the rebuilt store is the donor's cut. A client
-// without a certificate the server trusts gets nothing.
+// without a certificate the server trusts gets nothing, and neither does a
+// trusted certificate naming a client (only a replica may download a
+// store): replication.ErrIdentityMismatch, saying why.
 func TestSnapshotOverMutualTLS(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	fs := vfs.NewMem()
@@ -137,4 +139,16 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	_, err = stranger.Begin(sctx, 0)
 	require.Error(t, err)
 	require.Zero(t, donor.Serving())
+
+	// A client's certificate of the same CA: refused, with the reason.
+	app, err := NewSnapshotClient(srv.Addr().String(), &DialerOptions{TLS: identityTLS(t, certs, pki.RoleClient, "app1"), Logger: quiet, ConnectTimeout: time.Second})
+	require.NoError(t, err)
+	defer app.Close()
+	_, err = app.BeginFor(ctx, 0, "app1")
+	require.ErrorIs(t, err, replication.ErrIdentityMismatch)
+	require.ErrorContains(t, err, "certificate names client app1: only a node or a follower may fetch a snapshot")
+	_, err = app.Read(ctx, held.ID, "MANIFEST", 0, make([]byte, 16))
+	require.ErrorIs(t, err, replication.ErrIdentityMismatch, "a read without a begin is refused too")
+	require.Zero(t, donor.Serving())
+	require.EqualValues(t, 2, srv.Stats().RefusedIdentity)
 }

@@ -18,7 +18,12 @@ import (
 	"github.com/oncewal/oncewal/wal"
 )
 
-var testCerts = sync.OnceValues(func() (*pki.Certs, error) { return pki.GenerateCerts(nil, 24*time.Hour) })
+// testCerts are the package tests' CA, leader certificate and follower
+// certificates for the IDs f1..f3 (clientTLS: f1's, the first follower of
+// a sim.Run; identityTLS issues others).
+var testCerts = sync.OnceValues(func() (*pki.Certs, error) {
+	return pki.Generate(pki.Spec{Followers: []string{"f1", "f2", "f3"}, ValidFor: 24 * time.Hour})
+})
 
 func certs(t testing.TB) *pki.Certs {
 	t.Helper()
@@ -45,6 +50,21 @@ func clientTLS(c *pki.Certs) (*tls.Config, error) {
 		return nil, err
 	}
 	return ClientTLSConfig(c.CA.Pool(), pair, ""), nil
+}
+
+// identityTLS is a client configuration whose certificate, of c's CA,
+// names role/name: a follower's for its ID, a client's.
+func identityTLS(t testing.TB, c *pki.Certs, role, name string) *tls.Config {
+	t.Helper()
+	l, err := c.CA.IssueIdentity(role, name, nil, c.CA.Cert.NotBefore, c.CA.Cert.NotAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := l.Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ClientTLSConfig(c.CA.Pool(), pair, "")
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -75,6 +95,21 @@ func mtls(t testing.TB, log *slog.Logger) (*Server, *Dialer) {
 	}
 	t.Cleanup(func() { d.Close() })
 	return srv, d
+}
+
+// followerDialer is a Dialer of srv whose certificate names follower id:
+// the one a follower of that ID dials with.
+func followerDialer(t testing.TB, srv *Server, id string, log *slog.Logger) *Dialer {
+	t.Helper()
+	if log == nil {
+		log = quietLogger()
+	}
+	d, err := NewDialer(srv.Addr().String(), &DialerOptions{TLS: identityTLS(t, certs(t), pki.RoleFollower, id), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 func testBatch(t testing.TB, shard uint32, first uint64, n int) []byte {
@@ -127,7 +162,7 @@ func TestRoundTripMTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, d := mtls(t, nil)
-	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41, FollowerID: "replica-b", LastBatch: wal.BatchRef{Epoch: 7, CRC: 0xabcdef01}}
+	hello := replication.Ack{Shard: 3, Epoch: 7, AppliedLSN: 41, FollowerID: pki.DefaultFollower, LastBatch: wal.BatchRef{Epoch: 7, CRC: 0xabcdef01}}
 	// An ID that cannot be sent fails the Dial before anything is dialled.
 	if _, err := d.Dial(ctx, replication.Ack{FollowerID: "not ok"}); !errors.Is(err, replication.ErrBadFollowerID) {
 		t.Fatalf("Dial with a bad follower ID: %v", err)

@@ -1,0 +1,81 @@
+package pki
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGenerateRefusesBadNames: an empty name, a slash or another byte
+// outside the alphabet, a name given twice in a role, a follower named as
+// the node: ErrBadName naming every problem, and nothing issued.
+func TestGenerateRefusesBadNames(t *testing.T) {
+	for _, tc := range []struct {
+		spec Spec
+		want []string
+	}{
+		{Spec{Followers: []string{"f1", ""}}, []string{`follower: pki: bad identity name: "" is not 1-64 bytes`}},
+		{Spec{Followers: []string{"a/b"}, Clients: []string{"x y"}}, []string{`"a/b": byte '/' at 1`, `"x y": byte ' ' at 1`}},
+		{Spec{Followers: []string{"f1", "f1"}}, []string{`follower "f1" is given twice`}},
+		{Spec{Node: "n1", Followers: []string{"n1"}}, []string{`"n1" names both the node and a follower`}},
+		{Spec{Clients: []string{"app", "app"}}, []string{`client "app" is given twice`}},
+		{Spec{Followers: []string{strings.Repeat("a", MaxNameLen+1)}}, []string{"is not 1-64 bytes"}},
+	} {
+		tc.spec.ValidFor = time.Hour
+		c, err := Generate(tc.spec)
+		if !errors.Is(err, ErrBadName) || c != nil {
+			t.Errorf("%+v: %v, %v; want ErrBadName and nothing", tc.spec, c, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: %q lacks %q", tc.spec, err, w)
+			}
+		}
+	}
+	// The same name in two roles is two identities, two files.
+	if _, err := Generate(Spec{Followers: []string{"x"}, Clients: []string{"x"}, ValidFor: time.Hour}); err != nil {
+		t.Errorf("follower x and client x: %v", err)
+	}
+}
+
+// TestWriteDirFilesByHolder: each certificate's file names its holder, and
+// WriteDir over an existing file writes none.
+func TestWriteDirFilesByHolder(t *testing.T) {
+	c, err := Generate(Spec{Followers: []string{"f1", "f2"}, Clients: []string{"app1"}, ValidFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := c.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	want := []string{"ca-key.pem", "ca.pem", "client-app1-key.pem", "client-app1.pem", "follower-f1-key.pem", "follower-f1.pem",
+		"follower-f2-key.pem", "follower-f2.pem", "leader-key.pem", "leader.pem"}
+	if !slices.Equal(names, want) {
+		t.Errorf("files %q, want %q", names, want)
+	}
+
+	again := t.TempDir()
+	if err := os.WriteFile(filepath.Join(again, "follower-f2.pem"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteDir(again); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("WriteDir over an existing file: %v", err)
+	}
+	if ents, _ := os.ReadDir(again); len(ents) != 1 {
+		t.Errorf("WriteDir refused but wrote %d files", len(ents)-1)
+	}
+}
