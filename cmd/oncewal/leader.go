@@ -415,7 +415,7 @@ func logLeaderStats(log *slog.Logger, l *leader.Leader, srv *grpctransport.Serve
 		}
 	}
 	t := srv.Stats()
-	log.Info("oncewal leader: transport", "streams", t.Streams, "tls_refused", t.RefusedTLS,
+	log.Info("oncewal leader: transport", "streams", t.Streams, "tls_refused", t.RefusedTLS, "identity_refused", t.RefusedIdentity,
 		"refused", t.Refused, "unserved_shard", t.UnservedShard, "bad_frames", t.BadFrames, "bytes_sent", t.BytesSent)
 }
 
