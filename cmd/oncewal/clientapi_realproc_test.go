@@ -103,6 +103,18 @@ func freePort(t *testing.T) int {
 // issued by gencerts' CA in rp.
 func clientConn(t *testing.T, rp *realProcs, addr string) *grpc.ClientConn {
 	t.Helper()
+	ca := rp.ca(t)
+	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/alice")
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(grpctransport.ClientTLSConfig(ca.Pool(), pair, ""))))
+	must(t, err)
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// ca is the CA gencerts wrote in rp, key included, to issue certificates
+// gencerts does not.
+func (rp *realProcs) ca(t *testing.T) *pki.CA {
+	t.Helper()
 	block, _ := pem.Decode([]byte(readFile(t, rp.cert(pki.FileCA))))
 	caCert, err := x509.ParseCertificate(block.Bytes)
 	must(t, err)
@@ -114,11 +126,7 @@ func clientConn(t *testing.T, rp *realProcs, addr string) *grpc.ClientConn {
 	if ca.Key, ok = key.(*ecdsa.PrivateKey); !ok {
 		t.Fatalf("CA key is %T", key)
 	}
-	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/alice")
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(grpctransport.ClientTLSConfig(ca.Pool(), pair, ""))))
-	must(t, err)
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
+	return ca
 }
 
 // unary makes one call of the client service.
