@@ -181,4 +181,3 @@ func completedRequests(t *testing.T, walDir, scope string) map[string]int {
 		}
 	}
 }
-
