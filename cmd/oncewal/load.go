@@ -46,8 +46,9 @@ the request ID) of every request answered OK or Replay, once per request,
 so that a test can check after kill -9 that every one is in the leader's
 WAL exactly once (its ledger record names the request ID).
 
-Runs for --duration (0: until SIGINT/SIGTERM), logs a stats line every
---stats-interval and prints a summary at the end. Exit 0; 1 if a request
+Runs for --duration (0: until SIGINT/SIGTERM) — the requests in flight
+then get 5 s to be answered — logs a stats line every --stats-interval and
+prints a summary on stdout at the end. Exit 0; 1 if a request
 was answered with a conflict, refused, or denied (the certificate names no
 client), a retry ran twice, the ack log could not be written, or no
 request at all was answered; 2 on bad usage.`
