@@ -185,6 +185,7 @@ type loadConfig struct {
 	retryRate  float64
 	ackLog     string
 	statsEvery time.Duration
+	runID      string // tests: the run's ID in its request IDs (default: random)
 }
 
 // loadStats counts a load run's requests. A request is a request ID; its
@@ -275,9 +276,12 @@ func runLoadWith(ctx context.Context, log *slog.Logger, cfg loadConfig) (loadSum
 		return loadSummary{}, err
 	}
 	defer c.Close()
-	var seed [8]byte
-	_, _ = rand.Read(seed[:])
-	ld := &loader{c: c, cfg: cfg, log: log, runID: fmt.Sprintf("%x", seed)}
+	ld := &loader{c: c, cfg: cfg, log: log, runID: cfg.runID}
+	if ld.runID == "" {
+		var seed [8]byte
+		_, _ = rand.Read(seed[:])
+		ld.runID = fmt.Sprintf("%x", seed)
+	}
 	if cfg.ackLog != "" {
 		// Appended to, one write per request, never synced: a kill -9 of
 		// a node does not touch this process, and what a test reads is in
@@ -368,7 +372,7 @@ func (ld *loader) runClient(i int) {
 			}
 			next = next.Add(gap)
 		}
-		id := fmt.Sprintf("oncewal-load-%s-%d-%d", ld.runID, i, n)
+		id := loadRequestID(ld.runID, i, n)
 		payload := loadPayload(n)
 		ld.stats.requests.Add(1)
 		res, err := ld.submit(id, payload)
@@ -453,6 +457,12 @@ func (ld *loader) acked(id string) error {
 		return fmt.Errorf("--ack-log: %w", err)
 	}
 	return nil
+}
+
+// loadRequestID names client i's n-th request of run: unique to the run,
+// which a random run ID makes unique among runs of one principal.
+func loadRequestID(run string, i int, n uint64) string {
+	return fmt.Sprintf("oncewal-load-%s-%d-%d", run, i, n)
 }
 
 // loadPayload is the n-th request's payload: the operations oncewal leader

@@ -1,8 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/client"
+	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/testutil"
 )
 
 // TestLoadUsage: load's flags are checked before anything is dialled, every
@@ -45,5 +55,34 @@ func TestLoadUsage(t *testing.T) {
 		if !strings.Contains(errOut, "run 'oncewal load -h' for the flags") {
 			t.Errorf("%q: no help hint:\n%s", tc.args, errOut)
 		}
+	}
+}
+
+// TestLoadConflictEndsRun: a request ID of the run already used for
+// another request (another payload) is a bug in a load run: the run stops
+// at that answer and returns the conflict, counted, with nothing answered.
+// A real leader serves the client service over mutual TLS in-process.
+func TestLoadConflictEndsRun(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	server, _ := tlsPair(t, certs)
+	r := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), followers: []string{"f1"}, tls: server()})
+	ca := gencertsCA(t, certs)
+	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/loadtest")
+	opts := func() *client.Options {
+		return &client.Options{Addrs: []string{r.dialAddr()}, TLS: grpctransport.ClientTLSConfig(ca.Pool(), pair, ""),
+			Ack: client.AckLeader, Logger: slog.New(slog.DiscardHandler)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard, not a measure
+	defer cancel()
+	c, err := client.New(opts())
+	must(t, err)
+	_, err = c.Submit(ctx, loadRequestID("run", 0, 0), client.Ops(client.Put([]byte("another"), []byte("request"))))
+	must(t, err)
+	must(t, c.Close())
+
+	sum, err := runLoadWith(ctx, slog.New(slog.DiscardHandler), loadConfig{client: opts(), clients: 1, runID: "run"})
+	if !errors.Is(err, client.ErrConflict) || sum.conflicts != 1 || sum.requests != 1 || sum.answered() != 0 {
+		t.Fatalf("load over a used request ID: %v, %s", err, sum)
 	}
 }
