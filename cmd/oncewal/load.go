@@ -137,7 +137,9 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 		client: opts, clients: *clients, rate: *rate, retryRate: *retryRate,
 		ackLog: *ackLog, statsEvery: *statsEvery,
 	})
-	fmt.Fprintln(stdout, sum.String())
+	if sum != nil {
+		fmt.Fprintln(stdout, sum.String())
+	}
 	if err != nil {
 		log.Error("oncewal load: failed", "err", err)
 		return exitFailure
@@ -268,12 +270,13 @@ const loadDrain = 5 * time.Second
 var errLoadDrained = errors.New("oncewal load: the run ended and the requests in flight were not answered within the drain time")
 
 // runLoadWith runs the load until ctx ends or a request fails in a way a
-// load run must not (the error), and returns the summary either way.
-func runLoadWith(ctx context.Context, log *slog.Logger, cfg loadConfig) (loadSummary, error) {
+// load run must not (the error), and returns the summary either way — nil
+// if the run could not start (the error says why).
+func runLoadWith(ctx context.Context, log *slog.Logger, cfg loadConfig) (*loadSummary, error) {
 	start := time.Now()
 	c, err := client.New(cfg.client)
 	if err != nil {
-		return loadSummary{}, err
+		return nil, err
 	}
 	defer c.Close()
 	ld := &loader{c: c, cfg: cfg, log: log, runID: cfg.runID}
@@ -288,7 +291,7 @@ func runLoadWith(ctx context.Context, log *slog.Logger, cfg loadConfig) (loadSum
 		// the page cache.
 		f, err := os.OpenFile(cfg.ackLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
-			return loadSummary{}, fmt.Errorf("--ack-log: %w", err)
+			return nil, fmt.Errorf("--ack-log: %w", err)
 		}
 		defer f.Close()
 		ld.ackLog = f
@@ -338,13 +341,13 @@ func runLoadWith(ctx context.Context, log *slog.Logger, cfg loadConfig) (loadSum
 	s := ld.stats.snapshot(time.Since(start))
 	log.Info("oncewal load: done", s.logAttrs()...)
 	if err := context.Cause(ld.sending); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return s, err
+		return &s, err
 	}
 	if s.requests > 0 && s.answered() == 0 {
-		return s, fmt.Errorf("none of %d requests was answered: check that a node of --addrs (%s) is up and one leads",
+		return &s, fmt.Errorf("none of %d requests was answered: check that a node of --addrs (%s) is up and one leads",
 			s.requests, strings.Join(cfg.client.Addrs, ","))
 	}
-	return s, nil
+	return &s, nil
 }
 
 // fail ends the run at once: err is a bug a load run must not meet.

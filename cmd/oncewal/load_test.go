@@ -82,7 +82,7 @@ func TestLoadConflictEndsRun(t *testing.T) {
 	must(t, c.Close())
 
 	sum, err := runLoadWith(ctx, slog.New(slog.DiscardHandler), loadConfig{client: opts(), clients: 1, runID: "run"})
-	if !errors.Is(err, client.ErrConflict) || sum.conflicts != 1 || sum.requests != 1 || sum.answered() != 0 {
+	if !errors.Is(err, client.ErrConflict) || sum == nil || sum.conflicts != 1 || sum.requests != 1 || sum.answered() != 0 {
 		t.Fatalf("load over a used request ID: %v, %s", err, sum)
 	}
 }
