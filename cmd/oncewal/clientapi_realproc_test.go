@@ -102,22 +102,34 @@ func freePort(t *testing.T) int {
 // issued by gencerts' CA in rp.
 func clientConn(t *testing.T, rp *realProcs, addr string) *grpc.ClientConn {
 	t.Helper()
-	block, _ := pem.Decode([]byte(readFile(t, rp.cert(pki.FileCA))))
-	caCert, err := x509.ParseCertificate(block.Bytes)
-	must(t, err)
-	block, _ = pem.Decode([]byte(readFile(t, rp.cert(pki.FileCAKey))))
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	must(t, err)
-	ca := &pki.CA{Cert: caCert, CertPEM: []byte(readFile(t, rp.cert(pki.FileCA)))}
-	var ok bool
-	if ca.Key, ok = key.(*ecdsa.PrivateKey); !ok {
-		t.Fatalf("CA key is %T", key)
-	}
+	ca := rp.ca(t)
 	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/alice")
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(grpctransport.ClientTLSConfig(ca.Pool(), pair, ""))))
 	must(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// ca is the CA gencerts wrote in rp, key included, to issue certificates
+// gencerts does not.
+func (rp *realProcs) ca(t *testing.T) *pki.CA { return gencertsCA(t, filepath.Join(rp.dir, "certs")) }
+
+// gencertsCA is the CA oncewal gencerts wrote into dir, key included.
+func gencertsCA(t *testing.T, dir string) *pki.CA {
+	t.Helper()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	block, _ := pem.Decode([]byte(readFile(t, p(pki.FileCA))))
+	caCert, err := x509.ParseCertificate(block.Bytes)
+	must(t, err)
+	block, _ = pem.Decode([]byte(readFile(t, p(pki.FileCAKey))))
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	must(t, err)
+	ca := &pki.CA{Cert: caCert, CertPEM: []byte(readFile(t, p(pki.FileCA)))}
+	var ok bool
+	if ca.Key, ok = key.(*ecdsa.PrivateKey); !ok {
+		t.Fatalf("CA key is %T", key)
+	}
+	return ca
 }
 
 // unary makes one call of the client service.

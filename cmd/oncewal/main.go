@@ -37,6 +37,7 @@ var commands = []command{
 	{"bench", "run the benchmark suite and print each figure beside its reference", runBench},
 	{"leader", "run the leader of every shard: WAL, stamping, retention; serve registered followers over gRPC with mutual TLS", runLeader},
 	{"follower", "replicate a shard (or every shard, into a node directory) from a leader over gRPC with mutual TLS", runFollower},
+	{"load", "drive a cluster over the network with concurrent clients through its client service (retries, acks, an ack log)", runLoad},
 	{"promote", "turn the most advanced stopped follower into the leader at a higher epoch", runPromote},
 	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client) for trying mutual TLS locally", runGencerts},
 	{"version", "print the module version and VCS revision this binary was built from", runVersion},
