@@ -15,6 +15,7 @@ import (
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
@@ -60,7 +61,9 @@ type nodeRun struct {
 func newCluster(t *testing.T, shards int, followers ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, shards: shards, tls: testutil.NewTLSPair(t), nodes: map[string]*nodeRun{}, dir: t.TempDir()}
-	c.lopts = leader.Options{Shards: shards, Followers: followers,
+	// A short lease: a claim the old leader left in flight when it died
+	// holds its request ID on the promoted one until its lease ends.
+	c.lopts = leader.Options{Shards: shards, Followers: followers, Ledger: idempotency.LedgerOptions{Lease: 3 * time.Second},
 		Shipping: leader.ShipperOptions{PollInterval: time.Millisecond, RetransmitTimeout: 20 * time.Millisecond}}
 	c.startLeader("127.0.0.1:0")
 	for _, id := range followers {
@@ -252,12 +255,12 @@ func (c *cluster) nodeEffects(id string) map[string]int64 {
 var fastBackoff = backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 20 * time.Millisecond}
 
 // newClient is a client of addrs whose certificate names
-// oncewal://client/name.
-func (c *cluster) newClient(name string, ack client.Ack, addrs ...string) *client.Client {
+// oncewal://client/name, with a budget of attempts per call.
+func (c *cluster) newClient(name string, ack client.Ack, attempts int, addrs ...string) *client.Client {
 	c.t.Helper()
 	cert := testutil.ClientCert(c.t, c.tls.Certs, "oncewal://client/"+name)
 	cl, err := client.New(&client.Options{Addrs: addrs, TLS: grpctransport.ClientTLSConfig(c.tls.Pool, cert, ""),
-		Ack: ack, Attempts: 60, RetryTimeout: 20 * time.Second, AttemptTimeout: 3 * time.Second,
+		Ack: ack, Attempts: attempts, RetryTimeout: 20 * time.Second, AttemptTimeout: 3 * time.Second,
 		Backoff: fastBackoff, Logger: quietLog()})
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() { _ = cl.Close() })
@@ -275,4 +278,18 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// listenServices serves svc alone on addr with the cluster's mutual TLS.
+func (c *cluster) listenServices(addr string, svc grpctransport.UnaryService) *grpctransport.ServiceServer {
+	c.t.Helper()
+	var srv *grpctransport.ServiceServer
+	var err error
+	waitFor(c.t, func() bool {
+		srv, err = grpctransport.ListenServices(addr, &grpctransport.ServerOptions{
+			TLS: grpctransport.ServerTLSConfig(c.tls.Pool, c.tls.Leader), Logger: quietLog(),
+			Services: []grpctransport.UnaryService{svc}})
+		return err == nil
+	})
+	return srv
 }
