@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/testutil"
