@@ -52,8 +52,11 @@ func benchSuite(c benchConfig) []benchCase {
 	e2e := func(name string, f func(*testing.B)) benchCase {
 		return benchCase{name: name, run: f, metric: "events/s", kind: "e2e"}
 	}
+	// The client rows take about 7 s together even with --quick's
+	// benchtime (a leader, followers and a gRPC server per ramp step):
+	// full suite only, as --quick already runs near its 30 s.
 	req := func(name string, f func(*testing.B)) benchCase {
-		return benchCase{name: name, run: f, metric: "requests/s", kind: "e2e"}
+		return benchCase{name: name, run: f, metric: "requests/s", kind: "e2e", full: true}
 	}
 	micro := func(name string, f func(*testing.B)) benchCase {
 		return benchCase{name: name, run: f, metric: "ns/op", kind: "micro"}
