@@ -47,6 +47,14 @@
 // append 100-event batches to one shard, no followers — group commit shares
 // the WAL's fdatasync among them (oncewal bench: 16 appenders against 1).
 //
+// Client (client.go): the front door. ClientNetwork sends a client-retry
+// workload (16-byte request IDs, 64-byte payloads, 30% retries) from 16
+// concurrent callers through client.Client to the client service on a
+// real gRPC server with mutual TLS on loopback; ClientInProcess does the
+// service's work per request (Shard.Claim, the default handler,
+// Shard.Commit, the ack wait) in process: the reference. Both without
+// followers (ack leader) and with majority acks of 1 and 2 real followers.
+//
 // Components: the idempotency window against golang-lru/v2 (check cost,
 // heap per entry fresh and churned; window.go), DeriveKey against
 // blake3.Sum256 (derive.go), and the session Tracker (tracker_test.go).
@@ -56,5 +64,6 @@
 //	go test ./bench -run '^$' -bench WindowMemory -benchtime 1x
 //	go test ./bench -run '^$' -bench 'Leader' -benchtime 2s
 //	go test ./bench -run '^$' -bench 'Pipeline|Shards' -benchtime 2s
+//	go test ./bench -run '^$' -bench Client -benchtime 2s -count 3
 //	go run ./cmd/oncewal bench [--quick] [--json]
 package bench

@@ -52,6 +52,12 @@ func benchSuite(c benchConfig) []benchCase {
 	e2e := func(name string, f func(*testing.B)) benchCase {
 		return benchCase{name: name, run: f, metric: "events/s", kind: "e2e"}
 	}
+	// The client rows take about 7 s together even with --quick's
+	// benchtime (a leader, followers and a gRPC server per ramp step):
+	// full suite only, as --quick already runs near its 30 s.
+	req := func(name string, f func(*testing.B)) benchCase {
+		return benchCase{name: name, run: f, metric: "requests/s", kind: "e2e", full: true}
+	}
 	micro := func(name string, f func(*testing.B)) benchCase {
 		return benchCase{name: name, run: f, metric: "ns/op", kind: "micro"}
 	}
@@ -80,6 +86,12 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("leader_quorum_3", bench.LeaderQuorum(3)),
 		e2e("leader_append_1", bench.LeaderConcurrent(1)),
 		e2e("leader_append_16", bench.LeaderConcurrent(16)),
+		req("client_inprocess", bench.ClientInProcess(0)),
+		req("client_network", bench.ClientNetwork(0)),
+		req("client_inprocess_majority_1", bench.ClientInProcess(1)),
+		req("client_network_majority_1", bench.ClientNetwork(1)),
+		req("client_inprocess_majority_2", bench.ClientInProcess(2)),
+		req("client_network_majority_2", bench.ClientNetwork(2)),
 		{name: "burst_raw_ingest", run: bench.RawIngest(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		{name: "burst_fresh", run: bench.Receiver(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		micro("derive64", bench.DeriveKey(64)),
@@ -239,7 +251,7 @@ func measureSuite(c benchConfig, quick bool, progress io.Writer) (*benchReport, 
 					// The leader's CPU per event is the figure compared.
 					rep.Samples[bc.name+"_cpu"] = append(rep.Samples[bc.name+"_cpu"], r.Extra["cpu-ns/event"])
 				}
-				fmt.Fprintf(progress, "%s events/s", siRate(v))
+				fmt.Fprintf(progress, "%s %s", siRate(v), bc.metric)
 			}
 			fmt.Fprintf(progress, "  (%.1fs)\n", time.Since(t0).Seconds())
 		}
@@ -322,6 +334,16 @@ func benchRows(s map[string][]float64) []benchRow {
 		func(v, ref float64) (string, bool) { return "<= 1.3x 1 follower", v <= 1.3*ref })
 	add("sync replication, WaitAcked(majority) of 3", evs, "leader_quorum_3", "WaitAcked of 1 follower", "leader_quorum_1", nil)
 	add("leader, 16 concurrent appenders of one shard (group commit)", evs, "leader_append_16", "1 appender", "leader_append_1", nil)
+	// The front door (issue 26): bench.ClientNetwork against
+	// bench.ClientInProcess, the client service's work without the network.
+	const reqs = "requests/s"
+	inProcess := "in-process Shard.Claim/Commit, same workload"
+	atLeast07 := func(v, ref float64) (string, bool) { return ">= 0.7x in-process", v >= 0.7*ref }
+	add(fmt.Sprintf("client over the network (gRPC, mutual TLS; %d callers, 30%% retries)", bench.ClientCallers), reqs,
+		"client_network", inProcess, "client_inprocess", atLeast07)
+	add("client over the network, majority acks, 1 follower", reqs, "client_network_majority_1", inProcess, "client_inprocess_majority_1", atLeast07)
+	add("client over the network, majority acks, 2 followers", reqs, "client_network_majority_2", inProcess, "client_inprocess_majority_2", atLeast07)
+	add("client over the network, majority acks of 2 followers", reqs, "client_network_majority_2", "the same with 1 follower", "client_network_majority_1", nil)
 	add("window heap, freshly filled (100K keys)", "B/entry", "window_heap_fresh", "golang-lru/v2", "window_heap_lru_fresh", nil)
 	add("window heap, after churn", "B/entry", "window_heap_churned", "golang-lru/v2", "window_heap_lru_churned", nil)
 	add("DeriveKey, 64-byte op", "ns", "derive64", "blake3.Sum256 of the same bytes", "derive64_sum256", nil)
@@ -402,6 +424,8 @@ func formatFigure(v float64, unit string) string {
 	switch unit {
 	case "events/s":
 		return siRate(v) + " ev/s"
+	case "requests/s":
+		return siRate(v) + " req/s"
 	case "ns":
 		return fmt.Sprintf("%.1f ns", v)
 	case "B/entry":

@@ -32,6 +32,7 @@ func TestBenchTable(t *testing.T) {
 		"derive64": {200}, "derive64_sum256": {300},
 		"window_dup": {50}, "window_dup_lru": {100},
 		"dup100_window": {0.5e6}, "dup100_window_pipelined": {0.9e6}, "e2e": {4e5}, "e2e_raw": {4.5e5}, "e2e_nosync": {6e5},
+		"client_network": {2000, 2400, 2200}, "client_inprocess": {3000},
 		// window_heap_churned, window_new, burst_* missing: their rows are left out.
 	}
 	rep := &benchReport{Machine: benchMachine{OS: "linux", Arch: "amd64", CPUs: 2, CPUModel: "Test CPU", Go: "go1.26"},
@@ -47,12 +48,13 @@ func TestBenchTable(t *testing.T) {
 		"24.0 B", "115.0 B", "0.21x",
 		"200.0 ns", "300.0 ns", "0.67x",
 		">= 1M events/s (MISSED)", "0.89x", ">= 0.8x at-least-once (met)", ">= 0.8x no fsync (MISSED)",
+		"client over the network (gRPC, mutual TLS; 16 callers, 30% retries)", "2.2K req/s", "3K req/s", "0.73x", ">= 0.7x in-process (met)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)
 		}
 	}
-	for _, absent := range []string{"after churn", "new key", "bursts", "30% client retries", "4 shards"} {
+	for _, absent := range []string{"after churn", "new key", "bursts", "30% client retries", "4 shards", "majority acks"} {
 		if strings.Contains(text, absent) {
 			t.Errorf("table has a row %q without samples:\n%s", absent, text)
 		}
