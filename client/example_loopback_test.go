@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/clientapi"
@@ -14,40 +16,48 @@ import (
 )
 
 // ExampleClient_Submit runs a one-node cluster in this process — a leader
-// in a temporary directory serving the client service on loopback — and
-// submits a request, retries it with the same ID (the retry is answered
-// with the first run's result, not run again), and reuses the ID for
-// another request (a conflict).
-//
-// It is plaintext with the caller named by Options.Principal, which is
-// only for loopback experiments: a deployment gives each client a
-// certificate naming oncewal://client/NAME (see Example), which
-// grpctransport.WriteCerts does not issue.
+// in a temporary directory serving the client service on loopback under
+// mutual TLS — and submits a request, retries it with the same ID (the
+// retry is answered with the first run's result, not run again), and
+// reuses the ID for another request (a conflict). The client's certificate
+// names it (oncewal://client/bank): its request IDs are its own.
 func ExampleClient_Submit() {
 	dir, err := os.MkdirTemp("", "oncewal-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	l, err := leader.Open(dir, &leader.Options{Shards: 1})
+	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, nil, []string{"bank"}, time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := leader.Open(filepath.Join(dir, "node"), &leader.Options{Shards: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	svc, err := clientapi.New(l, &clientapi.Options{Insecure: true})
+	svc, err := clientapi.New(l, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{Insecure: true,
+	serverTLS, err := grpctransport.LoadServerTLS(certs.CA, certs.Leader, certs.LeaderKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS,
 		Services: []grpctransport.UnaryService{svc.Unary()}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
 
+	bank := certs.Clients["bank"]
+	clientTLS, err := grpctransport.LoadClientTLS(certs.CA, bank.Cert, bank.Key)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// A leader without followers can acknowledge only its own WAL.
-	c, err := client.New(&client.Options{Addrs: []string{srv.Addr().String()}, Insecure: true, Principal: "bank",
-		Ack: client.AckLeader})
+	c, err := client.New(&client.Options{Addrs: []string{srv.Addr().String()}, TLS: clientTLS, Ack: client.AckLeader})
 	if err != nil {
 		log.Fatal(err)
 	}

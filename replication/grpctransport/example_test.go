@@ -37,7 +37,7 @@ func Example() {
 	// `oncewal gencerts` writes them; a deployment loads its own files the
 	// same way. The follower's names replica-1: the leader serves it only
 	// as that ID.
-	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, []string{"replica-1"}, time.Hour)
+	certs, err := grpctransport.WriteCerts(filepath.Join(dir, "certs"), nil, []string{"replica-1"}, nil, time.Hour)
 	if err != nil {
 		log.Fatal(err)
 	}
