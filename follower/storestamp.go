@@ -16,7 +16,8 @@ import (
 // reopens a damaged store it does not rebuild only once its stamp differs
 // from the one taken after the failed open (invariant 3): the operator
 // replaced, restored or moved it. The ctime in fileStamp catches a copy
-// restored in place with its sizes and times preserved (cp -a). A nil fs is the operating system's, as for store.Options.FS.
+// restored in place with its sizes and times preserved (cp -a). A nil fs
+// is the operating system's, as for store.Options.FS.
 func storeStamp(fs vfs.FS, dir string) string {
 	if fs == nil {
 		fs = vfs.Default
