@@ -2,8 +2,10 @@ package follower_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +292,82 @@ func TestRunRebuildsDamagedStore(t *testing.T) {
 	require.ErrorIs(t, reasons[0], store.ErrCorrupt)
 	cancel()
 	<-ran
+}
+
+// lockCountFS counts the locks taken on one file and the listings of one
+// directory (every open of a store lists it; so does the node's check for a
+// replaced store).
+type lockCountFS struct {
+	vfs.FS
+	lock, dir    string
+	locks, lists atomic.Int64
+}
+
+func (fs *lockCountFS) Lock(name string) (io.Closer, error) {
+	if filepath.Clean(name) == fs.lock {
+		fs.locks.Add(1)
+	}
+	return fs.FS.Lock(name)
+}
+
+func (fs *lockCountFS) List(dir string) ([]string, error) {
+	if filepath.Clean(dir) == fs.dir {
+		fs.lists.Add(1)
+	}
+	return fs.FS.List(dir)
+}
+
+// TestNodeLeavesDamagedShardAlone (invariant 3): a serving node with Rebuild
+// never does not open its damaged shard's store again while the store is
+// unchanged — it takes no lock on it, which oncewal inspect of the running
+// node would meet as store.ErrLocked instead of the damage (a flaky
+// TestRealProcessDamagedStore) — and changes nothing in it; once the
+// operator restores the damaged sstable, the node opens the store again.
+func TestNodeLeavesDamagedShardAlone(t *testing.T) {
+	dir, _ := damagedNode(t)
+	storeDir := store.ShardDir(dir, 1)
+	before := storeDigest(t, storeDir)
+	fs := &lockCountFS{FS: vfs.Default, lock: filepath.Join(storeDir, "LOCK"), dir: storeDir}
+	n, err := follower.OpenNode(dir, []uint32{0, 1}, &follower.NodeOptions{
+		Follower:      follower.Options{Store: store.Options{FS: fs, Logger: quietLogger}, Rebuild: follower.RebuildNever},
+		ReopenBackoff: time.Millisecond,
+	})
+	require.NoError(t, err)
+	defer n.Close()
+	require.ErrorIs(t, n.Stats().Shards[1].Err, store.ErrCorrupt)
+	locks, lists := fs.locks.Load(), fs.lists.Load()
+	require.Positive(t, locks, "the open that found the damage takes the lock")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := inprocess.New(inprocess.FaultsNone, 1)
+	defer tr.Close()
+	served := make(chan error, 1)
+	go func() {
+		served <- n.Serve(ctx, func(s uint32) replication.Dialer {
+			if s == 1 {
+				return tr
+			}
+			return nil
+		})
+	}()
+	waitNode(t, ctx, n, "the node to look at the damaged shard ten times", func() bool { return fs.lists.Load() >= lists+10 })
+	require.Equal(t, locks, fs.locks.Load(), "the node opened its damaged store again")
+	require.Equal(t, before, storeDigest(t, storeDir), "the node changed the damaged store")
+
+	// The operator restores the sstable from a copy, renamed into place.
+	ssts, err := filepath.Glob(filepath.Join(storeDir, "*.sst"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(ssts[0])
+	require.NoError(t, err)
+	b[16] ^= 0xff
+	restored := filepath.Join(t.TempDir(), "restored.sst")
+	require.NoError(t, os.WriteFile(restored, b, 0o644))
+	require.NoError(t, os.Rename(restored, ssts[0]))
+	waitNode(t, ctx, n, "the restored store to open", func() bool { return n.Stats().Shards[1].Err == nil })
+	require.Greater(t, fs.locks.Load(), locks)
+	require.Equal(t, 1, n.Stats().Shards[1].Reopens)
+	cancel()
+	require.NoError(t, <-served)
+	require.NoError(t, n.Close())
 }

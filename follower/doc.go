@@ -204,4 +204,11 @@
 //     (the acknowledger waits for each Pending in Start order), and a
 //     refusal no retry can fix is retried at the longest backoff, or ends
 //     Serve with ErrPermanentRefusal when StopOnPermanentRefusal is set.
+//  3. (Node) A shard whose store failed to open as damaged
+//     (store.ErrCorrupt) and is not rebuilt (Rebuild never) is not opened
+//     again — its lock is not taken — until its directory changes on disk
+//     (storeStamp: an operator replaced, restored or moved it). A node
+//     never holds, even briefly, the lock of a store it cannot serve, so
+//     oncewal inspect of a running node names that store damaged, never
+//     locked.
 package follower

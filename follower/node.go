@@ -121,6 +121,11 @@ type nodeShard struct {
 	// reset when the store opens again. Used by serveShard's goroutine
 	// (and OpenNode before it).
 	damagedLogged bool
+	// damagedStamp: storeStamp of the directory after an open failed with
+	// store.ErrCorrupt, "" otherwise; without Rebuild the store is not
+	// opened again while the stamp is unchanged (invariant 3). Used as
+	// damagedLogged.
+	damagedStamp string
 }
 
 // OpenNode opens (or creates) the store of every shard in shards under dir
@@ -228,6 +233,7 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 			damaged++
 			openErrs[i] = nil
 			n.shards[i].lastErr = err
+			n.shards[i].damagedStamp = n.shards[i].stamp()
 			n.shards[i].logDamaged(err)
 		}
 	}
@@ -530,10 +536,14 @@ func (ns *nodeShard) logDamaged(err error) {
 	ns.opts.Store.Logger.Error("oncewal node: shard store is damaged; "+does, "shard", ns.shard, "err", err)
 }
 
+// stamp is storeStamp of ns's store directory, on the filesystem its store
+// opens on (PerShard may set one of its own).
+func (ns *nodeShard) stamp() string { return storeStamp(ns.opts.Store.FS, ns.dir) }
+
 // reopen opens ns's store again, retrying with backoff until it opens or
 // ctx ends. A damaged store (store.ErrCorrupt) is rebuilt with Rebuild auto;
-// otherwise it is retried quietly (logged once), in case the operator
-// replaces the directory.
+// otherwise it is retried quietly (logged once) once its directory changed
+// (invariant 3), in case the operator replaces it.
 func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 	backoff := n.opts.ReopenBackoff
 	for ctx.Err() == nil {
@@ -545,15 +555,25 @@ func (n *Node) reopen(ctx context.Context, ns *nodeShard) {
 		case <-ctx.Done():
 			return
 		}
+		// Invariant 3: opening it again would only take its lock (a
+		// concurrent oncewal inspect would be told it is locked, not
+		// damaged) to meet the same damage.
+		if ns.damagedStamp != "" && !ns.opts.rebuilds() && ns.stamp() == ns.damagedStamp {
+			backoff = min(2*backoff, 32*n.opts.ReopenBackoff)
+			continue
+		}
 		f, err := OpenContext(ctx, ns.dir, &ns.opts)
 		ns.mu.Lock()
 		if err == nil {
-			ns.f, ns.lastErr, ns.damagedLogged = f, nil, false
+			ns.f, ns.lastErr, ns.damagedLogged, ns.damagedStamp = f, nil, false, ""
 			ns.reopens++
 			ns.mu.Unlock()
 			return
 		}
-		ns.lastErr = err
+		ns.lastErr, ns.damagedStamp = err, ""
+		if errors.Is(err, store.ErrCorrupt) {
+			ns.damagedStamp = ns.stamp()
+		}
 		ns.mu.Unlock()
 		if errors.Is(err, store.ErrCorrupt) {
 			ns.logDamaged(err)
