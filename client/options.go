@@ -30,8 +30,9 @@ const (
 	AckLeader Ack = 1 + Ack(clientwire.AckLeader)
 	// AckOne: durable on the leader and one follower.
 	AckOne Ack = 1 + Ack(clientwire.AckOne)
-	// AckMajority: durable on the leader and a majority of its followers
-	// (leader.AckMajority).
+	// AckMajority: durable on a majority of the replicas, the leader
+	// counted (leader.AckMajority): the leader and one of two followers,
+	// two of three.
 	AckMajority Ack = 1 + Ack(clientwire.AckMajority)
 	// AckAll: durable on the leader and every follower; one slow follower
 	// slows every request.

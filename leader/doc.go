@@ -199,8 +199,8 @@
 // batches in a bounded cache (cache.go) that every stream reads first, so
 // followers near the tail share one copy and the WAL is read only by
 // followers that fell behind it. WaitAcked(lsn, AckOne|AckMajority|AckAll)
-// waits for one, a majority or all of the registered followers (the leader
-// not counted); Stats gives per follower its acknowledged LSN, lag in events
+// waits for one follower, a majority of the replicas (the leader counted:
+// (n+1)/2 of n followers) or all followers; Stats gives per follower its acknowledged LSN, lag in events
 // and bytes, connection state and refusals by reason, and OnAcked reports
 // every acknowledged position as it moves (for retention slots).
 //

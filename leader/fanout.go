@@ -85,12 +85,14 @@ type AckPolicy uint8
 const (
 	// AckOne waits for any one registered follower.
 	AckOne AckPolicy = 1 + iota
-	// AckMajority waits for a majority of the registered followers:
-	// n/2+1 of n. The leader is not counted: its own copy is the one lost
-	// when it dies, the case a quorum is for. An LSN acknowledged by a
-	// majority of followers is held by at least one follower of every
-	// majority that survives, so promoting the most advanced survivor keeps
-	// it.
+	// AckMajority waits for a majority of the shard's replicas, the leader
+	// counted (as Raft's quorum and Kafka's min.insync.replicas count it):
+	// with n registered followers, (n+1)/2 of them besides the leader —
+	// one of two, two of three. An LSN so acknowledged is on a majority of
+	// the replicas, so every majority that survives the leader holds it on
+	// at least one follower, and promoting the most advanced survivor
+	// keeps it; and one follower of two may be down without stalling
+	// writes.
 	AckMajority
 	// AckAll waits for every registered follower.
 	AckAll
@@ -108,13 +110,14 @@ func (p AckPolicy) String() string {
 	return fmt.Sprintf("AckPolicy(%d)", uint8(p))
 }
 
-// need is the number of acknowledgements p requires of n followers.
-func (p AckPolicy) need(n int) int {
+// Need is the number of follower acknowledgements p requires of a shard
+// with n registered followers (n > 0): 1, (n+1)/2 or n.
+func (p AckPolicy) Need(n int) int {
 	switch p {
 	case AckOne:
 		return 1
 	case AckMajority:
-		return n/2 + 1
+		return (n + 1) / 2
 	default:
 		return n
 	}
@@ -685,7 +688,7 @@ func (f *Fanout) waitAcked(ctx context.Context, lsn uint64, policy AckPolicy) er
 				got++
 			}
 		}
-		if got >= policy.need(n) {
+		if got >= policy.Need(n) {
 			f.mu.Unlock()
 			return nil
 		}

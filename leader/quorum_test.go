@@ -13,14 +13,32 @@ import (
 )
 
 func TestAckPolicyNeed(t *testing.T) {
-	for n, want := range map[int][3]int{1: {1, 1, 1}, 2: {1, 2, 2}, 3: {1, 2, 3}, 4: {1, 3, 4}, 5: {1, 3, 5}} {
-		got := [3]int{AckOne.need(n), AckMajority.need(n), AckAll.need(n)}
+	// majority counts the leader: of n+1 replicas, (n+1)/2+1 with the
+	// leader, so (n+1)/2 followers.
+	for n, want := range map[int][3]int{1: {1, 1, 1}, 2: {1, 1, 2}, 3: {1, 2, 3}, 4: {1, 2, 4}, 5: {1, 3, 5}} {
+		got := [3]int{AckOne.Need(n), AckMajority.Need(n), AckAll.Need(n)}
 		if got != want {
 			t.Errorf("n=%d: one/majority/all need %v, want %v", n, got, want)
 		}
 	}
 	if AckMajority.String() != "majority" || AckPolicy(9).String() != "AckPolicy(9)" {
 		t.Error("String")
+	}
+}
+
+// TestMajorityWithOneOfTwoFollowersDown: with two registered followers and
+// one of them down, majority (the leader and one follower of three
+// replicas) is still met, so writes keep flowing; all is not.
+func TestMajorityWithOneOfTwoFollowersDown(t *testing.T) {
+	r := newFanoutRig(t, []string{"a", "b"}, nil, 1, nil)
+	r.start("a")
+	for i := 0; i < 20; i++ {
+		r.log.append(t, 1, 2)
+	}
+	end := r.log.lastLSN()
+	r.waitAcked(end, AckMajority)
+	if !blocked(r.fo, end, AckAll) {
+		t.Fatal("all of a, b acknowledged with b down")
 	}
 }
 
@@ -71,7 +89,7 @@ func TestFanoutWaitAckedPolicies(t *testing.T) {
 	}
 	r.log.append(t, 1, 2)
 	end = r.log.lastLSN()
-	r.waitAcked(end, AckMajority) // 3 of 4
+	r.waitAcked(end, AckMajority) // 2 of 4 needed, 3 have it
 	if !blocked(r.fo, end, AckAll) {
 		t.Fatal("all of a, b, c, d acknowledged with d never connected")
 	}

@@ -322,9 +322,9 @@ func (l *Leader) Unregister(id string) error {
 }
 
 // WaitAcked waits until the shard's followers that policy asks for have
-// acknowledged every LSN up to and including lsn (replication.AckMajority:
-// a majority of the registered followers; the leader itself is not
-// counted), or ctx ends. Close ends the wait with ErrClosed.
+// acknowledged every LSN up to and including lsn (AckMajority: a majority
+// of the shard's replicas, the leader counted, so (n+1)/2 of n registered
+// followers), or ctx ends. Close ends the wait with ErrClosed.
 func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
 	if s.ship == nil {
 		return ErrNotShipping

@@ -778,8 +778,8 @@ func (r *run) restartNode(n *node, kind int, rng *rand.Rand) error {
 	return r.startNode(n)
 }
 
-// answer waits until a majority of every shard's registered followers
-// acknowledged everything the client sent: the answers it then sees must
+// answer waits until a majority of every shard's replicas, the leader
+// counted, acknowledged everything the client sent: the answers it then sees must
 // survive any later failure.
 func (r *run) answer() error {
 	for s := range uint32(r.cfg.Shards) {
@@ -801,8 +801,9 @@ func (r *run) answer() error {
 	return nil
 }
 
-// majorityServes reports whether a majority of the leader's followers of
-// shard can acknowledge it (a refused follower never does).
+// majorityServes reports whether enough of the leader's followers of shard
+// to make a majority with the leader (leader.AckMajority.Need) can
+// acknowledge it (a refused follower never does).
 func (r *run) majorityServes(s uint32) bool {
 	ok := 0
 	for _, i := range r.lead.shipTo {
@@ -810,7 +811,7 @@ func (r *run) majorityServes(s uint32) bool {
 			ok++
 		}
 	}
-	return ok >= len(r.lead.shipTo)/2+1
+	return ok >= leader.AckMajority.Need(len(r.lead.shipTo))
 }
 
 // promote kills the leader and promotes the most advanced follower: per
