@@ -705,6 +705,26 @@ func (f *Fanout) waitAcked(ctx context.Context, lsn uint64, policy AckPolicy) er
 	}
 }
 
+// replicas counts the registered followers, those connected, and those
+// that have acknowledged lsn: what ErrAckTimeout and ErrQuorumLost report.
+func (f *Fanout) replicas(lsn uint64) (registered, connected, acked int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.peers {
+		if p == f.single {
+			continue
+		}
+		registered++
+		if p.connected {
+			connected++
+		}
+		if p.acked >= lsn {
+			acked++
+		}
+	}
+	return registered, connected, acked
+}
+
 // AckedLSN returns the position follower id has acknowledged (its latest
 // hello, then its acks; 0 before it first connected to this Fanout). It can
 // move back when the follower reconnects with less than it had (a NoSync

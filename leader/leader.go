@@ -127,6 +127,12 @@ type Options struct {
 	// RetentionInterval is how often Run advances the slots and deletes
 	// segments no slot needs. Default 1s.
 	RetentionInterval time.Duration
+	// AckTimeout bounds every Shard.WaitAcked: a batch its policy's
+	// followers have not acknowledged by then fails with ErrAckTimeout
+	// instead of waiting as long as the caller's context. Default
+	// DefaultAckTimeout (5s); negative: no bound (the caller's context
+	// only).
+	AckTimeout time.Duration
 	// Promote lets Open take over follower stores (a follower's node
 	// directory, or stores no leader raised): each such store's epoch is
 	// raised — to Epoch, which must exceed every epoch the store and its
@@ -141,6 +147,15 @@ type Options struct {
 const (
 	DefaultMaxRetainedBytes  = 4 << 30
 	DefaultRetentionInterval = time.Second
+	// DefaultAckTimeout is half the client's attempt bound
+	// (client.DefaultAttemptTimeout, 10s; clientapi waits as long as the
+	// caller's deadline): a write stuck on absent followers is answered
+	// Unavailable, naming the followers, while the client's attempt still
+	// runs, so the client learns why and has time to retry, instead of
+	// its own deadline ending the attempt without a reason. Healthy
+	// followers acknowledge in milliseconds, so 5s only ends waits that
+	// would not end.
+	DefaultAckTimeout = 5 * time.Second
 )
 
 // EnsureDefaults fills unset fields with their documented defaults and
@@ -157,6 +172,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.RetentionInterval == 0 {
 		o.RetentionInterval = DefaultRetentionInterval
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = DefaultAckTimeout
 	}
 	return o
 }

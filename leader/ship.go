@@ -324,7 +324,9 @@ func (l *Leader) Unregister(id string) error {
 // WaitAcked waits until the shard's followers that policy asks for have
 // acknowledged every LSN up to and including lsn (AckMajority: a majority
 // of the shard's replicas, the leader counted, so (n+1)/2 of n registered
-// followers), or ctx ends. Close ends the wait with ErrClosed.
+// followers), or ctx ends (ctx's error), or Options.AckTimeout passes
+// (ErrAckTimeout, saying how many acknowledged and are connected). Close
+// ends the wait with ErrClosed.
 func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) error {
 	if s.ship == nil {
 		return ErrNotShipping
@@ -333,12 +335,24 @@ func (s *Shard) WaitAcked(ctx context.Context, lsn uint64, policy AckPolicy) err
 	if closing.Err() != nil {
 		return ErrClosed
 	}
-	ctx, stop := context.WithCancel(ctx)
+	wait, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(closing, stop)()
-	err := s.ship.fan.waitAcked(ctx, lsn, policy)
-	if err != nil && closing.Err() != nil {
+	d := s.l.opts.AckTimeout
+	if d > 0 {
+		wait, stop = context.WithTimeout(wait, d)
+		defer stop()
+	}
+	err := s.ship.fan.waitAcked(wait, lsn, policy)
+	switch {
+	case err == nil:
+		return nil
+	case closing.Err() != nil:
 		return ErrClosed
+	case ctx.Err() != nil:
+		return ctx.Err() // the caller's own end, not the bound
+	case d > 0 && errors.Is(err, context.DeadlineExceeded):
+		return s.ackTimeout(lsn, policy, d)
 	}
 	return err
 }

@@ -605,6 +605,10 @@ func (r *run) openLeader(epoch uint64) error {
 			MaxBackoff: 10 * r.cfg.RetransmitTimeout, PollInterval: time.Millisecond},
 		SegmentSize:       r.cfg.SegmentSize,
 		RetentionInterval: r.cfg.RetentionInterval,
+		// The client waits for its answers as long as the run: a follower
+		// restarting or catching up under heavy faults may take longer
+		// than any fixed bound, and answer only asks when a majority serves.
+		AckTimeout: -1,
 	})
 	if err != nil {
 		stop()

@@ -277,7 +277,13 @@ func (c *genClient) log(ctx context.Context, s int, b []wal.Event, retried bool)
 	if err != nil {
 		return true, err
 	}
-	if err := sh.WaitAcked(ctx, h.LastLSN(), c.g.c.ack); err != nil {
+	err = sh.WaitAcked(ctx, h.LastLSN(), c.g.c.ack)
+	for errors.Is(err, leader.ErrAckTimeout) {
+		// A client retries; this one waits on, as it did before waits
+		// were bounded (the stats lines show which follower lags).
+		err = sh.WaitAcked(ctx, h.LastLSN(), c.g.c.ack)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return true, nil
 		}

@@ -337,6 +337,9 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		if runCtx.Err() != nil {
 			return metrics.NotReady("the leader stopped shipping")
 		}
+		if err := l.Quorum(leader.AckMajority); err != nil {
+			return metrics.NotReady("%w", err)
+		}
 		return nil
 	}
 	maddr, stopMetrics, err := serveMetrics(c.metricsAddr, log, shipping, metrics.NewLeaderCollector(l))
@@ -367,6 +370,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		logClientStats(log, clients.Stats())
 	}
 	wg.Go(func() { every(c.statsEvery, runCtx.Done(), logStats) })
+	wg.Go(func() { watchQuorum(runCtx, log, l, time.Second) })
 	wg.Wait()
 	logStats()
 	log.Info("oncewal leader: stopped", "dir", c.dir)
@@ -377,6 +381,24 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		return runErr
 	}
 	return nil
+}
+
+// watchQuorum logs one WARN line when the majority quorum is lost and one
+// INFO line when it is back, checking every tick until ctx ends: a
+// transition, not a line per tick, so a leader down to too few followers
+// says so once and the stats lines say the rest.
+func watchQuorum(ctx context.Context, log *slog.Logger, l *leader.Leader, tick time.Duration) {
+	var lost error
+	every(tick, ctx.Done(), func() {
+		err := l.Quorum(leader.AckMajority)
+		switch {
+		case err != nil && lost == nil:
+			log.Warn("oncewal leader: quorum lost: majority writes fail (ErrAckTimeout) and /readyz fails until enough followers reconnect", "err", err)
+		case err == nil && lost != nil:
+			log.Info("oncewal leader: quorum back: enough followers are connected for majority writes")
+		}
+		lost = err
+	})
 }
 
 // logLeaderStats logs one line per shard, one per follower of each shard
