@@ -200,7 +200,11 @@
 // followers near the tail share one copy and the WAL is read only by
 // followers that fell behind it. WaitAcked(lsn, AckOne|AckMajority|AckAll)
 // waits for one follower, a majority of the replicas (the leader counted:
-// (n+1)/2 of n followers) or all followers; Stats gives per follower its acknowledged LSN, lag in events
+// (n+1)/2 of n followers) or all followers, for at most
+// Options.AckTimeout (then ErrAckTimeout, naming how many acknowledged and
+// are connected: a write never hangs on absent followers); Quorum says
+// whether enough followers are connected to meet a policy (else
+// ErrQuorumLost, which oncewal leader's /readyz reports); Stats gives per follower its acknowledged LSN, lag in events
 // and bytes, connection state and refusals by reason, and OnAcked reports
 // every acknowledged position as it moves (for retention slots).
 //
@@ -422,7 +426,9 @@
 //     cache holds only batches handed to Appended, contiguous in LSN, never
 //     modified, within CacheBytes.
 //  4. WaitAcked(lsn, policy) returns nil only once policy's share of the
-//     followers registered at that moment have acknowledged lsn.
+//     followers registered at that moment have acknowledged lsn; any
+//     other end (ErrAckTimeout, the caller's context, Close) leaves the
+//     batch logged with its outcome unknown, never undone.
 //  5. A follower ID is served on one connection at a time, and a
 //     connection known to be alive (it answered within 3 heartbeat
 //     intervals) is never replaced by another of its ID: the newcomer is

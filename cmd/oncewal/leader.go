@@ -75,8 +75,13 @@ request acknowledged to its client (logged, and --ack met) to FILE, so a
 test can check after kill -9 that nothing acknowledged was lost. Logs
 one stats line per shard and per follower, and one of the client service's
 replies, every --stats-interval; stops cleanly on SIGINT/SIGTERM.
---metrics-addr serves /metrics, /healthz and /readyz (ready: open and
-shipping).`
+--metrics-addr serves /metrics, /healthz and /readyz (ready: open,
+shipping, and enough followers connected for a majority of the replicas,
+the leader counted: one of two, two of three; else 503 naming the lost
+quorum). The leader logs one WARN line when that quorum is lost and one
+INFO line when it is back. A client request waiting for its ack policy
+longer than 5s is answered Unavailable (outcome unknown: retry with the
+same request ID), naming how many followers acknowledged it.`
 
 // Bounds of the flags. A batch of maxGenerateBatch generated events stays
 // far below wal.MaxBodySize; more sessions than maxGenerateSessions only
