@@ -72,3 +72,30 @@ func TestAckMajority(t *testing.T) {
 	require.GreaterOrEqual(t, applied, next.LSN, "OK was answered before the follower held it")
 	require.Equal(t, int64(3), r.counter(sid, "n"))
 }
+
+// TestAckTimeoutAnswersUnavailable: a majority request whose follower
+// never runs is answered over the wire once the leader's AckTimeout
+// passes — not when the caller's deadline ends the call — as Unavailable,
+// outcome unknown, retry with the same request ID, naming how many
+// followers acknowledged.
+func TestAckTimeoutAnswersUnavailable(t *testing.T) {
+	tr := inprocess.New(inprocess.FaultsNone, 1)
+	defer tr.Close()
+	r := newRig(t, leader.Options{Shards: 1, Followers: []string{"f1"}, AckTimeout: 50 * time.Millisecond,
+		Listener: func(uint32) replication.Listener { return tr }}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { _ = r.l.Run(ctx) })
+
+	cc := r.client("alice")
+	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	rep := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "t1", Ack: clientwire.AckMajority, Payload: ops(add("n", 1))})
+	require.Equal(t, clientwire.Unavailable, rep.Code, rep.Message)
+	for _, want := range []string{"acknowledgement timed out", "acknowledged by 0 of 1 followers (0 connected)",
+		"majority needs 1", "outcome is unknown", "retry with the same request ID"} {
+		require.Contains(t, rep.Message, want)
+	}
+	require.Equal(t, int64(1), r.counter(sid, "n"), "it ran, once")
+}
