@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,33 @@ func TestOnlyTestsImport(t *testing.T) {
 				t.Errorf("%s imports testutil; only _test.go files may", p)
 			}
 		}
+	}
+}
+
+// TestEtcdServerOnlyInTests: the library and the CLI link etcd's client
+// only. No non-test file imports go.etcd.io/etcd/server but
+// internal/etcdtest (a real etcd for tests), and no non-test file imports
+// internal/etcdtest.
+func TestEtcdServerOnlyInTests(t *testing.T) {
+	const helper = "internal/etcdtest"
+	seen := false
+	parseProductFiles(t, "..", parser.ImportsOnly, func(p string, f *ast.File) error {
+		dir := filepath.ToSlash(filepath.Dir(p))
+		for _, imp := range f.Imports {
+			v, _ := strconv.Unquote(imp.Path.Value)
+			switch {
+			case strings.HasPrefix(v, "go.etcd.io/etcd/server/") && strings.HasSuffix(dir, "/"+helper):
+				seen = true
+			case strings.HasPrefix(v, "go.etcd.io/etcd/server/"):
+				t.Errorf("%s imports %s: only tests may run an etcd server (use %s)", p, v, helper)
+			case v == module+helper:
+				t.Errorf("%s imports %s; only _test.go files may", p, v)
+			}
+		}
+		return nil
+	})
+	if !seen {
+		t.Fatalf("%s imports no etcd server: wrong root, or the helper moved?", helper)
 	}
 }
 

@@ -22,6 +22,11 @@ var layers = [][]string{
 	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate",
 		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill", "internal/clientwire"},
 	{"internal/ledgerrecord"},
+	// the coordination seam (its interface, etcd client and in-memory
+	// implementations) needs leaves only, so the simulation and the node
+	// above can both stand on it; etcdtest (test-only) imports nothing of
+	// the module
+	{"coord", "internal/etcdtest"},
 	// test helpers: imported by _test.go files only (TestOnlyTestsImport),
 	// and themselves import leaves only (TestTestutilImportsOnlyLeaves), so
 	// that every package's internal tests can use them

@@ -17,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/wal"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // scrape fetches url's /metrics and parses it with the Prometheus text
@@ -31,7 +32,10 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %s", resp.Status)
 	}
-	var p expfmt.TextParser
+	// common v0.67 (with client_golang 1.23, which etcd requires) panics on
+	// a zero TextParser: it must be told which metric names are valid.
+	// oncewal's names are legacy (classic Prometheus) names.
+	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		t.Fatalf("/metrics does not parse: %v", err)
