@@ -136,26 +136,21 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
-	tlsCfg, msg, err := tf.load(false)
-	if msg != "" {
-		return usageError(fs, stderr, "%s", msg)
-	}
 	log := lf.logger(stderr)
-	if err != nil {
-		log.Error("oncewal follower: TLS", "err", err)
-		return exitFailure
+	tlsCfg, code, ok := tf.open(fs, stderr, log, "oncewal follower", false, "plaintext, unauthenticated; use only on loopback for tests")
+	if !ok {
+		return code
 	}
 	var clientTLS *tls.Config
 	if tlsCfg != nil {
 		tlsCfg.ServerName = *serverName
 		if *clientListen != "" {
+			var err error
 			if clientTLS, err = clientServerTLS(*tf.ca, or(*clientCert, *tf.cert), or(*clientKey, *tf.key)); err != nil {
 				log.Error("oncewal follower: --client-listen", "err", err)
 				return exitFailure
 			}
 		}
-	} else {
-		log.Warn("oncewal follower: --insecure: plaintext, unauthenticated; use only on loopback for tests")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

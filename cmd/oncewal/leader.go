@@ -158,17 +158,10 @@ func runLeader(args []string, stdout, stderr io.Writer) int {
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
-	tlsCfg, msg, err := tf.load(true)
-	if msg != "" {
-		return usageError(fs, stderr, "%s", msg)
-	}
 	log := lf.logger(stderr)
-	if err != nil {
-		log.Error("oncewal leader: TLS", "err", err)
-		return exitFailure
-	}
-	if tlsCfg == nil {
-		log.Warn("oncewal leader: --insecure: plaintext, unauthenticated; use only on loopback for tests")
+	tlsCfg, code, ok := tf.open(fs, stderr, log, "oncewal leader", true, "plaintext, unauthenticated; use only on loopback for tests")
+	if !ok {
+		return code
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -109,17 +109,10 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
-	tlsCfg, msg, err := tf.load(false)
-	if msg != "" {
-		return usageError(fs, stderr, "%s", msg)
-	}
 	log := lf.logger(stderr)
-	if err != nil {
-		log.Error("oncewal load: TLS", "err", err)
-		return exitFailure
-	}
-	if tlsCfg == nil {
-		log.Warn("oncewal load: --insecure: plaintext, the principal named by --principal; use only on loopback for tests")
+	tlsCfg, code, ok := tf.open(fs, stderr, log, "oncewal load", false, "plaintext, the principal named by --principal; use only on loopback for tests")
+	if !ok {
+		return code
 	}
 	opts := &client.Options{Addrs: nodes, TLS: tlsCfg, Insecure: tlsCfg == nil, Ack: policy, Logger: log}
 	if tlsCfg == nil {

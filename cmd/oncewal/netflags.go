@@ -52,6 +52,24 @@ func (f *tlsFlags) load(server bool) (*tls.Config, string, error) {
 	return cfg, "", err
 }
 
+// open is load for a command whose flags passed their checks: a usage
+// problem is a usage error (exit 2), files that do not load are logged as
+// cmd's TLS error (exit 1), and plaintext is warned about with insecure,
+// what --insecure means for cmd. ok false: exit with code.
+func (f *tlsFlags) open(fs *flag.FlagSet, stderr io.Writer, log *slog.Logger, cmd string, server bool, insecure string) (cfg *tls.Config, code int, ok bool) {
+	cfg, msg, err := f.load(server)
+	switch {
+	case msg != "":
+		return nil, usageError(fs, stderr, "%s", msg), false
+	case err != nil:
+		log.Error(cmd+": TLS", "err", err)
+		return nil, exitFailure, false
+	case cfg == nil:
+		log.Warn(cmd + ": --insecure: " + insecure)
+	}
+	return cfg, 0, true
+}
+
 // logFlags are the logging flags shared by leader and follower.
 type logFlags struct {
 	format, level *string
