@@ -48,6 +48,37 @@
 //
 // A request the node cannot decode is the gRPC status InvalidArgument.
 //
+// # Leadership: MinAck and Leading
+//
+// A node that is elected (package node) runs a Service while it leads and
+// NotLeader while it follows. Two options make that sound.
+//
+// Options.MinAck is the cluster's ack policy as the service's floor: a
+// request asking for a weaker one waits for MinAck all the same (its OK
+// or Replay then says so in Message; clientwire.SubmitReply has no field
+// for it). The fencing after an election hears back from enough followers
+// that every set the policy could have acknowledged meets the set it
+// heard; a write acknowledged under a weaker policy could escape it.
+//
+// Options.Leading says whether the node's leadership may have ended (its
+// lease's deadline passed): a deposed leader must not acknowledge. The
+// service asks it before a Submit claims anything, and again after the
+// ack wait, the last thing before OK or Replay — a window the lease's
+// margin must cover remains between that check and the reply's arrival.
+// When it says no:
+//
+//   - Before anything ran (a Submit before its claim, a Status, an
+//     OpenSession): NotLeader, the leader unknown. The wire's NotLeader
+//     means "nothing ran"; the client moves on with the same request ID
+//     and, if its budget ends, reports that the request did not run.
+//   - After the commit (or a replay's wait): Unavailable, the outcome
+//     unknown, saying to retry with the same request ID at the current
+//     leader. It is not NotLeader, though this node no longer leads,
+//     because the request ran here: NotLeader would tell the client it did
+//     not, and a client whose budget then ended would report a request
+//     that may survive as one that never ran. Whether it survives is the
+//     new leader's to say: its ledger replays it, or it runs the retry.
+//
 // # Status and OpenSession
 //
 // Status looks the request ID up in the ledger of the shard of the session
@@ -62,8 +93,10 @@
 //  1. The scope of every ledger call is the caller's authenticated client
 //     name; nothing on the wire names it.
 //  2. OK and Replay are answered only once the answer's batch is durable
-//     under the request's ack policy: in the leader's WAL (AckLeader), and
-//     acknowledged by the followers the policy asks for.
+//     under the request's ack policy or Options.MinAck, whichever is
+//     stronger: in the leader's WAL (AckLeader), and acknowledged by the
+//     followers the policy asks for; and only while Options.Leading says
+//     this node leads, asked after that wait.
 //  3. A request's effects and its outcome are logged in one batch
 //     (Shard.Commit); a request that answers anything but OK logged no
 //     effect of its own, except Unavailable after the commit (the ack wait
@@ -76,4 +109,8 @@
 //  6. A node that does not lead (NotLeader) answers every call NotLeader,
 //     with the leader's address and epoch when it knows them, and runs
 //     nothing.
+//  7. A Service whose Options.Leading reports an error answers as a node
+//     that does not lead: NotLeader (leader unknown) where nothing ran,
+//     Unavailable with the outcome unknown where the request ran; it claims
+//     nothing new meanwhile.
 package clientapi

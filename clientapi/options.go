@@ -76,6 +76,22 @@ type Options struct {
 	// and its commit is not refused. Default: a third of the ledger's
 	// lease. Negative: never (a handler then has one lease).
 	Heartbeat time.Duration
+	// MinAck is the weakest ack policy the service answers under: a Submit
+	// asking for less waits for MinAck before it answers OK or Replay
+	// (invariant 2), and says so in the reply's Message. A node whose
+	// fencing after an election counts on every acknowledged write having
+	// met the cluster's policy sets it to that policy: a client asking for
+	// less must not make a write the fencing cannot see. Default
+	// clientwire.AckLeader (0): each request's own policy.
+	MinAck clientwire.Ack
+	// Leading reports whether this node may still answer as the leader:
+	// nil while it surely leads, else why its leadership may have ended (a
+	// lease whose deadline has passed). It is consulted before a request
+	// is claimed and again after the ack wait, the last thing before OK,
+	// Replay, a Status or a new session is answered (invariants 2 and 7);
+	// it must be cheap and must not block. Default nil: the node always
+	// leads (a leader of fixed role).
+	Leading func() error
 	// Logger receives a line per request that could not be served
 	// (Unavailable) and per handler panic. Default slog.Default().
 	Logger *slog.Logger
@@ -93,11 +109,16 @@ func (o *Options) EnsureDefaults() *Options {
 	return o
 }
 
-// Validate reports every invalid field wrapping ErrBadOptions; every field
-// of Options has a usable zero value, so only a nil Options is refused.
+// Validate reports every invalid field wrapping ErrBadOptions: a nil
+// Options, or a MinAck that is no ack policy (every other field has a
+// usable zero value).
 func (o *Options) Validate() error {
 	if o == nil {
 		return fmt.Errorf("%w: nil Options", ErrBadOptions)
 	}
-	return badopts.Wrap(ErrBadOptions, "Options", nil)
+	var errs []error
+	if o.MinAck > clientwire.AckAll {
+		errs = append(errs, fmt.Errorf("MinAck %d is not an ack policy: use 0 (leader), 1 (one), 2 (majority) or 3 (all)", o.MinAck))
+	}
+	return badopts.Wrap(ErrBadOptions, "Options", errs)
 }

@@ -116,6 +116,11 @@ func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRe
 	if r.Ack > clientwire.AckAll {
 		return s.refuse(rep, fmt.Errorf("%w: ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", errRefused, r.Ack))
 	}
+	// A node that may have lost its leadership runs nothing (invariant 7).
+	if err := s.leading(); err != nil {
+		return s.notLeading(rep, err)
+	}
+	ack := max(r.Ack, s.opts.MinAck) // invariant 2: never weaker than MinAck
 	c, err := sh.Claim(ctx, sid, who, r.RequestID, r.Payload, idempotency.ClaimOptions{Wait: true, Action: r.Action})
 	if err != nil {
 		return s.refuse(rep, err)
@@ -132,11 +137,11 @@ func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRe
 		// The ledger shows an outcome only once its batch is applied, so
 		// the applied LSN now covers it (invariant 2).
 		lsn, _ := sh.Position()
-		if err := s.waitAck(ctx, sh, lsn, r.Ack); err != nil {
-			return s.unknown(rep, r, lsn, err)
+		if err := s.waitAck(ctx, sh, lsn, ack); err != nil {
+			return s.unknown(rep, r, ack, lsn, err)
 		}
 		rep.Code, rep.LSN, rep.Outcome = clientwire.Replay, lsn, c.Outcome
-		return rep
+		return s.answer(rep, r, ack)
 	case idempotency.InFlight: // a waiting claim never answers it
 		rep.Code, rep.Message = clientwire.InFlight, fmt.Sprintf("request %q is running; retry with the same request ID", r.RequestID)
 		return rep
@@ -160,11 +165,49 @@ func (s *Service) Submit(ctx context.Context, who string, r *clientwire.SubmitRe
 		}
 		return s.refuse(rep, err)
 	}
-	if err := s.waitAck(ctx, sh, h.LastLSN(), r.Ack); err != nil {
-		return s.unknown(rep, r, h.LastLSN(), err)
+	if err := s.waitAck(ctx, sh, h.LastLSN(), ack); err != nil {
+		return s.unknown(rep, r, ack, h.LastLSN(), err)
 	}
 	rep.Code, rep.LSN, rep.Outcome = clientwire.OK, h.LastLSN(), outcome
+	return s.answer(rep, r, ack)
+}
+
+// answer gives rep, an OK or a Replay durable under ack, if this node
+// still leads (invariants 2 and 7), saying so when ack is stronger than
+// the request asked for; else the outcome is unknown to the caller.
+func (s *Service) answer(rep clientwire.SubmitReply, r *clientwire.SubmitRequest, ack clientwire.Ack) clientwire.SubmitReply {
+	if err := s.leading(); err != nil {
+		s.log.Warn("clientapi: a request's answer withheld: this node's leadership may have ended", "request_id", r.RequestID, "lsn", rep.LSN, "err", err)
+		return clientwire.SubmitReply{Code: clientwire.Unavailable, Epoch: rep.Epoch, Message: message(fmt.Sprintf(
+			"request %q is logged at LSN %d and acknowledged under ack policy %v, but this node's leadership may have ended (%v): "+
+				"its outcome is unknown: retry with the same request ID at the current leader", r.RequestID, rep.LSN, ack, err))}
+	}
+	if ack != r.Ack {
+		rep.Message = fmt.Sprintf("answered under ack policy %v, this node's minimum (the request asked for %v)", ack, r.Ack)
+	}
 	return rep
+}
+
+// leading is Options.Leading's verdict: nil while this node leads.
+func (s *Service) leading() error {
+	if s.opts.Leading == nil {
+		return nil
+	}
+	return s.opts.Leading()
+}
+
+// notLeading answers a Submit that ran nothing on a node that may no
+// longer lead (invariant 7): NotLeader, the leader unknown, so that the
+// caller looks for it with the same request ID.
+func (s *Service) notLeading(rep clientwire.SubmitReply, err error) clientwire.SubmitReply {
+	rep.Code, rep.Message = clientwire.NotLeader, notLeadingMessage(err)
+	return rep
+}
+
+// notLeadingMessage is the text of every NotLeader a node answers when
+// Options.Leading says its leadership may have ended.
+func notLeadingMessage(err error) string {
+	return message(fmt.Sprintf("this node's leadership may have ended (%v): nothing ran here; send the request, with the same request ID, to the current leader", err))
 }
 
 // run calls the handler; a panic is the handler's refusal, not the
@@ -257,15 +300,15 @@ func (s *Service) refuse(rep clientwire.SubmitReply, err error) clientwire.Submi
 // unknown answers a request whose batch is logged but not acknowledged
 // under its policy: the caller cannot know whether it will survive a
 // failover (invariant 3).
-func (s *Service) unknown(rep clientwire.SubmitReply, r *clientwire.SubmitRequest, lsn uint64, err error) clientwire.SubmitReply {
+func (s *Service) unknown(rep clientwire.SubmitReply, r *clientwire.SubmitRequest, ack clientwire.Ack, lsn uint64, err error) clientwire.SubmitReply {
 	why := err.Error()
 	if errors.Is(err, leader.ErrNoFollowers) || errors.Is(err, leader.ErrNotShipping) {
 		why += " (this ack policy cannot be met until followers are registered; ack leader can)"
 	}
 	rep.Code = clientwire.Unavailable
-	rep.Message = message(fmt.Sprintf("request %q is logged at LSN %d but not acknowledged under ack policy %d: %s; its outcome is unknown: %s",
-		r.RequestID, lsn, r.Ack, why, remedy(clientwire.Unavailable)))
-	s.log.Warn("clientapi: ack wait ended", "request_id", r.RequestID, "lsn", lsn, "ack", r.Ack, "err", err)
+	rep.Message = message(fmt.Sprintf("request %q is logged at LSN %d but not acknowledged under ack policy %v: %s; its outcome is unknown: %s",
+		r.RequestID, lsn, ack, why, remedy(clientwire.Unavailable)))
+	s.log.Warn("clientapi: ack wait ended", "request_id", r.RequestID, "lsn", lsn, "ack", ack, "err", err)
 	return rep
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -23,9 +24,19 @@ func (s *Service) statusFrame(ctx context.Context, in []byte) ([]byte, error) {
 
 // Status answers what the ledger of the shard of r's session holds for the
 // caller's request ID now: Replay (completed, with its outcome), Failed,
-// InFlight or Unknown (nothing, or past its replay window).
+// InFlight or Unknown (nothing, or past its replay window) — or NotLeader
+// if Options.Leading says this node may no longer lead (invariant 7): its
+// ledger may then lack what the new leader has run.
 func (s *Service) Status(who string, r *clientwire.StatusRequest) clientwire.StatusReply {
 	sh := s.l.For(session.ID(r.Session))
+	rep := s.status(who, sh, r)
+	if err := s.leading(); err != nil {
+		return clientwire.StatusReply{Code: clientwire.NotLeader, Epoch: rep.Epoch, Message: notLeadingMessage(err)}
+	}
+	return rep
+}
+
+func (s *Service) status(who string, sh *leader.Shard, r *clientwire.StatusRequest) clientwire.StatusReply {
 	rep := clientwire.StatusReply{Epoch: sh.Epoch()}
 	e, found, err := sh.Ledger().Lookup(who, r.RequestID)
 	if err != nil {
@@ -68,8 +79,22 @@ const maxDraws = 64
 
 // OpenSession logs the opening of a new random session — with r.HasNear,
 // one in the shard of r.Near (invariant 5) — and answers it with the
-// retention horizon, after which an idle session expires, and the epoch.
+// retention horizon, after which an idle session expires, and the epoch;
+// or NotLeader if Options.Leading says this node may no longer lead, asked
+// before the session is logged and again before it is answered (invariant
+// 7: a session logged in between is never used, and expires idle).
 func (s *Service) OpenSession(r *clientwire.OpenSessionRequest) clientwire.OpenSessionReply {
+	if err := s.leading(); err != nil {
+		return clientwire.OpenSessionReply{Code: clientwire.NotLeader, Epoch: s.l.For(session.ID(r.Near)).Epoch(), Message: notLeadingMessage(err)}
+	}
+	rep := s.openSession(r)
+	if err := s.leading(); err != nil {
+		return clientwire.OpenSessionReply{Code: clientwire.NotLeader, Epoch: rep.Epoch, Message: notLeadingMessage(err)}
+	}
+	return rep
+}
+
+func (s *Service) openSession(r *clientwire.OpenSessionRequest) clientwire.OpenSessionReply {
 	id := session.NewID()
 	if r.HasNear {
 		want := s.l.For(session.ID(r.Near))

@@ -55,6 +55,15 @@ const (
 	AckAll      Ack = 3
 )
 
+var ackNames = [...]string{"leader", "one", "majority", "all"}
+
+func (a Ack) String() string {
+	if int(a) < len(ackNames) {
+		return ackNames[a]
+	}
+	return fmt.Sprintf("Ack(%d)", uint8(a))
+}
+
 // Code is what a reply says happened (invariant 4: append-only).
 type Code uint8
 
@@ -114,7 +123,12 @@ type SubmitRequest struct {
 	Payload   []byte
 }
 
-// SubmitReply is the answer to a SubmitRequest.
+// SubmitReply is the answer to a SubmitRequest. It has no field for the
+// ack policy it was answered under, which a node may raise above the
+// request's (clientapi.Options.MinAck): a decoder refuses trailing bytes
+// (invariant 1), so a new field would make every deployed client refuse
+// every reply of an upgraded node. A node that raised the policy says so
+// in Message, which an OK or Replay does not otherwise use.
 type SubmitReply struct {
 	Code    Code
 	LSN     uint64 // the batch that logged the answer (Replay: the log's end when the retry came, which covers it)

@@ -101,6 +101,11 @@ func TestCodeNames(t *testing.T) {
 	if Unknown.String() != "unknown" || Code(200).String() != "Code(200)" || NotLeader.String() != "not leader" {
 		t.Errorf("names: %v %v %v", Unknown, Code(200), NotLeader)
 	}
+	// Ack names appear in replies' messages (a raised policy, an ack wait
+	// that ended), where an operator reads them beside leader.AckPolicy's.
+	if AckLeader.String() != "leader" || AckMajority.String() != "majority" || AckAll.String() != "all" || Ack(9).String() != "Ack(9)" {
+		t.Errorf("ack names: %v %v %v %v", AckLeader, AckMajority, AckAll, Ack(9))
+	}
 }
 
 // FuzzUnmarshal: no input panics, and whatever decodes re-encodes to the
