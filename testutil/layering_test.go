@@ -41,6 +41,7 @@ var layers = [][]string{
 	// the roles, and the transports beside the contract
 	{"leader", "follower", "replication/inprocess", "replication/grpctransport"},
 	{"clientapi", "client"},
+	{"node"},
 	{"metrics", "sim", "bench"},
 	{"cmd/oncewal"},
 }

@@ -1,0 +1,129 @@
+package node
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+)
+
+// fenceNeed is how many members a winner must hear, itself counted, before
+// it promotes (invariant 2): every member but one (the deposed leader) may
+// have been its follower, F of them, and the policy acknowledged a write
+// once A of them had it; hearing F − A + 1 meets every such set. A cluster
+// of one hears itself.
+func fenceNeed(members int, ack leader.AckPolicy) int {
+	f := members - 1
+	if f <= 0 {
+		return 1
+	}
+	return f - ack.Need(f) + 1
+}
+
+// termEpoch is the epoch of the term won at election revision rev, given the
+// cluster's epoch base and the highest epoch seen (stores, promises, the last
+// term), and the base the winner records with it (invariant 1).
+func termEpoch(base, rev, seen uint64) (epoch, newBase uint64, err error) {
+	epoch = base + rev
+	if epoch < base || epoch <= seen {
+		if epoch, err = replication.NextEpoch(seen, "this cluster"); err != nil {
+			return 0, 0, err
+		}
+	}
+	if epoch > replication.MaxEpoch {
+		return 0, 0, fmt.Errorf("%w: term %d at epoch base %d", replication.ErrEpochExhausted, rev, base)
+	}
+	return epoch, epoch - rev, nil
+}
+
+type choiceKind int
+
+const (
+	choiceWait    choiceKind = iota // too few members heard yet
+	choicePromote                   // the winner is the most advanced: lead
+	choiceHandoff                   // another member is: hand over to it
+	choiceRaise                     // a member holds the term's epoch or a later one
+	choiceStuck                     // nobody is most advanced on every shard
+)
+
+func (k choiceKind) String() string {
+	return [...]string{"wait", "promote", "handoff", "raise", "stuck"}[k]
+}
+
+// choice is what a fencing winner does with the reports it heard.
+type choice struct {
+	kind  choiceKind
+	to    string   // handoff: the member to hand over to
+	seen  uint64   // raise: the highest epoch heard
+	heard []string // the members heard, the winner first
+	why   string
+}
+
+// choose decides a fencing term t for its winner me from the reports of
+// members (invariants 1 and 2): pure, so a table drives it.
+func choose(me string, t term, members Members, reports map[string]report, shards int, need int) choice {
+	var heard []report
+	for id, r := range reports {
+		if r.Term == t.Term && r.Epoch == t.Epoch && members.Has(id) {
+			heard = append(heard, r)
+		}
+	}
+	// The winner first, so that ties go to it (no handoff for nothing).
+	slices.SortFunc(heard, func(a, b report) int {
+		switch {
+		case a.ID == me:
+			return -1
+		case b.ID == me:
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	c := choice{}
+	for _, r := range heard {
+		c.heard = append(c.heard, r.ID)
+	}
+	if len(heard) < need || len(heard) == 0 || heard[0].ID != me {
+		c.kind, c.why = choiceWait, fmt.Sprintf("heard %d of the %d members fencing needs", len(heard), need)
+		return c
+	}
+	var cands []leader.Candidate
+	for _, r := range heard {
+		for _, p := range r.Positions {
+			cands = append(cands, leader.Candidate{Holder: r.ID, Shard: p.Shard, Pos: p})
+		}
+		for _, s := range r.Unknown {
+			cands = append(cands, leader.Candidate{Holder: r.ID, Shard: s, Unknown: true})
+		}
+	}
+	rank := leader.Rank(cands)
+	if rank.Seen >= t.Epoch {
+		c.kind, c.seen = choiceRaise, rank.Seen
+		c.why = fmt.Sprintf("%s holds epoch %d, at or above this term's %d", rank.SeenBy, rank.Seen, t.Epoch)
+		return c
+	}
+	switch {
+	case rank.Leader == me:
+		c.kind = choicePromote
+	case rank.Leader != "":
+		c.kind, c.to = choiceHandoff, rank.Leader
+		c.why = fmt.Sprintf("%s is more advanced", rank.Leader)
+	default:
+		c.kind = choiceStuck
+		c.why = fmt.Sprintf("no member heard (%v) is the most advanced on every one of the %d shards: %s", c.heard, shards, describeRank(rank))
+		if len(heard) < len(members.IDs) {
+			// A member not heard yet may be: wait for it.
+			c.kind = choiceWait
+		}
+	}
+	return c
+}
+
+func describeRank(r leader.Ranking) string {
+	var parts []string
+	for _, h := range r.Holders {
+		parts = append(parts, fmt.Sprintf("%s leads %d of %d", h.Holder, h.Leads, h.Shards))
+	}
+	return strings.Join(parts, ", ")
+}

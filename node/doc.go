@@ -1,0 +1,82 @@
+// Package node runs one replica of an oncewal cluster with automatic
+// failover (issue 27): one process per machine, the same configuration on
+// every one, holding every shard's store. It follows whoever leads; when the
+// leader's lease ends the nodes campaign (package coord), and the winner
+// fences the followers, promotes the most advanced replica and publishes
+// itself, without an operator.
+//
+//	n, err := node.Open(&node.Options{Coordinator: c, Cluster: "prod", ID: "a",
+//		Dir: dir, Shards: 4, Addr: "10.0.0.1:7400", Transport: t})
+//	err = n.Run(ctx)
+//
+// # The records in the coordinator (the cluster's data space)
+//
+//   - members: the replica set (Members). Only members campaign, report or
+//     follow; a node that is not one is refused (ErrNotMember).
+//   - epoch_base: the offset that turns an election's term (its key's create
+//     revision, coord invariant 1) into an epoch above everything the stores
+//     hold: epoch = max(base + term, highest epoch seen + 1), and the winner
+//     raises base to epoch − term in the same guarded write that starts its
+//     fencing (invariant 1).
+//   - term: the current term as its winner wrote it (guarded): its epoch, the
+//     winner's ID and address, and its state — fencing, leading, or handoff
+//     to a more advanced member.
+//   - report/ID: what member ID promised a fencing term, and its stores'
+//     final positions under older epochs.
+//
+// # A term, step by step
+//
+//  1. Campaign: every member keeps a campaign pending; the coordinator
+//     grants the election key to one at a time.
+//  2. Fence: the winner writes term (state fencing, its epoch) and stops
+//     applying anything. Every member that sees it promises the epoch in
+//     each of its stores (store.Store.Promise: persisted, and from then on
+//     every batch of an older epoch is refused) and writes its report. The
+//     winner waits until it has heard from Need members (counting itself):
+//     with F = members − 1 followers of the deposed leader and an ack policy
+//     that needs A of them, F − A + 1 — Patroni's quorum rule — so that every
+//     set the policy could have acknowledged meets the set it heard
+//     (invariant 2). It gives up after Options.FenceTimeout and resigns.
+//  3. Choose: the promotion policy (leader.Rank: by epoch, then LSN, per
+//     shard) over what it heard. If the winner is the most advanced on every
+//     shard it promotes itself: leader.Open on its stores at the term's
+//     epoch, then term state leading with its address, guarded. If another
+//     member is, it writes term state handoff naming it and resigns; the
+//     other members hold their campaigns back so that member wins next. If
+//     no member is most advanced on every shard, it alerts and resigns.
+//  4. Lead: the leader ships to every other member, serves clients under
+//     Options.Ack, and steps down the moment its leadership may be lost
+//     (coord invariant 4): its client service answers nothing once the
+//     leadership's deadline passes (invariant 3).
+//  5. Follow: the others point their stores at the published address;
+//     one that cannot continue (diverged, behind, a deposed leader's
+//     stores) is rebuilt from the leader's snapshot, as a follower is.
+//
+// # Invariants
+//
+//  1. Epochs only grow: each term's epoch is above every epoch a previous
+//     term published or fenced with (base only rises, terms only grow),
+//     and above every epoch the winner's stores and the reports it heard
+//     hold; a winner that hears of a higher epoch raises base past it and
+//     resigns instead of leading.
+//  2. A write acknowledged under Options.Ack survives every failover: the
+//     winner hears Need members' final positions after they promised its
+//     epoch — so no deposed leader can reach its ack policy any more — and
+//     promotes only the most advanced of them.
+//  3. At most one node acknowledges writes per epoch: an epoch is one
+//     term's, a term has one winner, and a leader answers clients only
+//     while coord's Leadership may still be held (Deadline, Done).
+//  4. Every leadership-dependent write to the coordinator (base, term) is
+//     guarded by the term's election key (coord invariant 2).
+//  5. A node's directory belongs to one cluster and member (the NODE file):
+//     another cluster or ID is refused (ErrForeignDir) before anything is
+//     written, and one process at a time holds it (ErrLocked).
+//
+// # When etcd is unreachable
+//
+// A leader whose lease cannot be renewed loses it after the TTL (coord
+// invariant 4) and steps down; nobody can win meanwhile, since winning needs
+// etcd, so the cluster refuses writes until etcd answers again — never two
+// leaders. Followers keep their stores and their connection to a leader that
+// still serves; they learn of a new term when etcd answers again.
+package node

@@ -1,0 +1,856 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncewal/oncewal/coord"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication"
+	"github.com/oncewal/oncewal/snapshot"
+	"github.com/oncewal/oncewal/store"
+)
+
+// Refusals and states of a Node.
+var (
+	// ErrNotMember: the node's ID is not in the cluster's members; it
+	// neither campaigns nor follows until it is added.
+	ErrNotMember = errors.New("node: not a member of the cluster (add it with oncewal members add, or give a member's ID)")
+	// ErrForeignDir: the directory is another cluster's or member's (its
+	// NODE file says whose); nothing was written (invariant 5).
+	ErrForeignDir = errors.New("node: the directory belongs to another cluster or member (give this member's own directory)")
+	// ErrLocked: another process (or Node) holds the directory.
+	ErrLocked = errors.New("node: the directory is in use by another process (stop it first)")
+	// ErrClosed: the Node was closed.
+	ErrClosed = errors.New("node: closed")
+	// ErrNotLeader: the node does not lead now (Leader).
+	ErrNotLeader = errors.New("node: not the leader (ask the leader the cluster's term names)")
+)
+
+// The names a node's directory holds.
+const (
+	nodeFileName = "NODE"
+	lockFileName = "NODE.lock"
+	// ReplicaDirName holds the shards' stores, as a follower node directory
+	// or, while (or since) the node leads, a leader node directory.
+	ReplicaDirName = "replica"
+	// DeposedDirName holds the last replica the node led and then had to
+	// rebuild as a follower: kept for an operator, replaced at the next.
+	DeposedDirName = "deposed"
+)
+
+// Role is what a node does now.
+type Role int
+
+// Roles.
+const (
+	RoleFollower Role = iota // follows the published leader (or waits for one)
+	RoleFencing              // won a term and fences before leading
+	RoleLeader               // leads a term
+)
+
+func (r Role) String() string {
+	return [...]string{"follower", "fencing", "leader"}[r]
+}
+
+// Status is a node's view of itself and of its cluster's term.
+type Status struct {
+	Role Role
+	// Epoch, LeaderID and LeaderAddr are the term the node follows or
+	// leads (zero: none known).
+	Epoch      uint64
+	LeaderID   string
+	LeaderAddr string
+	// Terms counts the terms this node won; Promotions those it led.
+	Terms, Promotions int
+}
+
+// Node is one member of a cluster (package doc). Open, then Run.
+type Node struct {
+	o       Options
+	log     *slog.Logger
+	lock    io.Closer
+	replica string
+
+	mu     sync.Mutex
+	status Status
+	ld     *leader.Leader
+	closed bool
+
+	target atomic.Pointer[term] // the leader followed: dialers and rebuilds use it
+
+	// Owned by Run.
+	fol       *follower.Node
+	folStop   context.CancelFunc
+	folDone   chan struct{}
+	folEP     io.Closer
+	following uint64 // the term fol serves from (0: none)
+	promised  uint64
+	lead      *leadTerm
+	fence     *fenceTerm
+	camp      *campaign
+	hold      time.Time // no campaign before
+	heldFor   uint64    // the handoff term a hold was taken for
+	warned    map[string]bool
+}
+
+type leadTerm struct {
+	followers []string
+	ls        coord.Leadership
+	t         term
+	l         *leader.Leader
+	ep        LeaderEndpoint
+	stop      context.CancelFunc
+	done      chan error
+}
+
+type fenceTerm struct {
+	ls    coord.Leadership
+	t     term
+	since time.Time
+}
+
+type campaign struct {
+	cancel context.CancelFunc
+}
+
+type campaignResult struct {
+	c   *campaign
+	ls  coord.Leadership
+	err error
+}
+
+// Open opens the node's directory (creating it), checks it is this
+// member's, and locks it. It contacts nobody: Run does.
+func Open(opts *Options) (*Node, error) {
+	o := *opts
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{o: o, log: o.Logger.With("node", o.ID, "cluster", o.Cluster), replica: o.FS.PathJoin(o.Dir, ReplicaDirName), warned: map[string]bool{}}
+	if err := o.FS.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("node: creating %s: %w", o.Dir, err)
+	}
+	lock, err := o.FS.Lock(o.FS.PathJoin(o.Dir, lockFileName))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrLocked, o.Dir, err)
+	}
+	if err := checkIdentity(o.FS, o.Dir, identity{Cluster: o.Cluster, ID: o.ID, Shards: o.Shards}); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	switch layout, detail, err := store.DirLayout(o.FS, n.replica); {
+	case err != nil:
+		_ = lock.Close()
+		return nil, err
+	case layout != store.LayoutEmpty && layout != store.LayoutNode && layout != store.LayoutLeader:
+		_ = lock.Close()
+		return nil, &store.LayoutError{Dir: n.replica, Found: layout, Want: store.LayoutNode, Detail: detail}
+	}
+	n.lock = lock
+	return n, nil
+}
+
+// Status reports the node's role and the term it acts in.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status
+}
+
+// Leader returns the leader this node runs while it leads (ErrNotLeader
+// otherwise). It is closed when the node steps down.
+func (n *Node) Leader() (*leader.Leader, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ld == nil {
+		return nil, ErrNotLeader
+	}
+	return n.ld, nil
+}
+
+// Follower calls fn with this node's follower node while it follows
+// (ErrNotLeader's opposite: an error when it leads or has none open).
+func (n *Node) setStatus(fn func(*Status)) {
+	n.mu.Lock()
+	fn(&n.status)
+	n.mu.Unlock()
+}
+
+// Close releases the directory. Run must have returned.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	return n.lock.Close()
+}
+
+// tick re-evaluates what the node does when nothing in the coordinator
+// changed (a fencing timeout, the end of a hold).
+const tick = 100 * time.Millisecond
+
+// Run takes part in the cluster until ctx ends: it follows, campaigns,
+// fences, leads and steps down as the package doc describes. It returns nil
+// when ctx ends, with every role stopped.
+func (n *Node) Run(ctx context.Context) error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer n.stopAll()
+	won := make(chan campaignResult, 1)
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	var watch <-chan map[string][]byte
+	var v view
+	var watchErr error
+	for {
+		if watch == nil {
+			w, err := n.o.Coordinator.Watch(ctx, n.o.Cluster, "")
+			switch {
+			case errors.Is(err, coord.ErrClosed):
+				return err
+			case err != nil:
+				if watchErr == nil {
+					n.log.Warn("node: cannot watch the cluster's records; retrying", "err", err)
+				}
+				watchErr = err
+			default:
+				watch, watchErr = w, nil
+			}
+		}
+		var lost <-chan struct{}
+		switch {
+		case n.lead != nil:
+			lost = n.lead.ls.Done()
+		case n.fence != nil:
+			lost = n.fence.ls.Done()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case data, ok := <-watch:
+			if !ok {
+				watch = nil
+				continue
+			}
+			v = readView(data)
+			n.step(ctx, v, won)
+		case r := <-won:
+			n.won(ctx, v, r)
+			n.step(ctx, v, won)
+		case <-lost:
+			n.stepDown(ctx, "the leadership may be lost: its lease ended or etcd is unreachable")
+			n.step(ctx, v, won)
+		case <-ticker.C:
+			if v.reports != nil {
+				n.step(ctx, v, won)
+			}
+		}
+	}
+}
+
+// step reconciles what the node does with the cluster's records.
+func (n *Node) step(ctx context.Context, v view, won chan campaignResult) {
+	for _, err := range v.bad {
+		n.warnOnce(err.Error(), "node: ignoring a record", "err", err)
+	}
+	if !v.members.Has(n.o.ID) {
+		n.warnOnce("member", "node: not a member: neither campaigning nor following", "err", ErrNotMember, "members", v.members.IDs)
+		n.stepDown(ctx, "no longer a member")
+		n.abandonFence(ctx, "no longer a member")
+		n.stopCampaign()
+		return
+	}
+	delete(n.warned, "member")
+	t := v.term
+	if n.lead != nil && t.Term != 0 && t.Term != n.lead.t.Term {
+		n.stepDown(ctx, fmt.Sprintf("term %d (epoch %d, %s) began", t.Term, t.Epoch, t.ID))
+	}
+	if n.fence != nil && t.Term != 0 && t.Term != n.fence.t.Term && t.Epoch > n.fence.t.Epoch {
+		n.abandonFence(ctx, fmt.Sprintf("term %d began", t.Term))
+	}
+	if n.lead != nil {
+		n.reconcileFollowers(v.members)
+	}
+	if t.State == stateFencing && t.Epoch > n.promised && n.lead == nil {
+		n.promiseAndReport(ctx, t)
+	}
+	if n.fence != nil && t.Term == n.fence.t.Term {
+		n.decide(ctx, v)
+	}
+	if n.lead == nil && n.fence == nil && t.State == stateLeading && t.ID != n.o.ID && n.following != t.Term {
+		n.follow(ctx, t)
+	}
+	if t.State == stateHandoff && t.To != n.o.ID && n.heldFor != t.Term {
+		// Let the member handed to win: withdraw, and stay out for a while.
+		n.heldFor, n.hold = t.Term, time.Now().Add(n.o.FenceTimeout)
+		n.stopCampaign()
+	}
+	if n.lead == nil && n.fence == nil && n.camp == nil && !time.Now().Before(n.hold) {
+		n.startCampaign(ctx, won)
+	}
+}
+
+func (n *Node) warnOnce(key, msg string, args ...any) {
+	if !n.warned[key] {
+		n.warned[key] = true
+		n.log.Warn(msg, args...)
+	}
+}
+
+func (n *Node) startCampaign(ctx context.Context, won chan campaignResult) {
+	cctx, cancel := context.WithCancel(ctx)
+	c := &campaign{cancel: cancel}
+	n.camp = c
+	me := coord.Candidate{ID: n.o.ID, Addr: n.o.Addr}
+	go func() {
+		ls, err := n.o.Coordinator.Campaign(cctx, n.o.Cluster, me)
+		select {
+		case won <- campaignResult{c: c, ls: ls, err: err}:
+		case <-ctx.Done():
+			if ls != nil {
+				_ = ls.Resign(context.Background())
+			}
+		}
+	}()
+}
+
+func (n *Node) stopCampaign() {
+	if n.camp != nil {
+		n.camp.cancel()
+		n.camp = nil
+	}
+}
+
+// retryCampaign is the pause after a campaign that failed (etcd
+// unreachable) before the next.
+const retryCampaign = 500 * time.Millisecond
+
+// won starts fencing the term a campaign won.
+func (n *Node) won(ctx context.Context, v view, r campaignResult) {
+	if r.c != n.camp {
+		if r.ls != nil { // withdrawn meanwhile
+			_ = r.ls.Resign(ctx)
+		}
+		return
+	}
+	n.camp = nil
+	if r.err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("node: campaign failed; campaigning again", "err", r.err)
+			n.hold = time.Now().Add(retryCampaign)
+		}
+		return
+	}
+	ls := r.ls
+	fail := func(what string, err error) {
+		n.log.Warn("node: won a term but cannot fence it: resigning", "term", ls.Epoch(), "step", what, "err", err)
+		_ = ls.Resign(ctx)
+		n.hold = time.Now().Add(retryCampaign)
+	}
+	if !v.members.Has(n.o.ID) {
+		fail("membership", ErrNotMember)
+		return
+	}
+	// Read base and the last term after winning: the previous term's
+	// guarded writes all happened before its key went (invariant 1).
+	var base uint64
+	if b, ok, err := n.o.Coordinator.Get(ctx, n.o.Cluster, keyEpochBase); err != nil {
+		fail("read the epoch base", err)
+		return
+	} else if ok {
+		if base, err = decodeBase(b); err != nil {
+			fail("read the epoch base", err)
+			return
+		}
+	}
+	seen := n.promised
+	if b, ok, err := n.o.Coordinator.Get(ctx, n.o.Cluster, keyTerm); err != nil {
+		fail("read the last term", err)
+		return
+	} else if ok {
+		last, err := decodeJSON[term](keyTerm, b)
+		if err != nil {
+			fail("read the last term", err)
+			return
+		}
+		seen = max(seen, last.Epoch)
+	}
+	local, err := n.localEpoch()
+	if err != nil {
+		fail("read the stores' epochs", err)
+		return
+	}
+	seen = max(seen, local)
+	epoch, newBase, err := termEpoch(base, ls.Epoch(), seen)
+	if err != nil {
+		fail("choose an epoch", err)
+		return
+	}
+	t := term{Term: ls.Epoch(), Epoch: epoch, ID: n.o.ID, Addr: n.o.Addr, State: stateFencing}
+	if err := ls.Guarded(ctx, coord.Put(keyTerm, encodeJSON(t)), coord.Put(keyEpochBase, encodeBase(newBase))); err != nil {
+		fail("publish the fencing term", err)
+		return
+	}
+	n.fence = &fenceTerm{ls: ls, t: t, since: time.Now()}
+	n.setStatus(func(s *Status) { s.Role, s.Terms = RoleFencing, s.Terms+1 })
+	n.log.Info("node: won a term: fencing", "term", t.Term, "epoch", epoch, "need", fenceNeed(len(v.members.IDs), n.o.Ack), "members", len(v.members.IDs))
+}
+
+// localEpoch is the highest epoch the node's stores hold (committed or
+// promised).
+func (n *Node) localEpoch() (uint64, error) {
+	pos, _, _, err := n.positions()
+	if err != nil {
+		return 0, err
+	}
+	var e uint64
+	for _, p := range pos {
+		e = max(e, p.Epoch, p.LastBatch.Epoch)
+	}
+	return max(e, n.promised), nil
+}
+
+// positions reads the stores' positions: a running follower node's, or a
+// leader replica's from its stopped stores (deposed).
+func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed bool, err error) {
+	layout, _, err := store.DirLayout(n.o.FS, n.replica)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if layout == store.LayoutLeader {
+		for s := range uint32(n.o.Shards) {
+			info, err := store.PeekStore(n.o.FS, store.ShardDir(n.replica, s))
+			if err != nil {
+				unknown = append(unknown, s)
+				continue
+			}
+			pos = append(pos, replication.Ack{Shard: s, Epoch: info.Epoch, AppliedLSN: info.Applied})
+		}
+		return pos, unknown, true, nil
+	}
+	if err := n.openFollower(); err != nil {
+		return nil, nil, false, err
+	}
+	for s := range uint32(n.o.Shards) {
+		applied, epoch, err := n.fol.Position(s)
+		if err != nil {
+			unknown = append(unknown, s)
+			continue
+		}
+		pos = append(pos, replication.Ack{Shard: s, Epoch: epoch, AppliedLSN: applied})
+	}
+	return pos, unknown, false, nil
+}
+
+// promiseAndReport promises t's epoch in every store (nothing older applies
+// from then on) and reports the final positions to t's winner.
+func (n *Node) promiseAndReport(ctx context.Context, t term) {
+	r := report{ID: n.o.ID, Term: t.Term, Epoch: t.Epoch}
+	layout, _, err := store.DirLayout(n.o.FS, n.replica)
+	if err != nil {
+		n.log.Error("node: cannot read the replica's layout to report", "err", err)
+		return
+	}
+	if layout == store.LayoutLeader {
+		// A replica it led: nothing applies to it while it does not lead.
+		if r.Positions, r.Unknown, r.Deposed, err = n.positions(); err != nil {
+			n.log.Error("node: cannot read the deposed replica's positions", "err", err)
+			return
+		}
+	} else {
+		if err := n.openFollower(); err != nil {
+			n.log.Error("node: cannot open the stores to promise", "epoch", t.Epoch, "err", err)
+			return
+		}
+		acks, err := n.promiseAll(t.Epoch)
+		if err != nil && len(acks) == 0 {
+			n.log.Error("node: cannot promise the new term's epoch", "epoch", t.Epoch, "err", err)
+			return
+		}
+		got := map[uint32]bool{}
+		for _, a := range acks {
+			r.Positions, got[a.Shard] = append(r.Positions, a), true
+		}
+		for s := range uint32(n.o.Shards) {
+			if !got[s] {
+				r.Unknown = append(r.Unknown, s)
+			}
+		}
+		if err != nil {
+			n.log.Warn("node: some stores could not promise; reporting them unknown", "epoch", t.Epoch, "unknown", r.Unknown, "err", err)
+		}
+	}
+	n.promised = t.Epoch
+	err = n.o.Coordinator.Update(ctx, n.o.Cluster, reportPrefix+n.o.ID, func([]byte, bool) ([]byte, error) {
+		return encodeJSON(r), nil
+	})
+	if err != nil {
+		n.log.Warn("node: cannot report to the fencing winner", "term", t.Term, "err", err)
+		n.promised = t.Epoch - 1 // report again at the next step
+		return
+	}
+	n.log.Info("node: promised a new term", "term", t.Term, "epoch", t.Epoch, "winner", t.ID, "positions", r.Positions, "deposed", r.Deposed)
+}
+
+// promiseAll promises epoch in every shard's store; a store that cannot is
+// left out of the positions (reported unknown), its error joined.
+func (n *Node) promiseAll(epoch uint64) ([]replication.Ack, error) {
+	var acks []replication.Ack
+	var errs []error
+	for s := range uint32(n.o.Shards) {
+		err := n.fol.Follower(s, func(f *follower.Follower) error {
+			a, err := f.Store().Promise(epoch)
+			if err == nil {
+				acks = append(acks, a)
+			}
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
+		}
+	}
+	return acks, errors.Join(errs...)
+}
+
+// decide acts on a fencing term's reports (choose).
+func (n *Node) decide(ctx context.Context, v view) {
+	f := n.fence
+	need := fenceNeed(len(v.members.IDs), n.o.Ack)
+	c := choose(n.o.ID, f.t, v.members, v.reports, n.o.Shards, need)
+	switch c.kind {
+	case choiceWait:
+		if time.Since(f.since) > n.o.FenceTimeout {
+			n.abandonFence(ctx, "fencing timed out: "+c.why)
+			n.hold = time.Now().Add(n.o.FenceTimeout / 2)
+		}
+	case choicePromote:
+		n.promote(ctx, v, c)
+	case choiceHandoff:
+		t := f.t
+		t.State, t.To = stateHandoff, c.to
+		if err := f.ls.Guarded(ctx, coord.Put(keyTerm, encodeJSON(t))); err != nil {
+			n.log.Warn("node: cannot hand the term over", "to", c.to, "err", err)
+		}
+		n.log.Info("node: handing the term over to a more advanced member", "term", t.Term, "to", c.to, "heard", c.heard)
+		n.abandonFence(ctx, "handed over to "+c.to)
+		n.hold = time.Now().Add(n.o.FenceTimeout)
+	case choiceRaise:
+		base := c.seen + 1 - min(c.seen+1, f.t.Term)
+		if err := f.ls.Guarded(ctx, coord.Put(keyEpochBase, encodeBase(max(base, v.base)))); err != nil {
+			n.log.Warn("node: cannot raise the epoch base", "err", err)
+		}
+		n.abandonFence(ctx, "raising epochs past what a member holds: "+c.why)
+	case choiceStuck:
+		n.log.Error("node: cannot promote anyone: histories are incomparable; an operator must choose (oncewal promote --catch-up)", "term", f.t.Term, "why", c.why)
+		n.abandonFence(ctx, "stuck")
+		n.hold = time.Now().Add(n.o.FenceTimeout)
+	}
+}
+
+func (n *Node) abandonFence(ctx context.Context, why string) {
+	if n.fence == nil {
+		return
+	}
+	n.log.Info("node: ending a term before leading it", "term", n.fence.t.Term, "why", why)
+	_ = n.fence.ls.Resign(ctx)
+	n.fence = nil
+	n.setStatus(func(s *Status) { s.Role = RoleFollower })
+}
+
+// promote opens the leader on the node's stores at the term's epoch and
+// publishes it.
+func (n *Node) promote(ctx context.Context, v view, c choice) {
+	f := n.fence
+	n.stopFollowing()
+	var others []string
+	for _, id := range v.members.IDs {
+		if id != n.o.ID {
+			others = append(others, id)
+		}
+	}
+	ep, err := n.o.Transport.Lead(n.o.Shards)
+	if err != nil {
+		n.log.Error("node: cannot serve at its address to lead", "addr", n.o.Addr, "err", err)
+		n.abandonFence(ctx, "no endpoint")
+		n.hold = time.Now().Add(retryCampaign)
+		return
+	}
+	lo := n.o.Leader
+	lo.Shards, lo.Epoch, lo.Promote, lo.Followers, lo.FS = n.o.Shards, f.t.Epoch, true, others, n.o.FS
+	lo.Listener = ep.Listener
+	if lo.Logger == nil {
+		lo.Logger = n.o.Logger
+	}
+	l, err := leader.Open(n.replica, &lo)
+	if err != nil {
+		_ = ep.Close()
+		n.log.Error("node: cannot open the leader on its stores", "epoch", f.t.Epoch, "err", err)
+		n.abandonFence(ctx, "the leader did not open")
+		n.hold = time.Now().Add(n.o.FenceTimeout)
+		return
+	}
+	ls := f.ls
+	leading := func() error {
+		select {
+		case <-ls.Done():
+			return coord.ErrLostLeadership
+		default:
+		}
+		if !time.Now().Before(ls.Deadline()) {
+			return fmt.Errorf("%w: its lease may have ended", coord.ErrLostLeadership)
+		}
+		return nil
+	}
+	if err := ep.Serve(l, ServeConfig{Ack: n.o.Ack, Leading: leading}); err != nil {
+		_ = ep.Close()
+		_ = l.Close()
+		n.log.Error("node: cannot serve the leader", "err", err)
+		n.abandonFence(ctx, "cannot serve")
+		return
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	t := f.t
+	t.State = stateLeading
+	n.lead = &leadTerm{ls: ls, t: t, l: l, ep: ep, stop: stop, done: done, followers: others}
+	n.fence = nil
+	n.mu.Lock()
+	n.ld = l
+	n.status.Role, n.status.Epoch, n.status.LeaderID, n.status.LeaderAddr = RoleLeader, t.Epoch, n.o.ID, n.o.Addr
+	n.status.Promotions++
+	n.mu.Unlock()
+	if err := ls.Guarded(ctx, coord.Put(keyTerm, encodeJSON(t))); err != nil {
+		n.stepDown(ctx, "cannot publish the term: "+err.Error())
+		return
+	}
+	n.log.Info("node: leading", "term", t.Term, "epoch", t.Epoch, "addr", n.o.Addr, "followers", others, "heard", c.heard, "fence_ms", time.Since(f.since).Milliseconds())
+}
+
+// reconcileFollowers registers every member but itself with the leader and
+// unregisters the rest: a membership change without a restart.
+func (n *Node) reconcileFollowers(m Members) {
+	l := n.lead.l
+	for _, id := range m.IDs {
+		if id != n.o.ID && !slices.Contains(n.lead.followers, id) {
+			if err := l.Register(id); err != nil {
+				n.log.Warn("node: cannot register a new member", "member", id, "err", err)
+				continue
+			}
+			n.lead.followers = append(n.lead.followers, id)
+			n.log.Info("node: shipping to a new member", "member", id)
+		}
+	}
+	for _, id := range slices.Clone(n.lead.followers) {
+		if !m.Has(id) {
+			if err := l.Unregister(id); err != nil {
+				n.log.Warn("node: cannot unregister a removed member", "member", id, "err", err)
+				continue
+			}
+			n.lead.followers = slices.DeleteFunc(n.lead.followers, func(s string) bool { return s == id })
+			n.log.Info("node: dropped a removed member", "member", id)
+		}
+	}
+}
+
+// stepDown stops leading: nothing is acknowledged from the moment it
+// begins (the endpoint closes first).
+func (n *Node) stepDown(ctx context.Context, why string) {
+	ld := n.lead
+	if ld == nil {
+		return
+	}
+	n.lead = nil
+	_ = ld.ep.Close()
+	ld.stop()
+	<-ld.done
+	n.mu.Lock()
+	n.ld = nil
+	n.status.Role = RoleFollower
+	n.mu.Unlock()
+	if err := ld.l.Close(); err != nil {
+		n.log.Warn("node: closing the leader", "err", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	_ = ld.ls.Resign(rctx)
+	cancel()
+	n.log.Warn("node: stepped down", "term", ld.t.Term, "epoch", ld.t.Epoch, "why", why)
+}
+
+// follow serves the node's stores from t's leader.
+func (n *Node) follow(ctx context.Context, t term) {
+	layout, _, err := store.DirLayout(n.o.FS, n.replica)
+	if err != nil {
+		n.log.Error("node: cannot read the replica's layout", "err", err)
+		return
+	}
+	if layout == store.LayoutLeader {
+		// The stores of a term this node led: a follower cannot continue
+		// them (store.Identity); keep them aside and rebuild.
+		if err := n.moveAside(); err != nil {
+			n.log.Error("node: cannot move the deposed replica aside", "err", err)
+			return
+		}
+	}
+	if err := n.openFollower(); err != nil {
+		n.log.Error("node: cannot open the stores to follow", "err", err)
+		return
+	}
+	if n.folEP == nil {
+		ep, err := n.o.Transport.Follow(n.where)
+		if err != nil {
+			n.log.Warn("node: cannot serve clients at its address while following", "err", err)
+		} else {
+			n.folEP = ep
+		}
+	}
+	tc := t
+	n.target.Store(&tc)
+	n.stopServing()
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	fol, d := n.fol, n.o.Transport.Dialer(t.Addr)
+	go func() {
+		defer close(done)
+		_ = fol.Serve(sctx, func(uint32) replication.Dialer { return d })
+	}()
+	n.folStop, n.folDone, n.following = stop, done, t.Term
+	n.setStatus(func(s *Status) {
+		s.Role, s.Epoch, s.LeaderID, s.LeaderAddr = RoleFollower, t.Epoch, t.ID, t.Addr
+	})
+	n.log.Info("node: following", "leader", t.ID, "addr", t.Addr, "term", t.Term, "epoch", t.Epoch)
+}
+
+func (n *Node) where() (string, uint64) {
+	if t := n.target.Load(); t != nil {
+		return t.Addr, t.Epoch
+	}
+	return "", 0
+}
+
+func (n *Node) openFollower() error {
+	if n.fol != nil {
+		return nil
+	}
+	o := n.o.Follower
+	o.ShardCount = n.o.Shards
+	o.Follower.Store.ID, o.Follower.Store.FS = n.o.ID, n.o.FS
+	if o.Follower.Store.Logger == nil {
+		o.Follower.Store.Logger = n.o.Logger
+	}
+	if o.Follower.RebuildFrom == nil {
+		o.Follower.RebuildFrom = targetSource{n}
+	}
+	shards := make([]uint32, n.o.Shards)
+	for s := range shards {
+		shards[s] = uint32(s)
+	}
+	fol, err := follower.OpenNode(n.replica, shards, &o)
+	if err != nil {
+		return err
+	}
+	n.fol = fol
+	return nil
+}
+
+// stopServing stops the follower's links (the stores stay open).
+func (n *Node) stopServing() {
+	if n.folStop != nil {
+		n.folStop()
+		<-n.folDone
+		n.folStop, n.folDone, n.following = nil, nil, 0
+	}
+}
+
+// stopFollowing closes the follower node and its client endpoint.
+func (n *Node) stopFollowing() {
+	n.stopServing()
+	if n.folEP != nil {
+		_ = n.folEP.Close()
+		n.folEP = nil
+	}
+	if n.fol != nil {
+		if err := n.fol.Close(); err != nil {
+			n.log.Warn("node: closing the follower", "err", err)
+		}
+		n.fol = nil
+	}
+	n.target.Store(nil)
+}
+
+func (n *Node) stopAll() {
+	n.stopCampaign()
+	n.stepDown(context.Background(), "stopping")
+	n.abandonFence(context.Background(), "stopping")
+	n.stopFollowing()
+}
+
+// moveAside keeps a deposed replica as DeposedDirName, replacing the last.
+func (n *Node) moveAside() error {
+	dep := n.o.FS.PathJoin(n.o.Dir, DeposedDirName)
+	if err := n.o.FS.RemoveAll(dep); err != nil {
+		return err
+	}
+	if err := n.o.FS.Rename(n.replica, dep); err != nil {
+		return err
+	}
+	if err := syncDir(n.o.FS, n.o.Dir); err != nil {
+		return err
+	}
+	n.log.Warn("node: moved the replica it led aside to rebuild it from the new leader", "deposed", dep)
+	return nil
+}
+
+// targetSource is the rebuild source of the leader followed now.
+type targetSource struct{ n *Node }
+
+func (s targetSource) src() (snapshot.Source, error) {
+	t := s.n.target.Load()
+	if t == nil {
+		return nil, fmt.Errorf("node: no leader to rebuild from yet: %w", snapshot.ErrClosed)
+	}
+	return s.n.o.Transport.Snapshots(t.Addr), nil
+}
+
+func (s targetSource) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
+	src, err := s.src()
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	return src.Begin(ctx, shard)
+}
+
+func (s targetSource) Read(ctx context.Context, id, name string, off int64, p []byte) (int, error) {
+	src, err := s.src()
+	if err != nil {
+		return 0, err
+	}
+	return src.Read(ctx, id, name, off, p)
+}
+
+func (s targetSource) End(ctx context.Context, id string) error {
+	src, err := s.src()
+	if err != nil {
+		return err
+	}
+	return src.End(ctx, id)
+}

@@ -1,0 +1,262 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/coord"
+	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/keyspace"
+	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/replication/inprocess"
+	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/store"
+	"github.com/oncewal/oncewal/testutil"
+	"github.com/oncewal/oncewal/wal"
+)
+
+const testCluster = "test"
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// cluster is members run in process on a coord.Memory and a MemoryNet.
+type cluster struct {
+	t      *testing.T
+	c      coord.Coordinator
+	net    *MemoryNet
+	shards int
+	dirs   map[string]string
+	mu     sync.Mutex
+	nodes  map[string]*running
+}
+
+type running struct {
+	n    *Node
+	stop context.CancelFunc
+	done chan error
+}
+
+func newCluster(t *testing.T, c coord.Coordinator, shards int, ids ...string) *cluster {
+	t.Helper()
+	cl := &cluster{t: t, c: c, net: NewMemoryNet(inprocess.FaultsNone, 1), shards: shards, dirs: map[string]string{}, nodes: map[string]*running{}}
+	for _, id := range ids {
+		if _, err := AddMember(context.Background(), c, testCluster, id); err != nil {
+			t.Fatal(err)
+		}
+		cl.dirs[id] = t.TempDir()
+	}
+	t.Cleanup(cl.stopAll)
+	return cl
+}
+
+func (cl *cluster) options(id string) *Options {
+	return &Options{Coordinator: cl.c, Cluster: testCluster, ID: id, Dir: cl.dirs[id], Shards: cl.shards,
+		Addr: "mem:" + id, Transport: cl.net.For("mem:" + id), FenceTimeout: 2 * time.Second, Logger: quiet,
+		Leader: leader.Options{Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond},
+			Store: store.Options{Logger: quiet}},
+		Follower: follower.NodeOptions{Follower: follower.Options{ReconnectBackoff: 5 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond,
+			Store: store.Options{Logger: quiet}}},
+	}
+}
+
+func (cl *cluster) start(id string) {
+	cl.t.Helper()
+	n, err := Open(cl.options(id))
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &running{n: n, stop: stop, done: make(chan error, 1)}
+	go func() { r.done <- n.Run(ctx) }()
+	cl.mu.Lock()
+	cl.nodes[id] = r
+	cl.mu.Unlock()
+}
+
+// stop stops a member as a clean shutdown does (its term resigned).
+func (cl *cluster) stop(id string) {
+	cl.t.Helper()
+	cl.mu.Lock()
+	r := cl.nodes[id]
+	delete(cl.nodes, id)
+	cl.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.stop()
+	if err := <-r.done; err != nil {
+		cl.t.Errorf("node %s: Run: %v", id, err)
+	}
+	if err := r.n.Close(); err != nil {
+		cl.t.Errorf("node %s: Close: %v", id, err)
+	}
+}
+
+func (cl *cluster) stopAll() {
+	cl.mu.Lock()
+	ids := slicesOfKeys(cl.nodes)
+	cl.mu.Unlock()
+	for _, id := range ids {
+		cl.stop(id)
+	}
+}
+
+func slicesOfKeys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// waitLeader waits for a member other than except to lead, and returns it.
+func (cl *cluster) waitLeader(except string) (string, *leader.Leader) {
+	cl.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		cl.mu.Lock()
+		for id, r := range cl.nodes {
+			if id == except {
+				continue
+			}
+			if l, err := r.n.Leader(); err == nil {
+				cl.mu.Unlock()
+				return id, l
+			}
+		}
+		cl.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	cl.t.Fatalf("no member but %q led within 30s", except)
+	return "", nil
+}
+
+// write appends n events (one put each, sessions spread over the shards)
+// and waits until a majority acknowledged them; it returns what it wrote.
+func write(t *testing.T, l *leader.Leader, sessions []session.ID, from, n int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := from; i < from+n; i++ {
+		id := sessions[i%len(sessions)]
+		k, v := fmt.Sprintf("k%05d", i), fmt.Sprintf("v%d", i)
+		if _, err := l.Append(wal.Event{Op: wal.OpPut, Session: id, Key: []byte(k), Value: []byte(v)}); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		out[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := l.WaitAcked(ctx, leader.AckMajority); err != nil {
+		t.Fatalf("WaitAcked(majority): %v", err)
+	}
+	return out
+}
+
+// replicaState reads every shard's state rows and HWMs of a stopped
+// member's replica.
+func replicaState(t *testing.T, dir string, shards int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for s := range uint32(shards) {
+		d := store.ShardDir(vfs.Default.PathJoin(dir, ReplicaDirName), s)
+		db, err := pebble.Open(d, &pebble.Options{ReadOnly: true, Logger: testutil.PanicLogger{}})
+		if err != nil {
+			t.Fatalf("opening %s: %v", d, err)
+		}
+		rows, err := testutil.SnapshotDB(db)
+		_ = db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range rows {
+			if hasPrefix(k, keyspace.State) || hasPrefix(k, keyspace.HWM) {
+				out[fmt.Sprintf("%d:%s", s, k)] = v
+			}
+		}
+	}
+	return out
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// TestFailoverOnMemory: three members elect one, which leads; the leader
+// stops, another is elected and promoted with every write a majority
+// acknowledged, and the old leader, restarted, rebuilds and follows: in the
+// end every replica holds the same state (each write once).
+func TestFailoverOnMemory(t *testing.T) {
+	c := coord.NewMemory()
+	defer c.Close()
+	cl := newCluster(t, c, 2, "a", "b", "c")
+	for _, id := range []string{"a", "b", "c"} {
+		cl.start(id)
+	}
+	first, l := cl.waitLeader("")
+	sessions := []session.ID{session.NewID(), session.NewID(), session.NewID(), session.NewID()}
+	want := write(t, l, sessions, 0, 200)
+
+	cl.stop(first)
+	second, l2 := cl.waitLeader(first)
+	if second == first {
+		t.Fatalf("the stopped leader %s leads again", first)
+	}
+	maps.Copy(want, write(t, l2, sessions, 200, 200))
+
+	cl.start(first) // follows the new leader: its replica moved aside, rebuilt
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l2.WaitAcked(ctx, leader.AckAll); err != nil {
+		t.Fatalf("the restarted member never caught up: %v", err)
+	}
+	cl.stopAll()
+	var ref map[string]string
+	for id, dir := range cl.dirs {
+		got := replicaState(t, dir, 2)
+		if ref == nil {
+			ref = got
+			continue
+		}
+		if !maps.Equal(ref, got) {
+			t.Errorf("member %s: replica differs from the others (%d rows against %d)", id, len(got), len(ref))
+		}
+	}
+	n := 0
+	for k := range ref {
+		if hasPrefix(k[2:], keyspace.State) {
+			n++
+		}
+	}
+	if n < len(want) {
+		t.Errorf("replicas hold %d state rows, %d writes were acknowledged", n, len(want))
+	}
+}
+
+func TestOpenRefusesAnotherMembersDir(t *testing.T) {
+	c := coord.NewMemory()
+	defer c.Close()
+	cl := newCluster(t, c, 1, "a", "b")
+	n, err := Open(cl.options("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(cl.options("a")); !errors.Is(err, ErrLocked) {
+		t.Errorf("a second Open of a's directory: %v, want ErrLocked", err)
+	}
+	_ = n.Close()
+	o := cl.options("b")
+	o.Dir = cl.dirs["a"]
+	before := testutil.DirImage(t, vfs.Default, cl.dirs["a"])
+	if _, err := Open(o); !errors.Is(err, ErrForeignDir) {
+		t.Errorf("b opening a's directory: %v, want ErrForeignDir", err)
+	}
+	if after := testutil.DirImage(t, vfs.Default, cl.dirs["a"]); !maps.Equal(before, after) {
+		t.Errorf("the refused Open changed a's directory")
+	}
+}
