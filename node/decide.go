@@ -62,7 +62,10 @@ type choice struct {
 }
 
 // choose decides a fencing term t for its winner me from the reports of
-// members (invariants 1 and 2): pure, so a table drives it.
+// members (invariants 1 and 2): pure, so a table drives it. A store whose
+// position a member could not read (a store being rebuilt or reopened) is
+// left out: it promised nothing, so it is no part of the fenced set, and
+// each shard needs need members whose stores were heard.
 func choose(me string, t term, members Members, reports map[string]report, shards int, need int) choice {
 	var heard []report
 	for id, r := range reports {
@@ -84,17 +87,24 @@ func choose(me string, t term, members Members, reports map[string]report, shard
 	for _, r := range heard {
 		c.heard = append(c.heard, r.ID)
 	}
-	if len(heard) < need || len(heard) == 0 || heard[0].ID != me {
-		c.kind, c.why = choiceWait, fmt.Sprintf("heard %d of the %d members fencing needs", len(heard), need)
+	if len(heard) == 0 || heard[0].ID != me {
+		c.kind, c.why = choiceWait, "the winner's own report is not in yet"
 		return c
 	}
+	known := make([]int, shards)
 	var cands []leader.Candidate
 	for _, r := range heard {
 		for _, p := range r.Positions {
-			cands = append(cands, leader.Candidate{Holder: r.ID, Shard: p.Shard, Pos: p})
+			if int(p.Shard) < shards {
+				known[p.Shard]++
+				cands = append(cands, leader.Candidate{Holder: r.ID, Shard: p.Shard, Pos: p})
+			}
 		}
-		for _, s := range r.Unknown {
-			cands = append(cands, leader.Candidate{Holder: r.ID, Shard: s, Unknown: true})
+	}
+	for s, k := range known {
+		if k < need {
+			c.kind, c.why = choiceWait, fmt.Sprintf("shard %d: heard %d of the %d stores fencing needs", s, k, need)
+			return c
 		}
 	}
 	rank := leader.Rank(cands)

@@ -477,6 +477,11 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 			return
 		}
 	} else {
+		// Stop following the old leader at once: the stores' promises
+		// refuse its batches, and a store that cannot promise now (being
+		// rebuilt) must not ack them either. The next leading term is
+		// followed afresh.
+		n.stopServing()
 		if err := n.openFollower(); err != nil {
 			n.log.Error("node: cannot open the stores to promise", "epoch", t.Epoch, "err", err)
 			return

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"os"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,13 @@ import (
 
 const testCluster = "test"
 
-var quiet = slog.New(slog.DiscardHandler)
+// quiet silences the nodes; ONCEWAL_TEST_LOG=1 shows their lines.
+var quiet = func() *slog.Logger {
+	if os.Getenv("ONCEWAL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}()
 
 // cluster is members run in process on a coord.Memory and a MemoryNet.
 type cluster struct {
@@ -34,8 +41,12 @@ type cluster struct {
 	net    *MemoryNet
 	shards int
 	dirs   map[string]string
-	mu     sync.Mutex
-	nodes  map[string]*running
+	// coordFor, if set, is the coordinator member id sees; transportFor
+	// its address and transport (default: the MemoryNet).
+	coordFor     func(id string) coord.Coordinator
+	transportFor func(id string) (string, Transport)
+	mu       sync.Mutex
+	nodes    map[string]*running
 }
 
 type running struct {
@@ -69,7 +80,14 @@ func (cl *cluster) options(id string) *Options {
 
 func (cl *cluster) start(id string) {
 	cl.t.Helper()
-	n, err := Open(cl.options(id))
+	o := cl.options(id)
+	if cl.coordFor != nil {
+		o.Coordinator = cl.coordFor(id)
+	}
+	if cl.transportFor != nil {
+		o.Addr, o.Transport = cl.transportFor(id)
+	}
+	n, err := Open(o)
 	if err != nil {
 		cl.t.Fatal(err)
 	}
@@ -193,7 +211,7 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // end every replica holds the same state (each write once).
 func TestFailoverOnMemory(t *testing.T) {
 	c := coord.NewMemory()
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	cl := newCluster(t, c, 2, "a", "b", "c")
 	for _, id := range []string{"a", "b", "c"} {
 		cl.start(id)
@@ -240,7 +258,7 @@ func TestFailoverOnMemory(t *testing.T) {
 
 func TestOpenRefusesAnotherMembersDir(t *testing.T) {
 	c := coord.NewMemory()
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	cl := newCluster(t, c, 1, "a", "b")
 	n, err := Open(cl.options("a"))
 	if err != nil {
