@@ -1,12 +1,12 @@
 package node
 
 import (
-	"os"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -45,8 +45,8 @@ type cluster struct {
 	// its address and transport (default: the MemoryNet).
 	coordFor     func(id string) coord.Coordinator
 	transportFor func(id string) (string, Transport)
-	mu       sync.Mutex
-	nodes    map[string]*running
+	mu           sync.Mutex
+	nodes        map[string]*running
 }
 
 type running struct {
