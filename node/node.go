@@ -71,6 +71,9 @@ type Status struct {
 	LeaderAddr string
 	// Terms counts the terms this node won; Promotions those it led.
 	Terms, Promotions int
+	// NotMember: the cluster's members do not list this node's ID, so it
+	// neither campaigns nor follows (ErrNotMember).
+	NotMember bool
 }
 
 // Node is one member of a cluster (package doc). Open, then Run.
@@ -277,9 +280,14 @@ func (n *Node) step(ctx context.Context, v view, won chan campaignResult) {
 		n.stepDown(ctx, "no longer a member")
 		n.abandonFence(ctx, "no longer a member")
 		n.stopCampaign()
+		n.stopServing()
+		n.setStatus(func(s *Status) { s.NotMember, s.Role = true, RoleFollower })
 		return
 	}
-	delete(n.warned, "member")
+	if n.warned["member"] {
+		delete(n.warned, "member")
+		n.setStatus(func(s *Status) { s.NotMember = false })
+	}
 	t := v.term
 	if n.lead != nil && t.Term != 0 && t.Term != n.lead.t.Term {
 		n.stepDown(ctx, fmt.Sprintf("term %d (epoch %d, %s) began", t.Term, t.Epoch, t.ID))

@@ -278,3 +278,64 @@ func TestOpenRefusesAnotherMembersDir(t *testing.T) {
 		t.Errorf("the refused Open changed a's directory")
 	}
 }
+
+// TestMembershipWithoutRestart: a cluster of two takes a third member
+// while it runs (the leader ships to it, it catches up), then drops one (the
+// leader stops counting it, it stops following); a node that is no member
+// never leads.
+func TestMembershipWithoutRestart(t *testing.T) {
+	c := coord.NewMemory()
+	t.Cleanup(func() { _ = c.Close() })
+	cl := newCluster(t, c, 1, "a", "b")
+	cl.dirs["c"] = t.TempDir()
+	for _, id := range []string{"a", "b", "c"} {
+		cl.start(id)
+	}
+	lid, l := cl.waitLeader("")
+	if lid == "c" {
+		t.Fatalf("c led before it was a member")
+	}
+	sessions := []session.ID{session.NewID()}
+	write(t, l, sessions, 0, 50)
+	waitFor(t, "c to report it is no member", func() bool { return cl.status("c").NotMember })
+
+	ctx := context.Background()
+	if _, err := AddMember(ctx, c, testCluster, "c"); err != nil {
+		t.Fatal(err)
+	}
+	// The leader ships to c: everything is on all three.
+	waitFor(t, "the leader to count c", func() bool { return l.Quorum(leader.AckAll) == nil && len(l.Stats()[0].Shipping.Followers) == 2 })
+	write(t, l, sessions, 50, 50)
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := l.WaitAcked(actx, leader.AckAll); err != nil {
+		t.Fatalf("c never caught up: %v", err)
+	}
+	other := "a"
+	if lid == "a" {
+		other = "b"
+	}
+	if _, err := RemoveMember(ctx, c, testCluster, other); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader to drop "+other, func() bool { return len(l.Stats()[0].Shipping.Followers) == 1 })
+	waitFor(t, other+" to stop following", func() bool { return cl.status(other).NotMember })
+	write(t, l, sessions, 100, 10) // a majority of two: the leader and c
+}
+
+func (cl *cluster) status(id string) Status {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.nodes[id].n.Status()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

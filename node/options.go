@@ -125,5 +125,10 @@ func (o *Options) Validate() error {
 	if o.FenceTimeout <= 0 {
 		problems = append(problems, fmt.Errorf("FenceTimeout %v: give a positive duration", o.FenceTimeout))
 	}
+	ls, fs := o.Leader.Store, o.Follower.Follower.Store
+	if ls.WindowCapacity != fs.WindowCapacity || ls.RetentionHorizon != fs.RetentionHorizon {
+		problems = append(problems, fmt.Errorf("Leader.Store (window %d, horizon %v) and Follower.Follower.Store (window %d, horizon %v) differ: a member leads and follows the same stores, give both the same",
+			ls.WindowCapacity, ls.RetentionHorizon, fs.WindowCapacity, fs.RetentionHorizon))
+	}
 	return badopts.Wrap(ErrBadOptions, "Options", problems)
 }
