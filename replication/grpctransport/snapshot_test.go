@@ -152,3 +152,46 @@ func TestSnapshotOverMutualTLS(t *testing.T) {
 	require.Zero(t, donor.Serving())
 	require.EqualValues(t, 2, srv.Stats().RefusedIdentity)
 }
+
+// TestServiceServerServesSnapshots: a ServiceServer given Snapshots (a
+// follower node that lets a peer catch a shard up from it) serves them as a
+// Server does — the rebuilt store is the donor's cut — and refuses a
+// replication stream (Unimplemented: it leads nothing).
+func TestServiceServerServesSnapshots(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	fs := vfs.NewMem()
+	so := &follower.Options{Store: store.Options{FS: fs, Logger: quiet}}
+	log, err := sim.Record(sim.GenerateWorkload(sim.WorkloadOptions{Seed: 5, Sessions: 4, Requests: 200, BatchSize: 20}), 1)
+	require.NoError(t, err)
+	batches, err := log.Encode(0, 0, 1)
+	require.NoError(t, err)
+	src, err := follower.Open("/donor", so)
+	require.NoError(t, err)
+	defer src.Close()
+	for _, raw := range batches {
+		_, err := src.Apply(raw)
+		require.NoError(t, err)
+	}
+	donor, err := snapshot.NewDonor(rawdb.Of(src), &snapshot.DonorOptions{FS: fs, Dir: "/donor-snapshots", Describe: store.Describe, RateLimit: -1})
+	require.NoError(t, err)
+	defer donor.Close()
+	srv, err := ListenServices("127.0.0.1:0", &ServerOptions{Insecure: true, Logger: quiet,
+		Snapshots: func(uint32) snapshot.Source { return donor }})
+	require.NoError(t, err)
+	defer srv.Close()
+	client, err := NewSnapshotClient(srv.Addr().String(), &DialerOptions{Insecure: true, Logger: quiet})
+	require.NoError(t, err)
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := snapshot.Want{Shard: 0, Identity: store.IdentityString(&so.Store), Describe: store.Describe}
+	m, _, err := snapshot.Rebuild(ctx, client, fs, "/rebuilt", want, nil)
+	require.NoError(t, err)
+	lsn, _ := src.Position()
+	require.Equal(t, lsn, m.Cut.AppliedLSN)
+
+	d, err := NewDialer(srv.Addr().String(), &DialerOptions{Insecure: true, Logger: quiet, ConnectTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	_, err = d.Dial(ctx, replication.Ack{Shard: 0, FollowerID: "f1"})
+	require.Error(t, err, "a replication stream to a server that leads nothing")
+}
