@@ -45,20 +45,31 @@ const (
 	choicePromote                   // the winner is the most advanced: lead
 	choiceHandoff                   // another member is: hand over to it
 	choiceRaise                     // a member holds the term's epoch or a later one
-	choiceStuck                     // nobody is most advanced on every shard
+	choiceCatchUp                   // the winner promotes once it copied the shards others are ahead on
+	choiceStuck                     // no member holds a store of every shard
 )
 
 func (k choiceKind) String() string {
-	return [...]string{"wait", "promote", "handoff", "raise", "stuck"}[k]
+	return [...]string{"wait", "promote", "handoff", "raise", "catch-up", "stuck"}[k]
 }
 
 // choice is what a fencing winner does with the reports it heard.
+type shardSource struct {
+	shard uint32
+	from  string
+}
+
+func (s shardSource) String() string { return fmt.Sprintf("shard %d from %s", s.shard, s.from) }
+
 type choice struct {
-	kind  choiceKind
-	to    string   // handoff: the member to hand over to
-	seen  uint64   // raise: the highest epoch heard
-	heard []string // the members heard, the winner first
-	why   string
+	kind choiceKind
+	to   string // handoff: the member to hand over to
+	// catchUp: the shards the winner copies first, each from the member
+	// most advanced on it.
+	catchUp []shardSource
+	seen    uint64   // raise: the highest epoch heard
+	heard   []string // the members heard, the winner first
+	why     string
 }
 
 // choose decides a fencing term t for its winner me from the reports of
@@ -113,12 +124,33 @@ func choose(me string, t term, members Members, reports map[string]report, shard
 		c.why = fmt.Sprintf("%s holds epoch %d, at or above this term's %d", rank.SeenBy, rank.Seen, t.Epoch)
 		return c
 	}
+	for _, s := range rank.Shards {
+		if s.Diverged {
+			c.kind = choiceStuck
+			c.why = fmt.Sprintf("shard %d: two stores stand level with different last batches — two histories at one epoch; an operator must choose (oncewal inspect, oncewal promote)", s.Shard)
+			return c
+		}
+	}
 	switch {
 	case rank.Leader == me:
 		c.kind = choicePromote
 	case rank.Leader != "":
 		c.kind, c.to = choiceHandoff, rank.Leader
 		c.why = fmt.Sprintf("%s is more advanced", rank.Leader)
+	case rank.Promote == me:
+		// Nobody is ahead everywhere: the winner, most advanced on the
+		// most shards, copies the others from their best stores.
+		c.kind = choiceCatchUp
+		for i, cand := range cands {
+			if cand.Holder == me && !rank.MostAdvanced[i] {
+				best := cands[rank.Shards[shardIndex(rank, cand.Shard)].Best]
+				c.catchUp = append(c.catchUp, shardSource{shard: cand.Shard, from: best.Holder})
+			}
+		}
+		c.why = fmt.Sprintf("nobody is the most advanced on every shard (%s)", describeRank(rank))
+	case rank.Promote != "":
+		c.kind, c.to = choiceHandoff, rank.Promote
+		c.why = fmt.Sprintf("%s is the most advanced on the most shards (%s)", rank.Promote, describeRank(rank))
 	default:
 		c.kind = choiceStuck
 		c.why = fmt.Sprintf("no member heard (%v) is the most advanced on every one of the %d shards: %s", c.heard, shards, describeRank(rank))
@@ -128,6 +160,15 @@ func choose(me string, t term, members Members, reports map[string]report, shard
 		}
 	}
 	return c
+}
+
+func shardIndex(r leader.Ranking, shard uint32) int {
+	for i, s := range r.Shards {
+		if s.Shard == shard {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("node: shard %d not ranked", shard))
 }
 
 func describeRank(r leader.Ranking) string {

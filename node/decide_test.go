@@ -49,6 +49,9 @@ func TestFence(t *testing.T) {
 			if c.to != "" {
 				out += " to " + c.to
 			}
+			for _, cu := range c.catchUp {
+				out += ", " + cu.String()
+			}
 			if c.kind == choiceRaise {
 				out += fmt.Sprintf(" past %d", c.seen)
 			}
@@ -77,7 +80,8 @@ func parseAck(t *testing.T, s string) leader.AckPolicy {
 }
 
 // parseReports reads one report per line: ID term=T epoch=E then
-// pos=SHARD/EPOCH/LSN/LASTEPOCH per store and unknown=SHARD.
+// pos=SHARD/EPOCH/LSN/LASTEPOCH[/CRC] per store (the last batch's CRC
+// defaults to 1) and unknown=SHARD.
 func parseReports(t *testing.T, td *datadriven.TestData) map[string]report {
 	out := map[string]report{}
 	for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
@@ -95,11 +99,15 @@ func parseReports(t *testing.T, td *datadriven.TestData) map[string]report {
 				r.Epoch = mustUint(t, v)
 			case "pos":
 				p := strings.Split(v, "/")
-				if len(p) != 4 {
-					t.Fatalf("%s: pos=%s: want SHARD/EPOCH/LSN/LASTEPOCH", td.Pos, v)
+				if len(p) != 4 && len(p) != 5 {
+					t.Fatalf("%s: pos=%s: want SHARD/EPOCH/LSN/LASTEPOCH[/CRC]", td.Pos, v)
+				}
+				crc := uint32(1)
+				if len(p) == 5 {
+					crc = uint32(mustUint(t, p[4]))
 				}
 				r.Positions = append(r.Positions, replication.Ack{Shard: uint32(mustUint(t, p[0])), Epoch: mustUint(t, p[1]),
-					AppliedLSN: mustUint(t, p[2]), LastBatch: wal.BatchRef{Epoch: mustUint(t, p[3]), CRC: 1}})
+					AppliedLSN: mustUint(t, p[2]), LastBatch: wal.BatchRef{Epoch: mustUint(t, p[3]), CRC: crc}})
 			case "unknown":
 				r.Unknown = append(r.Unknown, uint32(mustUint(t, v)))
 			default:

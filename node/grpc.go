@@ -140,10 +140,12 @@ func (s failedSource) Read(context.Context, string, string, int64, []byte) (int,
 }
 func (s failedSource) End(context.Context, string) error { return s.err }
 
-// Follow implements Transport: the client service answers NotLeader.
-func (g *GRPC) Follow(where func() (string, uint64)) (io.Closer, error) {
+// Follow implements Transport: the client service answers NotLeader, and
+// snaps serves this member's stores to a winning peer.
+func (g *GRPC) Follow(where func() (string, uint64), snaps snapshot.Source) (io.Closer, error) {
 	srv, err := grpctransport.ListenServices(g.o.Listen, &grpctransport.ServerOptions{TLS: g.o.ServerTLS, Insecure: g.o.Insecure,
-		Logger: g.o.Logger, Services: []grpctransport.UnaryService{clientapi.NotLeader(where)}})
+		Logger: g.o.Logger, Services: []grpctransport.UnaryService{clientapi.NotLeader(where)},
+		Snapshots: func(uint32) snapshot.Source { return snaps }})
 	if err != nil {
 		return nil, fmt.Errorf("node: serving at %s: %w", g.o.Listen, err)
 	}

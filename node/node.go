@@ -45,6 +45,9 @@ const (
 	// DeposedDirName holds the last replica the node led and then had to
 	// rebuild as a follower: kept for an operator, replaced at the next.
 	DeposedDirName = "deposed"
+	// snapshotsDirName holds the checkpoints the member serves a winning
+	// peer while it follows.
+	snapshotsDirName = "snapshots"
 )
 
 // Role is what a node does now.
@@ -95,6 +98,7 @@ type Node struct {
 	folStop   context.CancelFunc
 	folDone   chan struct{}
 	folEP     io.Closer
+	peers     *peerDonors
 	following uint64 // the term fol serves from (0: none)
 	promised  uint64
 	lead      *leadTerm
@@ -472,7 +476,7 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 // promiseAndReport promises t's epoch in every store (nothing older applies
 // from then on) and reports the final positions to t's winner.
 func (n *Node) promiseAndReport(ctx context.Context, t term) {
-	r := report{ID: n.o.ID, Term: t.Term, Epoch: t.Epoch}
+	r := report{ID: n.o.ID, Addr: n.o.Addr, Term: t.Term, Epoch: t.Epoch}
 	layout, _, err := store.DirLayout(n.o.FS, n.replica)
 	if err != nil {
 		n.log.Error("node: cannot read the replica's layout to report", "err", err)
@@ -572,6 +576,14 @@ func (n *Node) decide(ctx context.Context, v view) {
 			n.log.Warn("node: cannot raise the epoch base", "err", err)
 		}
 		n.abandonFence(ctx, "raising epochs past what a member holds: "+c.why)
+	case choiceCatchUp:
+		if err := n.catchUp(ctx, v, c); err != nil {
+			n.log.Error("node: cannot catch up before leading: resigning", "term", f.t.Term, "err", err)
+			n.abandonFence(ctx, "catch-up failed")
+			n.hold = time.Now().Add(n.o.FenceTimeout / 2)
+			return
+		}
+		n.promote(ctx, v, c)
 	case choiceStuck:
 		n.log.Error("node: cannot promote anyone: histories are incomparable; an operator must choose (oncewal promote --catch-up)", "term", f.t.Term, "why", c.why)
 		n.abandonFence(ctx, "stuck")
@@ -587,6 +599,33 @@ func (n *Node) abandonFence(ctx context.Context, why string) {
 	_ = n.fence.ls.Resign(ctx)
 	n.fence = nil
 	n.setStatus(func(s *Status) { s.Role = RoleFollower })
+}
+
+// catchUp replaces each store of the winner that a heard member is ahead
+// on with a snapshot of that member's (follower.Rebuild: verified, installed
+// atomically), so that it leads every shard's most advanced history.
+func (n *Node) catchUp(ctx context.Context, v view, c choice) error {
+	n.stopFollowing()
+	cctx, cancel := context.WithTimeout(ctx, n.o.FenceTimeout)
+	defer cancel()
+	for _, cu := range c.catchUp {
+		from, ok := v.reports[cu.from]
+		if !ok || from.Addr == "" {
+			return fmt.Errorf("shard %d: no address for %s", cu.shard, cu.from)
+		}
+		o := n.o.Follower.Follower
+		o.Store.ID, o.Store.FS, o.Store.Shard = n.o.ID, n.o.FS, cu.shard
+		if o.Store.Logger == nil {
+			o.Store.Logger = n.o.Logger
+		}
+		m, st, err := follower.Rebuild(cctx, store.ShardDir(n.replica, cu.shard), &o, n.o.Transport.Snapshots(from.Addr), nil)
+		if err != nil {
+			return fmt.Errorf("shard %d from %s: %w", cu.shard, cu.from, err)
+		}
+		n.log.Info("node: caught a shard up from a more advanced member", "shard", cu.shard, "from", cu.from,
+			"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
+	}
+	return nil
 }
 
 // promote opens the leader on the node's stores at the term's epoch and
@@ -729,11 +768,12 @@ func (n *Node) follow(ctx context.Context, t term) {
 		return
 	}
 	if n.folEP == nil {
-		ep, err := n.o.Transport.Follow(n.where)
+		peers := &peerDonors{fol: n.fol, fs: n.o.FS, dir: n.o.FS.PathJoin(n.o.Dir, snapshotsDirName), ids: map[string]*snapshot.Donor{}}
+		ep, err := n.o.Transport.Follow(n.where, peers)
 		if err != nil {
 			n.log.Warn("node: cannot serve clients at its address while following", "err", err)
 		} else {
-			n.folEP = ep
+			n.folEP, n.peers = ep, peers
 		}
 	}
 	tc := t
@@ -799,7 +839,8 @@ func (n *Node) stopFollowing() {
 	n.stopServing()
 	if n.folEP != nil {
 		_ = n.folEP.Close()
-		n.folEP = nil
+		_ = n.peers.Close()
+		n.folEP, n.peers = nil, nil
 	}
 	if n.fol != nil {
 		if err := n.fol.Close(); err != nil {

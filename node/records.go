@@ -44,6 +44,9 @@ type term struct {
 // report is what a member tells a fencing winner.
 type report struct {
 	ID string `json:"id"`
+	// Addr is where the member serves snapshots of its stores while it
+	// follows (a winner behind it catches up from there).
+	Addr string `json:"addr"`
 	// Term and Epoch are the fencing term's; a report of another term is
 	// not heard.
 	Term  uint64 `json:"term"`

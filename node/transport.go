@@ -22,8 +22,9 @@ type Transport interface {
 	// Lead opens the endpoint for a term this node leads.
 	Lead(shards int) (LeaderEndpoint, error)
 	// Follow opens the endpoint while this node follows: a client is told
-	// where the leader is, as where reports it now.
-	Follow(where func() (addr string, epoch uint64)) (io.Closer, error)
+	// where the leader is, as where reports it now, and a peer that won an
+	// election and is behind on a shard fetches it from snaps.
+	Follow(where func() (addr string, epoch uint64), snaps snapshot.Source) (io.Closer, error)
 	// Dialer reaches the leader at addr.
 	Dialer(addr string) replication.Dialer
 	// Snapshots is where a store the leader at addr refuses for good
@@ -60,12 +61,19 @@ type MemoryNet struct {
 	mu     sync.Mutex
 	seed   uint64
 	eps    map[string]*memEndpoint
+	peers  map[string]snapshot.Source // following members' snapshots
+	cut    map[cutKey]bool
+}
+
+type cutKey struct {
+	from  string
+	shard uint32
 }
 
 // NewMemoryNet returns a network whose links inject faults, the n-th link
 // seeded with seed + n.
 func NewMemoryNet(faults inprocess.FaultOptions, seed uint64) *MemoryNet {
-	return &MemoryNet{faults: faults, seed: seed, eps: map[string]*memEndpoint{}}
+	return &MemoryNet{faults: faults, seed: seed, eps: map[string]*memEndpoint{}, peers: map[string]snapshot.Source{}, cut: map[cutKey]bool{}}
 }
 
 // For returns the Transport of the node at addr.
@@ -87,6 +95,27 @@ func (m *MemoryNet) Disconnect(addr string) int {
 	return n
 }
 
+// Cut stops (cut) or lets again the member at from reach any leader for
+// shard: its dials fail and its live links of shard break.
+func (m *MemoryNet) Cut(from string, shard uint32, cut bool) {
+	m.mu.Lock()
+	m.cut[cutKey{from, shard}] = cut
+	var links []*inprocess.Transport
+	if cut {
+		for _, ep := range m.eps {
+			ep.mu.Lock()
+			for _, l := range ep.byFrom[cutKey{from, shard}] {
+				links = append(links, l)
+			}
+			ep.mu.Unlock()
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range links {
+		l.Disconnect()
+	}
+}
+
 type memTransport struct {
 	m    *MemoryNet
 	addr string
@@ -100,12 +129,13 @@ type memEndpoint struct {
 	once   sync.Once
 	mu     sync.Mutex
 	links  []*inprocess.Transport
+	byFrom map[cutKey][]*inprocess.Transport
 	donors []*snapshot.Donor
 	leader *leader.Leader
 }
 
 func (t memTransport) Lead(shards int) (LeaderEndpoint, error) {
-	ep := &memEndpoint{m: t.m, addr: t.addr, queues: make([]chan *inprocess.Transport, shards), done: make(chan struct{})}
+	ep := &memEndpoint{m: t.m, addr: t.addr, queues: make([]chan *inprocess.Transport, shards), done: make(chan struct{}), byFrom: map[cutKey][]*inprocess.Transport{}}
 	for s := range ep.queues {
 		ep.queues[s] = make(chan *inprocess.Transport)
 	}
@@ -122,12 +152,23 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// Follow serves nothing in process: the simulation asks nodes directly.
-func (t memTransport) Follow(func() (string, uint64)) (io.Closer, error) {
-	return closerFunc(func() error { return nil }), nil
+// Follow serves the member's snapshots; clients in process ask nodes
+// directly.
+func (t memTransport) Follow(_ func() (string, uint64), snaps snapshot.Source) (io.Closer, error) {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	t.m.peers[t.addr] = snaps
+	return closerFunc(func() error {
+		t.m.mu.Lock()
+		defer t.m.mu.Unlock()
+		if t.m.peers[t.addr] == snaps {
+			delete(t.m.peers, t.addr)
+		}
+		return nil
+	}), nil
 }
 
-func (t memTransport) Dialer(addr string) replication.Dialer { return memDialer{t.m, addr} }
+func (t memTransport) Dialer(addr string) replication.Dialer { return memDialer{t.m, t.addr, addr} }
 
 func (t memTransport) Snapshots(addr string) snapshot.Source { return memSource{t.m, addr} }
 
@@ -212,14 +253,18 @@ func (l memListener) Accept(ctx context.Context) (replication.LeaderConn, replic
 }
 
 type memDialer struct {
-	m    *MemoryNet
-	addr string
+	m          *MemoryNet
+	from, addr string
 }
 
 func (d memDialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
 	d.m.mu.Lock()
 	ep := d.m.eps[d.addr]
 	var t *inprocess.Transport
+	if d.m.cut[cutKey{d.from, hello.Shard}] {
+		d.m.mu.Unlock()
+		return nil, fmt.Errorf("node: memory net: %s cut from shard %d: %w", d.from, hello.Shard, replication.ErrDisconnected)
+	}
 	if ep != nil && int(hello.Shard) < len(ep.queues) {
 		t = inprocess.New(d.m.faults, d.m.seed)
 		d.m.seed++
@@ -230,6 +275,8 @@ func (d memDialer) Dial(ctx context.Context, hello replication.Ack) (replication
 	}
 	ep.mu.Lock()
 	ep.links = append(ep.links, t)
+	k := cutKey{d.from, hello.Shard}
+	ep.byFrom[k] = append(ep.byFrom[k], t)
 	ep.mu.Unlock()
 	select {
 	case ep.queues[hello.Shard] <- t:
@@ -260,7 +307,19 @@ func (s memSource) donor(shard uint32) (*snapshot.Donor, error) {
 	return nil, fmt.Errorf("node: memory net: no leader serves snapshots of shard %d at %s: %w", shard, s.addr, snapshot.ErrClosed)
 }
 
+func (s memSource) peer() snapshot.Source {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if s.m.eps[s.addr] != nil {
+		return nil
+	}
+	return s.m.peers[s.addr]
+}
+
 func (s memSource) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
+	if p := s.peer(); p != nil {
+		return p.Begin(ctx, shard)
+	}
 	d, err := s.donor(shard)
 	if err != nil {
 		return snapshot.Manifest{}, err
@@ -271,6 +330,9 @@ func (s memSource) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, 
 // Read and End find the snapshot by its ID in every donor of the leader at
 // addr: an ID names its shard's donor only.
 func (s memSource) Read(ctx context.Context, id, name string, off int64, p []byte) (int, error) {
+	if peer := s.peer(); peer != nil {
+		return peer.Read(ctx, id, name, off, p)
+	}
 	ds, err := s.donors()
 	if err != nil {
 		return 0, err
@@ -285,6 +347,9 @@ func (s memSource) Read(ctx context.Context, id, name string, off int64, p []byt
 }
 
 func (s memSource) End(ctx context.Context, id string) error {
+	if peer := s.peer(); peer != nil {
+		return peer.End(ctx, id)
+	}
 	ds, err := s.donors()
 	if err != nil {
 		return err
