@@ -31,6 +31,8 @@ var (
 	ErrLocked = errors.New("node: the directory is in use by another process (stop it first)")
 	// ErrClosed: the Node was closed.
 	ErrClosed = errors.New("node: closed")
+	// ErrRunning: Run was called while another Run of the node runs.
+	ErrRunning = errors.New("node: already running (one Run per Node)")
 	// ErrNotLeader: the node does not lead now (Leader).
 	ErrNotLeader = errors.New("node: not the leader (ask the leader the cluster's term names)")
 )
@@ -86,10 +88,11 @@ type Node struct {
 	lock    io.Closer
 	replica string
 
-	mu     sync.Mutex
-	status Status
-	ld     *leader.Leader
-	closed bool
+	mu      sync.Mutex
+	status  Status
+	ld      *leader.Leader
+	closed  bool
+	running bool
 
 	target atomic.Pointer[term] // the leader followed: dialers and rebuilds use it
 
@@ -185,17 +188,19 @@ func (n *Node) Leader() (*leader.Leader, error) {
 	return n.ld, nil
 }
 
-// Follower calls fn with this node's follower node while it follows
-// (ErrNotLeader's opposite: an error when it leads or has none open).
 func (n *Node) setStatus(fn func(*Status)) {
 	n.mu.Lock()
 	fn(&n.status)
 	n.mu.Unlock()
 }
 
-// Close releases the directory. Run must have returned.
+// Close releases the directory. Run must have returned (ErrRunning).
 func (n *Node) Close() error {
 	n.mu.Lock()
+	if n.running {
+		n.mu.Unlock()
+		return ErrRunning
+	}
 	if n.closed {
 		n.mu.Unlock()
 		return nil
@@ -214,11 +219,20 @@ const tick = 100 * time.Millisecond
 // when ctx ends, with every role stopped.
 func (n *Node) Run(ctx context.Context) error {
 	n.mu.Lock()
-	closed := n.closed
+	closed, running := n.closed, n.running
+	n.running = n.running || !closed
 	n.mu.Unlock()
-	if closed {
+	switch {
+	case closed:
 		return ErrClosed
+	case running:
+		return ErrRunning
 	}
+	defer func() {
+		n.mu.Lock()
+		n.running = false
+		n.mu.Unlock()
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer n.stopAll()
