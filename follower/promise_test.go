@@ -19,7 +19,9 @@ import (
 
 // switchDialer dials whichever transport it points at: the leader a
 // failover publishes.
-type switchDialer struct{ to atomic.Pointer[inprocess.Transport] }
+type switchDialer struct {
+	to atomic.Pointer[inprocess.Transport]
+}
 
 func (d *switchDialer) Dial(ctx context.Context, hello replication.Ack) (replication.FollowerConn, error) {
 	return d.to.Load().Dial(ctx, hello)
@@ -132,4 +134,44 @@ func TestNodePromiseFencesLeader(t *testing.T) {
 	require.NoError(t, <-served["node-1"])
 	<-lrun
 	<-l2run
+}
+
+// TestRebuildKeepsPromise: a store that promised epoch 7 and is then
+// rebuilt from a donor at epoch 1 keeps its promise: the rebuild does not
+// let it follow a leader the election deposed.
+func TestRebuildKeepsPromise(t *testing.T) {
+	dir := t.TempDir()
+	tr := inprocess.New(inprocess.FaultsNone, 1)
+	defer tr.Close()
+	l, err := leader.Open(dir+"/leader", &leader.Options{Shards: 1, Epoch: 1, Followers: []string{"f1"}, Logger: quietLogger,
+		Store: store.Options{Logger: quietLogger}, Listener: func(uint32) replication.Listener { return tr }})
+	require.NoError(t, err)
+	defer l.Close()
+	for range 3 {
+		_, err := l.Append(wal.Event{Op: wal.OpPut, Session: session.ID{7}, Key: []byte("k"), Value: []byte("v")})
+		require.NoError(t, err)
+	}
+	donor, err := l.Donor(0, nil)
+	require.NoError(t, err)
+	defer donor.Close()
+
+	storeDir := store.ShardDir(dir+"/node", 0)
+	so := &follower.Options{Store: store.Options{Logger: quietLogger}}
+	f, err := follower.Open(storeDir, so)
+	require.NoError(t, err)
+	_, err = f.Promise(7)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = f.Promise(8)
+	require.ErrorIs(t, err, follower.ErrClosed)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, _, err := follower.Rebuild(ctx, storeDir, so, donor, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), m.Cut.AppliedLSN)
+	info, err := store.PeekStore(nil, storeDir)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), info.Promise, "the rebuild undid the store's promise")
+	require.Equal(t, uint64(3), info.Applied)
 }
