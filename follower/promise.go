@@ -38,8 +38,9 @@ type PromiseError struct {
 
 func (e *PromiseError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "follower: %d shards did not promise epoch %d (the fencing leader cannot count them):", len(e.Failed), e.Epoch)
-	for _, s := range slices.Sorted(maps.Keys(e.Failed)) {
+	shards := slices.Sorted(maps.Keys(e.Failed))
+	fmt.Fprintf(&b, "follower: shards %v did not promise epoch %d (the fencing leader cannot count them as fenced; ask them again once they serve):", shards, e.Epoch)
+	for _, s := range shards {
 		fmt.Fprintf(&b, " shard %d: %v;", s, e.Failed[s])
 	}
 	return strings.TrimSuffix(b.String(), ";")

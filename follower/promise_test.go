@@ -2,7 +2,9 @@ package follower_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +176,39 @@ func TestRebuildKeepsPromise(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), info.Promise, "the rebuild undid the store's promise")
 	require.Equal(t, uint64(3), info.Applied)
+}
+
+// TestNodePromisePerShard: Node.Promise answers every shard that promised,
+// with its shard, and names every one that did not in a *PromiseError
+// (errors.Is through its causes); an epoch no leader can have is refused
+// before any store is touched.
+func TestNodePromisePerShard(t *testing.T) {
+	n, err := follower.OpenNode(t.TempDir(), []uint32{0, 1, 2}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{Logger: quietLogger}}})
+	require.NoError(t, err)
+	defer n.Close()
+
+	_, err = n.Promise(0)
+	require.ErrorIs(t, err, store.ErrBadPromise)
+	_, err = n.Promise(replication.MaxEpoch + 1)
+	require.ErrorIs(t, err, replication.ErrEpochExhausted)
+	for _, s := range n.Shards() {
+		require.NoError(t, n.Follower(s, func(f *follower.Follower) error {
+			require.Zero(t, f.Store().Promised(), "a refused promise touched shard %d", s)
+			return nil
+		}))
+	}
+
+	acks, err := n.Promise(3)
+	require.NoError(t, err)
+	require.Equal(t, map[uint32]replication.Ack{0: {Shard: 0}, 1: {Shard: 1}, 2: {Shard: 2}}, acks)
+
+	// Shard 1's store closes under its follower: it alone fails.
+	require.NoError(t, n.Follower(1, func(f *follower.Follower) error { return f.Store().Close() }))
+	acks, err = n.Promise(4)
+	var pe *follower.PromiseError
+	require.ErrorAs(t, err, &pe)
+	require.ErrorIs(t, err, store.ErrClosed)
+	require.Equal(t, []uint32{1}, slices.Collect(maps.Keys(pe.Failed)))
+	require.ErrorContains(t, err, "shards [1] did not promise epoch 4 (the fencing leader cannot count them as fenced; ask them again once they serve): shard 1: store: closed")
+	require.Equal(t, []uint32{0, 2}, slices.Sorted(maps.Keys(acks)))
 }
