@@ -69,7 +69,9 @@
 //     invariant 4 lists) Deadline is pulled back to that moment: once Done
 //     has closed, Deadline is not after the moment it closed, and once
 //     Deadline has passed, Done has closed or closes as soon as a timer
-//     set for it fires. Resign ends the term before deleting the key.
+//     set for it fires. Resign ends the term before deleting the key, and
+//     a term that ends otherwise gives up its lease (revoked, best effort),
+//     so that no term keeps its key alive once it has stopped leading.
 //     Memory renews every TTL/3 with Deadline its last renewal plus the
 //     TTL (one clock, no margin; Memory.SetTTL), and Memory.Expire ends
 //     the term at once.

@@ -269,8 +269,10 @@ func (c *Etcd) Update(ctx context.Context, cluster, key string, fn func([]byte, 
 	}
 }
 
-// LeaseTTL implements Coordinator: EtcdOptions.LeaseTTL, which etcd
-// grants as asked (its minimum lease is below the 2 s Validate allows).
+// LeaseTTL implements Coordinator: EtcdOptions.LeaseTTL. etcd grants at
+// least its own minimum (1.5 election timeouts: 1.5 s with its default
+// 1 s), so a leadership's lease may be longer, never shorter; its
+// Deadline counts the TTL etcd granted.
 func (c *Etcd) LeaseTTL() time.Duration { return c.opts.LeaseTTL }
 
 // Close implements Coordinator: held sessions are closed (their leases

@@ -32,8 +32,14 @@ func leaseDeadline(sent time.Time, ttlSeconds int64) time.Time {
 // recvKeepAlive), which is later than etcd's renewal, and so not a sound
 // bound. A renewal only lengthens the lease, so the session's own can
 // only make the real expiry later than t's deadline. It ends t when etcd
-// says the lease is gone or the session ends, and returns when t ends.
+// says the lease is gone or the session ends, and returns when t ends,
+// closing the session: a term that ended must not keep its key alive
+// through the session's keep-alive (its deadline passed while etcd was
+// slow, say), or every other candidate would wait behind a leader that
+// knows it is not one. The revoke is best effort; unanswered, the lease
+// expires a TTL after its last renewal.
 func (c *Etcd) keep(t *term, s *concurrency.Session, ttlSeconds int64) {
+	defer func() { _ = s.Close() }()
 	period := time.Duration(ttlSeconds) * time.Second / 3
 	wait := period
 	for {

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -23,4 +24,32 @@ func TestMemory(t *testing.T) {
 			l.(*memLeadership).m.Expire(l)
 		},
 	})
+}
+
+// TestMemorySetTTL: a TTL too short to renew is refused and changes
+// nothing; a good one is what LeaseTTL reports and what terms run on.
+func TestMemorySetTTL(t *testing.T) {
+	m := NewMemory()
+	defer m.Close()
+	if m.LeaseTTL() != DefaultLeaseTTL {
+		t.Fatalf("LeaseTTL %v, want the default %v", m.LeaseTTL(), DefaultLeaseTTL)
+	}
+	for _, bad := range []time.Duration{0, -time.Second, time.Millisecond} {
+		if err := m.SetTTL(bad); !errors.Is(err, ErrBadInput) {
+			t.Errorf("SetTTL(%v): %v, want ErrBadInput", bad, err)
+		}
+	}
+	if m.LeaseTTL() != DefaultLeaseTTL {
+		t.Fatalf("a refused SetTTL changed LeaseTTL to %v", m.LeaseTTL())
+	}
+	if err := m.SetTTL(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Campaign(ctxT(t), "c1", nodeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(l.Deadline()); d <= DefaultLeaseTTL || d > time.Minute {
+		t.Fatalf("deadline %v ahead with a TTL of 1m", d)
+	}
 }
