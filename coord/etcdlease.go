@@ -25,7 +25,8 @@ func leaseDeadline(sent time.Time, ttlSeconds int64) time.Time {
 	return sent.Add(ttl - deadlineMargin(ttl))
 }
 
-// keep renews lease every TTL/3 with its own KeepAliveOnce calls, on top
+// keep renews the session's lease every TTL/3 with its own KeepAliveOnce
+// calls (whose internal retries only send later than sent), on top
 // of the session's KeepAlive, because only a call of its own tells it
 // when the renewal that etcd answered was sent: the client's keep-alive
 // loop times its deadline from the answer's arrival (lease.go,
