@@ -73,15 +73,16 @@ type Coordinator interface {
 	Watch(ctx context.Context, cluster, prefix string) (<-chan map[string][]byte, error)
 	// Update is a read-modify-write of one data key that no leadership
 	// guards (invariant 9): fn gets the key's value (ok false if absent)
-	// and returns the new one, nil to delete it; fn runs again if the key
-	// changed meanwhile, so it must have no other effect. An error of fn
-	// aborts the update and is returned wrapped.
+	// and returns the new one, nil to delete it (an empty, non-nil value
+	// is stored); fn runs again if the key changed meanwhile, so it must
+	// have no other effect. An error of fn aborts the update and is
+	// returned wrapped.
 	Update(ctx context.Context, cluster, key string, fn func(old []byte, ok bool) (value []byte, err error)) error
 	// LeaseTTL is the lease a leadership lives on: a leader that dies is
 	// replaced about one LeaseTTL later (invariant 7).
 	LeaseTTL() time.Duration
 	// Close ends every leadership it holds (their keys deleted, so others
-	// win without waiting for a TTL) and every observation.
+	// win without waiting for a TTL), every observation and every watch.
 	Close() error
 }
 

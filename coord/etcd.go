@@ -87,19 +87,27 @@ func (c *Etcd) Campaign(ctx context.Context, cluster string, me Candidate) (Lead
 		_, _ = c.cli.Revoke(ctx, grant.ID)
 		return nil, unavailable(ctx, "campaign "+cluster+": open a session", err)
 	}
-	// The keeper runs from the grant on, so that the deadline at the win
-	// is that of the last renewal while waiting (invariant 7).
-	c.workers.Add(1)
-	go func() {
-		defer c.workers.Done()
-		c.keep(t, s, grant.TTL)
-	}()
 	// end stops the keeper before the lease goes, so that Deadline has
 	// passed before another candidate can win.
 	end := func() {
 		t.end()
 		_ = s.Close()
 	}
+	// The keeper runs from the grant on, so that the deadline at the win
+	// is that of the last renewal while waiting (invariant 7). It is added
+	// to the workers under mu, so that Close waits for every keeper.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		end()
+		return nil, ErrClosed
+	}
+	c.workers.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.workers.Done()
+		c.keep(t, s, grant.TTL)
+	}()
 	e := concurrency.NewElection(s, c.electionPrefix(cluster))
 	// Invariant 3: Campaign waits for older keys only, not for its own
 	// lease; end the wait when the term ends (its lease ended, or may
@@ -123,7 +131,7 @@ func (c *Etcd) Campaign(ctx context.Context, cluster string, me Candidate) (Lead
 		}
 		end()
 		if ended && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: the session's lease ended while campaigning for %s", ErrLostLeadership, cluster)
+			return nil, fmt.Errorf("%w: the lease ended (or its deadline passed) while campaigning for %s", ErrLostLeadership, cluster)
 		}
 		return nil, unavailable(ctx, "campaign "+cluster, err)
 	}
@@ -269,8 +277,10 @@ func (c *Etcd) Update(ctx context.Context, cluster, key string, fn func([]byte, 
 	}
 }
 
-// LeaseTTL implements Coordinator: EtcdOptions.LeaseTTL, which etcd
-// grants as asked (its minimum lease is below the 2 s Validate allows).
+// LeaseTTL implements Coordinator: EtcdOptions.LeaseTTL. etcd grants at
+// least its own minimum (1.5 election timeouts: 1.5 s with its default
+// 1 s), so a leadership's lease may be longer, never shorter; its
+// Deadline counts the TTL etcd granted.
 func (c *Etcd) LeaseTTL() time.Duration { return c.opts.LeaseTTL }
 
 // Close implements Coordinator: held sessions are closed (their leases

@@ -25,15 +25,22 @@ func leaseDeadline(sent time.Time, ttlSeconds int64) time.Time {
 	return sent.Add(ttl - deadlineMargin(ttl))
 }
 
-// keep renews lease every TTL/3 with its own KeepAliveOnce calls, on top
+// keep renews the session's lease every TTL/3 with its own KeepAliveOnce
+// calls (whose internal retries only send later than sent), on top
 // of the session's KeepAlive, because only a call of its own tells it
 // when the renewal that etcd answered was sent: the client's keep-alive
 // loop times its deadline from the answer's arrival (lease.go,
 // recvKeepAlive), which is later than etcd's renewal, and so not a sound
 // bound. A renewal only lengthens the lease, so the session's own can
 // only make the real expiry later than t's deadline. It ends t when etcd
-// says the lease is gone or the session ends, and returns when t ends.
+// says the lease is gone or the session ends, and returns when t ends,
+// closing the session: a term that ended must not keep its key alive
+// through the session's keep-alive (its deadline passed while etcd was
+// slow, say), or every other candidate would wait behind a leader that
+// knows it is not one. The revoke is best effort; unanswered, the lease
+// expires a TTL after its last renewal.
 func (c *Etcd) keep(t *term, s *concurrency.Session, ttlSeconds int64) {
+	defer func() { _ = s.Close() }()
 	period := time.Duration(ttlSeconds) * time.Second / 3
 	wait := period
 	for {

@@ -36,6 +36,9 @@ type memValue struct {
 	mod   int64
 }
 
+// minMemoryTTL keeps Memory's renewals (every TTL/3) from spinning.
+const minMemoryTTL = 3 * time.Millisecond
+
 // NewMemory returns an empty in-process coordinator whose leases last
 // DefaultLeaseTTL (SetTTL changes it).
 func NewMemory() *Memory {
@@ -44,11 +47,11 @@ func NewMemory() *Memory {
 
 // SetTTL sets the lease of the terms campaigned for from now on: each is
 // renewed every ttl/3, and its Deadline is its last renewal plus ttl
-// (invariant 7; one clock, so no margin). A ttl that is not positive is
+// (invariant 7; one clock, so no margin). A ttl under minMemoryTTL is
 // refused with ErrBadInput.
 func (m *Memory) SetTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("%w: lease TTL %v: give a positive duration", ErrBadInput, ttl)
+	if ttl < minMemoryTTL {
+		return fmt.Errorf("%w: lease TTL %v: give at least %v", ErrBadInput, ttl, minMemoryTTL)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -291,7 +291,7 @@ func (m *mapRig) carryOut(p plan) (Result, error) {
 // promise holds the higher promise and answers the decision position:
 // the map view has no pipeline, so it is the durable one.
 func (m *mapRig) promise(epoch uint64) (replication.Ack, uint64, error) {
-	if err := checkPromise(epoch); err != nil {
+	if err := CheckPromiseEpoch(epoch); err != nil {
 		return replication.Ack{}, m.promised, err
 	}
 	if m.fail != nil {

@@ -28,8 +28,9 @@ var keyPromise = []byte(keyspace.MetaPromise)
 // wrapped too). Nothing was written.
 var ErrBadPromise = errors.New("store: bad promise epoch")
 
-// checkPromise refuses an epoch no leader can serve at.
-func checkPromise(epoch uint64) error {
+// CheckPromiseEpoch refuses an epoch no leader can have, as Promise does
+// (ErrBadPromise), for a caller that checks before it touches a store.
+func CheckPromiseEpoch(epoch uint64) error {
 	if epoch == 0 {
 		return fmt.Errorf("%w: epoch 0 is no leader's (epochs start at 1): promise the epoch the fencing leader won its election at", ErrBadPromise)
 	}
@@ -82,7 +83,7 @@ func ReadPromise(db pebble.Reader) (uint64, error) { return readMetaU64(db, keyP
 //
 // A failed write fails the store (ErrFailed), as a failed commit does.
 func (r *Receiver) Promise(epoch uint64) (replication.Ack, error) {
-	if err := checkPromise(epoch); err != nil {
+	if err := CheckPromiseEpoch(epoch); err != nil {
 		return replication.Ack{}, err
 	}
 	r.mu.Lock()
@@ -136,7 +137,7 @@ func (r *Receiver) CheckBatchEpoch(raw []byte) error {
 // returns ErrStalled wrapping the disk's error, and the promise completes
 // in the background if the disk recovers (Close waits for it).
 func (s *Store) Promise(epoch uint64) (replication.Ack, error) {
-	if err := checkPromise(epoch); err != nil {
+	if err := CheckPromiseEpoch(epoch); err != nil {
 		return replication.Ack{}, err
 	}
 	release, ok := s.life.Hold()

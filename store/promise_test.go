@@ -3,6 +3,7 @@ package store_test
 import (
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -112,4 +113,48 @@ func TestPromiseRefusals(t *testing.T) {
 	info, err := store.PeekStore(mem, "/s")
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), info.Promise)
+}
+
+// TestPromiseFinalPosition: a promise made while a pipeline of batches of
+// the old epoch runs (Start, up to 4 in flight, Wait in order) reports a
+// position no batch of that epoch goes past: every batch started before
+// it is in the reported position, every one after it is refused, and the
+// store ends exactly where Promise said.
+func TestPromiseFinalPosition(t *testing.T) {
+	st := promiseStore(t, vfs.NewMem())
+	defer st.Close()
+	id := session.NewID()
+	pending := make(chan *store.Pending, 3)
+	var stop atomic.Bool
+	go func() {
+		defer close(pending)
+		for lsn := uint64(1); !stop.Load(); lsn++ {
+			pending <- st.Start(putAt(t, id, 1, lsn))
+		}
+	}()
+	var promised replication.Ack
+	var maxAcked uint64
+	refused := 0
+	for p := range pending {
+		res, err := p.Wait()
+		switch {
+		case err == nil:
+			maxAcked = max(maxAcked, res.Ack.AppliedLSN)
+		case refused == 0:
+			require.ErrorIs(t, err, replication.ErrStaleEpoch)
+			fallthrough
+		default:
+			refused++
+			stop.Store(true)
+		}
+		if applied, _ := st.Position(); applied >= 20 && promised.AppliedLSN == 0 {
+			var err error
+			promised, err = st.Promise(2)
+			require.NoError(t, err)
+		}
+	}
+	require.NotZero(t, refused)
+	require.Equal(t, promised.AppliedLSN, maxAcked, "a batch of the old epoch applied past the promised position")
+	applied, _ := st.Position()
+	require.Equal(t, promised.AppliedLSN, applied)
 }
