@@ -512,17 +512,15 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 			n.log.Error("node: cannot open the stores to promise", "epoch", t.Epoch, "err", err)
 			return
 		}
-		acks, err := n.promiseAll(t.Epoch)
+		acks, err := n.fol.Promise(t.Epoch)
 		if err != nil && len(acks) == 0 {
 			n.log.Error("node: cannot promise the new term's epoch", "epoch", t.Epoch, "err", err)
 			return
 		}
-		got := map[uint32]bool{}
-		for _, a := range acks {
-			r.Positions, got[a.Shard] = append(r.Positions, a), true
-		}
 		for s := range uint32(n.o.Shards) {
-			if !got[s] {
+			if a, ok := acks[s]; ok {
+				r.Positions = append(r.Positions, a)
+			} else {
 				r.Unknown = append(r.Unknown, s)
 			}
 		}
@@ -540,26 +538,6 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 		return
 	}
 	n.log.Info("node: promised a new term", "term", t.Term, "epoch", t.Epoch, "winner", t.ID, "positions", r.Positions, "deposed", r.Deposed)
-}
-
-// promiseAll promises epoch in every shard's store; a store that cannot is
-// left out of the positions (reported unknown), its error joined.
-func (n *Node) promiseAll(epoch uint64) ([]replication.Ack, error) {
-	var acks []replication.Ack
-	var errs []error
-	for s := range uint32(n.o.Shards) {
-		err := n.fol.Follower(s, func(f *follower.Follower) error {
-			a, err := f.Store().Promise(epoch)
-			if err == nil {
-				acks = append(acks, a)
-			}
-			return err
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
-		}
-	}
-	return acks, errors.Join(errs...)
 }
 
 // decide acts on a fencing term's reports (choose).
