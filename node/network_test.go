@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/internal/etcdtest"
 	"github.com/oncewal/oncewal/internal/keyspace"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
 )
 
 // freeAddr returns a loopback address nothing listens on now.
@@ -124,6 +127,135 @@ func TestFailoverOverTheNetwork(t *testing.T) {
 		}
 		if counters != 3*per {
 			t.Errorf("member %s holds %d counters, want %d", id, counters, 3*per)
+		}
+	}
+}
+
+// etcdCut is a proxy between one member and etcd that a test can cut and
+// heal (etcd's pkg/v3/proxy: packets blackholed both ways, connections
+// kept, as a network partition does).
+type etcdCut struct{ s proxy.Server }
+
+func newEtcdCut(t *testing.T, etcd string) (*etcdCut, string) {
+	t.Helper()
+	to, err := url.Parse(etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := url.URL{Scheme: "tcp", Host: freeAddr(t)}
+	s := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: to.Host}})
+	select {
+	case <-s.Ready():
+	case err := <-s.Error():
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return &etcdCut{s}, "http://" + from.Host
+}
+
+func (c *etcdCut) cut()  { c.s.BlackholeTx(); c.s.BlackholeRx() }
+func (c *etcdCut) heal() { c.s.UnblackholeTx(); c.s.UnblackholeRx() }
+
+// TestEtcdOutage: a leader cut from etcd stops acknowledging once its lease
+// may have ended and another member, still reaching etcd, takes over; with
+// etcd lost to every member nobody leads and writes are refused, never
+// acknowledged by two leaders; once etcd answers again a leader is elected
+// and every acknowledged request is there exactly once.
+func TestEtcdOutage(t *testing.T) {
+	ep := etcdtest.Start(t)
+	ids := []string{"a", "b", "c"}
+	cuts := map[string]*etcdCut{}
+	coords := map[string]coord.Coordinator{}
+	for _, id := range ids {
+		cut, via := newEtcdCut(t, ep)
+		c, err := coord.NewEtcd(&coord.EtcdOptions{Endpoints: []string{via}, LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		cuts[id], coords[id] = cut, c
+	}
+	cl := newCluster(t, coords["a"], 1, ids...)
+	cl.coordFor = func(id string) coord.Coordinator { return coords[id] }
+	addrs := map[string]string{}
+	var all []string
+	for _, id := range ids {
+		addrs[id] = freeAddr(t)
+		all = append(all, addrs[id])
+	}
+	cl.transportFor = func(id string) (string, Transport) {
+		g, err := NewGRPC(&GRPCOptions{Listen: addrs[id], Insecure: true, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		return addrs[id], g
+	}
+	for _, id := range ids {
+		cl.start(id)
+	}
+	c, err := client.New(&client.Options{Addrs: all, Insecure: true, Principal: "tester", Logger: quiet, RetryTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var acked []string
+	submit := func(id string) error {
+		_, err := c.Submit(ctx, id, client.Ops(client.Add([]byte("ctr-"+id), 1)))
+		if err == nil {
+			acked = append(acked, id)
+		}
+		return err
+	}
+	for i := range 10 {
+		if err := submit(fmt.Sprintf("before-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := cl.waitLeader("")
+	cuts[first].cut()
+	// The cut leader steps down on its own; another takes over.
+	second, _ := cl.waitLeader(first)
+	waitFor(t, first+" to step down", func() bool { _, err := cl.nodes[first].n.Leader(); return err != nil })
+	for i := range 10 {
+		if err := submit(fmt.Sprintf("cut-%d", i)); err != nil {
+			t.Fatalf("a write with %s cut from etcd and %s leading: %v", first, second, err)
+		}
+	}
+	cuts[first].heal()
+
+	// etcd lost to everyone: within a lease nobody leads, and writes fail.
+	for _, id := range ids {
+		cuts[id].cut()
+	}
+	waitFor(t, "every member to stop leading", func() bool {
+		for _, id := range ids {
+			if _, err := cl.nodes[id].n.Leader(); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = c.Submit(short, "during-outage", client.Ops(client.Add([]byte("ctr-during-outage"), 1)))
+	cancel()
+	if err == nil {
+		t.Fatalf("a write was acknowledged while no member could reach etcd")
+	}
+	for _, id := range ids {
+		cuts[id].heal()
+	}
+	cl.waitLeader("")
+	for i := range 10 {
+		if err := submit(fmt.Sprintf("after-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range acked {
+		r, err := c.Submit(ctx, id, client.Ops(client.Add([]byte("ctr-"+id), 1)))
+		if err != nil || !r.Replayed {
+			t.Errorf("request %s after the outages: %+v, %v; want its replay", id, r, err)
 		}
 	}
 }
