@@ -29,28 +29,42 @@
 //  1. Campaign: every member keeps a campaign pending; the coordinator
 //     grants the election key to one at a time.
 //  2. Fence: the winner writes term (state fencing, its epoch) and stops
-//     applying anything. Every member that sees it promises the epoch in
-//     each of its stores (store.Store.Promise: persisted, and from then on
-//     every batch of an older epoch is refused) and writes its report. The
-//     winner waits until it has heard from Need members (counting itself):
-//     with F = members − 1 followers of the deposed leader and an ack policy
-//     that needs A of them, F − A + 1 — Patroni's quorum rule — so that every
-//     set the policy could have acknowledged meets the set it heard
-//     (invariant 2). It gives up after Options.FenceTimeout and resigns.
-//  3. Choose: the promotion policy (leader.Rank: by epoch, then LSN, per
-//     shard) over what it heard. If the winner is the most advanced on every
-//     shard it promotes itself: leader.Open on its stores at the term's
-//     epoch, then term state leading with its address, guarded. If another
-//     member is, it writes term state handoff naming it and resigns; the
-//     other members hold their campaigns back so that member wins next. If
-//     no member is most advanced on every shard, it alerts and resigns.
-//  4. Lead: the leader ships to every other member, serves clients under
-//     Options.Ack, and steps down the moment its leadership may be lost
-//     (coord invariant 4): its client service answers nothing once the
-//     leadership's deadline passes (invariant 3).
-//  5. Follow: the others point their stores at the published address;
-//     one that cannot continue (diverged, behind, a deposed leader's
-//     stores) is rebuilt from the leader's snapshot, as a follower is.
+//     applying anything. Every member that sees it stops following the old
+//     leader, promises the epoch in each of its stores (follower.Node.Promise:
+//     persisted; from then on every batch of an older epoch is refused) and
+//     writes its report: the final positions, and its address. The winner
+//     waits until, for every shard, it has heard Need stores (its own
+//     counted): with F = members − 1 followers of the deposed leader and an
+//     ack policy that needs A of them, F − A + 1 — Patroni's quorum rule —
+//     so that every set the policy could have acknowledged meets the set it
+//     heard (invariant 2). A store that could not promise (being rebuilt) is
+//     not heard. It gives up after Options.FenceTimeout and resigns.
+//  3. Choose: the promotion policy (leader.Rank: by the last batch's epoch,
+//     then LSN, per shard) over what it heard. If the winner is the most
+//     advanced on every shard it promotes itself. If another member is, it
+//     writes term state handoff naming it and resigns; the other members hold
+//     their campaigns back so that member wins next. If nobody is, the
+//     member most advanced on the most shards leads: the winner, when that
+//     is itself, first copies each shard it is behind on from the member
+//     ahead (a snapshot of that member's store, served while it follows:
+//     follower.Rebuild, verified and installed atomically); else it hands
+//     over. Two stores level at one position with different last batches —
+//     two histories at one epoch — stop the term with an alert.
+//  4. Promote and publish: leader.Open on its stores at the term's epoch,
+//     then term state leading with its address, guarded.
+//  5. Lead: the leader ships to every other member (members added or
+//     removed are registered or dropped at once), serves clients under
+//     Options.Ack (clientapi MinAck), and steps down the moment its
+//     leadership may be lost (coord invariants 4 and 7): its client service
+//     answers nothing once the leadership's deadline passes (invariant 3).
+//  6. Follow: the others point their stores at the published address.
+//     A store that cannot continue (diverged, behind, a deposed leader's
+//     stores) is rebuilt from the leader's snapshot, as a follower's is; a
+//     node whose replica is a leader's (it led a term and lost it) moves
+//     it to DeposedDirName first — kept for an operator, replaced by the
+//     next — and rebuilds. A deposed leader's stores still report while
+//     fencing (read-only), so a cluster whose most advanced replica is the
+//     old leader's (a clean restart of everything) promotes it again.
 //
 // # Invariants
 //
