@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrClosed is what a Coordinator (and its leaderships) answer after Close.
@@ -61,10 +62,27 @@ type Coordinator interface {
 	// change (invariant 5); the channel closes when ctx ends or the
 	// coordinator closes.
 	Observe(ctx context.Context, cluster string) (<-chan Leader, error)
-	// Get reads a key of cluster's data space (written by Guarded).
+	// Get reads a key of cluster's data space (written by Guarded or
+	// Update).
 	Get(ctx context.Context, cluster, key string) (value []byte, ok bool, err error)
+	// Watch reports the data keys of cluster under prefix (relative to
+	// the data space, as Get's; "" is all of them) with their values,
+	// first as they are now, then at each change (invariant 8); the
+	// channel closes when ctx ends or the coordinator closes. The maps
+	// are the reader's own.
+	Watch(ctx context.Context, cluster, prefix string) (<-chan map[string][]byte, error)
+	// Update is a read-modify-write of one data key that no leadership
+	// guards (invariant 9): fn gets the key's value (ok false if absent)
+	// and returns the new one, nil to delete it (an empty, non-nil value
+	// is stored); fn runs again if the key changed meanwhile, so it must
+	// have no other effect. An error of fn aborts the update and is
+	// returned wrapped.
+	Update(ctx context.Context, cluster, key string, fn func(old []byte, ok bool) (value []byte, err error)) error
+	// LeaseTTL is the lease a leadership lives on: a leader that dies is
+	// replaced about one LeaseTTL later (invariant 7).
+	LeaseTTL() time.Duration
 	// Close ends every leadership it holds (their keys deleted, so others
-	// win without waiting for a TTL) and every observation.
+	// win without waiting for a TTL), every observation and every watch.
 	Close() error
 }
 
@@ -74,8 +92,17 @@ type Leadership interface {
 	Leader() Leader
 	// Epoch is this term's epoch (invariant 1).
 	Epoch() uint64
-	// Done closes when the leadership may be lost (invariant 4).
+	// Done closes when the leadership may be lost (invariant 4), at the
+	// latest when Deadline passes (invariant 7).
 	Done() <-chan struct{}
+	// Deadline is the instant, on this process's monotonic clock, before
+	// which no other candidate can have been granted the election key
+	// (invariant 7): a leader stops acting as one (acknowledging writes,
+	// answering reads as leader) once time.Now() reaches it. It only
+	// moves forward while the lease is renewed; once Done has closed it
+	// is no later than the moment Done closed. Compare it with time.Now()
+	// only: it is no wall-clock time to send or store.
+	Deadline() time.Time
 	// Guarded applies ops atomically only if this term still holds the
 	// election key (invariant 2); with no ops it confirms leadership.
 	// It fails with ErrLostLeadership when the term is over.
@@ -99,6 +126,19 @@ func checkCampaign(cluster string, me Candidate) error {
 	}
 	if me.ID == "" {
 		return fmt.Errorf("%w: candidate with an empty ID: give the node's ID", ErrBadInput)
+	}
+	return nil
+}
+
+func checkUpdate(cluster, key string, fn func([]byte, bool) ([]byte, error)) error {
+	if err := checkCluster(cluster); err != nil {
+		return err
+	}
+	if err := checkOps([]Op{{key: key}}); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: update of %q with a nil function: give the function that makes the new value", ErrBadInput, key)
 	}
 	return nil
 }

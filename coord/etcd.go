@@ -4,17 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
-
-// observeRetry paces an observer's reads while etcd does not answer: a
-// read is cheap, and a new leader should be seen soon after etcd returns.
-const observeRetry = 200 * time.Millisecond
 
 // Etcd is the Coordinator on etcd; NewEtcd makes one.
 type Etcd struct {
@@ -25,10 +20,12 @@ type Etcd struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	closed    bool
-	held      map[*etcdLeadership]struct{}
-	observers sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	held   map[*etcdLeadership]struct{}
+	// workers are the observers, watchers and lease keepers: Close waits
+	// for them before closing the client they use.
+	workers sync.WaitGroup
 }
 
 // NewEtcd connects to etcd. The connection is lazy: an unreachable etcd
@@ -72,10 +69,7 @@ func (c *Etcd) Campaign(ctx context.Context, cluster string, me Candidate) (Lead
 	if err != nil {
 		return nil, fmt.Errorf("%w: candidate %+v: %w", ErrBadInput, me, err)
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	// The session lives on the coordinator's context, not the campaign's:
@@ -83,54 +77,74 @@ func (c *Etcd) Campaign(ctx context.Context, cluster string, me Candidate) (Lead
 	// The lease is granted here, under the caller's ctx: NewSession would
 	// grant it under the session's context, and wait forever for an
 	// unreachable etcd.
-	ttl := int(c.opts.LeaseTTL / time.Second)
-	grant, err := c.cli.Grant(ctx, int64(ttl))
+	grant, t, err := c.grantLease(ctx)
 	if err != nil {
 		return nil, unavailable(ctx, "campaign "+cluster+": grant a lease", err)
 	}
-	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(ttl), concurrency.WithLease(grant.ID), concurrency.WithContext(c.ctx))
+	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(grant.TTL)), concurrency.WithLease(grant.ID), concurrency.WithContext(c.ctx))
 	if err != nil {
+		t.end()
 		_, _ = c.cli.Revoke(ctx, grant.ID)
 		return nil, unavailable(ctx, "campaign "+cluster+": open a session", err)
 	}
+	// end stops the keeper before the lease goes, so that Deadline has
+	// passed before another candidate can win.
+	end := func() {
+		t.end()
+		_ = s.Close()
+	}
+	// The keeper runs from the grant on, so that the deadline at the win
+	// is that of the last renewal while waiting (invariant 7). It is added
+	// to the workers under mu, so that Close waits for every keeper.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		end()
+		return nil, ErrClosed
+	}
+	c.workers.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.workers.Done()
+		c.keep(t, s, grant.TTL)
+	}()
 	e := concurrency.NewElection(s, c.electionPrefix(cluster))
 	// Invariant 3: Campaign waits for older keys only, not for its own
-	// lease; end the wait when the session ends.
+	// lease; end the wait when the term ends (its lease ended, or may
+	// have: invariant 7).
 	cctx, cancel := context.WithCancel(ctx)
-	stop := make(chan struct{})
 	go func() {
 		select {
-		case <-s.Done():
+		case <-t.Done():
 			cancel()
-		case <-stop:
+		case <-cctx.Done():
 		}
 	}()
 	err = e.Campaign(cctx, string(val))
-	close(stop)
 	cancel()
 	if err != nil {
 		ended := false
 		select {
-		case <-s.Done():
+		case <-t.Done():
 			ended = true
 		default:
 		}
-		_ = s.Close()
+		end()
 		if ended && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: the session's lease ended while campaigning for %s", ErrLostLeadership, cluster)
+			return nil, fmt.Errorf("%w: the lease ended (or its deadline passed) while campaigning for %s", ErrLostLeadership, cluster)
 		}
 		return nil, unavailable(ctx, "campaign "+cluster, err)
 	}
-	l := &etcdLeadership{c: c, s: s, e: e, cluster: cluster, key: e.Key(), rev: e.Rev(),
+	l := &etcdLeadership{c: c, s: s, e: e, t: t, cluster: cluster, key: e.Key(), rev: e.Rev(),
 		leader: Leader{Candidate: me, Epoch: uint64(e.Rev())}}
 	if err := l.Guarded(ctx); err != nil {
-		_ = s.Close()
+		end()
 		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		_ = s.Close()
+		end()
 		return nil, ErrClosed
 	}
 	c.held[l] = struct{}{}
@@ -144,69 +158,56 @@ func (c *Etcd) Observe(ctx context.Context, cluster string) (<-chan Leader, erro
 	if err := checkCluster(cluster); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
+	pfx := c.electionPrefix(cluster) + "/"
 	ch := make(chan Leader)
-	octx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(c.ctx, cancel)
-	c.observers.Add(1)
-	go func() {
-		defer c.observers.Done()
+	if err := c.startFollow(ctx, func(ctx context.Context) {
 		defer close(ch)
-		defer stop()
-		defer cancel()
-		c.observe(octx, c.electionPrefix(cluster)+"/", ch)
-	}()
+		follow(ctx, c.cli, pfx, ch, leaderView(pfx), func(a, b Leader) bool { return a == b })
+	}); err != nil {
+		return nil, err
+	}
 	return ch, nil
 }
 
-// observe reads the lowest-created key, reports it if it changed, and
-// reads again after any event under the prefix (or a broken watch).
-func (c *Etcd) observe(ctx context.Context, pfx string, ch chan<- Leader) {
-	var last Leader
-	sent := false
-	for {
-		r, err := c.cli.Get(ctx, pfx, clientv3.WithFirstCreate()...)
-		if err != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(observeRetry):
-				continue
-			}
-		}
-		var cur Leader
-		if len(r.Kvs) > 0 {
-			kv := r.Kvs[0]
-			var who Candidate
-			if json.Unmarshal(kv.Value, &who) != nil {
-				// Not a candidate's value: still the key that leads.
-				who = Candidate{ID: strings.TrimPrefix(string(kv.Key), pfx)}
-			}
-			cur = Leader{Candidate: who, Epoch: uint64(kv.CreateRevision)}
-		}
-		if !sent || cur != last {
-			select {
-			case ch <- cur:
-				last, sent = cur, true
-			case <-ctx.Done():
-				return
-			}
-		}
-		wctx, wcancel := context.WithCancel(ctx)
-		wch := c.cli.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision+1))
-		select {
-		case <-wch:
-		case <-ctx.Done():
-		}
-		wcancel()
-		if ctx.Err() != nil {
-			return
-		}
+// Watch implements Coordinator (invariant 8).
+func (c *Etcd) Watch(ctx context.Context, cluster, prefix string) (<-chan map[string][]byte, error) {
+	if err := checkCluster(cluster); err != nil {
+		return nil, err
 	}
+	space := c.dataKey(cluster, "")
+	ch := make(chan map[string][]byte)
+	if err := c.startFollow(ctx, func(ctx context.Context) {
+		defer close(ch)
+		follow(ctx, c.cli, space+prefix, ch, dataView(space), equalData)
+	}); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// startFollow runs fn as a worker whose context ends with ctx or at Close.
+func (c *Etcd) startFollow(ctx context.Context, fn func(context.Context)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		defer stop()
+		defer cancel()
+		fn(fctx)
+	}()
+	return nil
+}
+
+func (c *Etcd) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // Get implements Coordinator.
@@ -217,10 +218,7 @@ func (c *Etcd) Get(ctx context.Context, cluster, key string) ([]byte, bool, erro
 	if err := checkOps([]Op{{key: key}}); err != nil {
 		return nil, false, err
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return nil, false, ErrClosed
 	}
 	r, err := c.cli.Get(ctx, c.dataKey(cluster, key))
@@ -232,6 +230,58 @@ func (c *Etcd) Get(ctx context.Context, cluster, key string) ([]byte, bool, erro
 	}
 	return r.Kvs[0].Value, true, nil
 }
+
+// Update implements Coordinator (invariant 9): a transaction compared on
+// the key's ModRevision (CreateRevision 0 when absent), whose Else reads
+// the key again for the next try.
+func (c *Etcd) Update(ctx context.Context, cluster, key string, fn func([]byte, bool) ([]byte, error)) error {
+	if err := checkUpdate(cluster, key, fn); err != nil {
+		return err
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	k := c.dataKey(cluster, key)
+	r, err := c.cli.Get(ctx, k)
+	if err != nil {
+		return unavailable(ctx, "update "+key, err)
+	}
+	kvs := r.Kvs
+	for {
+		var old []byte
+		ok := len(kvs) > 0
+		cmp := clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+		if ok {
+			old = kvs[0].Value
+			cmp = clientv3.Compare(clientv3.ModRevision(k), "=", kvs[0].ModRevision)
+		}
+		v, err := fn(old, ok)
+		if err != nil {
+			return fmt.Errorf("coord: update %s of %s: %w", key, cluster, err)
+		}
+		if v == nil && !ok {
+			return nil
+		}
+		op := clientv3.OpPut(k, string(v))
+		if v == nil {
+			op = clientv3.OpDelete(k)
+		}
+		tr, err := c.cli.Txn(ctx).If(cmp).Then(op).Else(clientv3.OpGet(k)).Commit()
+		if err != nil {
+			return unavailable(ctx, "update "+key, err)
+		}
+		if tr.Succeeded {
+			return nil
+		}
+		kvs = tr.Responses[0].GetResponseRange().Kvs
+	}
+}
+
+// LeaseTTL implements Coordinator: EtcdOptions.LeaseTTL. etcd grants at
+// least its own minimum (1.5 election timeouts: 1.5 s with its default
+// 1 s), so a leadership's lease may be longer, never shorter; its
+// Deadline counts the TTL etcd granted.
+func (c *Etcd) LeaseTTL() time.Duration { return c.opts.LeaseTTL }
 
 // Close implements Coordinator: held sessions are closed (their leases
 // revoked) first, so that other candidates win without waiting a TTL.
@@ -246,10 +296,11 @@ func (c *Etcd) Close() error {
 	c.held = nil
 	c.mu.Unlock()
 	for l := range held {
+		l.t.end()
 		_ = l.s.Close()
 	}
 	c.cancel()
-	c.observers.Wait()
+	c.workers.Wait()
 	return c.cli.Close()
 }
 
@@ -259,6 +310,7 @@ type etcdLeadership struct {
 	c       *Etcd
 	s       *concurrency.Session
 	e       *concurrency.Election
+	t       *term
 	cluster string
 	key     string
 	rev     int64
@@ -267,7 +319,10 @@ type etcdLeadership struct {
 
 func (l *etcdLeadership) Leader() Leader        { return l.leader }
 func (l *etcdLeadership) Epoch() uint64         { return l.leader.Epoch }
-func (l *etcdLeadership) Done() <-chan struct{} { return l.s.Done() }
+func (l *etcdLeadership) Done() <-chan struct{} { return l.t.Done() }
+
+// Deadline implements Leadership (invariant 7).
+func (l *etcdLeadership) Deadline() time.Time { return l.t.Deadline() }
 
 // Guarded implements Leadership (invariant 2).
 func (l *etcdLeadership) Guarded(ctx context.Context, ops ...Op) error {
@@ -275,8 +330,8 @@ func (l *etcdLeadership) Guarded(ctx context.Context, ops ...Op) error {
 		return err
 	}
 	select {
-	case <-l.s.Done():
-		return l.lost("its session ended")
+	case <-l.t.Done():
+		return l.lost("its lease ended or may have (invariant 7)")
 	default:
 	}
 	tops := make([]clientv3.Op, len(ops))
@@ -293,6 +348,7 @@ func (l *etcdLeadership) Guarded(ctx context.Context, ops ...Op) error {
 		return unavailable(ctx, "guarded write for "+l.cluster, err)
 	}
 	if !r.Succeeded {
+		l.t.end()
 		return l.lost("its election key is gone")
 	}
 	return nil
@@ -313,6 +369,9 @@ func (l *etcdLeadership) Resign(ctx context.Context) error {
 	l.c.mu.Lock()
 	delete(l.c.held, l)
 	l.c.mu.Unlock()
+	// The term ends (Deadline passes) before the key goes: the next
+	// candidate may win as soon as it is deleted.
+	l.t.end()
 	err := l.e.Resign(ctx)
 	// Closing the session revokes its lease, so the key goes even when the
 	// delete above failed.

@@ -1,10 +1,13 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 )
 
 // Memory is the Coordinator in process, for unit tests and the simulation:
@@ -14,6 +17,7 @@ import (
 type Memory struct {
 	mu       sync.Mutex
 	rev      int64
+	ttl      time.Duration
 	closed   bool
 	done     chan struct{} // closed by Close
 	clusters map[string]*memCluster
@@ -21,19 +25,51 @@ type Memory struct {
 
 type memCluster struct {
 	queue   []*memLeadership // candidates by create revision; queue[0] leads
-	data    map[string][]byte
-	changed chan struct{} // closed and replaced at every change of queue
+	data    map[string]memValue
+	changed chan struct{} // closed and replaced at every change of queue or data
 }
 
-// NewMemory returns an empty in-process coordinator.
+// memValue is a data key's value and its last write's revision, which
+// Update compares as etcd compares ModRevision.
+type memValue struct {
+	value []byte
+	mod   int64
+}
+
+// minMemoryTTL keeps Memory's renewals (every TTL/3) from spinning.
+const minMemoryTTL = 3 * time.Millisecond
+
+// NewMemory returns an empty in-process coordinator whose leases last
+// DefaultLeaseTTL (SetTTL changes it).
 func NewMemory() *Memory {
-	return &Memory{done: make(chan struct{}), clusters: map[string]*memCluster{}}
+	return &Memory{ttl: DefaultLeaseTTL, done: make(chan struct{}), clusters: map[string]*memCluster{}}
+}
+
+// SetTTL sets the lease of the terms campaigned for from now on: each is
+// renewed every ttl/3, and its Deadline is its last renewal plus ttl
+// (invariant 7; one clock, so no margin). A ttl under minMemoryTTL is
+// refused with ErrBadInput.
+func (m *Memory) SetTTL(ttl time.Duration) error {
+	if ttl < minMemoryTTL {
+		return fmt.Errorf("%w: lease TTL %v: give at least %v", ErrBadInput, ttl, minMemoryTTL)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ttl = ttl
+	return nil
+}
+
+// LeaseTTL implements Coordinator.
+func (m *Memory) LeaseTTL() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ttl
 }
 
 func (m *Memory) cluster(name string) *memCluster {
 	cl := m.clusters[name]
 	if cl == nil {
-		cl = &memCluster{data: map[string][]byte{}, changed: make(chan struct{})}
+		cl = &memCluster{data: map[string]memValue{}, changed: make(chan struct{})}
 		m.clusters[name] = cl
 	}
 	return cl
@@ -58,7 +94,9 @@ func (m *Memory) Campaign(ctx context.Context, cluster string, me Candidate) (Le
 	}
 	cl := m.cluster(cluster)
 	m.rev++
-	l := &memLeadership{m: m, cl: cl, name: cluster, leader: Leader{Candidate: me, Epoch: uint64(m.rev)}, done: make(chan struct{})}
+	l := &memLeadership{m: m, cl: cl, name: cluster, leader: Leader{Candidate: me, Epoch: uint64(m.rev)},
+		t: newTerm(time.Now().Add(m.ttl))}
+	go l.renew(m.ttl)
 	cl.queue = append(cl.queue, l)
 	m.changedLocked(cl)
 	for cl.queue[0] != l {
@@ -86,6 +124,25 @@ func (m *Memory) Campaign(ctx context.Context, cluster string, me Candidate) (Le
 	return l, nil
 }
 
+// renew plays the session's keep-alive: every ttl/3 the lease is renewed
+// to ttl from now. A term that ends otherwise (its deadline passed) is a
+// lease that expired: its key goes as etcd would delete it.
+func (l *memLeadership) renew(ttl time.Duration) {
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case now := <-tick.C:
+			l.t.extend(now.Add(ttl))
+		case <-l.t.Done():
+			l.m.mu.Lock()
+			l.m.endLocked(l)
+			l.m.mu.Unlock()
+			return
+		}
+	}
+}
+
 // changedLocked wakes every waiter on cl.
 func (m *Memory) changedLocked(cl *memCluster) {
 	close(cl.changed)
@@ -98,14 +155,15 @@ func (m *Memory) endLocked(l *memLeadership) {
 		return
 	}
 	l.ended = true
-	close(l.done)
+	l.t.end()
 	l.cl.queue = slices.DeleteFunc(l.cl.queue, func(x *memLeadership) bool { return x == l })
 	m.rev++
 	m.changedLocked(l.cl)
 }
 
 // Expire ends l's term as its lease ending would: its key is deleted, its
-// Done closes and the next candidate wins. l must come from m.
+// Done closes, its Deadline passes, and the next candidate wins. l must
+// come from m.
 func (m *Memory) Expire(l Leadership) {
 	ml, ok := l.(*memLeadership)
 	if !ok || ml.m != m {
@@ -121,25 +179,62 @@ func (m *Memory) Observe(ctx context.Context, cluster string) (<-chan Leader, er
 	if err := checkCluster(cluster); err != nil {
 		return nil, err
 	}
+	ch := make(chan Leader)
+	err := memFollow(m, ctx, cluster, ch, (*memCluster).leader, func(a, b Leader) bool { return a == b })
+	if err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// Watch implements Coordinator.
+func (m *Memory) Watch(ctx context.Context, cluster, prefix string) (<-chan map[string][]byte, error) {
+	if err := checkCluster(cluster); err != nil {
+		return nil, err
+	}
+	view := func(cl *memCluster) map[string][]byte {
+		out := map[string][]byte{}
+		for k, v := range cl.data {
+			if strings.HasPrefix(k, prefix) {
+				out[k] = bytes.Clone(v.value)
+			}
+		}
+		return out
+	}
+	ch := make(chan map[string][]byte)
+	if err := memFollow(m, ctx, cluster, ch, view, equalData); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// memFollow reports view(cluster) to ch, first as it is, then whenever it
+// differs from the last report (invariants 5 and 8); a slow reader gets
+// the view as it is when it reads, since the view is taken again after
+// every change.
+func memFollow[T any](m *Memory, ctx context.Context, cluster string, ch chan<- T,
+	view func(*memCluster) T, equal func(a, b T) bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	cl := m.cluster(cluster)
-	ch := make(chan Leader)
 	go func() {
 		defer close(ch)
-		var last Leader
+		var last T
 		sent := false
 		for {
 			m.mu.Lock()
-			cur, changed := cl.leader(), cl.changed
+			cur, changed := view(cl), cl.changed
 			m.mu.Unlock()
-			if !sent || cur != last {
+			if !sent || !equal(cur, last) {
 				select {
 				case ch <- cur:
 					last, sent = cur, true
+					continue // the view may have changed while it waited
+				case <-changed:
+					continue
 				case <-ctx.Done():
 					return
 				case <-m.done:
@@ -155,7 +250,7 @@ func (m *Memory) Observe(ctx context.Context, cluster string) (<-chan Leader, er
 			}
 		}
 	}()
-	return ch, nil
+	return nil
 }
 
 // Get implements Coordinator.
@@ -172,7 +267,60 @@ func (m *Memory) Get(_ context.Context, cluster, key string) ([]byte, bool, erro
 		return nil, false, ErrClosed
 	}
 	v, ok := m.cluster(cluster).data[key]
-	return slices.Clone(v), ok, nil
+	return bytes.Clone(v.value), ok, nil
+}
+
+// Update implements Coordinator (invariant 9): fn runs without the lock,
+// and its value is written only if the key's revision is still the one
+// fn was given.
+func (m *Memory) Update(ctx context.Context, cluster, key string, fn func([]byte, bool) ([]byte, error)) error {
+	if err := checkUpdate(cluster, key, fn); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("coord: update %s of %s: %w", key, cluster, err)
+		}
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return ErrClosed
+		}
+		cl := m.cluster(cluster)
+		old, ok := cl.data[key]
+		m.mu.Unlock()
+		v, err := fn(bytes.Clone(old.value), ok)
+		if err != nil {
+			return fmt.Errorf("coord: update %s of %s: %w", key, cluster, err)
+		}
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return ErrClosed
+		}
+		if cur, still := cl.data[key]; still != ok || cur.mod != old.mod {
+			m.mu.Unlock()
+			continue
+		}
+		if v != nil || ok {
+			m.writeLocked(cl, []Op{{key: key, value: v, delete: v == nil}})
+		}
+		m.mu.Unlock()
+		return nil
+	}
+}
+
+// writeLocked applies ops at one new revision.
+func (m *Memory) writeLocked(cl *memCluster, ops []Op) {
+	m.rev++
+	for _, op := range ops {
+		if op.delete {
+			delete(cl.data, op.key)
+		} else {
+			cl.data[op.key] = memValue{value: bytes.Clone(op.value), mod: m.rev}
+		}
+	}
+	m.changedLocked(cl)
 }
 
 // Close implements Coordinator: every term ends.
@@ -197,13 +345,14 @@ type memLeadership struct {
 	cl     *memCluster
 	name   string
 	leader Leader
-	done   chan struct{}
+	t      *term
 	ended  bool // guarded by m.mu
 }
 
 func (l *memLeadership) Leader() Leader        { return l.leader }
 func (l *memLeadership) Epoch() uint64         { return l.leader.Epoch }
-func (l *memLeadership) Done() <-chan struct{} { return l.done }
+func (l *memLeadership) Done() <-chan struct{} { return l.t.Done() }
+func (l *memLeadership) Deadline() time.Time   { return l.t.Deadline() }
 
 // Guarded implements Leadership: the term's key exists iff it has not
 // ended, and it leads from the moment Campaign returned it.
@@ -216,17 +365,16 @@ func (l *memLeadership) Guarded(_ context.Context, ops ...Op) error {
 	if l.m.closed {
 		return ErrClosed
 	}
+	select {
+	case <-l.t.Done():
+		// Its deadline passed: the renewer deletes the key at once.
+		l.m.endLocked(l)
+	default:
+	}
 	if l.ended {
 		return fmt.Errorf("%w: %s at epoch %d: its election key is gone", ErrLostLeadership, l.name, l.leader.Epoch)
 	}
-	for _, op := range ops {
-		if op.delete {
-			delete(l.cl.data, op.key)
-		} else {
-			l.cl.data[op.key] = slices.Clone(op.value)
-		}
-	}
-	l.m.rev++
+	l.m.writeLocked(l.cl, ops)
 	return nil
 }
 

@@ -12,11 +12,12 @@ import (
 const bound = 30 * time.Second
 
 // engine is one implementation under the shared suite: open gives two
-// nodes' coordinators on one engine (one etcd, one Memory), kill ends a
-// term's lease as etcd would on expiry or revocation.
+// nodes' coordinators on one engine (one etcd, one Memory) whose leases
+// last ttl (0: the default), kill ends a term's lease as etcd would on
+// expiry or revocation.
 type engine struct {
 	name string
-	open func(t *testing.T) (a, b Coordinator)
+	open func(t *testing.T, ttl time.Duration) (a, b Coordinator)
 	kill func(t *testing.T, l Leadership)
 }
 
@@ -37,6 +38,13 @@ func runSuite(t *testing.T, e engine) {
 		{"EpochsOnlyGrow", testEpochsOnlyGrow},
 		{"CancelledCampaignLeavesNoKey", testCancelledCampaign},
 		{"BadInputAndClosed", testBadInputAndClosed},
+		{"Watch", testWatch},
+		{"WatchSlowReaderGetsLatest", testWatchSlowReaderGetsLatest},
+		{"WatchEnds", testWatchEnds},
+		{"UpdateConflictRetries", testUpdateConflictRetries},
+		{"UpdateDeleteErrorsAndBadInput", testUpdateDeleteErrorsAndBadInput},
+		{"DeadlineAdvancesWithRenewals", testDeadlineAdvancesWithRenewals},
+		{"DeadlinePassesWhenTheLeaseEnds", testDeadlinePassesWhenTheLeaseEnds},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, e) })
 	}
@@ -106,7 +114,7 @@ func waitDone(t *testing.T, l Leadership) {
 }
 
 func testOneWinsTheOtherObserves(t *testing.T, e engine) {
-	a, b := e.open(t)
+	a, b := e.open(t, 0)
 	ctx := ctxT(t)
 	la, err := a.Campaign(ctx, "c1", nodeA)
 	if err != nil {
@@ -143,7 +151,7 @@ func testOneWinsTheOtherObserves(t *testing.T, e engine) {
 }
 
 func testResignHandsOver(t *testing.T, e engine) {
-	a, b := e.open(t)
+	a, b := e.open(t, 0)
 	ctx := ctxT(t)
 	la, err := a.Campaign(ctx, "c1", nodeA)
 	if err != nil {
@@ -178,7 +186,7 @@ func testResignHandsOver(t *testing.T, e engine) {
 }
 
 func testLeaseEndDeposes(t *testing.T, e engine) {
-	a, b := e.open(t)
+	a, b := e.open(t, 0)
 	ctx := ctxT(t)
 	la, err := a.Campaign(ctx, "c1", nodeA)
 	if err != nil {
@@ -203,7 +211,7 @@ func testLeaseEndDeposes(t *testing.T, e engine) {
 }
 
 func testEpochsOnlyGrow(t *testing.T, e engine) {
-	a, b := e.open(t)
+	a, b := e.open(t, 0)
 	ctx := ctxT(t)
 	obs, err := b.Observe(ctx, "c1")
 	if err != nil {
@@ -235,7 +243,7 @@ func testEpochsOnlyGrow(t *testing.T, e engine) {
 }
 
 func testCancelledCampaign(t *testing.T, e engine) {
-	a, b := e.open(t)
+	a, b := e.open(t, 0)
 	ctx := ctxT(t)
 	la, err := a.Campaign(ctx, "c1", nodeA)
 	if err != nil {
@@ -259,7 +267,7 @@ func testCancelledCampaign(t *testing.T, e engine) {
 }
 
 func testBadInputAndClosed(t *testing.T, e engine) {
-	a, _ := e.open(t)
+	a, _ := e.open(t, 0)
 	ctx := ctxT(t)
 	for _, bad := range []func() error{
 		func() error { _, err := a.Campaign(ctx, "", nodeA); return err },
