@@ -38,7 +38,8 @@ type Client struct {
 	closed bool
 	conns  map[string]*grpc.ClientConn
 	addrs  []string // Options.Addrs, then the leaders redirects named
-	leader string   // where the last answer came from: where calls start
+	leader string   // where the last answer came from: where calls start ("": none known)
+	epoch  uint64   // the highest leader epoch an answer carried (invariant 9)
 
 	sess sessions
 }
@@ -175,14 +176,14 @@ func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, o
 				c.sess.used(sid)
 			}
 			res = Result{Outcome: rep.Outcome, LSN: rep.LSN, Epoch: rep.Epoch, Replayed: rep.Code == clientwire.Replay}
-			return step{v: vDone}
+			return step{v: vDone, epoch: rep.Epoch}
 		case clientwire.Conflict:
 			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.Action, Message: rep.Message}}
 		case clientwire.SessionExpired:
 			expired = &sid
 			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.Message)}
 		}
-		return replyStep(addr, rep.Code, rep.Leader, rep.Message, true)
+		return replyStep(addr, rep.Code, rep.Leader, rep.Epoch, rep.Message, true)
 	})
 	if err != nil {
 		return Result{}, err
@@ -295,9 +296,9 @@ func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
 		case clientwire.Failed:
 			st.State = StateFailed
 		default:
-			return replyStep(addr, rep.Code, rep.Leader, rep.Message, false)
+			return replyStep(addr, rep.Code, rep.Leader, rep.Epoch, rep.Message, false)
 		}
-		return step{v: vDone}
+		return step{v: vDone, epoch: rep.Epoch}
 	})
 	if err != nil {
 		return Status{}, err
@@ -348,15 +349,55 @@ func (c *Client) start() string {
 	return c.addrs[0]
 }
 
-// heard records that addr answered as leader (or was named as one), so
-// that calls start there; a new address joins the known ones.
-func (c *Client) heard(addr string) {
+// heard records that addr answered as leader at epoch, so that calls
+// start there; a new address joins the known ones. An answer is proof of
+// leadership whatever its epoch, which only raises the highest seen.
+func (c *Client) heard(addr string, epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.leader = addr
+	c.leader, c.epoch = addr, max(c.epoch, epoch)
 	if !slices.Contains(c.addrs, addr) {
 		c.addrs = append(c.addrs, addr)
 	}
+}
+
+// learned records an epoch an answer carried without naming a leader (a
+// session opened).
+func (c *Client) learned(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch = max(c.epoch, epoch)
+}
+
+// redirected records that from answered NotLeader naming leader to ("":
+// unknown) at epoch, and says whether to follow it (invariant 9): a named
+// leader at an epoch below the highest seen is stale — from has not heard
+// of its successor — and is neither followed nor remembered. A redirect
+// away from the leader calls start at forgets it.
+func (c *Client) redirected(from, to string, epoch uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == from {
+		c.leader = ""
+	}
+	if to == "" || epoch < c.epoch {
+		c.epoch = max(c.epoch, epoch)
+		return false
+	}
+	c.leader, c.epoch = to, epoch
+	if !slices.Contains(c.addrs, to) {
+		c.addrs = append(c.addrs, to)
+	}
+	return true
+}
+
+// Leader is the node calls start at and the highest leader epoch the
+// client has seen; "" when no node is known to lead (calls then start at
+// the first of Options.Addrs).
+func (c *Client) Leader() (addr string, epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader, c.epoch
 }
 
 // after returns the known address after addr, and how many are known.

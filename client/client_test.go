@@ -136,6 +136,45 @@ func TestRedirects(t *testing.T) {
 	})
 }
 
+// TestRedirectEpochs: the client remembers the highest epoch it was told
+// of, a NotLeader naming no leader included; one from the node calls start
+// at makes it forget that node; and after epoch 4, a redirect naming epoch
+// 3 is stale: the client goes round the addresses it knows instead.
+func TestRedirectEpochs(t *testing.T) {
+	leader := startNode(t, &node{submit: func(i int, _ *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+		if i == 0 {
+			return &clientwire.SubmitReply{Code: clientwire.OK, Epoch: 3}, nil
+		}
+		return &clientwire.SubmitReply{Code: clientwire.NotLeader, Epoch: 4}, nil // deposed; it knows no successor
+	}}, nil)
+	f := notLeader(leader.addr)
+	f.open = func(int, *clientwire.OpenSessionRequest) *clientwire.OpenSessionReply {
+		return &clientwire.OpenSessionReply{Code: clientwire.NotLeader, Leader: leader.addr, Epoch: 3}
+	}
+	f.submit = func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+		return &clientwire.SubmitReply{Code: clientwire.NotLeader, Leader: "127.0.0.1:1", Epoch: 3}, nil // stale
+	}
+	startNode(t, f, nil)
+	c := newTestClient(t, []string{f.addr, leader.addr}, func(o *Options) { o.Attempts = 4 })
+	if _, err := c.Submit(context.Background(), "a", Ops(Put([]byte("k"), nil))); err != nil {
+		t.Fatal(err)
+	}
+	if addr, epoch := c.Leader(); addr != leader.addr || epoch != 3 {
+		t.Errorf("after an OK: leader %q at %d, want %q at 3", addr, epoch, leader.addr)
+	}
+	_, err := c.Submit(context.Background(), "b", Ops(Put([]byte("k"), nil)))
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("every node said it does not lead: %v, want ErrUnavailable", err)
+	}
+	if addr, epoch := c.Leader(); addr != "" || epoch != 4 {
+		t.Errorf("after the leader said it no longer leads: leader %q at %d, want none at 4", addr, epoch)
+	}
+	// Attempts: leader (NotLeader), f (stale: not followed), leader, f.
+	if subs, fsubs := len(leader.seenSubmits()), len(f.seenSubmits()); subs != 3 || fsubs != 2 {
+		t.Errorf("the leader saw %d submits, the follower %d; want 3 and 2 (the stale redirect followed?)", subs, fsubs)
+	}
+}
+
 // TestRetrySameID: Unavailable answers, a gRPC Unavailable status and an
 // InFlight are retried, every attempt with the same request ID, action and
 // payload, until the node answers.

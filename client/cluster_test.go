@@ -42,9 +42,11 @@ type cluster struct {
 
 	dir     string
 	lopts   leader.Options
+	sopts   clientapi.Options // the client service's, but its Handler and Logger
 	trs     []*inprocess.Transport
 	l       *leader.Leader
 	stopRun func()
+	svc     *clientapi.Service
 	srv     *grpctransport.Server
 	addr    string
 
@@ -60,11 +62,21 @@ type nodeRun struct {
 
 func newCluster(t *testing.T, shards int, followers ...string) *cluster {
 	t.Helper()
+	return newClusterWith(t, shards, nil, followers...)
+}
+
+// newClusterWith is newCluster with edit adjusting the cluster's options
+// (lopts, sopts) before its leader starts.
+func newClusterWith(t *testing.T, shards int, edit func(*cluster), followers ...string) *cluster {
+	t.Helper()
 	c := &cluster{t: t, shards: shards, tls: testutil.NewTLSPair(t), nodes: map[string]*nodeRun{}, dir: t.TempDir()}
 	// A short lease: a claim the old leader left in flight when it died
 	// holds its request ID on the promoted one until its lease ends.
 	c.lopts = leader.Options{Shards: shards, Followers: followers, Ledger: idempotency.LedgerOptions{Lease: 3 * time.Second},
 		Shipping: leader.ShipperOptions{PollInterval: time.Millisecond, RetransmitTimeout: 20 * time.Millisecond}}
+	if edit != nil {
+		edit(c)
+	}
 	c.startLeader("127.0.0.1:0")
 	for _, id := range followers {
 		c.startNode(id, t.TempDir())
@@ -99,8 +111,11 @@ func (c *cluster) startLeader(addr string) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.Run(ctx) })
 	c.stopRun = func() { cancel(); wg.Wait() }
-	svc, err := clientapi.New(l, &clientapi.Options{Handler: c.handler, Logger: quietLog()})
+	so := c.sopts
+	so.Handler, so.Logger = c.handler, quietLog()
+	svc, err := clientapi.New(l, &so)
 	require.NoError(t, err)
+	c.svc = svc
 	c.srv = c.listen(addr, svc.Unary())
 	c.addr = c.srv.Addr().String()
 }

@@ -45,9 +45,9 @@
 //     same request will not change the answer.
 //  5. NotLeader, SessionExpired, InFlight, Unavailable and transport
 //     errors are retried inside the budget. A NotLeader naming the leader
-//     sends the next attempt there (the address joins the known ones);
-//     one naming none, an Unavailable and a transport error send it to the
-//     next known address. An attempt waits a jittered exponential backoff
+//     sends the next attempt there (the address joins the known ones)
+//     unless it is stale (invariant 9); one naming none or a stale one, an
+//     Unavailable and a transport error send it to the next known address. An attempt waits a jittered exponential backoff
 //     (Options.Backoff, gRPC's backoff.Config) before it goes back to an
 //     address already tried since the last wait, and before it retries
 //     InFlight, so that the client never spins.
@@ -70,4 +70,14 @@
 //     same request ID — meets its own ledger entry and does not run twice.
 //     The price: one principal's requests are logged in one shard; a
 //     service spreads its load over the shards with several principals.
+//  9. The client remembers the highest leader epoch an answer carried (an
+//     OK, a Replay, a Status, a session opened, a NotLeader). A NotLeader
+//     naming a leader at a lower epoch comes from a node that has not yet
+//     heard of the newer leader: its redirect is neither followed nor
+//     remembered, and the attempt goes to the next known address instead.
+//     A NotLeader from the node calls start at makes the client forget it;
+//     with no leader known, calls start at the first address of
+//     Options.Addrs and go round the known ones. Client.Leader reports the
+//     node calls start at and that epoch. Epochs only grow, so a stale
+//     redirect can only lead back to a deposed leader.
 package client

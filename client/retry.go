@@ -28,6 +28,12 @@ type step struct {
 	err error
 	// sent: the request may have run (invariant 3).
 	sent bool
+	// epoch is the leader epoch the answer carried (0: none): an OK's or a
+	// Replay's, or the one a NotLeader names with its leader (invariant 9).
+	epoch uint64
+	// redirect: the node answered NotLeader, naming addr as the leader
+	// ("": unknown).
+	redirect bool
 }
 
 // errBudget ends a call's context when its RetryTimeout is spent.
@@ -59,7 +65,7 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 		sent = sent || s.sent
 		if s.v == vDone {
 			if s.err == nil {
-				c.heard(addr)
+				c.heard(addr, s.epoch)
 			} else if errors.Is(s.err, ErrClosed) {
 				return c.ended(ctx, call, what, n, sent, s.err)
 			}
@@ -71,9 +77,16 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 		next, wait := addr, s.v == vWait
 		if s.v == vMove {
 			var known int
-			if next, known = c.after(addr); s.addr != "" {
+			next, known = c.after(addr)
+			switch {
+			case s.redirect:
+				if c.redirected(addr, s.addr, s.epoch) {
+					next = s.addr
+				} else if s.addr != "" {
+					c.opts.Logger.Debug("client: stale redirect not followed", "call", what, "addr", addr, "leader", s.addr, "epoch", s.epoch)
+				}
+			case s.addr != "": // the same node again (a renewed session)
 				next = s.addr
-				c.heard(next)
 			}
 			// Back off before returning to an address tried since the last
 			// wait: every node said no, so the cluster needs time.
@@ -120,14 +133,15 @@ func (c *Client) ended(caller, call context.Context, what string, n int, sent bo
 }
 
 // replyStep handles the reply codes every method shares; sent says
-// whether an Unavailable or InFlight means the request may have run.
-func replyStep(addr string, code clientwire.Code, leader, msg string, sent bool) step {
+// whether an Unavailable or InFlight means the request may have run;
+// epoch is the reply's.
+func replyStep(addr string, code clientwire.Code, leader string, epoch uint64, msg string, sent bool) step {
 	switch code {
 	case clientwire.NotLeader:
 		if leader == addr {
 			leader = ""
 		}
-		return step{v: vMove, addr: leader, err: fmt.Errorf("%s does not lead (leader %q): %s", addr, leader, msg)}
+		return step{v: vMove, addr: leader, epoch: epoch, redirect: true, err: fmt.Errorf("%s does not lead (leader %q, epoch %d): %s", addr, leader, epoch, msg)}
 	case clientwire.Unavailable:
 		return step{v: vMove, sent: sent, err: fmt.Errorf("%s is unavailable: %s", addr, msg)}
 	case clientwire.InFlight:

@@ -132,8 +132,9 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 		return old, step{v: vMove, err: fmt.Errorf("%s answered a malformed session: %w", addr, err)}, false
 	}
 	if rep.Code != clientwire.OK {
-		return old, replyStep(addr, rep.Code, rep.Leader, "opening a session: "+rep.Message, false), false
+		return old, replyStep(addr, rep.Code, rep.Leader, rep.Epoch, "opening a session: "+rep.Message, false), false
 	}
+	c.learned(rep.Epoch)
 	s.mu.Lock()
 	s.id, s.open, s.horizon, s.lastUse = rep.Session, true, time.Duration(rep.Horizon), s.opts.now()
 	s.mu.Unlock()

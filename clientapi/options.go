@@ -89,11 +89,13 @@ type Options struct {
 	// lease whose deadline has passed). It is consulted before a request
 	// is claimed and again after the ack wait, the last thing before OK,
 	// Replay, a Status or a new session is answered (invariants 2 and 7);
-	// it must be cheap and must not block. Default nil: the node always
+	// it is called from every request's goroutine, so it must be safe for
+	// concurrent use, cheap, and must not block. Default nil: the node always
 	// leads (a leader of fixed role).
 	Leading func() error
 	// Logger receives a line per request that could not be served
-	// (Unavailable) and per handler panic. Default slog.Default().
+	// (Unavailable, its answer withheld by Leading included) and per
+	// handler panic. Default slog.Default().
 	Logger *slog.Logger
 }
 

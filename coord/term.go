@@ -19,7 +19,11 @@ type term struct {
 
 func newTerm(deadline time.Time) *term {
 	t := &term{deadline: deadline, done: make(chan struct{})}
+	// Under the lock: a deadline already past fires the timer at once, and
+	// expire must not read t.timer before it is set.
+	t.mu.Lock()
 	t.timer = time.AfterFunc(time.Until(deadline), t.expire)
+	t.mu.Unlock()
 	return t
 }
 

@@ -47,3 +47,17 @@ func TestTermEndPullsDeadlineBack(t *testing.T) {
 	}
 	tm.end() // twice is harmless
 }
+
+// TestTermBornPast: a term whose deadline is already past when it is made
+// (a renewal answered after its deadline) ends at once, and its timer, which
+// fires at once, finds itself set (a race the race detector caught in a
+// node test).
+func TestTermBornPast(t *testing.T) {
+	for range 100 {
+		tm := newTerm(time.Now().Add(-time.Millisecond))
+		<-tm.Done()
+		if tm.Deadline().After(time.Now()) {
+			t.Fatal("an ended term's deadline is ahead")
+		}
+	}
+}
