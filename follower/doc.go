@@ -92,6 +92,28 @@
 // linearizability checker; ONCEWAL_LONG=1 runs 2000, ONCEWAL_FAILOVER_SEEDS=n
 // runs n, ONCEWAL_FAILOVER_SEED=n replays one.
 //
+// # Fencing by promise (automatic failover)
+//
+// The winner of an election at epoch E fences the followers of the leader
+// it replaces with Node.Promise(E) (Follower.Promise for one store): every
+// shard's store persists the promise, synced, and from then on refuses
+// any batch of an epoch below E (store invariant 5); each answers its
+// position, final for every older epoch, from which the winner picks the
+// most advanced history. The promise is not the committed epoch: a
+// follower starts no epoch of its own. A shard that did not promise (its
+// store down, closed, stalled) is missing from the answer and named in a
+// *PromiseError, so the winner does not count it. A Serve still connected
+// to the deposed leader stops at its next batch: the store refuses it, the
+// link ends before the batch counts as working, and Serve backs off and
+// redials as after a stale_epoch refusal (logged once at Error, counted in
+// Stats.Link.Refusals), so the deposed leader gets no ack beyond the
+// promised position and its WaitAcked cannot count this follower; the
+// dialer reaches the new leader once it is published, which promoted at E
+// or above (leader.CheckPromise) continues exactly from a promised
+// position (TestNodePromiseFencesLeader). The promise survives restarts
+// and a rebuild (Rebuild keeps the higher of the store's and the
+// snapshot's).
+//
 // # Many shards in one process: Node
 //
 //	n, err := follower.OpenNode(dir, []uint32{0, 1, 2, 3}, &follower.NodeOptions{})

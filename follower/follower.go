@@ -288,6 +288,12 @@ func (f *Follower) Serve(ctx context.Context, d replication.Dialer) error {
 				streak.end(log)
 				backoff.reset()
 			}
+			if errors.Is(err, replication.ErrStaleEpoch) {
+				// Refused by this store (a deposed leader's batch), however
+				// long the link served before: a refusal, logged and backed
+				// off as one.
+				working = false
+			}
 		}
 		if ctx.Err() != nil {
 			break
@@ -365,7 +371,11 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 			if failed != nil {
 				continue
 			}
-			if storeTrouble(err) {
+			if storeTrouble(err) || errors.Is(err, replication.ErrStaleEpoch) {
+				// A stale epoch: this leader was deposed (a promise or a
+				// newer epoch fences it); its refused ack reports the
+				// position, which it may know, and the link ends so that
+				// Serve redials whoever leads now.
 				_ = conn.Send(ctx, res.Ack)
 				failed = err
 				cancel()
@@ -388,6 +398,13 @@ func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn,
 			break
 		}
 		f.link.lastBatch.Store(time.Now().UnixNano())
+		// A deposed leader's batch (below the store's committed or promised
+		// epoch) ends the link before it counts as working: Serve then
+		// backs off and redials as after a refusal, instead of taking it up
+		// again at once for the next batch to be refused.
+		if err = f.st.CheckBatchEpoch(batch); err != nil {
+			break
+		}
 		if first {
 			delivered()
 		}

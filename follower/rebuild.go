@@ -77,8 +77,10 @@ func NeedsRebuild(err error) bool {
 // of opts.Shard from src: snapshot.Fetch, then the staged store loses the
 // donor's leader-only rows (keyspace.LeaderOnly: a leader donor's
 // replication slots, which would pin or release the wrong WAL if this store
-// were promoted), then snapshot.Install. The snapshot must have the
-// store's identity (opts' shard and decision-changing options), an epoch at
+// were promoted) and takes the store's promise to a fencing leader, if
+// higher than the donor's (store.PrepareRebuilt), then snapshot.Install.
+// The snapshot must have the store's identity (opts' shard and
+// decision-changing options), an epoch at
 // least the store's, and — when the store is not diverged (reason is not
 // replication.ErrDiverged) — an applied LSN at least the store's: a donor
 // behind the store would move it backwards. Anything refused leaves the
@@ -96,12 +98,18 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 	if err := snapshot.Recover(o.Store.FS, dir); err != nil {
 		return snapshot.Manifest{}, snapshot.Stats{}, err
 	}
+	var promise uint64
 	if layout, _, err := store.DirLayout(o.Store.FS, dir); err == nil && layout == store.LayoutStore {
 		if cut, err := store.Describe(o.Store.FS, dir); err == nil {
 			want.MinEpoch = cut.Epoch
 			if !errors.Is(reason, replication.ErrDiverged) {
 				want.MinLSN = cut.AppliedLSN
 			}
+		}
+		// A store too damaged to read (ErrCorrupt, which a rebuild is
+		// for) keeps no promise: its node must be asked again.
+		if info, err := store.PeekStore(o.Store.FS, dir); err == nil {
+			promise = info.Promise
 		}
 	}
 	so := o.Snapshot
@@ -114,7 +122,7 @@ func Rebuild(ctx context.Context, dir string, opts *Options, src snapshot.Source
 	if err != nil {
 		return m, st, err
 	}
-	if err := store.DropLeaderRows(snapshot.StagingDir(dir), &o.Store); err != nil {
+	if err := store.PrepareRebuilt(snapshot.StagingDir(dir), &o.Store, promise); err != nil {
 		// Not installed: the next Recover (every open) removes the staging.
 		_ = snapshot.Recover(o.Store.FS, dir)
 		return m, st, fmt.Errorf("follower: rebuild of %s: %w", dir, err)

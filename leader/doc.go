@@ -134,7 +134,9 @@
 //   - A store behind the first LSN its log retains (a lost store, a log cut
 //     by retention) cannot be caught up: wal.ErrCompacted.
 //   - The epoch (LeaderEpoch): not below the store's or the
-//     log's, not above replication.MaxEpoch.
+//     log's, not above replication.MaxEpoch, and not below an epoch the
+//     store promised to a fencing leader (CheckPromise: a store that
+//     promised E during a failover is promoted at E or above).
 //
 // Open logs one line for what it did ("oncewal leader opened" or
 // "promoted", with each shard's epoch); opening its stores logs nothing.
@@ -438,7 +440,8 @@
 //     etcd revisions the coordinator will hand out; ErrEpochExhausted above
 //     it), a promotion takes the epoch the promotion policy gives
 //     (PromotionEpoch: the highest seen + 1, refusing rather than wrap), and
-//     a LedgerLog's epoch is at least both its store's committed epoch and
+//     a LedgerLog's epoch is at least its store's committed epoch, the
+//     epoch its store promised to a fencing leader (CheckPromise) and
 //     the epoch of its WAL's last batch (LeaderEpoch: the WAL is
 //     the authority — a store rebuilt from the log knows no epoch until it
 //     re-applies it). OpenLedgerLog brings the store up to the WAL's end

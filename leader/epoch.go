@@ -34,3 +34,19 @@ func LeaderEpoch(asked, stored, logged uint64, walDir string) (uint64, error) {
 	}
 	return epoch, nil
 }
+
+// CheckPromise refuses serving at epoch over a store that promised a higher
+// epoch to a fencing leader (store.Store.Promise; promise 0: none) with
+// replication.ErrStaleEpoch: the followers that made that promise refuse
+// every batch below it, and a leader must never serve below a promise its
+// own store made. Serving at the promised epoch is the normal case — the
+// winner of the election its followers promised is promoted at it. where
+// names the store in the error.
+func CheckPromise(epoch, promise uint64, where string) error {
+	if epoch >= promise {
+		return nil
+	}
+	return fmt.Errorf("%w: leader epoch %d is below epoch %d, which %s promised to a fencing leader during a failover: "+
+		"its followers refuse every batch below that epoch; promote at epoch %d or above (leader.Options.Epoch, oncewal promote --epoch)",
+		replication.ErrStaleEpoch, epoch, promise, where, promise)
+}

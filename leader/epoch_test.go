@@ -254,3 +254,41 @@ func retire(t testing.TB, f *follower.Follower) *store.Store {
 	}
 	return st
 }
+
+// TestLeaderBelowPromise: a store that promised epoch 6 to a fencing leader
+// (store.Store.Promise, an automatic failover) is never served below it:
+// leader.Open refuses a promotion at 5, and the default one (the store's
+// epoch + 1 = 5), with ErrStaleEpoch naming the promise and changing
+// nothing; so does Promote on the open store. Promoting at the promised
+// epoch — the election's winner — serves, and the leader's own batches
+// pass its store's fence.
+func TestLeaderBelowPromise(t *testing.T) {
+	src := t.TempDir()
+	l := open(t, src, &leader.Options{Shards: 1, Epoch: 4})
+	appendN(t, l, session.ID{7}, 3)
+	require.NoError(t, l.Close())
+	fdir := t.TempDir()
+	sdir := store.ShardDir(fdir, 0)
+	feed(t, sdir, filepath.Join(src, leader.WALDirName), 1, 3)
+
+	st, err := store.Open(sdir, &store.Options{Logger: discard()})
+	require.NoError(t, err)
+	_, err = st.Promise(6)
+	require.NoError(t, err)
+	_, err = leader.Promote(st, leader.PromoteOptions{WALDir: t.TempDir(), Epoch: 5})
+	require.ErrorIs(t, err, replication.ErrStaleEpoch)
+	require.ErrorContains(t, err, "leader epoch 5 is below epoch 6, which the store of shard 0 promised to a fencing leader")
+	require.NoError(t, st.Close())
+
+	for _, epoch := range []uint64{5, 0} {
+		err := refusedUnchanged(t, fdir, leader.Options{Shards: 1, Epoch: epoch, Promote: true}, replication.ErrStaleEpoch)
+		require.ErrorContains(t, err, "leader epoch 5 is below epoch 6, which store "+sdir+" promised to a fencing leader")
+	}
+	l = open(t, fdir, &leader.Options{Shards: 1, Epoch: 6, Promote: true})
+	sh, _ := l.Shard(0)
+	require.EqualValues(t, 6, sh.Epoch())
+	require.EqualValues(t, 4, sh.Log().EpochStartLSN())
+	hs := appendN(t, l, session.ID{7}, 1)
+	require.EqualValues(t, 6, hs[0].Epoch)
+	require.NoError(t, l.Close())
+}

@@ -454,7 +454,11 @@ func preflightShard(fs vfs.FS, dir, walDir string, s uint32, layout store.Layout
 			return 0, err
 		}
 	}
-	return LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
+	epoch, err := LeaderEpoch(asked, info.Epoch, logged.LastEpoch, walDir)
+	if err != nil {
+		return 0, err
+	}
+	return epoch, CheckPromise(epoch, info.Promise, "store "+storeDir)
 }
 
 func (l *Leader) openShard(s uint32, epoch uint64) (*Shard, error) {

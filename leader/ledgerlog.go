@@ -235,6 +235,9 @@ func OpenLedgerLog(opts *LedgerLogOptions) (*LedgerLog, error) {
 	if cfg.Epoch, err = LeaderEpoch(cfg.Epoch, stored, logged.LastEpoch, cfg.WALDir); err != nil {
 		return nil, err
 	}
+	if err := CheckPromise(cfg.Epoch, recv.Promised(), fmt.Sprintf("the store of shard %d", cfg.Shard)); err != nil {
+		return nil, err
+	}
 	l := &LedgerLog{cfg: cfg, recv: recv, epoch: cfg.Epoch, notify: make(chan struct{}, 1),
 		disk: diskguard.New(cfg.FS, cfg.WALDir, cfg.MinFreeBytes), sessions: make(map[session.ID]stamped), validator: validator}
 	l.applyTurn = sync.NewCond(&l.applyMu)

@@ -11,7 +11,9 @@ var (
 	// ErrWrongShard: the batch belongs to a shard this receiver does not serve.
 	ErrWrongShard = errors.New("replication: batch for wrong shard")
 	// ErrStaleEpoch: the batch comes from a leader epoch lower than the highest
-	// this follower has committed. It fences a deposed leader.
+	// this follower has committed, or than the one its store promised to a
+	// fencing leader during a failover (store.Store.Promise). It fences a
+	// deposed leader.
 	ErrStaleEpoch = errors.New("replication: batch from stale leader epoch")
 	// ErrSeqGap: an event's SeqNo is above its session's HWM+1; events are
 	// missing, so the whole batch is refused and nothing past the hole applies.

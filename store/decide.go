@@ -117,8 +117,9 @@ const maxKeptMap = 1 << 13
 
 // decideState is what a decision reads of the receiver.
 type decideState struct {
-	shard uint32
-	at    position // applied LSN and epoch the batch must follow
+	shard   uint32
+	at      position // applied LSN and epoch the batch must follow
+	promise uint64   // the highest epoch promised to a fencing leader
 }
 
 // loaded is what load read for one batch. Only the entries a decision can
@@ -185,8 +186,8 @@ func gate(st decideState, h wal.Header, events []wal.Event) (p plan, done bool) 
 	switch {
 	case h.Shard != st.shard:
 		return refuse(refusedWrongShard, fmt.Errorf("%w: batch shard %d, receiver shard %d", replication.ErrWrongShard, h.Shard, st.shard)), true
-	case h.Epoch < at.epoch:
-		return refuse(refusedStaleEpoch, fmt.Errorf("%w: batch epoch %d < %d: it comes from a deposed leader; point this follower at the current leader", replication.ErrStaleEpoch, h.Epoch, at.epoch)), true
+	case h.Epoch < at.epoch || h.Epoch < st.promise:
+		return refuse(refusedStaleEpoch, staleBatch(h.Epoch, at.epoch, st.promise)), true
 	case h.Epoch > at.epoch && h.FirstLSN <= at.applied:
 		return refuse(refusedStaleEpoch, fmt.Errorf("%w: epoch %d batch starts at LSN %d, but LSNs up to %d were applied under epoch %d",
 			replication.ErrDiverged, h.Epoch, h.FirstLSN, at.applied, at.epoch)), true
@@ -200,8 +201,9 @@ func gate(st decideState, h wal.Header, events []wal.Event) (p plan, done bool) 
 
 // decideBatch takes every decision about a batch, from plain values, in
 // this order:
-//  1. shard (ErrWrongShard) and epoch fencing (ErrStaleEpoch; a newer epoch
-//     overlapping applied LSNs: ErrDiverged);
+//  1. shard (ErrWrongShard) and epoch fencing (ErrStaleEpoch: below the
+//     committed epoch or the promised one; a newer epoch overlapping
+//     applied LSNs: ErrDiverged);
 //  2. position: a batch wholly at or below the applied LSN (or empty) is a
 //     redelivery; one starting past applied+1 is refused (ErrOutOfOrder);
 //  3. per event, in log order: an LSN at or below the applied position is
@@ -332,7 +334,7 @@ func (p *plan) result() Result {
 // decide loads what a batch needs and decides it (decideBatch). An error
 // is an I/O failure while loading (wrapping ErrStaging): no decision.
 func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Event) (plan, error) {
-	st := decideState{shard: r.opts.Shard, at: position{applied: r.applied, epoch: r.epoch, last: r.last}}
+	st := decideState{shard: r.opts.Shard, at: position{applied: r.applied, epoch: r.epoch, last: r.last}, promise: r.promise.Load()}
 	if err := r.load(ttx, st, h, events); err != nil {
 		return plan{}, err
 	}

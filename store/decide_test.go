@@ -39,6 +39,9 @@ import (
 //	    applied+1.
 //	fail-commit
 //	    the next commit fails (the store becomes failed)
+//	promise epoch=N
+//	    promise epoch N to a fencing leader (Receiver.Promise); prints the
+//	    promise held after it and the position it returned, or the refusal
 //
 // batch prints what decide answered (without writing), then what Apply did
 // and the ack; the store run also checks that Apply agreed with the
@@ -65,6 +68,14 @@ func TestDecide(t *testing.T) {
 					case "fail-commit":
 						d.failNextCommit()
 						return ""
+					case "promise":
+						var epoch uint64
+						td.ScanArgs(t, "epoch", &epoch)
+						ack, held, err := d.promise(epoch)
+						if err != nil {
+							return fmt.Sprintf("promise: refused (%s), holds %d\n", refusalName(err), held)
+						}
+						return fmt.Sprintf("promise: holds %d; position: epoch %d, applied %d\n", held, ack.Epoch, ack.AppliedLSN)
 					}
 					t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
 					return ""
@@ -87,6 +98,9 @@ type decideRun interface {
 	// failed reports whether the store failed (sticky).
 	failed() bool
 	failNextCommit()
+	// promise promises epoch (Receiver.Promise) and returns its answer and
+	// the promise held after it.
+	promise(epoch uint64) (replication.Ack, uint64, error)
 	// failingNext reports whether the current batch's commit is to fail.
 	failingNext() bool
 	scriptClock() *int64
@@ -178,6 +192,11 @@ func (d *decideRig) apply(t *testing.T, raw []byte, _ plan) (Result, error) {
 	return d.recv.Apply(raw)
 }
 
+func (d *decideRig) promise(epoch uint64) (replication.Ack, uint64, error) {
+	ack, err := d.recv.Promise(epoch)
+	return ack, d.recv.Promised(), err
+}
+
 func (d *decideRig) failed() bool      { return d.recv.Err() != nil }
 func (d *decideRig) failNextCommit()   { d.failNext = true }
 func (d *decideRig) failingNext() bool { return d.failNext }
@@ -190,6 +209,7 @@ type mapRig struct {
 	shard    uint32
 	horizon  time.Duration
 	at       position // where the next decision starts
+	promised uint64   // the promise held
 	durable  position // what acks report
 	clock    int64
 	hwms     map[session.ID]session.HWM
@@ -223,7 +243,7 @@ func (m *mapRig) decide(_ *testing.T, h wal.Header, events []wal.Event) plan {
 		in.hits[i] = ev.HasIdemKey && m.window[ev.IdemKey]
 	}
 	in.nslots = len(m.slots)
-	return m.dec.decideBatch(decideState{shard: m.shard, at: m.at}, &in, h, events)
+	return m.dec.decideBatch(decideState{shard: m.shard, at: m.at, promise: m.promised}, &in, h, events)
 }
 
 func (m *mapRig) apply(_ *testing.T, _ []byte, p plan) (Result, error) {
@@ -266,6 +286,19 @@ func (m *mapRig) carryOut(p plan) (Result, error) {
 	}
 	m.durable = m.at
 	return p.result(), nil
+}
+
+// promise holds the higher promise and answers the decision position:
+// the map view has no pipeline, so it is the durable one.
+func (m *mapRig) promise(epoch uint64) (replication.Ack, uint64, error) {
+	if err := CheckPromiseEpoch(epoch); err != nil {
+		return replication.Ack{}, m.promised, err
+	}
+	if m.fail != nil {
+		return replication.Ack{}, m.promised, m.fail
+	}
+	m.promised = max(m.promised, epoch)
+	return replication.Ack{Shard: m.shard, Epoch: m.at.epoch, AppliedLSN: m.at.applied, LastBatch: m.at.last}, m.promised, nil
 }
 
 func (m *mapRig) failed() bool      { return m.fail != nil }
@@ -441,7 +474,8 @@ func refusalName(err error) string {
 		name string
 	}{{replication.ErrWrongShard, "ErrWrongShard"}, {replication.ErrStaleEpoch, "ErrStaleEpoch"}, {replication.ErrDiverged, "ErrDiverged"},
 		{replication.ErrOutOfOrder, "ErrOutOfOrder"}, {replication.ErrSeqGap, "ErrSeqGap"}, {ErrApply, "ErrApply"},
-		{ErrFailed, "ErrFailed"}, {ErrStaging, "ErrStaging"}} {
+		{ErrFailed, "ErrFailed"}, {ErrStaging, "ErrStaging"}, {ErrBadPromise, "ErrBadPromise"},
+		{replication.ErrEpochExhausted, "ErrEpochExhausted"}} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)
 		}

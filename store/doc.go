@@ -11,14 +11,16 @@
 //
 // The Store is the seam both roles use: Open with identity, layout, the
 // free-space guard and recovery; Apply and Start (pipelined) of shipped
-// batches; Position and Hello (what a follower states when it connects); the
+// batches; Position and Hello (what a follower states when it connects);
+// Promise (a fencing leader's epoch, refused below from then on); the
 // read API of what it holds (State, LedgerTable, Tracker); Stats; Close.
 //
 // # The Receiver's rules
 //
 // For each batch, before anything is written: verify it (checksums, version,
 // limits); refuse a foreign shard (ErrWrongShard) and an epoch lower than the
-// highest committed (ErrStaleEpoch, fencing a deposed leader); discard a batch
+// highest committed or the one promised to a fencing leader (ErrStaleEpoch,
+// fencing a deposed leader; Promise, promise.go); discard a batch
 // wholly at or below the applied LSN; refuse one that starts past applied+1
 // (ErrOutOfOrder). Then per event: the session's SeqNo HWM (session.Tracker)
 // discards duplicates, skips closed and too-old sessions, and refuses the
@@ -224,6 +226,9 @@
 //	m/leader                       the epoch at which a leader raised this store's epoch: the
 //	                               mark that it is a leader's store (leader.Open refuses a
 //	                               store without it; leader-only, like m/slot/)
+//	m/promise                      the highest epoch promised to a fencing leader, u64 LE
+//	                               (Promise; replicated: a rebuild keeps the higher of
+//	                               its own and the snapshot's)
 //	m/last_batch                   the batch ending at m/position: that LSN u64 LE, its
 //	                               epoch u64 LE and header CRC u32 LE (wal.BatchRef,
 //	                               sent in the hello; absent or for another LSN = unknown)
@@ -349,10 +354,14 @@
 //     (ErrFailed), nothing more is acknowledged, and the embedder reopens,
 //     which rebuilds memory from the synced prefix. A crash loses at most
 //     batches that were never acknowledged.
-//  5. A batch from an epoch below the highest committed one is refused
+//  5. A batch from an epoch below the highest committed one, or below the
+//     highest promised to a fencing leader (Promise), is refused
 //     (replication.ErrStaleEpoch) before it touches anything; a batch of a
 //     newer epoch that overlaps LSNs applied under an older one is refused as
-//     diverged (replication.ErrDiverged).
+//     diverged (replication.ErrDiverged). A promise is persisted (synced)
+//     before Promise returns, and the position it returns is final for every
+//     older epoch: no batch of one is decided after the promise, and those
+//     decided before it are durable when it returns.
 //  6. Every event of a decodable batch is counted in exactly one
 //     ReceiverStats counter (see ReceiverStats.Accounted).
 //  7. Acks carry the durable applied position (synced, unless NoSync): the

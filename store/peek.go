@@ -17,6 +17,9 @@ type StoreInfo struct {
 	// LeaderEpoch.
 	Leader      bool
 	LeaderEpoch uint64
+	// Promise is the highest epoch the store promised to a fencing leader
+	// (Store.Promise; 0: none): no leader may serve it below that epoch.
+	Promise uint64
 }
 
 // PeekStore reads the metadata of the store in dir without changing a byte
@@ -51,6 +54,9 @@ func peekStore(fs vfs.FS, dir string) (StoreInfo, error) {
 		return StoreInfo{}, err
 	}
 	if info.LeaderEpoch, info.Leader, err = readLeaderMark(db); err != nil {
+		return StoreInfo{}, err
+	}
+	if info.Promise, err = ReadPromise(db); err != nil {
 		return StoreInfo{}, err
 	}
 	return info, nil

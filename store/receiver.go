@@ -106,7 +106,10 @@ type Receiver struct {
 	applied uint64       // highest LSN handed to the store; batches go in LSN order
 	epoch   uint64       // highest epoch handed to the store
 	last    wal.BatchRef // the batch ending at applied (zero: unknown)
-	failed  error        // sticky after a fatal store error
+	// promise is the highest epoch promised to a fencing leader (Promise),
+	// persisted; written under mu, read without it by CheckBatchEpoch.
+	promise atomic.Uint64
+	failed  error // sticky after a fatal store error
 	commits uint64
 	tail    <-chan struct{}          // done of the last Pending (nil: none yet)
 	pos     atomic.Pointer[position] // the durable (synced) applied/epoch/last, read without mu
@@ -154,6 +157,11 @@ func NewReceiver(db *pebble.DB, tracker *session.Tracker, window *idempotency.St
 	if r.last, err = readLastBatch(db, r.applied); err != nil {
 		return nil, err
 	}
+	promise, err := ReadPromise(db)
+	if err != nil {
+		return nil, err
+	}
+	r.promise.Store(promise)
 	if r.journal, err = loadJournal(db, window, o.Logger); err != nil {
 		return nil, err
 	}

@@ -53,9 +53,15 @@ func IdentityString(opts *Options) string {
 	return identityOf(&o).String()
 }
 
-// DropLeaderRows deletes the leader-only rows (keyspace.LeaderOnly) from the
-// store staged in dir, synced, before it is installed.
-func DropLeaderRows(dir string, o *Options) error {
+// PrepareRebuilt readies the store staged in dir for install in place of
+// a store that promised promise to a fencing leader (0: none): it deletes
+// the donor's leader-only rows (keyspace.LeaderOnly) and raises the staged
+// store's promise to at least promise, synced. The promise is a fact of
+// this replica, not of the donor's history: a rebuild must not undo a
+// promise its store made (a donor at a lower epoch would otherwise be
+// followed again); the donor's own promise is kept too (keyspace
+// MetaPromise says why it is harmless).
+func PrepareRebuilt(dir string, o *Options, promise uint64) error {
 	var db *pebble.DB
 	if err := guard(func() (err error) {
 		db, err = pebble.Open(dir, pebbleOptions(o, nil))
@@ -71,13 +77,22 @@ func DropLeaderRows(dir string, o *Options) error {
 				return err
 			}
 		}
+		theirs, err := ReadPromise(db)
+		if err != nil {
+			return err
+		}
+		if promise > theirs {
+			if err := b.Set(keyPromise, appendMetaU64(nil, promise), nil); err != nil {
+				return err
+			}
+		}
 		return b.Commit(pebble.Sync)
 	})
 	if cerr := guard(db.Close); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("dropping leader-only rows from the staged store: %w", err)
+		return fmt.Errorf("preparing the staged store (leader-only rows, promise): %w", err)
 	}
 	return nil
 }

@@ -13,8 +13,9 @@ const (
 	// the default Applier): State + session ID (16) + user key.
 	State = "s/"
 	// Meta holds the store's metadata: position, epoch, format, identity,
-	// epoch boundary, last batch (package replication and follower) and the
-	// leader's replication slots (package leader).
+	// epoch boundary, last batch, the epoch promised to a fencing leader
+	// (package store and follower) and the leader's replication slots
+	// (package leader).
 	Meta = "m/"
 	// Window holds the idempotency window's journal (package replication).
 	Window = "w/"
@@ -57,6 +58,14 @@ const (
 	// the mark that a leader (leader.Open, oncewal promote) made it a
 	// leader's store (leader-only: a rebuilt store never inherits it).
 	MetaLeader = Meta + "leader"
+	// MetaPromise: the highest epoch this store promised to a fencing
+	// leader (store.Promise): no batch of an older epoch applies once it is
+	// written. Replicated, not leader-only: a snapshot that carries it
+	// carries a committed epoch at least as high when its donor is a
+	// leader, and from another follower it fences only epochs an election
+	// already superseded; a rebuild keeps the higher of the store's own
+	// and the snapshot's (follower.Rebuild).
+	MetaPromise = Meta + "promise"
 
 	// LedgerRow + scope length (u8) + scope + request key: a ledger entry.
 	LedgerRow = Ledger + "r/"
@@ -144,6 +153,7 @@ var Layout = []Entry{
 	{Key: MetaIdentity, Fixed: true},
 	{Key: MetaSlot},
 	{Key: MetaLeader, Fixed: true},
+	{Key: MetaPromise, Fixed: true},
 	{Key: Journal},
 	{Key: LedgerRow},
 	{Key: LedgerIndex},

@@ -81,6 +81,7 @@ func TestMayShare(t *testing.T) {
 		{Entry{Key: "h/", Len: 18}, Entry{Key: "h/x", Len: 20}, false},
 		{Entry{Key: "l/r/"}, Entry{Key: "l/x/"}, false},
 		{Entry{Key: "m/epoch", Fixed: true}, Entry{Key: "m/epoch_start", Fixed: true}, false},
+		{Entry{Key: "m/promise", Fixed: true}, Entry{Key: "m/position", Fixed: true}, false},
 	} {
 		if got := mayShare(c.a, c.b); got != c.want {
 			t.Errorf("mayShare(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
