@@ -44,7 +44,7 @@ func CheckPromiseEpoch(epoch uint64) error {
 // committed epoch is committed and whose promise is promise: nil when the
 // batch's epoch is at least both. One text per rule, shared by the
 // receiver's decision (gate) and a follower's check before it starts a
-// batch (Store.CheckEpoch).
+// batch (CheckBatchEpoch).
 func staleBatch(batch, committed, promise uint64) error {
 	switch {
 	case batch < committed:
@@ -81,7 +81,8 @@ func ReadPromise(db pebble.Reader) (uint64, error) { return readMetaU64(db, keyP
 // already past. Their acks still go to their leader: they report at most
 // what Promise reported.
 //
-// A failed write fails the store (ErrFailed), as a failed commit does.
+// A failed write fails the store (ErrFailed), as a failed WAL sync of a
+// batch does.
 func (r *Receiver) Promise(epoch uint64) (replication.Ack, error) {
 	if err := CheckPromiseEpoch(epoch); err != nil {
 		return replication.Ack{}, err
@@ -94,20 +95,24 @@ func (r *Receiver) Promise(epoch uint64) (replication.Ack, error) {
 	var err error
 	if epoch > r.promise.Load() {
 		b := r.db.NewBatch()
-		err = b.Set(keyPromise, appendMetaU64(nil, epoch), nil)
-		if err == nil {
-			err = commit(b, true)
+		if err = b.Set(keyPromise, appendMetaU64(nil, epoch), nil); err != nil {
+			_ = b.Close()
+			return replication.Ack{}, fmt.Errorf("store: staging the promise of epoch %d: %w", epoch, err)
 		}
-		_ = b.Close()
+		if err = commit(b, true); err == nil {
+			// A batch whose commit failed may still be in Pebble's commit
+			// pipeline: left to it, as stage leaves one.
+			_ = b.Close()
+		}
 	} else {
 		err = recoverFatal(func() error { return r.db.LogData(nil, pebble.Sync) })
 	}
 	if err != nil {
-		if isFatal(err) {
-			r.failed = fmt.Errorf("%w: %w", ErrFailed, err)
-			err = r.failed
-		}
-		return replication.Ack{}, fmt.Errorf("store: persisting the promise of epoch %d: %w", epoch, err)
+		// The WAL write or sync failed, as a Pending's can: the batches
+		// before it in the memtable may not be durable, so the store is
+		// failed (invariant 4) and the embedder reopens it.
+		r.failed = fmt.Errorf("%w: persisting the promise of epoch %d: %w", ErrFailed, epoch, err)
+		return replication.Ack{}, r.failed
 	}
 	r.promise.Store(max(r.promise.Load(), epoch))
 	return replication.Ack{Shard: r.opts.Shard, Epoch: r.epoch, AppliedLSN: r.applied, FollowerID: r.opts.FollowerID, LastBatch: r.last}, nil
@@ -165,10 +170,3 @@ func (s *Store) Promised() uint64 { return s.recv.Promised() }
 
 // CheckBatchEpoch is Receiver.CheckBatchEpoch.
 func (s *Store) CheckBatchEpoch(raw []byte) error { return s.recv.CheckBatchEpoch(raw) }
-
-// isFatal reports whether err is Pebble's fatal-commit report (a
-// *FatalError recovered by recoverFatal).
-func isFatal(err error) bool {
-	var fe *FatalError
-	return errors.As(err, &fe)
-}
