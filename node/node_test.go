@@ -394,3 +394,47 @@ func TestCatchUpBeforeLeading(t *testing.T) {
 		}
 	}
 }
+
+// TestElectsPastStoredEpochs: an etcd rebuilt empty (a new coordinator)
+// over members whose stores hold epochs far above its revisions still
+// elects, at an epoch above every stored one (invariant 1), with every
+// acknowledged write.
+func TestElectsPastStoredEpochs(t *testing.T) {
+	c1 := coord.NewMemory()
+	cl := newCluster(t, c1, 1, "a", "b", "c")
+	for _, id := range []string{"a", "b", "c"} {
+		cl.start(id)
+	}
+	sessions := []session.ID{session.NewID()}
+	var epoch uint64
+	var want map[string]string
+	for round := range 4 { // a few terms: the stores' epochs climb
+		id, l := cl.waitLeader("")
+		want = write(t, l, sessions, round*10, 10)
+		epoch = cl.status(id).Epoch
+		cl.stop(id)
+		cl.start(id)
+	}
+	cl.stopAll()
+	_ = c1.Close()
+
+	c2 := coord.NewMemory() // etcd rebuilt empty: revisions start again
+	t.Cleanup(func() { _ = c2.Close() })
+	cl.c = c2
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := AddMember(context.Background(), c2, testCluster, id); err != nil {
+			t.Fatal(err)
+		}
+		cl.start(id)
+	}
+	id, l := cl.waitLeader("")
+	if got := cl.status(id).Epoch; got <= epoch {
+		t.Fatalf("elected at epoch %d on the new coordinator; the stores held epoch %d", got, epoch)
+	}
+	sh, _ := l.Shard(0)
+	if sh.NextLSN() <= uint64(len(want)) {
+		t.Errorf("the new leader's log ends at LSN %d, below the %d writes acknowledged", sh.NextLSN()-1, len(want))
+	}
+	write(t, l, sessions, 100, 5)
+	cl.stopAll() // before c2 closes
+}
