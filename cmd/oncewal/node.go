@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -181,17 +180,12 @@ type nodeConfig struct {
 }
 
 func serveNode(ctx context.Context, log *slog.Logger, c nodeConfig) error {
-	co, members, err := c.etcd.open(log, c.leaseTTL)
+	co, _, err := c.etcd.open(log, c.leaseTTL)
 	if err != nil {
 		return err
 	}
 	defer co.Close()
 	cluster := *c.etcd.cluster
-	if !members.Has(c.id) {
-		log.Warn("oncewal node: not a member of the cluster: it neither campaigns nor follows until it is added",
-			"id", c.id, "cluster", cluster, "members", strings.Join(members.IDs, ","), "err", node.ErrNotMember,
-			"remedy", fmt.Sprintf("oncewal members add --etcd %s --cluster %s %s", *c.etcd.endpoints, cluster, c.id))
-	}
 	g, err := node.NewGRPC(&node.GRPCOptions{Listen: c.listen, ServerTLS: c.serverTLS, DialTLS: c.dialTLS,
 		Insecure: c.serverTLS == nil, Client: clientapi.Options{Logger: log}, Logger: log})
 	if err != nil {
