@@ -17,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
 	"github.com/oncewal/oncewal/node"
@@ -64,7 +65,9 @@ their link to a leader that still serves.
 
 --ack is the cluster's acknowledgement policy: every client write waits
 for it (one, majority or all of the followers), and a winner's fencing
-quorum is computed from it; give every member the same. With TLS, the
+quorum is computed from it; give every member the same. A request the
+dead leader was running when it died is answered to a retry once its
+claim (--claim-lease) expires. With TLS, the
 certificate (--tls-cert; 'oncewal gencerts DIR --nodes a,b,c' issues one
 per member, URI SAN oncewal://node/ID) both serves and dials, and must
 name --advertise's host. --metrics-addr serves /metrics, /healthz and
@@ -85,6 +88,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	shards := fs.Int("shards", 1, "the cluster's shard count (the same on every member, fixed for its lifetime)")
 	ack := fs.String("ack", "majority", "the cluster's ack policy: one, majority or all of the followers")
 	leaseTTL := fs.Duration("lease-ttl", coord.DefaultLeaseTTL, "etcd lease of a leadership, whole seconds >= 2s: a dead leader is succeeded about this long after its last renewal")
+	claimLease := fs.Duration("claim-lease", idempotency.DefaultLease, "how long the leader running a client request holds its request ID (renewed while it runs): a retry of a request a dead leader was running waits this long at most after the failover")
 	tf := addTLSFlags(fs, "node")
 	mf := addMetricsFlags(fs, false)
 	lf := addLogFlags(fs)
@@ -115,6 +119,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	if *leaseTTL < 2*time.Second || *leaseTTL%time.Second != 0 {
 		c.failf("--lease-ttl %v: give whole seconds, at least 2s (etcd grants leases in seconds)", *leaseTTL)
 	}
+	inRange(&c, "claim-lease", *claimLease, 100*time.Millisecond, idempotency.MaxRetention)
 	mf.check(&c)
 	lf.check(&c)
 	if code, bad := c.refuse(fs, stderr); bad {
@@ -137,7 +142,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	defer stopWithin(ctx, log, "oncewal node", shutdownGrace)()
 	if err := serveNode(ctx, log, nodeConfig{etcd: ef, leaseTTL: *leaseTTL, id: *id, dir: *dir, listen: *listen, addr: addr,
-		shards: *shards, ack: policy, serverTLS: serverTLS, dialTLS: dialTLS, metricsAddr: *mf.addr}); err != nil {
+		shards: *shards, ack: policy, claimLease: *claimLease, serverTLS: serverTLS, dialTLS: dialTLS, metricsAddr: *mf.addr}); err != nil {
 		log.Error("oncewal node: stopped", "id", *id, "dir", *dir, "err", err)
 		return exitFailure
 	}
@@ -175,6 +180,7 @@ type nodeConfig struct {
 	listen, addr       string
 	shards             int
 	ack                leader.AckPolicy
+	claimLease         time.Duration
 	serverTLS, dialTLS *tls.Config // nil: --insecure
 	metricsAddr        string
 }
@@ -196,7 +202,7 @@ func serveNode(ctx context.Context, log *slog.Logger, c nodeConfig) error {
 	so := store.Options{Logger: log}
 	n, err := node.Open(&node.Options{Coordinator: co, Cluster: cluster, ID: c.id, Dir: c.dir, Shards: c.shards,
 		Addr: c.addr, Transport: links, Ack: c.ack, Logger: log,
-		Leader:   leader.Options{Store: so, Logger: log},
+		Leader:   leader.Options{Store: so, Logger: log, Ledger: idempotency.LedgerOptions{Lease: c.claimLease}},
 		Follower: follower.NodeOptions{Follower: follower.Options{Store: so}}})
 	if err != nil {
 		return err
