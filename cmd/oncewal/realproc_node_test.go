@@ -143,6 +143,8 @@ func TestRealProcessesNodeFailover(t *testing.T) {
 			t.Errorf("kill %d: a new leader after %v, want within the 2s lease TTL + 10s", k+1, took)
 		}
 		w.waitAcked(t, w.acked()+20)
+		// One follower of two is down: the majority holds.
+		waitHTTP(t, newID+" leading", "http://"+metricsAddrs[newID]+"/readyz", 200, time.Minute)
 
 		dirty := filepath.Join(dir, leaderID)
 		killed.start(t, rp.bin)
