@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/internal/etcdtest"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/node"
@@ -158,5 +159,28 @@ func TestGencertsNodes(t *testing.T) {
 	}
 	if _, errOut, code := runCmd(t, "gencerts", filepath.Join(t.TempDir(), "x"), "--nodes", "a,a"); code != exitUsage || !strings.Contains(errOut, `node "a" is given twice`) {
 		t.Errorf("--nodes a,a: %d %q", code, errOut)
+	}
+}
+
+// TestNodeForeignDir: a node given another member's directory exits 1
+// naming it (node.ErrForeignDir) and changes nothing there.
+func TestNodeForeignDir(t *testing.T) {
+	ep := etcdtest.Start(t)
+	dir := filepath.Join(t.TempDir(), "b")
+	g, err := node.NewGRPC(&node.GRPCOptions{Listen: freeAddr(t), Insecure: true})
+	must(t, err)
+	defer g.Close()
+	mem := coord.NewMemory()
+	defer mem.Close()
+	n, err := node.Open(&node.Options{Coordinator: mem, Cluster: "prod", ID: "b", Dir: dir, Addr: "127.0.0.1:1", Transport: g})
+	must(t, err)
+	must(t, n.Close())
+	before := readFile(t, filepath.Join(dir, "NODE"))
+	_, errOut, code := runCmd(t, "node", "--etcd", ep, "--cluster", "prod", "--id", "a", "--dir", dir, "--listen", freeAddr(t), "--insecure")
+	if code != exitFailure || !strings.Contains(errOut, node.ErrForeignDir.Error()) || !strings.Contains(errOut, `member \"b\" of cluster \"prod\"`) {
+		t.Fatalf("exit %d, stderr %s; want %d and %q", code, errOut, exitFailure, node.ErrForeignDir)
+	}
+	if after := readFile(t, filepath.Join(dir, "NODE")); after != before {
+		t.Errorf("NODE changed: %q → %q", before, after)
 	}
 }

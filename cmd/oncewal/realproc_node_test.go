@@ -201,7 +201,19 @@ func TestRealProcessesNodeFailover(t *testing.T) {
 			t.Fatalf("no member set acknowledged the barrier: %v", err)
 		}
 	}
+	// SIGTERM stops the leader cleanly (exit 0): it resigns, and another
+	// member leads.
+	if err := procs[leaderID].stop(t); err != nil {
+		t.Errorf("leader %s: stop: %v", leaderID, err)
+	}
+	at := time.Now()
+	next := waitNodeLeader(t, rp, ep, leaderID, time.Minute)
+	t.Logf("%s stopped (SIGTERM), %s leads after %v", leaderID, next, time.Since(at).Round(time.Millisecond))
+	waitProcLog(t, procs[leaderID], time.Minute, "node: stepped down", "why=stopping")
 	for _, id := range ids {
+		if id == leaderID {
+			continue
+		}
 		if err := procs[id].stop(t); err != nil {
 			t.Errorf("%s: stop: %v", id, err)
 		}
