@@ -16,7 +16,7 @@ import (
 // errEtcdUnreachable: etcd did not answer within --etcd-dial-timeout when a
 // command that needs it started; the command stopped before it wrote or
 // served anything.
-var errEtcdUnreachable = errors.New("etcd did not answer: start it, or check --etcd and the network (nothing was changed)")
+var errEtcdUnreachable = errors.New("etcd unreachable: start it, or check --etcd and the network (nothing was changed)")
 
 // etcdFlags are the flags that name a cluster in etcd, shared by node and
 // members.
@@ -77,7 +77,7 @@ func (f *etcdFlags) open(log *slog.Logger, leaseTTL time.Duration) (*coord.Etcd,
 	if err != nil {
 		_ = c.Close()
 		if ctx.Err() != nil || errors.Is(err, coord.ErrUnavailable) {
-			return nil, node.Members{}, fmt.Errorf("%w: %s within %v: %w", errEtcdUnreachable, *f.endpoints, *f.dialTimeout, err)
+			return nil, node.Members{}, fmt.Errorf("%w: %s did not answer within %v: %w", errEtcdUnreachable, *f.endpoints, *f.dialTimeout, err)
 		}
 		return nil, node.Members{}, err
 	}

@@ -167,7 +167,7 @@ func nodeAddr(c *flagCheck, listen, advertise string) string {
 		return advertise
 	}
 	host, _, err := net.SplitHostPort(listen)
-	if err == nil && (host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+	if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
 		c.failf("--listen %q names no host the others can dial: give --advertise host:port", listen)
 	}
 	return listen

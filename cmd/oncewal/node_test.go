@@ -75,7 +75,7 @@ func TestNodeEtcdUnreachable(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "n")
 	_, errOut, code := runCmd(t, "node", "--etcd", dead, "--cluster", "c", "--id", "a", "--dir", dir,
 		"--listen", freeAddr(t), "--insecure", "--etcd-dial-timeout", "300ms")
-	if code != exitFailure || !strings.Contains(errOut, errEtcdUnreachable.Error()) || !strings.Contains(errOut, dead+" within 300ms") {
+	if code != exitFailure || !strings.Contains(errOut, errEtcdUnreachable.Error()) || !strings.Contains(errOut, dead+" did not answer within 300ms") {
 		t.Fatalf("exit %d, stderr %s; want %d and %q", code, errOut, exitFailure, errEtcdUnreachable)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
