@@ -61,3 +61,34 @@ func updateMembers(ctx context.Context, c coord.Coordinator, cluster string, edi
 	})
 	return out, err
 }
+
+// Term is the cluster's term as its winner published it: the epoch it
+// fences or leads at, the winner's ID and address, and its state.
+type Term struct {
+	// Term is the winner's election key create revision.
+	Term  uint64 `json:"term"`
+	Epoch uint64 `json:"epoch"`
+	ID    string `json:"id"`
+	Addr  string `json:"addr"`
+	// State is fencing, leading or handoff (to To).
+	State string `json:"state"`
+	To    string `json:"to,omitempty"`
+}
+
+// Leading reports whether the term's winner leads (fenced and promoted).
+func (t Term) Leading() bool { return t.State == stateLeading }
+
+// ReadTerm returns cluster's term as the coordinator holds it now; ok is
+// false when no member has won one yet. A term that does not decode is
+// ErrBadRecord.
+func ReadTerm(ctx context.Context, c coord.Coordinator, cluster string) (_ Term, ok bool, _ error) {
+	b, ok, err := c.Get(ctx, cluster, keyTerm)
+	if err != nil || !ok {
+		return Term{}, false, err
+	}
+	t, err := decodeJSON[term](keyTerm, b)
+	if err != nil {
+		return Term{}, false, err
+	}
+	return Term{Term: t.Term, Epoch: t.Epoch, ID: t.ID, Addr: t.Addr, State: t.State, To: t.To}, true, nil
+}

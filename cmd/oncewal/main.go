@@ -38,8 +38,10 @@ var commands = []command{
 	{"leader", "run the leader of every shard: WAL, stamping, retention; serve registered followers over gRPC with mutual TLS", runLeader},
 	{"follower", "replicate a shard (or every shard, into a node directory) from a leader over gRPC with mutual TLS", runFollower},
 	{"load", "drive a cluster over the network with concurrent clients through its client service (retries, acks, an ack log)", runLoad},
+	{"node", "run one member of a cluster with automatic failover on etcd: follow, campaign, fence, promote, publish", runNode},
+	{"members", "add, remove or list a cluster's members in etcd (the replica set oncewal node runs)", runMembers},
 	{"promote", "turn the most advanced stopped follower into the leader at a higher epoch", runPromote},
-	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client) for trying mutual TLS locally", runGencerts},
+	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client, each member of a node cluster) for trying mutual TLS locally", runGencerts},
 	{"version", "print the module version and VCS revision this binary was built from", runVersion},
 }
 

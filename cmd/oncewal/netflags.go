@@ -23,7 +23,7 @@ type tlsFlags struct {
 
 func addTLSFlags(fs *flag.FlagSet, role string) *tlsFlags {
 	return &tlsFlags{
-		ca:       fs.String("tls-ca", "", "PEM file of the CA that "+map[string]string{"leader": "followers'", "follower": "the leader's"}[role]+" certificates must chain to"),
+		ca:       fs.String("tls-ca", "", "PEM file of the CA that "+map[string]string{"leader": "followers'", "follower": "the leader's", "node": "the other members' and clients'"}[role]+" certificates must chain to"),
 		cert:     fs.String("tls-cert", "", "PEM file of this "+role+"'s certificate"),
 		key:      fs.String("tls-key", "", "PEM file of this "+role+"'s private key"),
 		insecure: fs.Bool("insecure", false, "plaintext, no authentication: ONLY for tests on loopback (follower IDs are taken on trust; anyone who reaches the port can read the log or pose as any follower)"),

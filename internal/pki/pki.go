@@ -124,6 +124,9 @@ func IdentityURI(role, name string) *url.URL {
 type Leaf struct {
 	Role, Name string
 	Cert, Key  []byte
+	// member: a cluster member's node certificate (Spec.Nodes), filed
+	// under its name; the one other node certificate is the leader's.
+	member bool
 }
 
 // Pair is the certificate and key for a tls.Config.
@@ -225,6 +228,10 @@ type Spec struct {
 	// Followers and Clients get one certificate each, naming them. Default
 	// none.
 	Followers, Clients []string
+	// Nodes are the members of a cluster of oncewal node processes: one
+	// node certificate each (oncewal://node/NAME, server and client: a
+	// member serves and dials with it), valid for Hosts. Default none.
+	Nodes []string
 	// ValidFor is the validity from an hour ago (the hour absorbs clock
 	// skew between machines). Required.
 	ValidFor time.Duration
@@ -276,6 +283,9 @@ func (s Spec) Validate() error {
 	for _, c := range s.Clients {
 		add(RoleClient, c)
 	}
+	for _, n := range s.Nodes {
+		add(RoleNode, n)
+	}
 	for _, h := range s.Hosts {
 		if strings.TrimSpace(h) == "" {
 			errs = append(errs, fmt.Errorf("%w: an empty host name in %q", ErrBadName, s.Hosts))
@@ -288,12 +298,13 @@ func (s Spec) Validate() error {
 }
 
 // Certs is a CA and the certificates it issued, all PEM: the leader's (a
-// node identity), one per follower and one per client.
+// node identity), one per follower, one per client and one per member.
 type Certs struct {
 	CA        *CA
 	Leader    Leaf
 	Followers []Leaf
 	Clients   []Leaf
+	Nodes     []Leaf
 }
 
 // Generate makes a fresh CA and the certificates s asks for. A bad name
@@ -325,6 +336,14 @@ func Generate(s Spec) (*Certs, error) {
 			}
 			*set.out = append(*set.out, l)
 		}
+	}
+	for _, name := range s.Nodes {
+		l, err := ca.IssueIdentity(RoleNode, name, s.Hosts, nb, na)
+		if err != nil {
+			return nil, err
+		}
+		l.member = true
+		c.Nodes = append(c.Nodes, l)
 	}
 	return c, nil
 }
@@ -367,14 +386,18 @@ func FollowerFiles(name string) (cert, key string) { return leafFiles(RoleFollow
 // client-NAME.pem and client-NAME-key.pem.
 func ClientFiles(name string) (cert, key string) { return leafFiles(RoleClient, name) }
 
+// NodeFiles are the certificate and key file names of cluster member name
+// (Spec.Nodes): node-NAME.pem and node-NAME-key.pem.
+func NodeFiles(name string) (cert, key string) { return leafFiles(RoleNode, name) }
+
 func leafFiles(role, name string) (cert, key string) {
 	return role + "-" + name + ".pem", role + "-" + name + "-key.pem"
 }
 
 // Files are the file names WriteDir gives l's certificate and key: the
-// leader's node certificate is leader.pem.
+// leader's node certificate is leader.pem, a member's node-NAME.pem.
 func (l Leaf) Files() (cert, key string) {
-	if l.Role == RoleNode {
+	if l.Role == RoleNode && !l.member {
 		return FileLeader, FileLeaderKey
 	}
 	return leafFiles(l.Role, l.Name)
@@ -426,8 +449,8 @@ func (c *Certs) WriteDir(dir string) error {
 	return nil
 }
 
-// Leaves are the leader's, the followers' and the clients' certificates,
-// in that order.
+// Leaves are the leader's, the followers', the clients' and the members'
+// certificates, in that order.
 func (c *Certs) Leaves() []Leaf {
-	return append(append([]Leaf{c.Leader}, c.Followers...), c.Clients...)
+	return append(append(append([]Leaf{c.Leader}, c.Followers...), c.Clients...), c.Nodes...)
 }

@@ -1,6 +1,8 @@
 package pki
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -77,5 +79,54 @@ func TestWriteDirFilesByHolder(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(again); len(ents) != 1 {
 		t.Errorf("WriteDir refused but wrote %d files", len(ents)-1)
+	}
+}
+
+// TestNodesCertificates: each member of Spec.Nodes gets node-NAME.pem, a
+// certificate naming oncewal://node/NAME, valid for the hosts, usable to
+// serve and to dial; a member name that is also the leader's node or a
+// follower is refused, nothing issued.
+func TestNodesCertificates(t *testing.T) {
+	c, err := Generate(Spec{Hosts: []string{"db1.example", "127.0.0.1"}, Nodes: []string{"a", "b"}, ValidFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := c.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		cert, key := NodeFiles(name)
+		if cert != "node-"+name+".pem" || key != "node-"+name+"-key.pem" {
+			t.Fatalf("NodeFiles(%s) = %s, %s", name, cert, key)
+		}
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, cert), filepath.Join(dir, key))
+		if err != nil {
+			t.Fatalf("member %s: %v", name, err)
+		}
+		x, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(x.URIs) != 1 || x.URIs[0].String() != "oncewal://node/"+name {
+			t.Errorf("member %s: URIs %v, want oncewal://node/%s", name, x.URIs, name)
+		}
+		if !slices.Equal(x.DNSNames, []string{"db1.example"}) || len(x.IPAddresses) != 1 || x.IPAddresses[0].String() != "127.0.0.1" {
+			t.Errorf("member %s: DNS %v IPs %v, want the hosts", name, x.DNSNames, x.IPAddresses)
+		}
+		for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+			if _, err := x.Verify(x509.VerifyOptions{Roots: c.CA.Pool(), DNSName: "db1.example", KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+				t.Errorf("member %s: not valid for usage %v: %v", name, u, err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, FileLeader)); err != nil {
+		t.Errorf("the leader's certificate beside the members': %v", err)
+	}
+	for _, s := range []Spec{{Nodes: []string{"a", "a"}}, {Nodes: []string{DefaultNode}}, {Nodes: []string{"x"}, Followers: []string{"x"}}} {
+		s.ValidFor = time.Hour
+		if c, err := Generate(s); !errors.Is(err, ErrBadName) || c != nil {
+			t.Errorf("%+v: %v, %v; want ErrBadName and nothing", s, c, err)
+		}
 	}
 }
