@@ -35,7 +35,7 @@ func NewEtcd(opts *EtcdOptions) (*Etcd, error) {
 	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, TLS: o.TLS})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, TLS: o.TLS, Logger: slogZap(o.Logger)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %v: %w", ErrUnavailable, o.Endpoints, err)
 	}
