@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // readyTimeout bounds etcd's start: it is ready in ~0.3 s on a 2-vCPU
@@ -35,9 +36,10 @@ func Start(t testing.TB) string {
 	cfg.ListenPeerUrls = []url.URL{loop}
 	cfg.AdvertisePeerUrls = []url.URL{loop}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// etcd logs every request at info; a test's output should hold the
-	// test's own lines.
-	cfg.LogLevel = "error"
+	// etcd logs every request at info, and its listeners' ends as errors
+	// when the test stops it; a test's output should hold the test's own
+	// lines. A failure to start or serve still reaches the test (Err).
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("etcdtest: start etcd: %v", err)
