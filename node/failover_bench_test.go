@@ -239,14 +239,21 @@ func (fc *failoverCluster) start(id string) {
 	fc.mu.Unlock()
 }
 
-// kill cuts member id off etcd, then stops it: nothing it does from then
-// on reaches etcd (no renewal, no resignation).
-func (fc *failoverCluster) kill(id string) {
+// kill cuts member id off etcd, then stops it (in the background: its
+// last resignation waits out its timeout): nothing it does from then on
+// reaches etcd (no renewal, no resignation). The channel closes once it
+// has stopped.
+func (fc *failoverCluster) kill(id string) <-chan struct{} {
 	fc.mu.Lock()
 	m := fc.members[id]
 	fc.mu.Unlock()
 	m.proxy.Close()
-	fc.stop(id)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		fc.stop(id)
+	}()
+	return stopped
 }
 
 // stop ends member id's Run and releases its directory and port; its etcd
@@ -268,7 +275,8 @@ func (fc *failoverCluster) stop(id string) {
 			fc.tb.Errorf("member %s: Run: %v", id, err)
 		}
 	case <-time.After(fc.wait()):
-		fc.tb.Fatalf("member %s: Run did not return within %v of its stop", id, fc.wait())
+		fc.tb.Errorf("member %s: Run did not return within %v of its stop", id, fc.wait())
+		return
 	}
 	if err := m.n.Close(); err != nil {
 		fc.tb.Errorf("member %s: Close: %v", id, err)
@@ -334,9 +342,13 @@ func (fc *failoverCluster) killRounds(n int) []time.Duration {
 	var times []time.Duration
 	for range n {
 		t0 := time.Now()
-		fc.kill(id)
+		stopped := fc.kill(id)
 		next, nepoch, nl := fc.leader(epoch)
+		elected := time.Since(t0)
 		times = append(times, fc.firstAckAfter(epoch).Sub(t0))
+		fc.tb.Logf("kill %d: %s (epoch %d) → %s (epoch %d) leads after %v; first write acknowledged after %v",
+			len(times), id, epoch, next, nepoch, elected.Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+		<-stopped
 		fc.start(id)
 		ctx, cancel := context.WithTimeout(context.Background(), fc.wait())
 		err := nl.WaitAcked(ctx, leader.AckAll)
