@@ -23,19 +23,21 @@ import (
 )
 
 // BenchmarkFailover measures the failover time of three members on a real
-// etcd (internal/etcdtest) serving a client over gRPC on loopback: from the
+// etcd (internal/etcdtest) serving clients over gRPC on loopback: from the
 // moment the leader is killed to the first write its successor
-// acknowledges to the client. A kill cuts the member off etcd (its etcd
+// acknowledges to a client — a probe that sends fresh requests from the
+// kill on (see probe), while failoverWriters clients write on. A kill cuts the member off etcd (its etcd
 // client goes through a proxy that closes) and then stops its Run: it
 // resigns nothing, so its lease expires a TTL after its last renewal, and
 // its endpoint closes, as a killed process's would. The member then comes
 // back on its directory, and everything is on every replica again before
 // the next kill. Each b.N is one kill; the distribution is reported as
 // min/median/p90/max-ns/failover (ns/op is the whole round: kill, failover,
-// restart, catch-up); max-request-ns is the longest answered request (see
-// failoverWriters). The members run with node's defaults; the clients
-// (failoverWriters of them) with 1 s attempts and a backoff of at most
-// 200 ms, so that the figure is the cluster's, not the clients' pacing.
+// restart, catch-up); max-request-ns is the writers' longest answered
+// request. A kill slower than TTL + 2 s (issue 27's aim) is logged. The
+// members run with node's defaults; the clients with 1 s attempts and a
+// backoff of at most 200 ms, so that the figure is the cluster's, not the
+// clients' pacing.
 //
 // Two lease TTLs, as sub-benchmarks: ttl=10s (coord.DefaultLeaseTTL) and
 // ttl=2s (the shortest etcd lease coord takes; the short variant). The
@@ -106,16 +108,13 @@ type failoverCluster struct {
 	members map[string]*failoverMember
 	bg      sync.WaitGroup // closing killed members' etcd clients
 
-	first      map[uint64]time.Time // the clients' first answer at each epoch
-	maxRequest time.Duration        // the longest Submit that was answered
+	maxRequest time.Duration // the longest Submit of the writers that was answered
+	prober     *client.Client
+	probes     int
 }
 
-// failoverWriters is how many clients write at once: a request in flight
-// at a kill may wait on the successor for its claim's lease (its claim was
-// logged and shipped, its outcome not: idempotency.DefaultLease, 1 min),
-// and the failover time is when the cluster takes writes again, not that
-// request's wait, which max-request-ns reports.
-const failoverWriters = 4
+// failoverWriters is how many clients write at once, beside the probe.
+const failoverWriters = 2
 
 type failoverMember struct {
 	n     *Node
@@ -133,7 +132,7 @@ func newFailoverCluster(tb testing.TB, ttl time.Duration) *failoverCluster {
 	tb.Helper()
 	ep := etcdtest.Start(tb)
 	fc := &failoverCluster{tb: tb, ttl: ttl, etcd: strings.TrimPrefix(ep, "http://"), ids: []string{"a", "b", "c"},
-		dirs: map[string]string{}, addrs: map[string]string{}, members: map[string]*failoverMember{}, first: map[uint64]time.Time{}}
+		dirs: map[string]string{}, addrs: map[string]string{}, members: map[string]*failoverMember{}}
 	admin, err := coord.NewEtcd(&coord.EtcdOptions{Endpoints: []string{ep}, LeaseTTL: ttl, Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
@@ -172,7 +171,7 @@ func newFailoverCluster(tb testing.TB, ttl time.Duration) *failoverCluster {
 			_ = c.Close()
 		}
 	})
-	for i := range failoverWriters {
+	for i := range failoverWriters + 1 { // the writers, then the probe
 		c, err := client.New(&client.Options{Addrs: all, Insecure: true, Principal: fmt.Sprintf("bench-%d", i), Logger: quiet,
 			Attempts: 1 << 20, RetryTimeout: fc.wait() + idempotency.DefaultLease, AttemptTimeout: time.Second,
 			Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond}})
@@ -180,6 +179,10 @@ func newFailoverCluster(tb testing.TB, ttl time.Duration) *failoverCluster {
 			tb.Fatal(err)
 		}
 		clients = append(clients, c)
+		if i == failoverWriters {
+			fc.prober = c
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -190,19 +193,16 @@ func newFailoverCluster(tb testing.TB, ttl time.Duration) *failoverCluster {
 }
 
 // write submits requests one after another until ctx ends, noting the
-// first answer at each epoch and the longest request.
+// longest.
 func (fc *failoverCluster) write(ctx context.Context, c *client.Client) {
 	for i := 0; ctx.Err() == nil; i++ {
 		start := time.Now()
-		r, err := c.Submit(ctx, fmt.Sprintf("req-%07d", i), client.Ops(client.Add([]byte("ctr"), 1)))
+		_, err := c.Submit(ctx, fmt.Sprintf("req-%07d", i), client.Ops(client.Add([]byte("ctr"), 1)))
 		if err != nil {
 			continue
 		}
 		now := time.Now()
 		fc.mu.Lock()
-		if _, ok := fc.first[r.Epoch]; !ok || now.Before(fc.first[r.Epoch]) {
-			fc.first[r.Epoch] = now
-		}
 		fc.maxRequest = max(fc.maxRequest, now.Sub(start))
 		fc.mu.Unlock()
 		select {
@@ -310,23 +310,23 @@ func (fc *failoverCluster) leader(after uint64) (string, uint64, *leader.Leader)
 	return "", 0, nil
 }
 
-// firstAckAfter waits for the client's first answer at an epoch above e.
-func (fc *failoverCluster) firstAckAfter(e uint64) time.Time {
+// probe sends fresh requests, each under a new ID and for at most 2 s,
+// until one is answered at an epoch above e, and returns when. A fresh ID
+// per try, because a request in flight at a kill may wait on the successor
+// for its claim's lease (its claim was logged and shipped, its outcome not:
+// idempotency.DefaultLease, 1 min): that is the request's wait, which
+// max-request-ns reports, not the cluster's.
+func (fc *failoverCluster) probe(e uint64) time.Time {
 	fc.tb.Helper()
 	deadline := time.Now().Add(fc.wait())
 	for time.Now().Before(deadline) {
-		fc.mu.Lock()
-		var at time.Time
-		for ep, t := range fc.first {
-			if ep > e && (at.IsZero() || t.Before(at)) {
-				at = t
-			}
+		fc.probes++
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r, err := fc.prober.Submit(ctx, fmt.Sprintf("probe-%07d", fc.probes), client.Ops(client.Add([]byte("probe"), 1)))
+		cancel()
+		if err == nil && r.Epoch > e {
+			return time.Now()
 		}
-		fc.mu.Unlock()
-		if !at.IsZero() {
-			return at
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	fc.tb.Fatalf("no write acknowledged above epoch %d within %v", e, fc.wait())
 	return time.Time{}
@@ -338,16 +338,19 @@ func (fc *failoverCluster) firstAckAfter(e uint64) time.Time {
 func (fc *failoverCluster) killRounds(n int) []time.Duration {
 	fc.tb.Helper()
 	id, epoch, _ := fc.leader(0)
-	fc.firstAckAfter(epoch - 1)
+	fc.probe(epoch - 1)
 	var times []time.Duration
 	for range n {
 		t0 := time.Now()
 		stopped := fc.kill(id)
 		next, nepoch, nl := fc.leader(epoch)
 		elected := time.Since(t0)
-		times = append(times, fc.firstAckAfter(epoch).Sub(t0))
-		fc.tb.Logf("kill %d: %s (epoch %d) → %s (epoch %d) leads after %v; first write acknowledged after %v",
-			len(times), id, epoch, next, nepoch, elected.Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+		ft := fc.probe(epoch).Sub(t0)
+		times = append(times, ft)
+		if ft > fc.ttl+2*time.Second { // over issue 27's aim: say what took long
+			fc.tb.Logf("kill %d: %s (epoch %d) → %s (epoch %d) leads after %v; first write acknowledged after %v",
+				len(times), id, epoch, next, nepoch, elected.Round(time.Millisecond), ft.Round(time.Millisecond))
+		}
 		<-stopped
 		fc.start(id)
 		ctx, cancel := context.WithTimeout(context.Background(), fc.wait())

@@ -22,6 +22,7 @@ import (
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/node"
@@ -69,6 +70,7 @@ type autoReport struct {
 	Acked       int             `json:"acknowledged"`
 	Unknown     int             `json:"outcome_unknown"`
 	Retries     int             `json:"retries"`
+	LongestSec  float64         `json:"longest_request_s"`
 	Replayed    int             `json:"retries_replayed"`
 	Replicas    []autoReplica   `json:"replicas"`
 	Seconds     float64         `json:"seconds"`
@@ -123,6 +125,8 @@ type autoMember struct {
 	stop          context.CancelFunc
 	done          chan error
 	closeCoord    func()
+	stopOnce      sync.Once
+	stopErr       error
 }
 
 // autoCluster is the demo's three nodes on one coordinator.
@@ -203,19 +207,22 @@ func (c *autoCluster) startMember(id, addr string) error {
 	return nil
 }
 
-// stopMember ends a member's Run and releases what it holds. A killed
-// member is deaf first, so its resignation never reaches the coordinator.
+// stopMember ends a member's Run and releases what it holds, once (a
+// failed demo stops everything, a killed member included). A killed member
+// is deaf first, so its resignation never reaches the coordinator.
 func (c *autoCluster) stopMember(m *autoMember) error {
-	m.stop()
-	var err error
-	select {
-	case err = <-m.done:
-	case <-time.After(autoWait(c.cfg.ttl)):
-		return fmt.Errorf("node %s: Run did not return within %v of its stop", m.id, autoWait(c.cfg.ttl))
-	}
-	err = errors.Join(err, m.n.Close(), m.g.Close())
-	m.closeCoord()
-	return err
+	m.stopOnce.Do(func() {
+		m.stop()
+		select {
+		case m.stopErr = <-m.done:
+		case <-time.After(autoWait(c.cfg.ttl)):
+			m.stopErr = fmt.Errorf("node %s: Run did not return within %v of its stop", m.id, autoWait(c.cfg.ttl))
+			return
+		}
+		m.stopErr = errors.Join(m.stopErr, m.n.Close(), m.g.Close())
+		m.closeCoord()
+	})
+	return m.stopErr
 }
 
 func (c *autoCluster) member(id string) *autoMember {
@@ -263,9 +270,10 @@ type autoWriters struct {
 	clients []*client.Client
 	mu      sync.Mutex
 	reqs    []map[string]*autoAck // per client, by request ID
-	first   map[uint64]time.Time  // the first answer at each epoch
+	probes  int                   // probe's requests so far
 	retries int
 	replays int
+	longest time.Duration // the longest answered request
 	bad     []string
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
@@ -282,6 +290,7 @@ func (w *autoWriters) run(ctx context.Context, i int) {
 		w.mu.Lock()
 		w.reqs[i][id] = a
 		w.mu.Unlock()
+		start := time.Now()
 		r, err := c.Submit(ctx, id, client.Ops(client.Add(autoCounter(id), 1)))
 		if err != nil {
 			continue // its outcome is settled by the final retry of every request
@@ -289,9 +298,7 @@ func (w *autoWriters) run(ctx context.Context, i int) {
 		now := time.Now()
 		w.mu.Lock()
 		a.acked, a.epoch = true, r.Epoch
-		if t, ok := w.first[r.Epoch]; !ok || now.Before(t) {
-			w.first[r.Epoch] = now
-		}
+		w.longest = max(w.longest, now.Sub(start))
 		w.mu.Unlock()
 		if seq%10 == 0 {
 			r2, err := c.Submit(ctx, id, client.Ops(client.Add(autoCounter(id), 1)))
@@ -313,33 +320,54 @@ func (w *autoWriters) run(ctx context.Context, i int) {
 	}
 }
 
-// firstAckAfter waits for the first answer at an epoch above e.
-func (w *autoWriters) firstAckAfter(ctx context.Context, e uint64) (time.Time, error) {
+// probe measures a failover from the clients' side: it sends fresh
+// requests, each under a new ID and for at most probeBudget, until one is
+// answered at an epoch above e, and returns when. A fresh ID per try, because
+// the clients' own requests in flight at a kill may wait on the successor for
+// their claim's lease (the claim was logged and shipped, the outcome not:
+// idempotency.DefaultLease, 1 min), which is that request's wait, not the
+// cluster's. Its requests are settled and checked as every other client's.
+func (w *autoWriters) probe(ctx context.Context, e uint64) (time.Time, error) {
+	p := len(w.clients) - 1
 	for {
+		w.probes++
+		id := fmt.Sprintf("probe-%06d", w.probes)
+		a := &autoAck{}
 		w.mu.Lock()
-		var at time.Time
-		for ep, t := range w.first {
-			if ep > e && (at.IsZero() || t.Before(at)) {
-				at = t
-			}
-		}
+		w.reqs[p][id] = a
 		w.mu.Unlock()
-		if !at.IsZero() {
-			return at, nil
-		}
-		select {
-		case <-ctx.Done():
+		pctx, cancel := context.WithTimeout(ctx, probeBudget)
+		r, err := w.clients[p].Submit(pctx, id, client.Ops(client.Add(autoCounter(id), 1)))
+		cancel()
+		if ctx.Err() != nil {
 			return time.Time{}, fmt.Errorf("no write acknowledged above epoch %d: %w", e, ctx.Err())
-		case <-time.After(2 * time.Millisecond):
+		}
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		w.mu.Lock()
+		a.acked, a.epoch = true, r.Epoch
+		w.mu.Unlock()
+		if r.Epoch > e {
+			return now, nil
 		}
 	}
 }
 
+// probeBudget bounds one try of probe: an attempt that lands on the
+// deposed leader waits out the clients' 1 s AttemptTimeout, then the
+// client moves on.
+const probeBudget = 2 * time.Second
+
 func runAutoFailoverDemo(cfg autoConfig, stdout, stderr io.Writer) int {
 	rep, err := runAuto(cfg, stdout)
-	if err != nil {
+	switch {
+	case err != nil:
 		rep.Verified = false
 		rep.Error = err.Error()
+	case !rep.Verified:
+		rep.Error = strings.Join(rep.Problems, "; ")
 	}
 	if cfg.asJSON {
 		enc := json.NewEncoder(stdout)
@@ -445,19 +473,19 @@ func runAuto(cfg autoConfig, out io.Writer) (autoReport, error) {
 	rep.Elections = append(rep.Elections, autoElection{AtSec: c.since(), Leader: lid, Epoch: epoch})
 	say("  +%6.2fs  %s elected (epoch %d)", c.since(), lid, epoch)
 
-	w := &autoWriters{first: map[uint64]time.Time{}}
+	w := &autoWriters{}
 	defer func() {
 		for _, cl := range w.clients {
 			_ = cl.Close()
 		}
 	}()
-	for i := range cfg.clients {
+	for i := range cfg.clients + 1 { // the writers, then probe's client
 		// Short attempts and backoff: a client stuck on a deposed leader,
 		// or waiting out an election, finds the successor within about
 		// a second of its first answer, so the failover times measure the
 		// cluster more than the client's pacing.
 		cl, err := client.New(&client.Options{Addrs: all, Insecure: true, Principal: fmt.Sprintf("demo-%d", i),
-			Attempts: 1 << 20, RetryTimeout: wait, AttemptTimeout: time.Second, Logger: logger,
+			Attempts: 1 << 20, RetryTimeout: wait + idempotency.DefaultLease, AttemptTimeout: time.Second, Logger: logger,
 			Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond}})
 		if err != nil {
 			return rep, err
@@ -502,7 +530,9 @@ func runAuto(cfg autoConfig, out io.Writer) (autoReport, error) {
 	// never learned (in flight at a failover, or when the clients
 	// stopped) runs now if it never did.
 	say("\nchecking: every request sent again with its ID ...")
-	sctx, cancel := context.WithTimeout(bg, wait)
+	// A request in flight at a kill whose claim reached the successor (its
+	// outcome did not) is answered InFlight until the claim's lease ends.
+	sctx, cancel := context.WithTimeout(bg, wait+idempotency.DefaultLease)
 	defer cancel()
 	for i, reqs := range w.reqs {
 		for id, a := range reqs {
@@ -521,7 +551,7 @@ func runAuto(cfg autoConfig, out io.Writer) (autoReport, error) {
 			}
 		}
 	}
-	rep.Retries, rep.Replayed = w.retries, w.replays
+	rep.Retries, rep.Replayed, rep.LongestSec = w.retries, w.replays, w.longest.Seconds()
 	rep.Problems = append(rep.Problems, w.bad...)
 	// Every replica must hold everything before the nodes stop.
 	_, _, l, err := c.leading(sctx, "", epoch-1)
@@ -545,7 +575,10 @@ func runAuto(cfg autoConfig, out io.Writer) (autoReport, error) {
 			return rep, err
 		}
 		rep.Replicas = append(rep.Replicas, r)
-		rep.Verified = rep.Verified && r.Verified
+		if !r.Verified {
+			rep.Verified = false
+			rep.Problems = append(rep.Problems, fmt.Sprintf("replica %s: %d requests missing, %d applied more than once", id, r.Missing, r.Duplicated))
+		}
 	}
 	var times []float64
 	for _, f := range rep.Failovers {
@@ -592,7 +625,7 @@ func (c *autoCluster) fault(k int, fault, lid string, epoch uint64, w *autoWrite
 		return f, err
 	}
 	elected := time.Now()
-	acked, err := w.firstAckAfter(ctx, epoch)
+	acked, err := w.probe(ctx, epoch)
 	if err != nil {
 		return f, err
 	}
@@ -601,7 +634,7 @@ func (c *autoCluster) fault(k int, fault, lid string, epoch uint64, w *autoWrite
 	say("  +%6.2fs  %s elected (epoch %d) %.2fs after; first write acknowledged by %s %.2fs after the leader went (failover time)",
 		c.since(), next, nepoch, f.ElectedSec, next, f.FailoverSec)
 	if fault == "pause" {
-		f.zombie = deposedWrite(ctx, lid, epoch, zombie)
+		f.zombie = deposedWrite(ctx, lid, epoch, nepoch, zombie)
 		say("  +%6.2fs  %s, still paused, logs a write of its own: %s", c.since(), lid, f.zombie.Why)
 		m.view.hear()
 		say("  +%6.2fs  %s resumes: it learns of epoch %d, steps down and follows %s (its replica rebuilt)", c.since(), lid, nepoch, next)
@@ -630,7 +663,7 @@ func (c *autoCluster) fault(k int, fault, lid string, epoch uint64, w *autoWrite
 // successor was elected, and waits a moment for a majority to acknowledge
 // it: its followers promised the successor's epoch, so none may (node
 // invariant 2).
-func deposedWrite(ctx context.Context, id string, epoch uint64, l *leader.Leader) *autoZombieRun {
+func deposedWrite(ctx context.Context, id string, epoch, promised uint64, l *leader.Leader) *autoZombieRun {
 	z := &autoZombieRun{Leader: id, Epoch: epoch}
 	if _, err := l.Append(wal.Event{Op: wal.OpPut, Session: session.NewID(), Key: []byte("deposed"), Value: []byte(id)}); err != nil {
 		z.Why = fmt.Sprintf("its leader refused the append (%v)", err)
@@ -641,7 +674,7 @@ func deposedWrite(ctx context.Context, id string, epoch uint64, l *leader.Leader
 	if err := l.WaitAcked(wctx, leader.AckMajority); err == nil {
 		z.Acknowledged, z.Why = true, "ACKNOWLEDGED by a majority (two leaders!)"
 	} else {
-		z.Why = fmt.Sprintf("not acknowledged within 1s: its followers refuse epoch %d (%v)", epoch, err)
+		z.Why = fmt.Sprintf("not acknowledged within 1s: its followers promised epoch %d and refuse its epoch %d (%v)", promised, epoch, err)
 	}
 	return z
 }
@@ -710,8 +743,8 @@ func printAuto(w io.Writer, r *autoReport) {
 		fmt.Fprintf(w, "  failover time: min %.2fs, median %.2fs, max %.2fs\n", r.FailoverMin, r.FailoverMed, r.FailoverMax)
 	}
 	if len(r.Replicas) > 0 {
-		fmt.Fprintf(w, "\nrequests: %d sent, %d answered, %d whose outcome the client never learned (settled by the final retry); %d retries answered Replay of %d\n",
-			r.Requests, r.Acked, r.Unknown, r.Replayed, r.Retries)
+		fmt.Fprintf(w, "\nrequests: %d sent, %d answered (the longest in %.2fs), %d whose outcome the client never learned (settled by the final retry); %d retries answered Replay of %d\n",
+			r.Requests, r.Acked, r.LongestSec, r.Unknown, r.Replayed, r.Retries)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "  replica\tcounters\tmissing\tapplied twice\tverified\t")
 		for _, rr := range r.Replicas {
