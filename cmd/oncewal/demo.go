@@ -125,7 +125,7 @@ func linkFaults(t inprocess.Stats) uint64 {
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
-	dir := fs.String("dir", "", "keep the leader in DIR/leader and follower i in DIR/f<i> (default: a temp dir removed at exit)")
+	dir := fs.String("dir", "", "keep the leader in DIR/leader and follower i in DIR/f<i>; with --auto-failover, node i in DIR/n<i> (a new or empty DIR) (default: a temp dir removed at exit)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions")
 	events := fs.Int("events", 100_000, "client requests to send")
 	lateRate := fs.Float64("late-rate", 0.001, "share of requests written to a session the client already closed (the leader refuses them)")
@@ -203,6 +203,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			c.failf("--kills + --pauses must be >= 1 (nothing to fail over from)")
 		}
 		inRange(&c, "clients", *autoClients, 1, maxAutoClients)
+		if *dir != "" {
+			if ents, err := os.ReadDir(*dir); err == nil && len(ents) > 0 {
+				c.failf("--dir %s is not empty: the auto-failover demo starts from empty nodes; give a new or empty directory", *dir)
+			}
+		}
 	}
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code

@@ -105,4 +105,11 @@ func TestDemoAutoFailoverFlags(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("a refused demo touched %s: %v", dir, err)
 	}
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runCmd(t, "demo", "--auto-failover", "--dir", used); code != exitUsage || !strings.Contains(stderr, "is not empty") {
+		t.Errorf("demo --auto-failover --dir (not empty): exit %d, %q; want a usage error", code, stderr)
+	}
 }
