@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +27,18 @@ Runs a client → leader (WAL and store on disk) → N follower nodes (embedded
 Pebble, on disk) in one process: every follower on its own in-process links
 with seeded faults, restarted and killed along the way, then checks every
 follower's state against an oracle that applies every distinct request
-exactly once. Exit status 0 only if they all match.`
+exactly once. Exit status 0 only if they all match.
+
+With --auto-failover it runs automatic failover instead (package node):
+three nodes in one process, each with its own directory and gRPC port on
+loopback, elected on a coordinator — etcd when --etcd ENDPOINTS is given,
+else coord.Memory in process (the CLI links etcd's client only, no etcd
+server) — with clients writing through package client. It kills and pauses
+the leader several times (a kill: its Run stopped without resigning, its
+lease left to expire; a pause: it hears nothing from the coordinator past
+its lease, then resumes), prints each election and failover time (the
+leader gone → the first write its successor acknowledged), and checks that
+every request is applied exactly once on every replica.`
 
 // Upper bounds of the demo's sizes: far beyond a demonstration, short of
 // exhausting memory (the workload and its oracle are held in memory).
@@ -113,7 +125,7 @@ func linkFaults(t inprocess.Stats) uint64 {
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
-	dir := fs.String("dir", "", "keep the leader in DIR/leader and follower i in DIR/f<i> (default: a temp dir removed at exit)")
+	dir := fs.String("dir", "", "keep the leader in DIR/leader and follower i in DIR/f<i>; with --auto-failover, node i in DIR/n<i> (a new or empty DIR) (default: a temp dir removed at exit)")
 	sessions := fs.Int("sessions", 100, "concurrent client sessions")
 	events := fs.Int("events", 100_000, "client requests to send")
 	lateRate := fs.Float64("late-rate", 0.001, "share of requests written to a session the client already closed (the leader refuses them)")
@@ -129,6 +141,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	network := fs.Bool("network", false, "ship over gRPC with mutual TLS on loopback TCP (certificates made in memory) instead of the in-process links; --faults is then ignored")
 	failover := fs.Bool("failover", false, "request-level demo instead: client requests with idempotency keys against leader A, A killed at random points, follower B promoted, retries against B; verifies exactly-once and original outcomes (see failover.go)")
 	shards := fs.Int("shards", 1, "shards: the leader routes sessions to `N` WALs, every follower node serves all N (not with --network)")
+	auto := fs.Bool("auto-failover", false, "automatic failover instead: three nodes elected on a coordinator, the leader killed and paused, clients over gRPC; verifies exactly-once on every replica (takes --etcd, --lease-ttl, --kills, --pauses, --clients, --verbose, --shards, --seed, --dir, --json)")
+	etcdEndpoints := fs.String("etcd", "", "with --auto-failover: etcd's client `ENDPOINTS` (http://HOST:PORT, comma-separated; plaintext); default: coord.Memory in process")
+	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --auto-failover: the leadership lease (etcd: whole seconds, at least 2s); a killed leader is succeeded about one TTL later")
+	kills := fs.Int("kills", 2, "with --auto-failover: times the leader is killed")
+	pauses := fs.Int("pauses", 1, "with --auto-failover: times the leader is paused past its lease")
+	autoClients := fs.Int("clients", 2, "with --auto-failover: concurrent clients, each writing requests one after another")
+	verbose := fs.Bool("verbose", false, "with --auto-failover: the nodes' log lines on stderr")
 	pos, status, ok := parseArgs(fs, args, stdout)
 	if !ok {
 		return status
@@ -164,6 +183,32 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if *shards > 1 && *network {
 		c.failf("--shards > 1 does not combine with --network")
 	}
+	var endpoints []string
+	checkAutoFlags(&c, fs, *auto)
+	if *auto {
+		if *etcdEndpoints != "" {
+			endpoints = strings.Split(*etcdEndpoints, ",")
+			for _, ep := range endpoints {
+				if _, err := relayTarget(ep); err != nil {
+					c.failf("--etcd: %v", err)
+				}
+			}
+			if !(*leaseTTL >= 2*time.Second && *leaseTTL <= time.Minute && *leaseTTL%time.Second == 0) {
+				c.failf("--lease-ttl %v: etcd takes whole seconds from 2s to 1m0s", *leaseTTL)
+			}
+		} else {
+			inRange(&c, "lease-ttl", *leaseTTL, 500*time.Millisecond, time.Minute)
+		}
+		if inRange(&c, "kills", *kills, 0, maxAutoFaults) && inRange(&c, "pauses", *pauses, 0, maxAutoFaults) && *kills+*pauses == 0 {
+			c.failf("--kills + --pauses must be >= 1 (nothing to fail over from)")
+		}
+		inRange(&c, "clients", *autoClients, 1, maxAutoClients)
+		if *dir != "" {
+			if ents, err := os.ReadDir(*dir); err == nil && len(ents) > 0 {
+				c.failf("--dir %s is not empty: the auto-failover demo starts from empty nodes; give a new or empty directory", *dir)
+			}
+		}
+	}
 	if code, bad := c.refuse(fs, stderr); bad {
 		return code
 	}
@@ -180,6 +225,14 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	if *failover {
 		return runFailoverDemo(root, *seed, *asJSON, stdout, stderr)
+	}
+	if *auto {
+		cfg := autoConfig{root: root, etcd: endpoints, ttl: *leaseTTL, kills: *kills, pauses: *pauses,
+			clients: *autoClients, shards: *shards, seed: *seed, asJSON: *asJSON}
+		if *verbose {
+			cfg.verbose = stderr
+		}
+		return runAutoFailoverDemo(cfg, stdout, stderr)
 	}
 
 	var progress func(applied, total uint64)
