@@ -61,7 +61,8 @@ const (
 // acknowledges, the nodes stop, and internal/clienthistory checks every
 // replica: acknowledged ⇒ its counter at 1, nothing above 1, the total the
 // number that took effect; at most one fresh answer per request; each
-// client's answers linearizable (porcupine). Failover time is the fault →
+// client's answers linearizable (porcupine); no write acknowledged at an
+// epoch below one acknowledged before it was sent. Failover time is the fault →
 // the first write acknowledged at a higher epoch. ONCEWAL_SEED replays a
 // schedule; ONCEWAL_LONG=1 runs until 20 failovers on one etcd and 10 on
 // three (ONCEWAL_FAILOVERS sets both); the default is a short run of a
@@ -225,14 +226,15 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 	}
 	v.Replays = h.CheckAnswers(t)
 	h.CheckLinearizable(t)
+	epochs := h.CheckEpochsGrow(t)
 	if v.Acked == 0 {
 		t.Fatal("no request was acknowledged: the run proves nothing")
 	}
 	if failovers > 0 && len(took) < failovers {
 		t.Fatalf("%d failovers, want %d", len(took), failovers)
 	}
-	t.Logf("seed %d, %d etcd member(s), lease TTL %v: %d faults %v, %d failovers; %v; elapsed %v; failover times %s",
-		seed, etcds, nemesisLeaseTTL, sumCounts(counts), counts, len(took), v, time.Since(start).Round(time.Second), durationStats(took))
+	t.Logf("seed %d, %d etcd member(s), lease TTL %v: %d faults %v, %d failovers, %d epochs acknowledged writes; %v; elapsed %v; failover times %s",
+		seed, etcds, nemesisLeaseTTL, sumCounts(counts), counts, len(took), len(epochs), v, time.Since(start).Round(time.Second), durationStats(took))
 }
 
 func startNemesisCluster(t *testing.T, rp *realProcs, etcdBin string, etcds int) *nemesisCluster {

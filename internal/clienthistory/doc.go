@@ -16,6 +16,10 @@
 //  5. Each client's (session's) successful answers are linearizable
 //     against the sequential contract of a request ID (porcupine,
 //     CheckLinearizable).
+//  6. Epochs only grow as the clients see them: no write is acknowledged
+//     at an epoch below one acknowledged before it was sent
+//     (CheckEpochsGrow) — a deposed leader answers nothing once its
+//     successor has.
 //
 // Contract: only _test.go files import this package (testutil's
 // TestOnlyTestsImport); it is test code kept in one place.

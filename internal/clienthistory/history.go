@@ -1,10 +1,12 @@
 package clienthistory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,4 +288,43 @@ func (h *History) CheckLinearizable(t testing.TB) {
 		res := porcupine.CheckOperationsTimeout(requestModel, ops, 30*time.Second)
 		require.Equal(t, porcupine.Ok, res, "client %s: history not linearizable against the request model", name)
 	}
+}
+
+// CheckEpochsGrow: no write is acknowledged at an epoch below one already
+// acknowledged before it was sent (by the history's clock, over every
+// client): once a successor has answered, a deposed leader (a zombie
+// woken from a pause, one cut from etcd) answers nothing — node invariants
+// 1 and 3 as a client sees them. It returns the epochs seen, in order.
+func (h *History) CheckEpochsGrow(t testing.TB) []uint64 {
+	t.Helper()
+	var oks []Answer
+	byAnswer := map[int64]string{}
+	for _, r := range h.Requests() {
+		for _, a := range r.Answers() {
+			if a.OK() {
+				oks = append(oks, a)
+				byAnswer[a.Call] = r.ID
+			}
+		}
+	}
+	byRet := slices.Clone(oks)
+	slices.SortFunc(byRet, func(a, b Answer) int { return cmp.Compare(a.Ret, b.Ret) })
+	slices.SortFunc(oks, func(a, b Answer) int { return cmp.Compare(a.Call, b.Call) })
+	var epochs []uint64
+	var high Answer // the highest epoch among answers returned so far
+	j := 0
+	for _, b := range oks {
+		for ; j < len(byRet) && byRet[j].Ret < b.Call; j++ {
+			if byRet[j].Res.Epoch > high.Res.Epoch {
+				high = byRet[j]
+			}
+		}
+		require.GreaterOrEqual(t, b.Res.Epoch, high.Res.Epoch,
+			"request %s was acknowledged at epoch %d after request %s had been at epoch %d: a deposed leader answered",
+			byAnswer[b.Call], b.Res.Epoch, byAnswer[high.Call], high.Res.Epoch)
+		if len(epochs) == 0 || epochs[len(epochs)-1] != b.Res.Epoch {
+			epochs = append(epochs, b.Res.Epoch)
+		}
+	}
+	return epochs
 }
