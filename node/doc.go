@@ -50,7 +50,11 @@
 //     leadership's deadline passes (invariant 3).
 //  5. Follow: the others point their stores at the published address;
 //     one that cannot continue (diverged, behind, a deposed leader's
-//     stores) is rebuilt from the leader's snapshot, as a follower is.
+//     stores) is rebuilt from the leader's snapshot, as a follower is. So
+//     is a shard whose store refuses the leader's batches as older than
+//     its promise: a leader re-elected after losing its lease (to an etcd
+//     outage every member saw) ships its own log's tail of its earlier
+//     epoch, which no promised store may take.
 //
 // # Invariants
 //
