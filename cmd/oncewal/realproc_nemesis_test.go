@@ -198,7 +198,11 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 	for k, cl := range clients {
 		byName[fmt.Sprintf("app%d", k)] = cl
 	}
+	late := 0
 	for _, r := range h.Requests() {
+		if !r.Acked() {
+			late++
+		}
 		for try := 0; !r.Acked() && try < 5; try++ {
 			h.Submit(context.Background(), byName[r.Client], r)
 		}
@@ -233,8 +237,15 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 	if failovers > 0 && len(took) < failovers {
 		t.Fatalf("%d failovers, want %d", len(took), failovers)
 	}
-	t.Logf("seed %d, %d etcd member(s), lease TTL %v: %d faults %v, %d failovers, %d epochs acknowledged writes; %v; elapsed %v; failover times %s",
-		seed, etcds, nemesisLeaseTTL, sumCounts(counts), counts, len(took), len(epochs), v, time.Since(start).Round(time.Second), durationStats(took))
+	rebuilt := 0
+	for _, id := range c.ids {
+		rebuilt += strings.Count(readFile(t, c.nodes[id].log), "node: rebuilt a shard from the leader")
+	}
+	t.Logf("seed %d, %d etcd member(s), lease TTL %v: %d faults %v, %d failovers, %d epochs acknowledged writes, "+
+		"%d follower shards rebuilt from a re-elected leader; %v (%d of them unanswered when the writers stopped, asked again); "+
+		"elapsed %v; failover times (fault → first write acknowledged at a higher epoch) %s",
+		seed, etcds, nemesisLeaseTTL, sumCounts(counts), counts, len(took), len(epochs), rebuilt, v, late,
+		time.Since(start).Round(time.Second), durationStats(took))
 }
 
 func startNemesisCluster(t *testing.T, rp *realProcs, etcdBin string, etcds int) *nemesisCluster {
