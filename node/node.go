@@ -91,6 +91,7 @@ type Node struct {
 	mu      sync.Mutex
 	status  Status
 	ld      *leader.Leader
+	leading func() error // ld's leadership check (nil with ld)
 	closed  bool
 	running bool
 
@@ -179,12 +180,19 @@ func (n *Node) Status() Status {
 }
 
 // Leader returns the leader this node runs while it leads (ErrNotLeader
-// otherwise). It is closed when the node steps down.
+// otherwise). It is closed when the node steps down. From the moment its
+// leadership may be lost (Deadline passed, Done closed: invariant 3) it is
+// ErrNotLeader too, with coord.ErrLostLeadership, before Run has stepped
+// down: a process resumed after a pause past its lease answers its
+// readiness from here first.
 func (n *Node) Leader() (*leader.Leader, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ld == nil {
 		return nil, ErrNotLeader
+	}
+	if err := n.leading(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	return n.ld, nil
 }
@@ -741,7 +749,7 @@ func (n *Node) promote(ctx context.Context, v view, c choice) {
 	n.lead = &leadTerm{ls: ls, t: t, l: l, ep: ep, stop: stop, done: done, followers: others}
 	n.fence = nil
 	n.mu.Lock()
-	n.ld = l
+	n.ld, n.leading = l, leading
 	n.status.Role, n.status.Epoch, n.status.LeaderID, n.status.LeaderAddr = RoleLeader, t.Epoch, n.o.ID, n.o.Addr
 	n.status.Promotions++
 	n.mu.Unlock()
@@ -790,7 +798,7 @@ func (n *Node) stepDown(ctx context.Context, why string) {
 	ld.stop()
 	<-ld.done
 	n.mu.Lock()
-	n.ld = nil
+	n.ld, n.leading = nil, nil
 	n.status.Role = RoleFollower
 	n.mu.Unlock()
 	if err := ld.l.Close(); err != nil {
