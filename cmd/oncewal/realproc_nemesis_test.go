@@ -65,8 +65,8 @@ const (
 // epoch below one acknowledged before it was sent. Failover time is the fault →
 // the first write acknowledged at a higher epoch. ONCEWAL_SEED replays a
 // schedule; ONCEWAL_LONG=1 runs until 20 failovers on one etcd and 10 on
-// three (ONCEWAL_FAILOVERS sets both); the default is a short run of a
-// few faults each.
+// three, the kinds in seeded rounds that hold each once (ONCEWAL_FAILOVERS
+// sets both); the default is a short run of a few faults each.
 func TestRealProcessesNemesis(t *testing.T) {
 	seed := realProcSeed(t)
 	t.Logf("seed %d (ONCEWAL_SEED=%d replays the schedule)", seed, seed)
@@ -156,6 +156,7 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 	}
 	var took []time.Duration
 	counts := map[string]int{}
+	var round []int // a long run's seeded order of the kinds, renewed every len(kinds) faults
 	for i := 0; ; i++ {
 		var kind string
 		if failovers == 0 {
@@ -170,7 +171,10 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 			if i >= 6*failovers {
 				t.Fatalf("%d faults gave %d failovers, want %d", i, len(took), failovers)
 			}
-			kind = kinds[rng.IntN(len(kinds))]
+			if i%len(kinds) == 0 {
+				round = rng.Perm(len(kinds))
+			}
+			kind = kinds[round[i%len(kinds)]]
 		}
 		counts[kind]++
 		term := c.term()
