@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/client"
+	"github.com/oncewal/oncewal/internal/clienthistory"
 	"github.com/oncewal/oncewal/testutil"
 )
 
@@ -26,9 +27,9 @@ import (
 //   - on the leader's stores and on every follower's once caught up, every
 //     request the client was told succeeded took effect exactly once, one
 //     it was never told at most once, and the shared counter is the number
-//     that took effect (history.check);
+//     that took effect (clienthistory.History.Check);
 //   - a request was answered fresh at most once and every success carries
-//     the one run's outcome (checkAnswers), and each client's history is
+//     the one run's outcome (CheckAnswers), and each client's history is
 //     linearizable against the request model (porcupine);
 //   - the WAL holds exactly one ledger complete record per acknowledged
 //     request, with the outcome its answers gave, and never two for any.
@@ -56,26 +57,26 @@ func exactlyOnceOverTheNetwork(t *testing.T, seed uint64, n int) {
 	}
 	proxy := testutil.NewFaultProxy(t, c.addr, seed, f)
 	defer proxy.Close()
-	var h history
+	var h clienthistory.History
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	for k := range 4 {
 		name := fmt.Sprintf("c%d", k)
 		cl := c.newClient(name, client.AckMajority, attempts, proxy.Addr())
-		wg.Go(func() { h.drive(ctx, cl, name, n, seed*16+uint64(k)) })
+		wg.Go(func() { h.Drive(ctx, cl, name, n, seed*16+uint64(k)) })
 	}
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the clients did not finish")
 
 	c.caughtUp()
-	v := h.check(t, "leader", c.leaderEffects())
+	v := h.Check(t, "leader", c.leaderEffects())
 	for id := range c.nodes {
-		h.check(t, "follower "+id, c.nodeEffects(id))
+		h.Check(t, "follower "+id, c.nodeEffects(id))
 	}
-	v.replays = h.checkAnswers(t)
-	h.checkLinearizable(t)
-	h.checkWAL(t, c.l.WALDir(), c.shards)
+	v.Replays = h.CheckAnswers(t)
+	h.CheckLinearizable(t)
+	checkWAL(t, &h, c.l.WALDir(), c.shards)
 	st := proxy.Stats()
 	t.Logf("seed %d: %v; proxy: %d connections, %d resets, %d drops, %d stalls, %d refused", seed, v,
 		st.Accepted, st.Resets, st.Drops, st.Stalls, st.Refused)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/clientapi"
+	"github.com/oncewal/oncewal/internal/clienthistory"
 	"github.com/oncewal/oncewal/testutil"
 )
 
@@ -38,22 +39,22 @@ func acrossLeaderRestart(t *testing.T, seed uint64) {
 	c := newCluster(t, 2, "f1")
 	proxy := testutil.NewFaultProxy(t, c.addr, seed, testutil.ProxyFaults{Reset: 0.01, Drop: 0.01, Stall: 0.05})
 	defer proxy.Close()
-	var h history
+	var h clienthistory.History
 	done := drive(t, &h, clients, n, seed, func(name string) *client.Client {
 		return c.newClient(name, client.AckMajority, attempts(name), proxy.Addr())
 	})
 	for _, at := range []int64{clients * n / 3, 2 * clients * n / 3} {
-		waitFor(t, func() bool { return h.answered.Load() >= at })
+		waitFor(t, func() bool { return h.Answered() >= at })
 		c.restartLeader()
 	}
 	<-done
 
 	c.caughtUp()
-	v := h.check(t, "leader", c.leaderEffects())
-	h.check(t, "follower f1", c.nodeEffects("f1"))
-	v.replays = h.checkAnswers(t)
-	h.checkLinearizable(t)
-	h.checkWAL(t, c.l.WALDir(), c.shards)
+	v := h.Check(t, "leader", c.leaderEffects())
+	h.Check(t, "follower f1", c.nodeEffects("f1"))
+	v.Replays = h.CheckAnswers(t)
+	h.CheckLinearizable(t)
+	checkWAL(t, &h, c.l.WALDir(), c.shards)
 	t.Logf("seed %d: %v", seed, v)
 }
 
@@ -86,11 +87,11 @@ func acrossPromotion(t *testing.T, seed uint64) {
 	oldAddr := c.addr
 	proxy := testutil.NewFaultProxy(t, oldAddr, seed, testutil.ProxyFaults{Reset: 0.01, Drop: 0.01, Stall: 0.05})
 	defer proxy.Close()
-	var h history
+	var h clienthistory.History
 	done := drive(t, &h, clients, n, seed, func(name string) *client.Client {
 		return c.newClient(name, client.AckAll, attempts(name), proxy.Addr())
 	})
-	waitFor(t, func() bool { return h.answered.Load() >= clients*n/3 })
+	waitFor(t, func() bool { return h.Answered() >= clients*n/3 })
 
 	// The leader dies; f2 is retired (it may be ahead of f1 on batches
 	// nobody was told of); f1, which holds every acknowledged batch (all
@@ -112,14 +113,14 @@ func acrossPromotion(t *testing.T, seed uint64) {
 	<-done
 
 	c.caughtUp()
-	v := h.check(t, "promoted leader", c.leaderEffects())
-	h.check(t, "follower f3", c.nodeEffects("f3"))
-	v.replays = h.checkAnswers(t)
-	h.checkLinearizable(t)
-	for _, r := range h.reqs {
-		for _, a := range r.answers {
-			if a.ok() && a.res.Epoch == 2 {
-				t.Logf("seed %d: %v; the promoted leader answered (%s, for one)", seed, v, r.id)
+	v := h.Check(t, "promoted leader", c.leaderEffects())
+	h.Check(t, "follower f3", c.nodeEffects("f3"))
+	v.Replays = h.CheckAnswers(t)
+	h.CheckLinearizable(t)
+	for _, r := range h.Requests() {
+		for _, a := range r.Answers() {
+			if a.OK() && a.Res.Epoch == 2 {
+				t.Logf("seed %d: %v; the promoted leader answered (%s, for one)", seed, v, r.ID)
 				return
 			}
 		}
@@ -140,7 +141,7 @@ func attempts(name string) int {
 // drive runs clients clients of n requests each, made by newClient, and
 // closes the returned channel when all are done; the test fails if they
 // do not finish within two minutes.
-func drive(t *testing.T, h *history, clients, n int, seed uint64, newClient func(name string) *client.Client) <-chan struct{} {
+func drive(t *testing.T, h *clienthistory.History, clients, n int, seed uint64, newClient func(name string) *client.Client) <-chan struct{} {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	done := make(chan struct{})
@@ -148,7 +149,7 @@ func drive(t *testing.T, h *history, clients, n int, seed uint64, newClient func
 	for k := range clients {
 		name := fmt.Sprintf("c%d", k)
 		cl := newClient(name)
-		wg.Go(func() { h.drive(ctx, cl, name, n, seed*16+uint64(k)) })
+		wg.Go(func() { h.Drive(ctx, cl, name, n, seed*16+uint64(k)) })
 	}
 	go func() {
 		wg.Wait()

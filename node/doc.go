@@ -64,7 +64,11 @@
 //     it to DeposedDirName first — kept for an operator, replaced by the
 //     next — and rebuilds. A deposed leader's stores still report while
 //     fencing (read-only), so a cluster whose most advanced replica is the
-//     old leader's (a clean restart of everything) promotes it again.
+//     old leader's (a clean restart of everything) promotes it again. A
+//     shard whose store refuses the leader's batches as older than its
+//     promise is rebuilt from the leader too: a leader re-elected after
+//     losing its lease (to an etcd outage every member saw) ships its own
+//     log's tail of its earlier epoch, which no promised store may take.
 //
 // # Invariants
 //

@@ -91,6 +91,7 @@ type Node struct {
 	mu      sync.Mutex
 	status  Status
 	ld      *leader.Leader
+	leading func() error // ld's leadership check (nil with ld)
 	closed  bool
 	running bool
 
@@ -102,7 +103,8 @@ type Node struct {
 	folDone   chan struct{}
 	folEP     io.Closer
 	peers     *peerDonors
-	following uint64 // the term fol serves from (0: none)
+	following uint64            // the term fol serves from (0: none)
+	staleBase map[uint32]uint64 // each shard's stale_epoch refusals when following began
 	promised  uint64
 	lead      *leadTerm
 	fence     *fenceTerm
@@ -178,12 +180,19 @@ func (n *Node) Status() Status {
 }
 
 // Leader returns the leader this node runs while it leads (ErrNotLeader
-// otherwise). It is closed when the node steps down.
+// otherwise). It is closed when the node steps down. From the moment its
+// leadership may be lost (Deadline passed, Done closed: invariant 3) it is
+// ErrNotLeader too, with coord.ErrLostLeadership, before Run has stepped
+// down: a process resumed after a pause past its lease answers its
+// readiness from here first.
 func (n *Node) Leader() (*leader.Leader, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ld == nil {
 		return nil, ErrNotLeader
+	}
+	if err := n.leading(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	return n.ld, nil
 }
@@ -281,7 +290,7 @@ func (n *Node) Run(ctx context.Context) error {
 			n.stepDown(ctx, "the leadership may be lost: its lease ended or etcd is unreachable")
 			n.step(ctx, v, won)
 		case <-ticker.C:
-			if v.reports != nil {
+			if n.rebuildFenced(ctx) || v.reports != nil {
 				n.step(ctx, v, won)
 			}
 		}
@@ -605,12 +614,7 @@ func (n *Node) catchUp(ctx context.Context, v view, c choice) error {
 		if !ok || from.Addr == "" {
 			return fmt.Errorf("shard %d: no address for %s", cu.shard, cu.from)
 		}
-		o := n.o.Follower.Follower
-		o.Store.ID, o.Store.FS, o.Store.Shard = n.o.ID, n.o.FS, cu.shard
-		if o.Store.Logger == nil {
-			o.Store.Logger = n.o.Logger
-		}
-		m, st, err := follower.Rebuild(cctx, store.ShardDir(n.replica, cu.shard), &o, n.o.Transport.Snapshots(from.Addr), nil)
+		m, st, err := n.rebuildShard(cctx, cu.shard, from.Addr)
 		if err != nil {
 			return fmt.Errorf("shard %d from %s: %w", cu.shard, cu.from, err)
 		}
@@ -618,6 +622,72 @@ func (n *Node) catchUp(ctx context.Context, v view, c choice) error {
 			"applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
 	}
 	return nil
+}
+
+// rebuildShard replaces the store of shard with a snapshot of the member
+// at addr (follower.Rebuild: verified, installed atomically, the store's
+// promise kept). The follower node must be closed.
+func (n *Node) rebuildShard(ctx context.Context, shard uint32, addr string) (snapshot.Manifest, snapshot.Stats, error) {
+	o := n.o.Follower.Follower
+	o.Store.ID, o.Store.FS, o.Store.Shard = n.o.ID, n.o.FS, shard
+	if o.Store.Logger == nil {
+		o.Store.Logger = n.o.Logger
+	}
+	return follower.Rebuild(ctx, store.ShardDir(n.replica, shard), &o, n.o.Transport.Snapshots(addr), nil)
+}
+
+// staleRefusals is each shard's count of batches its store refused as
+// older than its committed or promised epoch.
+func staleRefusals(st follower.NodeStats) map[uint32]uint64 {
+	out := make(map[uint32]uint64, len(st.Shards))
+	for _, s := range st.Shards {
+		out[s.Shard] = s.Link.Refusals[staleEpochReason]
+	}
+	return out
+}
+
+// staleEpochReason is follower.LinkStats.Refusals' key of
+// replication.ErrStaleEpoch.
+const staleEpochReason = "stale_epoch"
+
+// rebuildFenced rebuilds, from the leader it follows, every shard whose
+// store refused that leader's batches as older than its promise, and
+// reports whether it did (the caller then follows afresh): step 5 of the
+// package doc. The leader won a term this node promised, so its epoch is
+// at or above the promise; its batches are older only when it is a
+// re-elected leader shipping its own log's tail of an earlier epoch —
+// batches no promised store takes, which the leader's snapshot holds.
+func (n *Node) rebuildFenced(ctx context.Context) bool {
+	t := n.target.Load()
+	if n.fol == nil || n.folStop == nil || t == nil || n.lead != nil || n.fence != nil {
+		return false
+	}
+	var shards []uint32
+	for s, c := range staleRefusals(n.fol.Stats()) {
+		if c > n.staleBase[s] {
+			shards = append(shards, s)
+		}
+	}
+	if len(shards) == 0 {
+		return false
+	}
+	slices.Sort(shards)
+	n.log.Warn("node: the leader ships batches older than this member's promise (its own log's tail, re-elected): rebuilding from its snapshot",
+		"leader", t.ID, "epoch", t.Epoch, "shards", shards)
+	tc := *t
+	n.stopFollowing()
+	cctx, cancel := context.WithTimeout(ctx, n.o.FenceTimeout)
+	defer cancel()
+	for _, s := range shards {
+		m, st, err := n.rebuildShard(cctx, s, tc.Addr)
+		if err != nil {
+			n.log.Error("node: cannot rebuild a shard from the leader; following it again", "shard", s, "leader", tc.ID, "err", err)
+			continue
+		}
+		n.log.Info("node: rebuilt a shard from the leader", "shard", s, "leader", tc.ID, "applied_lsn", m.Cut.AppliedLSN,
+			"epoch", m.Cut.Epoch, "bytes", st.Bytes, "elapsed", st.Elapsed)
+	}
+	return true
 }
 
 // promote opens the leader on the node's stores at the term's epoch and
@@ -679,7 +749,7 @@ func (n *Node) promote(ctx context.Context, v view, c choice) {
 	n.lead = &leadTerm{ls: ls, t: t, l: l, ep: ep, stop: stop, done: done, followers: others}
 	n.fence = nil
 	n.mu.Lock()
-	n.ld = l
+	n.ld, n.leading = l, leading
 	n.status.Role, n.status.Epoch, n.status.LeaderID, n.status.LeaderAddr = RoleLeader, t.Epoch, n.o.ID, n.o.Addr
 	n.status.Promotions++
 	n.mu.Unlock()
@@ -728,7 +798,7 @@ func (n *Node) stepDown(ctx context.Context, why string) {
 	ld.stop()
 	<-ld.done
 	n.mu.Lock()
-	n.ld = nil
+	n.ld, n.leading = nil, nil
 	n.status.Role = RoleFollower
 	n.mu.Unlock()
 	if err := ld.l.Close(); err != nil {
@@ -779,6 +849,7 @@ func (n *Node) follow(ctx context.Context, t term) {
 		_ = fol.Serve(sctx, func(uint32) replication.Dialer { return d })
 	}()
 	n.folStop, n.folDone, n.following = stop, done, t.Term
+	n.staleBase = staleRefusals(fol.Stats())
 	n.setStatus(func(s *Status) {
 		s.Role, s.Epoch, s.LeaderID, s.LeaderAddr = RoleFollower, t.Epoch, t.ID, t.Addr
 	})

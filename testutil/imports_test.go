@@ -5,18 +5,24 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
+// testOnly are the module's packages of test code: only _test.go files
+// import them, so that no product code (the CLI above all) links test
+// helpers. internal/etcdtest is TestEtcdServerOnlyInTests'.
+var testOnly = []string{"testutil", "internal/clienthistory"}
+
 // TestOnlyTestsImport: no file of the module but a _test.go file imports
-// testutil, so that no product code (the CLI above all) links test helpers.
+// a package of testOnly.
 func TestOnlyTestsImport(t *testing.T) {
 	for p, imps := range moduleImports(t, "..") {
 		for _, imp := range imps {
-			if imp == "testutil" {
-				t.Errorf("%s imports testutil; only _test.go files may", p)
+			if slices.Contains(testOnly, imp) {
+				t.Errorf("%s imports %s; only _test.go files may", p, imp)
 			}
 		}
 	}

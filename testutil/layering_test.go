@@ -41,7 +41,8 @@ var layers = [][]string{
 	// the roles, and the transports beside the contract
 	{"leader", "follower", "replication/inprocess", "replication/grpctransport"},
 	{"clientapi", "client"},
-	{"node"},
+	// the node; and the client-history oracle (test-only) beside it
+	{"node", "internal/clienthistory"},
 	{"metrics", "sim", "bench"},
 	{"cmd/oncewal"},
 }
