@@ -1,0 +1,102 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncewal/oncewal/replication/inprocess"
+)
+
+// electionConfig is the election run of one seed.
+func electionConfig(seed uint64) ElectionOptions {
+	return ElectionOptions{
+		Seed: seed, Members: 3, Shards: 1 + int(seed%2), Faults: 3,
+		Workload:   WorkloadOptions{Sessions: 4, Requests: 40, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
+		LinkFaults: []inprocess.FaultOptions{inprocess.FaultsNone, inprocess.FaultsLight}[ShardSeed(seed, 7)%2],
+		LeaseTTL:   60 * time.Millisecond,
+		Logger:     electionLogger,
+		Trace:      trace,
+	}
+}
+
+// electionLogger shows the members' lines with ONCEWAL_TEST_LOG=1.
+var electionLogger = func() *slog.Logger {
+	if os.Getenv("ONCEWAL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return discard
+}()
+
+// TestElections is the seeded simulation of automatic failover (package
+// documentation, "Elections"): 500 seeds by default, 10,000 with
+// ONCEWAL_LONG=1, ONCEWAL_SEEDS=n for n, ONCEWAL_SEED=n to replay one
+// (ONCEWAL_TRACE=1 narrates it). Seeds run in parallel: a run mostly
+// waits for leases to end.
+func TestElections(t *testing.T) {
+	first, n := seeds(t, 500, 10_000)
+	start := time.Now()
+	var mu sync.Mutex
+	var failed []string
+	var tot ElectionResult
+	next := first
+	var wg sync.WaitGroup
+	for range min(4*runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				seed := next
+				next++
+				stop := seed >= first+uint64(n) || len(failed) > 0
+				mu.Unlock()
+				if stop {
+					return
+				}
+				res, err := RunElections(context.Background(), electionConfig(seed))
+				mu.Lock()
+				switch {
+				case err != nil:
+					failed = append(failed, fmt.Sprintf("seed %d: %v", seed, err))
+				case !res.Verified:
+					failed = append(failed, fmt.Sprintf("seed %d: %v (%s)", seed, res.VerifyErr, res))
+				default:
+					tot.Leaders += res.Leaders
+					tot.Terms += res.Terms
+					tot.Attempts += res.Attempts
+					tot.Failed += res.Failed
+					tot.Acked += res.Acked
+					tot.Abandoned += res.Abandoned
+					tot.AbandonedPresent += res.AbandonedPresent
+					tot.ZombieWrites += res.ZombieWrites
+					for k, v := range res.Nemesis {
+						tot.Nemesis[k] += v
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range failed {
+		t.Errorf("%s (replay: ONCEWAL_SEED=<seed> ONCEWAL_TRACE=1 go test ./sim -run TestElections)", f)
+	}
+	if len(failed) > 0 {
+		return
+	}
+	t.Logf("%d seeds in %v: %s", n, time.Since(start).Round(time.Millisecond), &tot)
+	if n >= 100 {
+		for k, v := range tot.Nemesis {
+			if v == 0 {
+				t.Errorf("no %s event in %d seeds", NemesisName(k), n)
+			}
+		}
+		if tot.Leaders <= n || tot.ZombieWrites == 0 || tot.Abandoned == 0 || tot.AbandonedPresent == 0 || tot.AbandonedPresent == tot.Abandoned {
+			t.Errorf("the sweep did not exercise every path: %s", &tot)
+		}
+	}
+}
