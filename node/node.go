@@ -17,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/store"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Refusals and states of a Node.
@@ -147,7 +148,10 @@ func Open(opts *Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{o: o, log: o.Logger.With("node", o.ID, "cluster", o.Cluster), replica: o.FS.PathJoin(o.Dir, ReplicaDirName), warned: map[string]bool{}}
-	if err := o.FS.MkdirAll(o.Dir, 0o755); err != nil {
+	// Synced up the tree: a directory entry is durable only once its
+	// parent is, and a power failure would otherwise take the node's whole
+	// directory — its promises and every write it acknowledged — with it.
+	if err := wal.MkdirAllSynced(o.FS, o.Dir); err != nil {
 		return nil, fmt.Errorf("node: creating %s: %w", o.Dir, err)
 	}
 	lock, err := o.FS.Lock(o.FS.PathJoin(o.Dir, lockFileName))
