@@ -517,6 +517,20 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 			return
 		}
 		acks, err := n.fol.Promise(t.Epoch)
+		if err != nil && !errors.Is(err, store.ErrStalled) {
+			// A shard whose store is down between serves — retired to be
+			// rebuilt (refused for good: behind, diverged), its rebuild
+			// cut short by stopServing, or being reopened — stays down
+			// until the node serves a leader again, and no leader comes
+			// while the members it needs cannot promise. Its store on disk
+			// is whole (a rebuild installs atomically): open the stores
+			// again and promise once more.
+			if rerr := n.reopenFollower(); rerr != nil {
+				n.log.Error("node: cannot reopen the stores to promise", "epoch", t.Epoch, "err", rerr)
+				return
+			}
+			acks, err = n.fol.Promise(t.Epoch)
+		}
 		if err != nil && len(acks) == 0 {
 			n.log.Error("node: cannot promise the new term's epoch", "epoch", t.Epoch, "err", err)
 			return
@@ -818,6 +832,24 @@ func (n *Node) openFollower() error {
 		return err
 	}
 	n.fol = fol
+	return nil
+}
+
+// reopenFollower closes the follower node and opens it again from disk
+// (not serving); the snapshots served to peers follow it.
+func (n *Node) reopenFollower() error {
+	if n.fol != nil {
+		if err := n.fol.Close(); err != nil {
+			n.log.Warn("node: closing the follower to reopen it", "err", err)
+		}
+		n.fol = nil
+	}
+	if err := n.openFollower(); err != nil {
+		return err
+	}
+	if n.peers != nil {
+		n.peers.setFollower(n.fol)
+	}
 	return nil
 }
 
