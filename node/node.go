@@ -467,14 +467,7 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 		return nil, nil, false, err
 	}
 	if layout == store.LayoutLeader {
-		for s := range uint32(n.o.Shards) {
-			info, err := store.PeekStore(n.o.FS, store.ShardDir(n.replica, s))
-			if err != nil {
-				unknown = append(unknown, s)
-				continue
-			}
-			pos = append(pos, replication.Ack{Shard: s, Epoch: info.Epoch, AppliedLSN: info.Applied})
-		}
+		pos, unknown = leaderReplicaPositions(n.o.FS, n.replica, n.o.Shards)
 		return pos, unknown, true, nil
 	}
 	if err := n.openFollower(); err != nil {
