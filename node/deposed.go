@@ -1,6 +1,10 @@
 package node
 
 import (
+	"errors"
+	"os"
+	"slices"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
@@ -33,4 +37,32 @@ func leaderReplicaPositions(fs vfs.FS, dir string, shards int) (pos []replicatio
 		pos = append(pos, p)
 	}
 	return pos, unknown
+}
+
+// behindDeposed moves to unknown every shard whose store is behind the
+// replica the node moved aside (DeposedDirName) and has applied nothing of
+// a later epoch than it: a store that replaced the deposed one and is not
+// yet rebuilt. The deposed replica counted towards acknowledgements (the
+// leader counts itself) that the node no longer holds: reporting the new
+// store would let a fencing quorum miss them (invariant 2). Such a shard
+// is left out until its store catches up — rebuilt from, or applying
+// batches of, a leader whose epoch is above the deposed one's, which holds
+// everything acknowledged before it.
+func (n *Node) behindDeposed(pos []replication.Ack, unknown []uint32) ([]replication.Ack, []uint32) {
+	dir := n.o.FS.PathJoin(n.o.Dir, DeposedDirName)
+	if _, err := n.o.FS.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return pos, unknown
+	}
+	dep, _ := leaderReplicaPositions(n.o.FS, dir, n.o.Shards)
+	out := pos[:0:0]
+	for _, p := range pos {
+		i := slices.IndexFunc(dep, func(d replication.Ack) bool { return d.Shard == p.Shard })
+		if i >= 0 && p.Epoch <= dep[i].Epoch && store.ComparePositions(p, dep[i]) < 0 {
+			unknown = append(unknown, p.Shard)
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.Sort(unknown)
+	return out, unknown
 }

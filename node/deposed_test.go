@@ -1,9 +1,12 @@
 package node
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/store"
@@ -45,4 +48,59 @@ func TestDeposedReplicaReportsItsLog(t *testing.T) {
 			pos[0].AppliedLSN, pos[0].Epoch, last.LastLSN(), last.Epoch, info.Applied)
 	}
 	t.Logf("log end %d, store %d after the power failure", last.LastLSN(), info.Applied)
+}
+
+// TestMovedAsideReportsUnknown: a deposed leader that moved its replica
+// aside to follow the new leader holds, until its new store is rebuilt,
+// nothing of what it acknowledged. Asked to promise a later term meanwhile
+// it reports that shard unknown — not the empty store's position, which
+// would let a fencing quorum without the holders of those writes promote a
+// member missing them. Found by the election simulation.
+func TestMovedAsideReportsUnknown(t *testing.T) {
+	mem := coord.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	views := map[string]*pausable{}
+	for _, id := range []string{"a", "b", "c"} {
+		views[id] = &pausable{Coordinator: mem}
+	}
+	cl := newCluster(t, mem, 1, "a", "b", "c")
+	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	stuck := map[string]*stuckSnapshots{}
+	cl.transportFor = func(id string) (string, Transport) {
+		addr := "mem:" + id
+		if s := stuck[id]; s != nil {
+			return addr, s
+		}
+		return addr, cl.net.For(addr)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		cl.start(id)
+	}
+	first, l := cl.waitLeader("")
+	write(t, l, []session.ID{session.NewID()}, 0, 20)
+	cl.stop(first)
+	next, _ := cl.waitLeader(first)
+	// The deposed leader comes back, moves its replica aside and hangs
+	// rebuilding it.
+	stuck[first] = &stuckSnapshots{Transport: cl.net.For("mem:" + first), begun: make(chan struct{})}
+	cl.start(first)
+	<-stuck[first].begun
+	for _, ls := range views[next].pause() {
+		mem.Expire(ls)
+	}
+	ctx := context.Background()
+	waitFor(t, first+" to report to a term after "+next+"'s", func() bool {
+		b, ok, err := mem.Get(ctx, testCluster, reportPrefix+first)
+		if err != nil || !ok {
+			return false
+		}
+		r, err := decodeJSON[report](reportPrefix+first, b)
+		if err != nil || r.Epoch <= cl.status(first).Epoch {
+			return false
+		}
+		if len(r.Positions) > 0 || !slices.Contains(r.Unknown, 0) {
+			t.Fatalf("%s, its replica moved aside and not rebuilt, reported %+v (unknown %v), want shard 0 unknown", first, r.Positions, r.Unknown)
+		}
+		return true
+	})
 }

@@ -481,6 +481,7 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 		}
 		pos = append(pos, replication.Ack{Shard: s, Epoch: epoch, AppliedLSN: applied})
 	}
+	pos, unknown = n.behindDeposed(pos, unknown)
 	return pos, unknown, false, nil
 }
 
@@ -535,6 +536,7 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 				r.Unknown = append(r.Unknown, s)
 			}
 		}
+		r.Positions, r.Unknown = n.behindDeposed(r.Positions, r.Unknown)
 		if err != nil {
 			n.log.Warn("node: some stores could not promise; reporting them unknown", "epoch", t.Epoch, "unknown", r.Unknown, "err", err)
 		}
