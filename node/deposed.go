@@ -1,11 +1,14 @@
 package node
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/store"
@@ -65,4 +68,55 @@ func (n *Node) behindDeposed(pos []replication.Ack, unknown []uint32) ([]replica
 	}
 	slices.Sort(unknown)
 	return out, unknown
+}
+
+// rebuildBehind rebuilds from t's leader every shard whose store is behind
+// the first LSN t writes and promised t's epoch: the leader's log may hold
+// the batches in between (a leader that led this replica before keeps its
+// log), all of older epochs, which the store's promise refuses — the link
+// would end at each, for ever. A snapshot of the leader's store continues
+// its history instead.
+func (n *Node) rebuildBehind(ctx context.Context, t term) error {
+	var behind []uint32
+	for s := range uint32(n.o.Shards) {
+		if int(s) >= len(t.Starts) {
+			break
+		}
+		_ = n.fol.Follower(s, func(f *follower.Follower) error {
+			applied, _ := f.Position()
+			if applied+1 < t.Starts[s] && f.Store().Promised() >= t.Epoch {
+				behind = append(behind, s)
+			}
+			return nil
+		})
+	}
+	if len(behind) == 0 {
+		return nil
+	}
+	n.stopServing()
+	if err := n.fol.Close(); err != nil {
+		n.log.Warn("node: closing the follower to rebuild", "err", err)
+	}
+	n.fol = nil
+	defer func() {
+		if err := n.openFollower(); err == nil && n.peers != nil {
+			n.peers.setFollower(n.fol)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(ctx, n.o.FenceTimeout)
+	defer cancel()
+	for _, s := range behind {
+		o := n.o.Follower.Follower
+		o.Store.ID, o.Store.FS, o.Store.Shard = n.o.ID, n.o.FS, s
+		if o.Store.Logger == nil {
+			o.Store.Logger = n.o.Logger
+		}
+		m, _, err := follower.Rebuild(cctx, store.ShardDir(n.replica, s), &o, n.o.Transport.Snapshots(t.Addr), nil)
+		if err != nil {
+			return fmt.Errorf("shard %d from %s: %w", s, t.ID, err)
+		}
+		n.log.Info("node: rebuilt a shard behind the leader's term (its log's older batches are below the promise)",
+			"shard", s, "leader", t.ID, "term", t.Term, "applied_lsn", m.Cut.AppliedLSN, "epoch", m.Cut.Epoch)
+	}
+	return nil
 }

@@ -689,6 +689,13 @@ func (n *Node) promote(ctx context.Context, v view, c choice) {
 	go func() { done <- l.Run(runCtx) }()
 	t := f.t
 	t.State = stateLeading
+	for s := range uint32(n.o.Shards) {
+		sh, err := l.Shard(s)
+		if err != nil {
+			break
+		}
+		t.Starts = append(t.Starts, sh.NextLSN())
+	}
 	n.lead = &leadTerm{ls: ls, t: t, l: l, ep: ep, stop: stop, done: done, followers: others}
 	n.fence = nil
 	n.mu.Lock()
@@ -771,6 +778,9 @@ func (n *Node) follow(ctx context.Context, t term) {
 	if err := n.openFollower(); err != nil {
 		n.log.Error("node: cannot open the stores to follow", "err", err)
 		return
+	}
+	if err := n.rebuildBehind(ctx, t); err != nil {
+		n.log.Warn("node: cannot rebuild the shards behind the leader's term; following as they are", "err", err)
 	}
 	if n.folEP == nil {
 		peers := &peerDonors{fol: n.fol, fs: n.o.FS, dir: n.o.FS.PathJoin(n.o.Dir, snapshotsDirName), ids: map[string]*snapshot.Donor{}}
