@@ -120,3 +120,56 @@ func (n *Node) rebuildBehind(ctx context.Context, t term) error {
 	}
 	return nil
 }
+
+// restoreDeposed moves the replica the node moved aside back into place
+// when the stores that replaced it hold nothing it lacks: none is of a
+// later epoch, and one is behind it (not yet rebuilt). The moved-aside
+// replica still holds what the node acknowledged while it led; reporting it
+// keeps a fencing quorum able to hear those writes, where leaving its
+// shards unknown could leave no quorum at all once the leader it was
+// rebuilding from is gone too. It is moved aside again when the node next
+// follows.
+func (n *Node) restoreDeposed() error {
+	dep := n.o.FS.PathJoin(n.o.Dir, DeposedDirName)
+	if _, err := n.o.FS.Stat(dep); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if layout, _, err := store.DirLayout(n.o.FS, n.replica); err != nil || layout == store.LayoutLeader {
+		return err
+	}
+	if layout, _, err := store.DirLayout(n.o.FS, dep); err != nil || layout != store.LayoutLeader {
+		return err
+	}
+	if err := n.openFollower(); err != nil {
+		return err
+	}
+	dpos, _ := leaderReplicaPositions(n.o.FS, dep, n.o.Shards)
+	behind := false
+	for _, d := range dpos {
+		applied, epoch, err := n.fol.Position(d.Shard)
+		if err != nil {
+			behind = true
+			continue
+		}
+		p := replication.Ack{Shard: d.Shard, Epoch: epoch, AppliedLSN: applied}
+		if p.Epoch > d.Epoch {
+			return nil // rebuilt from a later leader: the replica aside is history
+		}
+		behind = behind || store.ComparePositions(p, d) < 0
+	}
+	if !behind {
+		return nil
+	}
+	n.stopFollowing()
+	if err := n.o.FS.RemoveAll(n.replica); err != nil {
+		return err
+	}
+	if err := n.o.FS.Rename(dep, n.replica); err != nil {
+		return err
+	}
+	if err := syncDir(n.o.FS, n.o.Dir); err != nil {
+		return err
+	}
+	n.log.Warn("node: restored the replica it led: the stores replacing it were not rebuilt yet", "replica", n.replica)
+	return nil
+}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -50,13 +49,15 @@ func TestDeposedReplicaReportsItsLog(t *testing.T) {
 	t.Logf("log end %d, store %d after the power failure", last.LastLSN(), info.Applied)
 }
 
-// TestMovedAsideReportsUnknown: a deposed leader that moved its replica
+// TestMovedAsideReportsItsReplica: a deposed leader that moved its replica
 // aside to follow the new leader holds, until its new store is rebuilt,
-// nothing of what it acknowledged. Asked to promise a later term meanwhile
-// it reports that shard unknown — not the empty store's position, which
-// would let a fencing quorum without the holders of those writes promote a
-// member missing them. Found by the election simulation.
-func TestMovedAsideReportsUnknown(t *testing.T) {
+// nothing of what it acknowledged in its new store. Asked to promise a
+// later term meanwhile it restores the replica it moved aside and reports
+// that — not the empty store's position, which would let a fencing quorum
+// without the other holders of those writes promote a member missing them.
+// Found by the election simulation (reporting the shard unknown instead
+// left no quorum at all once the leader it rebuilt from died too).
+func TestMovedAsideReportsItsReplica(t *testing.T) {
 	mem := coord.NewMemory()
 	t.Cleanup(func() { _ = mem.Close() })
 	views := map[string]*pausable{}
@@ -98,8 +99,9 @@ func TestMovedAsideReportsUnknown(t *testing.T) {
 		if err != nil || r.Epoch <= cl.status(first).Epoch {
 			return false
 		}
-		if len(r.Positions) > 0 || !slices.Contains(r.Unknown, 0) {
-			t.Fatalf("%s, its replica moved aside and not rebuilt, reported %+v (unknown %v), want shard 0 unknown", first, r.Positions, r.Unknown)
+		if !r.Deposed || len(r.Unknown) > 0 || len(r.Positions) != 1 || r.Positions[0].AppliedLSN < 20 {
+			t.Fatalf("%s, its replica moved aside and not rebuilt, reported %+v (unknown %v, deposed %v), want the replica it led (20 writes)",
+				first, r.Positions, r.Unknown, r.Deposed)
 		}
 		return true
 	})

@@ -489,6 +489,10 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 // from then on) and reports the final positions to t's winner.
 func (n *Node) promiseAndReport(ctx context.Context, t term) {
 	r := report{ID: n.o.ID, Addr: n.o.Addr, Term: t.Term, Epoch: t.Epoch}
+	if err := n.restoreDeposed(); err != nil {
+		n.log.Error("node: cannot restore the replica it moved aside", "err", err)
+		return
+	}
 	layout, _, err := store.DirLayout(n.o.FS, n.replica)
 	if err != nil {
 		n.log.Error("node: cannot read the replica's layout to report", "err", err)
