@@ -369,7 +369,7 @@ func (r *erun) abandonable(w *Workload) []bool {
 }
 
 func (r *erun) nodeOptions(m *member) *onode.Options {
-	st := store.Options{WindowCapacity: electionWindow, Logger: discard, PebbleOptions: smallMemtable}
+	st := store.Options{WindowCapacity: electionWindow, Logger: r.cfg.Logger, PebbleOptions: smallMemtable} // the members' stores log as they do
 	return &onode.Options{
 		Coordinator: m.view, Cluster: electionCluster, ID: m.id, Dir: m.dir, Shards: r.cfg.Shards,
 		Addr: m.addr, Transport: r.net.For(m.addr), FS: m.mem, Logger: r.cfg.Logger,
@@ -452,11 +452,28 @@ func (r *erun) watchTerms(ctx context.Context) error {
 // leaderNow waits for a member other than except to lead and returns the
 // one at the highest epoch.
 func (r *erun) leaderNow(except *member) (*member, *leader.Leader, error) {
-	deadline := time.Now().Add(40*r.cfg.LeaseTTL + 5*time.Second)
+	m, l, err := r.leaderWithin(except, 0, 15*r.cfg.LeaseTTL)
+	if err != nil || m != nil {
+		return m, l, err
+	}
+	// The open faults may keep the cluster from electing (the member cut
+	// off holds what the others need to fence): they heal.
+	r.heal()
+	m, l, err = r.leaderWithin(except, 0, 40*r.cfg.LeaseTTL+5*time.Second)
+	if err == nil && m == nil {
+		err = fmt.Errorf("no member led within %v (%s)", 40*r.cfg.LeaseTTL+5*time.Second, r.describe())
+	}
+	return m, l, err
+}
+
+// leaderWithin is leaderNow waiting at most d for a leader at an epoch
+// above above: nil when none led by then.
+func (r *erun) leaderWithin(except *member, above uint64, d time.Duration) (*member, *leader.Leader, error) {
+	deadline := time.Now().Add(d)
 	for {
 		var best *member
 		var bl *leader.Leader
-		var be uint64
+		be := above
 		for _, m := range r.members {
 			if m == except || m.n == nil {
 				continue
@@ -474,7 +491,7 @@ func (r *erun) leaderNow(except *member) (*member, *leader.Leader, error) {
 			return best, bl, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, fmt.Errorf("no member led within %v (%s)", 40*r.cfg.LeaseTTL+5*time.Second, r.describe())
+			return nil, nil, nil
 		}
 		if err := r.ctx.Err(); err != nil {
 			return nil, nil, err
@@ -570,9 +587,21 @@ func (r *erun) attempt(m *member, l *leader.Leader, reqs []Request, ctx context.
 		}
 		h, err := sh.Append(evs...)
 		switch {
+		case errors.Is(err, session.ErrSessionClosed) && late:
+			continue // refused, as a client expects
 		case errors.Is(err, session.ErrSessionClosed):
-			// A late write, or a retry whose earlier attempt's close took
-			// effect (with the rest of its append): nothing logged now.
+			// A retry whose earlier attempt — this very part, with the
+			// close of one of its sessions — is in this leader's log, so
+			// far perhaps unacknowledged: once everything the shard
+			// logged is acknowledged, so is that attempt.
+			if err := sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckMajority); err != nil {
+				if r.ctx.Err() != nil {
+					return false, r.ctx.Err()
+				}
+				all = false
+				continue
+			}
+			r.acknowledged(m, sh.Epoch(), part)
 			continue
 		case err != nil:
 			all = false
@@ -737,11 +766,22 @@ func (r *erun) pause(next []Request) error {
 		return err
 	}
 	r.trace("nemesis: %s (the leader) paused past its lease", z.id)
+	ze := z.n.Status().Epoch
 	z.view.set(viewPaused)
 	z.view.expire()
-	succ, _, err := r.leaderNow(z)
+	// A successor leads at a later epoch: a zombie resumed by an earlier
+	// pause may still call itself leader at an older one.
+	succ, _, err := r.leaderWithin(z, ze, 12*r.cfg.LeaseTTL)
 	if err != nil {
 		return err
+	}
+	if succ == nil {
+		// No successor while it is stopped: the others cannot fence
+		// without it (a member whose store it replaced is not yet rebuilt
+		// reports that shard unknown). A stopped process resumes.
+		z.view.set(viewUp)
+		r.trace("heal: %s runs again (nobody could succeed it meanwhile)", z.id)
+		return nil
 	}
 	var reqs []Request
 	for _, q := range next {

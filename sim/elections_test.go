@@ -19,7 +19,7 @@ func electionConfig(seed uint64) ElectionOptions {
 		Seed: seed, Members: 3, Shards: 1 + int(seed%2), Faults: 3,
 		Workload:   WorkloadOptions{Sessions: 4, Requests: 40, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
 		LinkFaults: []inprocess.FaultOptions{inprocess.FaultsNone, inprocess.FaultsLight}[ShardSeed(seed, 7)%2],
-		LeaseTTL:   60 * time.Millisecond,
+		LeaseTTL:   100 * time.Millisecond,
 		Logger:     electionLogger,
 		Trace:      trace,
 	}
