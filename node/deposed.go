@@ -71,11 +71,13 @@ func (n *Node) behindDeposed(pos []replication.Ack, unknown []uint32) ([]replica
 }
 
 // rebuildBehind rebuilds from t's leader every shard whose store is behind
-// the first LSN t writes and promised t's epoch: the leader's log may hold
-// the batches in between (a leader that led this replica before keeps its
-// log), all of older epochs, which the store's promise refuses — the link
-// would end at each, for ever. A snapshot of the leader's store continues
-// its history instead.
+// the first LSN t writes: the leader's log may hold the batches in between
+// (a leader that led this replica before keeps its log), all of older
+// epochs, which the store's promise refuses once it promised any later
+// term (this one, or one that ended while fencing) — the link would end at
+// each, for ever. A leader promoted from a follower's store has no such
+// batches and refuses the store as behind its log anyway. A snapshot of the
+// leader's store continues its history instead.
 func (n *Node) rebuildBehind(ctx context.Context, t term) error {
 	var behind []uint32
 	for s := range uint32(n.o.Shards) {
@@ -84,7 +86,7 @@ func (n *Node) rebuildBehind(ctx context.Context, t term) error {
 		}
 		_ = n.fol.Follower(s, func(f *follower.Follower) error {
 			applied, _ := f.Position()
-			if applied+1 < t.Starts[s] && f.Store().Promised() >= t.Epoch {
+			if applied+1 < t.Starts[s] {
 				behind = append(behind, s)
 			}
 			return nil
