@@ -81,6 +81,7 @@ func TestMovedAsideReportsItsReplica(t *testing.T) {
 	write(t, l, []session.ID{session.NewID()}, 0, 20)
 	cl.stop(first)
 	next, _ := cl.waitLeader(first)
+	nextEpoch := cl.status(next).Epoch
 	// The deposed leader comes back, moves its replica aside and hangs
 	// rebuilding it.
 	stuck[first] = &stuckSnapshots{Transport: cl.net.For("mem:" + first), begun: make(chan struct{})}
@@ -96,7 +97,7 @@ func TestMovedAsideReportsItsReplica(t *testing.T) {
 			return false
 		}
 		r, err := decodeJSON[report](reportPrefix+first, b)
-		if err != nil || r.Epoch <= cl.status(first).Epoch {
+		if err != nil || r.Epoch <= nextEpoch {
 			return false
 		}
 		if !r.Deposed || len(r.Unknown) > 0 || len(r.Positions) != 1 || r.Positions[0].AppliedLSN < 20 {
