@@ -459,9 +459,9 @@ func (r *erun) leaderNow(except *member) (*member, *leader.Leader, error) {
 	// The open faults may keep the cluster from electing (the member cut
 	// off holds what the others need to fence): they heal.
 	r.heal()
-	m, l, err = r.leaderWithin(except, 0, 40*r.cfg.LeaseTTL+5*time.Second)
+	m, l, err = r.leaderWithin(except, 0, 40*r.cfg.LeaseTTL+15*time.Second)
 	if err == nil && m == nil {
-		err = fmt.Errorf("no member led within %v (%s)", 40*r.cfg.LeaseTTL+5*time.Second, r.describe())
+		err = fmt.Errorf("no member led within %v (%s)", 40*r.cfg.LeaseTTL+15*time.Second, r.describe())
 	}
 	return m, l, err
 }

@@ -19,9 +19,9 @@ func electionConfig(seed uint64) ElectionOptions {
 		Seed: seed, Members: 3, Shards: 1 + int(seed%2), Faults: 3,
 		Workload:   WorkloadOptions{Sessions: 4, Requests: 40, BatchSize: 6, RetryRate: 0.1, CloseRate: 0.05, LateRate: 0.03},
 		LinkFaults: []inprocess.FaultOptions{inprocess.FaultsNone, inprocess.FaultsLight}[ShardSeed(seed, 7)%2],
-		LeaseTTL:   100 * time.Millisecond,
-		Logger:     electionLogger,
-		Trace:      trace,
+		LeaseTTL:   100 * time.Millisecond, AckTimeout: 300 * time.Millisecond,
+		Logger: electionLogger,
+		Trace:  trace,
 	}
 }
 
@@ -34,19 +34,25 @@ var electionLogger = func() *slog.Logger {
 }()
 
 // TestElections is the seeded simulation of automatic failover (package
-// documentation, "Elections"): 500 seeds by default, 10,000 with
-// ONCEWAL_LONG=1, ONCEWAL_SEEDS=n for n, ONCEWAL_SEED=n to replay one
-// (ONCEWAL_TRACE=1 narrates it). Seeds run in parallel: a run mostly
-// waits for leases to end.
+// documentation, "Elections"): 500 seeds by default (100 under the race
+// detector, which slows each several times over: the test stays under a
+// minute on 2 cores either way), 10,000 with ONCEWAL_LONG=1, ONCEWAL_SEEDS=n
+// for n, ONCEWAL_SEED=n to replay one (ONCEWAL_TRACE=1 narrates it,
+// ONCEWAL_TEST_LOG=1 adds the members' lines). Seeds run in parallel: a
+// run mostly waits for leases to end.
 func TestElections(t *testing.T) {
-	first, n := seeds(t, 500, 10_000)
+	def, par := 500, 8*runtime.GOMAXPROCS(0)
+	if raceEnabled {
+		def, par = 100, 4*runtime.GOMAXPROCS(0)
+	}
+	first, n := seeds(t, def, 10_000)
 	start := time.Now()
 	var mu sync.Mutex
 	var failed []string
 	var tot ElectionResult
 	next := first
 	var wg sync.WaitGroup
-	for range min(4*runtime.GOMAXPROCS(0), n) {
+	for range min(par, n) {
 		wg.Go(func() {
 			for {
 				mu.Lock()
