@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,25 @@ func electionConfig(seed uint64) ElectionOptions {
 		Logger: electionLogger,
 		Trace:  trace,
 	}
+}
+
+// syncBuffer collects a seed's log lines (ONCEWAL_FAIL_LOG=dir keeps those
+// of failing seeds there).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }
 
 // electionLogger shows the members' lines with ONCEWAL_TEST_LOG=1.
@@ -63,8 +83,16 @@ func TestElections(t *testing.T) {
 				if stop {
 					return
 				}
-				res, err := RunElections(context.Background(), electionConfig(seed))
+				cfg := electionConfig(seed)
+				var buf syncBuffer
+				if os.Getenv("ONCEWAL_FAIL_LOG") != "" {
+					cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				}
+				res, err := RunElections(context.Background(), cfg)
 				mu.Lock()
+				if (err != nil || !res.Verified) && os.Getenv("ONCEWAL_FAIL_LOG") != "" {
+					_ = os.WriteFile(fmt.Sprintf("%s/elections-%d.log", os.Getenv("ONCEWAL_FAIL_LOG"), seed), buf.Bytes(), 0o644)
+				}
 				switch {
 				case err != nil:
 					failed = append(failed, fmt.Sprintf("seed %d: %v", seed, err))
