@@ -100,12 +100,15 @@
 //
 // # Elections: automatic failover (RunElections)
 //
-// RunElections (elections.go) runs a cluster of ElectionOptions.Members
+// RunElections (elections_run_test.go: test code, because package node
+// imports replication/grpctransport, whose internal tests import this
+// package — an import cycle in their test build) runs a cluster of
+// ElectionOptions.Members
 // members of package node (default 3), each on its own in-memory
 // filesystem (vfs.NewCrashableMem), on one coord.Memory with a short lease
 // (default 60 ms; the test uses 100 ms) and one node.MemoryNet whose links
 // inject faults. Each member sees the coordinator through a view the
-// nemesis controls (electview.go): paused (a stopped process: its calls
+// nemesis controls (electview_test.go): paused (a stopped process: its calls
 // wait, it hears nothing, its terms' Done stays open and Deadline ahead),
 // cut (every call fails with coord.ErrUnavailable) or dead. Memory renews
 // leases by itself, so what a member cut off or stopped would lose — its
