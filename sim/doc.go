@@ -103,9 +103,8 @@
 // RunElections (elections_run_test.go: test code, because package node
 // imports replication/grpctransport, whose internal tests import this
 // package — an import cycle in their test build) runs a cluster of
-// ElectionOptions.Members
-// members of package node (default 3), each on its own in-memory
-// filesystem (vfs.NewCrashableMem), on one coord.Memory with a short lease
+// ElectionOptions.Members members of package node (default 3), each on its
+// own in-memory filesystem (vfs.NewCrashableMem), on one coord.Memory with a short lease
 // (default 60 ms; the test uses 100 ms) and one node.MemoryNet whose links
 // inject faults. Each member sees the coordinator through a view the
 // nemesis controls (electview_test.go): paused (a stopped process: its calls
