@@ -17,6 +17,7 @@ import (
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/snapshot"
 	"github.com/oncewal/oncewal/store"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // Refusals and states of a Node.
@@ -149,7 +150,10 @@ func Open(opts *Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{o: o, log: o.Logger.With("node", o.ID, "cluster", o.Cluster), replica: o.FS.PathJoin(o.Dir, ReplicaDirName), warned: map[string]bool{}}
-	if err := o.FS.MkdirAll(o.Dir, 0o755); err != nil {
+	// Synced up the tree: a directory entry is durable only once its
+	// parent is, and a power failure would otherwise take the node's whole
+	// directory — its promises and every write it acknowledged — with it.
+	if err := wal.MkdirAllSynced(o.FS, o.Dir); err != nil {
 		return nil, fmt.Errorf("node: creating %s: %w", o.Dir, err)
 	}
 	lock, err := o.FS.Lock(o.FS.PathJoin(o.Dir, lockFileName))
@@ -472,14 +476,7 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 		return nil, nil, false, err
 	}
 	if layout == store.LayoutLeader {
-		for s := range uint32(n.o.Shards) {
-			info, err := store.PeekStore(n.o.FS, store.ShardDir(n.replica, s))
-			if err != nil {
-				unknown = append(unknown, s)
-				continue
-			}
-			pos = append(pos, replication.Ack{Shard: s, Epoch: info.Epoch, AppliedLSN: info.Applied})
-		}
+		pos, unknown = leaderReplicaPositions(n.o.FS, n.replica, n.o.Shards)
 		return pos, unknown, true, nil
 	}
 	if err := n.openFollower(); err != nil {
@@ -493,6 +490,7 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 		}
 		pos = append(pos, replication.Ack{Shard: s, Epoch: epoch, AppliedLSN: applied})
 	}
+	pos, unknown = n.behindDeposed(pos, unknown)
 	return pos, unknown, false, nil
 }
 
@@ -500,6 +498,10 @@ func (n *Node) positions() (pos []replication.Ack, unknown []uint32, deposed boo
 // from then on) and reports the final positions to t's winner.
 func (n *Node) promiseAndReport(ctx context.Context, t term) {
 	r := report{ID: n.o.ID, Addr: n.o.Addr, Term: t.Term, Epoch: t.Epoch}
+	if err := n.restoreDeposed(); err != nil {
+		n.log.Error("node: cannot restore the replica it moved aside", "err", err)
+		return
+	}
 	layout, _, err := store.DirLayout(n.o.FS, n.replica)
 	if err != nil {
 		n.log.Error("node: cannot read the replica's layout to report", "err", err)
@@ -522,6 +524,20 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 			return
 		}
 		acks, err := n.fol.Promise(t.Epoch)
+		if err != nil && !errors.Is(err, store.ErrStalled) {
+			// A shard whose store is down between serves — retired to be
+			// rebuilt (refused for good: behind, diverged), its rebuild
+			// cut short by stopServing, or being reopened — stays down
+			// until the node serves a leader again, and no leader comes
+			// while the members it needs cannot promise. Its store on disk
+			// is whole (a rebuild installs atomically): open the stores
+			// again and promise once more.
+			if rerr := n.reopenFollower(); rerr != nil {
+				n.log.Error("node: cannot reopen the stores to promise", "epoch", t.Epoch, "err", rerr)
+				return
+			}
+			acks, err = n.fol.Promise(t.Epoch)
+		}
 		if err != nil && len(acks) == 0 {
 			n.log.Error("node: cannot promise the new term's epoch", "epoch", t.Epoch, "err", err)
 			return
@@ -533,6 +549,7 @@ func (n *Node) promiseAndReport(ctx context.Context, t term) {
 				r.Unknown = append(r.Unknown, s)
 			}
 		}
+		r.Positions, r.Unknown = n.behindDeposed(r.Positions, r.Unknown)
 		if err != nil {
 			n.log.Warn("node: some stores could not promise; reporting them unknown", "epoch", t.Epoch, "unknown", r.Unknown, "err", err)
 		}
@@ -746,6 +763,13 @@ func (n *Node) promote(ctx context.Context, v view, c choice) {
 	go func() { done <- l.Run(runCtx) }()
 	t := f.t
 	t.State = stateLeading
+	for s := range uint32(n.o.Shards) {
+		sh, err := l.Shard(s)
+		if err != nil {
+			break
+		}
+		t.Starts = append(t.Starts, sh.NextLSN())
+	}
 	n.lead = &leadTerm{ls: ls, t: t, l: l, ep: ep, stop: stop, done: done, followers: others}
 	n.fence = nil
 	n.mu.Lock()
@@ -829,6 +853,9 @@ func (n *Node) follow(ctx context.Context, t term) {
 		n.log.Error("node: cannot open the stores to follow", "err", err)
 		return
 	}
+	if err := n.rebuildBehind(ctx, t); err != nil {
+		n.log.Warn("node: cannot rebuild the shards behind the leader's term; following as they are", "err", err)
+	}
 	if n.folEP == nil {
 		peers := &peerDonors{fol: n.fol, fs: n.o.FS, dir: n.o.FS.PathJoin(n.o.Dir, snapshotsDirName), ids: map[string]*snapshot.Donor{}}
 		ep, err := n.o.Transport.Follow(n.where, peers)
@@ -885,6 +912,24 @@ func (n *Node) openFollower() error {
 		return err
 	}
 	n.fol = fol
+	return nil
+}
+
+// reopenFollower closes the follower node and opens it again from disk
+// (not serving); the snapshots served to peers follow it.
+func (n *Node) reopenFollower() error {
+	if n.fol != nil {
+		if err := n.fol.Close(); err != nil {
+			n.log.Warn("node: closing the follower to reopen it", "err", err)
+		}
+		n.fol = nil
+	}
+	if err := n.openFollower(); err != nil {
+		return err
+	}
+	if n.peers != nil {
+		n.peers.setFollower(n.fol)
+	}
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 // (leader.Ranking.Promote): a donor per snapshot, made at its Begin and
 // closed at its End or with the follower.
 type peerDonors struct {
-	fol *follower.Node
+	fol *follower.Node // replaced (setFollower) when the node reopens its stores
 	fs  vfs.FS
 	dir string // checkpoints go under dir/shard-NNNN
 	mu  sync.Mutex
@@ -27,7 +27,10 @@ type peerDonors struct {
 
 func (p *peerDonors) Begin(ctx context.Context, shard uint32) (snapshot.Manifest, error) {
 	var d *snapshot.Donor
-	err := p.fol.Follower(shard, func(f *follower.Follower) error {
+	p.mu.Lock()
+	fol := p.fol
+	p.mu.Unlock()
+	err := fol.Follower(shard, func(f *follower.Follower) error {
 		var err error
 		d, err = f.Store().Donor(&snapshot.DonorOptions{FS: p.fs, Dir: store.ShardDir(p.dir, shard), RateLimit: -1})
 		return err
@@ -51,6 +54,12 @@ func (p *peerDonors) Begin(ctx context.Context, shard uint32) (snapshot.Manifest
 	p.ids[m.ID] = d
 	p.mu.Unlock()
 	return m, nil
+}
+
+func (p *peerDonors) setFollower(fol *follower.Node) {
+	p.mu.Lock()
+	p.fol = fol
+	p.mu.Unlock()
 }
 
 func (p *peerDonors) donor(id string) (*snapshot.Donor, error) {

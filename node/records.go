@@ -39,6 +39,11 @@ type term struct {
 	State string `json:"state"`
 	// To names the member a handoff term hands the leadership to.
 	To string `json:"to,omitempty"`
+	// Starts holds, per shard, the first LSN the leading term writes
+	// (state leading): a member behind it would need the leader's batches
+	// of older epochs, which its promise of this term refuses, so it
+	// rebuilds that shard first (follow).
+	Starts []uint64 `json:"starts,omitempty"`
 }
 
 // report is what a member tells a fencing winner.

@@ -98,6 +98,69 @@
 // too. It is the only code here that writes SeqNos, and it exists for
 // follower tests only; the leader never produces these shapes.
 //
+// # Elections: automatic failover (RunElections)
+//
+// RunElections (elections_run_test.go: test code, because package node
+// imports replication/grpctransport, whose internal tests import this
+// package — an import cycle in their test build) runs a cluster of
+// ElectionOptions.Members members of package node (default 3), each on its
+// own in-memory filesystem (vfs.NewCrashableMem), on one coord.Memory with a short lease
+// (default 60 ms; the test uses 100 ms) and one node.MemoryNet whose links
+// inject faults. Each member sees the coordinator through a view the
+// nemesis controls (electview_test.go): paused (a stopped process: its calls
+// wait, it hears nothing, its terms' Done stays open and Deadline ahead),
+// cut (every call fails with coord.ErrUnavailable) or dead. Memory renews
+// leases by itself, so what a member cut off or stopped would lose — its
+// lease — the nemesis takes with Memory.Expire, and a campaign won while it
+// cannot renew is expired at once.
+//
+// The client sends the workload's batches (GenerateWorkload), every request
+// under its client key (its request ID), through whichever member leads
+// (node.Node.Leader, the highest epoch; a paused member only on purpose):
+// each shard's part is appended, then awaited under the cluster's policy
+// (WaitAcked, AckMajority: the leader and a majority's remainder of its
+// followers). A batch not acknowledged on every shard is sent again, with
+// the same request IDs, to whoever leads next, until it is; a sixth of the
+// batches (none that opens or closes a session or writes late) are given
+// up after a failed attempt instead, and the workload's later retries of
+// their IDs are not sent. A retry refused because its own earlier attempt
+// closed one of its sessions waits until the shard's log is acknowledged.
+//
+// Between batches the seeded nemesis kills the leader (its Run stopped
+// without a resign: its terms expire, its filesystem is cloned as a power
+// failure leaves it — CrashClone keeping a drawn share of unsynced writes —
+// and it restarts on the clone), pauses the leader past its lease (once a
+// successor leads at a later epoch the zombie is given the next batch,
+// which it must not have acknowledged, then it runs again; if no successor
+// can fence without it, it runs again), cuts a member from the coordinator
+// or from its peers (MemoryNet.Cut of every shard; a leader is cut by
+// cutting the others' dials) until the fault heals — at the next event,
+// after the second failed attempt of a batch, or when nobody leads — or
+// kills a follower. At the end every fault heals, every member catches up
+// with the final leader (AckAll on every shard), every member stops, and
+// its stores are read. The invariants, checked per seed:
+//
+//  1. Every request acknowledged under the policy is present, exactly
+//     once, on every replica: each replica's state equals the oracle that
+//     applies, in the order the client sent them, each distinct request
+//     that was acknowledged, or unacknowledged (given up, or settled by a
+//     close) and present in the final leader's store — an unacknowledged
+//     request may be there once or not at all, never twice; and every
+//     replica's window holds exactly the request keys the final leader's
+//     does (the window is sized to hold the whole workload).
+//  2. None applies twice: the oracle applies each request once, so a
+//     second application of an add or a put shows in the state; and a
+//     zombie's write is never acknowledged.
+//  3. At most one member acknowledges writes per epoch: every
+//     acknowledgement's (epoch, member) is recorded, and the epochs the
+//     client saw acknowledged never fall.
+//  4. Epochs only grow: every term record the coordinator published has a
+//     higher epoch than the term before it.
+//
+// The schedule (each event's moment, kind, member and crash share) and the
+// workload come from the seed; goroutine timing does not, so a seed replays
+// the same faults, not the same interleaving.
+//
 // # The request-level failover
 //
 // RunFailover (failover.go) is the request-level scenario: client requests

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOptionsValidate: Run and RunFailover refuse what they cannot carry
@@ -26,6 +27,11 @@ func TestOptionsValidate(t *testing.T) {
 			_, err := RunFailover(FailoverOptions{Requests: -1, Counters: -3})
 			return err
 		}, []string{"Requests", "Counters"}},
+		{"RunElections", func() error {
+			_, err := RunElections(context.Background(), ElectionOptions{Members: 1, Faults: -1, LeaseTTL: time.Millisecond,
+				Workload: WorkloadOptions{Requests: 5000, CloseRate: 2}})
+			return err
+		}, []string{"Members 1", "Faults -1", "LeaseTTL", "window", "CloseRate"}},
 		{"WorkloadOptions", func() error { return (&WorkloadOptions{CloseRate: -0.5}).EnsureDefaults().Validate() }, []string{"CloseRate"}},
 		{"HostileOptions", func() error { return (&HostileOptions{Reappends: 1.5, LateWrites: -1}).Validate() }, []string{"Reappends", "LateWrites"}},
 	} {
