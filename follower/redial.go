@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -137,7 +138,11 @@ func remedy(err error, id string) string {
 	if i < 0 {
 		return ""
 	}
-	return fmt.Sprintf(refusalReasons[i].remedy, id)
+	r := refusalReasons[i].remedy
+	if !strings.Contains(r, "%[1]s") {
+		return r // Sprintf would append %!(EXTRA string=id)
+	}
+	return fmt.Sprintf(r, id)
 }
 
 // fail records a failed attempt; capped says the wait that follows is at
