@@ -163,7 +163,7 @@ func (n *Node) restoreDeposed() error {
 		return nil
 	}
 	n.stopFollowing()
-	if err := n.o.FS.RemoveAll(n.replica); err != nil {
+	if err := n.discard(n.replica); err != nil {
 		return err
 	}
 	if err := n.o.FS.Rename(dep, n.replica); err != nil {

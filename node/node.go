@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,8 @@ const (
 	// DeposedDirName holds the last replica the node led and then had to
 	// rebuild as a follower: kept for an operator, replaced at the next.
 	DeposedDirName = "deposed"
+	// trashDirName holds a replica being discarded (discard).
+	trashDirName = "trash"
 	// snapshotsDirName holds the checkpoints the member serves a winning
 	// peer while it follows.
 	snapshotsDirName = "snapshots"
@@ -163,6 +166,11 @@ func Open(opts *Options) (*Node, error) {
 	if err := checkIdentity(o.FS, o.Dir, identity{Cluster: o.Cluster, ID: o.ID, Shards: o.Shards}); err != nil {
 		_ = lock.Close()
 		return nil, err
+	}
+	// A replica being discarded when the process died (discard): finish.
+	if err := o.FS.RemoveAll(o.FS.PathJoin(o.Dir, trashDirName)); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("node: removing %s: %w", trashDirName, err)
 	}
 	switch layout, detail, err := store.DirLayout(o.FS, n.replica); {
 	case err != nil:
@@ -969,7 +977,7 @@ func (n *Node) stopAll() {
 // moveAside keeps a deposed replica as DeposedDirName, replacing the last.
 func (n *Node) moveAside() error {
 	dep := n.o.FS.PathJoin(n.o.Dir, DeposedDirName)
-	if err := n.o.FS.RemoveAll(dep); err != nil {
+	if err := n.discard(dep); err != nil {
 		return err
 	}
 	if err := n.o.FS.Rename(n.replica, dep); err != nil {
@@ -980,6 +988,29 @@ func (n *Node) moveAside() error {
 	}
 	n.log.Warn("node: moved the replica it led aside to rebuild it from the new leader", "deposed", dep)
 	return nil
+}
+
+// discard removes dir as one step a crash cannot split: it is renamed to
+// trashDirName (synced) before its files go, so a crash leaves dir whole or
+// gone — never a directory missing some files, which a later open would
+// take for a replica of another shape (or a deposed replica to restore).
+// Open removes what a crash left in trash.
+func (n *Node) discard(dir string) error {
+	fs := n.o.FS
+	trash := fs.PathJoin(n.o.Dir, trashDirName)
+	if err := fs.RemoveAll(trash); err != nil {
+		return err
+	}
+	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := fs.Rename(dir, trash); err != nil {
+		return err
+	}
+	if err := syncDir(fs, n.o.Dir); err != nil {
+		return err
+	}
+	return fs.RemoveAll(trash)
 }
 
 // targetSource is the rebuild source of the leader followed now.
