@@ -62,8 +62,10 @@ func TestNodePromiseFencesLeader(t *testing.T) {
 		defer n.Close()
 		d := &switchDialer{}
 		d.to.Store(old)
-		nodes[id], dialers[id], served[id] = n, d, make(chan error, 1)
-		go func() { served[id] <- n.Serve(ctx, func(uint32) replication.Dialer { return d }) }()
+		done := make(chan error, 1)
+		nodes[id], dialers[id], served[id] = n, d, done
+		// The goroutine gets its channel, not the map the loop writes on.
+		go func() { done <- n.Serve(ctx, func(uint32) replication.Dialer { return d }) }()
 	}
 
 	id := session.ID{7}
