@@ -129,6 +129,12 @@ const (
 	nemKinds
 )
 
+// errStalled: the members never converged on the final leader — a
+// liveness failure (the open one: a member whose shard store does not open
+// after a crash during a rebuild), never a lost or doubled write, which
+// the verification after convergence would report.
+var errStalled = errors.New("members never caught up")
+
 // NemesisName names a nemesis event kind.
 func NemesisName(k int) string {
 	return [...]string{"kill-leader", "pause-leader", "cut-coord", "cut-peers", "kill-follower"}[k]
@@ -825,7 +831,7 @@ func (r *erun) settle() error {
 			err = sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckAll)
 			cancel()
 			if r.ctx.Err() != nil {
-				return fmt.Errorf("members never caught up with %s: %w (%s)", m.id, r.ctx.Err(), r.describe())
+				return fmt.Errorf("%w with %s: %w (%s)", errStalled, m.id, r.ctx.Err(), r.describe())
 			}
 			ok = ok && err == nil
 		}
