@@ -108,12 +108,7 @@ func (n *Node) rebuildBehind(ctx context.Context, t term) error {
 	cctx, cancel := context.WithTimeout(ctx, n.o.FenceTimeout)
 	defer cancel()
 	for _, s := range behind {
-		o := n.o.Follower.Follower
-		o.Store.ID, o.Store.FS, o.Store.Shard = n.o.ID, n.o.FS, s
-		if o.Store.Logger == nil {
-			o.Store.Logger = n.o.Logger
-		}
-		m, _, err := follower.Rebuild(cctx, store.ShardDir(n.replica, s), &o, n.o.Transport.Snapshots(t.Addr), nil)
+		m, _, err := n.rebuildShard(cctx, s, t.Addr)
 		if err != nil {
 			return fmt.Errorf("shard %d from %s: %w", s, t.ID, err)
 		}
