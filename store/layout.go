@@ -19,8 +19,11 @@ type Layout int
 
 // Layouts, from DirLayout.
 const (
-	// LayoutEmpty: the directory is absent or empty (a lone Pebble LOCK
-	// file, left by a failed open of an older binary, counts as empty).
+	// LayoutEmpty: the directory is absent or empty. A lone Pebble LOCK
+	// file, left by a failed open of an older binary, counts as empty, and
+	// so do the files of a Pebble store whose creation was interrupted
+	// (a MANIFEST, OPTIONS or LOCK without the manifest marker that
+	// commits it: Pebble retries such a creation).
 	LayoutEmpty Layout = iota
 	// LayoutStore: one Pebble store — a follower's store, or one shard's
 	// store inside a node directory.
@@ -118,7 +121,11 @@ func DirLayout(fs vfs.FS, dir string) (Layout, string, error) {
 	}
 	var pebbleFile, shardDir, segment, other string
 	var leader string
+	created := false // Pebble's manifest marker, or a CURRENT (v1), or data
 	for _, name := range names {
+		if isPebbleCommit(name) {
+			created = true
+		}
 		switch {
 		case name == LeaderLockFileName:
 			leader = name
@@ -151,6 +158,15 @@ func DirLayout(fs vfs.FS, dir string) (Layout, string, error) {
 	switch {
 	case leader != "":
 		return LayoutLeader, leader, nil
+	case pebbleFile != "" && created:
+		return LayoutStore, pebbleFile, nil
+	case pebbleFile != "" && shardDir == "" && segment == "" && other == "":
+		// A Pebble store whose creation a crash interrupted: Pebble writes
+		// its first MANIFEST, then commits it with the manifest marker
+		// (synced) before it writes a WAL, a table or anything a caller
+		// could be told is durable. Without the marker Pebble itself
+		// retries the creation; nothing was ever stored here.
+		return LayoutEmpty, "", nil
 	case pebbleFile != "":
 		return LayoutStore, pebbleFile, nil
 	case segment != "":
@@ -181,6 +197,22 @@ func isSegment(name string) bool {
 // isPebbleFile reports whether name is one of the files Pebble keeps in a
 // store directory: its lock, manifests and their marker, options, WALs,
 // tables, blob files, and temporary files of an interrupted write.
+// isPebbleCommit reports whether name shows that a Pebble store was
+// created, not only begun: its manifest marker (or a format-1 store's
+// CURRENT), or a file Pebble writes only into a created store (a WAL, a
+// table, a blob file).
+func isPebbleCommit(name string) bool {
+	if name == "CURRENT" || strings.HasPrefix(name, "marker.manifest.") {
+		return true
+	}
+	for _, ext := range []string{".log", ".sst", ".blob"} {
+		if num, ok := strings.CutSuffix(name, ext); ok && num != "" && strings.Trim(num, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
+
 func isPebbleFile(name string) bool {
 	switch {
 	case name == "LOCK", name == "CURRENT",

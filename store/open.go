@@ -505,6 +505,12 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		}()
 		return pebble.Open(dir, po)
 	}()
+	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+		// DirLayout saw data files (a WAL, a table) beside no manifest
+		// marker: not a creation a crash cut short, but a store that lost
+		// the file saying what it holds.
+		err = &corruptStoreError{dir: dir, err: fmt.Errorf("it holds Pebble data files but no manifest marker: %w", err)}
+	}
 	return db, err
 }
 
