@@ -22,8 +22,9 @@ const (
 	// LayoutEmpty: the directory is absent or empty. A lone Pebble LOCK
 	// file, left by a failed open of an older binary, counts as empty, and
 	// so do the files of a Pebble store whose creation was interrupted
-	// (a MANIFEST, OPTIONS or LOCK without the manifest marker that
-	// commits it: Pebble retries such a creation).
+	// (a MANIFEST, OPTIONS or LOCK without a manifest marker naming a
+	// MANIFEST that is there, and no data file: Pebble retries such a
+	// creation).
 	LayoutEmpty Layout = iota
 	// LayoutStore: one Pebble store — a follower's store, or one shard's
 	// store inside a node directory.
@@ -121,11 +122,8 @@ func DirLayout(fs vfs.FS, dir string) (Layout, string, error) {
 	}
 	var pebbleFile, shardDir, segment, other string
 	var leader string
-	created := false // Pebble's manifest marker, or a CURRENT (v1), or data
+	created := pebbleCreated(names)
 	for _, name := range names {
-		if isPebbleCommit(name) {
-			created = true
-		}
 		switch {
 		case name == LeaderLockFileName:
 			leader = name
@@ -162,10 +160,12 @@ func DirLayout(fs vfs.FS, dir string) (Layout, string, error) {
 		return LayoutStore, pebbleFile, nil
 	case pebbleFile != "" && shardDir == "" && segment == "" && other == "":
 		// A Pebble store whose creation a crash interrupted: Pebble writes
-		// its first MANIFEST, then commits it with the manifest marker
-		// (synced) before it writes a WAL, a table or anything a caller
-		// could be told is durable. Without the marker Pebble itself
-		// retries the creation; nothing was ever stored here.
+		// its first MANIFEST, then commits it with the manifest marker and
+		// a sync of the directory, before it writes a WAL, a table or
+		// anything a caller could be told is durable. Without the marker
+		// (or with a marker whose MANIFEST the crash lost: the directory
+		// was not synced yet) nothing was ever stored here, and Pebble
+		// itself retries such a creation.
 		return LayoutEmpty, "", nil
 	case pebbleFile != "":
 		return LayoutStore, pebbleFile, nil
@@ -197,17 +197,25 @@ func isSegment(name string) bool {
 // isPebbleFile reports whether name is one of the files Pebble keeps in a
 // store directory: its lock, manifests and their marker, options, WALs,
 // tables, blob files, and temporary files of an interrupted write.
-// isPebbleCommit reports whether name shows that a Pebble store was
-// created, not only begun: its manifest marker (or a format-1 store's
-// CURRENT), or a file Pebble writes only into a created store (a WAL, a
-// table, a blob file).
-func isPebbleCommit(name string) bool {
-	if name == "CURRENT" || strings.HasPrefix(name, "marker.manifest.") {
-		return true
-	}
-	for _, ext := range []string{".log", ".sst", ".blob"} {
-		if num, ok := strings.CutSuffix(name, ext); ok && num != "" && strings.Trim(num, "0123456789") == "" {
+// pebbleCreated reports whether a directory listing shows a Pebble store
+// that was created, not only begun: a manifest marker naming a MANIFEST
+// that is there (or a format-1 store's CURRENT), or a file Pebble writes
+// only into a created store (a WAL, a table, a blob file).
+func pebbleCreated(names []string) bool {
+	for _, name := range names {
+		if name == "CURRENT" {
 			return true
+		}
+		if rest, ok := strings.CutPrefix(name, "marker.manifest."); ok {
+			// marker.manifest.<iteration>.<MANIFEST file name>
+			if _, manifest, ok := strings.Cut(rest, "."); ok && slices.Contains(names, manifest) {
+				return true
+			}
+		}
+		for _, ext := range []string{".log", ".sst", ".blob"} {
+			if num, ok := strings.CutSuffix(name, ext); ok && num != "" && strings.Trim(num, "0123456789") == "" {
+				return true
+			}
 		}
 	}
 	return false

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/internal/keyspace"
+	"github.com/oncewal/oncewal/wal"
 )
 
 // ErrUnavailable: the store cannot be opened now — Pebble's recovery
@@ -505,11 +507,15 @@ func openPeek(fs vfs.FS, dir string) (*pebble.DB, error) {
 		}()
 		return pebble.Open(dir, po)
 	}()
-	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+	switch {
+	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		// DirLayout saw data files (a WAL, a table) beside no manifest
 		// marker: not a creation a crash cut short, but a store that lost
 		// the file saying what it holds.
 		err = &corruptStoreError{dir: dir, err: fmt.Errorf("it holds Pebble data files but no manifest marker: %w", err)}
+	case errors.Is(err, os.ErrNotExist):
+		// A file its manifest marker or manifest names is gone.
+		err = &corruptStoreError{dir: dir, err: err}
 	}
 	return db, err
 }
@@ -575,6 +581,47 @@ func (fs peekFS) Unwrap() vfs.FS { return fs.FS }
 type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
+
+// clearInterruptedCreation removes what a Pebble creation a crash cut
+// short left in dir (DirLayout's LayoutEmpty with Pebble files: nothing
+// was ever stored). Pebble retries a creation that left no manifest marker
+// by itself, but not one whose marker survived the crash without the
+// MANIFEST it names. The files go under the store's Pebble lock, so a
+// creation running in another process right now is left alone (ErrLocked).
+func clearInterruptedCreation(fs vfs.FS, dir string, log *slog.Logger) error {
+	names, err := fs.List(dir)
+	if err != nil || !slices.ContainsFunc(names, func(n string) bool { return n != "LOCK" }) {
+		return nil // absent, empty, or a lone LOCK
+	}
+	lockName := fs.PathJoin(dir, "LOCK")
+	lock, err := fs.Lock(lockName)
+	if err != nil {
+		return LockError(lockName, err)
+	}
+	defer func() { _ = lock.Close() }()
+	// Read again under the lock: a creation may have finished meanwhile.
+	if layout, _, err := DirLayout(fs, dir); err != nil || layout != LayoutEmpty {
+		return err
+	}
+	if names, err = fs.List(dir); err != nil {
+		return err
+	}
+	var removed []string
+	for _, name := range names {
+		if name == "LOCK" {
+			continue
+		}
+		if err := fs.RemoveAll(fs.PathJoin(dir, name)); err != nil {
+			return err
+		}
+		removed = append(removed, name)
+	}
+	if err := wal.SyncDir(fs, dir); err != nil {
+		return err
+	}
+	log.Warn("oncewal store: removed what a store creation cut short by a crash left; the store is created again", "dir", dir, "files", removed)
+	return nil
+}
 
 // removeNewStore undoes what a failed open of a new store left in dir: the
 // directory itself if it did not exist before, else every entry (the

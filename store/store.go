@@ -278,6 +278,9 @@ func openContext(ctx context.Context, dir string, opts *Options) (*Store, error)
 		switch layout {
 		case LayoutEmpty:
 			fresh = true
+			if err := clearInterruptedCreation(o.FS, dir, o.Logger); err != nil {
+				return nil, fmt.Errorf("store: opening store %s: %w", dir, err)
+			}
 		case LayoutStore:
 			found, recorded, err := peekIdentity(o.FS, dir)
 			if err != nil {
