@@ -198,6 +198,18 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 	if err := wal.MkdirAllSynced(fs, dir); err != nil {
 		return nil, fmt.Errorf("follower: node dir %s: %w", dir, err)
 	}
+	// The count is recorded before any store is created, as a leader
+	// does: a crash between creating one shard's store and the next would
+	// otherwise leave a directory that counts fewer shards than asked, and
+	// every later open would refuse it as another deployment's.
+	if record {
+		if err := store.RecordShardCount(fs, dir, o.ShardCount); err != nil {
+			if newDir {
+				_ = fs.Remove(dir)
+			}
+			return nil, err
+		}
+	}
 	n := &Node{dir: dir, opts: o, byID: make(map[uint32]*nodeShard, len(sorted))}
 	for _, s := range sorted {
 		so := o.Follower
@@ -251,18 +263,13 @@ func OpenNodeContext(ctx context.Context, dir string, shards []uint32, opts *Nod
 				}
 			}
 		}
+		if record {
+			_ = fs.Remove(fs.PathJoin(dir, store.ShardCountFileName))
+		}
 		if newDir {
 			_ = fs.Remove(dir) // only if nothing is left in it
 		}
 		return nil, err
-	}
-	if record {
-		if err := store.RecordShardCount(fs, dir, o.ShardCount); err != nil {
-			for _, ns := range n.shards {
-				_ = ns.f.Close()
-			}
-			return nil, err
-		}
 	}
 	n.life = lifegate.New()
 	return n, nil
