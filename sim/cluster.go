@@ -20,6 +20,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/crashmem"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
@@ -437,7 +438,7 @@ func (r *run) run() error {
 			n.fs, n.dir = vfs.Default, filepath.Join(cfg.Dir, n.id)
 		} else {
 			n.mem = vfs.NewCrashableMem()
-			n.fs, n.dir = n.mem, "/"+n.id
+			n.fs, n.dir = crashmem.Wrap(n.mem), "/"+n.id
 		}
 		var links []*inprocess.Transport
 		for s := range uint32(cfg.Shards) {
@@ -459,7 +460,7 @@ func (r *run) run() error {
 		ln.fs, ln.dir = vfs.Default, filepath.Join(cfg.Dir, "leader")
 	} else {
 		ln.mem = vfs.NewCrashableMem()
-		ln.fs, ln.dir = ln.mem, "/leader"
+		ln.fs, ln.dir = crashmem.Wrap(ln.mem), "/leader"
 	}
 	for i := range cfg.Followers {
 		ln.shipTo = append(ln.shipTo, i)
@@ -671,7 +672,7 @@ func (r *run) restartLeader(crash bool, rng *rand.Rand) error {
 	if crash && ln.mem != nil {
 		clone := ln.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
 		_ = r.stopLeader() // writes after the clone land on the lost filesystem
-		ln.mem, ln.fs = clone, clone
+		ln.mem, ln.fs = clone, crashmem.Wrap(clone)
 		r.res.LeaderCrashes++
 	} else {
 		if err := r.stopLeader(); err != nil {
@@ -775,7 +776,7 @@ func (r *run) restartNode(n *node, kind int, rng *rand.Rand) error {
 		// node finishes meanwhile (an install: see catchUp) is counted
 		// although the image may not hold it.
 		_ = n.close(true)
-		n.mem, n.fs = clone, clone
+		n.mem, n.fs = clone, crashmem.Wrap(clone)
 		n.res.Crashes++
 	}
 	r.trace("follower %s restarted (%s) at batch %d", n.id, KindName(kind), r.client.Sent())

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/internal/crashmem"
 	"github.com/oncewal/oncewal/leader"
 	onode "github.com/oncewal/oncewal/node"
 	"github.com/oncewal/oncewal/replication"
@@ -378,7 +379,7 @@ func (r *erun) nodeOptions(m *member) *onode.Options {
 	st := store.Options{WindowCapacity: electionWindow, Logger: r.cfg.Logger, PebbleOptions: smallMemtable} // the members' stores log as they do
 	return &onode.Options{
 		Coordinator: m.view, Cluster: electionCluster, ID: m.id, Dir: m.dir, Shards: r.cfg.Shards,
-		Addr: m.addr, Transport: r.net.For(m.addr), FS: m.mem, Logger: r.cfg.Logger,
+		Addr: m.addr, Transport: r.net.For(m.addr), FS: crashmem.Wrap(m.mem), Logger: r.cfg.Logger,
 		FenceTimeout: 8 * r.cfg.LeaseTTL,
 		Leader: leader.Options{Store: st, Wall: r.clock.Now, AckTimeout: r.cfg.AckTimeout, SegmentSize: 64 << 10,
 			Shipping: leader.ShipperOptions{RetransmitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond}},

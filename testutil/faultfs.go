@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oncewal/oncewal/internal/crashmem"
 )
 
 // OpKinds selects the operations of the given kinds, for FailNth.Match and
@@ -103,7 +104,9 @@ type CrashFS struct {
 // image of another CrashFS to crash its recovery in turn).
 func NewCrashFS(mem *vfs.MemFS, o CrashOptions) *CrashFS {
 	c := &CrashFS{mem: mem, o: o, armed: !o.Disarmed}
-	c.FS = errorfs.Wrap(mem, errorfs.InjectorFunc(c.maybeCrash))
+	// crashmem: a crash image taken while a store opens must not deadlock
+	// in MemFS.Lock.
+	c.FS = errorfs.Wrap(crashmem.Wrap(mem), errorfs.InjectorFunc(c.maybeCrash))
 	return c
 }
 
