@@ -239,6 +239,22 @@ type LedgerOptions struct {
 	// instead of logging the outcome on its own. Default: "" (Complete
 	// logs).
 	AtomicCommit string
+	// FreeOrphanedClaims frees at once, instead of at its lease's end,
+	// every claim that was in flight when this ledger opened (its last
+	// record older than Now at OpenLedger). Set it when every claim's owner
+	// runs in the process that writes this ledger's log, as the client
+	// service's handlers do (package clientapi; oncewal node and oncewal
+	// leader set it): such a claim's owner died with the process that
+	// wrote the log before, or was deposed with it and is fenced, so it can
+	// never complete or extend the claim, and a retry would wait out the
+	// lease for nothing. Its effects were never logged without its outcome
+	// (AtomicCommit), so the retry, run afresh, runs it once. Leave it
+	// unset when an owner may outlive the ledger's process (a worker that
+	// claims through an RPC and acts outside the log): the lease is then
+	// what keeps a retry from running beside it. Now must be strictly
+	// increasing and above every logged time (the default clock and the
+	// leader's WAL clock are). Default false.
+	FreeOrphanedClaims bool
 }
 
 // Defaults of LedgerOptions.
@@ -327,7 +343,10 @@ type Ledger struct {
 
 	clockMu sync.Mutex // default Now
 	last    int64
-	logMu   sync.Mutex // default Log: table transactions are serialized
+	// orphanedBefore: an in-flight claim last recorded before it is free
+	// (FreeOrphanedClaims); 0 otherwise.
+	orphanedBefore int64
+	logMu          sync.Mutex // default Log: table transactions are serialized
 
 	stats ledgerCounters
 }
@@ -393,6 +412,9 @@ func OpenLedger(t *LedgerTable, opts *LedgerOptions) (*Ledger, error) {
 	}
 	if l.opts.Log == nil {
 		l.opts.Log = l.logDirect
+	}
+	if l.opts.FreeOrphanedClaims {
+		l.orphanedBefore = l.opts.Now()
 	}
 	return l, nil
 }
@@ -553,7 +575,7 @@ func guardStore(err *error) {
 // live reads the entry of rk and reports it only if it has not expired at now.
 func (l *Ledger) live(rk []byte, now int64) (Entry, bool, error) {
 	e, found, err := getEntry(l.table.db, rk)
-	if err != nil || !found || !e.Live(now) {
+	if err != nil || !found || !e.Live(now) || e.State == StateInFlight && e.Time < l.orphanedBefore {
 		return Entry{}, false, err
 	}
 	return e, true, nil

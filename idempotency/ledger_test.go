@@ -219,6 +219,32 @@ func TestLedgerLeaseExpiry(t *testing.T) {
 	_ = held
 }
 
+// TestLedgerFreesOrphanedClaims: with FreeOrphanedClaims, a claim in
+// flight when the ledger reopens (its owner died with the process) is free
+// at once, and its owner can no longer settle it; a claim taken after the
+// reopen is held for its lease, completed ones still replay. Without the
+// option the orphan is held until its lease ends (TestLedgerLeaseExpiry).
+func TestLedgerFreesOrphanedClaims(t *testing.T) {
+	e := newEnv(t, nil, &idempotency.LedgerOptions{FreeOrphanedClaims: true})
+	orphan := e.claim("k", "p")
+	done := e.claim("d", "p")
+	require.NoError(t, e.l.Complete(done, []byte("out")))
+	extended := e.claim("x", "p")
+	_, err := e.l.Extend(extended, 10*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.InFlight, e.claim("k", "p").Status, "before the reopen the owner is alive")
+	e.reopen()
+	for _, key := range []string{"k", "x"} {
+		taker := e.claim(key, "p")
+		require.Equal(t, idempotency.Fresh, taker.Status, "claim %q in flight at the reopen is orphaned", key)
+		require.Equal(t, idempotency.InFlight, e.claim(key, "p").Status, "the new claim on %q is held", key)
+		require.NoError(t, e.l.Complete(taker, []byte("once")))
+	}
+	require.ErrorIs(t, e.l.Complete(orphan, []byte("late")), idempotency.ErrNotOwner)
+	require.Equal(t, "out", string(e.claim("d", "p").Outcome))
+	require.Equal(t, "once", string(e.claim("k", "p").Outcome))
+}
+
 func TestLedgerReplayWindowEnds(t *testing.T) {
 	e := newEnv(t, nil, &idempotency.LedgerOptions{TTL: time.Hour})
 	require.Equal(t, time.Hour, e.l.ReplayWindow())

@@ -90,6 +90,17 @@
 //     another cluster or ID is refused (ErrForeignDir) before anything is
 //     written, and one process at a time holds it (ErrLocked).
 //
+// # Requests in flight at a failover
+//
+// Every request ID is claimed by the leader's client service, in the
+// leader's process, and its effects are logged with its outcome in one
+// batch. A claim still in flight when a member starts to lead was taken by
+// a leader that is dead, or deposed and fenced: it can never complete, so
+// the new leader frees it at once (idempotency.LedgerOptions
+// FreeOrphanedClaims) and the client's retry runs the request afresh —
+// once, since nothing of it was logged — instead of waiting out the claim
+// lease.
+//
 // # When etcd is unreachable
 //
 // A leader whose lease cannot be renewed loses it after the TTL (coord

@@ -736,6 +736,10 @@ func (n *Node) promote(ctx context.Context, v view, c choice) {
 	lo := n.o.Leader
 	lo.Shards, lo.Epoch, lo.Promote, lo.Followers, lo.FS = n.o.Shards, f.t.Epoch, true, others, n.o.FS
 	lo.Listener = ep.Listener
+	// Every claim is the client service's, run by the member that led: a
+	// claim in flight now was a deposed or dead leader's (package doc,
+	// "Requests in flight at a failover").
+	lo.Ledger.FreeOrphanedClaims = true
 	if lo.Logger == nil {
 		lo.Logger = n.o.Logger
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/follower"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication/inprocess"
@@ -46,8 +47,10 @@ type cluster struct {
 	// its address and transport (default: the MemoryNet).
 	coordFor     func(id string) coord.Coordinator
 	transportFor func(id string) (string, Transport)
-	mu           sync.Mutex
-	nodes        map[string]*running
+	// optionsFor, if set, changes every member's options before it starts.
+	optionsFor func(*Options)
+	mu         sync.Mutex
+	nodes      map[string]*running
 }
 
 type running struct {
@@ -87,6 +90,9 @@ func (cl *cluster) start(id string) {
 	}
 	if cl.transportFor != nil {
 		o.Addr, o.Transport = cl.transportFor(id)
+	}
+	if cl.optionsFor != nil {
+		cl.optionsFor(o)
 	}
 	n, err := Open(o)
 	if err != nil {
@@ -437,4 +443,57 @@ func TestElectsPastStoredEpochs(t *testing.T) {
 	}
 	write(t, l, sessions, 100, 5)
 	cl.stopAll() // before c2 closes
+}
+
+// TestFailoverFreesClaimsInFlight: a request the leader was running when it
+// stopped (its claim logged and replicated, its commit never made) is run
+// at once on the next leader — the claim's owner is gone — instead of
+// after the claim lease (an hour here); the retry commits once, and the
+// dead owner's token settles nothing.
+func TestFailoverFreesClaimsInFlight(t *testing.T) {
+	c := coord.NewMemory()
+	t.Cleanup(func() { _ = c.Close() })
+	cl := newCluster(t, c, 1, "a", "b", "c")
+	cl.optionsFor = func(o *Options) { o.Leader.Ledger.Lease = time.Hour }
+	for _, id := range []string{"a", "b", "c"} {
+		cl.start(id)
+	}
+	first, l := cl.waitLeader("")
+	sid := session.NewID()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh, err := l.Shard(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := sh.Claim(ctx, sid, "client", "req-1", []byte("add 5"), idempotency.ClaimOptions{})
+	if err != nil || orphan.Status != idempotency.Fresh {
+		t.Fatalf("claim on the first leader: %v, %v", orphan, err)
+	}
+	if err := sh.WaitAcked(ctx, sh.NextLSN()-1, leader.AckAll); err != nil {
+		t.Fatal(err)
+	}
+	cl.stop(first)
+	_, l2 := cl.waitLeader(first)
+	sh2, err := l2.Shard(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := sh2.Claim(ctx, sid, "client", "req-1", []byte("add 5"), idempotency.ClaimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry.Status != idempotency.Fresh {
+		t.Fatalf("the retry on the new leader is %v (lease end in %v), not run at once", retry.Status, time.Duration(retry.LeaseEnd-sh2.Now()))
+	}
+	if _, err := sh2.Commit(orphan, []byte("late")); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("the dead owner's commit on the new leader: %v, want ErrNotOwner", err)
+	}
+	if _, err := sh2.Commit(retry, []byte("once"), wal.Event{Op: wal.OpAdd, Session: sid, Key: []byte("n"), Delta: 5}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := sh2.Claim(ctx, sid, "client", "req-1", []byte("add 5"), idempotency.ClaimOptions{})
+	if err != nil || again.Status != idempotency.Replay || string(again.Outcome) != "once" {
+		t.Fatalf("a second retry: %+v, %v; want the outcome replayed", again, err)
+	}
 }

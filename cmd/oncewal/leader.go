@@ -18,6 +18,7 @@ import (
 	"github.com/oncewal/oncewal/store"
 
 	"github.com/oncewal/oncewal/clientapi"
+	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
@@ -276,7 +277,10 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 		RetentionInterval: c.retainEvery,
 		SegmentSize:       c.segmentSize,
 		Store:             store.Options{Logger: log, MinFreeBytes: c.minFree, MemTableSize: c.memTable},
-		Logger:            log,
+		// Every claim is the client service's, run in this process: one in
+		// flight when it starts was its predecessor's, which is gone.
+		Ledger: idempotency.LedgerOptions{FreeOrphanedClaims: true},
+		Logger: log,
 	})
 	if err != nil {
 		return err

@@ -65,9 +65,10 @@ their link to a leader that still serves.
 
 --ack is the cluster's acknowledgement policy: every client write waits
 for it (one, majority or all of the followers), and a winner's fencing
-quorum is computed from it; give every member the same. A request the
-dead leader was running when it died is answered to a retry once its
-claim (--claim-lease) expires. With TLS, the
+quorum is computed from it; give every member the same. A request a
+dead or deposed leader was running is run afresh, once, on the client's
+retry at the new leader (its claim is freed at once); --claim-lease bounds
+how long a live leader's stuck handler holds a request ID. With TLS, the
 certificate (--tls-cert; 'oncewal gencerts DIR --nodes a,b,c' issues one
 per member, URI SAN oncewal://node/ID) both serves and dials, and must
 name --advertise's host. --metrics-addr serves /metrics, /healthz and
@@ -88,7 +89,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	shards := fs.Int("shards", 1, "the cluster's shard count (the same on every member, fixed for its lifetime)")
 	ack := fs.String("ack", "majority", "the cluster's ack policy: one, majority or all of the followers")
 	leaseTTL := fs.Duration("lease-ttl", coord.DefaultLeaseTTL, "etcd lease of a leadership, whole seconds >= 2s: a dead leader is succeeded about this long after its last renewal")
-	claimLease := fs.Duration("claim-lease", idempotency.DefaultLease, "how long the leader running a client request holds its request ID (renewed while it runs): a retry of a request a dead leader was running waits this long at most after the failover")
+	claimLease := fs.Duration("claim-lease", idempotency.DefaultLease, "how long the leader running a client request holds its request ID (renewed while it runs); a new leader frees the claims of a dead or deposed one at once")
 	tf := addTLSFlags(fs, "node")
 	mf := addMetricsFlags(fs, false)
 	lf := addLogFlags(fs)
