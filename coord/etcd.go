@@ -35,13 +35,26 @@ func NewEtcd(opts *EtcdOptions) (*Etcd, error) {
 	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, TLS: o.TLS, Logger: slogZap(o.Logger)})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, TLS: o.TLS, Logger: slogZap(o.Logger),
+		// A connection that silently stops carrying bytes (a partition
+		// that drops packets, a proxy that loses them) would hold a pending
+		// campaign or watch forever: gRPC pings find it dead and the
+		// client dials again. Not more often than etcd's default
+		// --grpc-keepalive-min-time (5 s), which answers faster pings with
+		// GOAWAY.
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: max(time.Second, o.LeaseTTL/3),
+		PermitWithoutStream:  true,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %v: %w", ErrUnavailable, o.Endpoints, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Etcd{opts: o, cli: cli, ctx: ctx, cancel: cancel, held: map[*etcdLeadership]struct{}{}}, nil
 }
+
+// keepAliveTime is how often the etcd client pings a quiet connection.
+const keepAliveTime = 5 * time.Second
 
 func (c *Etcd) electionPrefix(cluster string) string {
 	return c.opts.Prefix + "/" + cluster + "/leader"

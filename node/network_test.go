@@ -132,8 +132,12 @@ func TestFailoverOverTheNetwork(t *testing.T) {
 }
 
 // etcdCut is a proxy between one member and etcd that a test can cut and
-// heal (etcd's pkg/v3/proxy: packets blackholed both ways, connections
-// kept, as a network partition does).
+// heal (etcd's pkg/v3/proxy). A cut pauses both directions: the
+// connections stay up and carry nothing until the heal, and then carry
+// what was sent meanwhile, as TCP does across a partition. (Its blackhole
+// instead drops bytes from the middle of a stream, which no TCP connection
+// does: a request lost that way left a member's lease grant waiting
+// forever on a connection whose pings got through again.)
 type etcdCut struct{ s proxy.Server }
 
 func newEtcdCut(t *testing.T, etcd string) (*etcdCut, string) {
@@ -153,8 +157,8 @@ func newEtcdCut(t *testing.T, etcd string) (*etcdCut, string) {
 	return &etcdCut{s}, "http://" + from.Host
 }
 
-func (c *etcdCut) cut()  { c.s.BlackholeTx(); c.s.BlackholeRx() }
-func (c *etcdCut) heal() { c.s.UnblackholeTx(); c.s.UnblackholeRx() }
+func (c *etcdCut) cut()  { c.s.PauseTx(); c.s.PauseRx() }
+func (c *etcdCut) heal() { c.s.UnpauseTx(); c.s.UnpauseRx() }
 
 // TestEtcdOutage: a leader cut from etcd stops acknowledging once its lease
 // may have ended and another member, still reaching etcd, takes over; with
