@@ -32,11 +32,17 @@ func freeAddr(t *testing.T) string {
 
 // netCluster is members on a real etcd and gRPC over loopback.
 func netCluster(t *testing.T, shards int, ids ...string) (*cluster, []string) {
+	return netClusterVia(t, shards, func(ep, _ string) string { return ep }, ids...)
+}
+
+// netClusterVia is netCluster with each member reaching etcd (at ep) at
+// via(ep, id): a proxy a test can cut, say.
+func netClusterVia(t *testing.T, shards int, via func(ep, id string) string, ids ...string) (*cluster, []string) {
 	t.Helper()
 	ep := etcdtest.Start(t)
 	coords := map[string]coord.Coordinator{}
 	for _, id := range ids {
-		c, err := coord.NewEtcd(&coord.EtcdOptions{Endpoints: []string{ep}, LeaseTTL: 2 * time.Second, Logger: quiet})
+		c, err := coord.NewEtcd(&coord.EtcdOptions{Endpoints: []string{via(ep, id)}, LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,35 +172,13 @@ func (c *etcdCut) heal() { c.s.UnpauseTx(); c.s.UnpauseRx() }
 // acknowledged by two leaders; once etcd answers again a leader is elected
 // and every acknowledged request is there exactly once.
 func TestEtcdOutage(t *testing.T) {
-	ep := etcdtest.Start(t)
 	ids := []string{"a", "b", "c"}
 	cuts := map[string]*etcdCut{}
-	coords := map[string]coord.Coordinator{}
-	for _, id := range ids {
+	cl, all := netClusterVia(t, 1, func(ep, id string) string {
 		cut, via := newEtcdCut(t, ep)
-		c, err := coord.NewEtcd(&coord.EtcdOptions{Endpoints: []string{via}, LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		cuts[id], coords[id] = cut, c
-	}
-	cl := newCluster(t, coords["a"], 1, ids...)
-	cl.coordFor = func(id string) coord.Coordinator { return coords[id] }
-	addrs := map[string]string{}
-	var all []string
-	for _, id := range ids {
-		addrs[id] = freeAddr(t)
-		all = append(all, addrs[id])
-	}
-	cl.transportFor = func(id string) (string, Transport) {
-		g, err := NewGRPC(&GRPCOptions{Listen: addrs[id], Insecure: true, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = g.Close() })
-		return addrs[id], g
-	}
+		cuts[id] = cut
+		return via
+	}, ids...)
 	for _, id := range ids {
 		cl.start(id)
 	}
