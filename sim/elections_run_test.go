@@ -131,9 +131,8 @@ const (
 )
 
 // errStalled: the members never converged on the final leader — a
-// liveness failure (the open one: a member whose shard store does not open
-// after a crash during a rebuild), never a lost or doubled write, which
-// the verification after convergence would report.
+// liveness failure, not a lost or doubled write, which the verification
+// after convergence would report.
 var errStalled = errors.New("members never caught up")
 
 // NemesisName names a nemesis event kind.
