@@ -169,9 +169,10 @@ func TestRedirectEpochs(t *testing.T) {
 	if addr, epoch := c.Leader(); addr != "" || epoch != 4 {
 		t.Errorf("after the leader said it no longer leads: leader %q at %d, want none at 4", addr, epoch)
 	}
-	// Attempts: leader (NotLeader), f (stale: not followed), leader, f.
-	if subs, fsubs := len(leader.seenSubmits()), len(f.seenSubmits()); subs != 3 || fsubs != 2 {
-		t.Errorf("the leader saw %d submits, the follower %d; want 3 and 2 (the stale redirect followed?)", subs, fsubs)
+	// Attempts: leader (NotLeader naming nobody: not counted), f (stale:
+	// not followed; counted), and so on until f's fourth answer.
+	if subs, fsubs := len(leader.seenSubmits()), len(f.seenSubmits()); subs != 5 || fsubs != 4 {
+		t.Errorf("the leader saw %d submits, the follower %d; want 5 and 4 (the stale redirect followed?)", subs, fsubs)
 	}
 }
 
@@ -253,8 +254,9 @@ func TestBudget(t *testing.T) {
 		} {
 			c := newTestClient(t, addrs, func(o *Options) { o.Attempts = 5 })
 			_, err := c.Submit(context.Background(), "x", Ops(Put([]byte("k"), nil)))
-			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "5 attempts") {
-				t.Errorf("%s: err = %v, want ErrUnavailable after 5 attempts", name, err)
+			// (Answers that no node leads do not count against Attempts.)
+			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "Options.Attempts 5") {
+				t.Errorf("%s: err = %v, want ErrUnavailable after 5 counted attempts", name, err)
 			}
 			if _, err := c.Status(context.Background(), "x"); !errors.Is(err, ErrUnavailable) {
 				t.Errorf("%s: status: %v, want ErrUnavailable", name, err)
@@ -611,5 +613,25 @@ func TestFirstSessionHome(t *testing.T) {
 	}
 	if opens[0].Near != homeOf("tester") {
 		t.Errorf("home %x, want homeOf(tester)", opens[0].Near)
+	}
+}
+
+// TestElectionDoesNotSpendAttempts: while every node answers NotLeader
+// naming no leader (an election), the call is bounded by RetryTimeout, not
+// by Attempts, which those instant answers would spend long before a new
+// leader is elected; it then ends ErrUnavailable, saying RetryTimeout.
+func TestElectionDoesNotSpendAttempts(t *testing.T) {
+	f := startNode(t, notLeader(""), nil)
+	c := newTestClient(t, []string{f.addr}, func(o *Options) { o.Attempts, o.RetryTimeout = 3, 500*time.Millisecond })
+	start := time.Now()
+	_, err := c.Submit(context.Background(), "e", Ops(Put([]byte("k"), nil)))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "RetryTimeout") {
+		t.Fatalf("Submit during an election: %v; want ErrUnavailable after RetryTimeout", err)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Errorf("the call ended after %v, before its RetryTimeout", d)
+	}
+	if n := len(f.seenOpens()); n <= 3 {
+		t.Errorf("the node saw %d attempts; the budget of 3 should not bound an election", n)
 	}
 }

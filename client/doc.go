@@ -50,7 +50,9 @@
 //     Unavailable and a transport error send it to the next known address. An attempt waits a jittered exponential backoff
 //     (Options.Backoff, gRPC's backoff.Config) before it goes back to an
 //     address already tried since the last wait, and before it retries
-//     InFlight, so that the client never spins.
+//     InFlight, so that the client never spins. Options.Attempts counts
+//     every attempt but those answered NotLeader naming no leader: while
+//     the cluster elects one only RetryTimeout bounds the call.
 //  6. One session per Client, opened on first use (OpenSession) and
 //     renewed with OpenSession{Near: current} — which places the new
 //     session in the current one's shard, so a request retried under the

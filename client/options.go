@@ -102,7 +102,9 @@ type Options struct {
 	// (WithAck). Default DefaultAck (AckMajority).
 	Ack Ack
 	// Attempts bounds the attempts of one call (each one request to one
-	// node, after an OpenSession if the session needs one). Default
+	// node, after an OpenSession if the session needs one). An attempt
+	// answered NotLeader by a node that knows no leader (an election is
+	// on) does not count: RetryTimeout bounds that wait. Default
 	// DefaultAttempts (20).
 	Attempts int
 	// RetryTimeout bounds the time of one call, attempts and backoff

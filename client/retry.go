@@ -55,6 +55,7 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 	addr := c.start()
 	sent := false
 	hops, waits := 0, 0
+	counted := 0 // attempts against Options.Attempts (invariant 5)
 	for n := 1; ; n++ {
 		if call.Err() != nil {
 			return c.ended(ctx, call, what, n-1, sent, nil)
@@ -71,7 +72,13 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 			}
 			return s.err
 		}
-		if call.Err() != nil || n >= c.opts.Attempts {
+		// A NotLeader naming no leader: the cluster is electing one, which
+		// takes a lease or so; RetryTimeout bounds that wait, not Attempts,
+		// which every node answering at once would spend in seconds.
+		if !s.redirect || s.addr != "" {
+			counted++
+		}
+		if call.Err() != nil || counted >= c.opts.Attempts {
 			return c.ended(ctx, call, what, n, sent, s.err)
 		}
 		next, wait := addr, s.v == vWait
