@@ -36,15 +36,15 @@ func NewEtcd(opts *EtcdOptions) (*Etcd, error) {
 		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, TLS: o.TLS, Logger: slogZap(o.Logger),
-		// A connection that silently stops carrying bytes (a partition
-		// that drops packets, a proxy that loses them) would hold a pending
-		// campaign or watch forever: gRPC pings find it dead and the
-		// client dials again. Not more often than etcd's default
-		// --grpc-keepalive-min-time (5 s), which answers faster pings with
-		// GOAWAY.
+		// A connection to a peer that died without closing it (a host
+		// lost, a partition that outlasts TCP's retries) would hold a
+		// pending campaign or watch forever: gRPC pings, sent while a call
+		// is open, find it dead and the client dials again. Well above
+		// etcd's --grpc-keepalive-min-time (5 s), which answers pings at
+		// about that pace with GOAWAY too_many_pings; and only with an open
+		// call (PermitWithoutStream unset), which etcd enforces too.
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: max(time.Second, o.LeaseTTL/3),
-		PermitWithoutStream:  true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %v: %w", ErrUnavailable, o.Endpoints, err)
@@ -54,7 +54,7 @@ func NewEtcd(opts *EtcdOptions) (*Etcd, error) {
 }
 
 // keepAliveTime is how often the etcd client pings a quiet connection.
-const keepAliveTime = 5 * time.Second
+const keepAliveTime = 10 * time.Second
 
 func (c *Etcd) electionPrefix(cluster string) string {
 	return c.opts.Prefix + "/" + cluster + "/leader"
