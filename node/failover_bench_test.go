@@ -312,10 +312,10 @@ func (fc *failoverCluster) leader(after uint64) (string, uint64, *leader.Leader)
 
 // probe sends fresh requests, each under a new ID and for at most 2 s,
 // until one is answered at an epoch above e, and returns when. A fresh ID
-// per try, because a request in flight at a kill may wait on the successor
-// for its claim's lease (its claim was logged and shipped, its outcome not:
-// idempotency.DefaultLease, 1 min): that is the request's wait, which
-// max-request-ns reports, not the cluster's.
+// per try, so that the figure is the first write the successor takes;
+// max-request-ns reports the writers' requests, retried with their IDs
+// across the kill (a claim in flight at the kill is freed by the
+// successor: node's "Requests in flight at a failover").
 func (fc *failoverCluster) probe(e uint64) time.Time {
 	fc.tb.Helper()
 	deadline := time.Now().Add(fc.wait())

@@ -531,8 +531,9 @@ func runAuto(cfg autoConfig, out io.Writer) (autoReport, error) {
 	// stopped) runs now if it never did.
 	say("\nchecking: every request sent again with its ID ...")
 	// A request in flight at a kill whose claim reached the successor (its
-	// outcome did not) is answered InFlight until the claim's lease ends.
-	sctx, cancel := context.WithTimeout(bg, wait+idempotency.DefaultLease)
+	// outcome did not) runs at once: the successor freed the dead leader's
+	// claims when it took over (node, "Requests in flight at a failover").
+	sctx, cancel := context.WithTimeout(bg, 2*wait)
 	defer cancel()
 	for i, reqs := range w.reqs {
 		for id, a := range reqs {
