@@ -51,8 +51,9 @@
 //     (Options.Backoff, gRPC's backoff.Config) before it goes back to an
 //     address already tried since the last wait, and before it retries
 //     InFlight, so that the client never spins. Options.Attempts counts
-//     every attempt but those answered NotLeader naming no leader: while
-//     the cluster elects one only RetryTimeout bounds the call.
+//     the attempts that reached a node able to take the request; looking
+//     for the leader (NotLeader answers, nodes not reached) is bounded by
+//     RetryTimeout alone, so a call rides out a failover shorter than it.
 //  6. One session per Client, opened on first use (OpenSession) and
 //     renewed with OpenSession{Near: current} — which places the new
 //     session in the current one's shard, so a request retried under the

@@ -101,11 +101,12 @@ type Options struct {
 	// Ack is the ack policy of Submits that do not give their own
 	// (WithAck). Default DefaultAck (AckMajority).
 	Ack Ack
-	// Attempts bounds the attempts of one call (each one request to one
-	// node, after an OpenSession if the session needs one). An attempt
-	// answered NotLeader by a node that knows no leader (an election is
-	// on) does not count: RetryTimeout bounds that wait. Default
-	// DefaultAttempts (20).
+	// Attempts bounds the attempts of one call that reach a node able to
+	// take the request (each one request to one node, after an
+	// OpenSession if the session needs one). Looking for the leader — an
+	// attempt answered NotLeader, or one that did not reach its node — does
+	// not count: RetryTimeout bounds a failover. Default DefaultAttempts
+	// (20).
 	Attempts int
 	// RetryTimeout bounds the time of one call, attempts and backoff
 	// together; the caller's context may end it sooner. Default

@@ -72,10 +72,12 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 			}
 			return s.err
 		}
-		// A NotLeader naming no leader: the cluster is electing one, which
-		// takes a lease or so; RetryTimeout bounds that wait, not Attempts,
-		// which every node answering at once would spend in seconds.
-		if !s.redirect || s.addr != "" {
+		// Looking for the leader — a NotLeader, a node the request did not
+		// reach — does not count (invariant 5): during a failover every
+		// member answers at once (naming the dead leader until its lease
+		// ends, or nobody while they elect), which would spend Attempts in
+		// a second or two of a failover that takes a lease TTL.
+		if !s.redirect && (s.sent || s.v != vMove) {
 			counted++
 		}
 		if call.Err() != nil || counted >= c.opts.Attempts {
