@@ -327,14 +327,19 @@ func (c *nemesisCluster) waitEtcd() {
 }
 
 func (c *nemesisCluster) newClient(name string) *client.Client {
-	certs := filepath.Join(c.dir, "certs")
-	tlsCfg, err := grpctransport.LoadClientTLS(filepath.Join(certs, pki.FileCA), filepath.Join(certs, "client-"+name+".pem"),
-		filepath.Join(certs, "client-"+name+"-key.pem"))
-	must(c.t, err)
 	var addrs []string
 	for _, id := range c.ids {
 		addrs = append(addrs, c.listen[id])
 	}
+	return c.newClientAt(name, addrs...)
+}
+
+// newClientAt is newClient reaching only addrs.
+func (c *nemesisCluster) newClientAt(name string, addrs ...string) *client.Client {
+	certs := filepath.Join(c.dir, "certs")
+	tlsCfg, err := grpctransport.LoadClientTLS(filepath.Join(certs, pki.FileCA), filepath.Join(certs, "client-"+name+".pem"),
+		filepath.Join(certs, "client-"+name+"-key.pem"))
+	must(c.t, err)
 	// A budget that rides out a failover (the lease TTL, the fencing
 	// round); an attempt caught by a paused leader gives up in seconds.
 	cl, err := client.New(&client.Options{Addrs: addrs, TLS: tlsCfg, Attempts: 200, RetryTimeout: 20 * time.Second,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/internal/clienthistory"
 )
 
@@ -48,10 +49,18 @@ func TestRealProcessesReelectedLeaderTail(t *testing.T) {
 
 	term := c.term()
 	ld := c.nodes[term.ID]
-	// The leader keeps logging the clients' requests; its followers get
-	// none of them.
+	// The leader keeps logging requests; its followers get none of them.
+	// One is sent after the cut, straight to the leader's listen address:
+	// the app clients may all be retrying requests shipped before it (a
+	// redirect names the advertised address, behind the cut), and then the
+	// followers would hold the whole log and no tail would be left.
 	c.in[term.ID].cut()
-	waitProcLog(t, ld, time.Minute, "clientapi: ack wait ended")
+	tail := c.newClientAt("app0", c.listen[term.ID])
+	defer tail.Close()
+	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, _ = tail.Submit(tctx, "tail-after-cut", client.Ops(client.Add([]byte("tail"), 1)))
+	cancel()
+	waitProcLog(t, ld, time.Minute, "request_id=tail-after-cut")
 	// Every member loses etcd past the lease: the leader steps down, and
 	// nobody can win meanwhile. etcd comes back to the leader first, so
 	// that it wins the next term; then to the others, which promise it.
