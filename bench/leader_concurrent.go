@@ -25,7 +25,13 @@ const concurrentBatch = 100
 // store applied, no followers): events/s, the process CPU per event, and
 // the file syncs per batch (the WAL's, the store's and the directories'
 // together), which group commit brings below one as n grows.
-func LeaderConcurrent(n int) func(*testing.B) {
+func LeaderConcurrent(n int) func(*testing.B) { return LeaderConcurrentBatches(n, concurrentBatch) }
+
+// LeaderConcurrentBatches is LeaderConcurrent with batches of batch
+// events: at BatchEvents, the size of the batches a follower's fresh row
+// applies, it tells the leader's cost per event from its cost per batch
+// (a WAL fsync and a store commit).
+func LeaderConcurrentBatches(n, batch int) func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
 		dir, err := os.MkdirTemp("", "oncewal-bench-concurrent-")
@@ -55,7 +61,7 @@ func LeaderConcurrent(n int) func(*testing.B) {
 		for g := range n {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(g), 3))
-				evs := make([]wal.Event, concurrentBatch)
+				evs := make([]wal.Event, batch)
 				for left.Add(-1) >= 0 {
 					for i := range evs {
 						var key [24]byte
@@ -74,7 +80,7 @@ func LeaderConcurrent(n int) func(*testing.B) {
 		if err, _ := failed.Load().(error); err != nil {
 			b.Fatal(err)
 		}
-		events := float64(b.N * concurrentBatch)
+		events := float64(b.N * batch)
 		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 		b.ReportMetric(float64(fs.syncs.Load()-syncs0)/float64(b.N), "fsyncs/batch")

@@ -86,6 +86,7 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("leader_quorum_3", bench.LeaderQuorum(3)),
 		e2e("leader_append_1", bench.LeaderConcurrent(1)),
 		e2e("leader_append_16", bench.LeaderConcurrent(16)),
+		e2e("leader_append_1_batch1000", bench.LeaderConcurrentBatches(1, bench.BatchEvents)),
 		req("client_inprocess", bench.ClientInProcess(0)),
 		req("client_network", bench.ClientNetwork(0)),
 		req("client_inprocess_majority_1", bench.ClientInProcess(1)),
@@ -247,9 +248,9 @@ func measureSuite(c benchConfig, quick bool, progress io.Writer) (*benchReport, 
 				v := r.Extra[bc.metric]
 				rep.Samples[bc.name] = append(rep.Samples[bc.name], v)
 				cpu[bc.name] = append(cpu[bc.name], r.Extra["cpu-ns/event"])
-				if strings.HasPrefix(bc.name, "leader_ship_") {
-					// The leader's CPU per event is the figure compared.
-					rep.Samples[bc.name+"_cpu"] = append(rep.Samples[bc.name+"_cpu"], r.Extra["cpu-ns/event"])
+				if c, ok := r.Extra["cpu-ns/event"]; ok && c > 0 {
+					// Some rows compare CPU per event (NAME_cpu).
+					rep.Samples[bc.name+"_cpu"] = append(rep.Samples[bc.name+"_cpu"], c)
 				}
 				fmt.Fprintf(progress, "%s %s", siRate(v), bc.metric)
 			}
@@ -334,6 +335,14 @@ func benchRows(s map[string][]float64) []benchRow {
 		func(v, ref float64) (string, bool) { return "<= 1.3x 1 follower", v <= 1.3*ref })
 	add("sync replication, WaitAcked(majority) of 3", evs, "leader_quorum_3", "WaitAcked of 1 follower", "leader_quorum_1", nil)
 	add("leader, 16 concurrent appenders of one shard (group commit)", evs, "leader_append_16", "1 appender", "leader_append_1", nil)
+	// Issue 28's first target: what a leader adds to the apply it leads
+	// (stamping, ledger, WAL, group commit). leader_append_1 syncs every
+	// 100 events, the fresh row every 1000: the second row compares the
+	// same batches, the first includes ten times the per-batch work.
+	followerCPU := "a follower's fresh apply CPU per event (1000-event batches)"
+	atMost11 := func(v, ref float64) (string, bool) { return "<= 1.1x the follower's", v <= 1.1*ref }
+	add("leader CPU per event, 1 appender, 100-event batches", "ns", "leader_append_1_cpu", followerCPU, "fresh_cpu", atMost11)
+	add("leader CPU per event, 1 appender, 1000-event batches", "ns", "leader_append_1_batch1000_cpu", followerCPU, "fresh_cpu", atMost11)
 	// The front door (issue 26): bench.ClientNetwork against
 	// bench.ClientInProcess, the client service's work without the network.
 	const reqs = "requests/s"
