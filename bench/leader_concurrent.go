@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/leader"
+	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -63,11 +64,7 @@ func LeaderConcurrentBatches(n, batch int) func(*testing.B) {
 				rng := rand.New(rand.NewPCG(uint64(g), 3))
 				evs := make([]wal.Event, batch)
 				for left.Add(-1) >= 0 {
-					for i := range evs {
-						var key [24]byte
-						binary.LittleEndian.PutUint64(key[:], rng.Uint64())
-						evs[i] = wal.Event{Op: wal.OpPut, Session: ids[rng.IntN(len(ids))], Key: key[:], Value: val}
-					}
+					fillPuts(evs, rng, ids, val)
 					if _, err := sh.Append(evs...); err != nil {
 						failed.Store(err)
 						return
@@ -84,6 +81,56 @@ func LeaderConcurrentBatches(n, batch int) func(*testing.B) {
 		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 		b.ReportMetric(float64(fs.syncs.Load()-syncs0)/float64(b.N), "fsyncs/batch")
+	}
+}
+
+// fillPuts fills evs with LeaderConcurrent's puts: a random 24-byte key,
+// val, a session drawn from ids; Seq 0 (the leader stamps it).
+func fillPuts(evs []wal.Event, rng *rand.Rand, ids []session.ID, val []byte) {
+	for i := range evs {
+		var key [24]byte
+		binary.LittleEndian.PutUint64(key[:], rng.Uint64())
+		evs[i] = wal.Event{Op: wal.OpPut, Session: ids[rng.IntN(len(ids))], Key: key[:], Value: val}
+	}
+}
+
+// LeaderWALBatches is the floor under LeaderConcurrentBatches(1, batch):
+// the same events generated the same way, encoded and written to a WAL
+// synced per batch, and nothing else (no stamping, ledger or store). Its
+// CPU per event is what the WAL's fsync and write cost at that batch size
+// — per batch, so ten times as much per event at 100 as at 1000.
+func LeaderWALBatches(batch int) func(*testing.B) {
+	return func(b *testing.B) {
+		Release()
+		dir, err := os.MkdirTemp("", "oncewal-bench-walfloor-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		ids := randomIDs(rand.New(rand.NewPCG(1, 2)), leaderSessions)
+		rng := rand.New(rand.NewPCG(0, 3))
+		val := make([]byte, 100)
+		evs := make([]wal.Event, batch)
+		cpu0 := cpuNanos()
+		b.ResetTimer()
+		for range b.N {
+			fillPuts(evs, rng, ids, val)
+			for i := range evs {
+				evs[i].Seq = 1 // the WAL takes stamped events
+			}
+			if _, err := w.Append(1, evs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		events := float64(b.N * batch)
+		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 	}
 }
 
