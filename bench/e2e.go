@@ -263,16 +263,7 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 func LeaderWAL() func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
-		dir, err := os.MkdirTemp("", "oncewal-bench-wal-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer w.Close()
+		w := openBenchWAL(b)
 		c := newClientRequests(0)
 		b.ReportAllocs()
 		cpu0 := cpuNanos()
@@ -287,6 +278,22 @@ func LeaderWAL() func(*testing.B) {
 		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 	}
+}
+
+// openBenchWAL opens a WAL writer in a new temporary directory, both
+// closed and removed when b ends.
+func openBenchWAL(b *testing.B) *wal.Writer {
+	dir, err := os.MkdirTemp("", "oncewal-bench-wal-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Close() })
+	return w
 }
 
 // PipelineRaw measures the at-least-once reference: the same pipeline and

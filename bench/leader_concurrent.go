@@ -102,16 +102,7 @@ func fillPuts(evs []wal.Event, rng *rand.Rand, ids []session.ID, val []byte) {
 func LeaderWALBatches(batch int) func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
-		dir, err := os.MkdirTemp("", "oncewal-bench-walfloor-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		w, err := wal.OpenWriter(dir, &wal.WriterOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer w.Close()
+		w := openBenchWAL(b)
 		ids := randomIDs(rand.New(rand.NewPCG(1, 2)), leaderSessions)
 		rng := rand.New(rand.NewPCG(0, 3))
 		val := make([]byte, 100)
