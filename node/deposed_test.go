@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/store"
@@ -58,14 +57,7 @@ func TestDeposedReplicaReportsItsLog(t *testing.T) {
 // Found by the election simulation (reporting the shard unknown instead
 // left no quorum at all once the leader it rebuilt from died too).
 func TestMovedAsideReportsItsReplica(t *testing.T) {
-	mem := coord.NewMemory()
-	t.Cleanup(func() { _ = mem.Close() })
-	views := map[string]*pausable{}
-	for _, id := range []string{"a", "b", "c"} {
-		views[id] = &pausable{Coordinator: mem}
-	}
-	cl := newCluster(t, mem, 1, "a", "b", "c")
-	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	cl, mem, views := pausableCluster(t, "a", "b", "c")
 	stuck := map[string]*stuckSnapshots{}
 	cl.transportFor = func(id string) (string, Transport) {
 		addr := "mem:" + id

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/snapshot"
 )
@@ -42,14 +41,7 @@ func (stuckSource) End(context.Context, string) error { return nil }
 // or with the leader gone the two others can never make the fencing
 // quorum and nobody leads. Found by the election simulation.
 func TestPromiseWhileRebuildPending(t *testing.T) {
-	mem := coord.NewMemory()
-	t.Cleanup(func() { _ = mem.Close() })
-	views := map[string]*pausable{}
-	for _, id := range []string{"a", "b", "c"} {
-		views[id] = &pausable{Coordinator: mem}
-	}
-	cl := newCluster(t, mem, 1, "a", "b", "c")
-	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	cl, mem, views := pausableCluster(t, "a", "b", "c")
 	stuck := map[string]*stuckSnapshots{}
 	cl.transportFor = func(id string) (string, Transport) {
 		addr := "mem:" + id

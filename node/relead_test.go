@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncewal/oncewal/coord"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -21,14 +20,7 @@ import (
 // shards behind the new term's first LSN from the leader instead, and
 // writes flow. Found by the election simulation.
 func TestReledReplicaFollowersCatchUp(t *testing.T) {
-	mem := coord.NewMemory()
-	t.Cleanup(func() { _ = mem.Close() })
-	views := map[string]*pausable{}
-	for _, id := range []string{"a", "b", "c"} {
-		views[id] = &pausable{Coordinator: mem}
-	}
-	cl := newCluster(t, mem, 1, "a", "b", "c")
-	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	cl, mem, views := pausableCluster(t, "a", "b", "c")
 	for _, id := range []string{"a", "b", "c"} {
 		cl.start(id)
 	}

@@ -25,6 +25,21 @@ type pausable struct {
 	held   []coord.Leadership
 }
 
+// pausableCluster is a one-shard cluster of ids on a coord.Memory, each
+// member seeing it through a pausable view of its own.
+func pausableCluster(t *testing.T, ids ...string) (*cluster, *coord.Memory, map[string]*pausable) {
+	t.Helper()
+	mem := coord.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	views := map[string]*pausable{}
+	for _, id := range ids {
+		views[id] = &pausable{Coordinator: mem}
+	}
+	cl := newCluster(t, mem, 1, ids...)
+	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	return cl, mem, views
+}
+
 func (p *pausable) isPaused() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,14 +114,7 @@ func (l pausedLeadership) Deadline() time.Time {
 // and waits for a majority: its followers promised the new epoch, so no
 // ack comes (invariant 2), and the new leader's history holds none of it.
 func TestDeposedLeaderAcknowledgesNothing(t *testing.T) {
-	mem := coord.NewMemory()
-	t.Cleanup(func() { _ = mem.Close() })
-	views := map[string]*pausable{}
-	for _, id := range []string{"a", "b", "c"} {
-		views[id] = &pausable{Coordinator: mem}
-	}
-	cl := newCluster(t, mem, 1, "a", "b", "c")
-	cl.coordFor = func(id string) coord.Coordinator { return views[id] }
+	cl, mem, views := pausableCluster(t, "a", "b", "c")
 	for _, id := range []string{"a", "b", "c"} {
 		cl.start(id)
 	}
