@@ -58,14 +58,7 @@ func TestDeposedReplicaReportsItsLog(t *testing.T) {
 // left no quorum at all once the leader it rebuilt from died too).
 func TestMovedAsideReportsItsReplica(t *testing.T) {
 	cl, mem, views := pausableCluster(t, "a", "b", "c")
-	stuck := map[string]*stuckSnapshots{}
-	cl.transportFor = func(id string) (string, Transport) {
-		addr := "mem:" + id
-		if s := stuck[id]; s != nil {
-			return addr, s
-		}
-		return addr, cl.net.For(addr)
-	}
+	stuck := stuckTransports(cl)
 	for _, id := range []string{"a", "b", "c"} {
 		cl.start(id)
 	}

@@ -17,6 +17,20 @@ type stuckSnapshots struct {
 	begun chan struct{}
 }
 
+// stuckTransports makes cl's members use their MemoryNet transport, or
+// the stuckSnapshots the returned map holds for them when they start.
+func stuckTransports(cl *cluster) map[string]*stuckSnapshots {
+	stuck := map[string]*stuckSnapshots{}
+	cl.transportFor = func(id string) (string, Transport) {
+		addr := "mem:" + id
+		if s := stuck[id]; s != nil {
+			return addr, s
+		}
+		return addr, cl.net.For(addr)
+	}
+	return stuck
+}
+
 func (s *stuckSnapshots) Snapshots(string) snapshot.Source { return stuckSource{s} }
 
 type stuckSource struct{ s *stuckSnapshots }
@@ -42,14 +56,7 @@ func (stuckSource) End(context.Context, string) error { return nil }
 // quorum and nobody leads. Found by the election simulation.
 func TestPromiseWhileRebuildPending(t *testing.T) {
 	cl, mem, views := pausableCluster(t, "a", "b", "c")
-	stuck := map[string]*stuckSnapshots{}
-	cl.transportFor = func(id string) (string, Transport) {
-		addr := "mem:" + id
-		if s := stuck[id]; s != nil {
-			return addr, s
-		}
-		return addr, cl.net.For(addr)
-	}
+	stuck := stuckTransports(cl)
 	for _, id := range []string{"a", "b", "c"} {
 		cl.start(id)
 	}
