@@ -509,6 +509,24 @@ func (tr *epochTracker) waitAbove(t *testing.T, e uint64, what string) {
 func replicaEffects(t *testing.T, replica string, shards int) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
+	eachStateRow(t, replica, shards, func(d, k, v string) {
+		rest, _ := strings.CutPrefix(k, keyspace.State)
+		if len(rest) < 16 {
+			return
+		}
+		key := rest[16:] // after the session ID
+		if !strings.HasPrefix(key, "req/") && key != clienthistory.Total {
+			return
+		}
+		out[key] += int64(counterValue(t, d, key, v))
+	})
+	return out
+}
+
+// eachStateRow calls f with every state row (keyspace.State) of a stopped
+// node's replica, and the directory of the shard's store it is in.
+func eachStateRow(t *testing.T, replica string, shards int, f func(dir, key, value string)) {
+	t.Helper()
 	for s := range uint32(shards) {
 		d := store.ShardDir(replica, s)
 		db, err := pebble.Open(d, &pebble.Options{ReadOnly: true, Logger: testutil.PanicLogger{}})
@@ -519,21 +537,20 @@ func replicaEffects(t *testing.T, replica string, shards int) map[string]int64 {
 		_ = db.Close()
 		must(t, err)
 		for k, v := range rows {
-			rest, ok := strings.CutPrefix(k, keyspace.State)
-			if !ok || len(rest) < 16 {
-				continue
+			if strings.HasPrefix(k, keyspace.State) {
+				f(d, k, v)
 			}
-			key := rest[16:] // after the session ID
-			if !strings.HasPrefix(key, "req/") && key != clienthistory.Total {
-				continue
-			}
-			if len(v) != 9 {
-				t.Fatalf("%s: counter %q is %x, not a counter", d, key, v)
-			}
-			out[key] += int64(binary.LittleEndian.Uint64([]byte(v)[1:]))
 		}
 	}
-	return out
+}
+
+// counterValue decodes an Add counter's row value.
+func counterValue(t *testing.T, dir, key, v string) uint64 {
+	t.Helper()
+	if len(v) != 9 {
+		t.Fatalf("%s: counter %q is %x, not a counter", dir, key, v)
+	}
+	return binary.LittleEndian.Uint64([]byte(v)[1:])
 }
 
 func sumCounts(m map[string]int) int {

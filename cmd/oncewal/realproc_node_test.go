@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,15 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/oncewal/oncewal/client"
-	"github.com/oncewal/oncewal/internal/keyspace"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/node"
 	"github.com/oncewal/oncewal/replication/grpctransport"
-	"github.com/oncewal/oncewal/store"
-	"github.com/oncewal/oncewal/testutil"
 )
 
 // buildEtcd builds etcd from the module graph (the server module's own
@@ -322,23 +316,10 @@ func (w *nodeWriter) stop() int {
 func replicaCounters(t *testing.T, replica string, shards int) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
-	for s := range uint32(shards) {
-		d := store.ShardDir(replica, s)
-		db, err := pebble.Open(d, &pebble.Options{ReadOnly: true, Logger: testutil.PanicLogger{}})
-		if err != nil {
-			t.Fatalf("opening %s: %v", d, err)
+	eachStateRow(t, replica, shards, func(d, k, v string) {
+		if strings.Contains(k, "ctr-") {
+			out[k] = counterValue(t, d, k, v)
 		}
-		rows, err := testutil.SnapshotDB(db)
-		_ = db.Close()
-		must(t, err)
-		for k, v := range rows {
-			if strings.HasPrefix(k, keyspace.State) && strings.Contains(k, "ctr-") {
-				if len(v) != 9 {
-					t.Fatalf("%s: counter %q is %x, not a counter", d, k, v)
-				}
-				out[k] = binary.LittleEndian.Uint64([]byte(v)[1:])
-			}
-		}
-	}
+	})
 	return out
 }
