@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncewal/oncewal/testutil"
 
 	"github.com/oncewal/oncewal/replication/inprocess"
 )
@@ -24,25 +25,6 @@ func electionConfig(seed uint64) ElectionOptions {
 		Logger: electionLogger,
 		Trace:  trace,
 	}
-}
-
-// syncBuffer collects a seed's log lines (ONCEWAL_FAIL_LOG=dir keeps those
-// of failing seeds there).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }
 
 // electionLogger shows the members' lines with ONCEWAL_TEST_LOG=1.
@@ -88,7 +70,7 @@ func TestElections(t *testing.T) {
 					return
 				}
 				cfg := electionConfig(seed)
-				var buf syncBuffer
+				var buf testutil.SyncBuffer
 				if os.Getenv("ONCEWAL_FAIL_LOG") != "" {
 					cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 				}

@@ -19,26 +19,9 @@ import (
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/sim"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // tlsPair is the leader's and the followers' TLS configuration from the
 // certificates oncewal gencerts writes into dir for the follower IDs
@@ -72,14 +55,14 @@ func tlsPair(t *testing.T, dir string, followers ...string) (server func() *tls.
 type runningLeader struct {
 	addr string
 	l    *leader.Leader
-	log  *syncBuffer
+	log  *testutil.SyncBuffer
 	stop func() error // stops it as SIGINT would and returns serveLeader's error
 }
 
 func startLeader(t *testing.T, c leaderConfig) *runningLeader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningLeader{log: &syncBuffer{}}
+	r := &runningLeader{log: &testutil.SyncBuffer{}}
 	ready := make(chan struct{})
 	c.ready = func(addr string, l *leader.Leader) { r.addr, r.l = addr, l; close(ready) }
 	if c.listen == "" {
@@ -141,14 +124,14 @@ func (r *runningLeader) ends() []uint64 {
 // runningFollower is serveFollower running in the test process.
 type runningFollower struct {
 	applied func(shard uint32) uint64
-	log     *syncBuffer
+	log     *testutil.SyncBuffer
 	stop    func() error
 }
 
 func startFollower(t *testing.T, c followerConfig) *runningFollower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningFollower{log: &syncBuffer{}}
+	r := &runningFollower{log: &testutil.SyncBuffer{}}
 	opened := make(chan struct{})
 	c.opened = func(applied func(uint32) uint64) { r.applied = applied; close(opened) }
 	if c.statsEvery == 0 {

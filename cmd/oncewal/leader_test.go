@@ -144,7 +144,7 @@ func TestLeaderThreeFollowersMTLS(t *testing.T) {
 }
 
 // waitLog waits until the log holds a line with every part.
-func waitLog(t *testing.T, log *syncBuffer, parts ...string) {
+func waitLog(t *testing.T, log *testutil.SyncBuffer, parts ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -179,7 +179,7 @@ func TestLeaderRefusesBadDirs(t *testing.T) {
 	}
 	made := func(t *testing.T, shards int) string {
 		dir := filepath.Join(t.TempDir(), "leader")
-		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: store.Options{Logger: newLogger(&syncBuffer{}, "text", slog.LevelInfo)}})
+		l, err := leader.Open(dir, &leader.Options{Shards: shards, Store: store.Options{Logger: newLogger(&testutil.SyncBuffer{}, "text", slog.LevelInfo)}})
 		if err != nil {
 			t.Fatal(err)
 		}
