@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -162,9 +161,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSONReport(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "oncewal bench: %v\n", err)
 			return exitFailure
 		}

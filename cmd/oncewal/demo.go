@@ -286,9 +286,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		rep.Faults = "none (gRPC, mutual TLS, 127.0.0.1)"
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
+		_ = writeJSONReport(stdout, rep)
 	} else {
 		printDemo(stdout, &rep)
 	}
@@ -419,4 +417,12 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// writeJSONReport writes a command's --json report: one indented JSON
+// object (bench, demo and demo --auto-failover, failover).
+func writeJSONReport(w io.Writer, rep any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -370,9 +369,7 @@ func runAutoFailoverDemo(cfg autoConfig, stdout, stderr io.Writer) int {
 		rep.Error = strings.Join(rep.Problems, "; ")
 	}
 	if cfg.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
+		_ = writeJSONReport(stdout, rep)
 	} else {
 		printAuto(stdout, &rep)
 	}

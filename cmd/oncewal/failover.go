@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -112,9 +111,7 @@ func runFailoverDemo(root string, seed uint64, asJSON bool, stdout, stderr io.Wr
 	rep.Seconds = time.Since(start).Seconds()
 
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSONReport(stdout, rep); err != nil {
 			fmt.Fprintln(stderr, "oncewal demo:", err)
 			return 1
 		}
