@@ -134,8 +134,15 @@ func openReadOnly(dir string, stderr io.Writer) (db *pebble.DB, err error) {
 	store.NonFatalCorruption(po, nil)
 	db, err = pebble.Open(dir, po)
 	switch {
-	case errors.Is(err, pebble.ErrDBDoesNotExist):
-		return nil, fmt.Errorf("%s: %w: no Pebble store in it", dir, errNotStore)
+	case errors.Is(err, pebble.ErrDBDoesNotExist) || errors.Is(err, os.ErrNotExist):
+		// As store reads it (store.DirLayout): Pebble's files without a
+		// committed manifest are a creation a crash cut short — no store
+		// yet — unless data files are there too, which is damage.
+		if layout, _, lerr := store.DirLayout(vfs.Default, dir); lerr == nil && layout == store.LayoutEmpty {
+			return nil, fmt.Errorf("%s: %w: no Pebble store in it (a creation that never finished)", dir, errNotStore)
+		}
+		return nil, fmt.Errorf("%s: %w: it holds Pebble data files but its manifest marker, or the MANIFEST it names, is missing: %v",
+			dir, store.ErrCorrupt, err)
 	case errors.Is(err, store.ErrLocked):
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	case pebble.IsCorruptionError(err):

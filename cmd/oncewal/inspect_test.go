@@ -252,9 +252,31 @@ func TestInspectRefusesNonStores(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A creation cut short: Pebble's first MANIFEST and LOCK, no marker.
+	unfinished := filepath.Join(root, "unfinished")
+	if err := os.Mkdir(unfinished, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"LOCK", "MANIFEST-000001"} {
+		if err := os.WriteFile(filepath.Join(unfinished, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A store with data that lost its manifest marker: damaged, not "no store".
+	lost := filepath.Join(root, "lost")
+	testutil.CopyDir(t, plain, lost)
+	markers, err := filepath.Glob(filepath.Join(lost, "marker.manifest.*"))
+	if err != nil || len(markers) != 1 {
+		t.Fatalf("manifest markers of %s: %v, %v", lost, markers, err)
+	}
+	if err := os.Remove(markers[0]); err != nil {
+		t.Fatal(err)
+	}
 	before := testutil.TreeDigest(t, root)
 
 	for _, tc := range []struct{ path, want string }{
+		{unfinished, "not an oncewal follower store: no Pebble store in it (a creation that never finished)"},
+		{lost, lost + ": store: store is damaged: it holds Pebble data files but its manifest marker"},
 		{filepath.Join(root, "missing"), "no such file or directory"},
 		{empty, "not an oncewal follower store: no Pebble store"},
 		{file, "not an oncewal follower store: not a directory"},
