@@ -289,6 +289,30 @@ func TestBudget(t *testing.T) {
 			t.Errorf("node saw %d submits, want the first and the retries after the dead leader refused", len(n.seenSubmits()))
 		}
 	})
+	// RetryTimeout ends while an attempt is in flight: the attempt keeps
+	// going (its AttemptTimeout bounds it) and its answer ends the call —
+	// here a NotLeader, so the request did not run. The caller's context
+	// ending at the same point cuts the attempt: the request reached the
+	// node, so its outcome is unknown.
+	t.Run("budget ends in an attempt", func(t *testing.T) {
+		n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+			time.Sleep(300 * time.Millisecond)
+			return &clientwire.SubmitReply{Code: clientwire.NotLeader}, nil
+		}}, nil)
+		c := newTestClient(t, []string{n.addr}, func(o *Options) { o.RetryTimeout, o.AttemptTimeout = 100*time.Millisecond, 5*time.Second })
+		_, err := c.Submit(context.Background(), "x", Ops(Put([]byte("k"), nil)))
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "RetryTimeout") {
+			t.Errorf("RetryTimeout: err = %v, want ErrUnavailable after RetryTimeout", err)
+		}
+		if got := len(n.seenSubmits()); got != 1 {
+			t.Errorf("node saw %d submits, want the one in flight when RetryTimeout ended", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if _, err := c.Submit(ctx, "y", Ops(Put([]byte("k"), nil))); !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("caller's context: err = %v, want ErrOutcomeUnknown and context.DeadlineExceeded", err)
+		}
+	})
 }
 
 // TestFinalAnswers: Conflict, Refused, a code the client does not know and

@@ -37,6 +37,10 @@
 //     RetryTimeout, the caller's context or Close) ends after an attempt
 //     that may have run: one whose request reached a node (gRPC had a
 //     transport for it) and got no answer, or got Unavailable or InFlight.
+//     RetryTimeout does not cut the attempt in flight (its AttemptTimeout
+//     does), so whether a call ends unknown does not depend on where in
+//     an attempt the budget happened to end; the caller's context and
+//     Close do cut it.
 //     The request may have taken effect or not; retrying with the same ID
 //     tells which and never runs it twice. A call none of whose attempts
 //     could have run ends with ErrUnavailable: it did not run.

@@ -108,8 +108,11 @@ type Options struct {
 	// not count: RetryTimeout bounds a failover. Default DefaultAttempts
 	// (20).
 	Attempts int
-	// RetryTimeout bounds the time of one call, attempts and backoff
-	// together; the caller's context may end it sooner. Default
+	// RetryTimeout bounds the retrying of one call, attempts and backoff
+	// together: no attempt starts after it. The attempt in flight when it
+	// ends may finish, within its AttemptTimeout, so that the call ends
+	// with that attempt's answer instead of an unknown outcome. The
+	// caller's context bounds the call strictly. Default
 	// DefaultRetryTimeout (30s).
 	RetryTimeout time.Duration
 	// AttemptTimeout bounds one attempt, connecting and the node's ack wait

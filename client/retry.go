@@ -45,20 +45,25 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 	if c.life.Err() != nil {
 		return fmt.Errorf("%w: %s not sent", ErrClosed, what)
 	}
-	budget, cancelBudget := context.WithTimeoutCause(ctx, c.opts.RetryTimeout, errBudget)
-	defer cancelBudget()
-	call, cancelCall := context.WithCancelCause(budget)
+	// call ends with the caller's context or Close and cuts an attempt in
+	// flight; budget (RetryTimeout) only stops new attempts and waits, so
+	// the attempt in flight when it ends still gets its answer (invariant
+	// 3): a call every node answered NotLeader ends ErrUnavailable, not
+	// ErrOutcomeUnknown by the luck of where the deadline fell.
+	call, cancelCall := context.WithCancelCause(ctx)
 	defer cancelCall(nil)
 	stop := context.AfterFunc(c.life, func() { cancelCall(ErrClosed) })
 	defer stop()
+	budget, cancelBudget := context.WithTimeoutCause(call, c.opts.RetryTimeout, errBudget)
+	defer cancelBudget()
 
 	addr := c.start()
 	sent := false
 	hops, waits := 0, 0
 	counted := 0 // attempts against Options.Attempts (invariant 5)
 	for n := 1; ; n++ {
-		if call.Err() != nil {
-			return c.ended(ctx, call, what, n-1, sent, nil)
+		if budget.Err() != nil {
+			return c.ended(ctx, budget, what, n-1, sent, nil)
 		}
 		actx, cancel := context.WithTimeout(call, c.opts.AttemptTimeout)
 		s := attempt(actx, addr)
@@ -68,7 +73,7 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 			if s.err == nil {
 				c.heard(addr, s.epoch)
 			} else if errors.Is(s.err, ErrClosed) {
-				return c.ended(ctx, call, what, n, sent, s.err)
+				return c.ended(ctx, budget, what, n, sent, s.err)
 			}
 			return s.err
 		}
@@ -80,8 +85,8 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 		if !s.redirect && (s.sent || s.v != vMove) {
 			counted++
 		}
-		if call.Err() != nil || counted >= c.opts.Attempts {
-			return c.ended(ctx, call, what, n, sent, s.err)
+		if budget.Err() != nil || counted >= c.opts.Attempts {
+			return c.ended(ctx, budget, what, n, sent, s.err)
 		}
 		next, wait := addr, s.v == vWait
 		if s.v == vMove {
@@ -105,8 +110,8 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 		c.opts.Logger.Debug("client: attempt failed, retrying", "call", what, "attempt", n, "addr", addr, "next", next, "backoff", wait, "err", s.err)
 		if wait {
 			hops = 0
-			if c.wait(call, waits) != nil {
-				return c.ended(ctx, call, what, n, sent, s.err)
+			if c.wait(budget, waits) != nil {
+				return c.ended(ctx, budget, what, n, sent, s.err)
 			}
 			waits++
 		}

@@ -311,7 +311,9 @@ func TestSlowHandlerKeepsItsClaim(t *testing.T) {
 		}
 		first := lease()
 		clk.Advance(45 * time.Second)
-		for deadline := time.Now().Add(10 * time.Second); lease() <= first; time.Sleep(time.Millisecond) {
+		// A heartbeat that read the clock before the advance extends the
+		// lease by WAL time's nanosecond steps only: wait for one after it.
+		for deadline := time.Now().Add(10 * time.Second); lease() < first+int64(45*time.Second); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
 				return nil, nil, errors.New("no heartbeat extended the claim in 10s")
 			}
