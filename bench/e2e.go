@@ -56,11 +56,16 @@ const (
 // clientRequests generates the client-request workload.
 type clientRequests struct {
 	retryPercent int
-	rng          *rand.Rand
-	ids          []session.ID
-	seq          []session.SeqNo
-	next         uint64 // next new request number
-	// recent[n%e2eRetryWindow] is request n's session and key, for retries.
+	// stamped: the events go to a stamping leader (leader.Shard.Append),
+	// which sets SeqNo and Time itself.
+	stamped bool
+	rng     *rand.Rand
+	ids     []session.ID
+	seq     []session.SeqNo
+	next    uint64 // next new request number
+	// recent[n%len(recent)] is request n's session and key, for retries:
+	// e2eRetryWindow of them, shared out among concurrent clients so that
+	// all their retries stay within the window's capacity.
 	recent   []recentRequest
 	payload  []byte
 	events   []wal.Event
@@ -68,7 +73,10 @@ type clientRequests struct {
 	acc      int
 	retries  int // retries composed, for the report
 	composed int
-	clock    int64
+	// client sets the top byte of request numbers: concurrent clients'
+	// requests are distinct.
+	client uint64
+	clock  int64
 }
 
 type recentRequest struct {
@@ -76,10 +84,11 @@ type recentRequest struct {
 	key  idempotency.Key
 }
 
-func newClientRequests(retryPercent int) *clientRequests {
+// newClientRequests returns one of clients concurrent clients' workload.
+func newClientRequests(retryPercent, clients int) *clientRequests {
 	c := &clientRequests{retryPercent: retryPercent, rng: rand.New(rand.NewPCG(3, 5)),
 		seq:    make([]session.SeqNo, e2eSessions),
-		recent: make([]recentRequest, e2eRetryWindow),
+		recent: make([]recentRequest, e2eRetryWindow/clients),
 		events: make([]wal.Event, BatchEvents), keys: make([]byte, BatchEvents*e2eRequestID),
 		clock: 1_700_000_000_000_000_000}
 	c.ids = randomIDs(c.rng, e2eSessions)
@@ -93,36 +102,47 @@ func requestID(dst []byte, n uint64) {
 	binary.BigEndian.PutUint64(dst[8:], n*0x9e3779b97f4a7c15)
 }
 
+// warming says whether c is still composing its warm-up: a workload of
+// only retries first sends one retry window of new requests (untimed: see
+// drive), so that its retries have something to retry.
+func (c *clientRequests) warming() bool {
+	return c.retryPercent >= 100 && c.next < uint64(len(c.recent))
+}
+
 // batch composes the next 1000 requests, retryPercent of them retries (once
 // there is anything to retry). The events alias c's buffers until the next
 // call.
 func (c *clientRequests) batch() []wal.Event {
+	warming := c.warming()
 	for i := range c.events {
 		c.clock += 1000
 		id := c.keys[i*e2eRequestID : (i+1)*e2eRequestID]
 		var n uint64
 		var s int
 		var key idempotency.Key
-		if c.acc += c.retryPercent; c.acc >= 100 && c.next > 0 {
+		if c.acc += c.retryPercent; c.acc >= 100 && c.next > 0 && !warming {
 			c.acc -= 100
-			back := uint64(1 + c.rng.IntN(int(min(c.next, e2eRetryWindow))))
+			back := uint64(1 + c.rng.IntN(int(min(c.next, uint64(len(c.recent))))))
 			n = c.next - back
-			r := c.recent[n%e2eRetryWindow]
+			r := c.recent[n%uint64(len(c.recent))]
 			s, key = r.sess, r.key
-			requestID(id, n)
+			requestID(id, c.client<<56|n)
 			c.retries++
 		} else {
 			n = c.next
 			c.next++
 			s = c.rng.IntN(len(c.ids))
-			requestID(id, n)
+			requestID(id, c.client<<56|n)
 			key = idempotency.ClientKey(id)
-			c.recent[n%e2eRetryWindow] = recentRequest{s, key}
+			c.recent[n%uint64(len(c.recent))] = recentRequest{s, key}
 		}
-		c.seq[s]++
 		off := int(n*0x9e3779b97f4a7c15>>40) % (len(c.payload) - e2ePayload)
-		c.events[i] = wal.Event{Op: wal.OpPut, Session: c.ids[s], Seq: c.seq[s], Time: c.clock,
+		c.events[i] = wal.Event{Op: wal.OpPut, Session: c.ids[s],
 			HasIdemKey: true, IdemKey: key, Key: id, Value: c.payload[off : off+e2ePayload]}
+		if !c.stamped {
+			c.seq[s]++
+			c.events[i].Seq, c.events[i].Time = c.seq[s], c.clock
+		}
 	}
 	c.composed += len(c.events)
 	return c.events
@@ -192,12 +212,9 @@ func (r *pipelineRig) close() {
 // drive appends b.N batches of c's requests and waits until the follower
 // acknowledged the last; it reports events/s and cpu-ns/event.
 func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
-	b.ReportAllocs()
-	cpu0 := cpuNanos()
-	b.ResetTimer()
 	var last uint64
 	var raw []byte
-	for range b.N {
+	appendBatch := func() {
 		evs := c.batch()
 		h, err := r.w.Append(1, evs)
 		if err != nil {
@@ -214,6 +231,20 @@ func (r *pipelineRig) drive(b *testing.B, c *clientRequests) {
 		case r.notify <- struct{}{}:
 		default:
 		}
+	}
+	if c.warming() {
+		for c.warming() {
+			appendBatch()
+		}
+		if err := leaderhook.WaitAcked(r.shipper, r.ctx, last); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	cpu0 := cpuNanos()
+	b.ResetTimer()
+	for range b.N {
+		appendBatch()
 	}
 	if err := leaderhook.WaitAcked(r.shipper, r.ctx, last); err != nil {
 		b.Fatal(err)
@@ -245,7 +276,7 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 		}
 		r.closers = append(r.closers, f.Close)
 		r.wg.Go(func() { _ = f.Serve(r.ctx, r.tr) })
-		c := newClientRequests(retryPercent)
+		c := newClientRequests(retryPercent, 1)
 		r.drive(b, c)
 		// Exactly once: every distinct request applied, no retry.
 		if got, want := f.Stats().Receiver.Applied, uint64(c.composed-c.retries); got != want {
@@ -264,7 +295,7 @@ func LeaderWAL() func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
 		w := openBenchWAL(b)
-		c := newClientRequests(0)
+		c := newClientRequests(0, 1)
 		b.ReportAllocs()
 		cpu0 := cpuNanos()
 		b.ResetTimer()
@@ -312,7 +343,7 @@ func PipelineRaw(retryPercent int) func(*testing.B) {
 		}
 		r.closers = append(r.closers, db.Close)
 		r.wg.Go(func() { rawFollower(r.ctx, r.tr, db) })
-		r.drive(b, newClientRequests(retryPercent))
+		r.drive(b, newClientRequests(retryPercent, 1))
 	}
 }
 

@@ -61,7 +61,11 @@ func openLeaderRig(followers int) (*leaderRig, error) {
 	r.l, err = leader.Open(dir, &leader.Options{Shards: 1, Followers: ids, Logger: quietSlog(),
 		Store:    store.Options{Logger: quietSlog()},
 		Listener: func(uint32) replication.Listener { return r.tr },
-		Shipping: leader.ShipperOptions{MaxInFlight: 64}})
+		Shipping: leader.ShipperOptions{MaxInFlight: 64},
+		// The client appends without waiting and waits for the last batch
+		// only, which may be seconds behind: the benchmarks bound their
+		// own waits.
+		AckTimeout: -1})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -157,29 +161,7 @@ func LeaderQuorum(n int) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer r.close()
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = r.l.Run(ctx) })
-		var fs []*follower.Follower
-		for i := range n {
-			f, err := follower.Open(fmt.Sprintf("%s/follower-%d", r.dir, i+1),
-				&follower.Options{Store: store.Options{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
-			if err != nil {
-				cancel()
-				wg.Wait()
-				b.Fatal(err)
-			}
-			fs = append(fs, f)
-			wg.Go(func() { _ = f.Serve(ctx, r.tr) })
-		}
-		r.stop = func() {
-			cancel()
-			_ = r.tr.Close()
-			wg.Wait()
-			for _, f := range fs {
-				_ = f.Close()
-			}
-		}
+		ctx := r.serve(b, n)
 		sh, _ := r.l.Shard(0)
 		cpu0 := cpuNanos()
 		b.ResetTimer()
@@ -197,4 +179,31 @@ func LeaderQuorum(n int) func(*testing.B) {
 		b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(cpuNanos()-cpu0)/events, "cpu-ns/event")
 	}
+}
+
+// serve runs the leader and n real followers (on disk, each batch synced)
+// until r.close, and returns the context they run under.
+func (r *leaderRig) serve(b *testing.B, n int) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.l.Run(ctx) })
+	var fs []*follower.Follower
+	r.stop = func() {
+		cancel()
+		_ = r.tr.Close()
+		wg.Wait()
+		for _, f := range fs {
+			_ = f.Close()
+		}
+	}
+	for i := range n {
+		f, err := follower.Open(fmt.Sprintf("%s/follower-%d", r.dir, i+1),
+			&follower.Options{Store: store.Options{ID: fmt.Sprintf("f%d", i+1), Logger: quietSlog()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs = append(fs, f)
+		wg.Go(func() { _ = f.Serve(ctx, r.tr) })
+	}
+	return ctx
 }

@@ -394,8 +394,9 @@
 //     written are the bytes applied locally and handed to OnAppend. Then,
 //     without the lock, it waits for a WAL fdatasync covering it
 //     (wal.Writer.SyncTo: concurrent appenders share one), and then it is
-//     applied locally and handed to OnAppend one batch at a time, in LSN
-//     order. Nothing of a batch is applied, shipped or answered before the
+//     handed to OnAppend (shipped) and applied locally, one batch at a
+//     time, in LSN order: the followers apply it while the local store
+//     does. Nothing of a batch is applied, shipped or answered before the
 //     sync that covers it; a failed sync or local apply fails that batch and
 //     every later one (ErrLogFailed: reopen). While a batch is written but
 //     not applied, stamping judges its sessions (next SeqNo, closed,

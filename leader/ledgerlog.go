@@ -91,9 +91,10 @@ type LedgerLogOptions struct {
 	// store's store.Options.MinFreeBytes).
 	MinFreeBytes int64
 	// OnAppend, if set, is called after every append with the batch's header
-	// and encoded bytes (those in the WAL), synced and applied locally, one
-	// batch at a time in log order, before the append returns (a shipper's
-	// cache of recent batches). raw is only valid during the call.
+	// and encoded bytes (those in the WAL), synced, one batch at a time in
+	// log order, just before the batch is applied locally and before the
+	// append returns (a shipper's cache of recent batches). raw is only
+	// valid during the call.
 	OnAppend func(h wal.Header, raw []byte)
 }
 
@@ -432,8 +433,8 @@ func (l *LedgerLog) commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 //
 // Three steps, so that concurrent appenders share fsyncs: under mu, stamp
 // and write (encoded once: the WAL's bytes are the ones applied and shipped);
-// then wait for a sync covering the batch; then, in LSN order, apply it
-// locally and hand it to OnAppend. Nothing of a batch is applied, shipped or
+// then wait for a sync covering the batch; then, in LSN order, hand it to
+// OnAppend and apply it locally. Nothing of a batch is applied, shipped or
 // answered before its sync, and a batch whose sync or local apply failed
 // fails every later one.
 func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.Header, error) {
@@ -464,10 +465,6 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 	}
 	if err := l.applyInOrder(h, raw); err != nil {
 		return wal.Header{}, err
-	}
-	select {
-	case l.notify <- struct{}{}:
-	default:
 	}
 	return h, nil
 }
@@ -647,8 +644,8 @@ func (l *LedgerLog) forgetClosed() {
 	l.closing = l.closing[:n]
 }
 
-// applyInOrder waits for the batch's turn, applies it to the local store
-// and hands it to OnAppend. raw is the batch as written and synced.
+// applyInOrder waits for the batch's turn, hands it to OnAppend and applies
+// it to the local store. raw is the batch as written and synced.
 func (l *LedgerLog) applyInOrder(h wal.Header, raw []byte) error {
 	l.applyMu.Lock()
 	for l.applyNext != h.FirstLSN && (l.failFrom == 0 || h.FirstLSN < l.failFrom) {
@@ -657,6 +654,19 @@ func (l *LedgerLog) applyInOrder(h wal.Header, raw []byte) error {
 	if l.failFrom != 0 && h.FirstLSN >= l.failFrom {
 		l.applyMu.Unlock()
 		return l.failure()
+	}
+	// Ship before the local apply: the batch is synced, so the followers
+	// apply it while this store does, instead of after (with one appender
+	// the local apply would otherwise sit in every batch's replication
+	// latency). A failed local apply fails the log; the batch is in the
+	// synced WAL and is re-applied at reopen, so what a follower got is
+	// still the log's.
+	if l.cfg.OnAppend != nil {
+		l.cfg.OnAppend(h, raw)
+	}
+	select {
+	case l.notify <- struct{}{}:
+	default:
 	}
 	_, err := l.recv.Apply(raw)
 	if err != nil {
@@ -667,9 +677,6 @@ func (l *LedgerLog) applyInOrder(h wal.Header, raw []byte) error {
 		return l.fail(h.FirstLSN, fmt.Errorf("local apply of LSN %d: %w", h.FirstLSN, err))
 	}
 	l.applied.Store(h.LastLSN())
-	if l.cfg.OnAppend != nil {
-		l.cfg.OnAppend(h, raw)
-	}
 	l.applyNext = h.LastLSN() + 1
 	l.applyTurn.Broadcast()
 	l.applyMu.Unlock()
