@@ -315,6 +315,58 @@ func Receiver(w Workload) func(b *testing.B) {
 	}
 }
 
+// DupCeiling is the floor under dup100's work per event: a follower
+// preloaded as Receiver's, whose timed batches (the Dup workload:
+// redeliveries at new LSNs) are only decoded and checked against the HWMs
+// (session.TrackerTx, every session prefetched first, as the receiver
+// does), nothing staged, committed or synced. No design that checks each
+// event's HWM goes faster on one shard; its ratio to raw ingest bounds
+// dup100_pipelined's.
+func DupCeiling() func(b *testing.B) {
+	return func(b *testing.B) {
+		r := useRig(b, "dup-ceiling", func(r *rig) error {
+			f, err := follower.Open(r.dir, &follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
+			if err != nil {
+				return err
+			}
+			r.close, r.db = f.Close, rawdb.Of(f)
+			if err := batchRig(r, Dup, rawdb.Of(f), func(raw []byte) (int, error) {
+				res, err := f.Apply(raw)
+				return res.Applied, err
+			}); err != nil {
+				return err
+			}
+			tr, scratch := f.Store().Tracker(), r.db.NewBatch()
+			var evs []wal.Event
+			r.apply = func(i int) (int, error) {
+				_, decoded, err := wal.DecodeBatch(r.raw(i), evs[:0])
+				if err != nil {
+					return 0, err
+				}
+				evs = decoded
+				tx := tr.Begin(scratch)
+				defer tx.Abort()
+				for j := range evs {
+					tx.Prefetch(evs[j].Session)
+				}
+				fresh := 0
+				for j := range evs {
+					d, err := tx.Check(evs[j].Session, evs[j].Seq, evs[j].Time)
+					if err != nil {
+						return 0, err
+					}
+					if d != session.Duplicate {
+						fresh++
+					}
+				}
+				return fresh, nil
+			}
+			return nil
+		})
+		measure(b, r)
+	}
+}
+
 // ReceiverPipelined is Receiver with the batches applied the way
 // follower.Serve applies them: each one started (decided, staged, handed to
 // Pebble) without waiting for the previous one's WAL sync, at most depth

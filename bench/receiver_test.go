@@ -19,4 +19,5 @@ func BenchmarkReceiverPipelined(b *testing.B) {
 	b.Run("fresh", ReceiverPipelined(Fresh, 4))
 	b.Run("dup100", ReceiverPipelined(Dup, 4))
 	b.Run("dup100-window", ReceiverPipelined(Retry, 4))
+	b.Run("dup100-ceiling", DupCeiling())
 }

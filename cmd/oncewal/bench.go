@@ -70,6 +70,7 @@ func benchSuite(c benchConfig) []benchCase {
 		e2e("dup100_window", bench.Receiver(bench.Retry)),
 		e2e("dup100_pipelined", bench.ReceiverPipelined(bench.Dup, 4)),
 		e2e("dup100_window_pipelined", bench.ReceiverPipelined(bench.Retry, 4)),
+		e2e("dup100_ceiling", bench.DupCeiling()),
 		e2e("dup30", bench.Receiver(bench.Mix30)),
 		e2e("naive_fresh", bench.Naive(bench.Fresh)),
 		e2e("naive_dup100", bench.Naive(bench.Dup)),
@@ -348,6 +349,10 @@ func benchRows(s map[string][]float64, hog bool) []benchRow {
 	add("100%-duplicate batches, pipelined as Serve applies them", evs, "dup100_pipelined", "raw Pebble ingest of fresh rows", "raw_ingest",
 		func(v, ref float64) (string, bool) { return ">= 25x raw ingest", v >= 25*ref })
 	add("100%-duplicate batches, pipelined", evs, "dup100_pipelined", "one batch at a time (Apply)", "dup100", nil)
+	// Its ceiling on one shard: decoding each event and checking its HWM,
+	// nothing written or synced.
+	add("100%-duplicate check alone (decode + HWM), the ceiling", evs, "dup100_ceiling", "raw Pebble ingest of fresh rows", "raw_ingest", nil)
+	add("100%-duplicate batches, pipelined, against the ceiling", evs, "dup100_pipelined", "decode + HWM check alone", "dup100_ceiling", nil)
 	add("100%-duplicate batches, one at a time", evs, "dup100", "naive: every key in Pebble", "naive_dup100", nil)
 	add("100%-retry batches (fresh SeqNo, known key), pipelined", evs, "dup100_window_pipelined", "raw Pebble ingest of fresh rows", "raw_ingest",
 		func(v, ref float64) (string, bool) { return ">= 5x raw ingest", v >= 5*ref })
