@@ -29,11 +29,11 @@
 //     event whose apply failed), freeing its slot without evicting anything.
 //  5. Keys lists oldest → newest; replaying it with CheckAndRecord into an
 //     empty store of the same capacity restores the same window.
-//  6. Memory is allocated once by NewStore (≈45 B per entry of capacity:
-//     16 B key + 8 B links + 8 B slots at ≤50% load; an lrutable.Table)
-//     and contains no pointers; no
-//     operation allocates, and churn never grows or degrades it (deletion
-//     shifts probe clusters back instead of leaving tombstones).
+//  6. Memory is allocated once by NewStore (≈31.3 B per entry of
+//     capacity: 16 B key + 8 B links + 4 B slots at ≤55% load; an
+//     lrutable.Table) and contains no pointers; no operation allocates,
+//     and churn never grows or degrades it (deletion shifts probe clusters
+//     back instead of leaving tombstones).
 //
 // # Concurrency and scaling
 //

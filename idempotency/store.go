@@ -20,10 +20,9 @@ const MaxCapacity = 1 << 28
 // most Capacity keys. See the package documentation for the invariants.
 //
 // It is an lrutable.Table sized once by NewStore — open addressing with
-// backward-shift deletion, the 32-bit hash of each key in its slot so a
-// miss (the common case for a follower, where almost every key is new)
-// finishes without touching an entry — holding every key in one recency
-// list. Everything is allocated by NewStore; no operation allocates.
+// backward-shift deletion, a fingerprint of each key's hash in its slot so
+// a miss (the common case for a follower, where almost every key is new)
+// seldom touches an entry — holding every key in one recency list. Everything is allocated by NewStore; no operation allocates.
 type Store struct {
 	// The table's read-mostly fields are kept on their own cache lines
 	// (see lrutable.Table), away from mu and the list.
@@ -55,8 +54,8 @@ func clampCapacity(capacity int) int {
 }
 
 // StoreBytes is the memory NewStore(capacity) allocates — all a window ever
-// holds: 24 B per entry (the key and its links) plus 8 B per table slot,
-// with at least two slots per entry so probe sequences stay short when full.
+// holds: 24 B per entry (the key and its links) plus 4 B per table slot,
+// with 1/0.55 slots per entry (lrutable.SlotsFor): about 31.3 B per entry.
 func StoreBytes(capacity int) int64 {
 	capacity = clampCapacity(capacity)
 	return lrutable.Bytes[Key, struct{}](lrutable.SlotsFor(capacity), capacity)

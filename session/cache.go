@@ -17,9 +17,9 @@ import (
 // list; logSeq[i] holds entry i's state and carries[i]
 // how often its logged record was carried forward unchanged (kept apart, so
 // a lookup never drags them into cache). Nothing holds a pointer. The
-// arrays grow (the entries as append would, the index by doubling at half
-// load), so a follower with few sessions does not pay for a large CacheSize
-// up front.
+// arrays grow (the entries as append would, the index by doubling before
+// it passes its load bound), so a follower with few sessions does not pay
+// for a large CacheSize up front.
 //
 // Two kinds of entry. A clean entry's record is also its row in Pebble: it
 // is an exact LRU of at most capacity entries (put, checked against

@@ -184,7 +184,11 @@ func TestHWMCacheGrowsToCapacity(t *testing.T) {
 	}
 	c.mu.Unlock()
 	require.Equal(t, capacity, c.len())
+	// Doubling from minSlots, the first size whose load bound (0.55)
+	// holds 100K: 1<<17 slots hold 72,089.
 	require.Equal(t, 1<<18, c.t.Slots())
+	require.Less(t, lrutable.SlotsFor(capacity), 1<<18)
+	require.Greater(t, lrutable.SlotsFor(capacity), 1<<17)
 	for n := range uint64(capacity) {
 		id := cacheID(n)
 		if r, ok := c.peek(&id); !ok || r != (record{hwm: SeqNo(n + 1), lastTS: int64(n)}) {

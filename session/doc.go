@@ -51,11 +51,11 @@
 // # The HWM cache
 //
 // An exact LRU (cache.go) on the same table as the idempotency window
-// (internal/lrutable): a linear-probing table of 8-byte slots (32-bit hash and entry index) over an array of
+// (internal/lrutable): a linear-probing table of 4-byte slots (entry index, probe distance, hash fingerprint) over an array of
 // 40-byte entries (ID, HWM with the closed flag in its top bit, last
 // activity, recency links) with the log state in parallel arrays. No pointers, so the
 // GC never scans it; a hit reads one slot and one entry (two or three cache lines)
-// and allocates nothing; about 78 B of heap per cached session, fresh or
+// and allocates nothing; about 67 B of heap per cached session, fresh or
 // churned (bench.BenchmarkTrackerCacheMemory: entry 40 B with its links, log
 // state 9 B — delta and carry count —, table slots; golang-lru/v2 held 130 B fresh, 165 B churned). Lookups do not refresh recency (a random list
 // write costs more than the lookup); filling from Pebble and committing a

@@ -12,20 +12,24 @@ import (
 // nothing and may run without the caller's lock (invariant 5).
 
 // ResidentHint is the index in the first of the first four probe slots of
-// hash h that carries h, or Nil: where a key of that hash most likely
-// lives. It reads the slots with atomic loads and may be wrong (the hash
-// may collide, the table may change): a hint only.
+// hash h whose word could be a key of that hash (as Find compares it), or
+// Nil: where a key of that hash most likely lives. It reads the slots with
+// atomic loads and may be wrong (the fingerprint may collide, the table may
+// change): a hint only.
 func (t *Table[K, V]) ResidentHint(h uint32) int32 {
-	slot := h >> t.shift
-	for range 4 {
-		v := atomic.LoadUint64(&t.slots[slot])
+	slot := t.home(h)
+	want := t.tag(h)
+	for d := range uint32(4) {
+		v := atomic.LoadUint32(&t.slots[slot])
 		if v == 0 {
 			return Nil
 		}
-		if uint32(v>>32) == h {
-			return int32(uint32(v) - 1)
+		if v&^t.idxMask == want|min(d, t.dMax)*t.dOne {
+			return int32(v&t.idxMask) - 1
 		}
-		slot = (slot + 1) & t.mask
+		if slot++; slot == t.nslots {
+			slot = 0
+		}
 	}
 	return Nil
 }
@@ -66,7 +70,7 @@ func (t *Table[K, V]) PrefetchKeys(keys []K, l *List) {
 		keys = keys[len(chunk):]
 		for j := range chunk {
 			hs[j] = t.Hash(&chunk[j])
-			Prefetch(unsafe.Pointer(&t.slots[hs[j]>>t.shift]))
+			Prefetch(unsafe.Pointer(&t.slots[t.home(hs[j])]))
 		}
 		for j := range chunk {
 			if idx[j] = t.ResidentHint(hs[j]); idx[j] != Nil {
@@ -90,7 +94,7 @@ func (t *Table[K, V]) PrefetchVictim(l *List) {
 	if v == Nil {
 		return
 	}
-	Prefetch(unsafe.Pointer(&t.slots[t.Hash(&t.entries[v].Key)>>t.shift]))
+	Prefetch(unsafe.Pointer(&t.slots[t.home(t.Hash(&t.entries[v].Key))]))
 	if p := t.entries[v].links.Prev; p != Nil {
 		t.PrefetchEntry(p)
 	}

@@ -12,8 +12,9 @@ import (
 // Nil ends a list and the free list, and is Find's index of an absent key.
 const Nil = -1
 
-// MaxEntries bounds a table's entries so that an index + 1 fits the low 32
-// bits of a slot and an int32 link; callers clamp their capacities to it.
+// MaxEntries bounds a table's entries so that an index fits an int32 link
+// and an index + 1 the low bits of a slot; callers clamp their capacities
+// to it.
 const MaxEntries = 1 << 30
 
 // Key is what a table can hold as a key: 16 bytes, compared whole.
@@ -47,12 +48,20 @@ type Table[K Key, V any] struct {
 	// Read by every operation, written only by growth: on their own cache
 	// lines, so that writes to the counters below (and to whatever the
 	// caller puts next to the table, such as its lock) do not evict them.
-	slots   []uint64 // invariant 1
+	slots   []uint32 // invariant 1
 	entries []Entry[K, V]
 	seed0   uint64
 	seed1   uint64
-	mask    uint32
-	shift   uint8 // home slot = hash >> shift
+	nslots  uint32 // len(slots): home slot = h * nslots >> 32
+	limit   int32  // most live entries the index holds (invariant 2)
+	// The slot layout (invariant 1), fixed by limit: from the low bits,
+	// index + 1 (idxMask), the probe distance (dOne is distance 1, dMax the
+	// distance that means "dMax or more"), the fingerprint (from fpShift up).
+	idxMask uint32
+	dOne    uint32
+	dMax    uint32
+	idxBits uint8
+	fpShift uint8
 	_       [64]byte
 
 	n    int32 // live entries
@@ -60,20 +69,45 @@ type Table[K Key, V any] struct {
 	free int32 // free list (via Links.Next), or Nil
 }
 
-// SlotsFor returns the smallest index that holds n entries at most half
-// full (invariant 2): a power of two of at least 2n, and at least 8.
+// The load bound (invariant 2): a table of s slots holds at most
+// s * loadNum / loadDen entries. 24 B entries need it above 0.5 for the
+// window to stay within 32 B per entry with 4 B slots; linear probing's
+// miss probes grow as 1/(1-load)², so not much above.
+const (
+	loadNum = 11
+	loadDen = 20
+)
+
+// maxDistBits bounds the probe distance field: with linear probing at the
+// load bound, displacements of 15 or more are rare enough that rereading
+// the key for them costs nothing measurable, and the bits left over are the
+// fingerprint's.
+const maxDistBits = 4
+
+// freed marks an entry on the free list (in Links.Prev, which is never
+// below Nil in a live entry), so that growth can walk the entries array in
+// order and skip dead indexes.
+const freed = Nil - 1
+
+// limitOf is the most live entries an index of slots slots holds.
+func limitOf(slots int) int {
+	return int(uint64(slots) * loadNum / loadDen)
+}
+
+// SlotsFor returns the smallest index that holds n entries within the load
+// bound (invariant 2), and at least 8 slots.
 func SlotsFor(n int) int {
-	return max(1<<bits.Len(uint(2*n-1)), 8)
+	return max((n*loadDen+loadNum-1)/loadNum, 8)
 }
 
 // Bytes is what Init(slots, entries) allocates for a table of K and V:
-// per entry the entry (with its links), and 8 B per slot.
+// per entry the entry (with its links), and 4 B per slot.
 func Bytes[K Key, V any](slots, entries int) int64 {
-	return int64(unsafe.Sizeof(Entry[K, V]{}))*int64(entries) + 8*int64(slots)
+	return int64(unsafe.Sizeof(Entry[K, V]{}))*int64(entries) + 4*int64(slots)
 }
 
-// Init makes t an empty table of slots slots (a power of two, at least 8)
-// with room for entries entries before it allocates again. A table that
+// Init makes t an empty table of slots slots (at least 8, at most 1<<32 -
+// 1) with room for entries entries before it allocates again. A table that
 // must never grow gets Init(SlotsFor(n), n) and holds at most n entries.
 func (t *Table[K, V]) Init(slots, entries int) {
 	*t = Table[K, V]{
@@ -85,10 +119,28 @@ func (t *Table[K, V]) Init(slots, entries int) {
 	t.setSlots(slots)
 }
 
+// setSlots makes an empty index of slots slots and fixes the slot layout
+// for its limit: index + 1 never exceeds the limit, because a new index is
+// handed out only while every lower one is live.
 func (t *Table[K, V]) setSlots(slots int) {
-	t.slots = make([]uint64, slots)
-	t.mask = uint32(slots - 1)
-	t.shift = uint8(32 - bits.TrailingZeros(uint(slots)))
+	t.slots = make([]uint32, slots)
+	t.nslots = uint32(slots)
+	limit := min(limitOf(slots), MaxEntries)
+	t.limit = int32(limit)
+	t.setLayout(uint8(bits.Len32(uint32(limit))))
+}
+
+// setLayout gives index + 1 the low idxBits bits of a slot word (at most
+// 32), the distance up to maxDistBits of the rest, and the fingerprint what
+// remains. Tests call it on an empty table to try the layouts of tables too
+// large to make.
+func (t *Table[K, V]) setLayout(idxBits uint8) {
+	t.idxBits = idxBits
+	t.idxMask = uint32(1)<<idxBits - 1
+	dbits := min(maxDistBits, 32-idxBits)
+	t.dOne = uint32(1) << idxBits // 0 if idxBits is 32: the distance is then always dMax
+	t.dMax = uint32(1)<<dbits - 1
+	t.fpShift = idxBits + dbits
 }
 
 // Len returns the number of live entries.
@@ -118,22 +170,48 @@ func (t *Table[K, V]) Hash(k *K) uint32 {
 	return uint32((h1 ^ h0) >> 32)
 }
 
+// home is the home slot of hash h: its high bits scaled to the index
+// ("fastrange"), so the index need not be a power of two. The fingerprint
+// takes the low bits, which the home barely depends on.
+func (t *Table[K, V]) home(h uint32) uint32 {
+	return uint32(uint64(h) * uint64(t.nslots) >> 32)
+}
+
+// tag is the slot word of a key of hash h at distance 0 from its home,
+// without the index: the word matches a slot word of that key at distance
+// d ≥ 1 once dist(d) is added.
+func (t *Table[K, V]) tag(h uint32) uint32 { return h << t.fpShift }
+
+// word packs a slot word: entry i, at distance d from its home, of hash h.
+func (t *Table[K, V]) word(i int32, d uint32, h uint32) uint32 {
+	return t.tag(h) | min(d, t.dMax)*t.dOne | uint32(i+1)
+}
+
 // Find returns the slot and entry index of k, whose hash is h; for an
-// absent k, the empty slot where the probe stopped and Nil.
+// absent k, the empty slot where the probe stopped and Nil. A slot word is
+// compared whole but for the index: at distance d from k's home only an
+// entry with the same fingerprint and the same home (distance field d, or
+// dMax for d ≥ dMax) can hold k, so a miss seldom reads an entry.
 func (t *Table[K, V]) Find(k *K, h uint32) (slot uint32, i int32) {
-	slot = h >> t.shift
+	slot = t.home(h)
+	want, sat := t.tag(h), t.tag(h)|t.dMax*t.dOne
 	for {
 		v := t.slots[slot]
 		if v == 0 {
 			return slot, Nil
 		}
-		if uint32(v>>32) == h {
-			i := int32(uint32(v)) - 1
+		if v&^t.idxMask == want {
+			i := int32(v&t.idxMask) - 1
 			if t.entries[i].Key == *k {
 				return slot, i
 			}
 		}
-		slot = (slot + 1) & t.mask
+		if want != sat {
+			want += t.dOne
+		}
+		if slot++; slot == t.nslots {
+			slot = 0
+		}
 	}
 }
 
@@ -147,19 +225,32 @@ func (t *Table[K, V]) Insert(k *K, h uint32, slot uint32, victim *List) int32 {
 	if victim != nil {
 		i = victim.Tail
 		t.Unlink(victim, i)
-		t.unindex(t.slotOf(i))
-		// The shift may have opened a hole earlier on k's probe path.
-		slot, _ = t.Find(k, h)
+		// The shift leaves one slot empty that was not, which may lie
+		// earlier on k's probe path; every other slot there is still full.
+		if hole := t.unindex(t.slotOf(i)); t.distance(hole, h) < t.distance(slot, h) {
+			slot = hole
+		}
 	} else {
+		if t.n == t.limit {
+			t.grow()
+			slot, _ = t.Find(k, h)
+		}
 		i = t.alloc()
+		t.entries[i].links.Prev = Nil // off the free list (growth skips freed)
 	}
 	t.entries[i].Key = *k
-	atomic.StoreUint64(&t.slots[slot], uint64(h)<<32|uint64(uint32(i)+1))
+	atomic.StoreUint32(&t.slots[slot], t.word(i, t.distance(slot, h), h))
 	t.n++
-	if int(t.n) > len(t.slots)/2 {
-		t.grow()
-	}
 	return i
+}
+
+// distance is how far slot lies past the home of hash h, probing forward.
+func (t *Table[K, V]) distance(slot, h uint32) uint32 {
+	d := slot - t.home(h)
+	if slot < t.home(h) {
+		d += t.nslots
+	}
+	return d
 }
 
 // Delete drops live entry i, in no list, whose slot Find returned, and
@@ -167,7 +258,7 @@ func (t *Table[K, V]) Insert(k *K, h uint32, slot uint32, victim *List) int32 {
 func (t *Table[K, V]) Delete(slot uint32, i int32) {
 	t.unindex(slot)
 	t.entries[i] = Entry[K, V]{}
-	t.entries[i].links = Links{Prev: Nil, Next: t.free}
+	t.entries[i].links = Links{Prev: freed, Next: t.free}
 	t.free = i
 }
 
@@ -234,39 +325,63 @@ func (t *Table[K, V]) slotOf(i int32) uint32 {
 }
 
 // unindex empties slot and shifts the rest of its cluster back so every
-// remaining key stays reachable from its home slot (invariant 1).
-func (t *Table[K, V]) unindex(hole uint32) {
-	j := hole
+// remaining key stays reachable from its home slot (invariant 1), and
+// returns the slot it left empty. A slot's home comes from its distance
+// field; only a distance of dMax or more rereads the entry's key.
+func (t *Table[K, V]) unindex(hole uint32) uint32 {
+	j, gap := hole, uint32(0)
 	for {
-		j = (j + 1) & t.mask
+		if j++; j == t.nslots {
+			j = 0
+		}
 		v := t.slots[j]
 		if v == 0 {
 			break
 		}
-		home := uint32(v>>32) >> t.shift
+		gap++
+		d := v >> t.idxBits & t.dMax
+		if d == t.dMax {
+			d = t.slotDistance(v, j)
+		}
 		// Move j into the hole unless its home lies cyclically in (hole, j].
-		if (j-home)&t.mask >= (j-hole)&t.mask {
-			atomic.StoreUint64(&t.slots[hole], v)
-			hole = j
+		if d >= gap {
+			v += (min(d-gap, t.dMax) - min(d, t.dMax)) * t.dOne
+			atomic.StoreUint32(&t.slots[hole], v)
+			hole, gap = j, 0
 		}
 	}
-	atomic.StoreUint64(&t.slots[hole], 0)
+	atomic.StoreUint32(&t.slots[hole], 0)
 	t.n--
+	return hole
 }
 
-// grow doubles the index and reinserts every slot word at its new home.
+// slotDistance is the distance from its home of the entry whose word v is
+// in slot j, from its key.
+func (t *Table[K, V]) slotDistance(v, j uint32) uint32 {
+	return t.distance(j, t.Hash(&t.entries[v&t.idxMask-1].Key))
+}
+
+// grow doubles the index and reinserts every live entry. The layout of a
+// slot word depends on the limit, and a home on the size, so it rehashes
+// the keys, walking the entries in order rather than the slots, whose
+// order would make every key read a cache miss.
 func (t *Table[K, V]) grow() {
-	old := t.slots
-	t.setSlots(2 * len(old))
-	for _, v := range old {
-		if v == 0 {
+	t.setSlots(2 * len(t.slots))
+	for i := range t.used {
+		e := &t.entries[i]
+		if e.links.Prev == freed {
 			continue
 		}
-		slot := uint32(v>>32) >> t.shift
+		h := t.Hash(&e.Key)
+		slot := t.home(h)
+		d := uint32(0)
 		for t.slots[slot] != 0 {
-			slot = (slot + 1) & t.mask
+			if slot++; slot == t.nslots {
+				slot = 0
+			}
+			d++
 		}
-		t.slots[slot] = v
+		t.slots[slot] = t.word(i, d, h)
 	}
 }
 
