@@ -257,7 +257,7 @@ func TestNodeBadOptions(t *testing.T) {
 	}
 	_, err := follower.OpenNode(t.TempDir(), []uint32{0}, &follower.NodeOptions{Follower: follower.Options{Store: store.Options{WindowCapacity: -1}}})
 	require.ErrorIs(t, err, follower.ErrBadOptions)
-	require.Equal(t, int64(24*100_000+8*262_144), follower.WindowBytes(100_000))
+	require.Equal(t, int64(24*100_000+4*181_819), follower.WindowBytes(100_000)) // 4 B slots at a load of at most 0.55
 }
 
 // TestNodeWindowBoundPerShard: every shard's window holds at most its own
