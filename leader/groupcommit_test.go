@@ -68,7 +68,7 @@ func readWAL(t *testing.T, fs vfs.FS) (hs []wal.Header, raws [][]byte) {
 // sharing sessions, some closing them: the log's batches are contiguous and
 // in LSN order; every session's SeqNos are contiguous in log order and none
 // follows its close; OnAppend sees each batch once, in order, synced, with
-// the WAL's exact bytes; the local store ends at the log's end, and a
+// the WAL's exact bytes, before the local store applies it; the local store ends at the log's end, and a
 // follower applies the whole log without a refusal.
 func TestLedgerLogConcurrentAppendsInOrder(t *testing.T) {
 	mem := vfs.NewMem()
@@ -76,8 +76,16 @@ func TestLedgerLogConcurrentAppendsInOrder(t *testing.T) {
 	var l *leader.LedgerLog
 	var seen []wal.Header
 	var seenRaw [][]byte
+	var misplaced []string
 	onAppend := func(h wal.Header, raw []byte) { // called one at a time
 		require.GreaterOrEqual(t, l.Writer().DurableLSN(), h.LastLSN(), "shipped before its sync")
+		// Shipped before the local store applies it (the followers apply
+		// while it does), after every earlier batch was applied. Checked
+		// after the appenders end: a failure here, on an appender's
+		// goroutine, would leave the log's locks held.
+		if applied, _ := l.Position(); applied != h.FirstLSN-1 && len(misplaced) < 3 {
+			misplaced = append(misplaced, fmt.Sprintf("batch at LSN %d handed over with the store at %d", h.FirstLSN, applied))
+		}
 		seen = append(seen, h)
 		seenRaw = append(seenRaw, append([]byte(nil), raw...))
 	}
@@ -123,6 +131,7 @@ func TestLedgerLogConcurrentAppendsInOrder(t *testing.T) {
 	t.Logf("%d appends refused for the closed session while others ran", closedRefused.Load())
 
 	hs, raws := readWAL(t, mem)
+	require.Empty(t, misplaced, "OnAppend before the local apply, after the batches before it")
 	require.Equal(t, hs, seen, "OnAppend: every batch once, in log order")
 	require.Equal(t, raws, seenRaw, "OnAppend gets the WAL's bytes")
 	require.ElementsMatch(t, hs, got, "every append returned its own batch")
