@@ -27,15 +27,20 @@
 // duplicate rows (dup100_pipelined, dup100_window_pipelined: a batch whose
 // events all die is still synced before its ack, so one at a time it waits
 // out an fdatasync per batch); pipelined fresh apply is not a CLI row, as
-// its raw reference would have to be pipelined too.
+// its raw reference would have to be pipelined too. DupCeiling is the
+// floor under the duplicate rows: the same batches only decoded and
+// checked against the HWMs, nothing written or synced.
 //
 // Pipeline (e2e.go): leader WAL → Shipper → in-process transport → follower
 // on a client-request workload (16-byte request IDs as keys, 64-byte
-// payloads, ClientKey idempotency keys, 0 or 30% retries among the last
-// 50,000 IDs), Sync per batch on both sides or on neither, beside the
+// payloads, ClientKey idempotency keys, 0, 30 or 100% retries among the
+// last 50,000 IDs), Sync per batch on both sides or on neither, beside the
 // at-least-once reference (PipelineRaw: the follower writes every event's
 // row, no dedup); and a node of 4 shards applying fresh events with and
-// without Sync (Shards).
+// without Sync (Shards). Replicated (replicated.go) runs the same requests
+// through a stamping leader and two real followers, every copy synced per
+// batch, timed to the majority ack: what a replicated deployment costs
+// against the one-follower pipeline.
 //
 // Leader (leader.go): a leader on disk stamps and ships 1000-event batches
 // of puts to n followers over the in-process transport. LeaderShip's
@@ -64,6 +69,7 @@
 //	go test ./bench -run '^$' -bench WindowMemory -benchtime 1x
 //	go test ./bench -run '^$' -bench 'Leader' -benchtime 2s
 //	go test ./bench -run '^$' -bench 'Pipeline|Shards' -benchtime 2s
+//	go test ./bench -run '^$' -bench Replicated -benchtime 100x
 //	go test ./bench -run '^$' -bench Client -benchtime 2s -count 3
-//	go run ./cmd/oncewal bench [--quick] [--json]
+//	go run ./cmd/oncewal bench [--quick] [--json] [--cpu-hog]
 package bench
