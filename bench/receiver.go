@@ -375,7 +375,7 @@ func DupCeiling() func(b *testing.B) {
 // Receiver's wall clock per batch is the sync wait.
 func ReceiverPipelined(w Workload, depth int) func(b *testing.B) {
 	return func(b *testing.B) {
-		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v", w), func(r *rig) error {
+		r := useRig(b, fmt.Sprintf("receiver-pipelined %+v depth %d", w, depth), func(r *rig) error {
 			f, err := follower.Open(r.dir, &follower.Options{Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				return err
