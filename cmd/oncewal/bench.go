@@ -290,6 +290,7 @@ func measureSuite(c benchConfig, quick, hog bool, progress io.Writer) (*benchRep
 			rep.Failed = append(rep.Failed, bc.name)
 		}
 	}
+	addCoreBound(rep.Samples, "repl2", rep.Machine.CPUs)
 	rep.Rows = benchRows(rep.Samples, rep.Machine.CPUHog)
 	rep.Machine.LoadEnd = loadAverage()
 	rep.Seconds = math.Round(time.Since(start).Seconds()*10) / 10
@@ -373,6 +374,7 @@ func benchRows(s map[string][]float64, hog bool) []benchRow {
 	add("replicated, 100% client retries", evs, "repl2_dup100", "pipeline to 1 follower, 100% retries", "e2e_dup100", atLeast09)
 	add("replicated, 1 client", evs, "repl2_1client", fmt.Sprintf("%d clients", bench.ReplicatedClients), "repl2", nil)
 	add("replicated: CPU per event", "ns", "repl2_cpu", "pipeline to 1 follower", "e2e_cpu", nil)
+	add("replicated: what the cores allow (all cores ÷ its CPU per event)", evs, "repl2_core_bound", "pipeline to 1 follower", "e2e", nil)
 	add("node of 4 shards, Sync", evs, "shards4_sync", "the same without fsync", "shards4_nosync",
 		func(v, ref float64) (string, bool) { return ">= 0.8x no fsync", v >= 0.8*ref })
 	add("30%-duplicate mix", evs, "dup30", "raw Pebble ingest (all rows)", "raw_ingest", nil)
@@ -563,6 +565,20 @@ func loadAverage() float64 {
 		return 0
 	}
 	return l
+}
+
+// addCoreBound adds NAME_core_bound: per round, the events per second the
+// machine's cores could serve at NAME's CPU per event, were its work spread
+// over all of them and nothing else running — the ceiling a CPU-bound row
+// such as the replicated one cannot pass here. (Beside --cpu-hog the
+// scheduler shares the cores three ways, so no whole number of them is the
+// suite's: the bound stays that of the idle machine.)
+func addCoreBound(s map[string][]float64, name string, cpus int) {
+	for _, c := range s[name+"_cpu"] {
+		if c > 0 && cpus > 0 {
+			s[name+"_core_bound"] = append(s[name+"_core_bound"], float64(cpus)*1e9/c)
+		}
+	}
 }
 
 // startCPUHog starts this binary as `bench --spin`, a process that keeps

@@ -82,6 +82,14 @@ func TestBenchTable(t *testing.T) {
 	if len(rows) != 1 || rows[0].TargetMet == nil || *rows[0].TargetMet {
 		t.Errorf("missed target not reported: %+v", rows)
 	}
+	// The replicated row's core bound: the cores over its CPU per event,
+	// per round.
+	bound := map[string][]float64{"repl2_cpu": {10_000, 8_000}}
+	addCoreBound(bound, "repl2", 2)
+	addCoreBound(bound, "repl3", 2) // no samples: no bound
+	if got := bound["repl2_core_bound"]; len(got) != 2 || got[0] != 200_000 || got[1] != 250_000 || len(bound["repl3_core_bound"]) != 0 {
+		t.Errorf("core bound on 2 CPUs: %v", bound)
+	}
 	// Beside a CPU hog fresh apply's target is 0.8x raw ingest.
 	for _, hog := range []bool{false, true} {
 		rows := benchRows(map[string][]float64{"fresh": {0.85}, "raw_ingest": {1}}, hog)
