@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,9 @@ func Replicated(followers, clients, retryPercent int) func(*testing.B) {
 		for i := range cs {
 			cs[i] = newClientRequests(retryPercent, clients)
 			cs[i].stamped, cs[i].client, cs[i].ids = true, uint64(i), r.ids[:e2eSessions]
+			// Each client its own draw of sessions and retries, not
+			// the same sessions as the others at the same moments.
+			cs[i].rng = rand.New(rand.NewPCG(3, 5+uint64(i)))
 		}
 		var mu sync.Mutex
 		var last uint64
