@@ -84,15 +84,22 @@ type recentRequest struct {
 	key  idempotency.Key
 }
 
-// newClientRequests returns one of clients concurrent clients' workload.
-func newClientRequests(retryPercent, clients int) *clientRequests {
-	c := &clientRequests{retryPercent: retryPercent, rng: rand.New(rand.NewPCG(3, 5)),
+// newClientRequests returns the workload of client (0 to clients-1) of
+// clients concurrent ones: every client has the same sessions and
+// payloads, and its own request numbers and draws of sessions and retries.
+func newClientRequests(retryPercent, client, clients int) *clientRequests {
+	c := &clientRequests{retryPercent: retryPercent, client: uint64(client), rng: rand.New(rand.NewPCG(3, 5)),
 		seq:    make([]session.SeqNo, e2eSessions),
 		recent: make([]recentRequest, e2eRetryWindow/clients),
 		events: make([]wal.Event, BatchEvents), keys: make([]byte, BatchEvents*e2eRequestID),
 		clock: 1_700_000_000_000_000_000}
 	c.ids = randomIDs(c.rng, e2eSessions)
 	c.payload = randomBytes(c.rng, 4096)
+	if client > 0 {
+		// Client 0 goes on drawing from the stream the sessions came from,
+		// as the single-client rows always have.
+		c.rng = rand.New(rand.NewPCG(3, 5+uint64(client)))
+	}
 	return c
 }
 
@@ -276,7 +283,7 @@ func Pipeline(retryPercent int, noSync bool) func(*testing.B) {
 		}
 		r.closers = append(r.closers, f.Close)
 		r.wg.Go(func() { _ = f.Serve(r.ctx, r.tr) })
-		c := newClientRequests(retryPercent, 1)
+		c := newClientRequests(retryPercent, 0, 1)
 		r.drive(b, c)
 		// Exactly once: every distinct request applied, no retry.
 		if got, want := f.Stats().Receiver.Applied, uint64(c.composed-c.retries); got != want {
@@ -295,7 +302,7 @@ func LeaderWAL() func(*testing.B) {
 	return func(b *testing.B) {
 		Release()
 		w := openBenchWAL(b)
-		c := newClientRequests(0, 1)
+		c := newClientRequests(0, 0, 1)
 		b.ReportAllocs()
 		cpu0 := cpuNanos()
 		b.ResetTimer()
@@ -343,7 +350,7 @@ func PipelineRaw(retryPercent int) func(*testing.B) {
 		}
 		r.closers = append(r.closers, db.Close)
 		r.wg.Go(func() { rawFollower(r.ctx, r.tr, db) })
-		r.drive(b, newClientRequests(retryPercent, 1))
+		r.drive(b, newClientRequests(retryPercent, 0, 1))
 	}
 }
 

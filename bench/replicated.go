@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -41,11 +40,8 @@ func Replicated(followers, clients, retryPercent int) func(*testing.B) {
 		sh, _ := r.l.Shard(0)
 		cs := make([]*clientRequests, clients)
 		for i := range cs {
-			cs[i] = newClientRequests(retryPercent, clients)
-			cs[i].stamped, cs[i].client, cs[i].ids = true, uint64(i), r.ids[:e2eSessions]
-			// Each client its own draw of sessions and retries, not
-			// the same sessions as the others at the same moments.
-			cs[i].rng = rand.New(rand.NewPCG(3, 5+uint64(i)))
+			cs[i] = newClientRequests(retryPercent, i, clients)
+			cs[i].stamped = true
 		}
 		var mu sync.Mutex
 		var last uint64
