@@ -233,7 +233,6 @@ func measureSuite(c benchConfig, quick, hog bool, progress io.Writer) (*benchRep
 			suite = append(suite, bc)
 		}
 	}
-	cpu := map[string][]float64{}
 	failed := map[string]bool{}
 	for round := 1; round <= c.rounds; round++ {
 		for _, bc := range suite {
@@ -272,9 +271,9 @@ func measureSuite(c benchConfig, quick, hog bool, progress io.Writer) (*benchRep
 			default:
 				v := r.Extra[bc.metric]
 				rep.Samples[bc.name] = append(rep.Samples[bc.name], v)
-				cpu[bc.name] = append(cpu[bc.name], r.Extra["cpu-ns/event"])
 				if c, ok := r.Extra["cpu-ns/event"]; ok && c > 0 {
-					// Some rows compare CPU per event (NAME_cpu).
+					// Rows compare CPU per event (NAME_cpu), and the
+					// report lists its median per case.
 					rep.Samples[bc.name+"_cpu"] = append(rep.Samples[bc.name+"_cpu"], c)
 				}
 				fmt.Fprintf(progress, "%s %s", siRate(v), bc.metric)
@@ -282,8 +281,10 @@ func measureSuite(c benchConfig, quick, hog bool, progress io.Writer) (*benchRep
 			fmt.Fprintf(progress, "  (%.1fs)\n", time.Since(t0).Seconds())
 		}
 	}
-	for name, v := range cpu {
-		rep.CPUNanos[name] = median(v)
+	for _, bc := range suite {
+		if v := rep.Samples[bc.name+"_cpu"]; len(v) > 0 {
+			rep.CPUNanos[bc.name] = median(v)
+		}
 	}
 	for _, bc := range suite {
 		if failed[bc.name] {
