@@ -22,7 +22,8 @@ const MaxCapacity = 1 << 28
 // It is an lrutable.Table sized once by NewStore — open addressing with
 // backward-shift deletion, a fingerprint of each key's hash in its slot so
 // a miss (the common case for a follower, where almost every key is new)
-// seldom touches an entry — holding every key in one recency list. Everything is allocated by NewStore; no operation allocates.
+// seldom touches an entry — holding every key in one recency list.
+// Everything is allocated by NewStore; no operation allocates.
 type Store struct {
 	// The table's read-mostly fields are kept on their own cache lines
 	// (see lrutable.Table), away from mu and the list.
