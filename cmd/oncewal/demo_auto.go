@@ -650,7 +650,16 @@ func (c *autoCluster) fault(k int, fault, lid string, epoch uint64, w *autoWrite
 	if err != nil {
 		return f, err
 	}
-	if err := l.WaitAcked(ctx, leader.AckAll); err != nil {
+	// The restarted member rebuilds its replica before it acknowledges,
+	// which on a busy machine can outlast one AckTimeout: wait on until
+	// this fault's deadline.
+	for {
+		err = l.WaitAcked(ctx, leader.AckAll)
+		if !errors.Is(err, leader.ErrAckTimeout) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		return f, fmt.Errorf("%s did not catch up with %s: %w", lid, next, err)
 	}
 	say("  +%6.2fs  all three replicas caught up", c.since())
