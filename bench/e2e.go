@@ -189,7 +189,8 @@ func openPipelineRig(noSync bool) (*pipelineRig, error) {
 		r.close()
 		return nil, err
 	}
-	so := leader.ShipperOptions{WALDir: walDir, Listener: r.tr, Notify: r.notify, Logger: quietSlog()}
+	so := leader.ShipperOptions{WALDir: walDir, Listener: r.tr, Notify: r.notify, Logger: quietSlog(),
+		OpenReader: func() (leader.LogReader, error) { return r.w.OpenReader() }}
 	if !noSync {
 		so.DurableLSN = r.w.DurableLSN // ship only what the leader synced, as a leader does
 	}

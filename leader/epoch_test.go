@@ -144,9 +144,13 @@ func TestRegressedLogWayOut(t *testing.T) {
 	require.NoError(t, err)
 	segs, err := filepath.Glob(filepath.Join(walDir, "*.wal"))
 	require.NoError(t, err)
-	f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(segs[len(segs)-1], os.O_RDWR, 0)
 	require.NoError(t, err)
-	_, err = f.Write(stale)
+	st, err := f.Stat()
+	require.NoError(t, err)
+	dataEnd, err := wal.DataEnd(f, st.Size()) // after the batches, over the zeros written ahead
+	require.NoError(t, err)
+	_, err = f.WriteAt(stale, dataEnd)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 

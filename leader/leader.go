@@ -122,7 +122,9 @@ type Options struct {
 	// MaxRetainedBytes bounds each shard's WAL: when the segments its slots
 	// pin exceed it, the most lagging followers are dropped from retention
 	// (and refused with replication.ErrBehindRetention once what they need
-	// is deleted, until they are rebuilt). Default 4 GiB.
+	// is deleted, until they are rebuilt). It counts the batches' bytes; on
+	// disk each segment may also hold up to wal.DefaultZeroAhead of zeros
+	// written ahead of its appends. Default 4 GiB.
 	MaxRetainedBytes int64
 	// RetentionInterval is how often Run advances the slots and deletes
 	// segments no slot needs. Default 1s.

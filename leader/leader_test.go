@@ -294,7 +294,9 @@ func TestOpenValidatesLog(t *testing.T) {
 		require.NotEmpty(t, first)
 		b, err := os.ReadFile(first)
 		require.NoError(t, err)
-		b[len(b)/2] ^= 0x40
+		h, err := wal.DecodeHeader(b)
+		require.NoError(t, err)
+		b[h.Size()] ^= 0x40 // the second batch's magic
 		require.NoError(t, os.WriteFile(first, b, 0o644))
 		refused(t, dir, wal.ErrCorrupt)
 	})

@@ -295,7 +295,7 @@ func (l *LedgerLog) catchUp(applied uint64) (epochRise, error) {
 	if l.w.NextLSN()-1 == applied {
 		return rise, nil
 	}
-	r, err := wal.OpenReaderFS(l.cfg.FS, l.cfg.WALDir, l.cfg.Shard)
+	r, err := l.w.OpenReader()
 	if err != nil {
 		return rise, err
 	}

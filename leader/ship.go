@@ -78,7 +78,7 @@ func (h helloLog) Retained() (first, last uint64) {
 }
 
 func (h helloLog) BatchEndingAt(lsn uint64) (wal.BatchRef, bool, error) {
-	r, err := wal.OpenReaderFS(h.s.fs, h.s.walDir, h.s.id)
+	r, err := h.s.log.Writer().OpenReader()
 	if err != nil {
 		return wal.BatchRef{}, false, err
 	}
@@ -95,7 +95,7 @@ func (h helloLog) Boundary() EpochBoundary { return h.s.log.Boundary() }
 func (l *Leader) openShipping(s *Shard) error {
 	so := l.opts.Shipping
 	so.WALDir, so.Shard, so.Listener = s.walDir, s.id, l.opts.Listener(s.id)
-	so.OpenReader = func() (LogReader, error) { return wal.OpenReaderFS(s.fs, s.walDir, s.id) }
+	so.OpenReader = func() (LogReader, error) { return s.log.Writer().OpenReader() }
 	so.Epoch = s.log.Epoch
 	so.Notify = s.log.Notify()
 	so.DurableLSN = s.log.Writer().DurableLSN

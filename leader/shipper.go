@@ -79,7 +79,8 @@ type ShipperOptions struct {
 	// not synced is held back, so a leader crash cannot leave a follower
 	// holding events the leader lost. nil ships whatever the reader sees.
 	DurableLSN func() uint64
-	// OpenReader opens a WAL reader. Default: wal.OpenReader(WALDir, Shard).
+	// OpenReader opens a WAL reader. Default: wal.OpenReader(WALDir, Shard),
+	// bounded by DurableLSN when that is set (wal.Reader.Bound).
 	OpenReader func() (LogReader, error)
 	// CacheBytes bounds the memory of the cache of recent batches that
 	// Appended feeds and every stream reads before it reads the WAL (see
@@ -126,7 +127,19 @@ func (o *ShipperOptions) EnsureDefaults() *ShipperOptions {
 	}
 	if o.OpenReader == nil && o.WALDir != "" {
 		dir, shard := o.WALDir, o.Shard
-		o.OpenReader = func() (LogReader, error) { return wal.OpenReader(dir, shard) }
+		durable := o.DurableLSN
+		o.OpenReader = func() (LogReader, error) {
+			r, err := wal.OpenReader(dir, shard)
+			if err != nil {
+				return nil, err
+			}
+			if durable != nil {
+				// Never read a batch still being written (zeros written
+				// ahead show one in part): only what is durable ships.
+				r.Bound(func() uint64 { return durable() + 1 })
+			}
+			return r, nil
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -43,12 +43,17 @@ type crashState struct {
 
 const crashBatches = 40
 
+// crashZeroAhead are the WriterOptions.ZeroAhead the crash sweep runs
+// with: files that grow with each append, zeros written a little ahead
+// (several fills per segment) and zeros up to the segment size.
+var crashZeroAhead = []int64{-1, 2 << 10, DefaultZeroAhead}
+
 // crashWorkload appends crashBatches batches with SyncEveryBatch and small
 // segments, deletes old segments every 8 batches and closes and reopens the
 // Writer halfway. It stops at the first error (the injected crash). st is
 // updated as it goes, so that the injector can copy it at the crash.
-func crashWorkload(fs vfs.FS, st *crashState) error {
-	opts := &WriterOptions{FS: fs, SegmentSize: 6 << 10}
+func crashWorkload(fs vfs.FS, zeroAhead int64, st *crashState) error {
+	opts := &WriterOptions{FS: fs, SegmentSize: 6 << 10, ZeroAhead: zeroAhead}
 	w, err := OpenWriter(crashDir, opts)
 	if err != nil {
 		return err
@@ -80,12 +85,12 @@ func crashWorkload(fs vfs.FS, st *crashState) error {
 // crashAt runs the workload on a fresh crashable MemFS and returns the
 // filesystem as a crash before FS operation k would leave it (nil if the
 // workload has fewer operations), with the workload's state at that moment.
-func crashAt(k int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
+func crashAt(k int64, zeroAhead int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
 	var st, atCrash crashState
 	fs := testutil.NewCrashFS(vfs.NewCrashableMem(), testutil.CrashOptions{At: int(k), Clone: cfg, OnCrash: func() {
 		atCrash = crashState{acked: append([]Header(nil), st.acked...), floor: st.floor}
 	}})
-	_ = crashWorkload(fs, &st)
+	_ = crashWorkload(fs, zeroAhead, &st)
 	return fs.Image(), atCrash
 }
 
@@ -94,13 +99,13 @@ func crashAt(k int64, cfg vfs.CrashCloneCfg) (*vfs.MemFS, crashState) {
 // workload wrote (all: the uncrashed run's headers), byte-identical by
 // header; it holds every acknowledged batch not below the retention floor;
 // the Writer continues after the last batch it holds.
-func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, what string) (torn bool) {
+func checkCrashImage(t *testing.T, fs vfs.FS, st crashState, all []Header, zeroAhead int64, what string) (torn bool) {
 	t.Helper()
 	var buf []byte
 	if scan, err := scanLog(fs, crashDir, 0, &buf); err == nil {
 		torn = scan.torn
 	}
-	w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10})
+	w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10, ZeroAhead: zeroAhead})
 	require.NoError(t, err, "%s: reopen", what)
 	got := readAllFS(t, fs, what)
 	if len(got) > 0 {
@@ -159,11 +164,17 @@ func readAllFS(t *testing.T, fs vfs.FS, what string) []Header {
 // torn tail, and every tenth other one, is crashed again at every operation
 // of its own recovery (cutting the tail included).
 func TestCrashSweep(t *testing.T) {
+	for _, za := range crashZeroAhead {
+		t.Run(fmt.Sprintf("zeroahead=%d", za), func(t *testing.T) { crashSweep(t, za) })
+	}
+}
+
+func crashSweep(t *testing.T, zeroAhead int64) {
 	var all []Header
 	{
 		var st crashState
 		probe := testutil.NewCrashFS(vfs.NewCrashableMem(), testutil.CrashOptions{At: -1})
-		require.NoError(t, crashWorkload(probe, &st))
+		require.NoError(t, crashWorkload(probe, zeroAhead, &st))
 		all = st.acked
 		require.Len(t, all, crashBatches)
 		t.Logf("%d FS operations", probe.Counted())
@@ -177,7 +188,7 @@ func TestCrashSweep(t *testing.T) {
 		for i := range 5 * seeds {
 			pct := []int{0, 30, 60, 90, 100}[i%5]
 			rng := rand.New(rand.NewPCG(uint64(k), uint64(i)))
-			img, st := crashAt(k, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
+			img, st := crashAt(k, zeroAhead, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
 			if img == nil {
 				t.Logf("%d crash images, %d crashed recoveries; %d of these had a torn tail to cut", images, nested, torn)
 				require.Greater(t, images, 1000*seeds)
@@ -192,7 +203,7 @@ func TestCrashSweep(t *testing.T) {
 				for j := int64(0); ; j++ {
 					pristine := img.CrashClone(vfs.CrashCloneCfg{}) // exact copy: a clone holds only synced data
 					fs := testutil.NewCrashFS(pristine, testutil.CrashOptions{At: int(j), Clone: vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng}})
-					if w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10}); err == nil {
+					if w, err := OpenWriter(crashDir, &WriterOptions{FS: fs, SegmentSize: 6 << 10, ZeroAhead: zeroAhead}); err == nil {
 						_ = w.Close()
 					}
 					img2 := fs.Image()
@@ -200,12 +211,12 @@ func TestCrashSweep(t *testing.T) {
 						break
 					}
 					nested++
-					if checkCrashImage(t, img2, st, all, fmt.Sprintf("%s, then before recovery op %d", what, j)) {
+					if checkCrashImage(t, img2, st, all, zeroAhead, fmt.Sprintf("%s, then before recovery op %d", what, j)) {
 						torn++
 					}
 				}
 			}
-			if checkCrashImage(t, img, st, all, what) {
+			if checkCrashImage(t, img, st, all, zeroAhead, what) {
 				torn++
 			}
 		}

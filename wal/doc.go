@@ -88,9 +88,10 @@
 //
 // # Segments
 //
-// A segment is an append-only file of consecutive batches of one shard, with
-// no file header (each batch header carries magic, shard and LSNs). Its name
-// is SegmentName(shard, firstLSN): "SSSSSSSSSS-LLLLLLLLLLLLLLLLLLLL.wal", the
+// A segment is an append-only file of consecutive batches of one shard,
+// followed by zeros written ahead (below), with no file header (each batch
+// header carries magic, shard and LSNs). Its name is SegmentName(shard,
+// firstLSN): "SSSSSSSSSS-LLLLLLLLLLLLLLLLLLLL.wal", the
 // shard as 10 decimal digits and the LSN of its first batch as 20 decimal
 // digits (both the full range of their types), so names of one shard sort by
 // LSN and several shards can share a directory. ParseSegmentName accepts only
@@ -110,7 +111,7 @@
 // segment starts at the LSN after the last batch of the previous one; all
 // batches carry the segment's shard.
 //
-// # Writer and recovery
+// # Writer
 //
 // The Writer appends each batch with one write to the last segment and rolls
 // to a new segment when the batch would push a non-empty segment past
@@ -118,21 +119,44 @@
 // is synced before the next one is created, so only the last segment can
 // have a torn tail.
 //
-// OpenWriter recovers the log: it walks the batch headers of every segment
-// (checking framing, shard and LSN continuity without reading bodies) and
-// verifies the last segment fully, body CRCs included. After the last valid
-// batch of the last segment, the remaining bytes are a torn tail — an append
-// that the crash cut short, which was never acknowledged (SyncEveryBatch) —
-// and are cut, iff:
+// # Zeros written ahead
 //
-//   - fewer than HeaderSize bytes remain (a partial header), or
+// The Writer fills the active segment with zeros ahead of its appends
+// (WriterOptions.ZeroAhead: 1 MiB at a time by default, never past
+// SegmentSize), as PostgreSQL fills its WAL segments: an append then writes
+// over bytes the file already has, and its fdatasync writes data pages
+// only, with no file size or block allocation to commit — on ext4 about
+// half the CPU and wall time of a sync that grows the file. A segment is
+// thus its batches followed by zeros, and a rolled segment keeps the zeros
+// it did not use. A batch never starts with a zero byte (the magic), so a
+// header of zeros after the last batch is the end of a segment's data.
+// Segments and RetainedBytes count the batches' bytes, not the zeros. A log
+// written without zeros ahead (ZeroAhead < 0, or an older binary) is the
+// case of none, and reads and recovers the same.
+//
+// # Recovery
+//
+// OpenWriter recovers the log: it walks the batch headers of every segment
+// (checking framing, shard and LSN continuity without reading bodies; a
+// non-last segment must end with its last batch, followed by nothing but
+// zeros) and verifies the last segment fully, body CRCs included. What
+// follows the last valid batch of the last segment is judged up to its data
+// end, past the last non-zero byte of the file: zeros beyond it were
+// written ahead, or are pages that never reached the disk, which is the
+// same to the log. Nothing before the data end means the log ends there
+// (zeros written ahead: kept, and written over by the next append).
+// Otherwise those bytes are a torn tail — an append that the crash cut
+// short, which was never acknowledged (SyncEveryBatch) — and are cut, iff:
+//
+//   - fewer than HeaderSize bytes remain before the file's end or the data
+//     end (a partial header), or
 //   - a valid header announces a batch that runs past the end of the file, or
-//   - all remaining bytes are zero (the file grew but its data never reached
-//     the disk), or
-//   - the remaining bytes are exactly one batch whose header is valid but whose
-//     body CRC fails and which contains an all-zero 512-byte sector at a
-//     sector-aligned file offset (a write that reached the file size but not
-//     all its pages: etcd's torn-write rule), or
+//   - the remaining bytes are one batch whose header is valid but whose body
+//     CRC fails, and an all-zero 512-byte sector at a sector-aligned file
+//     offset overlaps it (a write that reached the file but not all its
+//     pages: etcd's torn-write rule; the sector holding its end runs into
+//     the zeros after it, so a lost last page that holds only the end of
+//     the batch shows too), or
 //   - the header at the end of the last valid batch does not decode, the
 //     remaining bytes are no longer than one batch (HeaderSize+MaxBodySize),
 //     they show pages that never reached the disk — they start with zeros up
@@ -147,7 +171,8 @@
 //     boundary, or an all-zero sector-aligned sector overlapping it —
 //     whatever follows: the batches of one group commit (below), written
 //     together and never synced, reach the disk in any order, so an intact
-//     later batch of the group proves nothing.
+//     later batch of the group proves nothing. The bound counts a later
+//     batch whole, also where it ends in zeros of its own past the data end.
 //
 // With SyncEveryBatch what is unsynced at a crash is one append, or the
 // batches of a group commit: appenders that write while a sync is in flight
@@ -284,8 +309,14 @@
 // A Reader returns io.EOF when the bytes after its position are an incomplete
 // batch or nothing, and resumes from the same position on the next call, so
 // it can follow a Writer in the same directory. It trusts that the bytes below
-// the file size it observed are written (true for write(2) on Linux), and it
-// only moves to the next segment after the current one is complete. A Reader
+// the file size it observed are written (true for write(2) on Linux) and that
+// a header of zeros is the end of what was appended, and it only moves to
+// the next segment after the current one is complete. Over zeros written
+// ahead, a batch being written can be seen in part: a Reader in the
+// Writer's process is bounded by its NextLSN (Writer.OpenReader,
+// Reader.Bound) and never reads one; an unbounded Reader reports it as a
+// header that does not decode or a body whose CRC fails, and reads it
+// whole on a later call. A Reader
 // can see a batch before the Writer has synced it; Writer.DurableLSN says
 // what is durable. A Reader never truncates: on a crashed log that no Writer
 // has recovered yet, a torn tail reads as io.EOF (incomplete batch) or as a

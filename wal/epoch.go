@@ -150,9 +150,9 @@ func CutEpochRegression(fs vfs.FS, dir string, shard uint32, sideDir string) (cu
 	return cut, nil
 }
 
-// writeSideFile copies segs[0] from off and every later segment whole into
-// a new file named after base in sideDir, syncs it and sideDir, and returns
-// its path and size.
+// writeSideFile copies segs[0] from off and every later segment whole (up
+// to the zeros written ahead of its appends) into a new file named after
+// base in sideDir, syncs it and sideDir, and returns its path and size.
 func writeSideFile(fs vfs.FS, dir string, segs []segment, off int64, sideDir, base string) (path string, n int64, err error) {
 	if err := MkdirAllSynced(fs, sideDir); err != nil {
 		return "", 0, err
@@ -193,8 +193,15 @@ func writeSideFile(fs vfs.FS, dir string, segs []segment, off int64, sideDir, ba
 		if j == 0 {
 			from = off
 		}
-		for pos := from; pos < st.Size(); {
-			m := min(int64(len(buf)), st.Size()-pos)
+		// Not the zeros written ahead, which would sit between the
+		// segments' batches in the side file.
+		end, err := contentEnd(src, st.Size())
+		if err != nil {
+			_ = src.Close()
+			return "", 0, err
+		}
+		for pos := from; pos < end; {
+			m := min(int64(len(buf)), end-pos)
 			if _, err := src.ReadAt(buf[:m], pos); err != nil {
 				_ = src.Close()
 				return "", 0, err

@@ -48,7 +48,7 @@ func writeRawLog(t *testing.T, fs vfs.FS, dir string, segs [][]uint64) []Header 
 	require.NoError(t, MkdirAllSynced(fs, dir))
 	var hs []Header
 	lsn := uint64(1)
-	for _, epochs := range segs {
+	for i, epochs := range segs {
 		f, err := fs.Create(fs.PathJoin(dir, SegmentName(0, lsn)), vfs.WriteCategoryUnspecified)
 		require.NoError(t, err)
 		for _, e := range epochs {
@@ -58,6 +58,10 @@ func writeRawLog(t *testing.T, fs vfs.FS, dir string, segs [][]uint64) []Header 
 			require.NoError(t, err)
 			hs = append(hs, h)
 			lsn = h.LastLSN() + 1
+		}
+		if i%2 == 0 { // zeros written ahead after some segments' batches, as a Writer leaves them
+			_, err = f.Write(make([]byte, 700))
+			require.NoError(t, err)
 		}
 		require.NoError(t, f.Sync())
 		require.NoError(t, f.Close())

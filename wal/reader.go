@@ -24,9 +24,19 @@ type Reader struct {
 	size   int64  // size of f last observed
 	expect uint64 // FirstLSN the batch at off must have
 	target uint64 // Next skips batches that end before this LSN; 0: from the oldest retained
+	bound  func() uint64
 	buf    []byte
 	closed bool
 }
+
+// Bound makes the Reader treat the log as ending before LSN next() (io.EOF
+// there), whatever the files hold beyond it. A Reader tailing a Writer of
+// the same process passes Writer.NextLSN: every batch below it is wholly
+// written, and the Reader never reads one being written. Without a bound a
+// Reader tailing a live log can meet a batch being written over zeros
+// written ahead (WriterOptions.ZeroAhead) — a header that does not decode
+// yet, or a body whose CRC fails — and reports it as such.
+func (r *Reader) Bound(next func() uint64) { r.bound = next }
 
 // OpenReader opens a Reader positioned at the start of the log of shard in
 // dir (an existing directory; it may hold no segment yet): the first Next
@@ -37,7 +47,7 @@ type Reader struct {
 // of every segment of the shard decodes, carries the shard
 // (ErrShardMismatch) and starts at the LSN in the segment's name. Defects
 // further into a segment surface from Next. Only the last segment may be
-// shorter than a header (a Writer may be creating it). A segment that
+// shorter than a header or start with zeros (a Writer may be creating it). A segment that
 // retention deletes during the validation is skipped, not an error: a
 // reader of later LSNs (a leader checking a follower's hello, a stream)
 // must not fail because the log's start moved meanwhile.
@@ -86,6 +96,9 @@ func checkSegmentStart(fs vfs.FS, dir string, seg segment, shard uint32, last bo
 			err = fmt.Errorf("%w: %d bytes, less than a batch header, in a non-last segment", ErrTruncated, n)
 		}
 		return errAt(err)
+	}
+	if last && allZeroBytes(hdr[:]) {
+		return nil // zeros written ahead of the segment's first batch
 	}
 	h, err := DecodeHeader(hdr[:])
 	switch {
@@ -190,7 +203,8 @@ func (r *Reader) have(n int64) (bool, error) {
 }
 
 // peek returns the header of the complete batch at r.off, or ok=false when
-// the bytes there are not (yet) a complete batch.
+// the bytes there are not (yet) a complete batch: too few, or a header of
+// zeros (written ahead: the end of what was appended).
 func (r *Reader) peek() (h Header, ok bool, err error) {
 	if ok, err := r.have(HeaderSize); !ok || err != nil {
 		return Header{}, false, err
@@ -198,6 +212,9 @@ func (r *Reader) peek() (h Header, ok bool, err error) {
 	r.buf = slices.Grow(r.buf[:0], HeaderSize)[:HeaderSize]
 	if _, err := r.f.ReadAt(r.buf, r.off); err != nil {
 		return Header{}, false, r.errAt(err)
+	}
+	if allZeroBytes(r.buf) {
+		return Header{}, false, nil
 	}
 	h, err = DecodeHeader(r.buf)
 	if err != nil {
@@ -240,6 +257,9 @@ func (r *Reader) advance() (Header, error) {
 		}
 	}
 	for {
+		if r.bound != nil && r.expect >= r.bound() {
+			return Header{}, io.EOF
+		}
 		h, ok, err := r.peek()
 		if err != nil {
 			return Header{}, err
@@ -260,8 +280,8 @@ func (r *Reader) advance() (Header, error) {
 				return Header{}, err
 			}
 			if !ok {
-				if r.size != r.off {
-					return Header{}, r.errAt(fmt.Errorf("%w: incomplete batch at end of non-last segment", ErrTruncated))
+				if err := r.checkEnded(); err != nil {
+					return Header{}, err
 				}
 				if seg.first != r.expect {
 					if oldest > r.expect {
@@ -284,6 +304,24 @@ func (r *Reader) advance() (Header, error) {
 		}
 		r.skip(h)
 	}
+}
+
+// checkEnded checks that the segment before the next one ends at r.off:
+// nothing follows but zeros written ahead.
+func (r *Reader) checkEnded() error {
+	st, err := r.f.Stat()
+	if err != nil {
+		return err
+	}
+	r.size = st.Size()
+	zero, err := allZero(r.f, r.off, r.size)
+	if err != nil {
+		return r.errAt(err)
+	}
+	if !zero {
+		return r.errAt(fmt.Errorf("%w: incomplete batch at end of non-last segment", ErrTruncated))
+	}
+	return nil
 }
 
 // skip moves past the batch with header h at r.off.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -28,14 +27,25 @@ func buildSegments(t *testing.T, dir string, batches int) (*Writer, []Header) {
 	return w, hs
 }
 
-// diskBytes is the size of shard 1's segment files in dir.
+// diskBytes is the bytes of the batches in shard 1's segment files in dir
+// (what RetainedBytes counts), found by walking each file's batch headers.
+// Each file holds nothing but zeros after them (written ahead), up to its
+// size, which is at most SegmentSize unless it holds one larger batch.
 func diskBytes(t *testing.T, dir string) (n int64) {
 	segs, err := listSegments(vfs.Default, dir, 1)
 	require.NoError(t, err)
-	for _, s := range segs {
-		st, err := os.Stat(filepath.Join(dir, s.name))
+	var buf []byte
+	for i, s := range segs {
+		f, err := vfs.Default.Open(filepath.Join(dir, s.name))
 		require.NoError(t, err)
-		n += st.Size()
+		res, err := scanSegment(f, s, 1, i == len(segs)-1, 0, &buf)
+		require.NoError(t, err)
+		zero, err := allZero(f, res.end, res.size)
+		require.NoError(t, err)
+		require.True(t, zero, "segment %s: zeros after its batches", s.name)
+		require.True(t, res.size <= 700 || res.end == res.size, "segment %s: %d bytes on disk, %d of batches", s.name, res.size, res.end)
+		require.NoError(t, f.Close())
+		n += res.end
 	}
 	return n
 }

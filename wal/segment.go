@@ -150,6 +150,9 @@ type scanResult struct {
 	end  int64  // offset just past the last valid batch
 	next uint64 // LSN after the last valid batch (seg.first if none)
 	torn bool   // bytes after end are a torn tail (only for the last segment)
+	// zeros: the bytes from end to size are zeros written ahead (see
+	// WriterOptions.ZeroAhead), which the Writer keeps and writes over.
+	zeros bool
 	// epoch is the epoch of the last valid batch (the epoch passed in when
 	// the segment holds none).
 	epoch uint64
@@ -157,11 +160,18 @@ type scanResult struct {
 
 // scanSegment validates the batches of one segment. For a non-last segment it
 // walks headers only (framing, shard, LSN continuity) and the segment must end
-// exactly after a batch. For the last segment it also verifies body CRCs and
-// classifies what follows the last valid batch: a torn tail (see the package
-// doc for the exact rule) or corruption. A batch of an epoch below the one
-// before it (epoch: the last batch's of the previous segments) is refused
-// with an *EpochRegressionError. buf is scratch space.
+// after a batch, with nothing but zeros after it. For the last segment it also
+// verifies body CRCs and classifies what follows the last valid batch: zeros
+// written ahead, a torn tail (see the package doc for the exact rule) or
+// corruption. A batch of an epoch below the one before it (epoch: the last
+// batch's of the previous segments) is refused with an
+// *EpochRegressionError. buf is scratch space.
+//
+// The torn-tail rules judge the bytes up to the data end — past the last
+// non-zero byte of the file — because zeros written ahead fill the file
+// beyond what was appended: a torn append there leaves data followed by
+// zeros, not a file that ends early. Reads still go up to the file size, as
+// a valid batch may end in zero bytes of its own.
 func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64, buf *[]byte) (scanResult, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -169,16 +179,30 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64,
 	}
 	size := st.Size()
 	res := scanResult{size: size, next: seg.first, epoch: epoch}
+	data := size // the data end: past the last non-zero byte (last segment)
+	if last {
+		if data, err = DataEnd(f, size); err != nil {
+			return res, err
+		}
+	}
 	var hdr [HeaderSize]byte
 	errAt := func(off int64, err error) error {
 		return fmt.Errorf("wal: segment %s offset %d: %w", seg.name, off, err)
 	}
 	for off := int64(0); off < size; {
+		if last && off >= data {
+			res.zeros = true // nothing but zeros from here: the log ends
+			return res, nil
+		}
 		rem := size - off
 		if rem < HeaderSize {
 			if last {
 				res.torn = true
 				return res, nil
+			}
+			if zero, err := allZero(f, off, size); err != nil || zero {
+				res.zeros = zero
+				return res, err
 			}
 			return res, errAt(off, fmt.Errorf("%w: %d bytes after last batch of non-last segment", ErrTruncated, rem))
 		}
@@ -187,15 +211,24 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64,
 		}
 		h, err := DecodeHeader(hdr[:])
 		if err != nil {
-			if last {
-				torn, terr := tornAppend(f, off, size, shard, res.next, buf)
-				if terr != nil {
+			if !last {
+				// Zeros written ahead and not used before the Writer rolled.
+				if zero, zerr := allZero(f, off, size); zerr != nil || zero {
+					res.zeros = zero
+					return res, zerr
+				}
+				return res, errAt(off, err)
+			}
+			torn := data-off < HeaderSize // a header cut short, then zeros
+			if !torn {
+				var terr error
+				if torn, terr = tornAppend(f, off, data, shard, res.next, buf); terr != nil {
 					return res, errAt(off, terr)
 				}
-				if torn {
-					res.torn = true
-					return res, nil
-				}
+			}
+			if torn {
+				res.torn = true
+				return res, nil
 			}
 			return res, errAt(off, err)
 		}
@@ -223,7 +256,7 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64,
 				return res, errAt(off, err)
 			}
 			if _, err := checkBody(h, b); err != nil {
-				torn, terr := tornBatch(f, b, off, size)
+				torn, terr := tornBatch(f, b, off, data, size, shard, h.LastLSN())
 				if terr != nil {
 					return res, errAt(off, terr)
 				}
@@ -238,6 +271,52 @@ func scanSegment(f vfs.File, seg segment, shard uint32, last bool, epoch uint64,
 		res.end, res.next, res.epoch = off, h.LastLSN()+1, h.Epoch
 	}
 	return res, nil
+}
+
+// DataEnd returns the offset just past the last non-zero byte of the first
+// size bytes of a segment file (0 if all are zero): where the zeros the
+// Writer wrote ahead of its appends begin (WriterOptions.ZeroAhead), in a
+// segment whose last batch does not end in zero bytes of its own. It reads
+// backwards from size, so it reads little more than those zeros.
+func DataEnd(r io.ReaderAt, size int64) (int64, error) {
+	var chunk [32 << 10]byte
+	for end := size; end > 0; {
+		n := min(int64(len(chunk)), end)
+		if _, err := r.ReadAt(chunk[:n], end-n); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		for i := n - 1; i >= 0; i-- {
+			if chunk[i] != 0 {
+				return end - n + i + 1, nil
+			}
+		}
+		end -= n
+	}
+	return 0, nil
+}
+
+// contentEnd is where a segment's content ends and the zeros written ahead
+// of its appends begin: after its last batch that decodes, which may end in
+// zero bytes of its own, or its last non-zero byte (damage), whichever is
+// later.
+func contentEnd(f vfs.File, size int64) (int64, error) {
+	end, err := DataEnd(f, size)
+	if err != nil {
+		return 0, err
+	}
+	var hdr [HeaderSize]byte
+	for off := int64(0); off+HeaderSize <= size; {
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return 0, err
+		}
+		h, err := DecodeHeader(hdr[:])
+		if err != nil || off+int64(h.Size()) > size {
+			break
+		}
+		off += int64(h.Size())
+		end = max(end, off)
+	}
+	return end, nil
 }
 
 // shardMismatch is the error for a batch of shard got in shard want's log.
@@ -270,20 +349,37 @@ func allZero(f vfs.File, off, size int64) (bool, error) {
 }
 
 // tornBatch reports whether b, a whole batch at off in the last segment
-// whose body CRC fails, is torn: it holds a zero sector and is the last
-// batch; or, within MaxUnsyncedBytes of the end (a group commit's unsynced
-// batches, which may reach the disk with holes), a zero sector overlaps it —
-// the sector holding its end may run into the next batch.
-func tornBatch(f vfs.File, b []byte, off, size int64) (bool, error) {
+// whose body CRC fails, is torn. data is the segment's data end (see
+// scanSegment), size its file size. It is torn if it reaches the data end
+// (nothing but zeros after it) and a zero sector overlaps it; or, within
+// MaxUnsyncedBytes of the end of what follows it (a group commit's
+// unsynced batches, which may reach the disk with holes), a zero sector
+// overlaps it. The sector holding its end may run into what follows it:
+// the next batch, or zeros written ahead — a lost last page of the batch
+// leaves only its end zero, short of a sector of its own.
+func tornBatch(f vfs.File, b []byte, off, data, size int64, shard uint32, next uint64) (bool, error) {
 	n := int64(len(b))
-	last, group := off+n == size, size-off <= MaxUnsyncedBytes
-	if !last && !group {
-		return false, nil
+	last := off+n >= data
+	if !last {
+		if data-off > MaxUnsyncedBytes {
+			return false, nil
+		}
+		// A later batch may end in zeros of its own, past data.
+		after := make([]byte, data-off-n)
+		if _, err := f.ReadAt(after, off+n); err != nil {
+			return false, err
+		}
+		if end, ok := laterEnd(after, 0, shard, next); ok && n+end > MaxUnsyncedBytes {
+			return false, nil
+		}
 	}
-	if zero := hasZeroSector(b, off); zero || last {
-		return zero, nil
+	if hasZeroSector(b, off) {
+		return true, nil
 	}
 	end := min(size, (off+n+sectorSize-1)/sectorSize*sectorSize)
+	if end <= off+n {
+		return false, nil
+	}
 	ext := make([]byte, end-off)
 	if _, err := f.ReadAt(ext, off); err != nil {
 		return false, err
@@ -291,20 +387,22 @@ func tornBatch(f vfs.File, b []byte, off, size int64) (bool, error) {
 	return hasZeroSector(ext, off), nil
 }
 
-// tornAppend reports whether f[off:size], which follows the last valid batch
+// tornAppend reports whether f[off:data], which follows the last valid batch
 // of the last segment and does not start with a valid header, is what an
-// interrupted append leaves: all zero bytes; or, at most one batch long, it
-// starts with zeros up to a sector boundary or holds a zero sector (pages
-// that never reached the disk) and either is within MaxUnsyncedBytes (the
-// unsynced batches of one group commit) or holds no header of a later batch
-// of the log (shard, first LSN after next) — beyond that bound a later batch
-// would mean the damaged one was acknowledged.
-func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
-	zero, err := allZero(f, off, size)
+// interrupted append leaves (data: the segment's data end, see
+// scanSegment): all zero bytes; or, at most one batch long, it starts with
+// zeros up to a sector boundary or holds a zero sector (pages that never
+// reached the disk) and either holds no header of a later batch of the log
+// (shard, first LSN after next) or ends, with the later batches it holds,
+// within MaxUnsyncedBytes (the unsynced batches of one group commit) —
+// beyond that bound a later batch would mean the damaged one was
+// acknowledged.
+func tornAppend(f vfs.File, off, data int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
+	zero, err := allZero(f, off, data)
 	if err != nil || zero {
 		return zero, err
 	}
-	n := size - off
+	n := data - off
 	if n > HeaderSize+MaxBodySize {
 		return false, nil
 	}
@@ -317,25 +415,28 @@ func tornAppend(f vfs.File, off, size int64, shard uint32, next uint64, buf *[]b
 	if !allZeroBytes(b[:lead]) && !hasZeroSector(b, off) {
 		return false, nil
 	}
-	return n <= MaxUnsyncedBytes || !hasLaterHeader(b, shard, next), nil
+	end, later := laterEnd(b, 1, shard, next)
+	return !later || max(n, end) <= MaxUnsyncedBytes, nil
 }
 
-// hasLaterHeader reports whether a valid header of shard's batch starting
-// after LSN next appears in b at an offset > 0.
-func hasLaterHeader(b []byte, shard uint32, next uint64) bool {
+// laterEnd looks for valid headers of shard's batches starting after LSN
+// next at offsets ≥ from in b, and returns the furthest end (offset in b)
+// of the batches they announce — beyond len(b) for a batch that ends in
+// zero bytes of its own — and whether it found any.
+func laterEnd(b []byte, from int, shard uint32, next uint64) (end int64, found bool) {
 	var m [4]byte
 	binary.LittleEndian.PutUint32(m[:], magic)
-	for i := 1; i < len(b); i++ {
+	for i := from; i < len(b); i++ {
 		j := bytes.Index(b[i:], m[:])
 		if j < 0 {
-			return false
+			break
 		}
 		i += j
 		if h, err := DecodeHeader(b[i:]); err == nil && h.Shard == shard && h.FirstLSN > next {
-			return true
+			end, found = max(end, int64(i+h.Size())), true
 		}
 	}
-	return false
+	return end, found
 }
 
 func allZeroBytes(b []byte) bool {

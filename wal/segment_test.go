@@ -295,7 +295,7 @@ func TestReaderTailsLiveWriter(t *testing.T) {
 
 func TestReaderIncompleteTailIsEOF(t *testing.T) {
 	dir := t.TempDir()
-	w, err := OpenWriter(dir, nil)
+	w, err := OpenWriter(dir, &WriterOptions{ZeroAhead: -1})
 	require.NoError(t, err)
 	_, err = w.Append(1, testEvents(3, 1))
 	require.NoError(t, err)
@@ -325,12 +325,79 @@ func TestReaderIncompleteTailIsEOF(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 }
 
+// A batch being written over zeros written ahead is visible in part: a
+// Reader bounded by the Writer's NextLSN never reads it before it is whole;
+// an unbounded one reads the zeros after the log as its end and a partial
+// batch as what it is.
+func TestReaderBoundOverZeros(t *testing.T) {
+	dir := t.TempDir()
+	w, err := OpenWriter(dir, nil)
+	require.NoError(t, err)
+	first, err := w.Append(1, testEvents(3, 1))
+	require.NoError(t, err)
+	bound := w.NextLSN()
+	require.NoError(t, w.Close())
+	path := filepath.Join(dir, SegmentName(0, 1))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(first.Size()), "zeros written ahead")
+
+	second, err := AppendBatch(nil, 0, 1, 4, testEvents(2, 2))
+	require.NoError(t, err)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	open := func(bounded bool) *Reader {
+		r, err := OpenReader(dir, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		if bounded {
+			r.Bound(func() uint64 { return bound })
+		}
+		_, _, err = r.Next()
+		require.NoError(t, err)
+		_, _, err = r.Next()
+		require.ErrorIs(t, err, io.EOF, "zeros after the log")
+		return r
+	}
+	bounded, unbounded := open(true), open(false)
+	partial := 0
+	for cut := 0; cut < len(second); cut += 7 {
+		_, err = f.WriteAt(second[cut:min(cut+7, len(second))], int64(first.Size()+cut))
+		require.NoError(t, err)
+		if cut+7 >= len(second) {
+			break
+		}
+		_, _, err = bounded.Next()
+		require.ErrorIs(t, err, io.EOF, "bounded, %d bytes written", cut+7)
+		if _, _, err = unbounded.Next(); !errors.Is(err, io.EOF) {
+			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrChecksum), "%d bytes written: %v", cut+7, err)
+			partial++
+		}
+	}
+	require.Positive(t, partial, "the unbounded reader saw the batch in part")
+	bound = 6
+	h, _, err := bounded.Next()
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), h.FirstLSN)
+	_, _, err = bounded.Next()
+	require.ErrorIs(t, err, io.EOF)
+}
+
 // buildLog writes a log with a rolled first segment and a last segment of
-// three batches; it returns the directory, the last segment path, the offset
-// of the last batch in it, all events and the last batch's first LSN.
+// three batches, in files that grow with each append (no zeros written
+// ahead: the files end where the data does, as a log written without
+// WriterOptions.ZeroAhead or by an older binary); it returns the directory,
+// the last segment path, the offset of the last batch in it, all events and
+// the last batch's first LSN.
 func buildLog(t *testing.T, lastBatchEvents int) (dir, lastPath string, lastOff int64, want []Event, lastFirst uint64) {
+	return buildLogZeroAhead(t, lastBatchEvents, -1)
+}
+
+// buildLogZeroAhead is buildLog with WriterOptions.ZeroAhead zeroAhead.
+func buildLogZeroAhead(t *testing.T, lastBatchEvents int, zeroAhead int64) (dir, lastPath string, lastOff int64, want []Event, lastFirst uint64) {
 	dir = t.TempDir()
-	w, err := OpenWriter(dir, &WriterOptions{SegmentSize: 600})
+	w, err := OpenWriter(dir, &WriterOptions{SegmentSize: 600, ZeroAhead: zeroAhead})
 	require.NoError(t, err)
 	for b := 0; b < 4; b++ {
 		evs := testEvents(4, b)

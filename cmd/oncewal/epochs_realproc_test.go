@@ -176,11 +176,7 @@ func TestRealEpochsAndDirs(t *testing.T) {
 		must(t, err)
 		stale, err := wal.AppendBatch(nil, 0, 1, 6, []wal.Event{{Op: wal.OpPut, Session: session.ID{4, 2}, Seq: 6, Time: 1, Key: []byte("x")}})
 		must(t, err)
-		f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY|os.O_APPEND, 0)
-		must(t, err)
-		_, err = f.Write(stale)
-		must(t, err)
-		must(t, f.Close())
+		writeAtDataEnd(t, segs[len(segs)-1], stale)
 
 		refused(t, dir, exitFailure, []string{"corrupt batch at LSN 6", "epoch 1, after a batch of epoch 2", "[wal.ErrEpochRegression]"},
 			"waldump", walDir)

@@ -407,7 +407,13 @@ func (d *dumper) scanSegment(path string, seg *segment, emit bool) (uint64, erro
 	if seg != nil {
 		shard, haveSh, expect = seg.shard, true, seg.firstLSN
 	}
-	for off < size {
+	// Zeros the writer wrote ahead of its appends follow the batches; a
+	// batch may end in zeros of its own, so it is read up to the file size.
+	data, err := wal.DataEnd(f, size)
+	if err != nil {
+		return 0, err
+	}
+	for off < data {
 		if size-off < wal.HeaderSize {
 			return last, badHere(fmt.Errorf("%w: %d bytes at the end of the file, a batch header needs %d", wal.ErrTruncated, size-off, wal.HeaderSize))
 		}

@@ -424,22 +424,11 @@ func TestWaldumpCorrupt(t *testing.T) {
 		{"header byte", func(seg string) { flip(t, seg, size0+21) },
 			[]string{fmt.Sprintf("corrupt batch at expected LSN %d", second), "wal.ErrChecksum"}},
 		{"torn tail", func(seg string) {
-			fi, err := os.Stat(seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Truncate(seg, fi.Size()-3); err != nil {
-				t.Fatal(err)
-			}
+			must(t, os.Truncate(seg, segmentDataEnd(t, seg)-3))
 		}, []string{"incomplete batch at LSN", "wal.ErrTruncated"}},
-		{"trailing garbage", func(seg string) {
-			f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write([]byte("garbage"))
-			f.Close()
-		}, []string{"incomplete batch at expected LSN", "wal.ErrTruncated"}},
+		{"trailing garbage", func(seg string) { writeAtDataEnd(t, seg, []byte("garbage")) },
+			// Over the zeros written ahead: a header that does not decode.
+			[]string{"corrupt batch at expected LSN", "bad magic", "wal.ErrCorrupt"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -541,4 +530,30 @@ func TestWaldumpCorruptFirstHeaderShard(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want %q", args[1:], code, errOut, tc.want)
 		}
 	}
+}
+
+// segmentDataEnd is where the batches of the segment file at path end and
+// the zeros its writer wrote ahead begin (wal.DataEnd).
+func segmentDataEnd(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	st, err := f.Stat()
+	must(t, err)
+	end, err := wal.DataEnd(f, st.Size())
+	must(t, err)
+	return end
+}
+
+// writeAtDataEnd writes b after the batches of the segment file at path, as
+// a writer appending there would (over the zeros written ahead, if any).
+func writeAtDataEnd(t *testing.T, path string, b []byte) {
+	t.Helper()
+	end := segmentDataEnd(t, path)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt(b, end)
+	must(t, err)
+	must(t, f.Close())
 }
