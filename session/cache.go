@@ -105,6 +105,13 @@ func (c *hwmCache) find(id *ID) int32 {
 	return i
 }
 
+// findAll is find for a batch (lrutable's FindAll), under peek's rule.
+// found[j] names ids[j]'s entry for as long as removed is unchanged.
+func (c *hwmCache) findAll(ids []ID, found []int32) { c.t.FindAll(ids, found) }
+
+// removed counts the entries the cache removed (evicted or deleted) so far.
+func (c *hwmCache) removed() uint64 { return c.t.Removed() }
+
 // at returns the record of live entry i.
 func (c *hwmCache) at(i int32) record {
 	v := &c.t.At(i).Val
