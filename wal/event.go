@@ -266,6 +266,12 @@ func bytesField(b []byte, budget uint64, what string) ([]byte, int, error) {
 	return b[w:end:end], end, nil // cap limits appends by the caller to the field
 }
 
+// fieldAt is bytesField at b[off:], returning the offset past the field.
+func fieldAt(b []byte, off int, budget uint64, what string) ([]byte, int, error) {
+	f, w, err := bytesField(b[off:], budget, what)
+	return f, off + w, err
+}
+
 // shortField is bytesField's common case, small enough to inline into
 // decodeEvent (a call per field was a tenth of decoding a batch of puts):
 // a one-byte length, within budget, whose bytes are all in b[off:]. It
@@ -332,29 +338,24 @@ func decodeEvent(b []byte, e *Event, lsn uint64) (int, error) {
 	}
 	var key, value []byte
 	var delta int64
+	var err error
 	switch op {
 	case OpPut, OpDelete, OpAdd:
 		budget := uint64(MaxPayloadSize)
 		next := off
 		if key, next = shortField(b, off, budget); next == off {
-			var w int
-			var err error
-			if key, w, err = bytesField(b[off:], budget, "key"); err != nil {
+			if key, next, err = fieldAt(b, off, budget, "key"); err != nil {
 				return 0, err
 			}
-			next = off + w
 		}
 		off = next
 		budget -= uint64(len(key))
 		switch op {
 		case OpPut:
 			if value, next = shortField(b, off, budget); next == off {
-				var w int
-				var err error
-				if value, w, err = bytesField(b[off:], budget, "value"); err != nil {
+				if value, next, err = fieldAt(b, off, budget, "value"); err != nil {
 					return 0, err
 				}
-				next = off + w
 			}
 			off = next
 		case OpAdd:
@@ -366,12 +367,9 @@ func decodeEvent(b []byte, e *Event, lsn uint64) (int, error) {
 			off += w
 		}
 	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
-		w := 0
-		var err error
-		if value, w, err = bytesField(b[off:], MaxPayloadSize, "ledger record"); err != nil {
+		if value, off, err = fieldAt(b, off, MaxPayloadSize, "ledger record"); err != nil {
 			return 0, err
 		}
-		off += w
 		if err := ledgerrecord.Check(op.RecordKind(), value); err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
