@@ -318,10 +318,10 @@ func Receiver(w Workload) func(b *testing.B) {
 // DupCeiling is the floor under dup100's work per event: a follower
 // preloaded as Receiver's, whose timed batches (the Dup workload:
 // redeliveries at new LSNs) are only decoded and checked against the HWMs
-// (session.TrackerTx, every session prefetched first, as the receiver
-// does), nothing staged, committed or synced. No design that checks each
-// event's HWM goes faster on one shard; its ratio to raw ingest bounds
-// dup100_pipelined's.
+// (the batch's sessions peeked together, session.TrackerTx.PeekAll, then
+// session.Decide, as the receiver's load and decision do), nothing staged,
+// committed or synced. No design that checks each event's HWM goes faster
+// on one shard; its ratio to raw ingest bounds dup100_pipelined's.
 func DupCeiling() func(b *testing.B) {
 	return func(b *testing.B) {
 		r := useRig(b, "dup-ceiling", func(r *rig) error {
@@ -338,6 +338,8 @@ func DupCeiling() func(b *testing.B) {
 			}
 			tr, scratch := f.Store().Tracker(), r.db.NewBatch()
 			var evs []wal.Event
+			var ids []session.ID
+			var hwms []session.HWM
 			r.apply = func(i int) (int, error) {
 				_, decoded, err := wal.DecodeBatch(r.raw(i), evs[:0])
 				if err != nil {
@@ -346,16 +348,18 @@ func DupCeiling() func(b *testing.B) {
 				evs = decoded
 				tx := tr.Begin(scratch)
 				defer tx.Abort()
+				ids = ids[:0]
 				for j := range evs {
-					tx.Prefetch(evs[j].Session)
+					ids = append(ids, evs[j].Session)
 				}
+				hwms = growTo(hwms, len(ids)-1)
+				if err := tx.PeekAll(ids, hwms); err != nil {
+					return 0, err
+				}
+				cutoff := session.Cutoff(tx.Clock(), tr.Options().RetentionHorizon)
 				fresh := 0
 				for j := range evs {
-					d, err := tx.Check(evs[j].Session, evs[j].Seq, evs[j].Time)
-					if err != nil {
-						return 0, err
-					}
-					if d != session.Duplicate {
+					if session.Decide(hwms[j], evs[j].Seq, evs[j].Time, cutoff) != session.Duplicate {
 						fresh++
 					}
 				}

@@ -196,15 +196,16 @@ func (r *trackerRig) warm(b *testing.B) {
 // already applied event of a random session, one tx per 1000 checks
 // (aborted). warm: 100K sessions, cache 1M, filled; cold: cache 1K.
 // prefetch=yes calls Prefetch for the tx's 1000 sessions before checking
-// them, as a receiver can for a batch.
+// them, as a receiver can for a batch; prefetch=peekall peeks them
+// together (PeekAll) and decides each (Decide), as the receiver does.
 func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 	const perTx = 1000
 	for _, c := range []struct {
 		name  string
 		cache int
 	}{{"warm", 1 << 20}, {"cold", 1000}} {
-		for _, prefetch := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/prefetch=%s", c.name, yesNo(prefetch)), func(b *testing.B) {
+		for _, prefetch := range []string{"no", "yes", "peekall"} {
+			b.Run(fmt.Sprintf("%s/prefetch=%s", c.name, prefetch), func(b *testing.B) {
 				r := newTrackerRig(b, 100_000, c.cache)
 				if c.name == "warm" {
 					r.warm(b)
@@ -212,6 +213,9 @@ func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 				batch := r.db.NewBatch()
 				defer batch.Close()
 				picks := make([]int, perTx)
+				ids := make([]session.ID, perTx)
+				hwms := make([]session.HWM, perTx)
+				cutoff := session.Cutoff(r.tr.Clock(), r.tr.Options().RetentionHorizon)
 				b.ReportAllocs()
 				b.ResetTimer()
 				cpu0 := cpuNanos()
@@ -219,13 +223,29 @@ func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 					for i := range picks {
 						picks[i] = r.rng.IntN(len(r.ids))
 					}
+					picks := picks[:min(perTx, b.N-n)]
 					tx := r.tr.Begin(batch)
-					if prefetch {
+					switch prefetch {
+					case "yes":
 						for _, s := range picks {
 							tx.Prefetch(r.ids[s])
 						}
+					case "peekall":
+						for i, s := range picks {
+							ids[i] = r.ids[s]
+						}
+						if err := tx.PeekAll(ids[:len(picks)], hwms); err != nil {
+							b.Fatal(err)
+						}
+						for i := range picks {
+							if d := session.Decide(hwms[i], 1, r.base, cutoff); d != session.Duplicate {
+								b.Fatalf("decide: %v", d)
+							}
+						}
+						tx.Abort()
+						continue
 					}
-					for _, s := range picks[:min(perTx, b.N-n)] {
+					for _, s := range picks {
 						d, err := tx.Check(r.ids[s], 1, r.base)
 						if err != nil || d != session.Duplicate {
 							b.Fatalf("check: %v %v", d, err)
@@ -238,13 +258,6 @@ func BenchmarkTrackerCheckDuplicate(b *testing.B) {
 			})
 		}
 	}
-}
-
-func yesNo(v bool) string {
-	if v {
-		return "yes"
-	}
-	return "no"
 }
 
 // BenchmarkTrackerCacheMemory reports the live heap the Tracker's HWM cache

@@ -92,12 +92,30 @@ func (c *hwmCache) idAt(i int32) ID { return c.t.At(i).Key }
 // peek returns the cached record of id without changing recency. Only the
 // goroutine that changes the cache may call it without holding mu.
 func (c *hwmCache) peek(id *ID) (record, bool) {
-	_, i := c.t.Find(id, c.t.Hash(id))
+	i := c.find(id)
 	if i == nilIdx {
 		return record{}, false
 	}
+	return c.at(i), true
+}
+
+// find returns the entry of id, or nilIdx, under peek's rule.
+func (c *hwmCache) find(id *ID) int32 {
+	_, i := c.t.Find(id, c.t.Hash(id))
+	return i
+}
+
+// findAll is find for a batch (lrutable's FindAll), under peek's rule.
+// found[j] names ids[j]'s entry for as long as removed is unchanged.
+func (c *hwmCache) findAll(ids []ID, found []int32) { c.t.FindAll(ids, found) }
+
+// removed counts the entries the cache removed (evicted or deleted) so far.
+func (c *hwmCache) removed() uint64 { return c.t.Removed() }
+
+// at returns the record of live entry i.
+func (c *hwmCache) at(i int32) record {
 	v := &c.t.At(i).Val
-	return record{hwm: SeqNo(v.hwm &^ closedBit), lastTS: v.lastTS, closed: v.hwm&closedBit != 0}, true
+	return record{hwm: SeqNo(v.hwm &^ closedBit), lastTS: v.lastTS, closed: v.hwm&closedBit != 0}
 }
 
 // get is peek for any goroutine.
@@ -250,5 +268,13 @@ func (c *hwmCache) prefetch(id *ID) {
 		return
 	}
 	c.t.PrefetchEntry(i)
+	c.prefetchLog(i)
+}
+
+// prefetchLog pulls in live entry i's log state, which the commit of an
+// advance reads (set). A TrackerTx calls it for every session it indexes
+// from the cache (lookup): those are the ones it may advance, while a
+// batch's sure duplicates, peeked but never indexed, do not need it.
+func (c *hwmCache) prefetchLog(i int32) {
 	lrutable.Prefetch(unsafe.Pointer(&c.logSeq[i]))
 }

@@ -40,13 +40,18 @@
 //
 // TrackerTx.Prefetch(id) is a hint with no effect on state: a caller that
 // holds a whole batch prefetches its sessions before checking them, so the
-// cache misses overlap instead of coming one per Check; the receiver does.
-// It also touches the entry's log state and links, which Commit reads for
-// every advanced session (without them, that read was a cache miss per
-// session: Receiver/dup100-window 1030 → 874 cpu-ns per event, 3 rounds
+// cache misses overlap instead of coming one per Check. It also touches the
+// entry's log state and links, which Commit reads for every advanced
+// session (without them, that read was a cache miss per session:
+// Receiver/dup100-window 1030 → 874 cpu-ns per event, 3 rounds
 // interleaved, load ~2). For a duplicate's Check alone it pays little once
 // the cache is compact: 53–81 → 50–65 cpu-ns
-// (bench.BenchmarkTrackerCheckDuplicate).
+// (bench.BenchmarkTrackerCheckDuplicate): a thousand sessions prefetched
+// before the first Check need more lines than L1 keeps and than the CPU
+// has in flight. TrackerTx.PeekAll peeks a whole batch instead, pipelining
+// each lookup's two misses a few lookups ahead of it; the receiver uses
+// it, and Load prefetches the log state of the sessions it indexes (the
+// ones a batch may advance).
 //
 // # The HWM cache
 //

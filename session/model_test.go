@@ -101,6 +101,7 @@ func TestTrackerAgainstModel(t *testing.T) {
 		}
 		cacheSize := cfg.cacheSize
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		peeks := rand.New(rand.NewPCG(uint64(seed), 7)) // PeekAll's own draws
 		fs := vfs.NewMem()
 		db := testutil.OpenDB(t, fs, "db")
 		opts := &TrackerOptions{CacheSize: cacheSize, RetentionHorizon: 50 * time.Second,
@@ -130,6 +131,9 @@ func TestTrackerAgainstModel(t *testing.T) {
 					seq = r.hwm + 2 + SeqNo(rng.IntN(3)) // gap
 				default:
 					seq = r.hwm + 1
+				}
+				if peeks.IntN(3) == 0 {
+					requirePeekAll(t, tx, ids, peeks)
 				}
 				want := pending.check(id, seq, ts)
 				got, err := tx.Check(id, seq, ts)
@@ -194,6 +198,26 @@ func TestTrackerAgainstModel(t *testing.T) {
 			require.Equal(t, cacheSize, fullest, "seed %d: the cache never filled up", seed)
 		}
 		require.NoError(t, db.Close())
+	}
+}
+
+// requirePeekAll peeks a random batch of ids, longer than FindAll's
+// lookahead and with repeats, with PeekAll, then one by one with Peek
+// (whose answers Check's, checked against the model, rest on), and
+// requires the same states. PeekAll goes first: with a small cache its
+// Pebble reads evict entries it found before them.
+func requirePeekAll(t *testing.T, tx *TrackerTx, ids []ID, rng *rand.Rand) {
+	t.Helper()
+	batch := make([]ID, rng.IntN(60))
+	for j := range batch {
+		batch[j] = ids[rng.IntN(len(ids))]
+	}
+	got := make([]HWM, len(batch))
+	require.NoError(t, tx.PeekAll(batch, got))
+	for j, id := range batch {
+		want, err := tx.Peek(id)
+		require.NoError(t, err)
+		require.Equal(t, want, got[j], "session %s, %d of %d", id, j, len(batch))
 	}
 }
 

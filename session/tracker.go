@@ -403,7 +403,7 @@ const maxKeptIdx = 1 << 13
 // release hands the tx's buffers back for reuse; the tx cannot touch them
 // again because every method checks done first.
 func (tx *TrackerTx) release() {
-	if tx.idx != nil {
+	if tx.idx != nil || tx.found != nil {
 		idx := tx.idx
 		if len(idx) > maxKeptIdx {
 			// Clearing a Go map costs the capacity it grew to; after one
@@ -413,7 +413,7 @@ func (tx *TrackerTx) release() {
 		} else {
 			clear(idx)
 		}
-		buf := &txBuf{idx: idx, ents: tx.ents[:0], dirty: tx.dirty[:0], ckpt: tx.ckpt[:0], lbuf: tx.lbuf[:0]}
+		buf := &txBuf{idx: idx, ents: tx.ents[:0], dirty: tx.dirty[:0], ckpt: tx.ckpt[:0], lbuf: tx.lbuf[:0], found: tx.found[:0]}
 		tx.t.spare.Store(buf)
 	}
 	tx.txBuf = txBuf{}
@@ -497,8 +497,9 @@ type txBuf struct {
 	idx   map[ID]int32
 	ents  []txEntry
 	dirty []int32
-	ckpt  []ID   // committed dirty sessions this tx checkpointed into rows
-	lbuf  []byte // delta value being built
+	ckpt  []ID    // committed dirty sessions this tx checkpointed into rows
+	lbuf  []byte  // delta value being built
+	found []int32 // PeekAll's cache indexes
 }
 
 // ckptNotStarted: Flush has not walked the cache's dirty list yet.
@@ -518,8 +519,9 @@ func (tx *TrackerTx) lookup(id ID) (int32, error) {
 	}
 	e := txEntry{id: id}
 	c := tx.t.cache
-	if r, ok := c.peek(&id); ok {
-		e.rec, e.exists = r, true
+	if ci := c.find(&id); ci != nilIdx {
+		e.rec, e.exists = c.at(ci), true
+		c.prefetchLog(ci) // for the Commit of an advance (see prefetch)
 	} else {
 		r, ok, err := tx.t.read(id)
 		if err != nil {
@@ -551,8 +553,11 @@ func (tx *TrackerTx) live(e *txEntry) bool {
 }
 
 // hwm is e as a decision reads it.
-func (e *txEntry) hwm() HWM {
-	return HWM{Seq: e.rec.hwm, LastTS: e.rec.lastTS, Closed: e.rec.closed, Known: e.exists}
+func (e *txEntry) hwm() HWM { return e.rec.state(e.exists) }
+
+// state is r as a decision reads it, known or not.
+func (r record) state(known bool) HWM {
+	return HWM{Seq: r.hwm, LastTS: r.lastTS, Closed: r.closed, Known: known}
 }
 
 func (tx *TrackerTx) usable(seq SeqNo) error {
@@ -581,19 +586,20 @@ func (tx *TrackerTx) check(id ID, seq SeqNo) (*txEntry, error) {
 
 // view is lookup for Check: a session found only in the cache is not added
 // to the tx, because most checked events are duplicates that never reach
-// Advance, and indexing them was a fifth of the duplicate path's cost.
-func (tx *TrackerTx) view(id ID) (txEntry, error) {
+// Advance, and indexing them was a fifth of the duplicate path's cost. It
+// returns the HWM alone, not a copy of the whole txEntry (104 bytes).
+func (tx *TrackerTx) view(id ID) (HWM, error) {
 	if i, ok := tx.idx[id]; ok {
-		return tx.ents[i], nil
+		return tx.ents[i].hwm(), nil
 	}
 	if r, ok := tx.t.cache.peek(&id); ok {
-		return txEntry{id: id, rec: r, exists: true}, nil
+		return r.state(true), nil
 	}
 	i, err := tx.lookup(id) // a Pebble read: keep it for the Advance that likely follows
 	if err != nil {
-		return txEntry{}, err
+		return HWM{}, err
 	}
-	return tx.ents[i], nil
+	return tx.ents[i].hwm(), nil
 }
 
 // Prefetch warms the cache lines a later Check, Advance or MarkClosed of id
@@ -612,11 +618,11 @@ func (tx *TrackerTx) Check(id ID, seq SeqNo, ts int64) (Decision, error) {
 	if err := tx.usable(seq); err != nil {
 		return 0, err
 	}
-	e, err := tx.view(id)
+	h, err := tx.view(id)
 	if err != nil {
 		return 0, err
 	}
-	return Decide(e.hwm(), seq, ts, tx.t.cutoff(tx.clock)), nil
+	return Decide(h, seq, ts, tx.t.cutoff(tx.clock)), nil
 }
 
 // Peek returns the session's state as this tx sees it (pending changes,
@@ -630,11 +636,47 @@ func (tx *TrackerTx) Peek(id ID) (HWM, error) {
 	if tx.done {
 		return HWM{}, ErrTxDone
 	}
-	e, err := tx.view(id)
-	if err != nil {
-		return HWM{}, err
+	return tx.view(id)
+}
+
+// PeekAll is Peek for a batch of sessions: hwms[j] becomes the state of
+// ids[j] (hwms must be at least as long as ids). A receiver loads a whole
+// batch's sessions before deciding it, and most of a redelivered batch's
+// cost was the cache misses of those lookups: PeekAll overlaps them
+// itself (lrutable's FindAll), so it needs no Prefetch first. Unlike
+// Prefetch it does not pull in what a Commit of the session reads (its log
+// state); Load does that, for the sessions a caller may advance. An error
+// is an I/O failure; hwms is then partly filled.
+func (tx *TrackerTx) PeekAll(ids []ID, hwms []HWM) error {
+	if tx.done {
+		return ErrTxDone
 	}
-	return e.hwm(), nil
+	hwms = hwms[:len(ids)]
+	found := slices.Grow(tx.found[:0], len(ids))[:len(ids)]
+	tx.found = found
+	c := tx.t.cache
+	c.findAll(ids, found)
+	removed := c.removed()
+	for j := range ids {
+		if len(tx.idx) != 0 { // the tx's own view comes first, as in view
+			if k, ok := tx.idx[ids[j]]; ok {
+				hwms[j] = tx.ents[k].hwm()
+				continue
+			}
+		}
+		// A cache index found above is stale once a Pebble read below
+		// (view, for a session not found) evicted from the cache.
+		if i := found[j]; i != nilIdx && c.removed() == removed {
+			hwms[j] = c.at(i).state(true)
+			continue
+		}
+		h, err := tx.view(ids[j])
+		if err != nil {
+			return err
+		}
+		hwms[j] = h
+	}
+	return nil
 }
 
 // Load is Peek for a session the caller may advance: it indexes the

@@ -209,6 +209,7 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrTxDone)
 	require.ErrorIs(t, tx.Advance(a, 3, base), ErrTxDone)
 	require.ErrorIs(t, tx.Flush(), ErrTxDone)
+	require.ErrorIs(t, tx.PeekAll([]ID{a}, make([]HWM, 1)), ErrTxDone)
 	tx.Commit() // no-op after Abort
 	requireHWM(t, tr, a, 2, false)
 

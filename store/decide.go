@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/oncewal/oncewal/idempotency"
@@ -137,6 +138,11 @@ type loaded struct {
 	slots  []int32
 	nslots int
 	hits   []bool // events[i]'s idempotency key is in the window
+
+	// Scratch of load: the sessions it peeks, in event order, and their
+	// HWMs (TrackerTx.PeekAll).
+	peekIDs []session.ID
+	peeked  []session.HWM
 }
 
 // size makes the per-event slices cover n events, hits all false, and
@@ -350,11 +356,12 @@ func (r *Receiver) decide(ttx *session.TrackerTx, h wal.Header, events []wal.Eve
 // advances only raise HWMs, so such an event is a duplicate whatever comes
 // before it. An error is an I/O failure, wrapping ErrStaging.
 //
-// Both kinds of reads are prefetched first: every session's cache slot, so
-// that the batch's cache misses overlap instead of stalling the loads one
-// at a time (a hint: it reads no Pebble and changes nothing; with 100K
-// random sessions this takes a duplicate's HWM check from ~290 to ~110
-// cpu-ns: go test ./bench -bench 'TrackerCheckDuplicate/warm'); then the
+// Both kinds of reads overlap their cache misses instead of stalling the
+// loads one at a time: the HWMs of all the batch's sessions are peeked
+// together (TrackerTx.PeekAll, which pipelines its lookups; with 100K
+// random sessions a prefetch pass before per-event Peeks had taken a
+// duplicate's HWM check from ~290 to ~110 cpu-ns, go test ./bench -bench
+// 'TrackerCheckDuplicate/warm', and PeekAll goes further); then the
 // window's lines of the keys to look up, all together (Store.PrefetchKeys:
 // a retry's key is resident, and its slot, entry and neighbours are read by
 // the lookup and by publish's recency update). One Store.Prefetch per event
@@ -368,13 +375,20 @@ func (r *Receiver) load(ttx *session.TrackerTx, st decideState, h wal.Header, ev
 	}
 	in.size(len(events))
 	applied, latest := st.at.applied, in.clock
+	ids := in.peekIDs[:0]
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq != 0 && ev.LSN > applied {
-			ttx.Prefetch(ev.Session)
+			ids = append(ids, ev.Session)
 		}
 		latest = max(latest, ev.Time)
 	}
+	in.peekIDs = ids
+	in.peeked = slices.Grow(in.peeked[:0], len(ids))[:len(ids)]
+	if err := ttx.PeekAll(ids, in.peeked); err != nil {
+		return fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
+	}
+	peeked := in.peeked
 	end := session.Cutoff(latest, in.horizon) // the cutoff can rise to this within the batch
 	cand, warm := r.cand[:0], r.warm[:0]
 	defer func() { r.cand, r.warm = cand[:0], warm[:0] }()
@@ -384,17 +398,16 @@ func (r *Receiver) load(ttx *session.TrackerTx, st decideState, h wal.Header, ev
 			continue
 		}
 		if ev.Seq != 0 {
-			hw, err := ttx.Peek(ev.Session)
-			if err != nil {
-				return fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
-			}
+			hw := peeked[0] // the ids above: this event's session
+			peeked = peeked[1:]
 			in.hwms[i], in.slots[i] = hw, -1
 			if ev.Seq <= hw.Seq && hw.Live(end) {
 				continue // surely a duplicate
 			}
 			// It may advance: number its session (the tx's index, which
 			// the Advance in stage finds it in).
-			slot := int32(0)
+			var slot int32
+			var err error
 			if in.hwms[i], slot, err = ttx.Load(ev.Session); err != nil {
 				return fmt.Errorf("%w: reading HWM: %w", ErrStaging, err)
 			}

@@ -249,13 +249,13 @@ func DecodeBatch(buf []byte, events []Event) (Header, []Event, error) {
 	}
 	// Count ≤ BodyLen/minEventSize (checked by DecodeHeader) and BodyLen ≤
 	// len(buf), so this grow is bounded by the input actually present.
-	events = slices.Grow(events, int(h.Count))
+	// decodeEvent writes every field, so the slots are not zeroed first.
+	events = slices.Grow(events, int(h.Count))[:h.Count]
 	off := 0
-	for i := uint32(0); i < h.Count; i++ {
-		events = append(events, Event{LSN: h.FirstLSN + uint64(i)})
-		n, err := decodeEvent(body[off:], &events[len(events)-1])
+	for i := range events {
+		n, err := decodeEvent(body[off:], &events[i], h.FirstLSN+uint64(i))
 		if err != nil {
-			return Header{}, events[:len(events)-1], fmt.Errorf("batch %d event %d (LSN %d) at body offset %d: %w",
+			return Header{}, events[:i], fmt.Errorf("batch %d event %d (LSN %d) at body offset %d: %w",
 				h.FirstLSN, i, h.FirstLSN+uint64(i), off, err)
 		}
 		off += n

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,6 +108,16 @@ func TestRoundTripAllCombos(t *testing.T) {
 	require.Equal(t, uint64(100+len(evs)-1), h.LastLSN())
 	require.Equal(t, len(buf), h.Size())
 	require.Equal(t, withLSNs(evs, 100), got)
+	// Decoded again over those events, reversed, so each slot held another
+	// event: DecodeBatch does not zero them first, and every field of the
+	// old event is overwritten.
+	rev := slices.Clone(evs)
+	slices.Reverse(rev)
+	rbuf, err := AppendBatch(nil, 7, 3, 100, rev)
+	require.NoError(t, err)
+	_, again, err := DecodeBatch(rbuf, got)
+	require.NoError(t, err)
+	require.Equal(t, withLSNs(rev, 100), again)
 	// And each event alone, appended after existing bytes in dst.
 	for i := range evs {
 		prefix := []byte("prefix")

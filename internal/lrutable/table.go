@@ -64,9 +64,10 @@ type Table[K Key, V any] struct {
 	fpShift uint8
 	_       [64]byte
 
-	n    int32 // live entries
-	used int32 // indexes [0, used) have been handed out
-	free int32 // free list (via Links.Next), or Nil
+	n       int32  // live entries
+	used    int32  // indexes [0, used) have been handed out
+	free    int32  // free list (via Links.Next), or Nil
+	removed uint64 // entries removed so far (Removed)
 }
 
 // The load bound (invariant 2): a table of s slots holds at most
@@ -142,6 +143,11 @@ func (t *Table[K, V]) setLayout(idxBits uint8) {
 	t.dMax = uint32(1)<<dbits - 1
 	t.fpShift = idxBits + dbits
 }
+
+// Removed counts the entries removed (deleted or evicted) so far. An
+// index Find or FindAll returned names the same key for as long as Removed
+// does not change: only a removal frees an index for reuse.
+func (t *Table[K, V]) Removed() uint64 { return t.removed }
 
 // Len returns the number of live entries.
 func (t *Table[K, V]) Len() int32 { return t.n }
@@ -230,6 +236,7 @@ func (t *Table[K, V]) Insert(k *K, h uint32, slot uint32, victim *List) int32 {
 		if hole := t.unindex(t.slotOf(i)); t.distance(hole, h) < t.distance(slot, h) {
 			slot = hole
 		}
+		t.removed++
 	} else {
 		if t.n == t.limit {
 			t.grow()
@@ -260,6 +267,7 @@ func (t *Table[K, V]) Delete(slot uint32, i int32) {
 	t.entries[i] = Entry[K, V]{}
 	t.entries[i].links = Links{Prev: freed, Next: t.free}
 	t.free = i
+	t.removed++
 }
 
 // Evict drops the tail of l, which must not be empty, and frees its index,

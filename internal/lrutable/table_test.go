@@ -181,7 +181,7 @@ func touchAgainstLRU(t *testing.T, capacity int, grows bool, idxBits uint8) {
 	}
 	ref := lruRef{c}
 	universe := uint64(capacity + capacity/2 + 3)
-	evictions := 0
+	evictions, deletes := 0, 0
 	for step := range steps {
 		k := mkKey(r.Uint64N(universe))
 		if r.IntN(10) == 0 {
@@ -196,6 +196,24 @@ func touchAgainstLRU(t *testing.T, capacity int, grows bool, idxBits uint8) {
 			}
 			tb.PrefetchKeys(batch, &l)
 			tb.Warm(h, &l)
+			// FindAll agrees with Find, whatever the batch's length
+			// against its lookahead; some keys were never inserted.
+			for j := range batch {
+				if r.IntN(4) == 0 {
+					batch[j] = mkKey(1<<41 + r.Uint64())
+				}
+			}
+			idx := make([]int32, len(batch)+1)
+			idx[len(batch)] = -7 // past the batch: left alone
+			tb.FindAll(batch, idx)
+			for j := range batch {
+				if _, want := tb.Find(&batch[j], tb.Hash(&batch[j])); idx[j] != want {
+					t.Fatalf("step %d: FindAll's key %d of %d at %d, Find's at %d", step, j, len(batch), idx[j], want)
+				}
+			}
+			if idx[len(batch)] != -7 {
+				t.Fatalf("step %d: FindAll wrote past its batch", step)
+			}
 		case op < 75:
 			full := ref.c.Len() == capacity
 			added, evicted := tb.Touch(&l, &k, h, int32(capacity))
@@ -214,8 +232,12 @@ func touchAgainstLRU(t *testing.T, capacity int, grows bool, idxBits uint8) {
 			if slot, i := tb.Find(&k, h); i != Nil {
 				tb.Unlink(&l, i)
 				tb.Delete(slot, i)
+				deletes++
 			}
 			ref.c.Remove(k)
+		}
+		if got, want := tb.Removed(), uint64(evictions+deletes); got != want {
+			t.Fatalf("step %d: Removed %d, want %d evictions + deletes", step, got, want)
 		}
 		if int(tb.Len()) != ref.c.Len() {
 			t.Fatalf("step %d: Len %d, want %d", step, tb.Len(), ref.c.Len())
@@ -387,6 +409,7 @@ func TestOpsDoNotAllocate(t *testing.T) {
 	tb.Init(SlotsFor(capacity), capacity)
 	l := NewList()
 	batch := make([]key, 2*PrefetchChunk+1)
+	idx := make([]int32, len(batch))
 	for j := range batch {
 		batch[j] = mkKey(uint64(j))
 	}
@@ -403,6 +426,7 @@ func TestOpsDoNotAllocate(t *testing.T) {
 			tb.Delete(slot, i)
 		}
 		tb.PrefetchKeys(batch, &l)
+		tb.FindAll(batch, idx)
 	}); a != 0 {
 		t.Fatalf("%v allocations per op set", a)
 	}
