@@ -380,10 +380,10 @@
 //     WAL is one ordered log, so a sync makes every earlier commit durable
 //     (across a WAL switch too: Pebble syncs the old file as it closes it).
 //     No ack lags for long: every ReceiverOptions.PositionSyncEvery-th
-//     position-only batch in a row is synced, and Wait syncs the WAL itself
-//     when no batch was started after its own (the stream paused; every
-//     Apply), so the last batch of a burst is acknowledged at its own
-//     position.
+//     position-only batch in a row is synced, so is one started with no
+//     earlier batch in flight (every Apply), and Wait syncs the WAL itself
+//     when no batch was started after its own (the stream paused), so the
+//     last batch of a burst is acknowledged at its own position.
 //  8. The position and the identity of the batch ending there (m/last_batch)
 //     commit together, so a hello never names a batch the store did not
 //     apply last.

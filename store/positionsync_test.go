@@ -278,10 +278,11 @@ func (f syncCountFile) SyncData() error {
 
 // TestPositionOnlyBatchesShareSyncs: a pipelined run of duplicate-only
 // batches syncs the WAL once per DefaultPositionSyncEvery batches, not once
-// per batch; each ack reports the last synced position — its own batch's
-// for every 16th, the one before for the rest — and the last batch of the
-// run, with nothing started after it, is acknowledged at its own position
-// (Wait syncs it), as is a duplicate-only batch applied alone.
+// per batch; each ack reports the last synced position: its own batch's
+// for the first (started with nothing in flight) and every 16th after it,
+// the one before for the rest. The last batch of the run, with nothing
+// started after it, is acknowledged at its own position (Wait syncs it),
+// as is a duplicate-only batch applied alone.
 func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 	ids := []session.ID{session.NewID(), session.NewID()}
 	const dups = 70
@@ -297,12 +298,9 @@ func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 	syncs0 := fs.syncs.Load()
 	run := steps[2 : 2+dups]
 	pipeline(t, st, run, 4, nil, func(i int, ack uint64) {
-		// The last synced commit at or before batch i: the fresh batch
-		// before the run, every 16th of the run, and the run's last.
-		synced := steps[1].last
-		if n := (i + 1) / store.DefaultPositionSyncEvery * store.DefaultPositionSyncEvery; n > 0 {
-			synced = run[n-1].last
-		}
+		// The last synced commit at or before batch i: the run's first,
+		// every 16th after it, and the run's last.
+		synced := run[i/store.DefaultPositionSyncEvery*store.DefaultPositionSyncEvery].last
 		if i == len(run)-1 {
 			synced = run[i].last
 		}
@@ -311,13 +309,15 @@ func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 		require.Equal(t, ack, applied, "Position is not the acknowledged position")
 	})
 	syncs := fs.syncs.Load() - syncs0
-	require.LessOrEqual(t, syncs, int64(dups/store.DefaultPositionSyncEvery+2),
+	require.LessOrEqual(t, syncs, int64(dups/store.DefaultPositionSyncEvery+3),
 		"%d WAL syncs for %d duplicate-only batches", syncs, dups)
 	t.Logf("%d duplicate-only batches, %d WAL syncs", dups, syncs)
 
 	last := steps[len(steps)-1]
+	syncs0 = fs.syncs.Load()
 	res, err := st.Apply(last.raw)
 	require.NoError(t, err)
+	require.Equal(t, int64(1), fs.syncs.Load()-syncs0, "WAL syncs of one Apply")
 	require.Zero(t, res.Applied)
 	require.Equal(t, last.last, res.Ack.AppliedLSN, "Apply of a duplicate-only batch did not ack its own position")
 	require.Equal(t, last.last, st.Hello().AppliedLSN)
@@ -337,7 +337,7 @@ func TestPositionAckNeverPassesFailedSync(t *testing.T) {
 		failAt int // the sync fails from the start of this one (dups: at the pause)
 	}{
 		{"paused", 5, 5},
-		{"16th", 20, store.DefaultPositionSyncEvery - 1},
+		{"16th", 20, store.DefaultPositionSyncEvery}, // the first is synced (nothing in flight), then 15 are not
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []session.ID{session.NewID(), session.NewID()}
@@ -354,7 +354,7 @@ func TestPositionAckNeverPassesFailedSync(t *testing.T) {
 				_, err := st.Apply(s.raw)
 				require.NoError(t, err)
 			}
-			durable := steps[1].last
+			durable := steps[2].last // the first duplicate-only batch: started idle, synced
 			var queue []*store.Pending
 			var acked uint64
 			failed := false

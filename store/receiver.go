@@ -53,11 +53,12 @@ type ReceiverOptions struct {
 	// PositionSyncEvery bounds how many position-only batches in a row
 	// (batches that change nothing in the store but the position, epoch
 	// unchanged: every event a duplicate) are committed without a WAL sync
-	// of their own: the PositionSyncEvery-th is synced, and so is the WAL
-	// when a Pending whose position is not yet synced is waited for with no
-	// later batch started (the stream paused). Until then their acks carry
-	// the last synced position (invariant 7, doc.go). Default 16; 1 syncs
-	// every batch. Ignored with NoSync.
+	// of their own while earlier batches are in flight (pipelined: Start
+	// before the previous Wait): the PositionSyncEvery-th is synced, and so
+	// is the WAL when a Pending whose position is not yet synced is waited
+	// for with no later batch started (the stream paused). Until then their
+	// acks carry the last synced position (invariant 7, doc.go). Default 16;
+	// 1 syncs every batch. Ignored with NoSync.
 	PositionSyncEvery int
 	// GCEvery runs session garbage collection (see session.Tracker) inside
 	// every GCEvery-th committed batch. Default 64; negative disables.
@@ -372,7 +373,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 	}
 	inPebble := false
 	if pl.verdict == verdictStage {
-		pl.refusal, inPebble = r.stage(b, ttx, &pl)
+		pl.refusal, inPebble = r.stage(b, ttx, &pl, p.idle())
 	}
 	switch pl.verdict {
 	case verdictRedelivery:
@@ -433,8 +434,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 // durable only once a later commit is synced: until then its ack carries
 // the last synced position, not its own. When no batch was started after
 // this one, nothing later would sync it, so Wait syncs the WAL itself
-// (syncIfPaused): the last batch of a burst, and every Apply, is acked at
-// its own position.
+// (syncIfPaused): the last batch of a burst is acked at its own position.
 func (p *Pending) Wait() (Result, error) {
 	if p.fixed {
 		return p.res, p.err
@@ -524,15 +524,30 @@ func (r *Receiver) syncIfPaused(p *Pending) (synced bool, err error) {
 	return true, nil
 }
 
+// idle reports that every Pending started before p was waited for: no
+// batch is in flight, as for every Apply, or when the stream had paused.
+func (p *Pending) idle() bool {
+	if p.prev == nil {
+		return true
+	}
+	select {
+	case <-p.prev:
+		return true
+	default:
+		return false
+	}
+}
+
 // stage writes plan p into b — the HWM advances decided (ttx, then
 // ttx.Flush), the Applier's writes of the surviving events, session GC every GCEvery-th commit, the
 // window journal, the position, batch identity and epoch — and hands b to
 // Pebble: with Sync, without waiting for the WAL sync (p.syncing; Wait
-// waits), or, for a batch that changed only the position, without a sync
-// (p.lazy; syncPolicy). It returns the refusal if any step fails, and whether b reached
-// Pebble's commit pipeline (then it must not be closed on failure); a failed
-// commit also makes the store failed (sticky). Memory is untouched.
-func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *refusal, inPebble bool) {
+// waits), or, for a batch that changed only the position, maybe without
+// a sync (p.lazy; syncPolicy, told whether idle). It returns the refusal
+// if any step fails, and whether b reached Pebble's commit pipeline (then
+// it must not be closed on failure); a failed commit also makes the store
+// failed (sticky). Memory is untouched.
+func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan, idle bool) (_ *refusal, inPebble bool) {
 	fail := func(kind refusalKind, err error) *refusal {
 		p.verdict = verdictRefuse
 		return &refusal{kind: kind, err: err}
@@ -554,14 +569,15 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	if err := r.journal.stage(b, p.h.LastLSN(), p.record, r.window); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: window journal: %w", ErrStaging, err)), false
 	}
-	// Exactly what stage wrote: nothing yet but what the metadata adds, and
-	// the metadata adds only the position and batch identity (the epoch
-	// and format keys are written when they change).
+	// Position-only, exactly: nothing written before the metadata (no
+	// state row, HWM delta or checkpoint, clock, GC deletion, journal
+	// entry or pruning), and the metadata only the position and batch
+	// identity (stageMeta adds the epoch and format keys when they change).
 	positionOnly := b.Empty() && p.epoch == r.epoch && r.applied != 0
 	if err := r.stageMeta(b, p.h.LastLSN(), p.epoch, p.last); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: metadata: %w", ErrStaging, err)), false
 	}
-	p.syncing, p.lazy = r.syncPolicy(positionOnly)
+	p.syncing, p.lazy = r.syncPolicy(positionOnly, idle)
 	p.started = time.Now()
 	if err := startCommit(r.db, b, p.syncing); err != nil {
 		r.failed = fmt.Errorf("%w: %w", ErrFailed, err)
@@ -585,19 +601,23 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 // and a follower that came back below it would need a batch the leader no
 // longer holds. A batch that changed anything besides the position is
 // synced before its ack, as its own commit. One that changed only the
-// position (positionOnly: every event a duplicate, the epoch unchanged)
+// position (positionOnly: its events all discarded or skipped, stage
+// wrote nothing but the position and batch identity, the epoch unchanged)
 // holds nothing a crash could lose but the position — re-delivered, it
 // is decided the same way — so it is committed without a sync and its
 // ack reports the last synced position instead: Pebble's WAL is one
 // ordered log, so the next synced commit (or Pending.Wait's sync when the
 // stream pauses) makes it durable too. The PositionSyncEvery-th such
-// batch in a row is synced, which bounds how far the acks lag. With
-// NoSync nothing is synced.
-func (r *Receiver) syncPolicy(positionOnly bool) (syncing, lazy bool) {
+// batch in a row is synced, which bounds how far the acks lag. So is one
+// started idle (every earlier Pending waited for: an Apply, the first batch
+// after a pause): nothing in flight suggests a later batch soon, and Wait
+// would sync it anyway, with a second commit (DB.LogData). With NoSync
+// nothing is synced.
+func (r *Receiver) syncPolicy(positionOnly, idle bool) (syncing, lazy bool) {
 	switch {
 	case r.opts.NoSync:
 		return false, false
-	case positionOnly && r.lazyRun+1 < r.opts.PositionSyncEvery:
+	case positionOnly && !idle && r.lazyRun+1 < r.opts.PositionSyncEvery:
 		return false, true
 	}
 	return true, false
