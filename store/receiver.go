@@ -512,6 +512,9 @@ func (p *Pending) Wait() (Result, error) {
 // the WAL, this one's included. synced reports that it ran and
 // succeeded; a failure wraps ErrFailed.
 func (r *Receiver) syncIfPaused(p *Pending) (synced bool, err error) {
+	if p.committed && !p.lazy {
+		return false, nil // synced (or NoSync): it covers every commit before it
+	}
 	r.mu.Lock()
 	due := r.failed == nil && r.tail == p.done && (p.lazy || r.hasUnsynced)
 	r.mu.Unlock()
