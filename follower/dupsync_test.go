@@ -1,13 +1,13 @@
 package follower_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
 	"github.com/stretchr/testify/require"
 )
@@ -33,35 +33,11 @@ func TestServeAcksDuplicateBurst(t *testing.T) {
 		log = append(log, raw)
 		lsn += uint64(len(open))
 	}
-	fs := &slowSyncFS{FS: vfs.NewMem(), d: time.Millisecond}
+	fs := &testutil.SyncFS{FS: vfs.NewMem(), Delay: time.Millisecond}
 	f, err := follower.Open("/follower", testOptions(fs))
 	require.NoError(t, err)
 	defer f.Close()
-	lead := &scriptedLeader{log: log, last: lsn - 1, done: make(chan struct{})}
-	syncs0 := fs.syncs.Load()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- f.Serve(ctx, lead) }()
-	select {
-	case <-lead.done:
-	case <-time.After(time.Minute):
-		t.Fatal("the last duplicate-only batch was never acknowledged at its position")
-	}
-	cancel()
-	require.NoError(t, <-served)
-	syncs := fs.syncs.Load() - syncs0
-
-	lead.mu.Lock()
-	defer lead.mu.Unlock()
-	require.Len(t, lead.acks, len(log))
-	var prev uint64
-	for i, a := range lead.acks {
-		require.False(t, a.Refused, "ack %d refused", i)
-		require.GreaterOrEqual(t, a.AppliedLSN, prev, "acks out of order")
-		prev = a.AppliedLSN
-	}
-	require.Equal(t, lsn-1, prev)
+	syncs := serveScripted(t, f, fs, log)
 	applied, _ := f.Position()
 	require.Equal(t, lsn-1, applied)
 	t.Logf("%d batches, %d WAL syncs", len(log), syncs)

@@ -238,44 +238,6 @@ func TestPositionOnlyCrashSweep(t *testing.T) {
 	t.Logf("%d WAL crash points and %d acks, %d recoveries verified, %d while an ack lagged its batch", points, len(steps)-3, crashed, lagging)
 }
 
-// syncCountFS counts the syncs of Pebble's WAL files.
-type syncCountFS struct {
-	vfs.FS
-	syncs atomic.Int64
-}
-
-type syncCountFile struct {
-	vfs.File
-	fs *syncCountFS
-}
-
-func (fs *syncCountFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return syncCountFile{f, fs}, nil
-}
-
-func (fs *syncCountFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs *syncCountFS) ReuseForWrite(old, new string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(old, new, c)
-	return fs.wrap(new, f, err)
-}
-
-func (f syncCountFile) Sync() error {
-	f.fs.syncs.Add(1)
-	return f.File.Sync()
-}
-
-func (f syncCountFile) SyncData() error {
-	f.fs.syncs.Add(1)
-	return f.File.SyncData()
-}
-
 // TestPositionOnlyBatchesShareSyncs: a pipelined run of duplicate-only
 // batches syncs the WAL once per DefaultPositionSyncEvery batches, not once
 // per batch; each ack reports the last synced position: its own batch's
@@ -287,7 +249,7 @@ func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 	ids := []session.ID{session.NewID(), session.NewID()}
 	const dups = 70
 	steps := dupScript(t, ids, "FF"+strings.Repeat("D", dups+1))
-	fs := &syncCountFS{FS: vfs.NewMem()}
+	fs := &testutil.SyncFS{FS: vfs.NewMem()}
 	st := quietStore(t, fs)
 	defer st.Close()
 	for _, s := range steps[:2] {
@@ -295,7 +257,7 @@ func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, s.last, res.Ack.AppliedLSN)
 	}
-	syncs0 := fs.syncs.Load()
+	syncs0 := fs.Syncs()
 	run := steps[2 : 2+dups]
 	pipeline(t, st, run, 4, nil, func(i int, ack uint64) {
 		// The last synced commit at or before batch i: the run's first,
@@ -308,16 +270,16 @@ func TestPositionOnlyBatchesShareSyncs(t *testing.T) {
 		applied, _ := st.Position()
 		require.Equal(t, ack, applied, "Position is not the acknowledged position")
 	})
-	syncs := fs.syncs.Load() - syncs0
+	syncs := fs.Syncs() - syncs0
 	require.LessOrEqual(t, syncs, int64(dups/store.DefaultPositionSyncEvery+3),
 		"%d WAL syncs for %d duplicate-only batches", syncs, dups)
 	t.Logf("%d duplicate-only batches, %d WAL syncs", dups, syncs)
 
 	last := steps[len(steps)-1]
-	syncs0 = fs.syncs.Load()
+	syncs0 = fs.Syncs()
 	res, err := st.Apply(last.raw)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), fs.syncs.Load()-syncs0, "WAL syncs of one Apply")
+	require.Equal(t, int64(1), fs.Syncs()-syncs0, "WAL syncs of one Apply")
 	require.Zero(t, res.Applied)
 	require.Equal(t, last.last, res.Ack.AppliedLSN, "Apply of a duplicate-only batch did not ack its own position")
 	require.Equal(t, last.last, st.Hello().AppliedLSN)
