@@ -24,10 +24,11 @@
 // Receiver.Apply does; ReceiverPipelined applies them the way a serving
 // follower does (4 batches between Start and Wait), to show how much of a
 // row's wall clock is the fsync wait. oncewal bench has the pipelined
-// duplicate rows (dup100_pipelined, dup100_window_pipelined: a batch whose
-// events all die is still synced before its ack, so one at a time it waits
-// out an fdatasync per batch); pipelined fresh apply is not a CLI row, as
-// its raw reference would have to be pipelined too. DupCeiling is the
+// duplicate rows (dup100_pipelined, dup100_window_pipelined: one at a time
+// every batch waits out an fdatasync before its ack; pipelined, dup100's
+// batches, which change only the position, share one per
+// store.DefaultPositionSyncEvery); pipelined fresh apply is not a CLI row,
+// as its raw reference would have to be pipelined too. DupCeiling is the
 // floor under the duplicate rows: the same batches only decoded and
 // checked against the HWMs, nothing written or synced.
 //

@@ -352,7 +352,8 @@ const pipelineDepth = 4
 // serveConn applies what conn delivers until it fails; delivered is called
 // once, at the first batch. Batches are pipelined: the receive loop starts
 // each (Receiver.Start) and an acknowledger waits for them in order
-// (Pending.Wait) and sends their acks, so no ack precedes its batch's sync.
+// (Pending.Wait) and sends their acks, so no ack reports a position before
+// it is synced.
 func (f *Follower) serveConn(ctx context.Context, conn replication.FollowerConn, delivered func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

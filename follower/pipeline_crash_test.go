@@ -2,7 +2,6 @@ package follower_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,48 +129,6 @@ func runPipelinedCrashPoint(t *testing.T, w *sim.Log, log [][]byte, c *pipelineC
 	require.NoError(t, f.Close())
 }
 
-// slowSyncFS delays every WAL sync (files *.log) by d and counts them: a
-// disk whose fsync is slow, so that batches arriving meanwhile queue up.
-type slowSyncFS struct {
-	vfs.FS
-	d     time.Duration
-	syncs atomic.Int64
-}
-
-type slowSyncFile struct {
-	vfs.File
-	fs *slowSyncFS
-}
-
-func (fs *slowSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return slowSyncFile{f, fs}, nil
-}
-
-func (fs *slowSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs *slowSyncFS) ReuseForWrite(old, new string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(old, new, c)
-	return fs.wrap(new, f, err)
-}
-
-func (f slowSyncFile) Sync() error {
-	f.fs.syncs.Add(1)
-	time.Sleep(f.fs.d)
-	return f.File.Sync()
-}
-
-func (f slowSyncFile) SyncData() error {
-	f.fs.syncs.Add(1)
-	time.Sleep(f.fs.d)
-	return f.File.SyncData()
-}
-
 // scriptedLeader is a Dialer whose one connection delivers log's batches as
 // fast as the follower takes them and records the acks; done closes when
 // the last LSN is acknowledged.
@@ -227,16 +184,26 @@ func TestServeOverlapsSyncs(t *testing.T) {
 	w := recordLog(t, sim.WorkloadOptions{Seed: 3, Sessions: 8, Requests: 240, BatchSize: 8}, 1, nil)
 	log := encodeLog(t, w, 0, 1)
 	require.Greater(t, len(log), 20)
-	fs := &slowSyncFS{FS: vfs.NewMem(), d: 20 * time.Millisecond}
+	fs := &testutil.SyncFS{FS: vfs.NewMem(), Delay: 20 * time.Millisecond}
 	f, err := follower.Open("/follower", testOptions(fs))
 	require.NoError(t, err)
 	defer f.Close()
-	lead := &scriptedLeader{log: log, done: make(chan struct{})}
+	syncs := serveScripted(t, f, fs, log)
+	require.NoError(t, w.Oracle.Verify(f.State()))
+	require.Less(t, syncs, int64(len(log))*3/4, "%d WAL syncs for %d batches: the syncs did not overlap the next batches", syncs, len(log))
+	t.Logf("%d batches, %d WAL syncs", len(log), syncs)
+}
+
+// serveScripted serves log to f from a scriptedLeader until the ack of
+// its last batch (a minute at most) and checks the acks: one per batch, in
+// order, none refused, the last at the log's end. It returns how many WAL
+// syncs fs counted meanwhile.
+func serveScripted(t *testing.T, f *follower.Follower, fs *testutil.SyncFS, log [][]byte) int64 {
+	t.Helper()
 	h, err := wal.DecodeHeader(log[len(log)-1])
 	require.NoError(t, err)
-	lead.last = h.LastLSN()
-	syncs0 := fs.syncs.Load()
-
+	lead := &scriptedLeader{log: log, last: h.LastLSN(), done: make(chan struct{})}
+	syncs0 := fs.Syncs()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- f.Serve(ctx, lead) }()
@@ -247,8 +214,10 @@ func TestServeOverlapsSyncs(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-served)
-	syncs := fs.syncs.Load() - syncs0
+	syncs := fs.Syncs() - syncs0
 
+	lead.mu.Lock()
+	defer lead.mu.Unlock()
 	var prev uint64
 	for i, a := range lead.acks {
 		require.False(t, a.Refused, "ack %d refused", i)
@@ -256,9 +225,8 @@ func TestServeOverlapsSyncs(t *testing.T) {
 		prev = a.AppliedLSN
 	}
 	require.Len(t, lead.acks, len(log))
-	require.NoError(t, w.Oracle.Verify(f.State()))
-	require.Less(t, syncs, int64(len(log))*3/4, "%d WAL syncs for %d batches: the syncs did not overlap the next batches", syncs, len(log))
-	t.Logf("%d batches, %d WAL syncs", len(log), syncs)
+	require.Equal(t, h.LastLSN(), prev)
+	return syncs
 }
 
 // TestNodeStart: Node.Start routes each batch to its shard's pipeline, the

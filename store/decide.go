@@ -93,6 +93,7 @@ type plan struct {
 	last     wal.BatchRef
 	counts   batchCounts
 	syncing  bool      // stage committed b with Sync and did not wait for it
+	lazy     bool      // stage committed b without a sync: it changed only the position (syncPolicy)
 	started  time.Time // when stage handed b to Pebble
 }
 

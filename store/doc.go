@@ -127,9 +127,9 @@
 // Close flushes and closes on its own goroutine and, after a few background
 // errors in a row, returns ErrStalled wrapping the disk's error — the
 // store then closes itself if the disk recovers, else it stays open until
-// the process exits. Nothing acknowledged is lost: every acked batch is
-// synced in Pebble's WAL, and an abandoned store is recovered at the next
-// Open like a crashed one. Stats.WriteStalled (metric store_write_stalled)
+// the process exits. Nothing acknowledged is lost: every acknowledged
+// position is synced in Pebble's WAL, and an abandoned store is recovered
+// at the next Open like a crashed one. Stats.WriteStalled (metric store_write_stalled)
 // shows the stall; with background errors /readyz fails and the first
 // stall is logged at Error.
 //
@@ -336,13 +336,16 @@
 //     refuses the whole batch (replication.ErrSeqGap).
 //  3. One Pebble batch per shipped batch holds the applied state, the HWM
 //     advances, the window journal, the applied LSN and the epoch. It commits
-//     (with Sync, unless NoSync) or nothing happens.
+//     (with Sync, unless NoSync or it changed only the position, see
+//     invariant 7) or nothing happens.
 //  4. Memory follows the store, never leads it. Receiver.Apply is decide →
 //     stage → publish (decide states the order of decisions; publish is the
 //     only step that changes memory), and the receiver pipelines it
 //     (Receiver.Start, Pending.Wait): a batch is handed to Pebble with Sync
 //     without waiting for its WAL sync (DB.ApplyNoSyncWait), so the next
-//     batch is decided and staged while that sync is in flight. Two
+//     batch is decided and staged while that sync is in flight; a batch
+//     that changed only the position is handed to Pebble without a sync,
+//     and the next synced commit covers it (invariant 7). Two
 //     positions follow the store, each its own layer of it: the window, the
 //     in-memory HWMs and the position decide starts from change once the
 //     batch is in Pebble's memtable (visible to every reader of the store);
@@ -353,7 +356,7 @@
 //     every later one — also those already in the memtable — are refused
 //     (ErrFailed), nothing more is acknowledged, and the embedder reopens,
 //     which rebuilds memory from the synced prefix. A crash loses at most
-//     batches that were never acknowledged.
+//     batches past every acknowledged position.
 //  5. A batch from an epoch below the highest committed one, or below the
 //     highest promised to a fencing leader (Promise), is refused
 //     (replication.ErrStaleEpoch) before it touches anything; a batch of a
@@ -366,7 +369,21 @@
 //     ReceiverStats counter (see ReceiverStats.Accounted).
 //  7. Acks carry the durable applied position (synced, unless NoSync): the
 //     leader never needs to resend anything at or below it, and resending
-//     anything is harmless. An ack never precedes its batch's WAL sync.
+//     anything is harmless. No ack reports a position before the WAL sync
+//     that makes it durable. A batch that changed anything besides the
+//     position is synced, as its own commit, before its ack. One that
+//     changed only the position (its events all discarded or skipped:
+//     stage wrote nothing but the position and batch identity, the epoch
+//     unchanged) is committed without a sync: a crash that loses it loses nothing a
+//     re-delivery does not decide the same way again. Its ack carries the
+//     last synced position until a later synced commit covers it: Pebble's
+//     WAL is one ordered log, so a sync makes every earlier commit durable
+//     (across a WAL switch too: Pebble syncs the old file as it closes it).
+//     No ack lags for long: every ReceiverOptions.PositionSyncEvery-th
+//     position-only batch in a row is synced, so is one started with no
+//     earlier batch in flight (every Apply), and Wait syncs the WAL itself
+//     when no batch was started after its own (the stream paused), so the
+//     last batch of a burst is acknowledged at its own position.
 //  8. The position and the identity of the batch ending there (m/last_batch)
 //     commit together, so a hello never names a batch the store did not
 //     apply last.

@@ -39,17 +39,27 @@ type ReceiverOptions struct {
 	// FollowerID is the follower's stable name, sent in its hello (see
 	// Ack.FollowerID and ValidFollowerID). Default "" (anonymous).
 	FollowerID string
-	// NoSync commits batches without waiting for fsync. Default false: every
-	// batch is synced before it is acknowledged, also one whose events were
-	// all discarded (it changes only the position): the leader deletes its
-	// log up to an acknowledged position (replication slots), so that
-	// position must survive a crash. With NoSync an ack may cover any batch
-	// a power failure loses; the follower then reports its real position at
-	// the next handshake and the leader resends, so exactly-once still
-	// holds, but the ack no longer proves durability: if the leader's
-	// retention deleted what the follower now needs, it is refused (behind
-	// retention) until it is rebuilt.
+	// NoSync commits batches without waiting for fsync. Default false: no
+	// ack reports a position before it is synced, also a position that a
+	// batch whose events were all discarded moved (PositionSyncEvery): the
+	// leader deletes its log up to an acknowledged position (replication
+	// slots), so that position must survive a crash. With NoSync an ack may
+	// cover any batch a power failure loses; the follower then reports its
+	// real position at the next handshake and the leader resends, so
+	// exactly-once still holds, but the ack no longer proves durability: if
+	// the leader's retention deleted what the follower now needs, it is
+	// refused (behind retention) until it is rebuilt.
 	NoSync bool
+	// PositionSyncEvery bounds how many position-only batches in a row
+	// (batches that change nothing in the store but the position, epoch
+	// unchanged: every event a duplicate) are committed without a WAL sync
+	// of their own while earlier batches are in flight (pipelined: Start
+	// before the previous Wait): the PositionSyncEvery-th is synced, and so
+	// is the WAL when a Pending whose position is not yet synced is waited
+	// for with no later batch started (the stream paused). Until then their
+	// acks carry the last synced position (invariant 7, doc.go). Default 16;
+	// 1 syncs every batch. Ignored with NoSync.
+	PositionSyncEvery int
 	// GCEvery runs session garbage collection (see session.Tracker) inside
 	// every GCEvery-th committed batch. Default 64; negative disables.
 	GCEvery int
@@ -60,6 +70,13 @@ type ReceiverOptions struct {
 	Logger *slog.Logger
 }
 
+// DefaultPositionSyncEvery is ReceiverOptions.PositionSyncEvery's default:
+// a run of duplicate-only batches pays one WAL sync per 16 instead of one
+// each, and an ack of one lags its batch by at most 15 batches (or until
+// the stream pauses), well inside the leader's in-flight window
+// (leader.ShipperOptions.MaxInFlight, default 32).
+const DefaultPositionSyncEvery = 16
+
 // EnsureDefaults fills unset fields with their defaults and returns o.
 func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 	if o.GCEvery == 0 {
@@ -67,6 +84,9 @@ func (o *ReceiverOptions) EnsureDefaults() *ReceiverOptions {
 	}
 	if o.GCLimit <= 0 {
 		o.GCLimit = 1024
+	}
+	if o.PositionSyncEvery <= 0 {
+		o.PositionSyncEvery = DefaultPositionSyncEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -113,6 +133,15 @@ type Receiver struct {
 	commits uint64
 	tail    <-chan struct{}          // done of the last Pending (nil: none yet)
 	pos     atomic.Pointer[position] // the durable (synced) applied/epoch/last, read without mu
+	// lazyRun counts the position-only batches committed without a sync
+	// since the last synced commit (stage order); stage syncs the
+	// PositionSyncEvery-th.
+	lazyRun int
+	// unsynced is the position of the last waited-for Pending committed
+	// without a sync and not yet covered by a synced commit (hasUnsynced):
+	// what pos becomes at the next sync. Written by Wait only.
+	unsynced    position
+	hasUnsynced bool
 	// lastTime is the WAL time of the last event of the last committed
 	// batch (0 before the first commit of this Receiver).
 	lastTime atomic.Int64
@@ -285,6 +314,9 @@ type Pending struct {
 	res       Result
 	err       error
 	fixed     bool // made by Refused: Wait returns res and err as they are
+	// lazy: committed without a sync, only its position changed (stage);
+	// a later synced commit, or Wait's own sync, makes it durable.
+	lazy bool
 }
 
 // Refused returns a Pending already refused with err, whose Wait returns
@@ -341,7 +373,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 	}
 	inPebble := false
 	if pl.verdict == verdictStage {
-		pl.refusal, inPebble = r.stage(b, ttx, &pl)
+		pl.refusal, inPebble = r.stage(b, ttx, &pl, p.idle())
 	}
 	switch pl.verdict {
 	case verdictRedelivery:
@@ -382,6 +414,7 @@ func (r *Receiver) Start(raw []byte) *Pending {
 	p.lastTime = events[len(events)-1].Time
 	p.counts, p.applied, p.events = pl.counts, len(pl.keep), len(events)
 	p.res = pl.result()
+	p.lazy = pl.lazy
 	if pl.syncing {
 		p.b = b
 	} else {
@@ -396,6 +429,12 @@ func (r *Receiver) Start(raw []byte) *Pending {
 // makes the store failed: this batch and every later one are refused
 // (ErrFailed), also those already in the store's memtable; the
 // embedder reopens the follower, which recovers from disk.
+//
+// A position-only batch stage committed without a sync (Pending.lazy) is
+// durable only once a later commit is synced: until then its ack carries
+// the last synced position, not its own. When no batch was started after
+// this one, nothing later would sync it, so Wait syncs the WAL itself
+// (syncIfPaused): the last batch of a burst is acked at its own position.
 func (p *Pending) Wait() (Result, error) {
 	if p.fixed {
 		return p.res, p.err
@@ -414,9 +453,13 @@ func (p *Pending) Wait() (Result, error) {
 	if p.prev != nil {
 		<-p.prev
 	}
+	defer close(p.done)
+	synced := false
+	if syncErr == nil {
+		synced, syncErr = r.syncIfPaused(p)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defer close(p.done)
 	if syncErr != nil && r.failed == nil {
 		r.failed = syncErr
 	}
@@ -437,8 +480,22 @@ func (p *Pending) Wait() (Result, error) {
 		r.stats.acct.Unlock()
 		if p.err == nil {
 			r.stats.commitLatency.Observe(p.latency)
-			r.pos.Store(&p.pos)
 			r.lastTime.Store(p.lastTime)
+			if p.lazy {
+				r.unsynced, r.hasUnsynced = p.pos, true
+			} else {
+				// Synced (or NoSync): it covers every commit before it.
+				r.pos.Store(&p.pos)
+				r.hasUnsynced = false
+			}
+		}
+	}
+	if synced && r.failed == nil && r.hasUnsynced {
+		pos := r.unsynced
+		r.pos.Store(&pos)
+		r.hasUnsynced = false
+		if r.tail == p.done {
+			r.lazyRun = 0 // nothing was started since the sync: it covered every commit
 		}
 	}
 	pos := r.pos.Load()
@@ -446,14 +503,54 @@ func (p *Pending) Wait() (Result, error) {
 	return p.res, p.err
 }
 
+// syncIfPaused syncs Pebble's WAL when p leaves a commit unsynced — its own
+// (lazy) or an earlier Pending's — and no batch was started after p: no
+// later commit is coming to sync it, and its ack would hold back a
+// position the leader may be waiting for (a quorum) for as long as the
+// stream stays idle. The sync runs outside mu so that a batch arriving
+// meanwhile is decided and staged; it covers every commit before it in
+// the WAL, this one's included. synced reports that it ran and
+// succeeded; a failure wraps ErrFailed.
+func (r *Receiver) syncIfPaused(p *Pending) (synced bool, err error) {
+	if p.committed && !p.lazy {
+		return false, nil // synced (or NoSync): it covers every commit before it
+	}
+	r.mu.Lock()
+	due := r.failed == nil && r.tail == p.done && (p.lazy || r.hasUnsynced)
+	r.mu.Unlock()
+	if !due {
+		return false, nil
+	}
+	if err := recoverFatal(func() error { return r.db.LogData(nil, pebble.Sync) }); err != nil {
+		return false, fmt.Errorf("%w: WAL sync: %w", ErrFailed, err)
+	}
+	return true, nil
+}
+
+// idle reports that every Pending started before p was waited for: no
+// batch is in flight, as for every Apply, or when the stream had paused.
+func (p *Pending) idle() bool {
+	if p.prev == nil {
+		return true
+	}
+	select {
+	case <-p.prev:
+		return true
+	default:
+		return false
+	}
+}
+
 // stage writes plan p into b — the HWM advances decided (ttx, then
 // ttx.Flush), the Applier's writes of the surviving events, session GC every GCEvery-th commit, the
 // window journal, the position, batch identity and epoch — and hands b to
 // Pebble: with Sync, without waiting for the WAL sync (p.syncing; Wait
-// waits). It returns the refusal if any step fails, and whether b reached
-// Pebble's commit pipeline (then it must not be closed on failure); a failed
-// commit also makes the store failed (sticky). Memory is untouched.
-func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *refusal, inPebble bool) {
+// waits), or, for a batch that changed only the position, maybe without
+// a sync (p.lazy; syncPolicy, told whether idle). It returns the refusal
+// if any step fails, and whether b reached Pebble's commit pipeline (then
+// it must not be closed on failure); a failed commit also makes the store
+// failed (sticky). Memory is untouched.
+func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan, idle bool) (_ *refusal, inPebble bool) {
 	fail := func(kind refusalKind, err error) *refusal {
 		p.verdict = verdictRefuse
 		return &refusal{kind: kind, err: err}
@@ -475,22 +572,58 @@ func (r *Receiver) stage(b *pebble.Batch, ttx *session.TrackerTx, p *plan) (_ *r
 	if err := r.journal.stage(b, p.h.LastLSN(), p.record, r.window); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: window journal: %w", ErrStaging, err)), false
 	}
+	// Position-only, exactly: nothing written before the metadata (no
+	// state row, HWM delta or checkpoint, clock, GC deletion, journal
+	// entry or pruning), and the metadata only the position and batch
+	// identity (stageMeta adds the epoch and format keys when they change).
+	positionOnly := b.Empty() && p.epoch == r.epoch && r.applied != 0
 	if err := r.stageMeta(b, p.h.LastLSN(), p.epoch, p.last); err != nil {
 		return fail(refusedStore, fmt.Errorf("%w: metadata: %w", ErrStaging, err)), false
 	}
-	// Every batch is synced before its ack, also one that changed nothing
-	// but the position (all its events discarded): the ack tells the leader
-	// it may delete the log up to that position (its replication slot), so
-	// a crash must not lose it — the follower would come back needing a
-	// batch the leader no longer holds.
-	p.syncing = !r.opts.NoSync
+	p.syncing, p.lazy = r.syncPolicy(positionOnly, idle)
 	p.started = time.Now()
 	if err := startCommit(r.db, b, p.syncing); err != nil {
 		r.failed = fmt.Errorf("%w: %w", ErrFailed, err)
 		return fail(refusedStore, r.failed), true
 	}
 	r.commits++
+	switch {
+	case p.lazy:
+		r.lazyRun++
+	case p.syncing:
+		r.lazyRun = 0
+	}
 	return nil, true
+}
+
+// syncPolicy says how stage commits a batch: with Sync (syncing), or
+// without, its durability left to a later synced commit (lazy).
+//
+// No ack reports a position a crash could lose (invariant 7): the leader
+// deletes its log up to an acknowledged position (its replication slot),
+// and a follower that came back below it would need a batch the leader no
+// longer holds. A batch that changed anything besides the position is
+// synced before its ack, as its own commit. One that changed only the
+// position (positionOnly: its events all discarded or skipped, stage
+// wrote nothing but the position and batch identity, the epoch unchanged)
+// holds nothing a crash could lose but the position — re-delivered, it
+// is decided the same way — so it is committed without a sync and its
+// ack reports the last synced position instead: Pebble's WAL is one
+// ordered log, so the next synced commit (or Pending.Wait's sync when the
+// stream pauses) makes it durable too. The PositionSyncEvery-th such
+// batch in a row is synced, which bounds how far the acks lag. So is one
+// started idle (every earlier Pending waited for: an Apply, the first batch
+// after a pause): nothing in flight suggests a later batch soon, and Wait
+// would sync it anyway, with a second commit (DB.LogData). With NoSync
+// nothing is synced.
+func (r *Receiver) syncPolicy(positionOnly, idle bool) (syncing, lazy bool) {
+	switch {
+	case r.opts.NoSync:
+		return false, false
+	case positionOnly && !idle && r.lazyRun+1 < r.opts.PositionSyncEvery:
+		return false, true
+	}
+	return true, false
 }
 
 // Validate runs the Applier's Validate (a Validator's; see there) on a
