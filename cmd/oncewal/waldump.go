@@ -294,6 +294,11 @@ func (d *dumper) dumpShard(dir string, shard uint32, segs []segment) error {
 // first framing defect — an incomplete batch, a bad header, an LSN gap
 // between segments — or batches that exist beyond where the reader stopped.
 func (d *dumper) checkTail(shard uint32, segs []segment, last uint64) error {
+	if last == 0 && len(segs) > 0 {
+		// Nothing read: the log ends before its first segment's LSN (a
+		// promoted leader's log that holds no batch yet starts there).
+		last = segs[0].firstLSN - 1
+	}
 	at := max(last, d.from)
 	i := 0
 	for j, s := range segs {

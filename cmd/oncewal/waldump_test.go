@@ -294,6 +294,24 @@ func TestWaldumpSeveralSegments(t *testing.T) {
 	diffEvents(t, parseJSONLines(t, out), want[first-1:])
 }
 
+// A log that holds no batch yet — a promoted leader's shard, its one
+// segment named after the store's applied LSN + 1 and empty — dumps as
+// empty, not as a reader that stopped short of the segments.
+func TestWaldumpEmptyLogAfterPromotion(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.OpenWriter(dir, &wal.WriterOptions{Shard: 1, FirstLSN: 287})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCmd(t, "waldump", dir, "--json")
+	if code != exitOK || len(parseJSONLines(t, out)) != 0 {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
 func TestWaldumpShardsAndFrom(t *testing.T) {
 	dir := t.TempDir()
 	want3 := writeLog(t, dir, 3, 0, testBatches(3))
