@@ -390,18 +390,15 @@ func tornBatch(f vfs.File, b []byte, off, data, size int64, shard uint32, next u
 // tornAppend reports whether f[off:data], which follows the last valid batch
 // of the last segment and does not start with a valid header, is what an
 // interrupted append leaves (data: the segment's data end, see
-// scanSegment): all zero bytes; or, at most one batch long, it starts with
-// zeros up to a sector boundary or holds a zero sector (pages that never
-// reached the disk) and either holds no header of a later batch of the log
-// (shard, first LSN after next) or ends, with the later batches it holds,
-// within MaxUnsyncedBytes (the unsynced batches of one group commit) —
-// beyond that bound a later batch would mean the damaged one was
+// scanSegment, so the bytes are not all zero — zeros to the end are the
+// log's end, which scanSegment tells before): at most one batch long, it
+// starts with zeros up to a sector boundary or holds a zero sector (pages
+// that never reached the disk) and either holds no header of a later batch
+// of the log (shard, first LSN after next) or ends, with the later batches
+// it holds, within MaxUnsyncedBytes (the unsynced batches of one group
+// commit) — beyond that bound a later batch would mean the damaged one was
 // acknowledged.
 func tornAppend(f vfs.File, off, data int64, shard uint32, next uint64, buf *[]byte) (bool, error) {
-	zero, err := allZero(f, off, data)
-	if err != nil || zero {
-		return zero, err
-	}
 	n := data - off
 	if n > HeaderSize+MaxBodySize {
 		return false, nil
