@@ -272,7 +272,7 @@ func ClientNetwork(followers int) func(*testing.B) {
 			b.Fatal(err)
 		}
 		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS, Logger: quietSlog(),
-			Services: []grpctransport.UnaryService{svc.Unary()}})
+			Services: []grpctransport.Service{svc.GRPC()}})
 		if err != nil {
 			b.Fatal(err)
 		}

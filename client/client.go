@@ -15,9 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/internal/ctxtime"
-	"github.com/oncewal/oncewal/replication/grpctransport"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
 
 // principalKey is the gRPC metadata key that names the caller on an
@@ -110,24 +109,24 @@ type Result struct {
 
 // Sizes a node accepts; a larger request is refused before it is sent.
 const (
-	MaxRequestID = clientwire.MaxRequestID
-	MaxAction    = clientwire.MaxAction
-	MaxPayload   = clientwire.MaxPayload
+	MaxRequestID = clientv1.MaxRequestID
+	MaxAction    = clientv1.MaxAction
+	MaxPayload   = clientv1.MaxPayload
 )
 
 // SubmitOption adjusts one Submit.
-type SubmitOption func(*clientwire.SubmitRequest)
+type SubmitOption func(*clientv1.SubmitRequest)
 
 // WithAction says what the request does ("transfer 10 from a to b"): the
 // node records it with the request ID and names it in a conflict's
 // message, so that a reused ID is recognised. At most MaxAction bytes.
 func WithAction(action string) SubmitOption {
-	return func(r *clientwire.SubmitRequest) { r.Action = action }
+	return func(r *clientv1.SubmitRequest) { r.Action = action }
 }
 
 // WithAck sets the ack policy of this Submit (default Options.Ack).
 func WithAck(a Ack) SubmitOption {
-	return func(r *clientwire.SubmitRequest) {
+	return func(r *clientv1.SubmitRequest) {
 		if a != 0 {
 			r.Ack = a.wire()
 		}
@@ -141,7 +140,7 @@ func WithAck(a Ack) SubmitOption {
 // ErrUnavailable (it did not run), ErrClosed, or the caller's context
 // error (with ErrOutcomeUnknown if an attempt may have run).
 func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, opts ...SubmitOption) (Result, error) {
-	req := clientwire.SubmitRequest{RequestID: requestID, Ack: c.opts.Ack.wire(), Payload: payload}
+	req := clientv1.SubmitRequest{RequestId: requestID, Ack: c.opts.Ack.wire(), Payload: payload}
 	for _, o := range opts {
 		o(&req)
 	}
@@ -149,7 +148,7 @@ func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, o
 		return Result{}, err
 	}
 	var res Result
-	var expired *clientwire.SessionID // the session a node last answered SessionExpired for
+	var expired *sessionID // the session a node last answered SessionExpired for
 	what := fmt.Sprintf("submit %q", requestID)
 	err := c.run(ctx, what, func(ctx context.Context, addr string) step {
 		cc, err := c.conn(addr)
@@ -160,30 +159,26 @@ func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, o
 		if !ok {
 			return s
 		}
-		req.Session = sid
+		req.Session = sid[:]
 		var p peer.Peer
-		out, err := c.call(ctx, cc, clientwire.SubmitMethod, req.Marshal(), &p)
+		rep, err := clientv1.NewClientClient(cc).Submit(c.callContext(ctx), &req, grpc.Peer(&p))
 		if err != nil {
 			return rpcStep(addr, err, p.Addr != nil)
 		}
-		var rep clientwire.SubmitReply
-		if err := rep.Unmarshal(out); err != nil {
-			return step{v: vMove, err: fmt.Errorf("%s answered a malformed reply: %w", addr, err), sent: true}
-		}
-		switch rep.Code {
-		case clientwire.OK, clientwire.Replay:
-			if rep.Code == clientwire.OK {
+		switch rep.GetCode() {
+		case clientv1.Code_OK, clientv1.Code_REPLAY:
+			if rep.GetCode() == clientv1.Code_OK {
 				c.sess.used(sid)
 			}
-			res = Result{Outcome: rep.Outcome, LSN: rep.LSN, Epoch: rep.Epoch, Replayed: rep.Code == clientwire.Replay}
-			return step{v: vDone, epoch: rep.Epoch}
-		case clientwire.Conflict:
-			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.Action, Message: rep.Message}}
-		case clientwire.SessionExpired:
+			res = Result{Outcome: rep.GetOutcome(), LSN: rep.GetLsn(), Epoch: rep.GetEpoch(), Replayed: rep.GetCode() == clientv1.Code_REPLAY}
+			return step{v: vDone, epoch: rep.GetEpoch()}
+		case clientv1.Code_CONFLICT:
+			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.GetAction(), Message: rep.GetMessage()}}
+		case clientv1.Code_SESSION_EXPIRED:
 			expired = &sid
-			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.Message)}
+			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.GetMessage())}
 		}
-		return replyStep(addr, rep.Code, rep.Leader, rep.Epoch, rep.Message, true)
+		return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), true)
 	})
 	if err != nil {
 		return Result{}, err
@@ -193,18 +188,18 @@ func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, o
 
 // checkRequest refuses, before anything is sent, what every node would
 // refuse for its size.
-func checkRequest(r *clientwire.SubmitRequest) error {
+func checkRequest(r *clientv1.SubmitRequest) error {
 	var errs []error
-	if r.RequestID == "" || len(r.RequestID) > clientwire.MaxRequestID {
-		errs = append(errs, fmt.Errorf("request ID of %d bytes, want 1 to %d", len(r.RequestID), clientwire.MaxRequestID))
+	if r.RequestId == "" || len(r.RequestId) > clientv1.MaxRequestID {
+		errs = append(errs, fmt.Errorf("request ID of %d bytes, want 1 to %d", len(r.RequestId), clientv1.MaxRequestID))
 	}
-	if len(r.Action) > clientwire.MaxAction {
-		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", len(r.Action), clientwire.MaxAction))
+	if len(r.Action) > clientv1.MaxAction {
+		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", len(r.Action), clientv1.MaxAction))
 	}
-	if len(r.Payload) > clientwire.MaxPayload {
-		errs = append(errs, fmt.Errorf("payload of %d bytes, limit %d", len(r.Payload), clientwire.MaxPayload))
+	if len(r.Payload) > clientv1.MaxPayload {
+		errs = append(errs, fmt.Errorf("payload of %d bytes, limit %d", len(r.Payload), clientv1.MaxPayload))
 	}
-	if r.Ack > clientwire.AckAll {
+	if r.Ack < clientv1.Ack_ACK_LEADER || r.Ack > clientv1.Ack_ACK_ALL {
 		errs = append(errs, fmt.Errorf("ack policy %d is not one of AckLeader, AckOne, AckMajority, AckAll", r.Ack+1))
 	}
 	if len(errs) > 0 {
@@ -260,8 +255,8 @@ type Status struct {
 // so it never ends with ErrOutcomeUnknown: a spent budget is
 // ErrUnavailable.
 func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
-	if requestID == "" || len(requestID) > clientwire.MaxRequestID {
-		return Status{}, fmt.Errorf("%w: not sent: request ID of %d bytes, want 1 to %d", ErrRefused, len(requestID), clientwire.MaxRequestID)
+	if requestID == "" || len(requestID) > clientv1.MaxRequestID {
+		return Status{}, fmt.Errorf("%w: not sent: request ID of %d bytes, want 1 to %d", ErrRefused, len(requestID), clientv1.MaxRequestID)
 	}
 	var st Status
 	err := c.run(ctx, fmt.Sprintf("status %q", requestID), func(ctx context.Context, addr string) step {
@@ -276,29 +271,24 @@ func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
 		if !ok {
 			return s
 		}
-		req := (&clientwire.StatusRequest{Session: sid, RequestID: requestID}).Marshal()
-		out, err := c.call(ctx, cc, clientwire.StatusMethod, req, nil)
+		rep, err := clientv1.NewClientClient(cc).Status(c.callContext(ctx), &clientv1.StatusRequest{Session: sid[:], RequestId: requestID})
 		if err != nil {
 			return rpcStep(addr, err, false)
 		}
-		var rep clientwire.StatusReply
-		if err := rep.Unmarshal(out); err != nil {
-			return step{v: vMove, err: fmt.Errorf("%s answered a malformed reply: %w", addr, err)}
-		}
-		st = Status{Outcome: rep.Outcome, Time: rep.Time, Expires: rep.Expires, Epoch: rep.Epoch}
-		switch rep.Code {
-		case clientwire.Unknown:
+		st = Status{Outcome: rep.GetOutcome(), Time: rep.GetTime(), Expires: rep.GetExpires(), Epoch: rep.GetEpoch()}
+		switch rep.GetCode() {
+		case clientv1.Code_UNKNOWN:
 			st.State = StateUnknown
-		case clientwire.InFlight:
+		case clientv1.Code_IN_FLIGHT:
 			st.State = StateInFlight
-		case clientwire.Replay:
+		case clientv1.Code_REPLAY:
 			st.State = StateDone
-		case clientwire.Failed:
+		case clientv1.Code_FAILED:
 			st.State = StateFailed
 		default:
-			return replyStep(addr, rep.Code, rep.Leader, rep.Epoch, rep.Message, false)
+			return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), false)
 		}
-		return step{v: vDone, epoch: rep.Epoch}
+		return step{v: vDone, epoch: rep.GetEpoch()}
 	})
 	if err != nil {
 		return Status{}, err
@@ -326,17 +316,13 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// call makes one RPC; p, if set, receives the node's address once gRPC has
-// a transport for the call (so the request may have reached it).
-func (c *Client) call(ctx context.Context, cc *grpc.ClientConn, method string, req []byte, p *peer.Peer) ([]byte, error) {
+// callContext is ctx as an RPC's: with Options.Insecure, naming the
+// principal in the metadata an insecure node reads it from.
+func (c *Client) callContext(ctx context.Context) context.Context {
 	if c.opts.Insecure {
 		ctx = metadata.AppendToOutgoingContext(ctx, principalKey, c.opts.Principal)
 	}
-	var opts []grpc.CallOption
-	if p != nil {
-		opts = append(opts, grpc.Peer(p))
-	}
-	return grpctransport.CallUnary(ctx, cc, method, req, clientwire.MaxFrame, opts...)
+	return ctx
 }
 
 // start is where a call starts: the last node that answered as leader.

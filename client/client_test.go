@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/clientapi"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/testutil"
 )
@@ -23,8 +25,8 @@ import (
 // replay is Replayed.
 func TestSubmitMutualTLS(t *testing.T) {
 	p := testutil.NewTLSPair(t)
-	n := startNode(t, &node{submit: func(i int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-		return &clientwire.SubmitReply{Code: []clientwire.Code{clientwire.OK, clientwire.Replay}[i], LSN: 40 + uint64(i), Epoch: 3, Outcome: []byte("done")}, nil
+	n := startNode(t, &node{submit: func(i int, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+		return &clientv1.SubmitReply{Code: []clientv1.Code{clientv1.Code_OK, clientv1.Code_REPLAY}[i], Lsn: 40 + uint64(i), Epoch: 3, Outcome: []byte("done")}, nil
 	}}, grpctransport.ServerTLSConfig(p.Pool, p.Leader))
 	alice := testutil.ClientCert(t, p.Certs, "oncewal://client/alice")
 	c, err := New(&Options{Addrs: []string{n.addr}, TLS: grpctransport.ClientTLSConfig(p.Pool, alice, ""), Logger: quiet()})
@@ -44,7 +46,7 @@ func TestSubmitMutualTLS(t *testing.T) {
 	if res, err = c.Submit(ctx, "req-1", Ops(ops...), WithAction("set k")); err != nil || !res.Replayed || res.LSN != 41 {
 		t.Errorf("replay: %+v, %v", res, err)
 	}
-	if opens := n.seenOpens(); len(opens) != 1 || !opens[0].HasNear || opens[0].Near != homeOf("alice") {
+	if opens := n.seenOpens(); len(opens) != 1 || !is(opens[0].GetNear(), homeOf("alice")) {
 		t.Errorf("opens %+v, want one near alice's home", opens)
 	}
 	subs := n.seenSubmits()
@@ -52,12 +54,13 @@ func TestSubmitMutualTLS(t *testing.T) {
 		t.Fatalf("submits %d, principals %v", len(subs), n.principals)
 	}
 	r := subs[0]
-	if r.RequestID != "req-1" || r.Action != "set k" || r.Session != sessionN(0) || r.Ack != clientwire.AckAll || subs[1].Ack != clientwire.AckMajority {
+	if r.RequestId != "req-1" || r.Action != "set k" || !is(r.Session, sessionN(0)) || r.Ack != clientv1.Ack_ACK_ALL || subs[1].Ack != clientv1.Ack_ACK_MAJORITY {
 		t.Errorf("request %+v, then ack %v", r, subs[1].Ack)
 	}
-	got, err := clientwire.DecodeOps(r.Payload)
-	if err != nil || len(got) != 3 || got[0].Kind != clientwire.OpPut || string(got[0].Value) != "v" ||
-		got[1].Kind != clientwire.OpAdd || got[1].Delta != -2 || got[2].Kind != clientwire.OpDelete || string(got[2].Key) != "old" {
+	dec, err := clientapi.DecodeOps(r.Payload)
+	got := dec.GetOps()
+	if err != nil || len(got) != 3 || got[0].Kind != clientv1.Op_PUT || string(got[0].Key) != "k" || string(got[0].Value) != "v" ||
+		got[1].Kind != clientv1.Op_ADD || string(got[1].Key) != "n" || got[1].Delta != -2 || got[2].Kind != clientv1.Op_DELETE || string(got[2].Key) != "old" {
 		t.Errorf("ops %+v, %v", got, err)
 	}
 }
@@ -79,14 +82,14 @@ func TestInsecurePrincipal(t *testing.T) {
 // leader ("" if it knows none).
 func notLeader(leader string) *node {
 	return &node{
-		submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.NotLeader, Leader: leader, Epoch: 2}, nil
+		submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER, Leader: leader, Epoch: 2}, nil
 		},
-		open: func(int, *clientwire.OpenSessionRequest) *clientwire.OpenSessionReply {
-			return &clientwire.OpenSessionReply{Code: clientwire.NotLeader, Leader: leader, Epoch: 2}
+		open: func(int, *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
+			return &clientv1.OpenSessionReply{Code: clientv1.Code_NOT_LEADER, Leader: leader, Epoch: 2}
 		},
-		status: func(int, *clientwire.StatusRequest) *clientwire.StatusReply {
-			return &clientwire.StatusReply{Code: clientwire.NotLeader, Leader: leader, Epoch: 2}
+		status: func(int, *clientv1.StatusRequest) *clientv1.StatusReply {
+			return &clientv1.StatusReply{Code: clientv1.Code_NOT_LEADER, Leader: leader, Epoch: 2}
 		},
 	}
 }
@@ -95,8 +98,8 @@ func notLeader(leader string) *node {
 // later calls start there); one naming none, and a node that refuses the
 // connection, send it to the next address.
 func TestRedirects(t *testing.T) {
-	leader := startNode(t, &node{status: func(int, *clientwire.StatusRequest) *clientwire.StatusReply {
-		return &clientwire.StatusReply{Code: clientwire.Replay, Outcome: []byte("o"), Epoch: 2}
+	leader := startNode(t, &node{status: func(int, *clientv1.StatusRequest) *clientv1.StatusReply {
+		return &clientv1.StatusReply{Code: clientv1.Code_REPLAY, Outcome: []byte("o"), Epoch: 2}
 	}}, nil)
 	t.Run("with address", func(t *testing.T) {
 		f := startNode(t, notLeader(leader.addr), nil)
@@ -141,19 +144,19 @@ func TestRedirects(t *testing.T) {
 // at makes it forget that node; and after epoch 4, a redirect naming epoch
 // 3 is stale: the client goes round the addresses it knows instead.
 func TestRedirectEpochs(t *testing.T) {
-	leader := startNode(t, &node{submit: func(i int, _ *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+	leader := startNode(t, &node{submit: func(i int, _ *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 		if i == 0 {
-			return &clientwire.SubmitReply{Code: clientwire.OK, Epoch: 3}, nil
+			return &clientv1.SubmitReply{Code: clientv1.Code_OK, Epoch: 3}, nil
 		}
-		return &clientwire.SubmitReply{Code: clientwire.NotLeader, Epoch: 4}, nil // deposed; it knows no successor
+		return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER, Epoch: 4}, nil // deposed; it knows no successor
 	}}, nil)
 	f := notLeader(leader.addr)
-	f.open = func(int, *clientwire.OpenSessionRequest) *clientwire.OpenSessionReply {
-		return &clientwire.OpenSessionReply{Code: clientwire.NotLeader, Leader: leader.addr, Epoch: 3}
+	f.open = func(int, *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
+		return &clientv1.OpenSessionReply{Code: clientv1.Code_NOT_LEADER, Leader: leader.addr, Epoch: 3}
 	}
 	stale := startNode(t, &node{}, nil) // serves, and counts what reaches it
-	f.submit = func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-		return &clientwire.SubmitReply{Code: clientwire.NotLeader, Leader: stale.addr, Epoch: 3}, nil // stale
+	f.submit = func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+		return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER, Leader: stale.addr, Epoch: 3}, nil // stale
 	}
 	startNode(t, f, nil)
 	c := newTestClient(t, []string{f.addr, leader.addr}, func(o *Options) { o.RetryTimeout = 300 * time.Millisecond })
@@ -184,19 +187,19 @@ func TestRedirectEpochs(t *testing.T) {
 // InFlight are retried, every attempt with the same request ID, action and
 // payload, until the node answers.
 func TestRetrySameID(t *testing.T) {
-	script := []func() (*clientwire.SubmitReply, error){
-		func() (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.Unavailable}, nil
+	script := []func() (*clientv1.SubmitReply, error){
+		func() (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_UNAVAILABLE}, nil
 		},
-		func() (*clientwire.SubmitReply, error) { return nil, status.Error(codes.Unavailable, "going away") },
-		func() (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.InFlight}, nil
+		func() (*clientv1.SubmitReply, error) { return nil, status.Error(codes.Unavailable, "going away") },
+		func() (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_IN_FLIGHT}, nil
 		},
-		func() (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.Replay, LSN: 9, Outcome: []byte("once")}, nil
+		func() (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_REPLAY, Lsn: 9, Outcome: []byte("once")}, nil
 		},
 	}
-	n := startNode(t, &node{submit: func(i int, _ *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) { return script[i]() }}, nil)
+	n := startNode(t, &node{submit: func(i int, _ *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) { return script[i]() }}, nil)
 	c := newTestClient(t, []string{n.addr}, nil)
 	payload := Ops(Add([]byte("balance"), 10))
 	res, err := c.Submit(context.Background(), "pay-7", payload, WithAction("pay 10"))
@@ -208,7 +211,7 @@ func TestRetrySameID(t *testing.T) {
 		t.Fatalf("node saw %d submits, want %d", len(subs), len(script))
 	}
 	for i, r := range subs {
-		if r.RequestID != "pay-7" || r.Action != "pay 10" || string(r.Payload) != string(payload) || r.Session != subs[0].Session {
+		if r.RequestId != "pay-7" || r.Action != "pay 10" || string(r.Payload) != string(payload) || !bytes.Equal(r.Session, subs[0].Session) || len(r.Session) != clientv1.SessionIDLen {
 			t.Errorf("attempt %d: %+v", i, r)
 		}
 	}
@@ -218,12 +221,12 @@ func TestRetrySameID(t *testing.T) {
 // ErrOutcomeUnknown, all of them with the same ID; one spent before any
 // request could have run is ErrUnavailable, never outcome unknown.
 func TestBudget(t *testing.T) {
-	always := func(code clientwire.Code) *node {
-		return &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: code}, nil
+	always := func(code clientv1.Code) *node {
+		return &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: code}, nil
 		}}
 	}
-	for _, code := range []clientwire.Code{clientwire.Unavailable, clientwire.InFlight} {
+	for _, code := range []clientv1.Code{clientv1.Code_UNAVAILABLE, clientv1.Code_IN_FLIGHT} {
 		t.Run(code.String(), func(t *testing.T) {
 			n := startNode(t, always(code), nil)
 			c := newTestClient(t, []string{n.addr}, func(o *Options) { o.Attempts = 3 })
@@ -232,14 +235,14 @@ func TestBudget(t *testing.T) {
 				t.Fatalf("err = %v, want ErrOutcomeUnknown", err)
 			}
 			subs := n.seenSubmits()
-			if len(subs) != 3 || subs[0].RequestID != "x" || subs[2].RequestID != "x" {
+			if len(subs) != 3 || subs[0].RequestId != "x" || subs[2].RequestId != "x" {
 				t.Errorf("node saw %d submits: %+v", len(subs), subs)
 			}
 		})
 	}
 	// A gRPC error once the request reached the node: it may have run.
 	t.Run("status after sending", func(t *testing.T) {
-		n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+		n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 			return nil, status.Error(codes.Internal, "lost")
 		}}, nil)
 		c := newTestClient(t, []string{n.addr}, func(o *Options) { o.Attempts = 2 })
@@ -275,8 +278,8 @@ func TestBudget(t *testing.T) {
 	// connection: the Submit sent there never left the client.
 	t.Run("submit refused a connection", func(t *testing.T) {
 		dead := deadAddr(t)
-		n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.NotLeader, Leader: dead}, nil
+		n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER, Leader: dead}, nil
 		}}, nil)
 		// Looking for the leader does not count against Attempts: the
 		// call ends at its RetryTimeout.
@@ -295,9 +298,9 @@ func TestBudget(t *testing.T) {
 	// ending at the same point cuts the attempt: the request reached the
 	// node, so its outcome is unknown.
 	t.Run("budget ends in an attempt", func(t *testing.T) {
-		n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+		n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 			time.Sleep(300 * time.Millisecond)
-			return &clientwire.SubmitReply{Code: clientwire.NotLeader}, nil
+			return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER}, nil
 		}}, nil)
 		c := newTestClient(t, []string{n.addr}, func(o *Options) { o.RetryTimeout, o.AttemptTimeout = 100*time.Millisecond, 5*time.Second })
 		_, err := c.Submit(context.Background(), "x", Ops(Put([]byte("k"), nil)))
@@ -315,25 +318,27 @@ func TestBudget(t *testing.T) {
 	})
 }
 
-// TestFinalAnswers: Conflict, Refused, a code the client does not know and
-// what gRPC says no retry fixes end the call at once; an invalid request
+// TestFinalAnswers: Conflict, Refused, a code the client does not know (a
+// reply without a code included) and what gRPC says no retry fixes end
+// the call at once; an invalid request
 // is refused before anything is sent.
 func TestFinalAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		reply *clientwire.SubmitReply
+		reply *clientv1.SubmitReply
 		err   error
 		want  error
 	}{
-		{"conflict", &clientwire.SubmitReply{Code: clientwire.Conflict, Message: `recorded as "pay 5"`}, nil, ErrConflict},
-		{"refused", &clientwire.SubmitReply{Code: clientwire.Refused, Message: "unknown op"}, nil, ErrRefused},
-		{"unknown code", &clientwire.SubmitReply{Code: 200}, nil, ErrRefused},
+		{"conflict", &clientv1.SubmitReply{Code: clientv1.Code_CONFLICT, Message: `recorded as "pay 5"`}, nil, ErrConflict},
+		{"refused", &clientv1.SubmitReply{Code: clientv1.Code_REFUSED, Message: "unknown op"}, nil, ErrRefused},
+		{"unknown code", &clientv1.SubmitReply{Code: clientv1.Code(200)}, nil, ErrRefused},
+		{"no code", &clientv1.SubmitReply{Code: clientv1.Code_CODE_UNSPECIFIED, Outcome: []byte("o")}, nil, ErrRefused},
 		{"permission denied", nil, status.Error(codes.PermissionDenied, "a follower's certificate"), ErrDenied},
 		{"unauthenticated", nil, status.Error(codes.Unauthenticated, "no identity"), ErrDenied},
-		{"malformed", nil, status.Error(codes.InvalidArgument, "bad frame"), ErrRefused},
+		{"malformed", nil, status.Error(codes.InvalidArgument, "clientapi: session of 3 bytes, want 16"), ErrRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) { return tc.reply, tc.err }}, nil)
+			n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) { return tc.reply, tc.err }}, nil)
 			c := newTestClient(t, []string{n.addr}, nil)
 			_, err := c.Submit(context.Background(), "id", Ops(Put([]byte("k"), nil)), WithAction("pay 10"))
 			if !errors.Is(err, tc.want) || errors.Is(err, ErrOutcomeUnknown) {
@@ -350,12 +355,12 @@ func TestFinalAnswers(t *testing.T) {
 	}
 	n := startNode(t, &node{}, nil)
 	c := newTestClient(t, []string{n.addr}, nil)
-	for _, id := range []string{"", strings.Repeat("x", clientwire.MaxRequestID+1)} {
+	for _, id := range []string{"", strings.Repeat("x", clientv1.MaxRequestID+1)} {
 		if _, err := c.Submit(context.Background(), id, nil); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not sent") {
 			t.Errorf("request ID of %d bytes: %v", len(id), err)
 		}
 	}
-	if _, err := c.Submit(context.Background(), "id", nil, WithAction(strings.Repeat("a", clientwire.MaxAction+1))); !errors.Is(err, ErrRefused) {
+	if _, err := c.Submit(context.Background(), "id", nil, WithAction(strings.Repeat("a", clientv1.MaxAction+1))); !errors.Is(err, ErrRefused) {
 		t.Errorf("long action: %v", err)
 	}
 	if len(n.seenSubmits())+len(n.seenOpens()) != 0 {
@@ -366,21 +371,21 @@ func TestFinalAnswers(t *testing.T) {
 // TestSessionExpiredRenews: a SessionExpired answer renews the session
 // next to the expired one (Near) and retries the same request ID under it.
 func TestSessionExpiredRenews(t *testing.T) {
-	n := startNode(t, &node{submit: func(i int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-		if r.Session == sessionN(0) {
-			return &clientwire.SubmitReply{Code: clientwire.SessionExpired, Message: "idle past the horizon"}, nil
+	n := startNode(t, &node{submit: func(i int, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+		if is(r.Session, sessionN(0)) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_SESSION_EXPIRED, Message: "idle past the horizon"}, nil
 		}
-		return &clientwire.SubmitReply{Code: clientwire.OK, LSN: 5}, nil
+		return &clientv1.SubmitReply{Code: clientv1.Code_OK, Lsn: 5}, nil
 	}}, nil)
 	c := newTestClient(t, []string{n.addr}, nil)
 	if _, err := c.Submit(context.Background(), "r1", Ops(Put([]byte("k"), nil))); err != nil {
 		t.Fatal(err)
 	}
 	opens, subs := n.seenOpens(), n.seenSubmits()
-	if len(opens) != 2 || !opens[1].HasNear || opens[1].Near != sessionN(0) {
+	if len(opens) != 2 || !is(opens[1].GetNear(), sessionN(0)) {
 		t.Errorf("opens %+v, want a first one, then one near %x", opens, sessionN(0))
 	}
-	if len(subs) != 2 || subs[1].Session != sessionN(1) || subs[1].RequestID != "r1" {
+	if len(subs) != 2 || !is(subs[1].Session, sessionN(1)) || subs[1].RequestId != "r1" {
 		t.Errorf("submits %+v", subs)
 	}
 }
@@ -392,7 +397,7 @@ func TestSessionRenewedBeforeHorizon(t *testing.T) {
 	n := startNode(t, &node{}, nil)
 	clk := testutil.NewClock()
 	c := newTestClient(t, []string{n.addr}, func(o *Options) { o.now = func() time.Time { return time.Unix(0, clk.Now()) } })
-	submit := func(id string) clientwire.SessionID {
+	submit := func(id string) []byte {
 		t.Helper()
 		if _, err := c.Submit(context.Background(), id, Ops(Put([]byte("k"), nil))); err != nil {
 			t.Fatal(err)
@@ -402,14 +407,14 @@ func TestSessionRenewedBeforeHorizon(t *testing.T) {
 	}
 	first := submit("a")
 	clk.Advance(testHorizon / 2) // idle exactly half: still usable
-	if s := submit("b"); s != first {
+	if s := submit("b"); !bytes.Equal(s, first) {
 		t.Errorf("renewed at half the horizon")
 	}
 	clk.Advance(testHorizon/2 + time.Second) // idle just past half since "b"
-	if s := submit("c"); s != sessionN(1) {
+	if s := submit("c"); !is(s, sessionN(1)) {
 		t.Errorf("session %x after an idle past half the horizon, want the renewed %x", s, sessionN(1))
 	}
-	if opens := n.seenOpens(); len(opens) != 2 || !opens[1].HasNear || opens[1].Near != first {
+	if opens := n.seenOpens(); len(opens) != 2 || len(first) != clientv1.SessionIDLen || !bytes.Equal(opens[1].GetNear(), first) {
 		t.Errorf("opens %+v, want the renewal near %x", opens, first)
 	}
 }
@@ -421,10 +426,10 @@ func TestCancelStopsPromptly(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
 	defer close(release)
-	n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+	n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 		arrived <- struct{}{}
 		<-release
-		return &clientwire.SubmitReply{Code: clientwire.OK}, nil
+		return &clientv1.SubmitReply{Code: clientv1.Code_OK}, nil
 	}}, nil)
 	// Budgets far beyond the test's timeout: only the cancel can end it.
 	c := newTestClient(t, []string{n.addr}, func(o *Options) { o.RetryTimeout, o.AttemptTimeout = time.Hour, time.Hour })
@@ -446,10 +451,10 @@ func TestClose(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
 	defer close(release)
-	n := startNode(t, &node{submit: func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+	n := startNode(t, &node{submit: func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 		arrived <- struct{}{}
 		<-release
-		return &clientwire.SubmitReply{Code: clientwire.OK}, nil
+		return &clientv1.SubmitReply{Code: clientv1.Code_OK}, nil
 	}}, nil)
 	c := newTestClient(t, []string{n.addr}, func(o *Options) { o.RetryTimeout, o.AttemptTimeout = time.Hour, time.Hour })
 	go func() {
@@ -474,9 +479,9 @@ func TestClose(t *testing.T) {
 // TestStatusStates: each ledger answer maps to its State; the request
 // names the Client's session, opened for it if need be.
 func TestStatusStates(t *testing.T) {
-	codes := []clientwire.Code{clientwire.Unknown, clientwire.InFlight, clientwire.Replay, clientwire.Failed, clientwire.Refused}
-	n := startNode(t, &node{status: func(i int, _ *clientwire.StatusRequest) *clientwire.StatusReply {
-		return &clientwire.StatusReply{Code: codes[i], Time: 11, Expires: 22, Outcome: []byte("o")}
+	codes := []clientv1.Code{clientv1.Code_UNKNOWN, clientv1.Code_IN_FLIGHT, clientv1.Code_REPLAY, clientv1.Code_FAILED, clientv1.Code_REFUSED}
+	n := startNode(t, &node{status: func(i int, _ *clientv1.StatusRequest) *clientv1.StatusReply {
+		return &clientv1.StatusReply{Code: codes[i], Time: 11, Expires: 22, Outcome: []byte("o")}
 	}}, nil)
 	c := newTestClient(t, []string{n.addr}, nil)
 	for _, want := range []State{StateUnknown, StateInFlight, StateDone, StateFailed} {
@@ -491,7 +496,7 @@ func TestStatusStates(t *testing.T) {
 	// The ledger is per shard: Status names the Client's session.
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.opens) != 1 || n.statuses[0].Session != sessionN(0) || n.statuses[0].RequestID != "id" {
+	if len(n.opens) != 1 || !is(n.statuses[0].Session, sessionN(0)) || n.statuses[0].RequestId != "id" {
 		t.Errorf("%d opens, status request %+v", len(n.opens), n.statuses[0])
 	}
 }
@@ -529,8 +534,8 @@ func TestOptionsValidate(t *testing.T) {
 		o.AttemptTimeout != DefaultAttemptTimeout || o.Backoff != DefaultBackoff || o.Logger == nil || o.Validate() != nil {
 		t.Errorf("defaults %+v", o)
 	}
-	if AckMajority.wire() != clientwire.AckMajority || AckLeader.wire() != clientwire.AckLeader || AckAll.wire() != clientwire.AckAll {
-		t.Errorf("ack policies do not map to clientwire's")
+	if AckMajority.wire() != clientv1.Ack_ACK_MAJORITY || AckLeader.wire() != clientv1.Ack_ACK_LEADER || AckOne.wire() != clientv1.Ack_ACK_ONE || AckAll.wire() != clientv1.Ack_ACK_ALL {
+		t.Errorf("ack policies do not map to clientv1's")
 	}
 }
 
@@ -562,15 +567,15 @@ func TestDelay(t *testing.T) {
 // it once; every request is retried with its own ID under the new one.
 func TestConcurrentCallsShareSessions(t *testing.T) {
 	expire := make(chan struct{})
-	n := startNode(t, &node{submit: func(_ int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
+	n := startNode(t, &node{submit: func(_ int, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
 		select {
 		case <-expire:
-			if r.Session == sessionN(0) {
-				return &clientwire.SubmitReply{Code: clientwire.SessionExpired}, nil
+			if is(r.Session, sessionN(0)) {
+				return &clientv1.SubmitReply{Code: clientv1.Code_SESSION_EXPIRED}, nil
 			}
 		default:
 		}
-		return &clientwire.SubmitReply{Code: clientwire.OK}, nil
+		return &clientv1.SubmitReply{Code: clientv1.Code_OK}, nil
 	}}, nil)
 	c := newTestClient(t, []string{n.addr}, nil)
 	burst := func(prefix string) {
@@ -594,15 +599,15 @@ func TestConcurrentCallsShareSessions(t *testing.T) {
 	}
 	close(expire)
 	burst("b")
-	if opens := n.seenOpens(); len(opens) != 2 || opens[1].Near != sessionN(0) {
+	if opens := n.seenOpens(); len(opens) != 2 || !is(opens[1].GetNear(), sessionN(0)) {
 		t.Errorf("opens %+v, want one renewal near the first session", opens)
 	}
-	last := map[string]clientwire.SessionID{}
+	last := map[string][]byte{}
 	for _, r := range n.seenSubmits() {
-		last[r.RequestID] = r.Session
+		last[r.RequestId] = r.Session
 	}
 	for i := range 8 {
-		if s := last[fmt.Sprintf("b-%d", i)]; s != sessionN(1) {
+		if s := last[fmt.Sprintf("b-%d", i)]; !is(s, sessionN(1)) {
 			t.Errorf("b-%d last sent under %x, want the renewed session", i, s)
 		}
 	}
@@ -639,10 +644,11 @@ func TestFirstSessionHome(t *testing.T) {
 		c.Close()
 	}
 	opens := n.seenOpens()
-	if len(opens) != 3 || !opens[0].HasNear || opens[0] != opens[1] || opens[2].Near == opens[0].Near || !opens[2].HasNear {
+	if len(opens) != 3 || len(opens[0].GetNear()) != clientv1.SessionIDLen || !bytes.Equal(opens[0].GetNear(), opens[1].GetNear()) ||
+		len(opens[2].GetNear()) != clientv1.SessionIDLen || bytes.Equal(opens[2].GetNear(), opens[0].GetNear()) {
 		t.Errorf("opens %+v: want the same home twice, then another", opens)
 	}
-	if opens[0].Near != homeOf("tester") {
+	if !is(opens[0].GetNear(), homeOf("tester")) {
 		t.Errorf("home %x, want homeOf(tester)", opens[0].Near)
 	}
 }
@@ -664,5 +670,26 @@ func TestElectionDoesNotSpendAttempts(t *testing.T) {
 	}
 	if n := len(f.seenOpens()); n <= 3 {
 		t.Errorf("the node saw %d attempts; the budget of 3 should not bound an election", n)
+	}
+}
+
+// TestBadSessionIDNotUsed: a node that opens a session whose ID is not
+// clientv1.SessionIDLen bytes (a field the old wire fixed, the proto does
+// not) is not trusted with the request: the client logs nothing under that
+// ID and moves to the next address, whose session it uses.
+func TestBadSessionIDNotUsed(t *testing.T) {
+	bad := startNode(t, &node{open: func(int, *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
+		return &clientv1.OpenSessionReply{Code: clientv1.Code_OK, Session: []byte{1, 2, 3}, Horizon: int64(testHorizon)}
+	}}, nil)
+	good := startNode(t, &node{}, nil)
+	c := newTestClient(t, []string{bad.addr, good.addr}, nil)
+	if _, err := c.Submit(context.Background(), "r", Ops(Put([]byte("k"), nil))); err != nil {
+		t.Fatal(err)
+	}
+	if len(bad.seenOpens()) != 1 || len(bad.seenSubmits()) != 0 {
+		t.Errorf("the node that answered a short session ID saw %d opens, %d submits; want 1, 0", len(bad.seenOpens()), len(bad.seenSubmits()))
+	}
+	if subs := good.seenSubmits(); len(subs) != 1 || !is(subs[0].Session, sessionN(0)) {
+		t.Errorf("submits %+v, want one under the good node's session", subs)
 	}
 }

@@ -116,13 +116,13 @@ func (c *cluster) startLeader(addr string) {
 	svc, err := clientapi.New(l, &so)
 	require.NoError(t, err)
 	c.svc = svc
-	c.srv = c.listen(addr, svc.Unary())
+	c.srv = c.listen(addr, svc.GRPC())
 	c.addr = c.srv.Addr().String()
 }
 
 // listen serves svc with the cluster's mutual TLS on addr (an address a
 // closed server had: the port is free again).
-func (c *cluster) listen(addr string, svc grpctransport.UnaryService) *grpctransport.Server {
+func (c *cluster) listen(addr string, svc grpctransport.Service) *grpctransport.Server {
 	c.t.Helper()
 	var srv *grpctransport.Server
 	var err error
@@ -130,7 +130,7 @@ func (c *cluster) listen(addr string, svc grpctransport.UnaryService) *grpctrans
 	waitFor(c.t, func() bool {
 		srv, err = grpctransport.Listen(addr, &grpctransport.ServerOptions{
 			TLS: grpctransport.ServerTLSConfig(c.tls.Pool, c.tls.Leader), Logger: quietLog(),
-			Services: []grpctransport.UnaryService{svc}})
+			Services: []grpctransport.Service{svc}})
 		return err == nil
 	})
 	return srv
@@ -296,14 +296,14 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // listenServices serves svc alone on addr with the cluster's mutual TLS.
-func (c *cluster) listenServices(addr string, svc grpctransport.UnaryService) *grpctransport.ServiceServer {
+func (c *cluster) listenServices(addr string, svc grpctransport.Service) *grpctransport.ServiceServer {
 	c.t.Helper()
 	var srv *grpctransport.ServiceServer
 	var err error
 	waitFor(c.t, func() bool {
 		srv, err = grpctransport.ListenServices(addr, &grpctransport.ServerOptions{
 			TLS: grpctransport.ServerTLSConfig(c.tls.Pool, c.tls.Leader), Logger: quietLog(),
-			Services: []grpctransport.UnaryService{svc}})
+			Services: []grpctransport.Service{svc}})
 		return err == nil
 	})
 	return srv

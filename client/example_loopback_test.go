@@ -45,7 +45,7 @@ func ExampleClient_Submit() {
 		log.Fatal(err)
 	}
 	srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS,
-		Services: []grpctransport.UnaryService{svc.Unary()}})
+		Services: []grpctransport.Service{svc.GRPC()}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,14 +3,16 @@ package client_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 
 	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/clientapi"
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
@@ -26,7 +28,7 @@ import (
 func TestDeposedLeaderAnswerFailsOver(t *testing.T) {
 	errLease := errors.New("lease deadline passed")
 	c := newClusterWith(t, 1, func(c *cluster) {
-		c.sopts = clientapi.Options{MinAck: clientwire.AckAll, Leading: func() error {
+		c.sopts = clientapi.Options{MinAck: clientv1.Ack_ACK_ALL, Leading: func() error {
 			if c.runs.Load() > 0 {
 				return errLease
 			}
@@ -49,9 +51,9 @@ func TestDeposedLeaderAnswerFailsOver(t *testing.T) {
 	}()
 	waitFor(t, func() bool {
 		st := deposed.Stats().Submit
-		return st[clientwire.Unavailable]+st[clientwire.OK] > 0
+		return st[clientv1.Code_UNAVAILABLE]+st[clientv1.Code_OK] > 0
 	})
-	require.Zero(t, deposed.Stats().Submit[clientwire.OK], "the deposed leader answered OK")
+	require.Zero(t, deposed.Stats().Submit[clientv1.Code_OK], "the deposed leader answered OK")
 
 	// f1 holds the request (MinAck all); it is promoted in the leader's
 	// place and serves at the second address.
@@ -80,17 +82,31 @@ func TestDeposedLeaderAnswerFailsOver(t *testing.T) {
 	require.Equal(t, uint64(2), epoch)
 }
 
-// counting is svc with every call counted in n.
-func counting(svc grpctransport.UnaryService, n *atomic.Int64) grpctransport.UnaryService {
-	methods := map[string]grpctransport.UnaryHandler{}
-	for name, h := range svc.Methods {
-		methods[name] = func(ctx context.Context, in []byte) ([]byte, error) {
-			n.Add(1)
-			return h(ctx, in)
+// counting is svc with every call of its methods counted in n: svc's
+// Register is handed a registrar that wraps each method's handler.
+func counting(svc grpctransport.Service, n *atomic.Int64) grpctransport.Service {
+	register := svc.Register
+	svc.Register = func(r grpc.ServiceRegistrar) { register(countingRegistrar{r: r, n: n}) }
+	return svc
+}
+
+// countingRegistrar registers services with every unary call counted in n.
+type countingRegistrar struct {
+	r grpc.ServiceRegistrar
+	n *atomic.Int64
+}
+
+func (c countingRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = slices.Clone(desc.Methods)
+	for i := range d.Methods {
+		h := d.Methods[i].Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			c.n.Add(1)
+			return h(srv, ctx, dec, icpt)
 		}
 	}
-	svc.Methods = methods
-	return svc
+	c.r.RegisterService(&d, impl)
 }
 
 // TestStaleRedirectNotFollowed: a client that has seen the leader's epoch
@@ -118,7 +134,7 @@ func TestStaleRedirectNotFollowed(t *testing.T) {
 
 	// The leader moves to another address; its old one refuses.
 	require.NoError(t, c.srv.Close())
-	c.srv = c.listen("127.0.0.1:0", c.svc.Unary())
+	c.srv = c.listen("127.0.0.1:0", c.svc.GRPC())
 	current.Store(c.srv.Addr().String())
 
 	res, err = cl.Submit(context.Background(), "b", client.Ops(client.Add([]byte("k"), 1)))

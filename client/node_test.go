@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -9,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
@@ -25,81 +27,84 @@ type node struct {
 	addr string
 
 	mu         sync.Mutex
-	submits    []clientwire.SubmitRequest
-	opens      []clientwire.OpenSessionRequest
-	statuses   []clientwire.StatusRequest
+	submits    []*clientv1.SubmitRequest
+	opens      []*clientv1.OpenSessionRequest
+	statuses   []*clientv1.StatusRequest
 	principals []string // per Submit: the certificate's identity, or the metadata's
 
-	submit func(n int, r *clientwire.SubmitRequest) (*clientwire.SubmitReply, error)
-	open   func(n int, r *clientwire.OpenSessionRequest) *clientwire.OpenSessionReply
-	status func(n int, r *clientwire.StatusRequest) *clientwire.StatusReply
+	submit func(n int, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error)
+	open   func(n int, r *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply
+	status func(n int, r *clientv1.StatusRequest) *clientv1.StatusReply
 }
 
 // testHorizon is the horizon the scripted nodes give their sessions.
 const testHorizon = 10 * time.Minute
 
 // sessionN is the n-th session a scripted node opens.
-func sessionN(n int) clientwire.SessionID { return clientwire.SessionID{0: 0x5e, 1: byte(n + 1)} }
+func sessionN(n int) sessionID { return sessionID{0: 0x5e, 1: byte(n + 1)} }
+
+// is reports whether the session ID field b names id (exactly its bytes).
+func is(b []byte, id sessionID) bool { return bytes.Equal(b, id[:]) }
+
+// nodeServer is the generated client service's face of a scripted node.
+type nodeServer struct {
+	clientv1.UnimplementedClientServer
+	t *testing.T
+	n *node
+}
+
+func (s nodeServer) Submit(ctx context.Context, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+	n := s.n
+	n.mu.Lock()
+	i := len(n.submits)
+	n.submits = append(n.submits, r)
+	n.principals = append(n.principals, principal(ctx))
+	n.mu.Unlock()
+	return n.submit(i, r)
+}
+
+func (s nodeServer) OpenSession(_ context.Context, r *clientv1.OpenSessionRequest) (*clientv1.OpenSessionReply, error) {
+	n := s.n
+	n.mu.Lock()
+	i := len(n.opens)
+	n.opens = append(n.opens, r)
+	n.mu.Unlock()
+	return n.open(i, r), nil
+}
+
+func (s nodeServer) Status(_ context.Context, r *clientv1.StatusRequest) (*clientv1.StatusReply, error) {
+	n := s.n
+	if n.status == nil {
+		s.t.Errorf("node: a Status its script does not expect")
+		return &clientv1.StatusReply{Code: clientv1.Code_UNAVAILABLE, Message: "unscripted"}, nil
+	}
+	n.mu.Lock()
+	i := len(n.statuses)
+	n.statuses = append(n.statuses, r)
+	n.mu.Unlock()
+	return n.status(i, r), nil
+}
 
 // startNode serves n's scripts (nil: OK for every call, with a fresh
 // session per OpenSession) under tlsConf, or plaintext if nil.
 func startNode(t *testing.T, n *node, tlsConf *tls.Config) *node {
 	t.Helper()
 	if n.submit == nil {
-		n.submit = func(int, *clientwire.SubmitRequest) (*clientwire.SubmitReply, error) {
-			return &clientwire.SubmitReply{Code: clientwire.OK, LSN: 7, Epoch: 1}, nil
+		n.submit = func(int, *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+			return &clientv1.SubmitReply{Code: clientv1.Code_OK, Lsn: 7, Epoch: 1}, nil
 		}
 	}
 	if n.open == nil {
-		n.open = func(i int, _ *clientwire.OpenSessionRequest) *clientwire.OpenSessionReply {
-			return &clientwire.OpenSessionReply{Code: clientwire.OK, Session: sessionN(i), Horizon: int64(testHorizon)}
+		n.open = func(i int, _ *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
+			id := sessionN(i)
+			return &clientv1.OpenSessionReply{Code: clientv1.Code_OK, Session: id[:], Horizon: int64(testHorizon)}
 		}
 	}
-	svc := grpctransport.UnaryService{Name: clientwire.Service, MaxRequest: clientwire.MaxFrame, Methods: map[string]grpctransport.UnaryHandler{
-		"Submit": func(ctx context.Context, b []byte) ([]byte, error) {
-			var r clientwire.SubmitRequest
-			if err := r.Unmarshal(b); err != nil {
-				t.Errorf("node: submit: %v", err)
-				return nil, err
-			}
-			n.mu.Lock()
-			i := len(n.submits)
-			n.submits = append(n.submits, r)
-			n.principals = append(n.principals, principal(ctx))
-			n.mu.Unlock()
-			rep, err := n.submit(i, &r)
-			if err != nil {
-				return nil, err
-			}
-			return rep.Marshal(), nil
-		},
-		"OpenSession": func(_ context.Context, b []byte) ([]byte, error) {
-			var r clientwire.OpenSessionRequest
-			if err := r.Unmarshal(b); err != nil {
-				t.Errorf("node: open: %v", err)
-				return nil, err
-			}
-			n.mu.Lock()
-			i := len(n.opens)
-			n.opens = append(n.opens, r)
-			n.mu.Unlock()
-			return n.open(i, &r).Marshal(), nil
-		},
-		"Status": func(_ context.Context, b []byte) ([]byte, error) {
-			var r clientwire.StatusRequest
-			if err := r.Unmarshal(b); err != nil {
-				t.Errorf("node: status: %v", err)
-				return nil, err
-			}
-			n.mu.Lock()
-			i := len(n.statuses)
-			n.statuses = append(n.statuses, r)
-			n.mu.Unlock()
-			return n.status(i, &r).Marshal(), nil
-		},
-	}}
+	impl := nodeServer{t: t, n: n}
+	svc := grpctransport.Service{Name: clientv1.Client_ServiceDesc.ServiceName, MaxRequest: clientv1.MaxRequest,
+		Register: func(r grpc.ServiceRegistrar) { clientv1.RegisterClientServer(r, impl) }}
 	s, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: tlsConf, Insecure: tlsConf == nil,
-		Logger: quiet(), Services: []grpctransport.UnaryService{svc}})
+		Logger: quiet(), Services: []grpctransport.Service{svc}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,16 +126,16 @@ func principal(ctx context.Context) string {
 	return ""
 }
 
-func (n *node) seenSubmits() []clientwire.SubmitRequest {
+func (n *node) seenSubmits() []*clientv1.SubmitRequest {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]clientwire.SubmitRequest(nil), n.submits...)
+	return append([]*clientv1.SubmitRequest(nil), n.submits...)
 }
 
-func (n *node) seenOpens() []clientwire.OpenSessionRequest {
+func (n *node) seenOpens() []*clientv1.OpenSessionRequest {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]clientwire.OpenSessionRequest(nil), n.opens...)
+	return append([]*clientv1.OpenSessionRequest(nil), n.opens...)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

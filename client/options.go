@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/oncewal/oncewal/internal/badopts"
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
 
 // ErrBadOptions: Options are unusable (see Validate); nothing was dialled.
@@ -21,25 +21,25 @@ var ErrBadOptions = errors.New("client: bad options")
 // zero value means the default, AckMajority.
 type Ack uint8
 
-// Ack policies. They are one above clientwire's numbers so that the zero
+// Ack policies. They are one above the wire's numbers (clientv1.Ack) so that the zero
 // value can mean "the default".
 const (
 	// AckLeader: durable in the leader's WAL. A leader lost before its
 	// followers received the request takes the answer with it: a follower
 	// promoted in its place runs a retry again.
-	AckLeader Ack = 1 + Ack(clientwire.AckLeader)
+	AckLeader Ack = 1 + Ack(clientv1.Ack_ACK_LEADER)
 	// AckOne: durable on the leader and one follower.
-	AckOne Ack = 1 + Ack(clientwire.AckOne)
+	AckOne Ack = 1 + Ack(clientv1.Ack_ACK_ONE)
 	// AckMajority: durable on a majority of the replicas, the leader
 	// counted (leader.AckMajority): the leader and one of two followers,
 	// two of three.
-	AckMajority Ack = 1 + Ack(clientwire.AckMajority)
+	AckMajority Ack = 1 + Ack(clientv1.Ack_ACK_MAJORITY)
 	// AckAll: durable on the leader and every follower; one slow follower
 	// slows every request.
-	AckAll Ack = 1 + Ack(clientwire.AckAll)
+	AckAll Ack = 1 + Ack(clientv1.Ack_ACK_ALL)
 )
 
-func (a Ack) wire() clientwire.Ack { return clientwire.Ack(a - 1) }
+func (a Ack) wire() clientv1.Ack { return clientv1.Ack(a) - 1 }
 
 func (a Ack) String() string {
 	switch a {

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
 
 // verdict is what an attempt says to do next.
@@ -149,21 +149,21 @@ func (c *Client) ended(caller, call context.Context, what string, n int, sent bo
 // replyStep handles the reply codes every method shares; sent says
 // whether an Unavailable or InFlight means the request may have run;
 // epoch is the reply's.
-func replyStep(addr string, code clientwire.Code, leader string, epoch uint64, msg string, sent bool) step {
+func replyStep(addr string, code clientv1.Code, leader string, epoch uint64, msg string, sent bool) step {
 	switch code {
-	case clientwire.NotLeader:
+	case clientv1.Code_NOT_LEADER:
 		if leader == addr {
 			leader = ""
 		}
 		return step{v: vMove, addr: leader, epoch: epoch, redirect: true, err: fmt.Errorf("%s does not lead (leader %q, epoch %d): %s", addr, leader, epoch, msg)}
-	case clientwire.Unavailable:
+	case clientv1.Code_UNAVAILABLE:
 		return step{v: vMove, sent: sent, err: fmt.Errorf("%s is unavailable: %s", addr, msg)}
-	case clientwire.InFlight:
+	case clientv1.Code_IN_FLIGHT:
 		return step{v: vWait, sent: sent, err: fmt.Errorf("%s: another attempt is in flight: %s", addr, msg)}
-	case clientwire.Refused:
+	case clientv1.Code_REFUSED:
 		return step{v: vDone, err: fmt.Errorf("%w: %s: %s", ErrRefused, addr, msg)}
 	}
-	// clientwire invariant 4: a code this client does not know is a refusal.
+	// A code this client does not know is a refusal (client.proto, Code).
 	return step{v: vDone, err: fmt.Errorf("%w: %s answered %v: %s", ErrRefused, addr, code, msg)}
 }
 

@@ -10,9 +10,12 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
-	"github.com/oncewal/oncewal/replication/grpctransport"
+	"github.com/oncewal/oncewal/internal/pki"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
+
+// sessionID is a session's ID as the node gave it.
+type sessionID = [clientv1.SessionIDLen]byte
 
 // sessions is the Client's one session (invariant 6).
 type sessions struct {
@@ -22,11 +25,11 @@ type sessions struct {
 	renewing chan struct{}
 
 	// home is the Near of the first session when hasHome (invariant 8).
-	home    clientwire.SessionID
+	home    sessionID
 	hasHome bool
 
 	mu      sync.Mutex
-	id      clientwire.SessionID
+	id      sessionID
 	open    bool
 	horizon time.Duration // the node's: an idle session expires after it
 	lastUse time.Time     // opened, or last logged in (an OK Submit)
@@ -43,7 +46,7 @@ func (s *sessions) init(o *Options) {
 // homeOf is the fixed session ID whose shard every Client of principal
 // name opens its first session in (invariant 8). The node only routes by
 // it (a session's shard is a hash of its ID); no session has this ID.
-func homeOf(name string) (home clientwire.SessionID) {
+func homeOf(name string) (home sessionID) {
 	sum := sha256.Sum256([]byte("oncewal client home\x00" + name))
 	copy(home[:], sum[:])
 	return home
@@ -67,7 +70,7 @@ func principalName(o *Options) (string, bool) {
 			return "", false
 		}
 	}
-	id, err := grpctransport.IdentityOf(leaf)
+	id, err := pki.IdentityOf(leaf)
 	if err != nil {
 		return "", false
 	}
@@ -78,7 +81,7 @@ func principalName(o *Options) (string, bool) {
 // open, not the one a node just said expired, and not idle for more than
 // half its horizon (renewing early leaves the other half for clock skew
 // between client and node, and for the request itself).
-func (s *sessions) usable(expired *clientwire.SessionID) (clientwire.SessionID, bool) {
+func (s *sessions) usable(expired *sessionID) (sessionID, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -91,7 +94,7 @@ func (s *sessions) usable(expired *clientwire.SessionID) (clientwire.SessionID, 
 }
 
 // used records that the session logged a request: its idle time restarts.
-func (s *sessions) used(id clientwire.SessionID) {
+func (s *sessions) used(id sessionID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open && s.id == id {
@@ -102,14 +105,14 @@ func (s *sessions) used(id clientwire.SessionID) {
 // get returns the session to log in at addr, opening or renewing it there
 // first if it is not usable. When it cannot (ok false), the step says what
 // the attempt ends with; nothing of the request was sent.
-func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr string, expired *clientwire.SessionID) (_ clientwire.SessionID, _ step, ok bool) {
+func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr string, expired *sessionID) (_ sessionID, _ step, ok bool) {
 	if id, ok := s.usable(expired); ok {
 		return id, step{}, true
 	}
 	select {
 	case s.renewing <- struct{}{}:
 	case <-ctx.Done():
-		return clientwire.SessionID{}, step{v: vWait, err: fmt.Errorf("waiting for the session: %w", ctx.Err())}, false
+		return sessionID{}, step{v: vWait, err: fmt.Errorf("waiting for the session: %w", ctx.Err())}, false
 	}
 	defer func() { <-s.renewing }()
 	old, ok := s.usable(expired)
@@ -118,30 +121,34 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 	}
 	s.mu.Lock()
 	renew := s.open
-	req := clientwire.OpenSessionRequest{Near: s.id, HasNear: true}
+	near := s.id
 	if !renew {
-		req.Near, req.HasNear = s.home, s.hasHome
+		near = s.home
+	}
+	req := clientv1.OpenSessionRequest{}
+	if renew || s.hasHome {
+		req.Near = near[:]
 	}
 	s.mu.Unlock()
-	out, err := c.call(ctx, cc, clientwire.OpenSessionMethod, req.Marshal(), nil)
+	rep, err := clientv1.NewClientClient(cc).OpenSession(c.callContext(ctx), &req)
 	if err != nil {
 		return old, rpcStep(addr, fmt.Errorf("opening a session: %w", err), false), false
 	}
-	var rep clientwire.OpenSessionReply
-	if err := rep.Unmarshal(out); err != nil {
-		return old, step{v: vMove, err: fmt.Errorf("%s answered a malformed session: %w", addr, err)}, false
+	if rep.GetCode() != clientv1.Code_OK {
+		return old, replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), "opening a session: "+rep.GetMessage(), false), false
 	}
-	if rep.Code != clientwire.OK {
-		return old, replyStep(addr, rep.Code, rep.Leader, rep.Epoch, "opening a session: "+rep.Message, false), false
+	if len(rep.GetSession()) != clientv1.SessionIDLen {
+		return old, step{v: vMove, err: fmt.Errorf("%s answered a session ID of %d bytes, want %d", addr, len(rep.GetSession()), clientv1.SessionIDLen)}, false
 	}
-	c.learned(rep.Epoch)
+	c.learned(rep.GetEpoch())
 	s.mu.Lock()
-	s.id, s.open, s.horizon, s.lastUse = rep.Session, true, time.Duration(rep.Horizon), s.opts.now()
+	s.id, s.open, s.horizon, s.lastUse = sessionID(rep.GetSession()), true, time.Duration(rep.GetHorizon()), s.opts.now()
+	id := s.id
 	s.mu.Unlock()
 	if renew {
-		c.opts.Logger.Info("client: session renewed", "addr", addr, "horizon", time.Duration(rep.Horizon), "expired", expired != nil)
+		c.opts.Logger.Info("client: session renewed", "addr", addr, "horizon", time.Duration(rep.GetHorizon()), "expired", expired != nil)
 	} else {
-		c.opts.Logger.Debug("client: session opened", "addr", addr, "horizon", time.Duration(rep.Horizon))
+		c.opts.Logger.Debug("client: session opened", "addr", addr, "horizon", time.Duration(rep.GetHorizon()))
 	}
-	return rep.Session, step{}, true
+	return id, step{}, true
 }

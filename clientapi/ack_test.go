@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/inprocess"
 	"github.com/oncewal/oncewal/session"
@@ -35,14 +35,14 @@ func TestAckMajority(t *testing.T) {
 	wg.Go(func() { _ = r.l.Run(ctx) })
 
 	cc := r.client("alice")
-	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
-	req := clientwire.SubmitRequest{Session: sid, RequestID: "m1", Ack: clientwire.AckMajority, Payload: ops(add("n", 1))}
+	sid := session.ID(openSession(t, cc, &clientv1.OpenSessionRequest{}).Session)
+	req := &clientv1.SubmitRequest{Session: sid[:], RequestId: "m1", Ack: clientv1.Ack_ACK_MAJORITY, Payload: ops(add("n", 1))}
 	// Over the wire the caller's deadline ends the call on both sides; the
 	// service's own answer to a wait its context ended is what it says.
 	short, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	rep := r.svc.Submit(short, "alice", &req)
+	rep := r.svc.Submit(short, "alice", req)
 	stop()
-	require.Equal(t, clientwire.Unavailable, rep.Code, "answered %v before any follower acknowledged", rep.Code)
+	require.Equal(t, clientv1.Code_UNAVAILABLE, rep.Code, "answered %v before any follower acknowledged", rep.Code)
 	require.Contains(t, rep.Message, "outcome is unknown")
 	require.Contains(t, rep.Message, "retry with the same request ID")
 	require.Equal(t, int64(1), r.counter(sid, "n"), "it ran, once")
@@ -59,17 +59,17 @@ func TestAckMajority(t *testing.T) {
 	}()
 
 	replay := submit(t, cc, req)
-	require.Equal(t, clientwire.Replay, replay.Code, replay.Message)
+	require.Equal(t, clientv1.Code_REPLAY, replay.Code, replay.Message)
 	applied, _ := f.Position()
-	require.GreaterOrEqual(t, applied, replay.LSN, "the replay was answered before the follower held it")
+	require.GreaterOrEqual(t, applied, replay.Lsn, "the replay was answered before the follower held it")
 	n, err := f.Store().State().Counter(sid, []byte("n"))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
-	next := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "m2", Ack: clientwire.AckMajority, Payload: ops(add("n", 2))})
-	require.Equal(t, clientwire.OK, next.Code, next.Message)
+	next := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "m2", Ack: clientv1.Ack_ACK_MAJORITY, Payload: ops(add("n", 2))})
+	require.Equal(t, clientv1.Code_OK, next.Code, next.Message)
 	applied, _ = f.Position()
-	require.GreaterOrEqual(t, applied, next.LSN, "OK was answered before the follower held it")
+	require.GreaterOrEqual(t, applied, next.Lsn, "OK was answered before the follower held it")
 	require.Equal(t, int64(3), r.counter(sid, "n"))
 }
 
@@ -90,9 +90,9 @@ func TestAckTimeoutAnswersUnavailable(t *testing.T) {
 	wg.Go(func() { _ = r.l.Run(ctx) })
 
 	cc := r.client("alice")
-	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
-	rep := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "t1", Ack: clientwire.AckMajority, Payload: ops(add("n", 1))})
-	require.Equal(t, clientwire.Unavailable, rep.Code, rep.Message)
+	sid := session.ID(openSession(t, cc, &clientv1.OpenSessionRequest{}).Session)
+	rep := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "t1", Ack: clientv1.Ack_ACK_MAJORITY, Payload: ops(add("n", 1))})
+	require.Equal(t, clientv1.Code_UNAVAILABLE, rep.Code, rep.Message)
 	for _, want := range []string{"acknowledgement timed out", "acknowledged by 0 of 1 followers (0 connected)",
 		"majority needs 1", "outcome is unknown", "retry with the same request ID"} {
 		require.Contains(t, rep.Message, want)

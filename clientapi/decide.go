@@ -4,8 +4,8 @@ import (
 	"errors"
 
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
@@ -28,29 +28,29 @@ var errRefused = errors.New("clientapi: request refused")
 //     full, log failed, closed, the ledger's store failing, a claim wait or
 //     a lease that ended. A retry with the same ID is always safe (the
 //     ledger answers it) and may succeed here or at another node.
-func Decide(err error) clientwire.Code {
+func Decide(err error) clientv1.Code {
 	switch {
 	case errors.Is(err, idempotency.ErrConflict):
-		return clientwire.Conflict
+		return clientv1.Code_CONFLICT
 	case errors.Is(err, leader.ErrSessionExpired), errors.Is(err, session.ErrSessionClosed):
-		return clientwire.SessionExpired
+		return clientv1.Code_SESSION_EXPIRED
 	case errors.Is(err, errRefused), errors.Is(err, idempotency.ErrInvalidKey), errors.Is(err, idempotency.ErrOutcomeTooLarge),
 		errors.Is(err, idempotency.ErrBadOptions), errors.Is(err, leader.ErrBadEvent), errors.Is(err, leader.ErrCrossShard),
 		errors.Is(err, wal.ErrInvalidEvent), errors.Is(err, wal.ErrTooLarge), errors.Is(err, store.ErrRejected):
-		return clientwire.Refused
+		return clientv1.Code_REFUSED
 	}
-	return clientwire.Unavailable
+	return clientv1.Code_UNAVAILABLE
 }
 
 // remedy is what a reply of code c tells its caller to do, after the
 // error's own text.
-func remedy(c clientwire.Code) string {
+func remedy(c clientv1.Code) string {
 	switch c {
-	case clientwire.Conflict:
+	case clientv1.Code_CONFLICT:
 		return "use a new request ID for a new request"
-	case clientwire.SessionExpired:
+	case clientv1.Code_SESSION_EXPIRED:
 		return "OpenSession with Near set to this session opens one in its shard, where the retry meets its ledger entry"
-	case clientwire.Refused:
+	case clientv1.Code_REFUSED:
 		return "the same request will be refused again; fix it"
 	}
 	return "retry with the same request ID (its outcome is unknown until a retry answers), here or at the current leader"

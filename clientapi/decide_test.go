@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
@@ -20,27 +20,27 @@ func TestDecide(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("shard 2: %w", err) }
 	for _, tc := range []struct {
 		err  error
-		want clientwire.Code
+		want clientv1.Code
 	}{
-		{&idempotency.ConflictError{Scope: "a", Key: "k"}, clientwire.Conflict},
-		{wrap(leader.ErrSessionExpired), clientwire.SessionExpired},
-		{wrap(session.ErrSessionClosed), clientwire.SessionExpired},
-		{fmt.Errorf("%w: boom", errRefused), clientwire.Refused},
-		{idempotency.ErrInvalidKey, clientwire.Refused},
-		{idempotency.ErrOutcomeTooLarge, clientwire.Refused},
-		{wrap(leader.ErrBadEvent), clientwire.Refused},
-		{wrap(leader.ErrCrossShard), clientwire.Refused},
-		{wrap(wal.ErrInvalidEvent), clientwire.Refused},
-		{wrap(wal.ErrTooLarge), clientwire.Refused},
-		{wrap(store.ErrRejected), clientwire.Refused},
-		{wrap(store.ErrDiskFull), clientwire.Unavailable},
-		{fmt.Errorf("%w: %w", leader.ErrLogFailed, store.ErrApply), clientwire.Unavailable},
-		{leader.ErrClosed, clientwire.Unavailable},
-		{idempotency.ErrClosed, clientwire.Unavailable},
-		{idempotency.ErrStoreUnavailable, clientwire.Unavailable},
-		{idempotency.ErrNotOwner, clientwire.Unavailable},
-		{fmt.Errorf("idempotency: waiting: %w", context.DeadlineExceeded), clientwire.Unavailable},
-		{errors.New("something new"), clientwire.Unavailable},
+		{&idempotency.ConflictError{Scope: "a", Key: "k"}, clientv1.Code_CONFLICT},
+		{wrap(leader.ErrSessionExpired), clientv1.Code_SESSION_EXPIRED},
+		{wrap(session.ErrSessionClosed), clientv1.Code_SESSION_EXPIRED},
+		{fmt.Errorf("%w: boom", errRefused), clientv1.Code_REFUSED},
+		{idempotency.ErrInvalidKey, clientv1.Code_REFUSED},
+		{idempotency.ErrOutcomeTooLarge, clientv1.Code_REFUSED},
+		{wrap(leader.ErrBadEvent), clientv1.Code_REFUSED},
+		{wrap(leader.ErrCrossShard), clientv1.Code_REFUSED},
+		{wrap(wal.ErrInvalidEvent), clientv1.Code_REFUSED},
+		{wrap(wal.ErrTooLarge), clientv1.Code_REFUSED},
+		{wrap(store.ErrRejected), clientv1.Code_REFUSED},
+		{wrap(store.ErrDiskFull), clientv1.Code_UNAVAILABLE},
+		{fmt.Errorf("%w: %w", leader.ErrLogFailed, store.ErrApply), clientv1.Code_UNAVAILABLE},
+		{leader.ErrClosed, clientv1.Code_UNAVAILABLE},
+		{idempotency.ErrClosed, clientv1.Code_UNAVAILABLE},
+		{idempotency.ErrStoreUnavailable, clientv1.Code_UNAVAILABLE},
+		{idempotency.ErrNotOwner, clientv1.Code_UNAVAILABLE},
+		{fmt.Errorf("idempotency: waiting: %w", context.DeadlineExceeded), clientv1.Code_UNAVAILABLE},
+		{errors.New("something new"), clientv1.Code_UNAVAILABLE},
 	} {
 		if got := Decide(tc.err); got != tc.want {
 			t.Errorf("Decide(%v) = %v, want %v", tc.err, got, tc.want)

@@ -1,18 +1,19 @@
 // Package clientapi is the server side of the client service,
-// oncewal.client.v1.Client (the wire contract is internal/clientwire): a
+// oncewal.client.v1.Client (the wire contract is proto/oncewal/client/v1/
+// client.proto, and its generated Go code package clientv1): a
 // Service runs a client's request once on a *leader.Leader and answers it,
 // and NotLeader answers for a node that does not lead.
 //
 //	svc, err := clientapi.New(l, nil)
 //	srv, err := grpctransport.Listen(addr, &grpctransport.ServerOptions{TLS: t,
-//		Services: []grpctransport.UnaryService{svc.Unary()}})
+//		Services: []grpctransport.Service{svc.GRPC()}})
 //
 // # Who is asking: the scope
 //
 // A request's ledger scope is its caller's authenticated identity, the
 // name of the client certificate's oncewal://client/NAME URI SAN
 // (grpctransport.PeerIdentity): two clients may use the same request IDs
-// and never replay or collide with each other's (clientwire invariant 3).
+// and never replay or collide with each other's (nothing on the wire names the scope).
 // A certificate of another role (a follower's, a node's) is refused with
 // the gRPC status PermissionDenied, and a caller without an identity with
 // Unauthenticated, before the request is looked at: these are faults of
@@ -31,7 +32,7 @@
 // context lasts), then:
 //
 //   - Fresh: the handler (Options.Handler; DefaultHandler maps the default
-//     payload, clientwire.DecodeOps, to one event per op in the request's
+//     payload, a clientv1.Ops message, to one event per op in the request's
 //     session) gives the events and the outcome — while it runs, the claim
 //     is extended every Options.Heartbeat, so a slow handler keeps its
 //     request ID; Shard.Commit logs them with the ledger's complete record
@@ -46,7 +47,8 @@
 //   - Conflict, SessionExpired, Refused, Unavailable: from the claim's or
 //     the commit's error (Decide, a pure function of it).
 //
-// A request the node cannot decode is the gRPC status InvalidArgument.
+// A request the node cannot decode, or whose session ID is not 16 bytes,
+// is the gRPC status InvalidArgument.
 //
 // # Leadership: MinAck and Leading
 //
@@ -55,10 +57,10 @@
 //
 // Options.MinAck is the cluster's ack policy as the service's floor: a
 // request asking for a weaker one waits for MinAck all the same (its OK
-// or Replay then says so in Message; clientwire.SubmitReply has no field
-// for it). The fencing after an election hears back from enough followers
-// that every set the policy could have acknowledged meets the set it
-// heard; a write acknowledged under a weaker policy could escape it.
+// or Replay then says so in its Ack and its Message). The fencing after an
+// election hears back from enough followers that every set the policy
+// could have acknowledged meets the set it heard; a write acknowledged
+// under a weaker policy could escape it.
 //
 // Options.Leading says whether the node's leadership may have ended (its
 // lease's deadline passed): a deposed leader must not acknowledge. The

@@ -12,8 +12,8 @@ import (
 
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/follower"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/inprocess"
 	"github.com/oncewal/oncewal/session"
@@ -33,7 +33,7 @@ func TestMinAckRaisesTheRequestsPolicy(t *testing.T) {
 	r := newRig(t, leader.Options{Shards: 1, Followers: []string{"f1"}, AckTimeout: time.Second,
 		Listener: func(uint32) replication.Listener { return tr },
 		Shipping: leader.ShipperOptions{PollInterval: time.Millisecond, RetransmitTimeout: 20 * time.Millisecond}},
-		&clientapi.Options{MinAck: clientwire.AckAll})
+		&clientapi.Options{MinAck: clientv1.Ack_ACK_ALL})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -41,10 +41,10 @@ func TestMinAckRaisesTheRequestsPolicy(t *testing.T) {
 	wg.Go(func() { _ = r.l.Run(ctx) })
 
 	cc := r.client("alice")
-	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
-	req := clientwire.SubmitRequest{Session: sid, RequestID: "a1", Ack: clientwire.AckLeader, Payload: ops(add("n", 1))}
+	sid := session.ID(openSession(t, cc, &clientv1.OpenSessionRequest{}).Session)
+	req := &clientv1.SubmitRequest{Session: sid[:], RequestId: "a1", Ack: clientv1.Ack_ACK_LEADER, Payload: ops(add("n", 1))}
 	rep := submit(t, cc, req)
-	require.Equal(t, clientwire.Unavailable, rep.Code, "answered %v under ack leader with MinAck all and no follower running: %s", rep.Code, rep.Message)
+	require.Equal(t, clientv1.Code_UNAVAILABLE, rep.Code, "answered %v under ack leader with MinAck all and no follower running: %s", rep.Code, rep.Message)
 	for _, want := range []string{"not acknowledged under ack policy all", "acknowledgement timed out", "outcome is unknown", "retry with the same request ID"} {
 		require.Contains(t, rep.Message, want)
 	}
@@ -64,14 +64,14 @@ func TestMinAckRaisesTheRequestsPolicy(t *testing.T) {
 	waitFor(t, func() bool { applied, _ := f.Position(); return applied >= end })
 
 	replay := submit(t, cc, req)
-	require.Equal(t, clientwire.Replay, replay.Code, replay.Message)
+	require.Equal(t, clientv1.Code_REPLAY, replay.Code, replay.Message)
 	require.Contains(t, replay.Message, "answered under ack policy all, this node's minimum (the request asked for leader)")
-	next := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "a2", Ack: clientwire.AckLeader, Payload: ops(add("n", 2))})
-	require.Equal(t, clientwire.OK, next.Code, next.Message)
+	next := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "a2", Ack: clientv1.Ack_ACK_LEADER, Payload: ops(add("n", 2))})
+	require.Equal(t, clientv1.Code_OK, next.Code, next.Message)
 	applied, _ := f.Position()
-	require.GreaterOrEqual(t, applied, next.LSN, "OK was answered before the follower held it")
-	same := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "a3", Ack: clientwire.AckAll, Payload: ops(add("n", 4))})
-	require.Equal(t, clientwire.OK, same.Code, same.Message)
+	require.GreaterOrEqual(t, applied, next.Lsn, "OK was answered before the follower held it")
+	same := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "a3", Ack: clientv1.Ack_ACK_ALL, Payload: ops(add("n", 4))})
+	require.Equal(t, clientv1.Code_OK, same.Code, same.Message)
 	require.Empty(t, same.Message, "a request asking for the minimum itself is answered as before")
 	require.Equal(t, int64(7), r.counter(sid, "n"))
 }
@@ -111,10 +111,10 @@ func TestLeadingWithholdsAnswers(t *testing.T) {
 	}
 	r := newRig(t, leader.Options{Shards: 1}, &clientapi.Options{Handler: h, Leading: leading})
 	cc := r.client("bob")
-	sid := session.ID(openSession(t, cc, clientwire.OpenSessionRequest{}).Session)
+	sid := session.ID(openSession(t, cc, &clientv1.OpenSessionRequest{}).Session)
 
-	rep := submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "r1", Payload: ops(add("n", 1))})
-	require.Equal(t, clientwire.Unavailable, rep.Code, "answered %v after its leadership ended: %s", rep.Code, rep.Message)
+	rep := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "r1", Payload: ops(add("n", 1))})
+	require.Equal(t, clientv1.Code_UNAVAILABLE, rep.Code, "answered %v after its leadership ended: %s", rep.Code, rep.Message)
 	for _, want := range []string{"lease deadline passed", "outcome is unknown", "retry with the same request ID at the current leader"} {
 		require.Contains(t, rep.Message, want)
 	}
@@ -122,23 +122,23 @@ func TestLeadingWithholdsAnswers(t *testing.T) {
 	require.Equal(t, int64(1), r.counter(sid, "n"), "it ran, once")
 
 	next := r.l.For(sid).NextLSN()
-	rep = submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "r2", Payload: ops(add("n", 10))})
-	require.Equal(t, clientwire.NotLeader, rep.Code, rep.Message)
+	rep = submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "r2", Payload: ops(add("n", 10))})
+	require.Equal(t, clientv1.Code_NOT_LEADER, rep.Code, rep.Message)
 	require.Empty(t, rep.Leader)
 	require.Contains(t, rep.Message, "nothing ran here")
 	_, found, err := r.l.For(sid).Ledger().Lookup("bob", "r2")
 	require.NoError(t, err)
 	require.False(t, found, "a deposed node claimed r2")
-	st := status(t, cc, clientwire.StatusRequest{Session: sid, RequestID: "r1"})
-	require.Equal(t, clientwire.NotLeader, st.Code, st.Message)
-	var op clientwire.OpenSessionReply
-	require.NoError(t, call(cc, clientwire.OpenSessionMethod, &clientwire.OpenSessionRequest{}, &op))
-	require.Equal(t, clientwire.NotLeader, op.Code, op.Message)
+	st := status(t, cc, &clientv1.StatusRequest{Session: sid[:], RequestId: "r1"})
+	require.Equal(t, clientv1.Code_NOT_LEADER, st.Code, st.Message)
+	var op clientv1.OpenSessionReply
+	require.NoError(t, call(cc, clientv1.Client_OpenSession_FullMethodName, &clientv1.OpenSessionRequest{}, &op))
+	require.Equal(t, clientv1.Code_NOT_LEADER, op.Code, op.Message)
 	require.Equal(t, next, r.l.For(sid).NextLSN(), "a deposed node logged something")
 
 	deposed.Store(false)
-	rep = submit(t, cc, clientwire.SubmitRequest{Session: sid, RequestID: "r1", Payload: ops(add("n", 1))})
-	require.Equal(t, clientwire.Replay, rep.Code, rep.Message)
+	rep = submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "r1", Payload: ops(add("n", 1))})
+	require.Equal(t, clientv1.Code_REPLAY, rep.Code, rep.Message)
 	require.Equal(t, "ran", string(rep.Outcome))
 	require.Equal(t, int64(1), runs.Load())
 	require.Equal(t, int64(1), r.counter(sid, "n"))

@@ -3,51 +3,54 @@ package clientapi
 import (
 	"context"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
 // NotLeader is the client service of a node that does not lead (a
-// follower): every call that decodes answers NotLeader with the leader's
+// follower): every well-formed call answers NOT_LEADER with the leader's
 // address and epoch as where reports them now ("" and 0: unknown), and
 // runs nothing (invariant 6). It looks at no identity: it tells only where
 // the leader is, which the node's own configuration says.
-func NotLeader(where func() (leader string, epoch uint64)) grpctransport.UnaryService {
-	const msg = "this node does not lead: send the request to the leader"
-	decoded := func(in []byte, m interface{ Unmarshal([]byte) error }) error {
-		if err := m.Unmarshal(in); err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		return nil
+func NotLeader(where func() (leader string, epoch uint64)) grpctransport.Service {
+	return grpctransport.Service{
+		Name:       clientv1.Client_ServiceDesc.ServiceName,
+		MaxRequest: clientv1.MaxRequest,
+		Register:   func(r grpc.ServiceRegistrar) { clientv1.RegisterClientServer(r, notLeader{where: where}) },
 	}
-	return grpctransport.UnaryService{
-		Name:       clientwire.Service,
-		MaxRequest: clientwire.MaxFrame,
-		Methods: map[string]grpctransport.UnaryHandler{
-			"Submit": func(_ context.Context, in []byte) ([]byte, error) {
-				if err := decoded(in, &clientwire.SubmitRequest{}); err != nil {
-					return nil, err
-				}
-				addr, epoch := where()
-				return (&clientwire.SubmitReply{Code: clientwire.NotLeader, Leader: addr, Epoch: epoch, Message: msg}).Marshal(), nil
-			},
-			"Status": func(_ context.Context, in []byte) ([]byte, error) {
-				if err := decoded(in, &clientwire.StatusRequest{}); err != nil {
-					return nil, err
-				}
-				addr, epoch := where()
-				return (&clientwire.StatusReply{Code: clientwire.NotLeader, Leader: addr, Epoch: epoch, Message: msg}).Marshal(), nil
-			},
-			"OpenSession": func(_ context.Context, in []byte) ([]byte, error) {
-				if err := decoded(in, &clientwire.OpenSessionRequest{}); err != nil {
-					return nil, err
-				}
-				addr, epoch := where()
-				return (&clientwire.OpenSessionReply{Code: clientwire.NotLeader, Leader: addr, Epoch: epoch, Message: msg}).Marshal(), nil
-			},
-		},
+}
+
+const notLeaderMessage = "this node does not lead: send the request to the leader"
+
+type notLeader struct {
+	clientv1.UnimplementedClientServer
+	where func() (string, uint64)
+}
+
+func (n notLeader) Submit(_ context.Context, r *clientv1.SubmitRequest) (*clientv1.SubmitReply, error) {
+	if err := checkSession("session", r.GetSession(), false); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "clientapi: "+err.Error())
 	}
+	addr, epoch := n.where()
+	return &clientv1.SubmitReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
+}
+
+func (n notLeader) Status(_ context.Context, r *clientv1.StatusRequest) (*clientv1.StatusReply, error) {
+	if err := checkSession("session", r.GetSession(), false); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "clientapi: "+err.Error())
+	}
+	addr, epoch := n.where()
+	return &clientv1.StatusReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
+}
+
+func (n notLeader) OpenSession(_ context.Context, r *clientv1.OpenSessionRequest) (*clientv1.OpenSessionReply, error) {
+	if err := checkSession("near", r.GetNear(), true); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "clientapi: "+err.Error())
+	}
+	addr, epoch := n.where()
+	return &clientv1.OpenSessionReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
 }

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/oncewal/oncewal/internal/badopts"
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
+	"google.golang.org/protobuf/proto"
 )
 
 // ErrBadOptions: New was given no leader or unusable options.
@@ -45,19 +46,58 @@ type Request struct {
 // its commit is refused.
 type Handler func(ctx context.Context, r Request) (events []wal.Event, outcome []byte, err error)
 
-// DefaultHandler runs the default payload (clientwire.AppendOps): one
+// DefaultHandler runs the default payload (a clientv1.Ops message): one
 // event per op, in order, in the request's session; the outcome is empty.
-// A payload that does not decode is refused.
+// A payload that does not decode, or holds an op that is not a put with a
+// key, an add with a key and no value, or a delete with a key alone, or
+// more than clientv1.MaxOps ops, is refused.
 func DefaultHandler(_ context.Context, r Request) ([]wal.Event, []byte, error) {
-	ops, err := clientwire.DecodeOps(r.Payload)
+	ops, err := DecodeOps(r.Payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the payload is not the default payload of put/add/delete ops: %w", err)
+		return nil, nil, err
 	}
-	events := make([]wal.Event, len(ops))
-	for i, op := range ops {
-		events[i] = wal.Event{Op: wal.Op(op.Kind), Session: r.Session, Key: op.Key, Value: op.Value, Delta: op.Delta}
+	events := make([]wal.Event, len(ops.GetOps()))
+	for i, op := range ops.GetOps() {
+		events[i] = wal.Event{Op: defaultOps[op.GetKind()], Session: r.Session, Key: op.GetKey(), Value: op.GetValue(), Delta: op.GetDelta()}
 	}
 	return events, nil, nil
+}
+
+// defaultOps maps the default payload's op kinds to the session ops of
+// package wal.
+var defaultOps = map[clientv1.Op_Kind]wal.Op{clientv1.Op_PUT: wal.OpPut, clientv1.Op_ADD: wal.OpAdd, clientv1.Op_DELETE: wal.OpDelete}
+
+// ErrBadPayload: a Submit's payload is not the default payload a node
+// without a handler of its own runs.
+var ErrBadPayload = errors.New("clientapi: the payload is not the default payload of put/add/delete ops")
+
+// DecodeOps decodes and checks a default payload; an error wraps
+// ErrBadPayload and says which op is wrong.
+func DecodeOps(payload []byte) (*clientv1.Ops, error) {
+	var ops clientv1.Ops
+	if err := proto.Unmarshal(payload, &ops); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
+	}
+	if n := len(ops.GetOps()); n == 0 || n > clientv1.MaxOps {
+		return nil, fmt.Errorf("%w: %d ops, want 1 to %d", ErrBadPayload, n, clientv1.MaxOps)
+	}
+	for i, op := range ops.GetOps() {
+		var bad string
+		switch k := op.GetKind(); {
+		case len(op.GetKey()) == 0:
+			bad = "an empty key"
+		case defaultOps[k] == 0:
+			bad = fmt.Sprintf("the unknown kind %v", k)
+		case k != clientv1.Op_PUT && len(op.GetValue()) != 0:
+			bad = fmt.Sprintf("a value on a %v", k)
+		case k != clientv1.Op_ADD && op.GetDelta() != 0:
+			bad = fmt.Sprintf("a delta on a %v", k)
+		}
+		if bad != "" {
+			return nil, fmt.Errorf("%w: op %d has %s", ErrBadPayload, i, bad)
+		}
+	}
+	return &ops, nil
 }
 
 // Options configures a Service.
@@ -82,8 +122,8 @@ type Options struct {
 	// fencing after an election counts on every acknowledged write having
 	// met the cluster's policy sets it to that policy: a client asking for
 	// less must not make a write the fencing cannot see. Default
-	// clientwire.AckLeader (0): each request's own policy.
-	MinAck clientwire.Ack
+	// clientv1.Ack_ACK_LEADER (0): each request's own policy.
+	MinAck clientv1.Ack
 	// Leading reports whether this node may still answer as the leader:
 	// nil while it surely leads, else why its leadership may have ended (a
 	// lease whose deadline has passed). It is consulted before a request
@@ -119,7 +159,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: nil Options", ErrBadOptions)
 	}
 	var errs []error
-	if o.MinAck > clientwire.AckAll {
+	if o.MinAck < clientv1.Ack_ACK_LEADER || o.MinAck > clientv1.Ack_ACK_ALL {
 		errs = append(errs, fmt.Errorf("MinAck %d is not an ack policy: use 0 (leader), 1 (one), 2 (majority) or 3 (all)", o.MinAck))
 	}
 	return badopts.Wrap(ErrBadOptions, "Options", errs)

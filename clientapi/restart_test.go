@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncewal/oncewal/clientapi"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/store"
 )
@@ -28,24 +28,24 @@ func TestRetryAcrossLeaderRestart(t *testing.T) {
 	}
 	ctx := context.Background()
 	l, svc := open()
-	opened := svc.OpenSession(&clientwire.OpenSessionRequest{})
-	require.Equal(t, clientwire.OK, opened.Code)
-	req := &clientwire.SubmitRequest{Session: opened.Session, RequestID: "pay-1", Payload: ops(add("n", 5))}
+	opened := svc.OpenSession(&clientv1.OpenSessionRequest{})
+	require.Equal(t, clientv1.Code_OK, opened.Code)
+	req := &clientv1.SubmitRequest{Session: opened.Session[:], RequestId: "pay-1", Payload: ops(add("n", 5))}
 	first := svc.Submit(ctx, "liz", req)
-	require.Equal(t, clientwire.OK, first.Code, first.Message)
+	require.Equal(t, clientv1.Code_OK, first.Code, first.Message)
 	require.NoError(t, l.Close())
 
 	closed := svc.Submit(ctx, "liz", req)
-	require.Equal(t, clientwire.Unavailable, closed.Code, closed.Message)
+	require.Equal(t, clientv1.Code_UNAVAILABLE, closed.Code, closed.Message)
 	require.Contains(t, closed.Message, "retry with the same request ID")
-	require.Equal(t, clientwire.Unavailable, svc.Status("liz", &clientwire.StatusRequest{Session: opened.Session, RequestID: "pay-1"}).Code)
-	require.Equal(t, clientwire.Unavailable, svc.OpenSession(&clientwire.OpenSessionRequest{}).Code)
+	require.Equal(t, clientv1.Code_UNAVAILABLE, svc.Status("liz", &clientv1.StatusRequest{Session: opened.Session[:], RequestId: "pay-1"}).Code)
+	require.Equal(t, clientv1.Code_UNAVAILABLE, svc.OpenSession(&clientv1.OpenSessionRequest{}).Code)
 
 	l, svc = open()
 	defer l.Close()
 	again := svc.Submit(ctx, "liz", req)
-	require.Equal(t, clientwire.Replay, again.Code, again.Message)
-	require.GreaterOrEqual(t, again.LSN, first.LSN)
+	require.Equal(t, clientv1.Code_REPLAY, again.Code, again.Message)
+	require.GreaterOrEqual(t, again.Lsn, first.Lsn)
 	sid := session.ID(opened.Session)
 	n, err := l.For(sid).Store().State().Counter(sid, []byte("n"))
 	require.NoError(t, err)

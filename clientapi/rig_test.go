@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/oncewal/oncewal/clientapi"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
@@ -46,7 +47,7 @@ func newRig(t *testing.T, lo leader.Options, so *clientapi.Options) *rig {
 	r := &rig{t: t, l: l, svc: svc, tls: testutil.NewTLSPair(t)}
 	srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{
 		TLS: grpctransport.ServerTLSConfig(r.tls.Pool, r.tls.Leader), Logger: quiet(),
-		Services: []grpctransport.UnaryService{svc.Unary()}})
+		Services: []grpctransport.Service{svc.GRPC()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
 	r.addr = srv.Addr().String()
@@ -69,53 +70,61 @@ func dial(t *testing.T, addr string, p testutil.TLSPair, cert tls.Certificate) *
 	return cc
 }
 
-// call makes one call of method with req's frame and decodes the answer
-// into rep; the error is the call's gRPC status.
-func call(cc *grpc.ClientConn, method string, req interface{ Marshal() []byte }, rep interface{ Unmarshal([]byte) error }) error {
+// call makes one call of method with req and decodes the answer into rep;
+// the error is the call's gRPC status.
+func call(cc *grpc.ClientConn, method string, req, rep proto.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return callCtx(ctx, cc, method, req, rep)
 }
 
-func callCtx(ctx context.Context, cc *grpc.ClientConn, method string, req interface{ Marshal() []byte }, rep interface{ Unmarshal([]byte) error }) error {
-	out, err := grpctransport.CallUnary(ctx, cc, method, req.Marshal(), clientwire.MaxFrame)
-	if err != nil {
-		return err
-	}
-	return rep.Unmarshal(out)
+func callCtx(ctx context.Context, cc *grpc.ClientConn, method string, req, rep proto.Message) error {
+	return cc.Invoke(ctx, method, req, rep)
 }
 
-func submit(t *testing.T, cc *grpc.ClientConn, req clientwire.SubmitRequest) clientwire.SubmitReply {
+func submit(t *testing.T, cc *grpc.ClientConn, req *clientv1.SubmitRequest) *clientv1.SubmitReply {
 	t.Helper()
-	var rep clientwire.SubmitReply
-	require.NoError(t, call(cc, clientwire.SubmitMethod, &req, &rep))
-	return rep
+	var rep clientv1.SubmitReply
+	require.NoError(t, call(cc, clientv1.Client_Submit_FullMethodName, req, &rep))
+	return &rep
 }
 
-func status(t *testing.T, cc *grpc.ClientConn, req clientwire.StatusRequest) clientwire.StatusReply {
+func status(t *testing.T, cc *grpc.ClientConn, req *clientv1.StatusRequest) *clientv1.StatusReply {
 	t.Helper()
-	var rep clientwire.StatusReply
-	require.NoError(t, call(cc, clientwire.StatusMethod, &req, &rep))
-	return rep
+	var rep clientv1.StatusReply
+	require.NoError(t, call(cc, clientv1.Client_Status_FullMethodName, req, &rep))
+	return &rep
 }
 
-func openSession(t *testing.T, cc *grpc.ClientConn, req clientwire.OpenSessionRequest) clientwire.OpenSessionReply {
+func openSession(t *testing.T, cc *grpc.ClientConn, req *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
 	t.Helper()
-	var rep clientwire.OpenSessionReply
-	require.NoError(t, call(cc, clientwire.OpenSessionMethod, &req, &rep))
-	require.Equal(t, clientwire.OK, rep.Code, rep.Message)
-	return rep
+	var rep clientv1.OpenSessionReply
+	require.NoError(t, call(cc, clientv1.Client_OpenSession_FullMethodName, req, &rep))
+	require.Equal(t, clientv1.Code_OK, rep.Code, rep.Message)
+	return &rep
 }
 
 // ops is the default payload of ops.
-func ops(o ...clientwire.Op) []byte { return clientwire.AppendOps(nil, o) }
-
-func add(key string, d int64) clientwire.Op {
-	return clientwire.Op{Kind: clientwire.OpAdd, Key: []byte(key), Delta: d}
+func ops(o ...*clientv1.Op) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&clientv1.Ops{Ops: o})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
-func put(key, v string) clientwire.Op {
-	return clientwire.Op{Kind: clientwire.OpPut, Key: []byte(key), Value: []byte(v)}
+func add(key string, d int64) *clientv1.Op {
+	return &clientv1.Op{Kind: clientv1.Op_ADD, Key: []byte(key), Delta: d}
+}
+
+func put(key, v string) *clientv1.Op {
+	return &clientv1.Op{Kind: clientv1.Op_PUT, Key: []byte(key), Value: []byte(v)}
+}
+
+// sid is the session ID a reply carries.
+func sid(b []byte) (id session.ID) {
+	copy(id[:], b)
+	return id
 }
 
 // counter is key's counter in session id on the leader's store.
@@ -124,13 +133,6 @@ func (r *rig) counter(id session.ID, key string) int64 {
 	n, err := r.l.For(id).Store().State().Counter(id, []byte(key))
 	require.NoError(r.t, err)
 	return n
-}
-
-// grpctransportCall sends raw bytes as a request frame.
-func grpctransportCall(cc *grpc.ClientConn, method string, frame []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return grpctransport.CallUnary(ctx, cc, method, frame, clientwire.MaxFrame)
 }
 
 // waitFor polls cond until it holds (a bounded wait for a state, never an

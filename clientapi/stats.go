@@ -3,7 +3,7 @@ package clientapi
 import (
 	"sync/atomic"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
 
 // Stats counts what the service answered: per method, the replies by code
@@ -11,7 +11,7 @@ import (
 // reply — for their caller's identity (Unauthenticated, PermissionDenied)
 // or an undecodable request (InvalidArgument).
 type Stats struct {
-	Submit, Status, OpenSession map[clientwire.Code]uint64
+	Submit, Status, OpenSession map[clientv1.Code]uint64
 	Denied, Malformed           uint64
 }
 
@@ -21,13 +21,13 @@ const numCodes = 16
 
 type codeCounts [numCodes]atomic.Uint64
 
-func (c *codeCounts) add(code clientwire.Code) { c[min(int(code), numCodes-1)].Add(1) }
+func (c *codeCounts) add(code clientv1.Code) { c[min(int(code), numCodes-1)].Add(1) }
 
-func (c *codeCounts) snapshot() map[clientwire.Code]uint64 {
-	m := map[clientwire.Code]uint64{}
+func (c *codeCounts) snapshot() map[clientv1.Code]uint64 {
+	m := map[clientv1.Code]uint64{}
 	for i := range c {
 		if n := c[i].Load(); n > 0 {
-			m[clientwire.Code(i)] = n
+			m[clientv1.Code(i)] = n
 		}
 	}
 	return m

@@ -11,8 +11,8 @@ import (
 
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/internal/badopts"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/snapshot"
@@ -144,7 +144,7 @@ func (s failedSource) End(context.Context, string) error { return s.err }
 // snaps serves this member's stores to a winning peer.
 func (g *GRPC) Follow(where func() (string, uint64), snaps snapshot.Source) (io.Closer, error) {
 	srv, err := grpctransport.ListenServices(g.o.Listen, &grpctransport.ServerOptions{TLS: g.o.ServerTLS, Insecure: g.o.Insecure,
-		Logger: g.o.Logger, Services: []grpctransport.UnaryService{clientapi.NotLeader(where)},
+		Logger: g.o.Logger, Services: []grpctransport.Service{clientapi.NotLeader(where)},
 		Snapshots: func(uint32) snapshot.Source { return snaps }})
 	if err != nil {
 		return nil, fmt.Errorf("node: serving at %s: %w", g.o.Listen, err)
@@ -212,7 +212,7 @@ func (e *grpcEndpoint) Serve(l *leader.Leader, c ServeConfig) error {
 		donors[s] = d
 	}
 	co := e.g.o.Client
-	co.Insecure, co.MinAck, co.Leading = e.g.o.Insecure, clientwire.Ack(c.Ack), c.Leading
+	co.Insecure, co.MinAck, co.Leading = e.g.o.Insecure, clientv1.Ack(c.Ack), c.Leading
 	if co.Logger == nil {
 		co.Logger = e.g.o.Logger
 	}
@@ -228,7 +228,7 @@ func (e *grpcEndpoint) Serve(l *leader.Leader, c ServeConfig) error {
 			}
 			return nil
 		},
-		Services: []grpctransport.UnaryService{clients.Unary()}})
+		Services: []grpctransport.Service{clients.GRPC()}})
 	if err != nil {
 		closeDonors()
 		return fmt.Errorf("node: serving at %s: %w", e.g.o.Listen, err)

@@ -20,8 +20,11 @@ const module = "github.com/oncewal/oncewal/"
 var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library only
 	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate",
-		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill", "internal/clientwire",
+		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill",
 		"internal/crashmem"},
+	// the published .proto files and the code generated from them: they
+	// import nothing of the module, so any client can link them alone
+	{"proto", "proto/oncewal/client/v1"},
 	{"internal/ledgerrecord"},
 	// the coordination seam (its interface, etcd client and in-memory
 	// implementations) needs leaves only, so the simulation and the node

@@ -48,7 +48,7 @@ func NewTLSPair(t testing.TB, hosts ...string) TLSPair {
 }
 
 // ClientCert is a client certificate of c's CA valid for an hour whose URI
-// SANs are uris ("oncewal://client/alice": grpctransport.IdentityOf reads
+// SANs are uris ("oncewal://client/alice": pki.IdentityOf reads
 // the caller's identity from it).
 func ClientCert(t testing.TB, c *pki.Certs, uris ...string) tls.Certificate {
 	t.Helper()

@@ -15,9 +15,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/oncewal/oncewal/internal/clientwire"
+	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/internal/pki"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/testutil"
 )
@@ -58,28 +60,28 @@ func TestRealProcessesClientService(t *testing.T) {
 	})
 
 	alice := clientConn(t, rp, fmt.Sprintf("localhost:%d", rp.port))
-	var opened clientwire.OpenSessionReply
-	must(t, unary(alice, clientwire.OpenSessionMethod, &clientwire.OpenSessionRequest{}, &opened))
-	if opened.Code != clientwire.OK || opened.Epoch != 1 {
-		t.Fatalf("OpenSession at the leader: %+v", opened)
+	var opened clientv1.OpenSessionReply
+	must(t, unary(alice, clientv1.Client_OpenSession_FullMethodName, &clientv1.OpenSessionRequest{}, &opened))
+	if opened.Code != clientv1.Code_OK || opened.Epoch != 1 {
+		t.Fatalf("OpenSession at the leader: %v", &opened)
 	}
-	req := &clientwire.SubmitRequest{Session: opened.Session, RequestID: "r1", Ack: clientwire.AckOne,
-		Payload: clientwire.AppendOps(nil, []clientwire.Op{{Kind: clientwire.OpAdd, Key: []byte("n"), Delta: 1}})}
-	for _, want := range []clientwire.Code{clientwire.OK, clientwire.Replay} {
-		var rep clientwire.SubmitReply
-		must(t, unary(alice, clientwire.SubmitMethod, req, &rep))
-		if rep.Code != want || rep.LSN == 0 {
-			t.Fatalf("Submit at the leader: %+v, want %v", rep, want)
+	req := &clientv1.SubmitRequest{Session: opened.Session, RequestId: "r1", Ack: clientv1.Ack_ACK_ONE,
+		Payload: client.Ops(client.Add([]byte("n"), 1))}
+	for _, want := range []clientv1.Code{clientv1.Code_OK, clientv1.Code_REPLAY} {
+		var rep clientv1.SubmitReply
+		must(t, unary(alice, clientv1.Client_Submit_FullMethodName, req, &rep))
+		if rep.Code != want || rep.Lsn == 0 {
+			t.Fatalf("Submit at the leader: %v, want %v", &rep, want)
 		}
 	}
 
 	// The follower acknowledged the request (AckOne), so its store has
 	// seen epoch 1.
 	atFollower := clientConn(t, rp, fmt.Sprintf("localhost:%d", clientPort))
-	var rep clientwire.SubmitReply
-	must(t, unary(atFollower, clientwire.SubmitMethod, req, &rep))
-	if rep.Code != clientwire.NotLeader || rep.Leader != leaderAddr || rep.Epoch != 1 {
-		t.Fatalf("Submit at the follower: %+v, want not leader, %s, epoch 1", rep, leaderAddr)
+	var rep clientv1.SubmitReply
+	must(t, unary(atFollower, clientv1.Client_Submit_FullMethodName, req, &rep))
+	if rep.Code != clientv1.Code_NOT_LEADER || rep.Leader != leaderAddr || rep.Epoch != 1 {
+		t.Fatalf("Submit at the follower: %v, want not leader, %s, epoch 1", &rep, leaderAddr)
 	}
 	must(t, ld.stop(t))
 	must(t, f1.stop(t))
@@ -133,14 +135,10 @@ func gencertsCA(t *testing.T, dir string) *pki.CA {
 }
 
 // unary makes one call of the client service.
-func unary(cc *grpc.ClientConn, method string, req interface{ Marshal() []byte }, rep interface{ Unmarshal([]byte) error }) error {
+func unary(cc *grpc.ClientConn, method string, req, rep proto.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := grpctransport.CallUnary(ctx, cc, method, req.Marshal(), clientwire.MaxFrame)
-	if err != nil {
-		return err
-	}
-	return rep.Unmarshal(out)
+	return cc.Invoke(ctx, method, req, rep)
 }
 
 // TestFollowerClientListenUsage: --client-listen's flags are checked with

@@ -395,7 +395,7 @@ func serveNotLeader(c followerConfig, log *slog.Logger, rows func() []follower.S
 		return c.leader, epoch
 	}
 	srv, err := grpctransport.ListenServices(c.clientListen, &grpctransport.ServerOptions{TLS: c.clientTLS, Insecure: c.clientTLS == nil,
-		Logger: log, Services: []grpctransport.UnaryService{clientapi.NotLeader(where)}})
+		Logger: log, Services: []grpctransport.Service{clientapi.NotLeader(where)}})
 	if err != nil {
 		return nil, err
 	}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/oncewal/oncewal/clientapi"
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/internal/clientwire"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/metrics"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/snapshot"
@@ -317,7 +317,7 @@ func serveLeader(ctx context.Context, log *slog.Logger, c leaderConfig) (err err
 			}
 			return nil
 		},
-		Services: []grpctransport.UnaryService{clients.Unary()}}
+		Services: []grpctransport.Service{clients.GRPC()}}
 	if srv, err = grpctransport.Listen(c.listen, sopts); err != nil {
 		return err
 	}
@@ -450,11 +450,11 @@ func logClientStats(log *slog.Logger, st clientapi.Stats) {
 	attrs := []any{"denied", st.Denied, "malformed", st.Malformed}
 	for _, m := range []struct {
 		name  string
-		codes map[clientwire.Code]uint64
+		codes map[clientv1.Code]uint64
 	}{{"submit", st.Submit}, {"status", st.Status}, {"open_session", st.OpenSession}} {
-		for code := range clientwire.Code(16) {
+		for code := range clientv1.Code(16) {
 			if n := m.codes[code]; n > 0 {
-				attrs = append(attrs, m.name+"_"+strings.ReplaceAll(code.String(), " ", "_"), n)
+				attrs = append(attrs, m.name+"_"+strings.ToLower(code.String()), n)
 			}
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/leader"
 	"github.com/oncewal/oncewal/replication"
-	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/testutil"
 	"github.com/oncewal/oncewal/wal"
@@ -288,7 +287,7 @@ func TestLeaderFollowerUsage(t *testing.T) {
 
 // TestGencerts: gencerts writes one certificate per identity — the
 // leader's naming its node, one per follower and per client, each file
-// named after its holder and naming it as grpctransport.IdentityOf reads
+// named after its holder and naming it as pki.IdentityOf reads
 // it — with the keys 0600, prints commands that use them, and refuses to
 // overwrite. Without --followers it issues the default follower f1's.
 func TestGencerts(t *testing.T) {
@@ -313,17 +312,17 @@ func TestGencerts(t *testing.T) {
 			t.Errorf("%s mode %v, want 0600", k, fi.Mode().Perm())
 		}
 	}
-	for file, want := range map[string]grpctransport.Identity{
-		pki.FileLeader: {Role: grpctransport.RoleNode, Name: "n7"},
-		f1:             {Role: grpctransport.RoleFollower, Name: "f1"},
-		f2:             {Role: grpctransport.RoleFollower, Name: "f2"},
-		app:            {Role: grpctransport.RoleClient, Name: "app1"},
+	for file, want := range map[string]pki.Identity{
+		pki.FileLeader: {Role: pki.RoleNode, Name: "n7"},
+		f1:             {Role: pki.RoleFollower, Name: "f1"},
+		f2:             {Role: pki.RoleFollower, Name: "f2"},
+		app:            {Role: pki.RoleClient, Name: "app1"},
 	} {
 		pair, err := tls.LoadX509KeyPair(filepath.Join(certDir, file), filepath.Join(certDir, strings.TrimSuffix(file, ".pem")+"-key.pem"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := grpctransport.IdentityOf(pair.Leaf); err != nil || got != want {
+		if got, err := pki.IdentityOf(pair.Leaf); err != nil || got != want {
 			t.Errorf("%s names %v (%v), want %v", file, got, err, want)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/oncewal/oncewal/internal/etcdtest"
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/node"
-	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
 // TestNodeUsage: oncewal node refuses a bad command line with exit 2 and
@@ -147,7 +146,7 @@ func TestGencertsNodes(t *testing.T) {
 		cert, key := pki.NodeFiles(id)
 		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, cert), filepath.Join(dir, key))
 		must(t, err)
-		if got, err := grpctransport.IdentityOf(pair.Leaf); err != nil || got != (grpctransport.Identity{Role: grpctransport.RoleNode, Name: id}) {
+		if got, err := pki.IdentityOf(pair.Leaf); err != nil || got != (pki.Identity{Role: pki.RoleNode, Name: id}) {
 			t.Errorf("%s names %v (%v), want node/%s", cert, got, err, id)
 		}
 		if err := pair.Leaf.VerifyHostname("localhost"); err != nil {

@@ -2,9 +2,8 @@
 // per identity of a deployment — the leader's node, each follower, each
 // client — for trying oncewal's mutual TLS locally: oncewal gencerts, the
 // network demo, tests and examples. A certificate names its identity with
-// one URI SAN, oncewal://ROLE/NAME (IdentityURI), the form
-// grpctransport.IdentityOf reads; the leader binds a follower's hello to
-// it. Production deployments bring their own PKI (issuing the same URI
+// one URI SAN, oncewal://ROLE/NAME (IdentityURI), the form IdentityOf
+// reads; the leader binds a follower's hello to it. Production deployments bring their own PKI (issuing the same URI
 // SANs) and load it with grpctransport.LoadServerTLS and LoadClientTLS. It
 // is internal: not part of oncewal's API.
 package pki
@@ -79,9 +78,8 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-// Roles a certificate names (grpctransport.RoleNode, RoleFollower,
-// RoleClient: pki is a leaf package and cannot import grpctransport, whose
-// tests check that IdentityOf reads what Issue writes).
+// Roles a certificate names (Identity.Role; grpctransport's tests check
+// that IdentityOf reads what IssueIdentity writes).
 const (
 	RoleNode     = "node"     // a replica: serves as leader, may follow under its own name
 	RoleFollower = "follower" // follows under its own name only
@@ -114,7 +112,7 @@ func ValidName(name string) error {
 }
 
 // IdentityURI is the URI SAN that names the identity role/name:
-// oncewal://ROLE/NAME, as grpctransport.Identity.URI makes it.
+// oncewal://ROLE/NAME, what IdentityOf reads back.
 func IdentityURI(role, name string) *url.URL {
 	return &url.URL{Scheme: "oncewal", Host: role, Path: "/" + name}
 }

@@ -23,12 +23,12 @@ import (
 // and the one Identity.URI makes.
 func TestIdentityOfReadsPKI(t *testing.T) {
 	c := certs(t)
-	for _, want := range []Identity{{RoleNode, "n0"}, {RoleFollower, "f.2_x-Y"}, {RoleClient, "app1"}} {
+	for _, want := range []pki.Identity{{Role: pki.RoleNode, Name: "n0"}, {Role: pki.RoleFollower, Name: "f.2_x-Y"}, {Role: pki.RoleClient, Name: "app1"}} {
 		if got, want := pki.IdentityURI(want.Role, want.Name).String(), want.URI().String(); got != want {
 			t.Errorf("pki names %s, Identity.URI %s", got, want)
 		}
 		hosts := []string(nil)
-		if want.Role == RoleNode {
+		if want.Role == pki.RoleNode {
 			hosts = []string{"localhost"}
 		}
 		l, err := c.CA.IssueIdentity(want.Role, want.Name, hosts, c.CA.Cert.NotBefore, c.CA.Cert.NotAfter)
@@ -39,14 +39,14 @@ func TestIdentityOfReadsPKI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := IdentityOf(pair.Leaf); err != nil || got != want {
-			t.Errorf("IdentityOf(%s's certificate) = %v, %v", want, got, err)
+		if got, err := pki.IdentityOf(pair.Leaf); err != nil || got != want {
+			t.Errorf("pki.IdentityOf(%s's certificate) = %v, %v", want, got, err)
 		}
 	}
-	if got, err := IdentityOf(mustLeaf(t, c.Leader)); err != nil || got != (Identity{RoleNode, pki.DefaultNode}) {
+	if got, err := pki.IdentityOf(mustLeaf(t, c.Leader)); err != nil || got != (pki.Identity{Role: pki.RoleNode, Name: pki.DefaultNode}) {
 		t.Errorf("the leader's certificate names %v, %v", got, err)
 	}
-	if _, err := c.CA.IssueIdentity(RoleFollower, "a/b", nil, c.CA.Cert.NotBefore, c.CA.Cert.NotAfter); !errors.Is(err, pki.ErrBadName) {
+	if _, err := c.CA.IssueIdentity(pki.RoleFollower, "a/b", nil, c.CA.Cert.NotBefore, c.CA.Cert.NotAfter); !errors.Is(err, pki.ErrBadName) {
 		t.Errorf("a name with a slash: %v, want pki.ErrBadName", err)
 	}
 }
@@ -122,8 +122,8 @@ func TestForgedFollowerIDRefused(t *testing.T) {
 		role, cert string // the certificate follower f2 holds
 		reason     string
 	}{
-		{"another follower's certificate", RoleFollower, "f1", "certificate names follower f1, hello says f2"},
-		{"a client's certificate", RoleClient, "app1", "certificate names client app1, which may not follow"},
+		{"another follower's certificate", pki.RoleFollower, "f1", "certificate names follower f1, hello says f2"},
+		{"a client's certificate", pki.RoleClient, "app1", "certificate names client app1, which may not follow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := srv.Stats().RefusedIdentity
@@ -162,8 +162,8 @@ func TestForgedFollowerIDRefused(t *testing.T) {
 	}
 
 	// Each with its own certificate: served, and a quorum of both forms.
-	f1, _, f1Done := serve("f1", RoleFollower, "f1", false)
-	f2, _, f2Done := serve("f2", RoleFollower, "f2", false)
+	f1, _, f1Done := serve("f1", pki.RoleFollower, "f1", false)
+	f2, _, f2Done := serve("f2", pki.RoleFollower, "f2", false)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	if err := l.WaitAcked(wctx, leader.AckAll); err != nil {

@@ -72,8 +72,8 @@ type ServerOptions struct {
 	// (a begin is refused with snapshot.ErrNoDonor).
 	Snapshots func(shard uint32) snapshot.Source
 	// Services are served beside replication on the same port (see
-	// UnaryService). Default: none.
-	Services []UnaryService
+	// Service). Default: none.
+	Services []Service
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o.
@@ -146,7 +146,7 @@ func (o *ServerOptions) creds(refused *atomic.Uint64) (credentials.TransportCred
 func (o *ServerOptions) grpcServer(creds credentials.TransportCredentials) *grpc.Server {
 	return grpc.NewServer(
 		grpc.Creds(creds),
-		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.ForceServerCodecV2(serverCodec{}),
 		grpc.MaxRecvMsgSize(o.maxRecv()),
 		grpc.MaxSendMsgSize(MaxBatchFrame),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
@@ -269,9 +269,7 @@ func NewServer(lis net.Listener, opts *ServerOptions) (*Server, error) {
 			ClientStreams: true,
 		}},
 	}, struct{}{})
-	for i := range o.Services {
-		o.Services[i].register(s.gs)
-	}
+	registerServices(s.gs, o.Services)
 	go func() {
 		defer close(s.serve)
 		_ = s.gs.Serve(lis)

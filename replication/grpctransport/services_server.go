@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// ServiceServer serves UnaryServices (ServerOptions.Services) and, if
+// ServiceServer serves Services (ServerOptions.Services) and, if
 // ServerOptions.Snapshots is set, snapshots — without replication: a node
 // that does not lead — a follower — answers the client service on it (with
 // "not leader") and lets a peer that won an election catch a shard up from
@@ -51,9 +51,7 @@ func ListenServices(addr string, opts *ServerOptions) (*ServiceServer, error) {
 		return nil, fmt.Errorf("grpctransport: %w", err)
 	}
 	gs := o.grpcServer(creds)
-	for i := range o.Services {
-		o.Services[i].register(gs)
-	}
+	registerServices(gs, o.Services)
 	if o.Snapshots != nil {
 		snaps := &snapshotService{donors: snapshot.NewRouter(o.Snapshots), insecure: o.Insecure, log: o.Logger, refused: &s.identity}
 		gs.RegisterService(&grpc.ServiceDesc{

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/oncewal/oncewal/testutil"
@@ -26,16 +28,7 @@ func TestListenServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	who := UnaryService{Name: "oncewal.test.v1.Who", MaxRequest: 64, Methods: map[string]UnaryHandler{
-		"Who": func(ctx context.Context, _ []byte) ([]byte, error) {
-			id, err := PeerIdentity(ctx)
-			if err != nil {
-				return nil, status.Error(codes.PermissionDenied, err.Error())
-			}
-			return []byte(id.String()), nil
-		},
-	}}
-	s, err := ListenServices("127.0.0.1:0", &ServerOptions{TLS: stls, Logger: quietLogger(), Services: []UnaryService{who}})
+	s, err := ListenServices("127.0.0.1:0", &ServerOptions{TLS: stls, Logger: quietLogger(), Services: []Service{echo(64)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,16 +41,24 @@ func TestListenServices(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if out, err := CallUnary(ctx, cc, "/oncewal.test.v1.Who/Who", nil, 64); err != nil || string(out) != "client/bob" {
-		t.Fatalf("Who = %q, %v", out, err)
+	who := func() (string, error) {
+		rep, err := testgrpc.NewTestServiceClient(cc).UnaryCall(ctx, &testpb.SimpleRequest{})
+		return string(rep.GetPayload().GetBody()), err
 	}
-	if _, err := CallUnary(ctx, cc, fullMethod, nil, 64); status.Code(err) != codes.Unimplemented {
+	if out, err := who(); err != nil || out != "client/bob:" {
+		t.Fatalf("who = %q, %v", out, err)
+	}
+	stream, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, fullMethod, grpc.ForceCodecV2(rawCodec{}))
+	if err == nil {
+		err = stream.RecvMsg(&frame{})
+	}
+	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("replication on a services-only server: %v", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CallUnary(ctx, cc, "/oncewal.test.v1.Who/Who", nil, 64); err == nil {
+	if _, err := who(); err == nil {
 		t.Error("a call after Close succeeded")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,63 +14,74 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/oncewal/oncewal/internal/pki"
 	"github.com/oncewal/oncewal/testutil"
 )
 
-// TestUnaryService: a service registered through ServerOptions.Services
-// answers on the replication port under its mutual TLS, sees its caller's
-// identity, and refuses a request over its own limit even though the
-// server's gRPC limit is the largest service's.
-func TestUnaryService(t *testing.T) {
+// echoService answers a UnaryCall with its caller's identity followed by
+// the request's payload: grpc's interop test service, a standard
+// protoc-generated service as the client service is one.
+type echoService struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (echoService) UnaryCall(ctx context.Context, r *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	id, err := PeerIdentity(ctx)
+	if err != nil {
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	body := append([]byte(id.String()+":"), r.GetPayload().GetBody()...)
+	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: body}}, nil
+}
+
+func echo(maxRequest int) Service {
+	return Service{Name: testgrpc.TestService_ServiceDesc.ServiceName, MaxRequest: maxRequest,
+		Register: func(r grpc.ServiceRegistrar) { testgrpc.RegisterTestServiceServer(r, echoService{}) }}
+}
+
+// TestService: a service registered through ServerOptions.Services
+// answers on the replication port under its mutual TLS with the standard
+// protobuf codec (while replication keeps its raw frames), sees its
+// caller's identity, and is refused a request over the server's limit,
+// the largest service's MaxRequest. The server also answers the health
+// service (SERVING, for the server and for the service) and reflection.
+func TestService(t *testing.T) {
 	c := certs(t)
 	stls, err := serverTLS(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo := UnaryService{
-		Name:       "oncewal.test.v1.Echo",
-		MaxRequest: 64,
-		Methods: map[string]UnaryHandler{
-			"Echo": func(ctx context.Context, req []byte) ([]byte, error) {
-				id, err := PeerIdentity(ctx)
-				if err != nil {
-					return nil, status.Error(codes.PermissionDenied, err.Error())
-				}
-				return append([]byte(id.String()+":"), req...), nil
-			},
-		},
-	}
-	big := UnaryService{Name: "oncewal.test.v1.Big", MaxRequest: 1 << 16, Methods: map[string]UnaryHandler{
-		"Take": func(context.Context, []byte) ([]byte, error) { return nil, nil },
-	}}
-	s, err := Listen("127.0.0.1:0", &ServerOptions{TLS: stls, Logger: quietLogger(), Services: []UnaryService{echo, big}})
+	s, err := Listen("127.0.0.1:0", &ServerOptions{TLS: stls, Logger: quietLogger(), Services: []Service{echo(1 << 10)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	call := func(pair tls.Certificate, method string, req []byte) ([]byte, error) {
+	dial := func(pair tls.Certificate) *grpc.ClientConn {
 		cc, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(ClientTLSConfig(c.CA.Pool(), pair, ""))))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return CallUnary(ctx, cc, method, req, 1<<10)
+		t.Cleanup(func() { cc.Close() })
+		return cc
 	}
-	alice := testutil.ClientCert(t, c, "oncewal://client/alice")
-	out, err := call(alice, "/oncewal.test.v1.Echo/Echo", []byte("hi"))
-	if err != nil || string(out) != "client/alice:hi" {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call := func(cc *grpc.ClientConn, body []byte) (string, error) {
+		rep, err := testgrpc.NewTestServiceClient(cc).UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: body}})
+		return string(rep.GetPayload().GetBody()), err
+	}
+	alice := dial(testutil.ClientCert(t, c, "oncewal://client/alice"))
+	if out, err := call(alice, []byte("hi")); err != nil || out != "client/alice:hi" {
 		t.Fatalf("echo = %q, %v", out, err)
 	}
-	if _, err := call(alice, "/oncewal.test.v1.Echo/Echo", bytes.Repeat([]byte{1}, 65)); status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("over the service's limit: %v", err)
-	}
-	if _, err := call(alice, "/oncewal.test.v1.Big/Take", bytes.Repeat([]byte{1}, 1<<16)); err != nil {
-		t.Errorf("at the big service's limit: %v", err)
+	if _, err := call(alice, bytes.Repeat([]byte{1}, 1<<10)); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("over the server's limit: %v", err)
 	}
 	// The generated follower certificate names its follower; one without
 	// a URI SAN names no identity.
@@ -77,11 +89,35 @@ func TestUnaryService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := call(fpair, "/oncewal.test.v1.Echo/Echo", nil); err != nil || string(out) != "follower/"+pki.DefaultFollower+":" {
+	if out, err := call(dial(fpair), nil); err != nil || out != "follower/"+pki.DefaultFollower+":" {
 		t.Errorf("follower certificate: %q, %v", out, err)
 	}
-	if _, err := call(testutil.ClientCert(t, c), "/oncewal.test.v1.Echo/Echo", nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
+	if _, err := call(dial(testutil.ClientCert(t, c)), nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no oncewal:// URI SAN") {
 		t.Errorf("no identity: %v", err)
+	}
+	for _, svc := range []string{"", testgrpc.TestService_ServiceDesc.ServiceName} {
+		h, err := healthpb.NewHealthClient(alice).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v, %v", svc, h.GetStatus(), err)
+		}
+	}
+	stream, err := reflectionpb.NewServerReflectionClient(alice).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, svc := range rep.GetListServicesResponse().GetService() {
+		names = append(names, svc.GetName())
+	}
+	if !slices.Contains(names, testgrpc.TestService_ServiceDesc.ServiceName) || !slices.Contains(names, healthpb.Health_ServiceDesc.ServiceName) {
+		t.Errorf("reflection lists %v", names)
 	}
 }
 
@@ -89,27 +125,27 @@ func TestIdentityOf(t *testing.T) {
 	c := certs(t)
 	for _, tc := range []struct {
 		uris []string
-		want Identity
+		want pki.Identity
 		err  string
 	}{
-		{[]string{"oncewal://follower/f1"}, Identity{RoleFollower, "f1"}, ""},
-		{[]string{"https://example.com/x", "oncewal://client/bank"}, Identity{RoleClient, "bank"}, ""},
-		{[]string{"oncewal://node/n3"}, Identity{RoleNode, "n3"}, ""},
-		{nil, Identity{}, "no oncewal:// URI SAN"},
-		{[]string{"oncewal://admin/x"}, Identity{}, "unknown role"},
-		{[]string{"oncewal://client/"}, Identity{}, "not oncewal://ROLE/NAME"},
-		{[]string{"oncewal://client/a/b"}, Identity{}, "not oncewal://ROLE/NAME"},
-		{[]string{"oncewal://client/a", "oncewal://follower/a"}, Identity{}, "names 2 identities"},
+		{[]string{"oncewal://follower/f1"}, pki.Identity{Role: pki.RoleFollower, Name: "f1"}, ""},
+		{[]string{"https://example.com/x", "oncewal://client/bank"}, pki.Identity{Role: pki.RoleClient, Name: "bank"}, ""},
+		{[]string{"oncewal://node/n3"}, pki.Identity{Role: pki.RoleNode, Name: "n3"}, ""},
+		{nil, pki.Identity{}, "no oncewal:// URI SAN"},
+		{[]string{"oncewal://admin/x"}, pki.Identity{}, "unknown role"},
+		{[]string{"oncewal://client/"}, pki.Identity{}, "not oncewal://ROLE/NAME"},
+		{[]string{"oncewal://client/a/b"}, pki.Identity{}, "not oncewal://ROLE/NAME"},
+		{[]string{"oncewal://client/a", "oncewal://follower/a"}, pki.Identity{}, "names 2 identities"},
 	} {
 		pair := testutil.ClientCert(t, c, tc.uris...)
 		cert, err := x509.ParseCertificate(pair.Certificate[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := IdentityOf(cert)
+		got, err := pki.IdentityOf(cert)
 		if tc.err != "" {
-			if !errors.Is(err, ErrNoIdentity) || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%v: %v, want ErrNoIdentity with %q", tc.uris, err, tc.err)
+			if !errors.Is(err, pki.ErrNoIdentity) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: %v, want pki.ErrNoIdentity with %q", tc.uris, err, tc.err)
 			}
 			continue
 		}
@@ -123,15 +159,16 @@ func TestIdentityOf(t *testing.T) {
 }
 
 func TestServicesValidate(t *testing.T) {
-	h := map[string]UnaryHandler{"M": func(context.Context, []byte) ([]byte, error) { return nil, nil }}
-	o := &ServerOptions{Insecure: true, Services: []UnaryService{
-		{Name: "", Methods: h, MaxRequest: 1},
+	reg := func(grpc.ServiceRegistrar) {}
+	o := &ServerOptions{Insecure: true, Services: []Service{
+		{Name: "", Register: reg, MaxRequest: 1},
 		{Name: "a.B", MaxRequest: 0},
-		{Name: "c.D", Methods: h, MaxRequest: 1},
-		{Name: "c.D", Methods: h, MaxRequest: 1},
+		{Name: "grpc.health.v1.Health", Register: reg, MaxRequest: 1},
+		{Name: "c.D", Register: reg, MaxRequest: 1},
+		{Name: "c.D", Register: reg, MaxRequest: 1},
 	}}
 	err := o.Validate()
-	for _, want := range []string{`service name ""`, "a.B has no methods", "MaxRequest 0", "c.D given twice"} {
+	for _, want := range []string{`service name ""`, "a.B has no Register", "MaxRequest 0", `"grpc.health.v1.Health" is empty, the replication service's or the health service's`, "c.D given twice"} {
 		if !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want %q", err, want)
 		}
