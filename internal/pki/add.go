@@ -76,7 +76,7 @@ func LoadCA(dir string) (*CA, error) {
 	}
 	cert, err := x509.ParseCertificate(der.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadCA, certPath, err)
+		return nil, fmt.Errorf("%w: %s: %w; %s", ErrBadCA, certPath, err, restore)
 	}
 	kb, err := onePEM(keyPath, keyPEM, "PRIVATE KEY", "EC PRIVATE KEY")
 	if err != nil {
@@ -89,7 +89,7 @@ func LoadCA(dir string) (*CA, error) {
 		key, err = x509.ParsePKCS8PrivateKey(kb.Bytes)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadCA, keyPath, err)
+		return nil, fmt.Errorf("%w: %s: %w; %s", ErrBadCA, keyPath, err, restore)
 	}
 	ec, ok := key.(*ecdsa.PrivateKey)
 	if !ok {
@@ -118,12 +118,15 @@ func LoadCA(dir string) (*CA, error) {
 	return &CA{Cert: cert, Key: ec, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}, nil
 }
 
+// restore is what to do about a CA file that does not parse.
+const restore = "restore it from a copy, or choose an empty directory for a new CA"
+
 // onePEM is the one PEM block of data, of one of types; anything else
 // (no block, another type, more blocks or bytes after it) is ErrBadCA.
 func onePEM(path string, data []byte, types ...string) (*pem.Block, error) {
 	b, rest := pem.Decode(data)
 	if b == nil {
-		return nil, fmt.Errorf("%w: %s holds no PEM block (corrupt or not PEM); restore it from a copy, or choose an empty directory for a new CA", ErrBadCA, path)
+		return nil, fmt.Errorf("%w: %s holds no PEM block (corrupt or not PEM); %s", ErrBadCA, path, restore)
 	}
 	if !slices.Contains(types, b.Type) {
 		return nil, fmt.Errorf("%w: %s holds a %q PEM block, want %s", ErrBadCA, path, b.Type, strings.Join(types, " or "))
