@@ -165,7 +165,7 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "; the node certificates for %s", strings.Join(hs, ", "))
 		}
 		fmt.Fprint(stdout, "\n\n")
-		printAdded(stdout, c, p)
+		printAdded(stdout, c, p, hs[0])
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "leader certificate valid for %s until %s\n\n", strings.Join(hs, ", "),
@@ -195,12 +195,12 @@ func runGencerts(args []string, stdout, stderr io.Writer) int {
 // printAdded says how the identities a run added to an existing CA join:
 // a member is listed in etcd and started, a follower registered with the
 // leader (--followers) and started, a client names its files.
-func printAdded(w io.Writer, c *pki.Certs, p func(string) string) {
+func printAdded(w io.Writer, c *pki.Certs, p func(string) string, host string) {
 	for _, n := range c.Nodes {
 		cert, key := n.Files()
 		fmt.Fprintf(w, "  oncewal members add --etcd http://127.0.0.1:2379 --cluster demo %s\n"+
-			"  oncewal node --etcd http://127.0.0.1:2379 --cluster demo --id %s --dir /tmp/oncewal/%s --listen HOST:PORT \\\n"+
-			"      --tls-ca %s --tls-cert %s --tls-key %s\n", n.Name, n.Name, n.Name, p(pki.FileCA), p(cert), p(key))
+			"  oncewal node --etcd http://127.0.0.1:2379 --cluster demo --id %s --dir /tmp/oncewal/%s --listen %s \\\n"+
+			"      --tls-ca %s --tls-cert %s --tls-key %s\n", n.Name, n.Name, n.Name, net.JoinHostPort(host, "PORT"), p(pki.FileCA), p(cert), p(key))
 	}
 	for _, f := range c.Followers {
 		cert, key := f.Files()

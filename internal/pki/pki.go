@@ -4,7 +4,8 @@
 // network demo, tests and examples. A certificate names its identity with
 // one URI SAN, oncewal://ROLE/NAME (IdentityURI), the form
 // grpctransport.IdentityOf reads; the leader binds a follower's hello to
-// it. Production deployments bring their own PKI (issuing the same URI
+// it. Add issues more identities later with the CA a directory already
+// holds (LoadCA), writing only their files. Production deployments bring their own PKI (issuing the same URI
 // SANs) and load it with grpctransport.LoadServerTLS and LoadClientTLS. It
 // is internal: not part of oncewal's API.
 package pki
