@@ -326,8 +326,13 @@ func TestGencerts(t *testing.T) {
 			t.Errorf("%s names %v (%v), want %v", file, got, err, want)
 		}
 	}
-	if _, _, code := runCmd(t, "gencerts", certDir); code != exitFailure {
-		t.Errorf("gencerts over existing files: exit %d, want %d", code, exitFailure)
+	// A second run uses the CA there: over an existing file it refuses
+	// (exit 1), naming nothing to add is a usage error.
+	if _, errOut, code := runCmd(t, "gencerts", certDir, "--clients", "app1"); code != exitFailure || !strings.Contains(errOut, "already exists") {
+		t.Errorf("gencerts over existing files: exit %d, want %d: %s", code, exitFailure, errOut)
+	}
+	if _, errOut, code := runCmd(t, "gencerts", certDir); code != exitUsage || !strings.Contains(errOut, "already holds a CA") {
+		t.Errorf("gencerts naming nothing to add: exit %d, want %d: %s", code, exitUsage, errOut)
 	}
 	defDir := filepath.Join(t.TempDir(), "default")
 	if _, errOut, code := runCmd(t, "gencerts", defDir); code != exitOK {

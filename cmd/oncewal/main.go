@@ -41,7 +41,7 @@ var commands = []command{
 	{"node", "run one member of a cluster with automatic failover on etcd: follow, campaign, fence, promote, publish", runNode},
 	{"members", "add, remove or list a cluster's members in etcd (the replica set oncewal node runs)", runMembers},
 	{"promote", "turn the most advanced stopped follower into the leader at a higher epoch", runPromote},
-	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client, each member of a node cluster) for trying mutual TLS locally", runGencerts},
+	{"gencerts", "write a CA and a certificate per identity (the leader, each follower, each client, each member of a node cluster) for trying mutual TLS locally, or add identities signed by the CA already in DIR", runGencerts},
 	{"version", "print the module version and VCS revision this binary was built from", runVersion},
 }
 

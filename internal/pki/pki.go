@@ -3,8 +3,10 @@
 // client — for trying oncewal's mutual TLS locally: oncewal gencerts, the
 // network demo, tests and examples. A certificate names its identity with
 // one URI SAN, oncewal://ROLE/NAME (IdentityURI), the form IdentityOf
-// reads; the leader binds a follower's hello to it. Production deployments bring their own PKI (issuing the same URI
-// SANs) and load it with grpctransport.LoadServerTLS and LoadClientTLS. It
+// reads; the leader binds a follower's hello to it. Add issues more
+// identities later with the CA a directory already holds (LoadCA), writing
+// only their files. Production deployments bring their own PKI (issuing
+// the same URI SANs) and load it with grpctransport.LoadServerTLS and LoadClientTLS. It
 // is internal: not part of oncewal's API.
 package pki
 
@@ -251,8 +253,13 @@ func (s Spec) withDefaults() Spec {
 // ErrBadName; a follower may not share the node's name either, as both
 // could follow as that ID), an empty host, a validity that is not
 // positive.
-func (s Spec) Validate() error {
-	s = s.withDefaults()
+func (s Spec) Validate() error { return s.withDefaults().validate(true) }
+
+// ValidateAdd is Validate for Add: the same rules without the leader's
+// node (Add issues no leader certificate, so Node is not used).
+func (s Spec) ValidateAdd() error { return s.withDefaults().validate(false) }
+
+func (s Spec) validate(leader bool) error {
 	var errs []error
 	seen := map[string]string{} // follow-capable names, then clients'
 	add := func(role, name string) {
@@ -274,7 +281,9 @@ func (s Spec) Validate() error {
 		}
 		seen[key] = role
 	}
-	add(RoleNode, s.Node)
+	if leader {
+		add(RoleNode, s.Node)
+	}
 	for _, f := range s.Followers {
 		add(RoleFollower, f)
 	}
@@ -297,12 +306,19 @@ func (s Spec) Validate() error {
 
 // Certs is a CA and the certificates it issued, all PEM: the leader's (a
 // node identity), one per follower, one per client and one per member.
+// Certs from Add hold no leader certificate (a zero Leader) and a CA that
+// is already in its directory.
 type Certs struct {
 	CA        *CA
 	Leader    Leaf
 	Followers []Leaf
 	Clients   []Leaf
 	Nodes     []Leaf
+	// NotAfter is when the issued certificates expire.
+	NotAfter time.Time
+	// caWritten: the CA came from the directory (Add), and WriteDir
+	// writes only the issued certificates.
+	caWritten bool
 }
 
 // Generate makes a fresh CA and the certificates s asks for. A bad name
@@ -318,7 +334,7 @@ func Generate(s Spec) (*Certs, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Certs{CA: ca}
+	c := &Certs{CA: ca, NotAfter: na}
 	if c.Leader, err = ca.IssueIdentity(RoleNode, s.Node, s.Hosts, nb, na); err != nil {
 		return nil, err
 	}
@@ -401,41 +417,102 @@ func (l Leaf) Files() (cert, key string) {
 	return leafFiles(l.Role, l.Name)
 }
 
-// WriteDir writes the certificates (0644) and keys (0600) into dir, creating
-// it (0700). It refuses to overwrite existing files, and then writes none.
-func (c *Certs) WriteDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	caKey, err := x509.MarshalPKCS8PrivateKey(c.CA.Key)
+// ErrExists: a file WriteDir (or Add) would write already exists. Nothing
+// is written; the error names every such file.
+var ErrExists = errors.New("pki: file already exists")
+
+// KeyPEM is the CA's key as PKCS#8 PEM, what WriteDir writes as
+// FileCAKey.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.Key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type file struct {
-		name string
-		data []byte
-		mode os.FileMode
-	}
-	files := []file{
-		{FileCA, c.CA.CertPEM, 0o644},
-		{FileCAKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: caKey}), 0o600},
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+type outFile struct {
+	name string
+	data []byte
+	mode os.FileMode
+}
+
+// files are what WriteDir writes: the CA's (unless it came from the
+// directory) and each issued certificate and key.
+func (c *Certs) files() ([]outFile, error) {
+	var files []outFile
+	if !c.caWritten {
+		caKey, err := c.CA.KeyPEM()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, outFile{FileCA, c.CA.CertPEM, 0o644}, outFile{FileCAKey, caKey, 0o600})
 	}
 	for _, l := range c.Leaves() {
 		cert, key := l.Files()
-		files = append(files, file{cert, l.Cert, 0o644}, file{key, l.Key, 0o600})
+		files = append(files, outFile{cert, l.Cert, 0o644}, outFile{key, l.Key, 0o600})
 	}
-	for _, f := range files {
-		if _, err := os.Lstat(filepath.Join(dir, f.name)); err == nil {
-			return fmt.Errorf("pki: %s already exists; not overwriting (choose an empty directory)", filepath.Join(dir, f.name))
+	return files, nil
+}
+
+// refuseExisting returns ErrExists naming every one of names that exists
+// in dir, or another error if one cannot be checked.
+func refuseExisting(dir string, names []string) error {
+	var there []string
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(p); err == nil {
+			there = append(there, p)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	for _, f := range files {
-		fh, err := os.OpenFile(filepath.Join(dir, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+	switch len(there) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%w: %s; not overwriting (choose an empty directory, or names not yet issued)", ErrExists, there[0])
+	}
+	return fmt.Errorf("%w: %s; not overwriting (choose an empty directory, or names not yet issued)", ErrExists, strings.Join(there, ", "))
+}
+
+// WriteDir writes the certificates (0644) and keys (0600) into dir, creating
+// it (0700); for Certs from Add, only the issued ones (the CA is there). It
+// refuses to overwrite existing files (ErrExists), and then writes none; a
+// write that fails removes the files this call wrote.
+func (c *Certs) WriteDir(dir string) (err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	files, err := c.files()
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.name
+	}
+	if err := refuseExisting(dir, names); err != nil {
+		return err
+	}
+	var written []string
+	defer func() {
 		if err != nil {
+			for _, p := range written {
+				_ = os.Remove(p)
+			}
+		}
+	}()
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+		if err != nil {
+			if errors.Is(err, os.ErrExist) {
+				err = fmt.Errorf("%w: %s; not overwriting (it appeared while writing)", ErrExists, p)
+			}
 			return err
 		}
+		written = append(written, p)
 		_, err = fh.Write(f.data)
 		if cerr := fh.Close(); err == nil {
 			err = cerr
@@ -447,8 +524,12 @@ func (c *Certs) WriteDir(dir string) error {
 	return nil
 }
 
-// Leaves are the leader's, the followers', the clients' and the members'
-// certificates, in that order.
+// Leaves are the leader's (none from Add), the followers', the clients'
+// and the members' certificates, in that order.
 func (c *Certs) Leaves() []Leaf {
-	return append(append(append([]Leaf{c.Leader}, c.Followers...), c.Clients...), c.Nodes...)
+	var out []Leaf
+	if c.Leader.Cert != nil {
+		out = append(out, c.Leader)
+	}
+	return append(append(append(out, c.Followers...), c.Clients...), c.Nodes...)
 }
