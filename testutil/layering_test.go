@@ -21,7 +21,7 @@ var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library only
 	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate",
 		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill", "internal/clientwire",
-		"internal/crashmem"},
+		"internal/crashmem", "kvroute"},
 	{"internal/ledgerrecord"},
 	// the coordination seam (its interface, etcd client and in-memory
 	// implementations) needs leaves only, so the simulation and the node
