@@ -33,7 +33,9 @@ var layers = [][]string{
 	// that every package's internal tests can use them
 	{"testutil"},
 	{"wal"},
-	{"session"},
+	// the key space's model and transaction resolution (pure: no Pebble)
+	// beside the session model
+	{"session", "kv"},
 	{"idempotency"},
 	// the wire contract, and snapshots (checkpoints of a store directory)
 	{"replication", "snapshot", "internal/leaderhook"},
