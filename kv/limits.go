@@ -35,6 +35,10 @@ const (
 	MaxResultBytes = 768 << 10
 	// MaxRangeLimit bounds the rows one range read returns.
 	MaxRangeLimit = 10_000
+	// MaxRangeBytes bounds the key and value bytes one range read returns
+	// (at least one row, however large): MaxRangeLimit rows of MaxValue
+	// would be 10 GiB in memory.
+	MaxRangeBytes = 4 << 20
 )
 
 // An event of the key space must fit a WAL event: the scoped key and the
@@ -55,6 +59,9 @@ var (
 	// MaxPrincipal bytes. It comes from the caller's certificate: issue
 	// one whose name fits.
 	ErrInvalidPrincipal = errors.New("kv: invalid principal")
+	// ErrInvalidRead: a read's key is empty or longer than MaxKey, a
+	// range's prefix longer than MaxKey or its limit above MaxRangeLimit.
+	ErrInvalidRead = errors.New("kv: invalid read")
 	// ErrCrossShard: a transaction's keys lie in different shards, so no
 	// single shard can apply it atomically.
 	ErrCrossShard = errors.New("kv: keys of one transaction in different shards")
@@ -74,6 +81,26 @@ var (
 	// not help.
 	ErrCorrupt = corruption.Mark(errors.New("kv: corrupt row"))
 )
+
+// CheckRead returns nil for a read of key (range: prefix) by principal
+// within the limits, else an error wrapping ErrInvalidPrincipal or
+// ErrInvalidRead. A range's prefix may be empty (all of principal's keys);
+// a Get's key may not (range is false for a Get). limit is a range's
+// (0: MaxRangeLimit); a Get passes 0.
+func CheckRead(principal string, key []byte, isRange bool, limit int) error {
+	if err := CheckPrincipal(principal); err != nil {
+		return err
+	}
+	switch {
+	case len(key) > MaxKey:
+		return fmt.Errorf("%w: key of %d bytes > %d", ErrInvalidRead, len(key), MaxKey)
+	case !isRange && len(key) == 0:
+		return fmt.Errorf("%w: empty key", ErrInvalidRead)
+	case limit < 0 || limit > MaxRangeLimit:
+		return fmt.Errorf("%w: limit %d, want 0 (the maximum) to %d", ErrInvalidRead, limit, MaxRangeLimit)
+	}
+	return nil
+}
 
 // CheckPrincipal returns nil for a principal that can own keys (1 to
 // MaxPrincipal bytes), else an error wrapping ErrInvalidPrincipal.
