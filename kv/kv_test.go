@@ -176,3 +176,17 @@ func TestPendingResolves(t *testing.T) {
 	require.False(t, res2.Succeeded, "the first transaction's put is pending, and counts")
 	require.Empty(t, evs2)
 }
+
+// TestResolveResultIsACopy: a Get's value in a result is the caller's: writing
+// into it changes neither the overlay nor what the next resolution reads.
+func TestResolveResultIsACopy(t *testing.T) {
+	var p kv.Pending
+	p.Note([]wal.Event{{LSN: 1, Op: wal.OpKVPut, Key: kv.Scoped("alice", []byte("k")), Value: []byte("v"), Delta: 1}})
+	get := &kv.Txn{Then: []kv.Op{{Kind: kv.Get, Key: []byte("k")}}}
+	_, res, err := kv.Resolve(kv.Layer(&p, mapReader{}), "alice", get, sid, 2)
+	require.NoError(t, err)
+	res.Ops[0].Value[0] = 'X'
+	_, res, err = kv.Resolve(kv.Layer(&p, mapReader{}), "alice", get, sid, 2)
+	require.NoError(t, err)
+	require.Equal(t, "v", string(res.Ops[0].Value))
+}

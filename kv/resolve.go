@@ -124,7 +124,8 @@ func Resolve(r Reader, principal string, t *Txn, session eventid.SessionID, firs
 			}
 		case Get:
 			if found {
-				out.Value, out.Version, out.ModLSN = cur.Value, cur.Version, cur.ModLSN
+				// A copy: the row may be the overlay's, which the caller must not reach.
+				out.Value, out.Version, out.ModLSN = append([]byte{}, cur.Value...), cur.Version, cur.ModLSN
 			}
 		}
 		if err != nil {
