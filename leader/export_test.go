@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/kvroute"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -26,6 +27,6 @@ func (s *Shard) Log() *LedgerLog { return s.log }
 
 // The routing function, checked against reference values.
 var (
-	JumpHash = jumpHash
+	JumpHash = kvroute.JumpHash
 	RouteKey = routeKey
 )

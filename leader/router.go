@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oncewal/oncewal/kvroute"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
@@ -35,12 +36,12 @@ func NewShardRouter(n int) (ShardRouter, error) {
 // Shards is the deployment's shard count.
 func (r ShardRouter) Shards() int { return int(r.n) }
 
-// Shard returns the shard of session id: jumpHash(routeKey(id), n).
+// Shard returns the shard of session id: kvroute.JumpHash(routeKey(id), n).
 func (r ShardRouter) Shard(id session.ID) uint32 {
 	if r.n <= 1 {
 		return 0
 	}
-	return uint32(jumpHash(routeKey(id), int(r.n)))
+	return uint32(kvroute.JumpHash(routeKey(id), int(r.n)))
 }
 
 // Split groups events by their session's shard, keeping their order within
@@ -76,20 +77,4 @@ func routeKey(id session.ID) uint64 {
 		Flags:    guts.FlagChunkStart | guts.FlagChunkEnd | guts.FlagRoot,
 	})
 	return uint64(out[0]) | uint64(out[1])<<32
-}
-
-// jumpHash is Lamping and Veach's jump consistent hash: it maps key to a
-// bucket in [0, buckets) so that growing buckets by one moves only
-// 1/buckets of the keys. buckets < 1 is treated as 1.
-func jumpHash(key uint64, buckets int) int {
-	var b, j int64 = -1, 0
-	for j < int64(buckets) {
-		b = j
-		key = key*2862933555777941757 + 1
-		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64((key>>33)+1)))
-	}
-	if b < 0 {
-		return 0
-	}
-	return int(b)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/batchrepr"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/keyspace"
+	"github.com/oncewal/oncewal/kv"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -111,11 +112,13 @@ type BatchReader interface {
 }
 
 // SessionApplier is the default Applier: session-scoped put / delete / add on
-// keys, stored by session.State, and — when Ledger is set — the request-ledger
-// records (wal.OpClaim … wal.OpExtend), applied to the node's ledger table in
-// the same Pebble batch, so an operation's effect and its recorded outcome
-// commit together on every node. Open and close events change no state rows
-// (the Tracker records the close).
+// keys, stored by session.State; the principal key space's kvput and
+// kvdelete (package kv), each the whole row at keyspace.KV + its scoped
+// key; and — when Ledger is set — the request-ledger records (wal.OpClaim …
+// wal.OpExtend), applied to the node's ledger table in the same Pebble
+// batch, so an operation's effect and its recorded outcome commit together
+// on every node. Open and close events change no state rows (the Tracker
+// records the close).
 type SessionApplier struct {
 	State *session.State
 	// Ledger receives ledger records. nil: a ledger op fails the batch
@@ -125,7 +128,8 @@ type SessionApplier struct {
 
 // ReadsBatch implements BatchReader: only an Add reads (its counter's value
 // so far), and on a plain batch session.StateTx remembers what it needs
-// itself; the ledger table reads the store, never b. So a batch without Adds
+// itself; the ledger table reads the store, never b, and a kvput or
+// kvdelete is absolute (the leader resolved it), so it reads nothing. So a batch without Adds
 // is applied write-only, and one with Adds gets an indexed batch, where Add
 // reads b instead of keeping a map of every pending Put.
 func (a SessionApplier) ReadsBatch(events []wal.Event) bool { return hasAdd(events) }
@@ -150,10 +154,18 @@ func (a SessionApplier) Apply(b *pebble.Batch, events []wal.Event) error {
 	if !b.Indexed() && !hasAdd(events) {
 		tx.WriteOnly()
 	}
+	var kvKey, row []byte // scratch: a Pebble batch copies what it is given
 	for i := range events {
 		ev := &events[i]
 		var err error
 		switch ev.Op {
+		case wal.OpKVPut:
+			kvKey = append(append(kvKey[:0], keyspace.KV...), ev.Key...)
+			row = kv.AppendRow(row[:0], kv.Row{Value: ev.Value, Version: uint64(ev.Delta), ModLSN: ev.LSN})
+			err = b.Set(kvKey, row, nil)
+		case wal.OpKVDelete:
+			kvKey = append(append(kvKey[:0], keyspace.KV...), ev.Key...)
+			err = b.Delete(kvKey, nil)
 		case wal.OpPut:
 			err = tx.Put(ev.Session, ev.Key, ev.Value)
 		case wal.OpDelete:

@@ -13,7 +13,9 @@
 // free-space guard and recovery; Apply and Start (pipelined) of shipped
 // batches; Position and Hello (what a follower states when it connects);
 // Promise (a fencing leader's epoch, refused below from then on); the
-// read API of what it holds (State, LedgerTable, Tracker); Stats; Close.
+// read API of what it holds (State, LedgerTable, Tracker; the principal
+// key space: KVGet, KVRange, KVRead at one snapshot with its applied LSN,
+// KVReader for the leader's kv.Resolve; kv.go); Stats; Close.
 //
 // # The Receiver's rules
 //
@@ -207,12 +209,14 @@
 // One store per follower shard. Every value begins with a one-byte format
 // version (currently 1). The prefixes are named once, in internal/keyspace;
 // a custom Applier may write anything for which IsReserved is false (h/,
-// hd/, m/, w/, l/ are reserved).
+// hd/, m/, w/, l/ are reserved; s/ and k/ are the default Applier's).
 //
 //	h/<session ID:16>              session HWM record (package session)
 //	h/...                          the tracker's WAL clock (package session)
 //	hd/<seq:8 BE>                  HWM log: one batch's HWM changes (package session)
 //	s/<session ID:16><user key>    session state rows (package session)
+//	k/<len u8><principal><key>     principal key-space rows (package kv): format 1,
+//	                               version u64 LE, modLSN u64 LE, value
 //	m/position                     applied LSN, u64 LE
 //	m/epoch                        highest committed leader epoch, u64 LE
 //	m/format                       store format (1); marks an oncewal store

@@ -21,7 +21,7 @@ var layers = [][]string{
 	// leaf types, codecs and helpers: the standard library only
 	{"corruption", "internal/eventid", "internal/keyspace", "internal/ctxtime", "internal/diskguard", "internal/lifegate",
 		"internal/lrutable", "internal/pki", "internal/badopts", "internal/rawdb", "internal/drill",
-		"internal/crashmem"},
+		"internal/crashmem", "kvroute"},
 	// the published .proto files and the code generated from them: they
 	// import nothing of the module, so any client can link them alone
 	{"proto", "proto/oncewal/client/v1"},
@@ -36,7 +36,9 @@ var layers = [][]string{
 	// that every package's internal tests can use them
 	{"testutil"},
 	{"wal"},
-	{"session"},
+	// the key space's model and transaction resolution (pure: no Pebble)
+	// beside the session model
+	{"session", "kv"},
 	{"idempotency"},
 	// the wire contract, and snapshots (checkpoints of a store directory)
 	{"replication", "snapshot", "internal/leaderhook"},

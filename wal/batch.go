@@ -169,8 +169,11 @@ func encodedEventSize(e *Event) int {
 	switch e.Op {
 	case OpPut:
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(len(e.Value))) + len(e.Value)
-	case OpDelete:
+	case OpDelete, OpKVDelete:
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key)
+	case OpKVPut:
+		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(len(e.Value))) + len(e.Value) +
+			uvarintLen(uint64(e.Delta))
 	case OpAdd:
 		n += uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Delta<<1)^uint64(e.Delta>>63))
 	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:

@@ -84,6 +84,18 @@ func allCombos() []Event {
 			}
 		}
 	}
+	// The key-space ops: a key is required, kvput's version is ≥ 1.
+	versions := []int64{1, 127, 128, math.MaxInt64}
+	for j, k := range keys[1:] {
+		for _, v := range vals {
+			for _, ver := range versions {
+				evs = append(evs, Event{Op: OpKVPut, Session: sid, Seq: seqs[j%len(seqs)], HasIdemKey: j%2 == 0,
+					Time: times[j%len(times)], Key: k, Value: v, Delta: ver})
+			}
+		}
+		evs = append(evs, Event{Op: OpKVDelete, Session: sid, Seq: seqs[(j+1)%len(seqs)], HasIdemKey: j%2 == 1,
+			Time: times[(j+1)%len(times)], Key: k})
+	}
 	return evs
 }
 
@@ -160,6 +172,14 @@ func TestEncodeRejectsInvalidEvents(t *testing.T) {
 		"add value":      {{Op: OpAdd, Value: []byte("v")}},
 		"payload > max":  {{Op: OpPut, Key: big}},
 		"second invalid": {{Op: OpOpen}, {Op: 99}},
+		"op13":           {{Op: 13, Key: []byte("k")}},
+		"kvput no key":   {{Op: OpKVPut, Value: []byte("v"), Delta: 1}},
+		"kvput version0": {{Op: OpKVPut, Key: []byte("k"), Value: []byte("v")}},
+		"kvput negative": {{Op: OpKVPut, Key: []byte("k"), Delta: -1}},
+		"kvdelete nokey": {{Op: OpKVDelete}},
+		"kvdelete value": {{Op: OpKVDelete, Key: []byte("k"), Value: []byte("v")}},
+		"kvdelete delta": {{Op: OpKVDelete, Key: []byte("k"), Delta: 1}},
+		"kvput too big":  {{Op: OpKVPut, Key: []byte("k"), Value: big, Delta: 1}},
 	}
 	for name, evs := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -50,9 +50,10 @@
 //
 // Event fields:
 //   - op: 1 open, 2 put, 3 delete, 4 add, 5 close; request-ledger records 6
-//     claim, 7 complete, 8 release, 9 fail, 10 extend. 0 and 11–255 are
-//     rejected with ErrCorrupt (11–15 reserved for future core ops, 16–255
-//     for extension ops).
+//     claim, 7 complete, 8 release, 9 fail, 10 extend; key-space ops
+//     (package kv) 11 kvput, 12 kvdelete. 0 and 13–255 are rejected with
+//     ErrCorrupt (13–15 reserved for future core ops, 16–255 for extension
+//     ops).
 //   - flags: bit 0 = idempotency key present. An explicit flag, never "zero key
 //     means absent". Bits 1–7 reserved, must be 0.
 //   - seq: session SeqNo (0 = no seqno), minimal uvarint.
@@ -61,7 +62,12 @@
 //     varint delta. claim, complete, release, fail, extend: uvarint length + the
 //     ledgerrecord.Record body (Record.AppendBody), which must itself be
 //     canonical (ledgerrecord.Check; a bad body is ErrCorrupt, and
-//     ErrInvalidEvent when encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
+//     ErrInvalidEvent when encoding). kvput: uvarint keylen, key, uvarint
+//     vallen, value, uvarint version (the key's new version, 1..2^63-1,
+//     carried in Event.Delta). kvdelete: uvarint keylen, key. Both need a
+//     key of at least one byte (the principal-scoped key, kv.Scoped); an
+//     empty key or a version of 0 is ErrCorrupt (ErrInvalidEvent when
+//     encoding). keylen+vallen ≤ MaxPayloadSize (16 MiB).
 //
 // Ledger events carry the decision's WAL time as the event time, session ID
 // zero, SeqNo 0 and no idempotency key (LedgerEvent): a follower admits them

@@ -3,6 +3,7 @@ package wal
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/oncewal/oncewal/corruption"
 	"github.com/oncewal/oncewal/internal/eventid"
@@ -11,12 +12,15 @@ import (
 
 // Op is the kind of a session event.
 //
-// Values 1–10 are assigned: 1–5 session ops, 6–10 request-ledger records. 0
-// is never valid, so a zeroed event is caught. 11–15 are reserved for future
-// core ops and 16–255 for future extension ops; until a decoder knows them it
-// rejects them with ErrCorrupt (an op it cannot apply must stop the follower,
-// not be skipped). Hence followers must run a version that knows every op
-// before their leader logs it (extend, 10, came after 6–9).
+// Values 1–12 are assigned: 1–5 session ops, 6–10 request-ledger records,
+// 11–12 ops of the principal key space (package kv). 0 is never valid, so a
+// zeroed event is caught. 13–15 are reserved for future core ops and 16–255
+// for future extension ops; until a decoder knows them it rejects them with
+// ErrCorrupt (an op it cannot apply must stop the follower, not be
+// skipped). Hence followers must run a version that knows every op before
+// their leader logs it (extend, 10, came after 6–9; kvput and kvdelete,
+// 11–12, after all of them: upgrade every follower before a leader that
+// logs them).
 type Op uint8
 
 // Op kinds. The numeric values are part of the on-disk and wire format.
@@ -37,11 +41,20 @@ const (
 	OpFail     Op = 9  // ledgerrecord.Fail
 	OpExtend   Op = 10 // ledgerrecord.Extend
 
-	lastOp = OpExtend
+	// Key-space ops (package kv): Key is the principal-scoped key (kv.Scoped;
+	// opaque here, never empty). Both are data events of the request's
+	// session, stamped with its SeqNo and idempotency key like put. They are
+	// absolute — the leader resolved any condition or arithmetic — so
+	// applying one needs no read.
+	OpKVPut    Op = 11 // key := value at version Delta (≥ 1, stamped by the leader)
+	OpKVDelete Op = 12 // delete key; no value, Delta 0
+
+	lastOp = OpKVDelete
 )
 
 var opNames = [...]string{OpOpen: "open", OpPut: "put", OpDelete: "delete", OpAdd: "add", OpClose: "close",
-	OpClaim: "claim", OpComplete: "complete", OpRelease: "release", OpFail: "fail", OpExtend: "extend"}
+	OpClaim: "claim", OpComplete: "complete", OpRelease: "release", OpFail: "fail", OpExtend: "extend",
+	OpKVPut: "kvput", OpKVDelete: "kvdelete"}
 
 // Valid reports whether o is an assigned op kind.
 func (o Op) Valid() bool { return o >= OpOpen && o <= lastOp }
@@ -49,6 +62,9 @@ func (o Op) Valid() bool { return o >= OpOpen && o <= lastOp }
 // IsLedger reports whether o is a request-ledger record op (claim, complete,
 // release, fail, extend).
 func (o Op) IsLedger() bool { return o >= OpClaim && o <= OpExtend }
+
+// IsKV reports whether o is a key-space op (kvput, kvdelete).
+func (o Op) IsKV() bool { return o == OpKVPut || o == OpKVDelete }
 
 // RecordKind is the ledger record kind of a ledger op (0 for other ops).
 func (o Op) RecordKind() ledgerrecord.Kind {
@@ -66,8 +82,8 @@ func LedgerOp(k ledgerrecord.Kind) Op {
 	return OpClaim + Op(k-ledgerrecord.Claim)
 }
 
-// String returns open|put|delete|add|close|claim|complete|release|fail|extend,
-// or "op(N)" for other values.
+// String returns open|put|delete|add|close|claim|complete|release|fail|extend|
+// kvput|kvdelete, or "op(N)" for other values.
 func (o Op) String() string {
 	if o.Valid() {
 		return opNames[o]
@@ -105,9 +121,11 @@ func (e *Event) LedgerRecord() (ledgerrecord.Record, error) {
 	return ledgerrecord.Decode(e.Op.RecordKind(), e.Time, e.Value)
 }
 
-// Event is one session event or ledger record. Which of Key, Value and Delta
-// are meaningful depends on Op: put uses Key+Value, delete Key, add
-// Key+Delta, open and close none, ledger ops Value (the record body). The encoder rejects fields that do not belong to the op (ErrInvalidEvent),
+// Event is one session event, key-space event or ledger record. Which of
+// Key, Value and Delta are meaningful depends on Op: put uses Key+Value,
+// delete Key, add Key+Delta, open and close none, ledger ops Value (the
+// record body), kvput Key+Value+Delta (the version, ≥ 1), kvdelete Key
+// (non-empty for both). The encoder rejects fields that do not belong to the op (ErrInvalidEvent),
 // so decode(encode(e)) == e and the op bytes are canonical.
 type Event struct {
 	// LSN is the event's position in the log: Header.FirstLSN + index in its
@@ -158,6 +176,15 @@ func (e *Event) validate() error {
 		if len(e.Value) != 0 {
 			return fmt.Errorf("%w: add carries value", ErrInvalidEvent)
 		}
+	case OpKVPut:
+		if len(e.Key) == 0 || e.Delta < 1 {
+			return fmt.Errorf("%w: kvput needs a key and a version (delta) ≥ 1, has %d key bytes, delta %d",
+				ErrInvalidEvent, len(e.Key), e.Delta)
+		}
+	case OpKVDelete:
+		if len(e.Key) == 0 || len(e.Value) != 0 || e.Delta != 0 {
+			return fmt.Errorf("%w: kvdelete needs a key and carries no value/delta", ErrInvalidEvent)
+		}
 	default: // ledger ops
 		if len(e.Key) != 0 || e.Delta != 0 {
 			return fmt.Errorf("%w: %s carries key/delta", ErrInvalidEvent, e.Op)
@@ -174,8 +201,10 @@ func (e *Event) validate() error {
 
 // AppendOpBytes appends the canonical op bytes of e to dst: the op kind byte
 // followed by the op's payload exactly as it is encoded in a batch (uvarint
-// key length + key; put: uvarint value length + value; add: zigzag varint
-// delta). It is the op argument of idempotency.DeriveKey: the same operation
+// key length + key; put and kvput: uvarint value length + value; add:
+// zigzag varint delta; kvput: uvarint version). A kvput's version is in its
+// op bytes, so two puts of the same value at different versions — two
+// requests — derive different keys. It is the op argument of idempotency.DeriveKey: the same operation
 // always yields the same bytes, and different operations different bytes.
 // It does not validate e.
 func (e *Event) AppendOpBytes(dst []byte) []byte {
@@ -190,13 +219,19 @@ func (e *Event) appendPayload(dst []byte) []byte {
 		dst = append(dst, e.Key...)
 		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
 		dst = append(dst, e.Value...)
-	case OpDelete:
+	case OpDelete, OpKVDelete:
 		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
 		dst = append(dst, e.Key...)
 	case OpAdd:
 		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
 		dst = append(dst, e.Key...)
 		dst = binary.AppendVarint(dst, e.Delta)
+	case OpKVPut:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+		dst = append(dst, e.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
+		dst = append(dst, e.Value...)
+		dst = binary.AppendUvarint(dst, uint64(e.Delta))
 	case OpClaim, OpComplete, OpRelease, OpFail, OpExtend:
 		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
 		dst = append(dst, e.Value...)
@@ -340,7 +375,7 @@ func decodeEvent(b []byte, e *Event, lsn uint64) (int, error) {
 	var delta int64
 	var err error
 	switch op {
-	case OpPut, OpDelete, OpAdd:
+	case OpPut, OpDelete, OpAdd, OpKVPut, OpKVDelete:
 		budget := uint64(MaxPayloadSize)
 		next := off
 		if key, next = shortField(b, off, budget); next == off {
@@ -350,14 +385,28 @@ func decodeEvent(b []byte, e *Event, lsn uint64) (int, error) {
 		}
 		off = next
 		budget -= uint64(len(key))
+		if len(key) == 0 && op.IsKV() {
+			return 0, fmt.Errorf("%w: %s with an empty key", ErrCorrupt, op)
+		}
 		switch op {
-		case OpPut:
+		case OpPut, OpKVPut:
 			if value, next = shortField(b, off, budget); next == off {
 				if value, next, err = fieldAt(b, off, budget, "value"); err != nil {
 					return 0, err
 				}
 			}
 			off = next
+			if op == OpKVPut {
+				v, w, err := uvarint(b[off:])
+				if err != nil {
+					return 0, fmt.Errorf("version: %w", err)
+				}
+				if v < 1 || v > math.MaxInt64 {
+					return 0, fmt.Errorf("%w: kvput version %d outside 1..2^63-1", ErrCorrupt, v)
+				}
+				delta = int64(v)
+				off += w
+			}
 		case OpAdd:
 			z, w, err := uvarint(b[off:])
 			if err != nil {

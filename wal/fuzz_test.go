@@ -27,6 +27,7 @@ func fuzzSeedBatches(t testing.TB) [][]byte {
 	}
 	add(testEvents(20, 1), 1<<40)
 	add(goldenLedgerEvents(), 4096)
+	add(goldenKVEvents(), 4096)
 	for _, e := range ledgerEvents() {
 		add([]Event{e}, 1)
 	}

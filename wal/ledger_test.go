@@ -54,10 +54,11 @@ func TestLedgerOps(t *testing.T) {
 	require.Equal(t, Op(0), LedgerOp(0))
 	require.Equal(t, Op(0), LedgerOp(6))
 	require.False(t, OpAdd.IsLedger())
-	require.False(t, Op(11).IsLedger())
+	require.False(t, OpKVPut.IsLedger())
+	require.False(t, Op(13).IsLedger())
 	require.Equal(t, idempotency.RecordKind(0), OpPut.RecordKind())
-	require.False(t, Op(11).Valid())
-	require.Equal(t, "op(11)", Op(11).String())
+	require.False(t, Op(13).Valid())
+	require.Equal(t, "op(13)", Op(13).String())
 }
 
 func TestLedgerEventsRoundTrip(t *testing.T) {

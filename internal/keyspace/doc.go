@@ -13,8 +13,8 @@
 //     keys have a fixed length the fixed key does not have (h/clock beside
 //     the 18-byte h/<session ID> rows).
 //  2. Outside the Applier, oncewal writes only inside Reserved; the default
-//     Applier adds State. A custom Applier may write any key outside
-//     Reserved (State included, unless it delegates to the default session
+//     Applier adds State and KV. A custom Applier may write any key outside
+//     Reserved (State and KV included, unless it delegates to the default
 //     state machine); a batch in which it writes inside Reserved is refused
 //     (replication.ErrReservedKey) rather than let it overwrite the store's
 //     metadata, HWMs, window journal or request ledger.

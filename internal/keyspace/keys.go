@@ -12,6 +12,12 @@ const (
 	// State holds the default state machine's rows (session.State, used by
 	// the default Applier): State + session ID (16) + user key.
 	State = "s/"
+	// KV holds the default state machine's principal key space (package
+	// kv, applied by the default Applier): KV + scoped key (kv.Scoped:
+	// len(principal) u8, principal, key) → kv.AppendRow's row. Like State
+	// it is the default state machine's, not Reserved: a custom Applier
+	// replaces that state machine and may use it.
+	KV = "k/"
 	// Meta holds the store's metadata: position, epoch, format, identity,
 	// epoch boundary, last batch, the epoch promised to a fencing leader
 	// (package store and follower) and the leader's replication slots
@@ -96,8 +102,8 @@ var LeaderOnly = []string{MetaSlot, MetaLeader}
 // Applier must not write a key that starts with any of them.
 var Reserved = []string{HWM, HWMLog, Meta, Window, Ledger}
 
-// Spaces lists every top-level space: Reserved and State.
-var Spaces = []string{HWM, HWMLog, State, Meta, Window, Ledger}
+// Spaces lists every top-level space: Reserved, State and KV.
+var Spaces = []string{HWM, HWMLog, State, KV, Meta, Window, Ledger}
 
 // IsReserved reports whether key lies in a space oncewal reserves
 // (Reserved).
@@ -144,6 +150,7 @@ var Layout = []Entry{
 	{Key: HWMClock, Fixed: true},
 	{Key: HWMLog},
 	{Key: State},
+	{Key: KV},
 	{Key: MetaPosition, Fixed: true},
 	{Key: MetaEpoch, Fixed: true},
 	{Key: MetaFormat, Fixed: true},

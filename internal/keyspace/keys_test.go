@@ -66,6 +66,20 @@ func TestEveryEntryInOneSpace(t *testing.T) {
 	}
 }
 
+// TestDefaultStateMachineSpaces: s/ and k/ are oncewal's (a store holding
+// them is one it wrote) but not reserved: a custom Applier replaces the
+// default state machine and may use them.
+func TestDefaultStateMachineSpaces(t *testing.T) {
+	for _, k := range []string{"s/x", "k/\x05alicekey"} {
+		if IsReserved([]byte(k)) || !IsOncewal([]byte(k)) {
+			t.Errorf("%q: reserved %v, oncewal's %v; want false, true", k, IsReserved([]byte(k)), IsOncewal([]byte(k)))
+		}
+	}
+	if !IsReserved([]byte("l/r/x")) || IsOncewal([]byte("x/")) {
+		t.Error("IsReserved or IsOncewal misjudges l/r/x or x/: this test would pass vacuously")
+	}
+}
+
 // TestMayShare checks the overlap rule itself on pairs that do and do not
 // collide, so TestNoOverlap cannot pass by a rule that never reports.
 func TestMayShare(t *testing.T) {
