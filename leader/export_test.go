@@ -30,3 +30,7 @@ var (
 	JumpHash = kvroute.JumpHash
 	RouteKey = routeKey
 )
+
+func (l *LedgerLog) CommitResolved(c *idempotency.Claim, resolve Resolver) (wal.Header, []byte, error) {
+	return l.commitResolved(c, resolve)
+}

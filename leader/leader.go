@@ -607,6 +607,18 @@ func (s *Shard) Commit(c *idempotency.Claim, outcome []byte, events ...wal.Event
 	return s.log.commit(c, outcome, events...)
 }
 
+// CommitResolved completes claim c with what resolve makes of the key
+// space as it stands after every batch logged before this one (a
+// conditional transaction, kv.Resolve), logging resolve's events with the
+// complete record, whose outcome is resolve's, in one batch, as Commit
+// does. It returns the batch and the outcome. resolve runs under the
+// shard's stamping lock (see Resolver); appends of the shard still share
+// fsyncs. If resolve fails, nothing is logged and the claim stays with
+// the caller: release it, or record the refusal (Ledger().Fail).
+func (s *Shard) CommitResolved(c *idempotency.Claim, resolve Resolver) (wal.Header, []byte, error) {
+	return s.log.commitResolved(c, resolve)
+}
+
 // Ledger is the shard's request ledger; its decisions are logged through
 // the shard's WAL.
 func (s *Shard) Ledger() *idempotency.Ledger { return s.log.Ledger() }

@@ -20,6 +20,7 @@ import (
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/internal/diskguard"
 	"github.com/oncewal/oncewal/internal/leaderhook"
+	"github.com/oncewal/oncewal/kv"
 	"github.com/oncewal/oncewal/session"
 	"github.com/oncewal/oncewal/wal"
 )
@@ -72,6 +73,11 @@ type LedgerLogOptions struct {
 	Applier store.Applier
 	// State is the session state machine of the default Applier.
 	State *session.State
+	// KV reads the committed key space of the local store
+	// (store.Store.KVReader): what CommitResolved's resolvers read, under
+	// the overlay of what is logged but not yet applied. nil: the key space
+	// is read as empty (a store without one).
+	KV kv.Reader
 	// Ledger configures the Ledger (TTL, Lease, FailureTTL, NewToken); Now
 	// and Log are set by the LedgerLog.
 	Ledger idempotency.LedgerOptions
@@ -156,6 +162,10 @@ type LedgerLog struct {
 
 	mu     sync.Mutex // serializes stamping and WAL writes: SeqNo order = LSN order
 	evs    []wal.Event
+	// pending holds the key-space rows of batches written but perhaps not
+	// yet applied locally, so a resolver judges the state after every
+	// batch logged before its own (kv.Layer over cfg.KV). Under mu.
+	pending kv.Pending
 	failed error
 	closed bool
 	// sessions is what stamping knows of every session it stamped and has
@@ -427,6 +437,63 @@ func (l *LedgerLog) commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 	return h, err
 }
 
+// A Resolver turns a request into the data events to log and the outcome
+// to record with them, judged against r: the key space as it stands after
+// every batch logged before the request's own, whose first event will be
+// at firstLSN. It runs under the shard's stamping lock, so no batch is
+// logged between its judgement and its own batch: keep it short, and read
+// nothing but r. An error logs nothing.
+type Resolver func(r kv.Reader, firstLSN uint64) (events []wal.Event, outcome []byte, err error)
+
+// commitResolved (Shard.CommitResolved) completes claim c with what
+// resolve makes of the state, in one batch with the complete record. It
+// returns the batch's header and the outcome recorded.
+func (l *LedgerLog) commitResolved(c *idempotency.Claim, resolve Resolver) (wal.Header, []byte, error) {
+	var (
+		h       wal.Header
+		outcome []byte
+	)
+	err := l.ledger.CompleteWith(c, nil, func(rec idempotency.Record) error {
+		var err error
+		h, outcome, err = l.appendResolved(resolve, rec)
+		return err
+	})
+	return h, outcome, err
+}
+
+// appendResolved runs resolve under mu, and appends its events and the
+// complete record rec, its outcome set to resolve's, as one batch (as
+// append does).
+func (l *LedgerLog) appendResolved(resolve Resolver, rec idempotency.Record) (wal.Header, []byte, error) {
+	var outcome []byte
+	resolved := func(first uint64) ([]wal.Event, error) {
+		events, out, err := resolve(kv.Layer(&l.pending, l.kvReader()), first)
+		if err != nil {
+			return nil, err
+		}
+		if len(out) > idempotency.MaxOutcomeSize {
+			return nil, fmt.Errorf("%w: %d bytes", idempotency.ErrOutcomeTooLarge, len(out))
+		}
+		rec.Outcome, outcome = out, out
+		return append(events, wal.LedgerEvent(&rec)), nil
+	}
+	h, err := l.appendWith(nil, rec.Time, 1, resolved)
+	return h, outcome, err
+}
+
+// kvReader is the committed key space (an empty one without
+// LedgerLogOptions.KV).
+func (l *LedgerLog) kvReader() kv.Reader {
+	if l.cfg.KV == nil {
+		return emptyKV{}
+	}
+	return l.cfg.KV
+}
+
+type emptyKV struct{}
+
+func (emptyKV) Get([]byte) (kv.Row, bool, error) { return kv.Row{}, false, nil }
+
 // append stamps the data events with ts (ledger events keep their decision
 // time), appends them as one batch and applies it locally. The last
 // ledgerTail events are ledger records made by the Ledger; no others may be.
@@ -438,6 +505,12 @@ func (l *LedgerLog) commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 // answered before its sync, and a batch whose sync or local apply failed
 // fails every later one.
 func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.Header, error) {
+	return l.appendWith(events, ts, ledgerTail, nil)
+}
+
+// appendWith is append, the events made under mu by resolved (given the
+// batch's first LSN) when it is not nil.
+func (l *LedgerLog) appendWith(events []wal.Event, ts int64, ledgerTail int, resolved func(first uint64) ([]wal.Event, error)) (wal.Header, error) {
 	if l.validator != nil {
 		// Validate must judge against every earlier logged batch, which
 		// the store shows only once it is applied: one append at a time
@@ -455,7 +528,7 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 			l.bufs.Put(bp)
 		}
 	}()
-	h, raw, err := l.stampAndWrite(events, ts, ledgerTail, *bp)
+	h, raw, err := l.stampAndWrite(events, ts, ledgerTail, *bp, resolved)
 	if err != nil {
 		return wal.Header{}, err
 	}
@@ -471,7 +544,7 @@ func (l *LedgerLog) append(events []wal.Event, ts int64, ledgerTail int) (wal.He
 
 // stampAndWrite stamps the events and writes them to the WAL as one batch
 // encoded into buf, under mu.
-func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, buf []byte) (wal.Header, []byte, error) {
+func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, buf []byte, resolved func(first uint64) ([]wal.Event, error)) (wal.Header, []byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -484,6 +557,13 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		return wal.Header{}, nil, err
 	}
 	l.forgetClosed()
+	l.pending.Forget(l.applied.Load())
+	if resolved != nil {
+		var err error
+		if events, err = resolved(l.w.NextLSN()); err != nil {
+			return wal.Header{}, nil, err
+		}
+	}
 	evs := append(l.evs[:0], events...)
 	l.evs = evs[:0]
 	// Writes happen only under mu, so the batch will end here.
@@ -557,6 +637,7 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
 		return wal.Header{}, nil, l.failed
 	}
+	l.noteKV(h.FirstLSN, evs)
 	if closes {
 		for _, u := range undos {
 			if l.sessions[u.id].closed {
@@ -565,6 +646,20 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		}
 	}
 	return h, raw, nil
+}
+
+// noteKV records the key-space rows of the batch written from first on in
+// the overlay resolvers read. Holds mu.
+func (l *LedgerLog) noteKV(first uint64, evs []wal.Event) {
+	for i := range evs {
+		if evs[i].Op.IsKV() {
+			for j := range evs {
+				evs[j].LSN = first + uint64(j)
+			}
+			l.pending.Note(evs)
+			return
+		}
+	}
 }
 
 // admitSession checks that the session may take its next SeqNo at WAL time

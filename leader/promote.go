@@ -107,6 +107,7 @@ func Promote(st *store.Store, opts PromoteOptions) (*LedgerLog, error) {
 		Shard:       fo.Shard,
 		Epoch:       epoch,
 		DB:          rawdb.Of(st),
+		KV:          st.KVReader(),
 		Tracker:     st.Tracker(),
 		Window:      st.Window(),
 		Table:       st.LedgerTable(),

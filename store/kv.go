@@ -162,6 +162,17 @@ func (r storeKVReader) Get(scoped []byte) (row kv.Row, found bool, err error) {
 	return row, found, err
 }
 
+// KVReaderOf returns a kv.Reader of the key space in r, a Pebble store or
+// snapshot the caller keeps open (a LedgerLog's own DB, wired without a
+// Store: LedgerLogOptions.KV); a Store's is KVReader.
+func KVReaderOf(r pebble.Reader) kv.Reader { return pebbleKVReader{r} }
+
+type pebbleKVReader struct{ r pebble.Reader }
+
+func (p pebbleKVReader) Get(scoped []byte) (kv.Row, bool, error) {
+	return getRow(p.r, append([]byte(keyspace.KV), scoped...))
+}
+
 // getRow reads and decodes the row at key (keyspace.KV + scoped key),
 // copying its value out of Pebble's buffer.
 func getRow(r pebble.Reader, key []byte) (kv.Row, bool, error) {
