@@ -160,14 +160,14 @@ type LedgerLog struct {
 	clockMu sync.Mutex
 	last    int64
 
-	mu     sync.Mutex // serializes stamping and WAL writes: SeqNo order = LSN order
-	evs    []wal.Event
+	mu  sync.Mutex // serializes stamping and WAL writes: SeqNo order = LSN order
+	evs []wal.Event
 	// pending holds the key-space rows of batches written but perhaps not
 	// yet applied locally, so a resolver judges the state after every
 	// batch logged before its own (kv.Layer over cfg.KV). Under mu.
 	pending kv.Pending
-	failed error
-	closed bool
+	failed  error
+	closed  bool
 	// sessions is what stamping knows of every session it stamped and has
 	// not forgotten (closed, expired): it replaces the store's view for a
 	// session whose last batch is not applied yet (see admitSession).
