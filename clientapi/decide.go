@@ -32,6 +32,8 @@ func Decide(err error) clientv1.Code {
 	switch {
 	case errors.Is(err, idempotency.ErrConflict):
 		return clientv1.Code_CONFLICT
+	case errors.Is(err, errWrongShard):
+		return clientv1.Code_WRONG_SHARD
 	case errors.Is(err, leader.ErrSessionExpired), errors.Is(err, session.ErrSessionClosed):
 		return clientv1.Code_SESSION_EXPIRED
 	case errors.Is(err, errRefused), errors.Is(err, idempotency.ErrInvalidKey), errors.Is(err, idempotency.ErrOutcomeTooLarge),
@@ -52,6 +54,8 @@ func remedy(c clientv1.Code) string {
 		return "OpenSession with Near set to this session opens one in its shard, where the retry meets its ledger entry"
 	case clientv1.Code_REFUSED:
 		return "the same request will be refused again; fix it"
+	case clientv1.Code_WRONG_SHARD:
+		return "open a session in the keys' shard (OpenSession with shard) and retry with the same request ID"
 	}
 	return "retry with the same request ID (its outcome is unknown until a retry answers), here or at the current leader"
 }

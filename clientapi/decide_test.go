@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/oncewal/oncewal/idempotency"
+	"github.com/oncewal/oncewal/kv"
 	"github.com/oncewal/oncewal/leader"
 	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
@@ -45,5 +47,26 @@ func TestDecide(t *testing.T) {
 		if got := Decide(tc.err); got != tc.want {
 			t.Errorf("Decide(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestWireEnumsAreKV: txnOf converts the wire's enums to package kv's by
+// number; each number names the same thing on both sides.
+func TestWireEnumsAreKV(t *testing.T) {
+	for _, tc := range []struct{ wire, kv string }{
+		{clientv1.TxnOp_PUT.String(), kv.Put.String()}, {clientv1.TxnOp_DELETE.String(), kv.Delete.String()},
+		{clientv1.TxnOp_ADD.String(), kv.Add.String()}, {clientv1.TxnOp_GET.String(), kv.Get.String()},
+		{clientv1.TxnOp_Kind(kv.Put).String(), "PUT"}, {clientv1.TxnOp_Kind(kv.Get).String(), "GET"},
+		{clientv1.Compare_Target(kv.TargetValue).String(), "VALUE"}, {clientv1.Compare_Target(kv.TargetVersion).String(), "VERSION"},
+		{clientv1.Compare_Target(kv.TargetModLSN).String(), "MOD_LSN"}, {clientv1.Compare_Target(kv.TargetExists).String(), "EXISTS"},
+		{clientv1.Compare_Result(kv.Equal).String(), "EQUAL"}, {clientv1.Compare_Result(kv.NotEqual).String(), "NOT_EQUAL"},
+		{clientv1.Compare_Result(kv.Less).String(), "LESS"}, {clientv1.Compare_Result(kv.Greater).String(), "GREATER"},
+	} {
+		if !strings.EqualFold(tc.wire, tc.kv) {
+			t.Errorf("wire %s is kv %s", tc.wire, tc.kv)
+		}
+	}
+	if enum(clientv1.TxnOp_Kind(257)) != 0 || enum(clientv1.TxnOp_Kind(-1)) != 0 {
+		t.Error("an enum number out of kv's range must not wrap onto a valid kind")
 	}
 }

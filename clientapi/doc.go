@@ -50,6 +50,48 @@
 // A request the node cannot decode, or whose session ID is not 16 bytes,
 // is the gRPC status InvalidArgument.
 //
+// # Txn: the principal's key space
+//
+// Txn runs a conditional transaction (package kv: If compares, Then ops,
+// Else ops — the wire's success and failure) on the caller's keys, which
+// belong to the principal, not to a session: every client of the
+// principal, in any process, after any restart or failover, reads and
+// writes the same keys. Its keys must share one shard (kv.Txn.Shard:
+// kvroute, with hash tags), and its session must be of that shard, else
+// WRONG_SHARD with the keys' shard, before anything is claimed (a client
+// keeps one session per shard it uses: OpenSession with shard). It is
+// claimed and answered as Submit; the commit resolves the transaction
+// (kv.Resolve, under leader.Shard.CommitResolved) against the state after
+// every batch logged before it, and logs the resolved puts and deletes
+// with the complete record, whose outcome is the clientv1.TxnResult (which
+// branch ran, what each op read or wrote) a retry replays.
+//
+// # Rejections
+//
+// A business rule's refusal is a result, recorded: a Handler's
+// *RejectedError (or a Validator's, under store.ErrRejected), and the key
+// space's own (an add to a key that is no counter, an overflow) are logged
+// as the request's ledger failure (idempotency.Ledger.Fail, for the
+// ledger's replay window), answered REJECTED with the code and detail,
+// answered the same to every retry of the ID without running anything,
+// and reported by Status. A RejectedError with Transient, or any other
+// handler error, is refused as before: nothing recorded, a retry runs
+// again.
+//
+// # Reads
+//
+// Get and Range read the caller's keys on the leader. Each shard's read
+// is one Pebble snapshot of the leader's store at its applied LSN, taken
+// once the shard has applied the request's MinLSN (else BEHIND after
+// Options.ReadWait, saying how far behind); the answer waits until that
+// LSN is acknowledged under Options.MinAck and is given only while
+// Options.Leading says this node leads. A write is acknowledged only after
+// the leader applied it, so a read sees every write acknowledged before
+// it began and nothing a failover could undo: a read of one shard is
+// linearizable. A Range whose prefix holds a complete hash tag reads its
+// one shard; any other reads every shard, each at its own LSN (reported
+// per shard), and is linearizable shard by shard, not as a whole.
+//
 // # Leadership: MinAck and Leading
 //
 // A node that is elected (package node) runs a Service while it leads and
@@ -106,8 +148,10 @@
 //     the same request ID.
 //  4. A claim on a session that can no longer log is refused before
 //     anything is claimed (SessionExpired); a handler's or a commit's
-//     failure releases the claim, so a retry runs again.
-//  5. A session opened with Near routes to Near's shard.
+//     failure releases the claim, so a retry runs again — but for a
+//     rejection, which is recorded instead (invariant 9).
+//  5. A session opened with Near routes to Near's shard; without, to the
+//     shard asked for.
 //  6. A node that does not lead (NotLeader) answers every call NotLeader,
 //     with the leader's address and epoch when it knows them, and runs
 //     nothing.
@@ -115,4 +159,10 @@
 //     that does not lead: NotLeader (leader unknown) where nothing ran,
 //     Unavailable with the outcome unknown where the request ran; it claims
 //     nothing new meanwhile.
+//  8. A read answers only what its shard applied at or past the read's
+//     MinLSN and is acknowledged under Options.MinAck, while
+//     Options.Leading says this node leads.
+//  9. A rejection is recorded before it is answered, and a recorded
+//     rejection is answered to every retry of its request ID; a request
+//     rejected logged no effect of its own.
 package clientapi

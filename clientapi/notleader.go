@@ -54,3 +54,21 @@ func (n notLeader) OpenSession(_ context.Context, r *clientv1.OpenSessionRequest
 	addr, epoch := n.where()
 	return &clientv1.OpenSessionReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
 }
+
+func (n notLeader) Txn(_ context.Context, r *clientv1.TxnRequest) (*clientv1.TxnReply, error) {
+	if err := checkSession("session", r.GetSession(), false); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "clientapi: "+err.Error())
+	}
+	addr, epoch := n.where()
+	return &clientv1.TxnReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
+}
+
+func (n notLeader) Get(context.Context, *clientv1.GetRequest) (*clientv1.GetReply, error) {
+	addr, epoch := n.where()
+	return &clientv1.GetReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
+}
+
+func (n notLeader) Range(context.Context, *clientv1.RangeRequest) (*clientv1.RangeReply, error) {
+	addr, epoch := n.where()
+	return &clientv1.RangeReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: notLeaderMessage}, nil
+}

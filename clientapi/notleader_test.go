@@ -46,6 +46,16 @@ func TestNotLeader(t *testing.T) {
 	require.NoError(t, call(cc, clientv1.Client_OpenSession_FullMethodName, &clientv1.OpenSessionRequest{}, &op))
 	require.Equal(t, clientv1.Code_NOT_LEADER, op.Code)
 	require.Equal(t, uint64(3), op.Epoch)
+	var tx clientv1.TxnReply
+	require.NoError(t, call(cc, clientv1.Client_Txn_FullMethodName, &clientv1.TxnRequest{Session: sid[:], RequestId: "r"}, &tx))
+	require.Equal(t, clientv1.Code_NOT_LEADER, tx.Code)
+	require.Equal(t, "10.0.0.1:7070", tx.Leader)
+	var g clientv1.GetReply
+	require.NoError(t, call(cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k")}, &g))
+	require.Equal(t, clientv1.Code_NOT_LEADER, g.Code)
+	var rg clientv1.RangeReply
+	require.NoError(t, call(cc, clientv1.Client_Range_FullMethodName, &clientv1.RangeRequest{}, &rg))
+	require.Equal(t, uint64(3), rg.Epoch)
 	err = call(cc, clientv1.Client_Submit_FullMethodName, &clientv1.SubmitRequest{Session: sid[:3], RequestId: "r"}, &sub)
 	require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "a session of 3 bytes: %v", err)
 }

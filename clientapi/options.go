@@ -100,6 +100,11 @@ func DecodeOps(payload []byte) (*clientv1.Ops, error) {
 	return &ops, nil
 }
 
+// DefaultReadWait is Options.ReadWait's default: long enough for a
+// follower a few batches behind, short enough that a client tries another
+// replica well within its budget.
+const DefaultReadWait = time.Second
+
 // Options configures a Service.
 type Options struct {
 	// Handler maps a request to its events and outcome. Default
@@ -133,6 +138,10 @@ type Options struct {
 	// concurrent use, cheap, and must not block. Default nil: the node always
 	// leads (a leader of fixed role).
 	Leading func() error
+	// ReadWait bounds how long a Get or Range whose MinLSN this node has
+	// not applied yet waits for it before answering BEHIND. Default
+	// DefaultReadWait.
+	ReadWait time.Duration
 	// Logger receives a line per request that could not be served
 	// (Unavailable, its answer withheld by Leading included) and per
 	// handler panic. Default slog.Default().
@@ -148,12 +157,15 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.ReadWait == 0 {
+		o.ReadWait = DefaultReadWait
+	}
 	return o
 }
 
 // Validate reports every invalid field wrapping ErrBadOptions: a nil
-// Options, or a MinAck that is no ack policy (every other field has a
-// usable zero value).
+// Options, a MinAck that is no ack policy, a negative ReadWait (every
+// other field has a usable zero value).
 func (o *Options) Validate() error {
 	if o == nil {
 		return fmt.Errorf("%w: nil Options", ErrBadOptions)
@@ -161,6 +173,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.MinAck < clientv1.Ack_ACK_LEADER || o.MinAck > clientv1.Ack_ACK_ALL {
 		errs = append(errs, fmt.Errorf("MinAck %d is not an ack policy: use 0 (leader), 1 (one), 2 (majority) or 3 (all)", o.MinAck))
+	}
+	if o.ReadWait < 0 {
+		errs = append(errs, fmt.Errorf("ReadWait %v is negative", o.ReadWait))
 	}
 	return badopts.Wrap(ErrBadOptions, "Options", errs)
 }

@@ -122,6 +122,36 @@ func (g grpcService) Status(ctx context.Context, r *clientv1.StatusRequest) (*cl
 	return rep, nil
 }
 
+func (g grpcService) Txn(ctx context.Context, r *clientv1.TxnRequest) (*clientv1.TxnReply, error) {
+	who, err := g.s.admit(ctx, checkSession("session", r.GetSession(), false))
+	if err != nil {
+		return nil, err
+	}
+	rep := g.s.Txn(ctx, who, r)
+	g.s.stats.txn.add(rep.Code)
+	return rep, nil
+}
+
+func (g grpcService) Get(ctx context.Context, r *clientv1.GetRequest) (*clientv1.GetReply, error) {
+	who, err := g.s.admit(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	rep := g.s.Get(ctx, who, r)
+	g.s.stats.get.add(rep.Code)
+	return rep, nil
+}
+
+func (g grpcService) Range(ctx context.Context, r *clientv1.RangeRequest) (*clientv1.RangeReply, error) {
+	who, err := g.s.admit(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	rep := g.s.Range(ctx, who, r)
+	g.s.stats.rng.add(rep.Code)
+	return rep, nil
+}
+
 func (g grpcService) OpenSession(ctx context.Context, r *clientv1.OpenSessionRequest) (*clientv1.OpenSessionReply, error) {
 	if _, err := g.s.admit(ctx, checkSession("near", r.GetNear(), true)); err != nil {
 		return nil, err
@@ -152,64 +182,143 @@ func sessionID(b []byte) (id session.ID) {
 func (s *Service) Submit(ctx context.Context, who string, r *clientv1.SubmitRequest) *clientv1.SubmitReply {
 	sid := sessionID(r.GetSession())
 	sh := s.l.For(sid)
-	rep := &clientv1.SubmitReply{Epoch: sh.Epoch()}
-	if err := checkSubmit(r); err != nil {
-		return s.refuse(rep, err)
+	a := s.once(ctx, sh, request{who: who, sid: sid, id: r.GetRequestId(), action: r.GetAction(), ack: r.GetAck(), fingerprint: r.GetPayload()},
+		func() error { return checkSubmit(r) },
+		func(c *idempotency.Claim) (wal.Header, []byte, error) {
+			stopBeat := s.keepClaim(sh, c)
+			events, outcome, err := s.run(ctx, Request{Principal: who, Session: sid, RequestID: r.GetRequestId(), Action: r.GetAction(), Payload: r.GetPayload()})
+			stopBeat()
+			if err == nil {
+				err = s.sameShard(sh, events)
+			}
+			if err != nil {
+				return wal.Header{}, nil, err
+			}
+			h, err := sh.Commit(c, outcome, events...)
+			return h, outcome, err
+		})
+	return &clientv1.SubmitReply{Code: a.code, Lsn: a.lsn, Epoch: a.epoch, Outcome: a.outcome, Message: a.message, Ack: a.ack, Rejection: a.rejection}
+}
+
+// request is what the service runs once: its caller, session, ID, action,
+// ack policy and the bytes a retry must repeat (the ledger's fingerprint).
+type request struct {
+	who, id, action string
+	sid             session.ID
+	ack             clientv1.Ack
+	fingerprint     []byte
+}
+
+// answer is the service's answer to a request, whatever its method.
+type answer struct {
+	code      clientv1.Code
+	lsn       uint64
+	epoch     uint64
+	outcome   []byte
+	rejection *clientv1.Rejection
+	message   string
+	ack       clientv1.Ack
+}
+
+// once runs request q on shard sh (the package doc, "Submit"): check
+// refuses it before anything is claimed; the claim replays a completed
+// request or its recorded rejection, or lets commit run it and log its
+// events and outcome in one batch; a rejection commit returns is recorded
+// (Fail), any other error releases the claim; the answer waits for the
+// ack policy and for Options.Leading.
+func (s *Service) once(ctx context.Context, sh *leader.Shard, q request, check func() error,
+	commit func(*idempotency.Claim) (wal.Header, []byte, error)) answer {
+	a := answer{epoch: sh.Epoch()}
+	if err := check(); err != nil {
+		return s.refused(a, err)
 	}
 	// A node that may have lost its leadership runs nothing (invariant 7).
 	if err := s.leading(); err != nil {
-		return s.notLeading(rep, err)
+		a.code, a.message = clientv1.Code_NOT_LEADER, notLeadingMessage(err)
+		return a
 	}
-	ack := max(r.Ack, s.opts.MinAck) // invariant 2: never weaker than MinAck
-	c, err := sh.Claim(ctx, sid, who, r.GetRequestId(), r.Payload, idempotency.ClaimOptions{Wait: true, Action: r.Action})
+	ack := max(q.ack, s.opts.MinAck) // invariant 2: never weaker than MinAck
+	c, err := sh.Claim(ctx, q.sid, q.who, q.id, q.fingerprint, idempotency.ClaimOptions{Wait: true, Action: q.action})
 	if err != nil {
-		return s.refuse(rep, err)
+		return s.refused(a, err)
 	}
 	switch c.Status {
 	case idempotency.Replay:
 		if c.CachedFailure {
-			// Not this service's (it never records failures): an embedder's
-			// Fail on the same ledger, replayed as the refusal it was.
-			rep.Code, rep.Outcome = clientv1.Code_REFUSED, c.Outcome
-			rep.Message = fmt.Sprintf("request %q failed earlier and its failure is recorded until WAL time %d", r.GetRequestId(), c.Expires)
-			return rep
+			if rej, ok := decodeRejection(c.Outcome); ok {
+				return s.rejected(ctx, sh, q, ack, a, rej)
+			}
+			// An embedder's Fail on the same ledger, replayed as the
+			// refusal it was.
+			a.code, a.outcome = clientv1.Code_REFUSED, c.Outcome
+			a.message = fmt.Sprintf("request %q failed earlier and its failure is recorded until WAL time %d", q.id, c.Expires)
+			return a
 		}
 		// The ledger shows an outcome only once its batch is applied, so
 		// the applied LSN now covers it (invariant 2).
 		lsn, _ := sh.Position()
 		if err := s.waitAck(ctx, sh, lsn, ack); err != nil {
-			return s.unknown(rep, r, ack, lsn, err)
+			return s.unknown(a, q, ack, lsn, err)
 		}
-		rep.Code, rep.Lsn, rep.Outcome = clientv1.Code_REPLAY, lsn, c.Outcome
-		return s.answer(rep, r, ack)
+		a.code, a.lsn, a.outcome = clientv1.Code_REPLAY, lsn, c.Outcome
+		return s.answered(a, q, ack)
 	case idempotency.InFlight: // a waiting claim never answers it
-		rep.Code, rep.Message = clientv1.Code_IN_FLIGHT, fmt.Sprintf("request %q is running; retry with the same request ID", r.GetRequestId())
-		return rep
+		a.code, a.message = clientv1.Code_IN_FLIGHT, fmt.Sprintf("request %q is running; retry with the same request ID", q.id)
+		return a
 	}
-	stopBeat := s.keepClaim(sh, c)
-	events, outcome, err := s.run(ctx, Request{Principal: who, Session: sid, RequestID: r.GetRequestId(), Action: r.GetAction(), Payload: r.GetPayload()})
-	stopBeat()
-	if err == nil {
-		err = s.sameShard(sh, events)
-	}
-	var h wal.Header
-	if err == nil {
-		h, err = sh.Commit(c, outcome, events...)
-	}
+	h, outcome, err := commit(c)
 	if err != nil {
-		// Nothing was logged (Commit is atomic): free the ID so a retry
+		if rej, ok := rejectionOf(err); ok {
+			// Recorded under the request ID for as long as a completed
+			// request would be: a retry answers the same rejection.
+			ferr := sh.Ledger().Fail(c, encodeRejection(rej), sh.Ledger().ReplayWindow())
+			if ferr == nil {
+				return s.rejected(ctx, sh, q, ack, a, rej)
+			}
+			err = fmt.Errorf("%w (recording the rejection failed: %w)", err, ferr)
+		}
+		// Nothing was logged (a commit is atomic): free the ID so a retry
 		// runs again (invariant 4). A failed log cannot release; the
 		// claim then ends with its lease.
 		if rerr := sh.Ledger().Release(c); rerr != nil {
-			s.log.Warn("clientapi: releasing a claim after a failed request", "request_id", r.GetRequestId(), "principal", who, "err", rerr)
+			s.log.Warn("clientapi: releasing a claim after a failed request", "request_id", q.id, "principal", q.who, "err", rerr)
 		}
-		return s.refuse(rep, err)
+		return s.refused(a, err)
 	}
 	if err := s.waitAck(ctx, sh, h.LastLSN(), ack); err != nil {
-		return s.unknown(rep, r, ack, h.LastLSN(), err)
+		return s.unknown(a, q, ack, h.LastLSN(), err)
 	}
-	rep.Code, rep.Lsn, rep.Outcome = clientv1.Code_OK, h.LastLSN(), outcome
-	return s.answer(rep, r, ack)
+	a.code, a.lsn, a.outcome = clientv1.Code_OK, h.LastLSN(), outcome
+	return s.answered(a, q, ack)
+}
+
+// rejected answers a request whose rejection is recorded, once the record
+// is durable under ack: it is an answer as final as an outcome.
+func (s *Service) rejected(ctx context.Context, sh *leader.Shard, q request, ack clientv1.Ack, a answer, rej *clientv1.Rejection) answer {
+	lsn, _ := sh.Position()
+	if err := s.waitAck(ctx, sh, lsn, ack); err != nil {
+		return s.unknown(a, q, ack, lsn, err)
+	}
+	a.code, a.lsn, a.rejection = clientv1.Code_REJECTED, lsn, rej
+	a.message = message(fmt.Sprintf("request %q was rejected (%s: %s); the rejection is recorded: a retry with the same request ID answers it again", q.id, rej.GetCode(), rej.GetDetail()))
+	return s.answered(a, q, ack)
+}
+
+// answered gives a, an answer durable under ack, if this node still leads
+// (invariants 2 and 7), saying so when ack is stronger than the request
+// asked for; else the outcome is unknown to the caller.
+func (s *Service) answered(a answer, q request, ack clientv1.Ack) answer {
+	if err := s.leading(); err != nil {
+		s.log.Warn("clientapi: a request's answer withheld: this node's leadership may have ended", "request_id", q.id, "lsn", a.lsn, "err", err)
+		return answer{code: clientv1.Code_UNAVAILABLE, epoch: a.epoch, message: message(fmt.Sprintf(
+			"request %q is logged at LSN %d and acknowledged under ack policy %v, but this node's leadership may have ended (%v): "+
+				"its outcome is unknown: retry with the same request ID at the current leader", q.id, a.lsn, AckName(ack), err))}
+	}
+	a.ack = ack
+	if ack != q.ack && a.message == "" {
+		a.message = fmt.Sprintf("answered under ack policy %v, this node's minimum (the request asked for %v)", AckName(ack), AckName(q.ack))
+	}
+	return a
 }
 
 // checkSubmit refuses a request whose fields are out of the service's
@@ -234,37 +343,12 @@ func checkSubmit(r *clientv1.SubmitRequest) error {
 	return nil
 }
 
-// answer gives rep, an OK or a Replay durable under ack, if this node
-// still leads (invariants 2 and 7), saying so when ack is stronger than
-// the request asked for; else the outcome is unknown to the caller.
-func (s *Service) answer(rep *clientv1.SubmitReply, r *clientv1.SubmitRequest, ack clientv1.Ack) *clientv1.SubmitReply {
-	if err := s.leading(); err != nil {
-		s.log.Warn("clientapi: a request's answer withheld: this node's leadership may have ended", "request_id", r.GetRequestId(), "lsn", rep.Lsn, "err", err)
-		return &clientv1.SubmitReply{Code: clientv1.Code_UNAVAILABLE, Epoch: rep.Epoch, Message: message(fmt.Sprintf(
-			"request %q is logged at LSN %d and acknowledged under ack policy %v, but this node's leadership may have ended (%v): "+
-				"its outcome is unknown: retry with the same request ID at the current leader", r.GetRequestId(), rep.Lsn, AckName(ack), err))}
-	}
-	rep.Ack = ack
-	if ack != r.Ack {
-		rep.Message = fmt.Sprintf("answered under ack policy %v, this node's minimum (the request asked for %v)", AckName(ack), AckName(r.Ack))
-	}
-	return rep
-}
-
 // leading is Options.Leading's verdict: nil while this node leads.
 func (s *Service) leading() error {
 	if s.opts.Leading == nil {
 		return nil
 	}
 	return s.opts.Leading()
-}
-
-// notLeading answers a Submit that ran nothing on a node that may no
-// longer lead (invariant 7): NotLeader, the leader unknown, so that the
-// caller looks for it with the same request ID.
-func (s *Service) notLeading(rep *clientv1.SubmitReply, err error) *clientv1.SubmitReply {
-	rep.Code, rep.Message = clientv1.Code_NOT_LEADER, notLeadingMessage(err)
-	return rep
 }
 
 // notLeadingMessage is the text of every NotLeader a node answers when
@@ -360,35 +444,31 @@ func (s *Service) waitAck(ctx context.Context, sh *leader.Shard, lsn uint64, ack
 	return sh.WaitAcked(ctx, lsn, leader.AckPolicy(ack))
 }
 
-// refuse answers a request that logged nothing of its own.
-func (s *Service) refuse(rep *clientv1.SubmitReply, err error) *clientv1.SubmitReply {
-	rep.Code = Decide(err)
-	rep.Message = message(err.Error() + ": " + remedy(rep.Code))
-	if rep.Code == clientv1.Code_UNAVAILABLE {
+// refused answers a request that logged nothing of its own.
+func (s *Service) refused(a answer, err error) answer {
+	a.code = Decide(err)
+	a.message = message(err.Error() + ": " + remedy(a.code))
+	if a.code == clientv1.Code_UNAVAILABLE {
 		s.log.Warn("clientapi: request not served", "err", err)
 	}
-	return rep
+	return a
 }
 
 // unknown answers a request whose batch is logged but not acknowledged
 // under its policy: the caller cannot know whether it will survive a
 // failover (invariant 3).
-func (s *Service) unknown(rep *clientv1.SubmitReply, r *clientv1.SubmitRequest, ack clientv1.Ack, lsn uint64, err error) *clientv1.SubmitReply {
+func (s *Service) unknown(a answer, q request, ack clientv1.Ack, lsn uint64, err error) answer {
 	why := err.Error()
 	if errors.Is(err, leader.ErrNoFollowers) || errors.Is(err, leader.ErrNotShipping) {
 		why += " (this ack policy cannot be met until followers are registered; ack leader can)"
 	}
-	rep.Code = clientv1.Code_UNAVAILABLE
-	rep.Message = message(fmt.Sprintf("request %q is logged at LSN %d but not acknowledged under ack policy %v: %s; its outcome is unknown: %s",
-		r.GetRequestId(), lsn, AckName(ack), why, remedy(clientv1.Code_UNAVAILABLE)))
-	s.log.Warn("clientapi: ack wait ended", "request_id", r.GetRequestId(), "lsn", lsn, "ack", AckName(ack), "err", err)
-	return rep
+	a.code = clientv1.Code_UNAVAILABLE
+	a.message = message(fmt.Sprintf("request %q is logged at LSN %d but not acknowledged under ack policy %v: %s; its outcome is unknown: %s",
+		q.id, lsn, AckName(ack), why, remedy(clientv1.Code_UNAVAILABLE)))
+	s.log.Warn("clientapi: ack wait ended", "request_id", q.id, "lsn", lsn, "ack", AckName(ack), "err", err)
+	return a
 }
 
-// message cuts a reply's text to the wire's limit.
-func message(m string) string {
-	if len(m) > clientv1.MaxMessage {
-		m = m[:clientv1.MaxMessage]
-	}
-	return m
-}
+// message makes a reply's text fit the wire: valid UTF-8 (a handler's
+// error may hold any bytes), at most clientv1.MaxMessage bytes.
+func message(m string) string { return cut(m, clientv1.MaxMessage) }

@@ -65,6 +65,7 @@ func TestSubmitOnce(t *testing.T) {
 		Submit:      map[clientv1.Code]uint64{clientv1.Code_OK: 1, clientv1.Code_REPLAY: 1, clientv1.Code_CONFLICT: 1},
 		Status:      map[clientv1.Code]uint64{clientv1.Code_UNKNOWN: 1, clientv1.Code_REPLAY: 1},
 		OpenSession: map[clientv1.Code]uint64{clientv1.Code_OK: 1},
+		Txn:         map[clientv1.Code]uint64{}, Get: map[clientv1.Code]uint64{}, Range: map[clientv1.Code]uint64{},
 	}, r.svc.Stats())
 }
 

@@ -11,8 +11,8 @@ import (
 // reply — for their caller's identity (Unauthenticated, PermissionDenied)
 // or an undecodable request (InvalidArgument).
 type Stats struct {
-	Submit, Status, OpenSession map[clientv1.Code]uint64
-	Denied, Malformed           uint64
+	Submit, Status, OpenSession, Txn, Get, Range map[clientv1.Code]uint64
+	Denied, Malformed                            uint64
 }
 
 // numCodes bounds the codes counted; a code beyond it (none today) is
@@ -34,13 +34,14 @@ func (c *codeCounts) snapshot() map[clientv1.Code]uint64 {
 }
 
 type counters struct {
-	submit, status, open codeCounts
-	denied, malformed    atomic.Uint64
+	submit, status, open, txn, get, rng codeCounts
+	denied, malformed                   atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Service) Stats() Stats {
 	c := &s.stats
 	return Stats{Submit: c.submit.snapshot(), Status: c.status.snapshot(), OpenSession: c.open.snapshot(),
+		Txn: c.txn.snapshot(), Get: c.get.snapshot(), Range: c.rng.snapshot(),
 		Denied: c.denied.Load(), Malformed: c.malformed.Load()}
 }

@@ -41,7 +41,11 @@ func (s *Service) status(who string, sh *leader.Shard, r *clientv1.StatusRequest
 	case idempotency.StateCompleted:
 		rep.Code, rep.Outcome = clientv1.Code_REPLAY, e.Outcome
 	case idempotency.StateFailed:
-		rep.Code, rep.Outcome = clientv1.Code_FAILED, e.Outcome
+		if rej, ok := decodeRejection(e.Outcome); ok {
+			rep.Code, rep.Rejection = clientv1.Code_REJECTED, rej
+		} else {
+			rep.Code, rep.Outcome = clientv1.Code_FAILED, e.Outcome
+		}
 	case idempotency.StateInFlight:
 		rep.Code = clientv1.Code_IN_FLIGHT
 	default: // a live entry is never a release tombstone
@@ -51,13 +55,14 @@ func (s *Service) status(who string, sh *leader.Shard, r *clientv1.StatusRequest
 }
 
 // maxDraws bounds the session IDs OpenSession draws per shard for one in
-// Near's shard: each draw lands there with probability 1/shards, so 64
+// the shard asked for: each draw lands there with probability 1/shards, so 64
 // draws per shard all miss with probability below e^-64.
 const maxDraws = 64
 
-// OpenSession logs the opening of a new random session — with r.Near set,
-// one in the shard of r.Near (invariant 5) — and answers it with the
-// retention horizon, after which an idle session expires, and the epoch;
+// OpenSession logs the opening of a new random session in shard r.Shard —
+// or with r.Near set, in the shard of r.Near (invariant 5) — and answers
+// it with its shard, the cluster's shard count, the retention horizon,
+// after which an idle session expires, and the epoch;
 // or NotLeader if Options.Leading says this node may no longer lead, asked
 // before the session is logged and again before it is answered (invariant
 // 7: a session logged in between is never used, and expires idle).
@@ -74,15 +79,20 @@ func (s *Service) OpenSession(r *clientv1.OpenSessionRequest) *clientv1.OpenSess
 
 func (s *Service) openSession(r *clientv1.OpenSessionRequest) *clientv1.OpenSessionReply {
 	id := session.NewID()
+	want, err := s.l.Shard(r.GetShard())
+	if err != nil {
+		return &clientv1.OpenSessionReply{Code: clientv1.Code_REFUSED, Epoch: s.l.For(id).Epoch(), Shards: uint32(s.l.Shards()),
+			Message: message(fmt.Sprintf("%v: this cluster has shards 0 to %d", err, s.l.Shards()-1))}
+	}
 	if len(r.GetNear()) > 0 {
-		want := s.l.For(sessionID(r.GetNear()))
-		for i := 0; s.l.For(id) != want; i++ {
-			if i == maxDraws*s.l.Shards() {
-				return &clientv1.OpenSessionReply{Code: clientv1.Code_UNAVAILABLE, Epoch: want.Epoch(),
-					Message: fmt.Sprintf("no session ID of shard %d in %d draws; retry", want.ID(), i)}
-			}
-			id = session.NewID()
+		want = s.l.For(sessionID(r.GetNear()))
+	}
+	for i := 0; s.l.For(id) != want; i++ {
+		if i == maxDraws*s.l.Shards() {
+			return &clientv1.OpenSessionReply{Code: clientv1.Code_UNAVAILABLE, Epoch: want.Epoch(),
+				Message: fmt.Sprintf("no session ID of shard %d in %d draws; retry", want.ID(), i)}
 		}
+		id = session.NewID()
 	}
 	sh := s.l.For(id)
 	rep := &clientv1.OpenSessionReply{Epoch: sh.Epoch()}
@@ -95,5 +105,6 @@ func (s *Service) openSession(r *clientv1.OpenSessionRequest) *clientv1.OpenSess
 		return rep
 	}
 	rep.Code, rep.Session, rep.Horizon = clientv1.Code_OK, id[:], int64(sh.Store().Options().RetentionHorizon)
+	rep.Shard, rep.Shards = sh.ID(), uint32(s.l.Shards())
 	return rep
 }

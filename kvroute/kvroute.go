@@ -32,6 +32,21 @@ func Shard(key []byte, shards int) uint32 {
 	return uint32(JumpHash(binary.LittleEndian.Uint64(sum[:8]), shards))
 }
 
+// PrefixShard returns the shard of every key that starts with prefix, and
+// true, when prefix holds a complete hash tag (a '{', then a '}' with
+// bytes between): every such key has that tag. Otherwise keys with the
+// prefix may lie in any shard, and it returns false.
+func PrefixShard(prefix []byte, shards int) (uint32, bool) {
+	open := bytes.IndexByte(prefix, '{')
+	if open < 0 {
+		return 0, false
+	}
+	if n := bytes.IndexByte(prefix[open+1:], '}'); n <= 0 {
+		return 0, false
+	}
+	return Shard(prefix, shards), true
+}
+
 // JumpHash is Lamping and Veach's jump consistent hash: it maps key to a
 // bucket in [0, buckets) so that growing buckets by one moves only
 // 1/buckets of the keys. buckets < 1 is treated as 1. The package doc

@@ -157,3 +157,24 @@ func TestJumpHashReference(t *testing.T) {
 		t.Error("JumpHash with no buckets must be 0")
 	}
 }
+
+// TestPrefixShard: a prefix with a complete tag names the shard of every
+// key under it; one without says it cannot.
+func TestPrefixShard(t *testing.T) {
+	for _, p := range []string{"{acct:alice}", "{acct:alice}/", "x/{acct:alice}/tx/", "{a}{b"} {
+		s, ok := kvroute.PrefixShard([]byte(p), 8)
+		if !ok {
+			t.Fatalf("%q: no shard", p)
+		}
+		for _, suffix := range []string{"", "1", "}", "{zz}", "/n"} {
+			if got := kvroute.Shard([]byte(p+suffix), 8); got != s {
+				t.Errorf("%q under %q is in shard %d, PrefixShard says %d", p+suffix, p, got, s)
+			}
+		}
+	}
+	for _, p := range []string{"", "acct/", "{acct", "{}", "{}x}", "a{"} {
+		if _, ok := kvroute.PrefixShard([]byte(p), 8); ok {
+			t.Errorf("%q: a shard, though keys under it may lie anywhere", p)
+		}
+	}
+}

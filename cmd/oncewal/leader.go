@@ -451,7 +451,7 @@ func logClientStats(log *slog.Logger, st clientapi.Stats) {
 	for _, m := range []struct {
 		name  string
 		codes map[clientv1.Code]uint64
-	}{{"submit", st.Submit}, {"status", st.Status}, {"open_session", st.OpenSession}} {
+	}{{"submit", st.Submit}, {"status", st.Status}, {"open_session", st.OpenSession}, {"txn", st.Txn}, {"get", st.Get}, {"range", st.Range}} {
 		for code := range clientv1.Code(16) {
 			if n := m.codes[code]; n > 0 {
 				attrs = append(attrs, m.name+"_"+strings.ToLower(code.String()), n)

@@ -128,6 +128,17 @@ const (
 	// Status only: the ledger holds nothing for the ID (never seen, or past
 	// its replay window).
 	Code_UNKNOWN Code = 10
+	// The request ran and was rejected by a business rule (rejection says
+	// which, and why); the rejection is recorded under the request ID, so a
+	// retry answers it again and nothing runs twice. Status: the same.
+	Code_REJECTED Code = 11
+	// The request's keys are not in its session's shard: open a session in
+	// the reply's shard and retry with the same request ID. Nothing ran.
+	Code_WRONG_SHARD Code = 12
+	// Get or Range with min_lsn: this replica has not applied up to min_lsn
+	// within the wait it allows (the reply's lsn says where it is). Nothing
+	// was read: ask another replica, or the leader.
+	Code_BEHIND Code = 13
 )
 
 // Enum value maps for Code.
@@ -144,6 +155,9 @@ var (
 		8:  "UNAVAILABLE",
 		9:  "FAILED",
 		10: "UNKNOWN",
+		11: "REJECTED",
+		12: "WRONG_SHARD",
+		13: "BEHIND",
 	}
 	Code_value = map[string]int32{
 		"CODE_UNSPECIFIED": 0,
@@ -157,6 +171,9 @@ var (
 		"UNAVAILABLE":      8,
 		"FAILED":           9,
 		"UNKNOWN":          10,
+		"REJECTED":         11,
+		"WRONG_SHARD":      12,
+		"BEHIND":           13,
 	}
 )
 
@@ -185,6 +202,176 @@ func (x Code) Number() protoreflect.EnumNumber {
 // Deprecated: Use Code.Descriptor instead.
 func (Code) EnumDescriptor() ([]byte, []int) {
 	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{1}
+}
+
+type Compare_Target int32
+
+const (
+	Compare_TARGET_UNSPECIFIED Compare_Target = 0
+	Compare_VALUE              Compare_Target = 1
+	Compare_VERSION            Compare_Target = 2
+	Compare_MOD_LSN            Compare_Target = 3
+	// number 1: the key exists; 0: it does not.
+	Compare_EXISTS Compare_Target = 4
+)
+
+// Enum value maps for Compare_Target.
+var (
+	Compare_Target_name = map[int32]string{
+		0: "TARGET_UNSPECIFIED",
+		1: "VALUE",
+		2: "VERSION",
+		3: "MOD_LSN",
+		4: "EXISTS",
+	}
+	Compare_Target_value = map[string]int32{
+		"TARGET_UNSPECIFIED": 0,
+		"VALUE":              1,
+		"VERSION":            2,
+		"MOD_LSN":            3,
+		"EXISTS":             4,
+	}
+)
+
+func (x Compare_Target) Enum() *Compare_Target {
+	p := new(Compare_Target)
+	*p = x
+	return p
+}
+
+func (x Compare_Target) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Compare_Target) Descriptor() protoreflect.EnumDescriptor {
+	return file_oncewal_client_v1_client_proto_enumTypes[2].Descriptor()
+}
+
+func (Compare_Target) Type() protoreflect.EnumType {
+	return &file_oncewal_client_v1_client_proto_enumTypes[2]
+}
+
+func (x Compare_Target) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Compare_Target.Descriptor instead.
+func (Compare_Target) EnumDescriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{7, 0}
+}
+
+type Compare_Result int32
+
+const (
+	Compare_RESULT_UNSPECIFIED Compare_Result = 0
+	Compare_EQUAL              Compare_Result = 1
+	Compare_NOT_EQUAL          Compare_Result = 2
+	Compare_LESS               Compare_Result = 3
+	Compare_GREATER            Compare_Result = 4
+)
+
+// Enum value maps for Compare_Result.
+var (
+	Compare_Result_name = map[int32]string{
+		0: "RESULT_UNSPECIFIED",
+		1: "EQUAL",
+		2: "NOT_EQUAL",
+		3: "LESS",
+		4: "GREATER",
+	}
+	Compare_Result_value = map[string]int32{
+		"RESULT_UNSPECIFIED": 0,
+		"EQUAL":              1,
+		"NOT_EQUAL":          2,
+		"LESS":               3,
+		"GREATER":            4,
+	}
+)
+
+func (x Compare_Result) Enum() *Compare_Result {
+	p := new(Compare_Result)
+	*p = x
+	return p
+}
+
+func (x Compare_Result) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Compare_Result) Descriptor() protoreflect.EnumDescriptor {
+	return file_oncewal_client_v1_client_proto_enumTypes[3].Descriptor()
+}
+
+func (Compare_Result) Type() protoreflect.EnumType {
+	return &file_oncewal_client_v1_client_proto_enumTypes[3]
+}
+
+func (x Compare_Result) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Compare_Result.Descriptor instead.
+func (Compare_Result) EnumDescriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{7, 1}
+}
+
+type TxnOp_Kind int32
+
+const (
+	TxnOp_KIND_UNSPECIFIED TxnOp_Kind = 0
+	// key := value (version + 1)
+	TxnOp_PUT TxnOp_Kind = 1
+	// delete key (nothing if absent)
+	TxnOp_DELETE TxnOp_Kind = 2
+	// key's counter (8 bytes, little-endian int64; absent: 0) += delta
+	TxnOp_ADD TxnOp_Kind = 3
+	// read key
+	TxnOp_GET TxnOp_Kind = 4
+)
+
+// Enum value maps for TxnOp_Kind.
+var (
+	TxnOp_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "PUT",
+		2: "DELETE",
+		3: "ADD",
+		4: "GET",
+	}
+	TxnOp_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"PUT":              1,
+		"DELETE":           2,
+		"ADD":              3,
+		"GET":              4,
+	}
+)
+
+func (x TxnOp_Kind) Enum() *TxnOp_Kind {
+	p := new(TxnOp_Kind)
+	*p = x
+	return p
+}
+
+func (x TxnOp_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TxnOp_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_oncewal_client_v1_client_proto_enumTypes[4].Descriptor()
+}
+
+func (TxnOp_Kind) Type() protoreflect.EnumType {
+	return &file_oncewal_client_v1_client_proto_enumTypes[4]
+}
+
+func (x TxnOp_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TxnOp_Kind.Descriptor instead.
+func (TxnOp_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{8, 0}
 }
 
 type Op_Kind int32
@@ -226,11 +413,11 @@ func (x Op_Kind) String() string {
 }
 
 func (Op_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_oncewal_client_v1_client_proto_enumTypes[2].Descriptor()
+	return file_oncewal_client_v1_client_proto_enumTypes[5].Descriptor()
 }
 
 func (Op_Kind) Type() protoreflect.EnumType {
-	return &file_oncewal_client_v1_client_proto_enumTypes[2]
+	return &file_oncewal_client_v1_client_proto_enumTypes[5]
 }
 
 func (x Op_Kind) Number() protoreflect.EnumNumber {
@@ -239,7 +426,61 @@ func (x Op_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Op_Kind.Descriptor instead.
 func (Op_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{7, 0}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{20, 0}
+}
+
+// Rejection is a request's recorded refusal by a business rule: a code a
+// program branches on ("insufficient_funds") and a detail for a person.
+type Rejection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rejection) Reset() {
+	*x = Rejection{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rejection) ProtoMessage() {}
+
+func (x *Rejection) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
+func (*Rejection) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Rejection) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Rejection) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
 }
 
 type SubmitRequest struct {
@@ -264,7 +505,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[0]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +517,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[0]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +530,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{0}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SubmitRequest) GetSession() []byte {
@@ -344,14 +585,16 @@ type SubmitReply struct {
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	// OK, REPLAY: the ack policy the answer is durable under (at least the
 	// request's).
-	Ack           Ack `protobuf:"varint,7,opt,name=ack,proto3,enum=oncewal.client.v1.Ack" json:"ack,omitempty"`
+	Ack Ack `protobuf:"varint,7,opt,name=ack,proto3,enum=oncewal.client.v1.Ack" json:"ack,omitempty"`
+	// REJECTED: the recorded rejection.
+	Rejection     *Rejection `protobuf:"bytes,8,opt,name=rejection,proto3" json:"rejection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitReply) Reset() {
 	*x = SubmitReply{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[1]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +606,7 @@ func (x *SubmitReply) String() string {
 func (*SubmitReply) ProtoMessage() {}
 
 func (x *SubmitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[1]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +619,7 @@ func (x *SubmitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitReply.ProtoReflect.Descriptor instead.
 func (*SubmitReply) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{1}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SubmitReply) GetCode() Code {
@@ -428,6 +671,13 @@ func (x *SubmitReply) GetAck() Ack {
 	return Ack_ACK_LEADER
 }
 
+func (x *SubmitReply) GetRejection() *Rejection {
+	if x != nil {
+		return x.Rejection
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A session of the shard the request was submitted in (the ledger is
@@ -440,7 +690,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[2]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +702,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[2]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +715,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{2}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StatusRequest) GetSession() []byte {
@@ -484,24 +734,26 @@ func (x *StatusRequest) GetRequestId() string {
 
 type StatusReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// REPLAY (completed: outcome), FAILED (outcome), IN_FLIGHT, UNKNOWN,
-	// NOT_LEADER or UNAVAILABLE.
+	// REPLAY (completed: outcome), REJECTED (rejection), FAILED (outcome),
+	// IN_FLIGHT, UNKNOWN, NOT_LEADER or UNAVAILABLE.
 	Code Code `protobuf:"varint,1,opt,name=code,proto3,enum=oncewal.client.v1.Code" json:"code,omitempty"`
 	// WAL time (Unix nanoseconds) of the entry's last decision.
 	Time int64 `protobuf:"varint,2,opt,name=time,proto3" json:"time,omitempty"`
 	// WAL time at which the entry leaves the ledger.
-	Expires       int64  `protobuf:"varint,3,opt,name=expires,proto3" json:"expires,omitempty"`
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Outcome       []byte `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Leader        string `protobuf:"bytes,6,opt,name=leader,proto3" json:"leader,omitempty"`
-	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Expires int64  `protobuf:"varint,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	Epoch   uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Outcome []byte `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Leader  string `protobuf:"bytes,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// REJECTED: the recorded rejection.
+	Rejection     *Rejection `protobuf:"bytes,8,opt,name=rejection,proto3" json:"rejection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[3]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +765,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[3]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +778,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{3}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatusReply) GetCode() Code {
@@ -578,19 +830,29 @@ func (x *StatusReply) GetMessage() string {
 	return ""
 }
 
+func (x *StatusReply) GetRejection() *Rejection {
+	if x != nil {
+		return x.Rejection
+	}
+	return nil
+}
+
 type OpenSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A session whose shard the new one must be in (16 bytes), so that a
 	// request retried under the new session meets its own ledger entry;
-	// empty: any shard.
-	Near          []byte `protobuf:"bytes,1,opt,name=near,proto3" json:"near,omitempty"`
+	// empty: the shard below.
+	Near []byte `protobuf:"bytes,1,opt,name=near,proto3" json:"near,omitempty"`
+	// The shard the new session must be in, when near is empty (a key's
+	// shard: see Txn).
+	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[4]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +864,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[4]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +877,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{4}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpenSessionRequest) GetNear() []byte {
@@ -625,6 +887,13 @@ func (x *OpenSessionRequest) GetNear() []byte {
 	return nil
 }
 
+func (x *OpenSessionRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
 type OpenSessionReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=oncewal.client.v1.Code" json:"code,omitempty"`
@@ -632,17 +901,22 @@ type OpenSessionReply struct {
 	Session []byte `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
 	// How long (nanoseconds) a session may stay idle before it expires: renew
 	// well within it.
-	Horizon       int64  `protobuf:"varint,3,opt,name=horizon,proto3" json:"horizon,omitempty"`
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Leader        string `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
-	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Horizon int64  `protobuf:"varint,3,opt,name=horizon,proto3" json:"horizon,omitempty"`
+	Epoch   uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Leader  string `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The session's shard, and how many shards the cluster has: a key's
+	// shard is jump_hash(first 8 bytes, little-endian, of SHA-256 of the
+	// key's hash tag, shards) (package kvroute states it exactly).
+	Shard         uint32 `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shards        uint32 `protobuf:"varint,8,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[5]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +928,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[5]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +941,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{5}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenSessionReply) GetCode() Code {
@@ -712,6 +986,960 @@ func (x *OpenSessionReply) GetMessage() string {
 	return ""
 }
 
+func (x *OpenSessionReply) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *OpenSessionReply) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+// Compare is one condition of a transaction: the key's target, as the key
+// stands before the transaction, in relation result to the operand (value
+// for VALUE, number for the others). A missing key has version 0,
+// mod_lsn 0 and exists 0, and a VALUE compare on it is false whatever the
+// result.
+type Compare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target        Compare_Target         `protobuf:"varint,2,opt,name=target,proto3,enum=oncewal.client.v1.Compare_Target" json:"target,omitempty"`
+	Result        Compare_Result         `protobuf:"varint,3,opt,name=result,proto3,enum=oncewal.client.v1.Compare_Result" json:"result,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compare) Reset() {
+	*x = Compare{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compare) ProtoMessage() {}
+
+func (x *Compare) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compare.ProtoReflect.Descriptor instead.
+func (*Compare) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Compare) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Compare) GetTarget() Compare_Target {
+	if x != nil {
+		return x.Target
+	}
+	return Compare_TARGET_UNSPECIFIED
+}
+
+func (x *Compare) GetResult() Compare_Result {
+	if x != nil {
+		return x.Result
+	}
+	return Compare_RESULT_UNSPECIFIED
+}
+
+func (x *Compare) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Compare) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+// TxnOp is one op of a transaction's branch; each sees the ops before it.
+type TxnOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          TxnOp_Kind             `protobuf:"varint,1,opt,name=kind,proto3,enum=oncewal.client.v1.TxnOp_Kind" json:"kind,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Delta         int64                  `protobuf:"zigzag64,4,opt,name=delta,proto3" json:"delta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOp) Reset() {
+	*x = TxnOp{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOp) ProtoMessage() {}
+
+func (x *TxnOp) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
+func (*TxnOp) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TxnOp) GetKind() TxnOp_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return TxnOp_KIND_UNSPECIFIED
+}
+
+func (x *TxnOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnOp) GetDelta() int64 {
+	if x != nil {
+		return x.Delta
+	}
+	return 0
+}
+
+type TxnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A session of the keys' shard (16 bytes).
+	Session   []byte     `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	RequestId string     `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Action    string     `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Ack       Ack        `protobuf:"varint,4,opt,name=ack,proto3,enum=oncewal.client.v1.Ack" json:"ack,omitempty"`
+	Compares  []*Compare `protobuf:"bytes,5,rep,name=compares,proto3" json:"compares,omitempty"`
+	// The ops when every compare holds: the "then" branch (etcd's names).
+	Success []*TxnOp `protobuf:"bytes,6,rep,name=success,proto3" json:"success,omitempty"`
+	// The ops otherwise: the "else" branch.
+	Failure       []*TxnOp `protobuf:"bytes,7,rep,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnRequest) Reset() {
+	*x = TxnRequest{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnRequest) ProtoMessage() {}
+
+func (x *TxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
+func (*TxnRequest) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TxnRequest) GetSession() []byte {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *TxnRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *TxnRequest) GetAck() Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return Ack_ACK_LEADER
+}
+
+func (x *TxnRequest) GetCompares() []*Compare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetSuccess() []*TxnOp {
+	if x != nil {
+		return x.Success
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetFailure() []*TxnOp {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+// TxnOpResult is one op's answer. found: the key existed before the op.
+// value: a GET's value; an ADD's new counter. version and mod_lsn: a GET's
+// row; a PUT's or ADD's new version and the LSN of its write; a DELETE's
+// LSN.
+type TxnOpResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          TxnOp_Kind             `protobuf:"varint,1,opt,name=kind,proto3,enum=oncewal.client.v1.TxnOp_Kind" json:"kind,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	ModLsn        uint64                 `protobuf:"varint,5,opt,name=mod_lsn,json=modLsn,proto3" json:"mod_lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOpResult) Reset() {
+	*x = TxnOpResult{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOpResult) ProtoMessage() {}
+
+func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
+func (*TxnOpResult) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TxnOpResult) GetKind() TxnOp_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return TxnOp_KIND_UNSPECIFIED
+}
+
+func (x *TxnOpResult) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *TxnOpResult) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnOpResult) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TxnOpResult) GetModLsn() uint64 {
+	if x != nil {
+		return x.ModLsn
+	}
+	return 0
+}
+
+// TxnResult is a transaction's outcome, recorded under its request ID (the
+// outcome of its Status).
+type TxnResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The compares held and success ran (else failure ran).
+	Succeeded     bool           `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Results       []*TxnOpResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnResult) Reset() {
+	*x = TxnResult{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnResult) ProtoMessage() {}
+
+func (x *TxnResult) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
+func (*TxnResult) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TxnResult) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *TxnResult) GetResults() []*TxnOpResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type TxnReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=oncewal.client.v1.Code" json:"code,omitempty"`
+	Lsn     uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Epoch   uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Leader  string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Ack     Ack                    `protobuf:"varint,6,opt,name=ack,proto3,enum=oncewal.client.v1.Ack" json:"ack,omitempty"`
+	// OK, REPLAY: what the transaction did.
+	Result *TxnResult `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
+	// REJECTED: the recorded rejection.
+	Rejection *Rejection `protobuf:"bytes,8,opt,name=rejection,proto3" json:"rejection,omitempty"`
+	// WRONG_SHARD: the keys' shard, and the cluster's shard count.
+	Shard         uint32 `protobuf:"varint,9,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shards        uint32 `protobuf:"varint,10,opt,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnReply) Reset() {
+	*x = TxnReply{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnReply) ProtoMessage() {}
+
+func (x *TxnReply) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnReply.ProtoReflect.Descriptor instead.
+func (*TxnReply) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TxnReply) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *TxnReply) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *TxnReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnReply) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *TxnReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TxnReply) GetAck() Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return Ack_ACK_LEADER
+}
+
+func (x *TxnReply) GetResult() *TxnResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TxnReply) GetRejection() *Rejection {
+	if x != nil {
+		return x.Rejection
+	}
+	return nil
+}
+
+func (x *TxnReply) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *TxnReply) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+// KeyValue is one of the caller's keys as a read found it.
+type KeyValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// 1 when the key was created, + 1 with every put since.
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// The LSN of the key's last write.
+	ModLsn        uint64 `protobuf:"varint,4,opt,name=mod_lsn,json=modLsn,proto3" json:"mod_lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyValue) Reset() {
+	*x = KeyValue{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyValue) ProtoMessage() {}
+
+func (x *KeyValue) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
+func (*KeyValue) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *KeyValue) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KeyValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KeyValue) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *KeyValue) GetModLsn() uint64 {
+	if x != nil {
+		return x.ModLsn
+	}
+	return 0
+}
+
+type GetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// 0: a linearizable read, served by the leader only. Otherwise the
+	// lowest applied LSN of the key's shard the read may see (the lsn a
+	// write's reply gave): any replica at or past it answers
+	// (read-your-writes), one behind waits a bounded time, then answers
+	// BEHIND.
+	MinLsn        uint64 `protobuf:"varint,2,opt,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRequest) Reset() {
+	*x = GetRequest{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRequest) ProtoMessage() {}
+
+func (x *GetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
+func (*GetRequest) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GetRequest) GetMinLsn() uint64 {
+	if x != nil {
+		return x.MinLsn
+	}
+	return 0
+}
+
+type GetReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OK (found says whether the key exists), NOT_LEADER, BEHIND,
+	// UNAVAILABLE, REFUSED.
+	Code  Code      `protobuf:"varint,1,opt,name=code,proto3,enum=oncewal.client.v1.Code" json:"code,omitempty"`
+	Found bool      `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Kv    *KeyValue `protobuf:"bytes,3,opt,name=kv,proto3" json:"kv,omitempty"`
+	// The applied LSN of the key's shard the read saw.
+	Lsn           uint64 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Epoch         uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Leader        string `protobuf:"bytes,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Shard         uint32 `protobuf:"varint,8,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReply) Reset() {
+	*x = GetReply{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReply) ProtoMessage() {}
+
+func (x *GetReply) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReply.ProtoReflect.Descriptor instead.
+func (*GetReply) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetReply) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *GetReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *GetReply) GetKv() *KeyValue {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+func (x *GetReply) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *GetReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *GetReply) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *GetReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GetReply) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type RangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keys that start with prefix (empty: every key of the caller).
+	Prefix []byte `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// At most limit keys (0: 10,000).
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Per shard, the lowest applied LSN the read may see (as GetRequest's
+	// min_lsn); empty: a linearizable read on the leader.
+	MinLsn        []*ShardLSN `protobuf:"bytes,3,rep,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeRequest) Reset() {
+	*x = RangeRequest{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeRequest) ProtoMessage() {}
+
+func (x *RangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
+func (*RangeRequest) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RangeRequest) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *RangeRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RangeRequest) GetMinLsn() []*ShardLSN {
+	if x != nil {
+		return x.MinLsn
+	}
+	return nil
+}
+
+type ShardLSN struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardLSN) Reset() {
+	*x = ShardLSN{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardLSN) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardLSN) ProtoMessage() {}
+
+func (x *ShardLSN) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardLSN.ProtoReflect.Descriptor instead.
+func (*ShardLSN) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ShardLSN) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardLSN) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+type RangeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=oncewal.client.v1.Code" json:"code,omitempty"`
+	Kvs   []*KeyValue            `protobuf:"bytes,2,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	// More keys follow the last one returned: continue after it.
+	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	// The applied LSN each shard read was at.
+	Lsn           []*ShardLSN `protobuf:"bytes,4,rep,name=lsn,proto3" json:"lsn,omitempty"`
+	Epoch         uint64      `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Leader        string      `protobuf:"bytes,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message       string      `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeReply) Reset() {
+	*x = RangeReply{}
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeReply) ProtoMessage() {}
+
+func (x *RangeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeReply.ProtoReflect.Descriptor instead.
+func (*RangeReply) Descriptor() ([]byte, []int) {
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RangeReply) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *RangeReply) GetKvs() []*KeyValue {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
+func (x *RangeReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *RangeReply) GetLsn() []*ShardLSN {
+	if x != nil {
+		return x.Lsn
+	}
+	return nil
+}
+
+func (x *RangeReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RangeReply) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *RangeReply) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Ops is the default payload of a Submit: put/add/delete operations, which
 // a node without a handler of its own maps to one event each, in order.
 type Ops struct {
@@ -723,7 +1951,7 @@ type Ops struct {
 
 func (x *Ops) Reset() {
 	*x = Ops{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[6]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +1963,7 @@ func (x *Ops) String() string {
 func (*Ops) ProtoMessage() {}
 
 func (x *Ops) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[6]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +1976,7 @@ func (x *Ops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ops.ProtoReflect.Descriptor instead.
 func (*Ops) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{6}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ops) GetOps() []*Op {
@@ -772,7 +2000,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[7]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +2012,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_oncewal_client_v1_client_proto_msgTypes[7]
+	mi := &file_oncewal_client_v1_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +2025,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{7}
+	return file_oncewal_client_v1_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Op) GetKind() Op_Kind {
@@ -832,14 +2060,17 @@ var File_oncewal_client_v1_client_proto protoreflect.FileDescriptor
 
 const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\n" +
-	"\x1eoncewal/client/v1/client.proto\x12\x11oncewal.client.v1\"\xa4\x01\n" +
+	"\x1eoncewal/client/v1/client.proto\x12\x11oncewal.client.v1\"7\n" +
+	"\tRejection\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xa4\x01\n" +
 	"\rSubmitRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\fR\asession\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12(\n" +
 	"\x03ack\x18\x04 \x01(\x0e2\x16.oncewal.client.v1.AckR\x03ack\x12\x18\n" +
-	"\apayload\x18\x05 \x01(\fR\apayload\"\xd8\x01\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\"\x94\x02\n" +
 	"\vSubmitReply\x12+\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x14\n" +
@@ -847,11 +2078,12 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\fR\aoutcome\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\tR\x06leader\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12(\n" +
-	"\x03ack\x18\a \x01(\x0e2\x16.oncewal.client.v1.AckR\x03ack\"H\n" +
+	"\x03ack\x18\a \x01(\x0e2\x16.oncewal.client.v1.AckR\x03ack\x12:\n" +
+	"\trejection\x18\b \x01(\v2\x1c.oncewal.client.v1.RejectionR\trejection\"H\n" +
 	"\rStatusRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\fR\asession\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xca\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x86\x02\n" +
 	"\vStatusReply\x12+\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12\x18\n" +
@@ -859,16 +2091,116 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\fR\aoutcome\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\tR\x06leader\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage\"(\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12:\n" +
+	"\trejection\x18\b \x01(\v2\x1c.oncewal.client.v1.RejectionR\trejection\">\n" +
 	"\x12OpenSessionRequest\x12\x12\n" +
-	"\x04near\x18\x01 \x01(\fR\x04near\"\xbb\x01\n" +
+	"\x04near\x18\x01 \x01(\fR\x04near\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\"\xe9\x01\n" +
 	"\x10OpenSessionReply\x12+\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x18\n" +
 	"\asession\x18\x02 \x01(\fR\asession\x12\x18\n" +
 	"\ahorizon\x18\x03 \x01(\x03R\ahorizon\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\tR\x06leader\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\".\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
+	"\x05shard\x18\a \x01(\rR\x05shard\x12\x16\n" +
+	"\x06shards\x18\b \x01(\rR\x06shards\"\xe5\x02\n" +
+	"\aCompare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x129\n" +
+	"\x06target\x18\x02 \x01(\x0e2!.oncewal.client.v1.Compare.TargetR\x06target\x129\n" +
+	"\x06result\x18\x03 \x01(\x0e2!.oncewal.client.v1.Compare.ResultR\x06result\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\"Q\n" +
+	"\x06Target\x12\x16\n" +
+	"\x12TARGET_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05VALUE\x10\x01\x12\v\n" +
+	"\aVERSION\x10\x02\x12\v\n" +
+	"\aMOD_LSN\x10\x03\x12\n" +
+	"\n" +
+	"\x06EXISTS\x10\x04\"Q\n" +
+	"\x06Result\x12\x16\n" +
+	"\x12RESULT_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05EQUAL\x10\x01\x12\r\n" +
+	"\tNOT_EQUAL\x10\x02\x12\b\n" +
+	"\x04LESS\x10\x03\x12\v\n" +
+	"\aGREATER\x10\x04\"\xbd\x01\n" +
+	"\x05TxnOp\x121\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1d.oncewal.client.v1.TxnOp.KindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05delta\x18\x04 \x01(\x12R\x05delta\"C\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\a\n" +
+	"\x03PUT\x10\x01\x12\n" +
+	"\n" +
+	"\x06DELETE\x10\x02\x12\a\n" +
+	"\x03ADD\x10\x03\x12\a\n" +
+	"\x03GET\x10\x04\"\xa7\x02\n" +
+	"\n" +
+	"TxnRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\fR\asession\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12(\n" +
+	"\x03ack\x18\x04 \x01(\x0e2\x16.oncewal.client.v1.AckR\x03ack\x126\n" +
+	"\bcompares\x18\x05 \x03(\v2\x1a.oncewal.client.v1.CompareR\bcompares\x122\n" +
+	"\asuccess\x18\x06 \x03(\v2\x18.oncewal.client.v1.TxnOpR\asuccess\x122\n" +
+	"\afailure\x18\a \x03(\v2\x18.oncewal.client.v1.TxnOpR\afailure\"\x9f\x01\n" +
+	"\vTxnOpResult\x121\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1d.oncewal.client.v1.TxnOp.KindR\x04kind\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x17\n" +
+	"\amod_lsn\x18\x05 \x01(\x04R\x06modLsn\"c\n" +
+	"\tTxnResult\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x128\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.oncewal.client.v1.TxnOpResultR\aresults\"\xdb\x02\n" +
+	"\bTxnReply\x12+\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12(\n" +
+	"\x03ack\x18\x06 \x01(\x0e2\x16.oncewal.client.v1.AckR\x03ack\x124\n" +
+	"\x06result\x18\a \x01(\v2\x1c.oncewal.client.v1.TxnResultR\x06result\x12:\n" +
+	"\trejection\x18\b \x01(\v2\x1c.oncewal.client.v1.RejectionR\trejection\x12\x14\n" +
+	"\x05shard\x18\t \x01(\rR\x05shard\x12\x16\n" +
+	"\x06shards\x18\n" +
+	" \x01(\rR\x06shards\"e\n" +
+	"\bKeyValue\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x17\n" +
+	"\amod_lsn\x18\x04 \x01(\x04R\x06modLsn\"7\n" +
+	"\n" +
+	"GetRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
+	"\amin_lsn\x18\x02 \x01(\x04R\x06minLsn\"\xea\x01\n" +
+	"\bGetReply\x12+\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12+\n" +
+	"\x02kv\x18\x03 \x01(\v2\x1b.oncewal.client.v1.KeyValueR\x02kv\x12\x10\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06leader\x18\x06 \x01(\tR\x06leader\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x14\n" +
+	"\x05shard\x18\b \x01(\rR\x05shard\"r\n" +
+	"\fRangeRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\fR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x124\n" +
+	"\amin_lsn\x18\x03 \x03(\v2\x1b.oncewal.client.v1.ShardLSNR\x06minLsn\"2\n" +
+	"\bShardLSN\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\"\xf3\x01\n" +
+	"\n" +
+	"RangeReply\x12+\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12-\n" +
+	"\x03kvs\x18\x02 \x03(\v2\x1b.oncewal.client.v1.KeyValueR\x03kvs\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12-\n" +
+	"\x03lsn\x18\x04 \x03(\v2\x1b.oncewal.client.v1.ShardLSNR\x03lsn\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06leader\x18\x06 \x01(\tR\x06leader\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\".\n" +
 	"\x03Ops\x12'\n" +
 	"\x03ops\x18\x01 \x03(\v2\x15.oncewal.client.v1.OpR\x03ops\"\xae\x01\n" +
 	"\x02Op\x12.\n" +
@@ -887,7 +2219,7 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"ACK_LEADER\x10\x00\x12\v\n" +
 	"\aACK_ONE\x10\x01\x12\x10\n" +
 	"\fACK_MAJORITY\x10\x02\x12\v\n" +
-	"\aACK_ALL\x10\x03*\xa9\x01\n" +
+	"\aACK_ALL\x10\x03*\xd4\x01\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\n" +
@@ -903,11 +2235,18 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"\x06FAILED\x10\t\x12\v\n" +
 	"\aUNKNOWN\x10\n" +
-	"2\xfb\x01\n" +
+	"\x12\f\n" +
+	"\bREJECTED\x10\v\x12\x0f\n" +
+	"\vWRONG_SHARD\x10\f\x12\n" +
+	"\n" +
+	"\x06BEHIND\x10\r2\xca\x03\n" +
 	"\x06Client\x12J\n" +
 	"\x06Submit\x12 .oncewal.client.v1.SubmitRequest\x1a\x1e.oncewal.client.v1.SubmitReply\x12J\n" +
 	"\x06Status\x12 .oncewal.client.v1.StatusRequest\x1a\x1e.oncewal.client.v1.StatusReply\x12Y\n" +
-	"\vOpenSession\x12%.oncewal.client.v1.OpenSessionRequest\x1a#.oncewal.client.v1.OpenSessionReplyB=Z;github.com/oncewal/oncewal/proto/oncewal/client/v1;clientv1b\x06proto3"
+	"\vOpenSession\x12%.oncewal.client.v1.OpenSessionRequest\x1a#.oncewal.client.v1.OpenSessionReply\x12A\n" +
+	"\x03Txn\x12\x1d.oncewal.client.v1.TxnRequest\x1a\x1b.oncewal.client.v1.TxnReply\x12A\n" +
+	"\x03Get\x12\x1d.oncewal.client.v1.GetRequest\x1a\x1b.oncewal.client.v1.GetReply\x12G\n" +
+	"\x05Range\x12\x1f.oncewal.client.v1.RangeRequest\x1a\x1d.oncewal.client.v1.RangeReplyB=Z;github.com/oncewal/oncewal/proto/oncewal/client/v1;clientv1b\x06proto3"
 
 var (
 	file_oncewal_client_v1_client_proto_rawDescOnce sync.Once
@@ -921,40 +2260,83 @@ func file_oncewal_client_v1_client_proto_rawDescGZIP() []byte {
 	return file_oncewal_client_v1_client_proto_rawDescData
 }
 
-var file_oncewal_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_oncewal_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_oncewal_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_oncewal_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_oncewal_client_v1_client_proto_goTypes = []any{
 	(Ack)(0),                   // 0: oncewal.client.v1.Ack
 	(Code)(0),                  // 1: oncewal.client.v1.Code
-	(Op_Kind)(0),               // 2: oncewal.client.v1.Op.Kind
-	(*SubmitRequest)(nil),      // 3: oncewal.client.v1.SubmitRequest
-	(*SubmitReply)(nil),        // 4: oncewal.client.v1.SubmitReply
-	(*StatusRequest)(nil),      // 5: oncewal.client.v1.StatusRequest
-	(*StatusReply)(nil),        // 6: oncewal.client.v1.StatusReply
-	(*OpenSessionRequest)(nil), // 7: oncewal.client.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),   // 8: oncewal.client.v1.OpenSessionReply
-	(*Ops)(nil),                // 9: oncewal.client.v1.Ops
-	(*Op)(nil),                 // 10: oncewal.client.v1.Op
+	(Compare_Target)(0),        // 2: oncewal.client.v1.Compare.Target
+	(Compare_Result)(0),        // 3: oncewal.client.v1.Compare.Result
+	(TxnOp_Kind)(0),            // 4: oncewal.client.v1.TxnOp.Kind
+	(Op_Kind)(0),               // 5: oncewal.client.v1.Op.Kind
+	(*Rejection)(nil),          // 6: oncewal.client.v1.Rejection
+	(*SubmitRequest)(nil),      // 7: oncewal.client.v1.SubmitRequest
+	(*SubmitReply)(nil),        // 8: oncewal.client.v1.SubmitReply
+	(*StatusRequest)(nil),      // 9: oncewal.client.v1.StatusRequest
+	(*StatusReply)(nil),        // 10: oncewal.client.v1.StatusReply
+	(*OpenSessionRequest)(nil), // 11: oncewal.client.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),   // 12: oncewal.client.v1.OpenSessionReply
+	(*Compare)(nil),            // 13: oncewal.client.v1.Compare
+	(*TxnOp)(nil),              // 14: oncewal.client.v1.TxnOp
+	(*TxnRequest)(nil),         // 15: oncewal.client.v1.TxnRequest
+	(*TxnOpResult)(nil),        // 16: oncewal.client.v1.TxnOpResult
+	(*TxnResult)(nil),          // 17: oncewal.client.v1.TxnResult
+	(*TxnReply)(nil),           // 18: oncewal.client.v1.TxnReply
+	(*KeyValue)(nil),           // 19: oncewal.client.v1.KeyValue
+	(*GetRequest)(nil),         // 20: oncewal.client.v1.GetRequest
+	(*GetReply)(nil),           // 21: oncewal.client.v1.GetReply
+	(*RangeRequest)(nil),       // 22: oncewal.client.v1.RangeRequest
+	(*ShardLSN)(nil),           // 23: oncewal.client.v1.ShardLSN
+	(*RangeReply)(nil),         // 24: oncewal.client.v1.RangeReply
+	(*Ops)(nil),                // 25: oncewal.client.v1.Ops
+	(*Op)(nil),                 // 26: oncewal.client.v1.Op
 }
 var file_oncewal_client_v1_client_proto_depIdxs = []int32{
 	0,  // 0: oncewal.client.v1.SubmitRequest.ack:type_name -> oncewal.client.v1.Ack
 	1,  // 1: oncewal.client.v1.SubmitReply.code:type_name -> oncewal.client.v1.Code
 	0,  // 2: oncewal.client.v1.SubmitReply.ack:type_name -> oncewal.client.v1.Ack
-	1,  // 3: oncewal.client.v1.StatusReply.code:type_name -> oncewal.client.v1.Code
-	1,  // 4: oncewal.client.v1.OpenSessionReply.code:type_name -> oncewal.client.v1.Code
-	10, // 5: oncewal.client.v1.Ops.ops:type_name -> oncewal.client.v1.Op
-	2,  // 6: oncewal.client.v1.Op.kind:type_name -> oncewal.client.v1.Op.Kind
-	3,  // 7: oncewal.client.v1.Client.Submit:input_type -> oncewal.client.v1.SubmitRequest
-	5,  // 8: oncewal.client.v1.Client.Status:input_type -> oncewal.client.v1.StatusRequest
-	7,  // 9: oncewal.client.v1.Client.OpenSession:input_type -> oncewal.client.v1.OpenSessionRequest
-	4,  // 10: oncewal.client.v1.Client.Submit:output_type -> oncewal.client.v1.SubmitReply
-	6,  // 11: oncewal.client.v1.Client.Status:output_type -> oncewal.client.v1.StatusReply
-	8,  // 12: oncewal.client.v1.Client.OpenSession:output_type -> oncewal.client.v1.OpenSessionReply
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	6,  // 3: oncewal.client.v1.SubmitReply.rejection:type_name -> oncewal.client.v1.Rejection
+	1,  // 4: oncewal.client.v1.StatusReply.code:type_name -> oncewal.client.v1.Code
+	6,  // 5: oncewal.client.v1.StatusReply.rejection:type_name -> oncewal.client.v1.Rejection
+	1,  // 6: oncewal.client.v1.OpenSessionReply.code:type_name -> oncewal.client.v1.Code
+	2,  // 7: oncewal.client.v1.Compare.target:type_name -> oncewal.client.v1.Compare.Target
+	3,  // 8: oncewal.client.v1.Compare.result:type_name -> oncewal.client.v1.Compare.Result
+	4,  // 9: oncewal.client.v1.TxnOp.kind:type_name -> oncewal.client.v1.TxnOp.Kind
+	0,  // 10: oncewal.client.v1.TxnRequest.ack:type_name -> oncewal.client.v1.Ack
+	13, // 11: oncewal.client.v1.TxnRequest.compares:type_name -> oncewal.client.v1.Compare
+	14, // 12: oncewal.client.v1.TxnRequest.success:type_name -> oncewal.client.v1.TxnOp
+	14, // 13: oncewal.client.v1.TxnRequest.failure:type_name -> oncewal.client.v1.TxnOp
+	4,  // 14: oncewal.client.v1.TxnOpResult.kind:type_name -> oncewal.client.v1.TxnOp.Kind
+	16, // 15: oncewal.client.v1.TxnResult.results:type_name -> oncewal.client.v1.TxnOpResult
+	1,  // 16: oncewal.client.v1.TxnReply.code:type_name -> oncewal.client.v1.Code
+	0,  // 17: oncewal.client.v1.TxnReply.ack:type_name -> oncewal.client.v1.Ack
+	17, // 18: oncewal.client.v1.TxnReply.result:type_name -> oncewal.client.v1.TxnResult
+	6,  // 19: oncewal.client.v1.TxnReply.rejection:type_name -> oncewal.client.v1.Rejection
+	1,  // 20: oncewal.client.v1.GetReply.code:type_name -> oncewal.client.v1.Code
+	19, // 21: oncewal.client.v1.GetReply.kv:type_name -> oncewal.client.v1.KeyValue
+	23, // 22: oncewal.client.v1.RangeRequest.min_lsn:type_name -> oncewal.client.v1.ShardLSN
+	1,  // 23: oncewal.client.v1.RangeReply.code:type_name -> oncewal.client.v1.Code
+	19, // 24: oncewal.client.v1.RangeReply.kvs:type_name -> oncewal.client.v1.KeyValue
+	23, // 25: oncewal.client.v1.RangeReply.lsn:type_name -> oncewal.client.v1.ShardLSN
+	26, // 26: oncewal.client.v1.Ops.ops:type_name -> oncewal.client.v1.Op
+	5,  // 27: oncewal.client.v1.Op.kind:type_name -> oncewal.client.v1.Op.Kind
+	7,  // 28: oncewal.client.v1.Client.Submit:input_type -> oncewal.client.v1.SubmitRequest
+	9,  // 29: oncewal.client.v1.Client.Status:input_type -> oncewal.client.v1.StatusRequest
+	11, // 30: oncewal.client.v1.Client.OpenSession:input_type -> oncewal.client.v1.OpenSessionRequest
+	15, // 31: oncewal.client.v1.Client.Txn:input_type -> oncewal.client.v1.TxnRequest
+	20, // 32: oncewal.client.v1.Client.Get:input_type -> oncewal.client.v1.GetRequest
+	22, // 33: oncewal.client.v1.Client.Range:input_type -> oncewal.client.v1.RangeRequest
+	8,  // 34: oncewal.client.v1.Client.Submit:output_type -> oncewal.client.v1.SubmitReply
+	10, // 35: oncewal.client.v1.Client.Status:output_type -> oncewal.client.v1.StatusReply
+	12, // 36: oncewal.client.v1.Client.OpenSession:output_type -> oncewal.client.v1.OpenSessionReply
+	18, // 37: oncewal.client.v1.Client.Txn:output_type -> oncewal.client.v1.TxnReply
+	21, // 38: oncewal.client.v1.Client.Get:output_type -> oncewal.client.v1.GetReply
+	24, // 39: oncewal.client.v1.Client.Range:output_type -> oncewal.client.v1.RangeReply
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_oncewal_client_v1_client_proto_init() }
@@ -967,8 +2349,8 @@ func file_oncewal_client_v1_client_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_oncewal_client_v1_client_proto_rawDesc), len(file_oncewal_client_v1_client_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   8,
+			NumEnums:      6,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,9 @@ const (
 	Client_Submit_FullMethodName      = "/oncewal.client.v1.Client/Submit"
 	Client_Status_FullMethodName      = "/oncewal.client.v1.Client/Status"
 	Client_OpenSession_FullMethodName = "/oncewal.client.v1.Client/OpenSession"
+	Client_Txn_FullMethodName         = "/oncewal.client.v1.Client/Txn"
+	Client_Get_FullMethodName         = "/oncewal.client.v1.Client/Get"
+	Client_Range_FullMethodName       = "/oncewal.client.v1.Client/Range"
 )
 
 // ClientClient is the client API for Client service.
@@ -47,8 +50,19 @@ type ClientClient interface {
 	Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (*SubmitReply, error)
 	// Status says what the leader's ledger knows of a request ID.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
-	// OpenSession opens a session for the caller's requests.
+	// OpenSession opens a session for the caller's requests, in a shard.
 	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionReply, error)
+	// Txn runs a conditional transaction on the caller's keys once, as
+	// etcd's Txn: if every compare holds, the success ops run, else the
+	// failure ops. The reply says which ran and what each op read or wrote;
+	// a retry with the same request ID replays that answer. Its keys must
+	// share one shard (a common hash tag, such as {acct:alice}), and its
+	// session must be of that shard.
+	Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnReply, error)
+	// Get reads one of the caller's keys.
+	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetReply, error)
+	// Range reads the caller's keys that start with a prefix, in key order.
+	Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeReply, error)
 }
 
 type clientClient struct {
@@ -89,6 +103,36 @@ func (c *clientClient) OpenSession(ctx context.Context, in *OpenSessionRequest, 
 	return out, nil
 }
 
+func (c *clientClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnReply)
+	err := c.cc.Invoke(ctx, Client_Txn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReply)
+	err := c.cc.Invoke(ctx, Client_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clientClient) Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RangeReply)
+	err := c.cc.Invoke(ctx, Client_Range_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClientServer is the server API for Client service.
 // All implementations must embed UnimplementedClientServer
 // for forward compatibility.
@@ -99,8 +143,19 @@ type ClientServer interface {
 	Submit(context.Context, *SubmitRequest) (*SubmitReply, error)
 	// Status says what the leader's ledger knows of a request ID.
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
-	// OpenSession opens a session for the caller's requests.
+	// OpenSession opens a session for the caller's requests, in a shard.
 	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionReply, error)
+	// Txn runs a conditional transaction on the caller's keys once, as
+	// etcd's Txn: if every compare holds, the success ops run, else the
+	// failure ops. The reply says which ran and what each op read or wrote;
+	// a retry with the same request ID replays that answer. Its keys must
+	// share one shard (a common hash tag, such as {acct:alice}), and its
+	// session must be of that shard.
+	Txn(context.Context, *TxnRequest) (*TxnReply, error)
+	// Get reads one of the caller's keys.
+	Get(context.Context, *GetRequest) (*GetReply, error)
+	// Range reads the caller's keys that start with a prefix, in key order.
+	Range(context.Context, *RangeRequest) (*RangeReply, error)
 	mustEmbedUnimplementedClientServer()
 }
 
@@ -119,6 +174,15 @@ func (UnimplementedClientServer) Status(context.Context, *StatusRequest) (*Statu
 }
 func (UnimplementedClientServer) OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method OpenSession not implemented")
+}
+func (UnimplementedClientServer) Txn(context.Context, *TxnRequest) (*TxnReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Txn not implemented")
+}
+func (UnimplementedClientServer) Get(context.Context, *GetRequest) (*GetReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedClientServer) Range(context.Context, *RangeRequest) (*RangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Range not implemented")
 }
 func (UnimplementedClientServer) mustEmbedUnimplementedClientServer() {}
 func (UnimplementedClientServer) testEmbeddedByValue()                {}
@@ -195,6 +259,60 @@ func _Client_OpenSession_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Client_Txn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServer).Txn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Client_Txn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServer).Txn(ctx, req.(*TxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Client_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Client_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServer).Get(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Client_Range_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClientServer).Range(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Client_Range_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClientServer).Range(ctx, req.(*RangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Client_ServiceDesc is the grpc.ServiceDesc for Client service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -213,6 +331,18 @@ var Client_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OpenSession",
 			Handler:    _Client_OpenSession_Handler,
+		},
+		{
+			MethodName: "Txn",
+			Handler:    _Client_Txn_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _Client_Get_Handler,
+		},
+		{
+			MethodName: "Range",
+			Handler:    _Client_Range_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
