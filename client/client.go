@@ -41,6 +41,11 @@ type Client struct {
 	epoch  uint64   // the highest leader epoch an answer carried (invariant 9)
 
 	sess sessions
+	// shards is the cluster's shard count as the last session opened said
+	// (0: not known yet); keyed holds the session of each shard whose keys
+	// a call used (invariant 10). Under mu.
+	shards uint32
+	keyed  map[uint32]*sessions
 }
 
 // New makes a Client for opts (defaults filled in a copy). It dials
@@ -345,6 +350,40 @@ func (c *Client) heard(addr string, epoch uint64) {
 	if !slices.Contains(c.addrs, addr) {
 		c.addrs = append(c.addrs, addr)
 	}
+}
+
+// learnShards records the cluster's shard count a session's opening said
+// (0: the node did not say).
+func (c *Client) learnShards(n uint32) {
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.shards = n
+}
+
+// knownShards is the cluster's shard count, 0 if no session said it yet.
+func (c *Client) knownShards() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shards
+}
+
+// shardSession is the session of shard's keys, made on first use.
+func (c *Client) shardSession(shard uint32) *sessions {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keyed == nil {
+		c.keyed = map[uint32]*sessions{}
+	}
+	s := c.keyed[shard]
+	if s == nil {
+		s = &sessions{}
+		s.initShard(&c.opts, shard)
+		c.keyed[shard] = s
+	}
+	return s
 }
 
 // learned records an epoch an answer carried without naming a leader (a

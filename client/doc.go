@@ -11,8 +11,11 @@
 // concurrent use; one Client per process and principal is the intended
 // shape.
 //
-// Submit runs a request once and answers its Result; Status asks what the
-// leader's ledger knows of a request ID. Ops builds the default payload
+// Txn runs a conditional transaction on the principal's keys once, and
+// Get and Range read them (linearizable on the leader, or read-your-writes
+// from any replica at a MinLSN); Submit runs a request through the node's
+// handler once and answers its Result; Status asks what the leader's
+// ledger knows of a request ID. Ops builds the default payload
 // (put/add/delete operations) that a node without its own handler maps to
 // events.
 //
@@ -87,4 +90,11 @@
 //     Options.Addrs and go round the known ones. Client.Leader reports the
 //     node calls start at and that epoch. Epochs only grow, so a stale
 //     redirect can only lead back to a deposed leader.
+//  10. Keys belong to the principal, not to a session (Txn, Get, Range):
+//     a transaction goes to the session of its keys' shard — the shard
+//     kvroute computes from the shard count the node's OpenSession
+//     reply gave — one per shard the Client uses, opened with
+//     OpenSession{shard} on first use and renewed as invariant 6 says.
+//     A WRONG_SHARD answer (nothing ran) teaches the count anew and the
+//     attempt is retried in the right shard.
 package client

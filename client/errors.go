@@ -51,3 +51,23 @@ func (e *ConflictError) Error() string {
 
 // Is makes errors.Is(err, ErrConflict) hold.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// ErrRejected: a business rule rejected the request; the rejection is
+// recorded under the request ID, so a retry answers it again and the
+// request never runs. The error is a *RejectedError.
+var ErrRejected = errors.New("client: request rejected")
+
+// RejectedError is the ErrRejected a call returns: Code for a program to
+// branch on ("insufficient_funds", "not_counter"), Detail for a person.
+type RejectedError struct {
+	RequestID string
+	Code      string
+	Detail    string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%v: request ID %q: %s: %s (recorded: a retry with the same ID answers it again)", ErrRejected, e.RequestID, e.Code, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrRejected) hold.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }

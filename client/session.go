@@ -27,12 +27,22 @@ type sessions struct {
 	// home is the Near of the first session when hasHome (invariant 8).
 	home    sessionID
 	hasHome bool
+	// shard, when byShard, is the shard this session must be in: the
+	// session of a shard's keys (invariant 10).
+	shard   uint32
+	byShard bool
 
 	mu      sync.Mutex
 	id      sessionID
 	open    bool
 	horizon time.Duration // the node's: an idle session expires after it
 	lastUse time.Time     // opened, or last logged in (an OK Submit)
+}
+
+// initShard makes s the session of shard's keys.
+func (s *sessions) initShard(o *Options, shard uint32) {
+	s.opts, s.shard, s.byShard = o, shard, true
+	s.renewing = make(chan struct{}, 1)
 }
 
 func (s *sessions) init(o *Options) {
@@ -121,13 +131,12 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 	}
 	s.mu.Lock()
 	renew := s.open
-	near := s.id
-	if !renew {
-		near = s.home
-	}
-	req := clientv1.OpenSessionRequest{}
-	if renew || s.hasHome {
-		req.Near = near[:]
+	req := clientv1.OpenSessionRequest{Shard: s.shard}
+	switch {
+	case renew:
+		req.Near = s.id[:]
+	case s.hasHome && !s.byShard:
+		req.Near = s.home[:]
 	}
 	s.mu.Unlock()
 	rep, err := clientv1.NewClientClient(cc).OpenSession(c.callContext(ctx), &req)
@@ -140,7 +149,11 @@ func (s *sessions) get(ctx context.Context, c *Client, cc *grpc.ClientConn, addr
 	if len(rep.GetSession()) != clientv1.SessionIDLen {
 		return old, step{v: vMove, err: fmt.Errorf("%s answered a session ID of %d bytes, want %d", addr, len(rep.GetSession()), clientv1.SessionIDLen)}, false
 	}
+	if s.byShard && rep.GetShard() != s.shard {
+		return old, step{v: vMove, err: fmt.Errorf("%s opened a session of shard %d, not %d", addr, rep.GetShard(), s.shard)}, false
+	}
 	c.learned(rep.GetEpoch())
+	c.learnShards(rep.GetShards())
 	s.mu.Lock()
 	s.id, s.open, s.horizon, s.lastUse = sessionID(rep.GetSession()), true, time.Duration(rep.GetHorizon()), s.opts.now()
 	id := s.id
