@@ -21,8 +21,8 @@ type Txn struct {
 	Then, Else []TxnOp
 }
 
-// Cmp is one compare of a transaction's If; make it with Value, Version,
-// ModLSN, Exists or Missing.
+// Cmp is one compare of a transaction's If; make it with Value, Counter,
+// Version, ModLSN, Exists or Missing.
 type Cmp struct{ c *clientv1.Compare }
 
 // CmpOp relates a key's target to an operand: "=", "!=", "<" or ">".
@@ -46,6 +46,13 @@ func Version(key []byte, op CmpOp, n uint64) Cmp {
 // ModLSN compares the LSN of key's last write (0: missing) with lsn.
 func ModLSN(key []byte, op CmpOp, lsn uint64) Cmp {
 	return Cmp{&clientv1.Compare{Key: key, Target: clientv1.Compare_MOD_LSN, Result: cmpOps[op], Number: lsn}}
+}
+
+// Counter compares key's counter (as OpAdd keeps it; 0 when absent) with
+// n as signed numbers: "no overdraft" is If(Counter(balance, ">", amount-1)).
+// A key holding no counter fails it.
+func Counter(key []byte, op CmpOp, n int64) Cmp {
+	return Cmp{&clientv1.Compare{Key: key, Target: clientv1.Compare_COUNTER, Result: cmpOps[op], Counter: n}}
 }
 
 // Exists holds when key exists.

@@ -75,38 +75,30 @@ func TestTxnNoOverdraft(t *testing.T) {
 	alice, bob := []byte("{acct:alice}/balance"), []byte("{acct:alice}/owed-to-bob")
 	_, err := cl.Txn(ctx, "seed", client.Txn{Then: []client.TxnOp{client.OpAdd(alice, 50)}})
 	require.NoError(t, err)
+	// No overdraft: debit only if the balance covers the amount.
 	move := func(id string, amount int64) (client.TxnResult, error) {
 		return cl.Txn(ctx, id, client.Txn{
-			If:   []client.Cmp{client.Version(alice, ">", 0)},
-			Then: []client.TxnOp{client.OpAdd(alice, -amount), client.OpGet(alice)},
+			If:   []client.Cmp{client.Counter(alice, ">", amount-1)},
+			Then: []client.TxnOp{client.OpAdd(alice, -amount), client.OpAdd(bob, amount)},
+			Else: []client.TxnOp{client.OpGet(alice)},
 		})
 	}
 	res, err := move("t1", 30)
 	require.NoError(t, err)
 	require.True(t, res.Succeeded)
-	require.Equal(t, counter(20), res.Ops[1].Value)
-	// Guard the debit on the balance itself: value compares are bytewise,
-	// so compare the version read with it (optimistic concurrency).
-	kv, _, err := cl.Get(ctx, alice)
-	require.NoError(t, err)
-	guarded := func(id string, amount int64) (client.TxnResult, error) {
-		return cl.Txn(ctx, id, client.Txn{
-			If:   []client.Cmp{client.Version(alice, "=", kv.Version)},
-			Then: []client.TxnOp{client.OpAdd(alice, -amount), client.OpAdd(bob, amount)},
-			Else: []client.TxnOp{client.OpGet(alice)},
-		})
-	}
-	res, err = guarded("t2", 5)
-	require.NoError(t, err)
-	require.True(t, res.Succeeded)
-	res, err = guarded("t3", 5) // the version moved: the Else branch
+	res, err = move("t2", 30) // 20 left: declined, the Else branch reads it
 	require.NoError(t, err)
 	require.False(t, res.Succeeded)
-	require.Equal(t, counter(15), res.Ops[0].Value)
-	again, err := guarded("t3", 5)
+	require.Equal(t, counter(20), res.Ops[0].Value)
+	_, err = move("t3", 20)
+	require.NoError(t, err)
+	again, err := move("t2", 30) // the declined one, retried after t3
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	require.False(t, again.Succeeded, "a declined transfer never succeeds on retry")
+	kv, _, err := cl.Get(ctx, alice)
+	require.NoError(t, err)
+	require.Equal(t, counter(0), kv.Value, "never below zero")
 
 	_, err = cl.Txn(ctx, "name", client.Txn{Then: []client.TxnOp{client.OpPut([]byte("{acct:alice}/name"), []byte("Alice"))}})
 	require.NoError(t, err)

@@ -59,6 +59,7 @@ func TestWireEnumsAreKV(t *testing.T) {
 		{clientv1.TxnOp_Kind(kv.Put).String(), "PUT"}, {clientv1.TxnOp_Kind(kv.Get).String(), "GET"},
 		{clientv1.Compare_Target(kv.TargetValue).String(), "VALUE"}, {clientv1.Compare_Target(kv.TargetVersion).String(), "VERSION"},
 		{clientv1.Compare_Target(kv.TargetModLSN).String(), "MOD_LSN"}, {clientv1.Compare_Target(kv.TargetExists).String(), "EXISTS"},
+		{clientv1.Compare_Target(kv.TargetCounter).String(), "COUNTER"},
 		{clientv1.Compare_Result(kv.Equal).String(), "EQUAL"}, {clientv1.Compare_Result(kv.NotEqual).String(), "NOT_EQUAL"},
 		{clientv1.Compare_Result(kv.Less).String(), "LESS"}, {clientv1.Compare_Result(kv.Greater).String(), "GREATER"},
 	} {

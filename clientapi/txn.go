@@ -95,7 +95,7 @@ func txnOf(who string, r *clientv1.TxnRequest) (*kv.Txn, error) {
 	t := &kv.Txn{}
 	for _, c := range r.GetCompares() {
 		t.If = append(t.If, kv.Compare{Key: c.GetKey(), Target: kv.Target(enum(c.GetTarget())), Result: kv.CompareResult(enum(c.GetResult())),
-			Value: c.GetValue(), Number: c.GetNumber()})
+			Value: c.GetValue(), Number: c.GetNumber(), Counter: c.GetCounter()})
 	}
 	ops := func(in []*clientv1.TxnOp) []kv.Op {
 		var out []kv.Op

@@ -44,11 +44,11 @@ func counterOf(kv *clientv1.KeyValue) int64 { return int64(binary.LittleEndian.U
 
 // transfer is a bank transfer of amount from one account to another as
 // one transaction: if the source's balance (a counter) is at least amount,
-// both adds run; else it reads the balance. Both accounts share the hash
-// tag {bank}, so one shard.
-func transfer(sess []byte, id, from, to string, amount int64, balance []byte) *clientv1.TxnRequest {
+// both adds run; else it reads the balance. The accounts share a hash
+// tag, so one shard.
+func transfer(sess []byte, id, from, to string, amount int64) *clientv1.TxnRequest {
 	return &clientv1.TxnRequest{Session: sess, RequestId: id, Action: fmt.Sprintf("move %d from %s to %s", amount, from, to),
-		Compares: []*clientv1.Compare{{Key: []byte(from), Target: clientv1.Compare_VALUE, Result: clientv1.Compare_GREATER, Value: balance}},
+		Compares: []*clientv1.Compare{{Key: []byte(from), Target: clientv1.Compare_COUNTER, Result: clientv1.Compare_GREATER, Counter: amount - 1}},
 		Success:  []*clientv1.TxnOp{{Kind: clientv1.TxnOp_ADD, Key: []byte(from), Delta: -amount}, {Kind: clientv1.TxnOp_ADD, Key: []byte(to), Delta: amount}},
 		Failure:  []*clientv1.TxnOp{{Kind: clientv1.TxnOp_GET, Key: []byte(from)}}}
 }
@@ -70,11 +70,7 @@ func TestTxnKeysOutliveSessions(t *testing.T) {
 	require.True(t, rep.Result.Succeeded)
 	require.Equal(t, uint64(1), rep.Result.Results[0].Version)
 
-	// A counter is 8 little-endian bytes and a value compare is bytewise:
-	// it orders counters by their first byte, which is exact for 0..255.
-	floor := make([]byte, 8)
-	binary.LittleEndian.PutUint64(floor, 29)
-	move := transfer(s2, "t1", "{bank}alice", "{bank}bob", 30, floor)
+	move := transfer(s2, "t1", "{bank}alice", "{bank}bob", 30)
 	rep = txn(t, cc, move)
 	require.Equal(t, clientv1.Code_OK, rep.Code, rep.Message)
 	require.True(t, rep.Result.Succeeded, "alice has 100 in another session's write")
@@ -82,7 +78,7 @@ func TestTxnKeysOutliveSessions(t *testing.T) {
 	require.Equal(t, clientv1.Code_REPLAY, again.Code, again.Message)
 	require.True(t, again.Result.Succeeded)
 	require.Equal(t, rep.Result.Results[1].Value, again.Result.Results[1].Value)
-	other := transfer(s2, "t1", "{bank}alice", "{bank}bob", 31, floor)
+	other := transfer(s2, "t1", "{bank}alice", "{bank}bob", 31)
 	require.Equal(t, clientv1.Code_CONFLICT, txn(t, cc, other).Code)
 
 	g := get(t, cc, "{bank}alice")
@@ -95,7 +91,7 @@ func TestTxnKeysOutliveSessions(t *testing.T) {
 	require.False(t, get(t, r.client("mallory"), "{bank}alice").Found, "another principal's key space is its own")
 
 	wrong := sessionIn(t, cc, (shard+1)%4)
-	w := txn(t, cc, transfer(wrong, "t2", "{bank}alice", "{bank}bob", 1, floor))
+	w := txn(t, cc, transfer(wrong, "t2", "{bank}alice", "{bank}bob", 1))
 	require.Equal(t, clientv1.Code_WRONG_SHARD, w.Code, w.Message)
 	require.Equal(t, shard, w.Shard)
 	require.Equal(t, uint32(4), w.Shards)
@@ -115,7 +111,7 @@ func TestTxnKeysOutliveSessions(t *testing.T) {
 }
 
 // TestTxnNoOverdraftConcurrently: 20 concurrent transfers of 10 out of an
-// account of 100, each "if balance > 9 then move": exactly 10 succeed,
+// account of 105, each "if balance > 9 then move": exactly 10 succeed,
 // the balance never goes below 0, and the money is conserved.
 func TestTxnNoOverdraftConcurrently(t *testing.T) {
 	r := newRig(t, leader.Options{Shards: 2}, nil)
@@ -123,15 +119,13 @@ func TestTxnNoOverdraftConcurrently(t *testing.T) {
 	shard := kvroute.Shard([]byte("{b}"), 2)
 	s := sessionIn(t, cc, shard)
 	require.Equal(t, clientv1.Code_OK, txn(t, cc, &clientv1.TxnRequest{Session: s, RequestId: "seed", Success: []*clientv1.TxnOp{
-		{Kind: clientv1.TxnOp_ADD, Key: []byte("{b}from"), Delta: 100}}}).Code)
-	nine := make([]byte, 8)
-	binary.LittleEndian.PutUint64(nine, 9)
+		{Kind: clientv1.TxnOp_ADD, Key: []byte("{b}from"), Delta: 105}}}).Code)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	moved := 0
 	for i := range 20 {
 		wg.Go(func() {
-			rep := txn(t, cc, transfer(s, fmt.Sprintf("m%d", i), "{b}from", "{b}to", 10, nine))
+			rep := txn(t, cc, transfer(s, fmt.Sprintf("m%d", i), "{b}from", "{b}to", 10))
 			require.Equal(t, clientv1.Code_OK, rep.Code, rep.Message)
 			if rep.Result.Succeeded {
 				mu.Lock()
@@ -142,7 +136,7 @@ func TestTxnNoOverdraftConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 10, moved)
-	require.Equal(t, int64(0), counterOf(get(t, cc, "{b}from").Kv))
+	require.Equal(t, int64(5), counterOf(get(t, cc, "{b}from").Kv), "the last transfer of 10 found 5: declined")
 	require.Equal(t, int64(100), counterOf(get(t, cc, "{b}to").Kv))
 }
 

@@ -145,8 +145,18 @@ func Resolve(r Reader, principal string, t *Txn, session eventid.SessionID, firs
 // since no operand stands for "no value" (an empty value is a value):
 // test existence with TargetExists or TargetVersion.
 func compare(c *Compare, row Row, found bool) bool {
-	if c.Target == TargetValue {
+	switch c.Target {
+	case TargetValue:
 		return found && c.Result.holds(bytes.Compare(row.Value, c.Value))
+	case TargetCounter:
+		var n int64
+		if found {
+			if len(row.Value) != 8 {
+				return false // no counter: no order to hold
+			}
+			n = int64(binary.LittleEndian.Uint64(row.Value))
+		}
+		return c.Result.holds(cmp.Compare(n, c.Counter))
 	}
 	var cur uint64
 	if found {

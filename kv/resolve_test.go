@@ -59,7 +59,7 @@ var sid = session.ID{0xaa}
 //	corrupt [principal=P] key=K
 //	    reading the key fails (a corrupt row)
 //	txn [principal=P] [first=LSN] [shards=N]
-//	if <value|version|modlsn|exists> KEY <=|!=|<|>> OPERAND
+//	if <value|version|modlsn|exists|counter> KEY <=|!=|<|>> OPERAND
 //	then|else put KEY VALUE | delete KEY | add KEY DELTA | get KEY
 //	    one line per compare and op; shards=N first prints the
 //	    transaction's shard (Txn.Shard) and stops on its error. The
@@ -195,11 +195,18 @@ func parseTxn(t *testing.T, input string) *kv.Txn {
 			}
 			c := kv.Compare{Key: token(t, fs[2])}
 			c.Target = map[string]kv.Target{"value": kv.TargetValue, "version": kv.TargetVersion,
-				"modlsn": kv.TargetModLSN, "exists": kv.TargetExists, "bad": 99}[fs[1]]
+				"modlsn": kv.TargetModLSN, "exists": kv.TargetExists, "counter": kv.TargetCounter, "bad": 99}[fs[1]]
 			c.Result = map[string]kv.CompareResult{"=": kv.Equal, "!=": kv.NotEqual, "<": kv.Less, ">": kv.Greater, "?": 0}[fs[3]]
-			if c.Target == kv.TargetValue {
+			switch c.Target {
+			case kv.TargetValue:
 				c.Value = token(t, fs[4])
-			} else {
+			case kv.TargetCounter:
+				n, err := strconv.ParseInt(fs[4], 10, 64)
+				if err != nil {
+					t.Fatalf("compare %q: %v", line, err)
+				}
+				c.Counter = n
+			default:
 				n, err := strconv.ParseUint(fs[4], 10, 64)
 				if err != nil {
 					t.Fatalf("compare %q: %v", line, err)

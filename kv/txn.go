@@ -17,11 +17,17 @@ const (
 	TargetVersion Target = 2 // the version (Compare.Number); 0 when absent
 	TargetModLSN  Target = 3 // the LSN of the last write (Compare.Number); 0 when absent
 	TargetExists  Target = 4 // 1 if the key exists, 0 if not (Compare.Number: 0 or 1)
+	// TargetCounter: the key's counter, as Add keeps it (8 bytes,
+	// little-endian int64; 0 when absent), compared as a signed number
+	// with Compare.Counter. A key whose value is no counter fails every
+	// counter compare. Counters are little-endian, so a value compare does
+	// not order them: this does.
+	TargetCounter Target = 5
 )
 
-var targetNames = [...]string{TargetValue: "value", TargetVersion: "version", TargetModLSN: "modlsn", TargetExists: "exists"}
+var targetNames = [...]string{TargetValue: "value", TargetVersion: "version", TargetModLSN: "modlsn", TargetExists: "exists", TargetCounter: "counter"}
 
-func (t Target) valid() bool { return t >= TargetValue && t <= TargetExists }
+func (t Target) valid() bool { return t >= TargetValue && t <= TargetCounter }
 
 // String returns value|version|modlsn|exists, or "target(N)".
 func (t Target) String() string {
@@ -72,7 +78,8 @@ func (r CompareResult) holds(c int) bool {
 
 // Compare is one condition of a transaction's If: Key's Target, as the key
 // stands before the transaction, in relation Result to the operand — Value
-// for TargetValue, Number for the others. The field the target does not
+// for TargetValue, Counter for TargetCounter, Number for the others. The
+// fields the target does not
 // use must be zero.
 type Compare struct {
 	Key    []byte
@@ -80,6 +87,8 @@ type Compare struct {
 	Result CompareResult
 	Value  []byte
 	Number uint64
+	// Counter is TargetCounter's operand.
+	Counter int64
 }
 
 // OpKind is the kind of a transaction's op.
@@ -195,10 +204,17 @@ func (t *Txn) Validate() error {
 		if !c.Result.valid() {
 			bad("%s: unknown result %s", where, c.Result)
 		}
+		if c.Target != TargetCounter && c.Counter != 0 {
+			bad("%s: a %s compare with a counter operand", where, c.Target)
+		}
 		switch c.Target {
 		case TargetValue:
 			if c.Number != 0 {
 				bad("%s: a value compare with a number", where)
+			}
+		case TargetCounter:
+			if len(c.Value) != 0 || c.Number != 0 {
+				bad("%s: a counter compare with a value or a number", where)
 			}
 		case TargetVersion, TargetModLSN, TargetExists:
 			if len(c.Value) != 0 {

@@ -213,6 +213,10 @@ const (
 	Compare_MOD_LSN            Compare_Target = 3
 	// number 1: the key exists; 0: it does not.
 	Compare_EXISTS Compare_Target = 4
+	// The key's counter (8 bytes, little-endian int64, as ADD keeps it;
+	// 0 when absent) against counter, as signed numbers: a VALUE compare
+	// does not order counters. A key that holds no counter fails it.
+	Compare_COUNTER Compare_Target = 5
 )
 
 // Enum value maps for Compare_Target.
@@ -223,6 +227,7 @@ var (
 		2: "VERSION",
 		3: "MOD_LSN",
 		4: "EXISTS",
+		5: "COUNTER",
 	}
 	Compare_Target_value = map[string]int32{
 		"TARGET_UNSPECIFIED": 0,
@@ -230,6 +235,7 @@ var (
 		"VERSION":            2,
 		"MOD_LSN":            3,
 		"EXISTS":             4,
+		"COUNTER":            5,
 	}
 )
 
@@ -1003,15 +1009,17 @@ func (x *OpenSessionReply) GetShards() uint32 {
 // Compare is one condition of a transaction: the key's target, as the key
 // stands before the transaction, in relation result to the operand (value
 // for VALUE, number for the others). A missing key has version 0,
-// mod_lsn 0 and exists 0, and a VALUE compare on it is false whatever the
-// result.
+// mod_lsn 0, exists 0 and counter 0, and a VALUE compare on it is false
+// whatever the result.
 type Compare struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Target        Compare_Target         `protobuf:"varint,2,opt,name=target,proto3,enum=oncewal.client.v1.Compare_Target" json:"target,omitempty"`
-	Result        Compare_Result         `protobuf:"varint,3,opt,name=result,proto3,enum=oncewal.client.v1.Compare_Result" json:"result,omitempty"`
-	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target Compare_Target         `protobuf:"varint,2,opt,name=target,proto3,enum=oncewal.client.v1.Compare_Target" json:"target,omitempty"`
+	Result Compare_Result         `protobuf:"varint,3,opt,name=result,proto3,enum=oncewal.client.v1.Compare_Result" json:"result,omitempty"`
+	Value  []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	// COUNTER's operand.
+	Counter       int64 `protobuf:"zigzag64,6,opt,name=counter,proto3" json:"counter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1085,13 @@ func (x *Compare) GetValue() []byte {
 func (x *Compare) GetNumber() uint64 {
 	if x != nil {
 		return x.Number
+	}
+	return 0
+}
+
+func (x *Compare) GetCounter() int64 {
+	if x != nil {
+		return x.Counter
 	}
 	return 0
 }
@@ -2104,20 +2119,22 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\tR\x06leader\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
 	"\x05shard\x18\a \x01(\rR\x05shard\x12\x16\n" +
-	"\x06shards\x18\b \x01(\rR\x06shards\"\xe5\x02\n" +
+	"\x06shards\x18\b \x01(\rR\x06shards\"\x8c\x03\n" +
 	"\aCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x129\n" +
 	"\x06target\x18\x02 \x01(\x0e2!.oncewal.client.v1.Compare.TargetR\x06target\x129\n" +
 	"\x06result\x18\x03 \x01(\x0e2!.oncewal.client.v1.Compare.ResultR\x06result\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
-	"\x06number\x18\x05 \x01(\x04R\x06number\"Q\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x18\n" +
+	"\acounter\x18\x06 \x01(\x12R\acounter\"^\n" +
 	"\x06Target\x12\x16\n" +
 	"\x12TARGET_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05VALUE\x10\x01\x12\v\n" +
 	"\aVERSION\x10\x02\x12\v\n" +
 	"\aMOD_LSN\x10\x03\x12\n" +
 	"\n" +
-	"\x06EXISTS\x10\x04\"Q\n" +
+	"\x06EXISTS\x10\x04\x12\v\n" +
+	"\aCOUNTER\x10\x05\"Q\n" +
 	"\x06Result\x12\x16\n" +
 	"\x12RESULT_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05EQUAL\x10\x01\x12\r\n" +
