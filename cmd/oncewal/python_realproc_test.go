@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncewal/oncewal/client"
 	"github.com/oncewal/oncewal/internal/pki"
+	"github.com/oncewal/oncewal/replication/grpctransport"
 )
 
 // debianPython is the interpreter Debian's python3-grpcio,
@@ -36,11 +40,16 @@ func pythonWithGRPC(t *testing.T) string {
 // TestRealProcessesPythonClient: a client in another language, from the
 // published .proto alone, against the built binary. Python stubs are
 // generated from proto/ (grpc_tools.protoc) into a temporary directory;
-// examples/python/oncewal_client.py then calls a real `oncewal leader`
-// under mutual TLS with a client certificate gencerts issued: a session
-// opened, a request run (OK), retried with the same ID (REPLAY), the ID
-// reused for another payload (CONFLICT), its status (REPLAY), and a
-// malformed request refused (INVALID_ARGUMENT).
+// examples/python/oncewal_client.py checks its routing against
+// kvroute/testdata/shards.txt, then calls a real `oncewal leader` of 4
+// shards under mutual TLS with a client certificate gencerts issued: an
+// account opened in its keys' shard (OK), the request retried (REPLAY,
+// the same result), a transfer the balance covers and one it does not
+// (both branches), the balance read back (Get) and the account's keys
+// (Range), an add to a name rejected and recorded (REJECTED twice), the ID
+// reused for another request (CONFLICT), and a malformed request refused
+// (INVALID_ARGUMENT). Then a Go client of the same principal — another
+// process, other sessions — reads the balance the Python client left.
 func TestRealProcessesPythonClient(t *testing.T) {
 	py := pythonWithGRPC(t)
 	rp := newRealProcs(t, "f1")
@@ -60,7 +69,7 @@ func TestRealProcessesPythonClient(t *testing.T) {
 	}
 
 	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
-		"--dir", filepath.Join(rp.dir, "leader"), "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
+		"--dir", filepath.Join(rp.dir, "leader"), "--shards", "4", "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
 		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey)}}
 	reapProcs(t, []*proc{ld})
 	ld.start(t, rp.bin)
@@ -69,15 +78,26 @@ func TestRealProcessesPythonClient(t *testing.T) {
 	certFile, keyFile := pki.ClientFiles("py")
 	run := exec.Command(py, filepath.Join(root, "examples", "python", "oncewal_client.py"),
 		"--addr", fmt.Sprintf("localhost:%d", rp.port), "--ca", cert(pki.FileCA), "--cert", cert(certFile), "--key", cert(keyFile),
-		"--request-id", "py-1")
+		"--run", "py1", "--check-routing", filepath.Join(root, "kvroute", "testdata", "shards.txt"))
 	run.Env = append(os.Environ(), "PYTHONPATH="+stubs)
 	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Python client: %v\n%s", err, out)
 	}
-	for _, want := range []string{"open_session: OK", "submit: OK lsn=", "retry: REPLAY", "conflict: CONFLICT", "status: REPLAY", "malformed: INVALID_ARGUMENT"} {
+	for _, want := range []string{"rows agree", "shards: 4", "open: OK", "retry: REPLAY", "transfer 30: OK succeeded=True",
+		"transfer 200: OK succeeded=False", "get: OK balance=70", "range: OK keys=2", "reject: REJECTED not_counter",
+		"reject again: REJECTED not_counter", "conflict: CONFLICT", "malformed: INVALID_ARGUMENT"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the Python client's output lacks %q:\n%s", want, out)
 		}
+	}
+	tlsConf, err := grpctransport.LoadClientTLS(cert(pki.FileCA), cert(certFile), cert(keyFile))
+	must(t, err)
+	gc, err := client.New(&client.Options{Addrs: []string{fmt.Sprintf("localhost:%d", rp.port)}, TLS: tlsConf})
+	must(t, err)
+	defer gc.Close()
+	kv, found, err := gc.Get(context.Background(), []byte("{acct:py1}/balance"))
+	if err != nil || !found || int64(binary.LittleEndian.Uint64(kv.Value)) != 70 || kv.Version != 2 {
+		t.Fatalf("the Go client reads the Python client's balance: %v %v %x version %d", err, found, kv.Value, kv.Version)
 	}
 }
