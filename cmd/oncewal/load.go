@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,7 @@ import (
 )
 
 const loadSynopsis = `load --addrs HOST:PORT[,HOST:PORT...] [--clients N] [--rate R] [--retry-rate F]
-                    [--ack leader|one|majority|all] [--duration D] [--ack-log FILE]
+                    [--ack leader|one|majority|all] [--duration D] [--ack-log FILE] [--keys N]
                     [--tls-ca F --tls-cert F --tls-key F | --insecure --principal NAME]
 
 Drives a cluster over the network through its client service
@@ -32,7 +33,13 @@ concurrent clients share one client (one principal, one session, so one
 shard's ledger) and together send --rate requests per second (0: as fast
 as the answers come), each request a new request ID and the payload
 oncewal leader --generate logs: a put, an add to "counter" or a delete of
-one of 16 keys. --addrs may name any nodes: the client finds the leader
+one of 16 keys, in the client's session. With --keys N, each request is
+instead a transaction on the principal's key space (Client.Txn): an add
+of 1 to one of N keys load/k0 … (request n to key n mod N), logged in the
+shard of its key, so one principal's requests spread over every shard;
+the summary then counts the requests answered per shard (per_shard=[…]),
+and every key's counter ends at the number of distinct requests to it.
+--addrs may name any nodes: the client finds the leader
 (a follower's --client-listen answers "not leader" with its address) and
 follows it across a restart or a promotion.
 
@@ -61,6 +68,8 @@ const (
 	// it gives up catching up: after a stall (a failover) it resumes at
 	// --rate instead of bursting the backlog.
 	loadMaxLag = time.Second
+	// maxLoadKeys bounds --keys.
+	maxLoadKeys = 1 << 20
 )
 
 func runLoad(args []string, stdout, stderr io.Writer) int {
@@ -73,6 +82,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "how long to run (0: until SIGINT/SIGTERM)")
 	ackLog := fs.String("ack-log", "", "append the 16-byte client key of every request answered OK or Replay to this file")
 	statsEvery := fs.Duration("stats-interval", 10*time.Second, "log a stats line this often (0: only the summary at the end)")
+	keys := fs.Int("keys", 0, "with N > 0: each request is a transaction adding 1 to one of N keys of the principal's key space (spread over the shards); 0: the default payload in one session")
 	tf := &tlsFlags{
 		ca:       fs.String("tls-ca", "", "PEM file of the CA the nodes' certificates must chain to"),
 		cert:     fs.String("tls-cert", "", "PEM file of this client's certificate (its URI SAN oncewal://client/NAME names the principal)"),
@@ -93,6 +103,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	inRange(&c, "clients", *clients, 1, maxLoadClients)
 	inRange(&c, "rate", *rate, 0, maxLoadRate)
 	inRange(&c, "retry-rate", *retryRate, 0, 1)
+	inRange(&c, "keys", *keys, 0, maxLoadKeys)
 	policy, ackOK := parseClientAck(*ack)
 	if !ackOK {
 		c.failf("--ack %q is not one of leader, one, majority, all", *ack)
@@ -128,7 +139,7 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	}
 	sum, err := runLoadWith(ctx, log, loadConfig{
 		client: opts, clients: *clients, rate: *rate, retryRate: *retryRate,
-		ackLog: *ackLog, statsEvery: *statsEvery,
+		ackLog: *ackLog, statsEvery: *statsEvery, keys: *keys,
 	})
 	if sum != nil {
 		fmt.Fprintln(stdout, sum.String())
@@ -181,6 +192,7 @@ type loadConfig struct {
 	ackLog     string
 	statsEvery time.Duration
 	runID      string // tests: the run's ID in its request IDs (default: random)
+	keys       int    // > 0: transactions on the key space over this many keys
 }
 
 // loadStats counts a load run's requests. A request is a request ID; its
@@ -198,6 +210,19 @@ type loadStats struct {
 	conflicts   atomic.Uint64
 	refused     atomic.Uint64 // refused, or the identity denied
 	reruns      atomic.Uint64 // retries answered OK: the request ran twice
+	// perShard counts the requests first answered in each shard (--keys),
+	// grown under shardMu.
+	shardMu  sync.Mutex
+	perShard []uint64
+}
+
+func (s *loadStats) inShard(shard uint32) {
+	s.shardMu.Lock()
+	defer s.shardMu.Unlock()
+	for uint32(len(s.perShard)) <= shard {
+		s.perShard = append(s.perShard, 0)
+	}
+	s.perShard[shard]++
 }
 
 // loadSummary is a snapshot of loadStats over an elapsed time.
@@ -205,6 +230,7 @@ type loadSummary struct {
 	elapsed                                              time.Duration
 	requests, ok, replayed, retries, retryReplay, resent uint64
 	unknown, unavailable, conflicts, refused, reruns     uint64
+	perShard                                             []uint64 // nil unless --keys
 }
 
 func (s *loadStats) snapshot(elapsed time.Duration) loadSummary {
@@ -212,23 +238,33 @@ func (s *loadStats) snapshot(elapsed time.Duration) loadSummary {
 		requests: s.requests.Load(), ok: s.ok.Load(), replayed: s.replayed.Load(),
 		retries: s.retries.Load(), retryReplay: s.retryReplay.Load(), resent: s.resent.Load(),
 		unknown: s.unknown.Load(), unavailable: s.unavailable.Load(),
-		conflicts: s.conflicts.Load(), refused: s.refused.Load(), reruns: s.reruns.Load()}
+		conflicts: s.conflicts.Load(), refused: s.refused.Load(), reruns: s.reruns.Load(), perShard: s.shards()}
+}
+
+func (s *loadStats) shards() []uint64 {
+	s.shardMu.Lock()
+	defer s.shardMu.Unlock()
+	return slices.Clone(s.perShard)
 }
 
 // answered is the requests that got OK or Replay.
 func (s loadSummary) answered() uint64 { return s.ok + s.replayed }
 
 func (s loadSummary) String() string {
-	return fmt.Sprintf("oncewal load: %d requests in %s (%.0f answered/s): ok=%d replayed=%d retried=%d retry_replayed=%d "+
+	out := fmt.Sprintf("oncewal load: %d requests in %s (%.0f answered/s): ok=%d replayed=%d retried=%d retry_replayed=%d "+
 		"resent_after_unknown=%d outcome_unknown=%d unavailable=%d conflicts=%d refused=%d reruns=%d",
 		s.requests, s.elapsed.Round(time.Millisecond), float64(s.answered())/max(s.elapsed.Seconds(), 1e-9),
 		s.ok, s.replayed, s.retries, s.retryReplay, s.resent, s.unknown, s.unavailable, s.conflicts, s.refused, s.reruns)
+	if s.perShard != nil {
+		out += fmt.Sprintf(" per_shard=%v", s.perShard)
+	}
+	return out
 }
 
 func (s loadSummary) logAttrs() []any {
 	return []any{"requests", s.requests, "ok", s.ok, "replayed", s.replayed, "retried", s.retries,
 		"retry_replayed", s.retryReplay, "resent_after_unknown", s.resent, "outcome_unknown", s.unknown,
-		"unavailable", s.unavailable, "conflicts", s.conflicts, "refused", s.refused, "reruns", s.reruns}
+		"unavailable", s.unavailable, "conflicts", s.conflicts, "refused", s.refused, "reruns", s.reruns, "per_shard", fmt.Sprint(s.perShard)}
 }
 
 // loader is one load run: the shared client, the stats, the ack log.
@@ -369,33 +405,64 @@ func (ld *loader) runClient(i int) {
 			next = next.Add(gap)
 		}
 		id := loadRequestID(ld.runID, i, n)
-		payload := loadPayload(n)
+		send := ld.request(n)
 		ld.stats.requests.Add(1)
-		res, err := ld.submit(id, payload)
+		res, err := ld.submit(id, send)
 		if err != nil {
 			continue
 		}
-		if res.Replayed {
+		if res.replayed {
 			ld.stats.replayed.Add(1)
 		} else {
 			ld.stats.ok.Add(1)
+		}
+		if res.keyed {
+			ld.stats.inShard(res.shard)
 		}
 		if err := ld.acked(id); err != nil {
 			ld.fail(err)
 			return
 		}
 		if rng.Float64() < ld.cfg.retryRate {
-			ld.retry(id, payload)
+			ld.retry(id, send)
 		}
 	}
 }
 
+// loadAnswer is what a load request was answered: whether it was a
+// replay, the LSN, and for a transaction (keyed) its shard.
+type loadAnswer struct {
+	replayed, keyed bool
+	lsn             uint64
+	shard           uint32
+}
+
+// request is the n-th request's sending: the default payload through
+// Submit, or with --keys an add to key n mod keys through Txn.
+func (ld *loader) request(n uint64) func(ctx context.Context, id string) (loadAnswer, error) {
+	if ld.cfg.keys == 0 {
+		payload := loadPayload(n)
+		return func(ctx context.Context, id string) (loadAnswer, error) {
+			res, err := ld.c.Submit(ctx, id, payload)
+			return loadAnswer{replayed: res.Replayed, lsn: res.LSN}, err
+		}
+	}
+	t := client.Txn{Then: []client.TxnOp{client.OpAdd(loadKey(n, ld.cfg.keys), 1)}}
+	return func(ctx context.Context, id string) (loadAnswer, error) {
+		res, err := ld.c.Txn(ctx, id, t)
+		return loadAnswer{replayed: res.Replayed, keyed: true, lsn: res.LSN, shard: res.Shard}, err
+	}
+}
+
+// loadKey is the key --keys request n adds to.
+func loadKey(n uint64, keys int) []byte { return fmt.Appendf(nil, "load/k%d", n%uint64(keys)) }
+
 // submit sends the request until it is answered: again with the same ID
 // while its outcome is unknown and the run goes on, as a client must; a
 // final error is counted (and a failure ends the run).
-func (ld *loader) submit(id string, payload []byte) (client.Result, error) {
+func (ld *loader) submit(id string, send func(context.Context, string) (loadAnswer, error)) (loadAnswer, error) {
 	for {
-		res, err := ld.c.Submit(ld.inFlight, id, payload)
+		res, err := send(ld.inFlight, id)
 		if err == nil {
 			return res, nil
 		}
@@ -410,16 +477,16 @@ func (ld *loader) submit(id string, payload []byte) (client.Result, error) {
 
 // retry sends an answered request again, as a client that lost its answer
 // would; the answer must be its replay.
-func (ld *loader) retry(id string, payload []byte) {
+func (ld *loader) retry(id string, send func(context.Context, string) (loadAnswer, error)) {
 	ld.stats.retries.Add(1)
-	res, err := ld.submit(id, payload)
+	res, err := ld.submit(id, send)
 	switch {
 	case err != nil:
-	case res.Replayed:
+	case res.replayed:
 		ld.stats.retryReplay.Add(1)
 	default:
 		ld.stats.reruns.Add(1)
-		ld.fail(fmt.Errorf("request %q was answered OK twice (LSN %d the second time): it ran twice; a retry of an answered request must be its replay", id, res.LSN))
+		ld.fail(fmt.Errorf("request %q was answered OK twice (LSN %d the second time): it ran twice; a retry of an answered request must be its replay", id, res.lsn))
 	}
 }
 
@@ -429,7 +496,7 @@ func (ld *loader) failed(id string, err error) {
 	switch {
 	case errors.Is(err, client.ErrConflict):
 		ld.stats.conflicts.Add(1)
-	case errors.Is(err, client.ErrRefused), errors.Is(err, client.ErrDenied):
+	case errors.Is(err, client.ErrRefused), errors.Is(err, client.ErrDenied), errors.Is(err, client.ErrRejected):
 		ld.stats.refused.Add(1)
 	case errors.Is(err, client.ErrOutcomeUnknown):
 		ld.stats.unknown.Add(1)

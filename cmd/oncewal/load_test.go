@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -31,6 +32,7 @@ func TestLoadUsage(t *testing.T) {
 		{with("--rate", "NaN"), []string{"--rate NaN is out of range"}},
 		{with("--clients", "0"), []string{"--clients 0 is out of range [1, 1024]"}},
 		{with("--retry-rate", "1.5"), []string{"--retry-rate 1.5 is out of range [0, 1]"}},
+		{with("--keys", "-1"), []string{"--keys -1 is out of range [0, 1048576]"}},
 		{with("--ack", "none"), []string{`--ack "none" is not one of leader, one, majority, all`}},
 		{with("--duration", "-1s"), []string{"--duration -1s must be >= 0s"}},
 		{with("--stats-interval", "-1s"), []string{"--stats-interval -1s must be >= 0s"}},
@@ -84,5 +86,50 @@ func TestLoadConflictEndsRun(t *testing.T) {
 	sum, err := runLoadWith(ctx, slog.New(slog.DiscardHandler), loadConfig{client: opts(), clients: 1, runID: "run"})
 	if !errors.Is(err, client.ErrConflict) || sum == nil || sum.conflicts != 1 || sum.requests != 1 || sum.answered() != 0 {
 		t.Fatalf("load over a used request ID: %v, %s", err, sum)
+	}
+}
+
+// TestLoadKeysSpreadOverShards: with --keys, one principal's requests are
+// transactions on its key space, each in its key's shard: over a leader
+// of 4 shards every shard takes requests (the summary's per_shard), and
+// every key's counter is the number of distinct requests to it, retries
+// (replays) not counted twice.
+func TestLoadKeysSpreadOverShards(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	server, _ := tlsPair(t, certs)
+	r := startLeader(t, leaderConfig{dir: filepath.Join(dir, "leader"), shards: 4, followers: []string{"f1"}, tls: server()})
+	ca := gencertsCA(t, certs)
+	pair := testutil.ClientCert(t, &pki.Certs{CA: ca}, "oncewal://client/loadtest")
+	opts := &client.Options{Addrs: []string{r.dialAddr()}, TLS: grpctransport.ClientTLSConfig(ca.Pool(), pair, ""),
+		Ack: client.AckLeader, Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sum, err := runLoadWith(ctx, slog.New(slog.DiscardHandler), loadConfig{client: opts, clients: 4, keys: 32, retryRate: 0.2, runID: "keys"})
+	must(t, err)
+	if sum.answered() == 0 || sum.retryReplay != sum.retries || sum.reruns != 0 || len(sum.perShard) != 4 {
+		t.Fatalf("summary: %s", sum)
+	}
+	for s, n := range sum.perShard {
+		if n == 0 {
+			t.Errorf("shard %d took none of %d requests: %s", s, sum.answered(), sum)
+		}
+	}
+	if !strings.Contains(sum.String(), "per_shard=[") {
+		t.Errorf("the summary does not say the spread: %s", sum)
+	}
+	// Each client's request n adds 1 to key n mod 32: the counters sum to
+	// the distinct requests answered, whatever was retried.
+	c, err := client.New(opts)
+	must(t, err)
+	defer c.Close()
+	kvs, _, err := c.Range(context.Background(), []byte("load/"), 0)
+	must(t, err)
+	var total int64
+	for _, kv := range kvs {
+		total += int64(binary.LittleEndian.Uint64(kv.Value))
+	}
+	if uint64(total) < sum.answered() || uint64(total) > sum.requests {
+		t.Fatalf("counters sum to %d; %d requests answered of %d sent (%s)", total, sum.answered(), sum.requests, sum)
 	}
 }
