@@ -5,7 +5,8 @@
 // Every subcommand is a func runX(args []string, stdout, stderr io.Writer) int
 // returning the exit status, so tests run them in-process. Exit status: 0
 // success, 1 the command ran and found a problem (corrupt WAL, not a store,
-// verification failed, I/O error), 2 bad usage.
+// verification failed, I/O error), 2 bad usage; kv adds 3 and 4 for a
+// write's final answers a script branches on.
 package main
 
 import (
@@ -21,6 +22,12 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitConflict (kv): the request ID was used for another request;
+	// nothing ran.
+	exitConflict = 3
+	// exitRejected (kv): a rule of the key space rejected the request, a
+	// result recorded under its ID.
+	exitRejected = 4
 )
 
 type command struct {
@@ -37,6 +44,7 @@ var commands = []command{
 	{"bench", "run the benchmark suite and print each figure beside its reference", runBench},
 	{"leader", "run the leader of every shard: WAL, stamping, retention; serve registered followers over gRPC with mutual TLS", runLeader},
 	{"follower", "replicate a shard (or every shard, into a node directory) from a leader over gRPC with mutual TLS", runFollower},
+	{"kv", "read and write the caller's keys through the client service: put, get, del, add, range, txn (each write once under its request ID), as etcdctl", runKV},
 	{"load", "drive a cluster over the network with concurrent clients through its client service (retries, acks, an ack log)", runLoad},
 	{"node", "run one member of a cluster with automatic failover on etcd: follow, campaign, fence, promote, publish", runNode},
 	{"members", "add, remove or list a cluster's members in etcd (the replica set oncewal node runs)", runMembers},

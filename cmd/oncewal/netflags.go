@@ -30,17 +30,24 @@ func addTLSFlags(fs *flag.FlagSet, role string) *tlsFlags {
 	}
 }
 
-// load returns the TLS config, or nil with insecure set; a usage problem is
-// returned as a message.
-func (f *tlsFlags) load(server bool) (*tls.Config, string, error) {
+// usage is the flags' usage problem, "" if none: --insecure with a TLS
+// flag, or not every TLS flag without it.
+func (f *tlsFlags) usage() string {
 	given := *f.ca != "" || *f.cert != "" || *f.key != ""
 	switch {
 	case *f.insecure && given:
-		return nil, "--insecure excludes --tls-ca/--tls-cert/--tls-key", nil
-	case *f.insecure:
-		return nil, "", nil
-	case *f.ca == "" || *f.cert == "" || *f.key == "":
-		return nil, "mutual TLS needs --tls-ca, --tls-cert and --tls-key (make them with `oncewal gencerts DIR`), or --insecure for loopback tests", nil
+		return "--insecure excludes --tls-ca/--tls-cert/--tls-key"
+	case !*f.insecure && (*f.ca == "" || *f.cert == "" || *f.key == ""):
+		return "mutual TLS needs --tls-ca, --tls-cert and --tls-key (make them with `oncewal gencerts DIR`), or --insecure for loopback tests"
+	}
+	return ""
+}
+
+// load returns the TLS config, or nil with insecure set; a usage problem is
+// returned as a message.
+func (f *tlsFlags) load(server bool) (*tls.Config, string, error) {
+	if msg := f.usage(); msg != "" || *f.insecure {
+		return nil, msg, nil
 	}
 	var cfg *tls.Config
 	var err error
