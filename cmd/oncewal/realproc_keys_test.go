@@ -772,7 +772,7 @@ func keysCounter(t *testing.T, where string, v []byte) int64 {
 // an add never answered (it may have applied); an add applied twice (two
 // answers of one value), an add lost (a value skipped, then read), a stale
 // read after an acknowledged add, and a two-key add whose keys disagree
-// with the reads fail.
+// with the reads fail; each history can be visualized.
 func TestKeysModelCatchesViolations(t *testing.T) {
 	add := func(id string, mask uint8, call, ret int64, a, b int64) porcupine.Operation {
 		return porcupine.Operation{Input: keysIn{id: id, mask: mask}, Output: keysOut{vals: [2]int64{a, b}}, Call: call, Return: ret}
@@ -797,8 +797,15 @@ func TestKeysModelCatchesViolations(t *testing.T) {
 		{"absent after add", []porcupine.Operation{add("1", 2, 0, 1, 0, 1), get(1, 2, 3, 0)}, porcupine.Illegal},
 		{"two keys apart", []porcupine.Operation{add("1", 3, 0, 1, 1, 1), add("2", 1, 2, 3, 2, 0), get(1, 4, 5, 2)}, porcupine.Illegal},
 	} {
-		if got := porcupine.CheckOperationsTimeout(keysModel, tc.ops, 10*time.Second); got != tc.want {
+		got, info := porcupine.CheckOperationsVerbose(keysModel, tc.ops, 10*time.Second)
+		if got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+		// What a failing run writes out.
+		path := filepath.Join(t.TempDir(), "keys.html")
+		must(t, porcupine.VisualizePath(keysModel, info, path))
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: no visualization: %v", tc.name, err)
 		}
 	}
 }
