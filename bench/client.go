@@ -27,6 +27,7 @@ import (
 	"github.com/oncewal/oncewal/follower"
 	"github.com/oncewal/oncewal/idempotency"
 	"github.com/oncewal/oncewal/leader"
+	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/grpctransport"
 	"github.com/oncewal/oncewal/replication/inprocess"
@@ -179,6 +180,12 @@ func (r *clientRig) ack() leader.AckPolicy {
 // group commit shares them among the requests that arrive together, so
 // they tell how much of a gap between two designs is their arrivals'.
 func callers(b *testing.B, r *clientRig, w *clientWorkload, do func(id string, payload []byte) error) {
+	runCallers(b, r, func(int64) error { return do(w.request()) })
+}
+
+// runCallers is callers with do given the request's number (b.N-1 down
+// to 0) instead of a workload's request.
+func runCallers(b *testing.B, r *clientRig, do func(n int64) error) {
 	var left atomic.Int64
 	left.Store(int64(b.N))
 	var failed atomic.Value
@@ -187,9 +194,8 @@ func callers(b *testing.B, r *clientRig, w *clientWorkload, do func(id string, p
 	b.ResetTimer()
 	for range ClientCallers {
 		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				id, payload := w.request()
-				if err := do(id, payload); err != nil {
+			for n := left.Add(-1); n >= 0; n = left.Add(-1) {
+				if err := do(n); err != nil {
 					failed.CompareAndSwap(nil, err)
 					left.Store(0)
 					return
@@ -294,6 +300,110 @@ func ClientNetwork(followers int) func(*testing.B) {
 		callers(b, r, newClientWorkload(), func(id string, payload []byte) error {
 			_, err := c.Submit(ctx, id, payload)
 			return err
+		})
+	}
+}
+
+// ClientReadKeys is how many keys the read benchmarks read, at random.
+const ClientReadKeys = 1000
+
+// ClientReads measures Get over the network as ClientNetwork measures
+// Submit: client.Client over gRPC with mutual TLS on loopback, from
+// ClientCallers concurrent callers, against a leader with one follower
+// whose writes are answered under AckMajority (the service's MinAck, as
+// a node running under that policy sets it). ClientReadKeys keys (a
+// 64-byte value each) are written before the clock runs, each Get reads
+// one at random. On the leader (fromFollower false) the Gets are
+// linearizable: each reads a snapshot and waits for its LSN to be
+// acknowledged under MinAck. From the follower, the Gets carry the last
+// write's LSN as MinLSN and go to its client service
+// (clientapi.Replica over the follower's store; client.FromReplica), which
+// reads its own store once it has applied it. Figures: requests/s, the
+// process CPU per request (leader, follower and client share the
+// process).
+func ClientReads(fromFollower bool) func(*testing.B) {
+	return func(b *testing.B) {
+		r, err := openClientRig(1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.close()
+		serverTLS, clientTLS, err := benchTLS()
+		if err != nil {
+			b.Fatal(err)
+		}
+		svc, err := clientapi.New(r.l, &clientapi.Options{MinAck: clientv1.Ack_ACK_MAJORITY, Logger: quietSlog()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS, Logger: quietSlog(),
+			Services: []grpctransport.Service{svc.GRPC()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Close()
+		leaderAddr := srv.Addr().String()
+		rep, err := clientapi.Replica(func() (string, uint64) { return leaderAddr, r.sh.Epoch() },
+			func(uint32) (*store.Store, error) { return r.fols[0].Store(), nil },
+			&clientapi.ReplicaOptions{Shards: 1, Logger: quietSlog()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rsrv, err := grpctransport.ListenServices("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS, Logger: quietSlog(),
+			Services: []grpctransport.Service{rep}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rsrv.Close()
+		c, err := client.New(&client.Options{Addrs: []string{leaderAddr}, TLS: clientTLS, Ack: client.AckMajority, Logger: quietSlog()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		keys := make([][]byte, ClientReadKeys)
+		value := make([]byte, 64)
+		var (
+			mu      sync.Mutex
+			last    client.TxnResult
+			loadErr error
+			wg      sync.WaitGroup
+		)
+		for g := range ClientCallers {
+			wg.Go(func() {
+				for i := g; i < len(keys); i += ClientCallers {
+					key := fmt.Appendf(nil, "key-%05d", i)
+					res, err := c.Txn(ctx, fmt.Sprintf("load-%05d", i), client.Txn{Then: []client.TxnOp{client.OpPut(key, value)}})
+					mu.Lock()
+					keys[i] = key
+					if err != nil && loadErr == nil {
+						loadErr = err
+					}
+					if res.LSN > last.LSN {
+						last = res
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if loadErr != nil {
+			b.Fatal(loadErr)
+		}
+		opts := []client.ReadOption{client.MinLSN(last.Shard, last.LSN), client.FromReplica(rsrv.Addr().String())}
+		if !fromFollower {
+			opts = nil
+		}
+		// The connections are made before the clock runs.
+		if _, _, err := c.Get(ctx, keys[0], opts...); err != nil {
+			b.Fatal(err)
+		}
+		runCallers(b, r, func(n int64) error {
+			key := keys[uint64(n)*0x9e3779b97f4a7c15%ClientReadKeys]
+			if _, found, err := c.Get(ctx, key, opts...); err != nil || !found {
+				return fmt.Errorf("get %s: found %v, %w", key, found, err)
+			}
+			return nil
 		})
 	}
 }

@@ -12,6 +12,11 @@ func BenchmarkClient(b *testing.B) {
 	}
 }
 
+func BenchmarkClientReads(b *testing.B) {
+	b.Run("leader", ClientReads(false))
+	b.Run("follower", ClientReads(true))
+}
+
 // TestClientWorkloadShape: the client benchmarks' requests are what their
 // rows say — 16-byte request IDs, 64-byte payloads, 30 % of them retries
 // of an earlier request with its payload unchanged.

@@ -13,7 +13,8 @@
 //
 // Txn runs a conditional transaction on the principal's keys once, and
 // Get and Range read them (linearizable on the leader, or read-your-writes
-// from any replica at a MinLSN); Submit runs a request through the node's
+// from any replica at a MinLSN: FromReplica sends such a read to a
+// follower first, and on BEHIND it ends at the leader); Submit runs a request through the node's
 // handler once and answers its Result; Status asks what the leader's
 // ledger knows of a request ID. Ops builds the default payload
 // (put/add/delete operations) that a node without its own handler maps to

@@ -235,7 +235,8 @@ func (c *Client) keysSession(ctx context.Context, cc *grpc.ClientConn, addr stri
 type ReadOption func(*readOptions)
 
 type readOptions struct {
-	minLSN map[uint32]uint64
+	minLSN  map[uint32]uint64
+	replica string
 }
 
 // MinLSN lets a replica at or past lsn in shard answer (read-your-writes:
@@ -250,9 +251,25 @@ func MinLSN(shard uint32, lsn uint64) ReadOption {
 	}
 }
 
+// FromReplica sends a read at a MinLSN first to the replica at addr (a
+// follower's client address; any node's), which answers it from its own
+// store once it has applied the MinLSN of every shard the read reads
+// (read-your-writes, not linearizable). A replica still behind after its
+// bounded wait answers BEHIND, and the read moves on to the leader (the
+// one calls start at, else the one the replica names, else the next known
+// address); so does a read the replica cannot serve. Without MinLSN — or
+// before the Client knows the cluster's shard count (its first session
+// tells it), for a Get — the read goes to the leader as if without
+// FromReplica. An answer from addr is no proof that it leads: calls do
+// not start there.
+func FromReplica(addr string) ReadOption {
+	return func(o *readOptions) { o.replica = addr }
+}
+
 // Get reads key: its row and whether it exists. Without MinLSN it is a
 // linearizable read on the leader: it sees every write acknowledged
-// before it began. It runs nothing, so it never ends with
+// before it began. With MinLSN it may be answered by any replica at or
+// past it (FromReplica). It runs nothing, so it never ends with
 // ErrOutcomeUnknown.
 func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyValue, bool, error) {
 	var o readOptions
@@ -263,7 +280,11 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyVa
 		kv    KeyValue
 		found bool
 	)
-	err := c.run(ctx, fmt.Sprintf("get %q", key), func(ctx context.Context, addr string) step {
+	first := ""
+	if shards := c.knownShards(); shards > 0 && o.minLSN[kvroute.Shard(key, int(shards))] > 0 {
+		first = o.replica
+	}
+	err := c.runFrom(ctx, fmt.Sprintf("get %q", key), first, func(ctx context.Context, addr string) step {
 		cc, err := c.conn(addr)
 		if err != nil {
 			return connStep(addr, err)
@@ -276,14 +297,14 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyVa
 		if err != nil {
 			return rpcStep(addr, err, false)
 		}
-		if rep.GetCode() != clientv1.Code_OK {
-			return readStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage())
+		if s, ok := c.readStep(addr, req.MinLsn > 0, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage()); !ok {
+			return s
 		}
 		found = rep.GetFound()
 		if found {
 			kv = KeyValue{Key: rep.GetKv().GetKey(), Value: rep.GetKv().GetValue(), Version: rep.GetKv().GetVersion(), ModLSN: rep.GetKv().GetModLsn()}
 		}
-		return step{v: vDone, epoch: rep.GetEpoch()}
+		return step{v: vDone, epoch: rep.GetEpoch(), replica: req.MinLsn > 0}
 	})
 	if err != nil {
 		return KeyValue{}, false, err
@@ -294,7 +315,9 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyVa
 // Range reads the keys that start with prefix, in key order, at most limit
 // (0: the node's maximum, 10,000); more says keys remain after the last.
 // A prefix with a complete hash tag reads its one shard, linearizably
-// (without MinLSN); any other reads every shard, each linearizably.
+// (without MinLSN); any other reads every shard, each linearizably. With
+// a MinLSN for every shard it reads, any replica at or past them may
+// answer (FromReplica); one shard without is the leader's to read.
 func (c *Client) Range(ctx context.Context, prefix []byte, limit int, opts ...ReadOption) (kvs []KeyValue, more bool, err error) {
 	if limit < 0 || limit > 1<<31-1 {
 		return nil, false, fmt.Errorf("%w: not sent: limit %d", ErrRefused, limit)
@@ -307,7 +330,11 @@ func (c *Client) Range(ctx context.Context, prefix []byte, limit int, opts ...Re
 	for shard, lsn := range o.minLSN {
 		req.MinLsn = append(req.MinLsn, &clientv1.ShardLSN{Shard: shard, Lsn: lsn})
 	}
-	err = c.run(ctx, fmt.Sprintf("range %q", prefix), func(ctx context.Context, addr string) step {
+	first := ""
+	if len(req.MinLsn) > 0 {
+		first = o.replica
+	}
+	err = c.runFrom(ctx, fmt.Sprintf("range %q", prefix), first, func(ctx context.Context, addr string) step {
 		cc, err := c.conn(addr)
 		if err != nil {
 			return connStep(addr, err)
@@ -316,14 +343,14 @@ func (c *Client) Range(ctx context.Context, prefix []byte, limit int, opts ...Re
 		if err != nil {
 			return rpcStep(addr, err, false)
 		}
-		if rep.GetCode() != clientv1.Code_OK {
-			return readStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage())
+		if s, ok := c.readStep(addr, len(req.MinLsn) > 0, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage()); !ok {
+			return s
 		}
 		kvs, more = kvs[:0], rep.GetMore()
 		for _, kv := range rep.GetKvs() {
 			kvs = append(kvs, KeyValue{Key: kv.GetKey(), Value: kv.GetValue(), Version: kv.GetVersion(), ModLSN: kv.GetModLsn()})
 		}
-		return step{v: vDone, epoch: rep.GetEpoch()}
+		return step{v: vDone, epoch: rep.GetEpoch(), replica: len(req.MinLsn) > 0}
 	})
 	if err != nil {
 		return nil, false, err
@@ -331,11 +358,30 @@ func (c *Client) Range(ctx context.Context, prefix []byte, limit int, opts ...Re
 	return kvs, more, nil
 }
 
-// readStep handles a read's codes: BEHIND moves on to another replica;
-// the rest as every method's.
-func readStep(addr string, code clientv1.Code, leader string, epoch uint64, msg string) step {
-	if code == clientv1.Code_BEHIND {
-		return step{v: vMove, err: fmt.Errorf("%s is behind the read's minimum LSN: %s", addr, msg)}
+// readStep handles a read's answer: ok for an OK to take. BEHIND moves
+// on to the leader (the one calls start at, else the one the reply names,
+// else the next known address); so does an OK of a read at a MinLSN
+// (atMin) whose epoch is below the highest this Client has seen: the
+// replica has applied nothing of the current leader's term and may hold
+// an older term's tail, which an LSN alone does not tell from the write
+// the MinLSN names. The rest as every method's.
+func (c *Client) readStep(addr string, atMin bool, code clientv1.Code, leader string, epoch uint64, msg string) (step, bool) {
+	if code == clientv1.Code_OK {
+		_, seen := c.Leader()
+		if !atMin || epoch >= seen {
+			return step{}, true
+		}
+		code, msg = clientv1.Code_BEHIND, fmt.Sprintf("its state is of epoch %d, below the leader epoch %d this client has seen", epoch, seen)
 	}
-	return replyStep(addr, code, leader, epoch, msg, false)
+	if code == clientv1.Code_BEHIND {
+		next, _ := c.Leader()
+		if next == "" || next == addr {
+			next = leader
+		}
+		if next == addr {
+			next = ""
+		}
+		return step{v: vMove, addr: next, err: fmt.Errorf("%s is behind the read's minimum LSN: %s", addr, msg)}, false
+	}
+	return replyStep(addr, code, leader, epoch, msg, false), false
 }

@@ -34,6 +34,9 @@ type step struct {
 	// redirect: the node answered NotLeader, naming addr as the leader
 	// ("": unknown).
 	redirect bool
+	// replica: the answer (a read at a MinLSN) may come from a node that
+	// does not lead: no proof of leadership, so calls do not start there.
+	replica bool
 }
 
 // errBudget ends a call's context when its RetryTimeout is spent.
@@ -42,6 +45,12 @@ var errBudget = errors.New("retry budget spent")
 // run makes attempts until one is final or the budget is spent
 // (invariants 3 and 5). what names the call in errors and logs.
 func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.Context, addr string) step) error {
+	return c.runFrom(ctx, what, "", attempt)
+}
+
+// runFrom is run whose first attempt goes to first ("": where calls start,
+// c.start()): a read at a MinLSN that a replica may answer.
+func (c *Client) runFrom(ctx context.Context, what, first string, attempt func(ctx context.Context, addr string) step) error {
 	if c.life.Err() != nil {
 		return fmt.Errorf("%w: %s not sent", ErrClosed, what)
 	}
@@ -57,7 +66,10 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 	budget, cancelBudget := context.WithTimeoutCause(call, c.opts.RetryTimeout, errBudget)
 	defer cancelBudget()
 
-	addr := c.start()
+	addr := first
+	if addr == "" {
+		addr = c.start()
+	}
 	sent := false
 	hops, waits := 0, 0
 	counted := 0 // attempts against Options.Attempts (invariant 5)
@@ -70,7 +82,7 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 		cancel()
 		sent = sent || s.sent
 		if s.v == vDone {
-			if s.err == nil {
+			if s.err == nil && !s.replica {
 				c.heard(addr, s.epoch)
 			} else if errors.Is(s.err, ErrClosed) {
 				return c.ended(ctx, budget, what, n, sent, s.err)
@@ -103,8 +115,11 @@ func (c *Client) run(ctx context.Context, what string, attempt func(ctx context.
 				next = s.addr
 			}
 			// Back off before returning to an address tried since the last
-			// wait: every node said no, so the cluster needs time.
-			hops++
+			// wait: every node said no, so the cluster needs time. A first
+			// replica outside the known addresses is no such hop.
+			if n > 1 || first == "" {
+				hops++
+			}
 			wait = hops >= known
 		}
 		c.opts.Logger.Debug("client: attempt failed, retrying", "call", what, "attempt", n, "addr", addr, "next", next, "backoff", wait, "err", s.err)

@@ -1,8 +1,10 @@
 // Package clientapi is the server side of the client service,
 // oncewal.client.v1.Client (the wire contract is proto/oncewal/client/v1/
 // client.proto, and its generated Go code package clientv1): a
-// Service runs a client's request once on a *leader.Leader and answers it,
-// and NotLeader answers for a node that does not lead.
+// Service runs a client's request once on a *leader.Leader and answers it;
+// for a node that does not lead, Replica serves reads at a MinLSN from its
+// own stores and answers the rest NOT_LEADER, and NotLeader answers every
+// call NOT_LEADER.
 //
 //	svc, err := clientapi.New(l, nil)
 //	srv, err := grpctransport.Listen(addr, &grpctransport.ServerOptions{TLS: t,
@@ -92,6 +94,53 @@
 // one shard; any other reads every shard, each at its own LSN (reported
 // per shard), and is linearizable shard by shard, not as a whole.
 //
+// # Replica reads
+//
+// A replica that does not lead (Replica: a node while it follows, oncewal
+// follower --client-listen) serves a Get whose min_lsn is set, and a
+// Range with a min_lsn for every shard it reads, from its own store of
+// each shard: once the shard's applied position (the synced one,
+// store.Store.Position) reaches min_lsn — waiting up to
+// ReplicaOptions.ReadWait (default DefaultReadWait, the leader's) — it
+// reads one snapshot (store.KVRead) and answers OK with the LSN read at,
+// at or past min_lsn, and the snapshot's epoch. A shard still behind
+// after the wait answers BEHIND with its applied LSN, and a message naming
+// the applied LSN, the minimum and the difference, and the leader's
+// address: the client moves on to another replica or the leader. A read
+// without min_lsn (for a Range: for any shard it reads) is linearizable,
+// which only the leader can serve: NOT_LEADER with the leader's address,
+// as is every Txn, Submit, Status and OpenSession. The caller is named as
+// on the leader (a client certificate; Insecure metadata for tests).
+//
+// What a replica read guarantees: read-your-writes, and monotonic reads
+// as far as the client carries its MinLSN forward — every answer reflects
+// every write of the key's shard up to min_lsn (the LSN a Submit or Txn
+// answered), and the lsn it reports; it is not linearizable: writes
+// acknowledged after min_lsn may be missing, so a read on a replica may
+// be older than one on the leader that began before it.
+//
+// A follower's store is pipelined: a batch is committed to Pebble before
+// its sync, so a snapshot may hold rows of batches not yet synced on the
+// replica (the read's lsn may be past its synced position; min_lsn is
+// waited for on the synced position). That does not weaken
+// read-your-writes: followers receive only batches already synced in the
+// leader's WAL, and a replica that crashes before its own sync receives
+// them again. Those rows, like every row past min_lsn, may however be of
+// writes not yet acknowledged under the cluster's ack policy: a replica
+// read may show another client's write that a failover later undoes
+// (never one acknowledged under the policy the election's fencing
+// covers). A client that needs only acknowledged state reads on the
+// leader.
+//
+// Terms: an LSN alone does not name a history. A replica of an older
+// term that holds a tail the new leader does not (diverged, not rebuilt
+// yet) may have applied past a min_lsn of the new term without holding
+// the write. So a replica whose snapshot's epoch is below the leader
+// epoch it knows (Replica's where) answers BEHIND, and a reply's epoch is
+// its snapshot's: a client must not take an answer whose epoch is below
+// that of the write whose LSN it gave (the Go client moves on when it is
+// below the highest epoch it has seen).
+//
 // # Leadership: MinAck and Leading
 //
 // A node that is elected (package node) runs a Service while it leads and
@@ -152,9 +201,10 @@
 //     rejection, which is recorded instead (invariant 9).
 //  5. A session opened with Near routes to Near's shard; without, to the
 //     shard asked for.
-//  6. A node that does not lead (NotLeader) answers every call NotLeader,
-//     with the leader's address and epoch when it knows them, and runs
-//     nothing.
+//  6. A node that does not lead (NotLeader, Replica) runs nothing: it
+//     answers every call NotLeader, with the leader's address and epoch
+//     when it knows them — but for Replica's reads at a MinLSN
+//     (invariant 10).
 //  7. A Service whose Options.Leading reports an error answers as a node
 //     that does not lead: NotLeader (leader unknown) where nothing ran,
 //     Unavailable with the outcome unknown where the request ran; it claims
@@ -165,4 +215,8 @@
 //  9. A rejection is recorded before it is answered, and a recorded
 //     rejection is answered to every retry of its request ID; a request
 //     rejected logged no effect of its own.
+//  10. A replica answers a read OK only from one snapshot of its own store
+//     of each shard read, at an applied LSN at or past the read's MinLSN
+//     for that shard and at an epoch at least the leader's as it knows
+//     it; else BEHIND (after at most ReadWait) or NOT_LEADER (no MinLSN).
 package clientapi

@@ -48,6 +48,37 @@ func (s *Service) Get(ctx context.Context, who string, r *clientv1.GetRequest) *
 // its own applied LSN (a range over several shards is linearizable shard
 // by shard, not as a whole).
 func (s *Service) Range(ctx context.Context, who string, r *clientv1.RangeRequest) *clientv1.RangeReply {
+	return rangeRead(who, r, s.l.Shards(), func(shard uint32, minLSN uint64, fn func(*store.KVSnap) error) (readResult, uint64) {
+		sh, _ := s.l.Shard(shard)
+		return s.read(ctx, sh, minLSN, fn), sh.Epoch()
+	})
+}
+
+// rangeShards are the shards a Range of prefix reads: the prefix's own
+// when it holds a complete hash tag, else every one of the n.
+func rangeShards(prefix []byte, n int) []uint32 {
+	if one, ok := kvroute.PrefixShard(prefix, n); ok {
+		return []uint32{one}
+	}
+	shards := make([]uint32, n)
+	for i := range shards {
+		shards[i] = uint32(i)
+	}
+	return shards
+}
+
+// rangeMins is a RangeRequest's min_lsn by shard (the highest given).
+func rangeMins(r *clientv1.RangeRequest) map[uint32]uint64 {
+	mins := map[uint32]uint64{}
+	for _, m := range r.GetMinLsn() {
+		mins[m.GetShard()] = max(mins[m.GetShard()], m.GetLsn())
+	}
+	return mins
+}
+
+// rangeRead answers a Range of who's keys over n shards, each shard read
+// by read (its result, and the epoch to report), merged in key order.
+func rangeRead(who string, r *clientv1.RangeRequest, n int, read func(shard uint32, minLSN uint64, fn func(*store.KVSnap) error) (readResult, uint64)) *clientv1.RangeReply {
 	rep := &clientv1.RangeReply{}
 	limit := int(min(r.GetLimit(), uint32(kv.MaxRangeLimit+1)))
 	if err := kv.CheckRead(who, r.GetPrefix(), true, limit); err != nil {
@@ -57,31 +88,20 @@ func (s *Service) Range(ctx context.Context, who string, r *clientv1.RangeReques
 	if limit == 0 {
 		limit = kv.MaxRangeLimit
 	}
-	shards := make([]uint32, 0, s.l.Shards())
-	if one, ok := kvroute.PrefixShard(r.GetPrefix(), s.l.Shards()); ok {
-		shards = append(shards, one)
-	} else {
-		for i := range s.l.Shards() {
-			shards = append(shards, uint32(i))
-		}
-	}
-	mins := map[uint32]uint64{}
-	for _, m := range r.GetMinLsn() {
-		mins[m.GetShard()] = max(mins[m.GetShard()], m.GetLsn())
-	}
+	shards := rangeShards(r.GetPrefix(), n)
+	mins := rangeMins(r)
 	for _, shard := range shards {
-		sh, _ := s.l.Shard(shard)
-		rep.Epoch = max(rep.Epoch, sh.Epoch())
 		var (
 			pairs []store.KVPair
 			more  bool
 		)
-		rd := s.read(ctx, sh, mins[shard], func(x *store.KVSnap) (err error) {
+		rd, epoch := read(shard, mins[shard], func(x *store.KVSnap) (err error) {
 			pairs, more, err = x.Range(who, r.GetPrefix(), limit)
 			return err
 		})
+		rep.Epoch = max(rep.Epoch, epoch)
 		if rd.code != clientv1.Code_OK {
-			return &clientv1.RangeReply{Code: rd.code, Epoch: rep.Epoch, Message: message(fmt.Sprintf("shard %d: %s", shard, rd.message))}
+			return &clientv1.RangeReply{Code: rd.code, Epoch: rep.Epoch, Leader: rd.leader, Message: message(fmt.Sprintf("shard %d: %s", shard, rd.message))}
 		}
 		rep.Lsn = append(rep.Lsn, &clientv1.ShardLSN{Shard: shard, Lsn: rd.lsn})
 		rep.More = rep.More || more
@@ -105,6 +125,7 @@ type readResult struct {
 	code    clientv1.Code
 	lsn     uint64
 	message string
+	leader  string // a replica's BEHIND or NOT_LEADER: where the leader is
 }
 
 // read runs fn on one snapshot of sh's key space once the shard has
@@ -125,16 +146,11 @@ func (s *Service) read(ctx context.Context, sh *leader.Shard, minLSN uint64, fn 
 		return readResult{code: clientv1.Code_UNAVAILABLE, lsn: applied, message: message(err.Error())}
 	}
 	var lsn uint64
-	err := sh.Store().KVRead(func(x *store.KVSnap) error {
+	if rd := snapRead(sh.Store(), func(x *store.KVSnap) error {
 		lsn = x.AppliedLSN()
 		return fn(x)
-	})
-	if err != nil {
-		code := clientv1.Code_UNAVAILABLE
-		if errors.Is(err, kv.ErrInvalidRead) || errors.Is(err, kv.ErrInvalidPrincipal) {
-			code = clientv1.Code_REFUSED
-		}
-		return readResult{code: code, message: message(err.Error() + ": " + remedy(code))}
+	}); rd.code != clientv1.Code_OK {
+		return rd
 	}
 	if err := s.waitAck(ctx, sh, lsn, s.opts.MinAck); err != nil {
 		return readResult{code: clientv1.Code_UNAVAILABLE, message: message(fmt.Sprintf(
@@ -144,6 +160,21 @@ func (s *Service) read(ctx context.Context, sh *leader.Shard, minLSN uint64, fn 
 		return readResult{code: clientv1.Code_NOT_LEADER, message: notLeadingMessage(err)}
 	}
 	return readResult{code: clientv1.Code_OK, lsn: lsn}
+}
+
+// snapRead runs fn on one snapshot of st's key space (store.KVRead): OK,
+// or the code and message of its error — REFUSED for a read the key space
+// refuses, UNAVAILABLE for a store that cannot be read.
+func snapRead(st *store.Store, fn func(*store.KVSnap) error) readResult {
+	err := st.KVRead(fn)
+	if err == nil {
+		return readResult{code: clientv1.Code_OK}
+	}
+	code := clientv1.Code_UNAVAILABLE
+	if errors.Is(err, kv.ErrInvalidRead) || errors.Is(err, kv.ErrInvalidPrincipal) {
+		code = clientv1.Code_REFUSED
+	}
+	return readResult{code: code, message: message(err.Error() + ": " + remedy(code))}
 }
 
 // errBehind: a replica has not applied a read's MinLSN within the wait.

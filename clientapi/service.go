@@ -63,8 +63,18 @@ func (s *Service) GRPC() grpctransport.Service {
 // 1): a client certificate's, or with Options.Insecure the metadata's for
 // a caller without one.
 func (s *Service) principal(ctx context.Context) (string, error) {
+	return principal(ctx, s.opts.Insecure)
+}
+
+// principal names the caller of ctx as every client service of this
+// package does, the leader's and a replica's: its client certificate's
+// name (oncewal://client/NAME); another role's certificate is
+// PermissionDenied, none Unauthenticated — unless insecure (a plaintext
+// server: loopback tests only), where a caller without a certificate is
+// named by the PrincipalMetadata metadata.
+func principal(ctx context.Context, insecure bool) (string, error) {
 	id, err := grpctransport.PeerIdentity(ctx)
-	if err != nil && s.opts.Insecure {
+	if err != nil && insecure {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if v := md.Get(PrincipalMetadata); len(v) == 1 && v[0] != "" {
 				return v[0], nil

@@ -22,7 +22,8 @@ import (
 type GRPCOptions struct {
 	// Listen is the address the node serves at (required): replication,
 	// snapshots and the client service while it leads, the client service
-	// (NotLeader) while it follows.
+	// (clientapi.Replica: reads at a MinLSN, NotLeader for the rest) while
+	// it follows.
 	Listen string
 	// ServerTLS is the server's mutual TLS (grpctransport.LoadServerTLS);
 	// DialTLS the TLS a follower dials the leader with
@@ -32,8 +33,9 @@ type GRPCOptions struct {
 	// Insecure speaks plaintext, and takes client names from metadata:
 	// loopback tests only.
 	Insecure bool
-	// Client is the template of the client service (Handler, Heartbeat);
-	// MinAck, Leading and Insecure are the node's.
+	// Client is the template of the client service (Handler, Heartbeat,
+	// ReadWait — also a follower's, for reads at a MinLSN); MinAck,
+	// Leading and Insecure are the node's.
 	Client clientapi.Options
 	// Logger gets the transport's lines. Default slog.Default().
 	Logger *slog.Logger
@@ -140,11 +142,21 @@ func (s failedSource) Read(context.Context, string, string, int64, []byte) (int,
 }
 func (s failedSource) End(context.Context, string) error { return s.err }
 
-// Follow implements Transport: the client service answers NotLeader, and
-// snaps serves this member's stores to a winning peer.
-func (g *GRPC) Follow(where func() (string, uint64), snaps snapshot.Source) (io.Closer, error) {
+// Follow implements Transport: the client service answers reads at a
+// MinLSN from reads' stores and the rest NotLeader (clientapi.Replica),
+// and snaps serves this member's stores to a winning peer.
+func (g *GRPC) Follow(where func() (string, uint64), snaps snapshot.Source, reads ReplicaStores) (io.Closer, error) {
+	co := g.o.Client
+	logger := co.Logger
+	if logger == nil {
+		logger = g.o.Logger
+	}
+	clients, err := clientapi.Replica(where, reads.Store, &clientapi.ReplicaOptions{Shards: reads.Shards, Insecure: g.o.Insecure, ReadWait: co.ReadWait, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
 	srv, err := grpctransport.ListenServices(g.o.Listen, &grpctransport.ServerOptions{TLS: g.o.ServerTLS, Insecure: g.o.Insecure,
-		Logger: g.o.Logger, Services: []grpctransport.Service{clientapi.NotLeader(where)},
+		Logger: g.o.Logger, Services: []grpctransport.Service{clients},
 		Snapshots: func(uint32) snapshot.Source { return snaps }})
 	if err != nil {
 		return nil, fmt.Errorf("node: serving at %s: %w", g.o.Listen, err)

@@ -870,7 +870,7 @@ func (n *Node) follow(ctx context.Context, t term) {
 	}
 	if n.folEP == nil {
 		peers := &peerDonors{fol: n.fol, fs: n.o.FS, dir: n.o.FS.PathJoin(n.o.Dir, snapshotsDirName), ids: map[string]*snapshot.Donor{}}
-		ep, err := n.o.Transport.Follow(n.where, peers)
+		ep, err := n.o.Transport.Follow(n.where, peers, ReplicaStores{Shards: n.o.Shards, Store: peers.store})
 		if err != nil {
 			n.log.Warn("node: cannot serve clients at its address while following", "err", err)
 		} else {

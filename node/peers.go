@@ -56,6 +56,21 @@ func (p *peerDonors) Begin(ctx context.Context, shard uint32) (snapshot.Manifest
 	return m, nil
 }
 
+// store is shard's current store in the follower node, for a client read
+// at a MinLSN (clientapi.Replica); a store the node closes meanwhile
+// answers the read with store.ErrClosed.
+func (p *peerDonors) store(shard uint32) (*store.Store, error) {
+	p.mu.Lock()
+	fol := p.fol
+	p.mu.Unlock()
+	var st *store.Store
+	err := fol.Follower(shard, func(f *follower.Follower) error {
+		st = f.Store()
+		return nil
+	})
+	return st, err
+}
+
 func (p *peerDonors) setFollower(fol *follower.Node) {
 	p.mu.Lock()
 	p.fol = fol

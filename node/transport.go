@@ -12,6 +12,7 @@ import (
 	"github.com/oncewal/oncewal/replication"
 	"github.com/oncewal/oncewal/replication/inprocess"
 	"github.com/oncewal/oncewal/snapshot"
+	"github.com/oncewal/oncewal/store"
 )
 
 // Transport connects a node to the other members: the endpoint it serves at
@@ -22,14 +23,24 @@ type Transport interface {
 	// Lead opens the endpoint for a term this node leads.
 	Lead(shards int) (LeaderEndpoint, error)
 	// Follow opens the endpoint while this node follows: a client is told
-	// where the leader is, as where reports it now, and a peer that won an
+	// where the leader is, as where reports it now, and may read at a
+	// MinLSN from the node's stores (clientapi.Replica); a peer that won an
 	// election and is behind on a shard fetches it from snaps.
-	Follow(where func() (addr string, epoch uint64), snaps snapshot.Source) (io.Closer, error)
+	Follow(where func() (addr string, epoch uint64), snaps snapshot.Source, reads ReplicaStores) (io.Closer, error)
 	// Dialer reaches the leader at addr.
 	Dialer(addr string) replication.Dialer
 	// Snapshots is where a store the leader at addr refuses for good
 	// rebuilds from.
 	Snapshots(addr string) snapshot.Source
+}
+
+// ReplicaStores are the stores a following node serves client reads at a
+// MinLSN from (clientapi.Replica).
+type ReplicaStores struct {
+	// Shards is the cluster's shard count.
+	Shards int
+	// Store returns shard's current store (the follower may reopen it).
+	Store func(shard uint32) (*store.Store, error)
 }
 
 // LeaderEndpoint is a leading node's endpoint.
@@ -154,7 +165,7 @@ func (f closerFunc) Close() error { return f() }
 
 // Follow serves the member's snapshots; clients in process ask nodes
 // directly.
-func (t memTransport) Follow(_ func() (string, uint64), snaps snapshot.Source) (io.Closer, error) {
+func (t memTransport) Follow(_ func() (string, uint64), snaps snapshot.Source, _ ReplicaStores) (io.Closer, error) {
 	t.m.mu.Lock()
 	defer t.m.mu.Unlock()
 	t.m.peers[t.addr] = snaps

@@ -102,6 +102,8 @@ func benchSuite(c benchConfig) []benchCase {
 		req("client_network_majority_1", bench.ClientNetwork(1)),
 		req("client_inprocess_majority_2", bench.ClientInProcess(2)),
 		req("client_network_majority_2", bench.ClientNetwork(2)),
+		req("client_get_leader", bench.ClientReads(false)),
+		req("client_get_follower", bench.ClientReads(true)),
 		{name: "burst_raw_ingest", run: bench.RawIngest(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		{name: "burst_fresh", run: bench.Receiver(bench.Burst), metric: "events/s", kind: "e2e", full: true},
 		micro("derive64", bench.DeriveKey(64)),
@@ -409,6 +411,12 @@ func benchRows(s map[string][]float64, hog bool) []benchRow {
 	add("client over the network, majority acks, 1 follower", reqs, "client_network_majority_1", inProcess, "client_inprocess_majority_1", atLeast07)
 	add("client over the network, majority acks, 2 followers", reqs, "client_network_majority_2", inProcess, "client_inprocess_majority_2", atLeast07)
 	add("client over the network, majority acks of 2 followers", reqs, "client_network_majority_2", "the same with 1 follower", "client_network_majority_1", nil)
+	// Reads over the same stack (bench.ClientReads): a linearizable Get on
+	// the leader (acknowledged under majority before it answers), and a Get
+	// at a MinLSN answered by a follower from its own store.
+	add(fmt.Sprintf("client Get on the leader (linearizable; %d callers, 1 follower, majority)", bench.ClientCallers), reqs,
+		"client_get_leader", "client Submit, majority acks, 1 follower", "client_network_majority_1", nil)
+	add("client Get on a follower at a MinLSN (read-your-writes)", reqs, "client_get_follower", "linearizable Get on the leader", "client_get_leader", nil)
 	atMost := func(bound float64, unit string) func(v, _ float64) (string, bool) {
 		return func(v, _ float64) (string, bool) { return fmt.Sprintf("<= %g %s", bound, unit), v <= bound }
 	}

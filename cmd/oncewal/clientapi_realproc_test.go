@@ -29,7 +29,9 @@ import (
 // --client-listen. A client certificate of gencerts' CA opens a session and
 // submits a request at the leader (OK, then Replay), and the follower
 // answers the same request "not leader" with its --leader address and the
-// epoch it has seen. A follower whose --client-listen would present its
+// epoch it has seen; a key a Txn wrote at the leader is read at the
+// follower (--client-shards 1) at the Txn's LSN, and without a minimum
+// LSN the read is "not leader". A follower whose --client-listen would present its
 // client-only certificate exits 1 at start, saying which certificate to
 // give.
 func TestRealProcessesClientService(t *testing.T) {
@@ -43,7 +45,7 @@ func TestRealProcessesClientService(t *testing.T) {
 	followerArgs := append([]string{"follower", "--dir", filepath.Join(rp.dir, "f1"), "--id", "f1", "--leader", leaderAddr,
 		"--client-listen", fmt.Sprintf("127.0.0.1:%d", clientPort)}, rp.followerTLS("f1")...)
 	f1 := &proc{name: "f1", log: filepath.Join(rp.dir, "f1.log"), args: append(followerArgs,
-		"--client-tls-cert", cert(pki.FileLeader), "--client-tls-key", cert(pki.FileLeaderKey))}
+		"--client-tls-cert", cert(pki.FileLeader), "--client-tls-key", cert(pki.FileLeaderKey), "--client-shards", "1")}
 	reapProcs(t, []*proc{ld, f1})
 
 	// The follower's own certificate is a client's: refused at start.
@@ -82,6 +84,27 @@ func TestRealProcessesClientService(t *testing.T) {
 	must(t, unary(atFollower, clientv1.Client_Submit_FullMethodName, req, &rep))
 	if rep.Code != clientv1.Code_NOT_LEADER || rep.Leader != leaderAddr || rep.Epoch != 1 {
 		t.Fatalf("Submit at the follower: %v, want not leader, %s, epoch 1", &rep, leaderAddr)
+	}
+
+	// Read-your-writes at the follower: a key written at the leader, read
+	// at the follower at the Txn's LSN.
+	var tx clientv1.TxnReply
+	must(t, unary(alice, clientv1.Client_Txn_FullMethodName, &clientv1.TxnRequest{Session: opened.Session, RequestId: "t1",
+		Success: []*clientv1.TxnOp{{Kind: clientv1.TxnOp_PUT, Key: []byte("k"), Value: []byte("v")}}}, &tx))
+	if tx.Code != clientv1.Code_OK {
+		t.Fatalf("Txn at the leader: %v", &tx)
+	}
+	var got clientv1.GetReply
+	waitUntil(t, "the follower to read the write", func() bool {
+		must(t, unary(atFollower, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k"), MinLsn: tx.Lsn}, &got))
+		return got.Code == clientv1.Code_OK
+	})
+	if !got.Found || string(got.Kv.GetValue()) != "v" || got.Lsn < tx.Lsn {
+		t.Fatalf("Get at the follower at LSN %d: %v", tx.Lsn, &got)
+	}
+	must(t, unary(atFollower, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k")}, &got))
+	if got.Code != clientv1.Code_NOT_LEADER || got.Leader != leaderAddr {
+		t.Fatalf("Get at the follower without a minimum LSN: %v, want not leader, %s", &got, leaderAddr)
 	}
 	must(t, ld.stop(t))
 	must(t, f1.stop(t))
@@ -152,6 +175,9 @@ func TestFollowerClientListenUsage(t *testing.T) {
 		{[]string{"--insecure", "--client-listen", "nope"}, "--client-listen"},
 		{[]string{"--insecure", "--client-tls-cert", "c.pem"}, "need --client-listen"},
 		{[]string{"--insecure", "--client-listen", "127.0.0.1:0", "--client-tls-key", "k.pem"}, "--insecure serves --client-listen in plaintext"},
+		{[]string{"--insecure", "--client-shards", "2"}, "need --client-listen"},
+		{[]string{"--insecure", "--client-listen", "127.0.0.1:0", "--shards", "2", "--client-shards", "2"}, "--client-shards is for a single store"},
+		{[]string{"--insecure", "--client-listen", "127.0.0.1:0", "--shard", "3", "--client-shards", "2"}, "has no shard 3"},
 	} {
 		args := append(append([]string(nil), base...), tc.args...)
 		_, errOut, code := runCmd(t, args...)

@@ -31,7 +31,7 @@ import (
 
 const followerSynopsis = `follower --dir DIR --leader ADDR --id NAME [--shard N | --shards N]
                         [--tls-ca F --tls-cert F --tls-key F | --insecure]
-                        [--client-listen ADDR [--client-tls-cert F --client-tls-key F]]
+                        [--client-listen ADDR [--client-tls-cert F --client-tls-key F] [--client-shards N]]
 
 Replicates from the leader at ADDR (gRPC, mutual TLS unless --insecure):
 with --shard N (default 0), shard N into the follower store in DIR; with
@@ -55,9 +55,15 @@ leader that sent something within --leader-timeout, within --ready-max-lag
 of the leader).
 
 --client-listen serves the client service (oncewal.client.v1.Client) on
-ADDR so that a client that reached this follower learns where the leader
-is: every call answers "not leader" with --leader and the highest epoch
-this follower's stores have seen. Under mutual TLS it needs a server
+ADDR: a Get or Range with a minimum LSN (the LSN a write answered) is
+read from this follower's own stores once they have applied it
+(read-your-writes; after a bounded wait, "behind" with how far), and
+every other call answers "not leader" with --leader and the highest epoch
+this follower's stores have seen, so that a client learns where the
+leader is. Reads need the deployment's shard count to route keys: with
+--shards N it is N; with a single store (--shard), give it as
+--client-shards (without it, reads too answer "not leader"). Under mutual
+TLS it needs a server
 certificate (--client-tls-cert/--client-tls-key, default --tls-cert/
 --tls-key, which a follower's client-only certificate is not: gencerts'
 leader.pem is one); clients' certificates are checked against --tls-ca.`
@@ -83,6 +89,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	clientListen := fs.String("client-listen", "", "serve the client service on this address, answering \"not leader\" with --leader (default: none)")
 	clientCert := fs.String("client-tls-cert", "", "PEM file of the server certificate --client-listen presents (default --tls-cert; it must be a server certificate)")
 	clientKey := fs.String("client-tls-key", "", "PEM file of --client-tls-cert's key (default --tls-key)")
+	clientShards := fs.Int("client-shards", 0, "with a single store (--shard), the deployment's shard count, so that --client-listen serves reads at a minimum LSN of the store's shard (0: it answers them \"not leader\")")
 	mf := addMetricsFlags(fs, true)
 	lf := addLogFlags(fs)
 	pos, status, ok := parseArgs(fs, args, stdout)
@@ -95,8 +102,8 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	var c flagCheck
 	if *clientListen != "" {
 		hostPort(&c, "client-listen", *clientListen, false)
-	} else if *clientCert != "" || *clientKey != "" {
-		c.failf("--client-tls-cert and --client-tls-key need --client-listen")
+	} else if *clientCert != "" || *clientKey != "" || *clientShards != 0 {
+		c.failf("--client-tls-cert, --client-tls-key and --client-shards need --client-listen")
 	}
 	if *tf.insecure && (*clientCert != "" || *clientKey != "") {
 		c.failf("--insecure serves --client-listen in plaintext: it excludes --client-tls-cert and --client-tls-key")
@@ -119,6 +126,13 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { shardSet = shardSet || f.Name == "shard" })
 	if shardSet && *shards > 0 {
 		c.failf("--shard and --shards exclude each other (--shards N serves shards 0..N-1)")
+	}
+	inRange(&c, "client-shards", *clientShards, 0, replication.MaxShards)
+	switch {
+	case *clientShards != 0 && *shards > 0:
+		c.failf("--client-shards is for a single store: with --shards N the deployment has N shards")
+	case *clientShards != 0 && uint(*clientShards) <= *shard:
+		c.failf("--client-shards %d has no shard %d (--shard)", *clientShards, *shard)
 	}
 	atLeast(&c, "stats-interval", *statsEvery, 0)
 	atLeast(&c, "leader-timeout", *leaderTimeout, 0)
@@ -160,7 +174,7 @@ func runFollower(args []string, stdout, stderr io.Writer) int {
 		tls: tlsCfg, noSync: *noSync, statsEvery: *statsEvery, stopOnRefusal: *stopOnRefusal,
 		metricsAddr: *mf.addr, readyMaxLag: *mf.maxLag, rebuild: rebuildMode, rebuildRate: *rebuildRate,
 		minFree: *minFree, memTable: *memTable, leaderTimeout: *leaderTimeout,
-		clientListen: *clientListen, clientTLS: clientTLS,
+		clientListen: *clientListen, clientTLS: clientTLS, clientShards: *clientShards,
 	}); err != nil {
 		log.Error("oncewal follower: stopped", "err", err)
 		return exitFailure
@@ -188,6 +202,7 @@ type followerConfig struct {
 	metricsServing  func(addr string)                       // tests: the metrics server's address
 	clientListen    string                                  // --client-listen ("": none)
 	clientTLS       *tls.Config                             // its server TLS (nil: insecure)
+	clientShards    int                                     // --client-shards (0: with --shards, that count; else no replica reads)
 }
 
 func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err error) {
@@ -200,6 +215,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 	var (
 		serve     func(context.Context) error
 		rows      func() []follower.ShardStats
+		stores    func(shard uint32) (*store.Store, error) // the store a client read at a MinLSN reads
 		closeFn   func() error
 		collector prometheus.Collector
 		ready     func() error
@@ -230,6 +246,10 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		collector, ready = metrics.NewNodeCollector(n), metrics.NodeReady(n, c.readyMaxLag)
 		serve = func(ctx context.Context) error { return n.Serve(ctx, func(uint32) replication.Dialer { return d }) }
 		rows = func() []follower.ShardStats { return n.Stats().Shards }
+		stores = func(shard uint32) (st *store.Store, err error) {
+			err = n.Follower(shard, func(f *follower.Follower) error { st = f.Store(); return nil })
+			return st, err
+		}
 		closeFn = n.Close
 	} else {
 		f, err := follower.OpenContext(ctx, c.dir, &fo)
@@ -248,6 +268,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 				lsn, epoch := f.Position()
 				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats()}}
 			}
+			stores = singleStore(c.shard, func() *follower.Follower { return f })
 			closeFn = f.Close
 		}
 		if c.rebuild == follower.RebuildAuto {
@@ -290,6 +311,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 				lsn, epoch := f.Position()
 				return []follower.ShardStats{{Shard: c.shard, AppliedLSN: lsn, Epoch: epoch, Stats: f.Stats(), Rebuilds: int(rebuilds.Load())}}
 			}
+			stores = singleStore(c.shard, cur.Load)
 			closeFn = func() error { return nil } // Run closes each store it opened
 			// The metrics and the readiness check follow the store Run
 			// serves now (a rebuild reopens it), not the first one.
@@ -318,7 +340,7 @@ func serveFollower(ctx context.Context, log *slog.Logger, c followerConfig) (err
 		c.metricsServing(addr)
 	}
 	if c.clientListen != "" {
-		stopClients, err := serveNotLeader(c, log, rows)
+		stopClients, err := serveClients(c, log, rows, stores)
 		if err != nil {
 			return fmt.Errorf("--client-listen: %w", err)
 		}
@@ -383,10 +405,12 @@ func leaderTimeoutOption(d time.Duration) time.Duration {
 	return d
 }
 
-// serveNotLeader serves the client service on --client-listen, answering
-// every call "not leader" with --leader and the highest epoch any of the
-// follower's stores has applied.
-func serveNotLeader(c followerConfig, log *slog.Logger, rows func() []follower.ShardStats) (stop func(), err error) {
+// serveClients serves the client service on --client-listen: reads at a
+// MinLSN from stores (clientapi.Replica) when the deployment's shard count
+// is known (--shards, --client-shards), and "not leader" for every other
+// call, with --leader and the highest epoch any of the follower's stores
+// has applied.
+func serveClients(c followerConfig, log *slog.Logger, rows func() []follower.ShardStats, stores func(uint32) (*store.Store, error)) (stop func(), err error) {
 	where := func() (string, uint64) {
 		var epoch uint64
 		for _, s := range rows() {
@@ -394,13 +418,35 @@ func serveNotLeader(c followerConfig, log *slog.Logger, rows func() []follower.S
 		}
 		return c.leader, epoch
 	}
+	svc := clientapi.NotLeader(where)
+	shards := max(c.shards, c.clientShards)
+	if shards > 0 {
+		if svc, err = clientapi.Replica(where, stores, &clientapi.ReplicaOptions{Shards: shards, Insecure: c.clientTLS == nil, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := grpctransport.ListenServices(c.clientListen, &grpctransport.ServerOptions{TLS: c.clientTLS, Insecure: c.clientTLS == nil,
-		Logger: log, Services: []grpctransport.Service{clientapi.NotLeader(where)}})
+		Logger: log, Services: []grpctransport.Service{svc}})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("oncewal follower: client service (not leader)", "listen", srv.Addr().String(), "leader", c.leader)
+	log.Info("oncewal follower: client service (not leader)", "listen", srv.Addr().String(), "leader", c.leader, "replica_reads", shards > 0)
 	return func() { _ = srv.Close() }, nil
+}
+
+// singleStore is the stores of a follower of one store of shard: cur's,
+// nil while a damaged store is being rebuilt.
+func singleStore(shard uint32, cur func() *follower.Follower) func(uint32) (*store.Store, error) {
+	return func(s uint32) (*store.Store, error) {
+		if s != shard {
+			return nil, fmt.Errorf("this follower holds shard %d only", shard)
+		}
+		f := cur()
+		if f == nil {
+			return nil, fmt.Errorf("shard %d's store is being rebuilt", shard)
+		}
+		return f.Store(), nil
+	}
 }
 
 // errNotServerCert: --client-listen was given a certificate a TLS client
