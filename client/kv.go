@@ -280,8 +280,19 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyVa
 		kv    KeyValue
 		found bool
 	)
+	// Every pair goes: the node applies its key's shard's, so the Client
+	// need not know the shard count. A read may go to a replica when the
+	// key's shard has one (or, the count unknown, when any shard has).
+	req := &clientv1.GetRequest{Key: key}
+	for shard, lsn := range o.minLSN {
+		req.MinLsn = append(req.MinLsn, &clientv1.ShardLSN{Shard: shard, Lsn: lsn})
+	}
+	atReplica := len(req.MinLsn) > 0
+	if shards := c.knownShards(); shards > 0 {
+		atReplica = o.minLSN[kvroute.Shard(key, int(shards))] > 0
+	}
 	first := ""
-	if shards := c.knownShards(); shards > 0 && o.minLSN[kvroute.Shard(key, int(shards))] > 0 {
+	if atReplica {
 		first = o.replica
 	}
 	err := c.runFrom(ctx, fmt.Sprintf("get %q", key), first, func(ctx context.Context, addr string) step {
@@ -289,22 +300,18 @@ func (c *Client) Get(ctx context.Context, key []byte, opts ...ReadOption) (KeyVa
 		if err != nil {
 			return connStep(addr, err)
 		}
-		req := &clientv1.GetRequest{Key: key}
-		if shards := c.knownShards(); shards > 0 {
-			req.MinLsn = o.minLSN[kvroute.Shard(key, int(shards))]
-		}
 		rep, err := clientv1.NewClientClient(cc).Get(c.callContext(ctx), req)
 		if err != nil {
 			return rpcStep(addr, err, false)
 		}
-		if s, ok := c.readStep(addr, req.MinLsn > 0, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage()); !ok {
+		if s, ok := c.readStep(addr, atReplica, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage()); !ok {
 			return s
 		}
 		found = rep.GetFound()
 		if found {
 			kv = KeyValue{Key: rep.GetKv().GetKey(), Value: rep.GetKv().GetValue(), Version: rep.GetKv().GetVersion(), ModLSN: rep.GetKv().GetModLsn()}
 		}
-		return step{v: vDone, epoch: rep.GetEpoch(), replica: req.MinLsn > 0}
+		return step{v: vDone, epoch: rep.GetEpoch(), replica: atReplica}
 	})
 	if err != nil {
 		return KeyValue{}, false, err

@@ -31,7 +31,7 @@ func (s *Service) Get(ctx context.Context, who string, r *clientv1.GetRequest) *
 		row   kv.Row
 		found bool
 	)
-	rd := s.read(ctx, sh, r.GetMinLsn(), func(x *store.KVSnap) (err error) {
+	rd := s.read(ctx, sh, minLSNs(r.GetMinLsn())[shard], func(x *store.KVSnap) (err error) {
 		row, found, err = x.Get(who, key)
 		return err
 	})
@@ -67,10 +67,10 @@ func rangeShards(prefix []byte, n int) []uint32 {
 	return shards
 }
 
-// rangeMins is a RangeRequest's min_lsn by shard (the highest given).
-func rangeMins(r *clientv1.RangeRequest) map[uint32]uint64 {
+// minLSNs is a read's min_lsn by shard (the highest given for each).
+func minLSNs(pairs []*clientv1.ShardLSN) map[uint32]uint64 {
 	mins := map[uint32]uint64{}
-	for _, m := range r.GetMinLsn() {
+	for _, m := range pairs {
 		mins[m.GetShard()] = max(mins[m.GetShard()], m.GetLsn())
 	}
 	return mins
@@ -89,7 +89,7 @@ func rangeRead(who string, r *clientv1.RangeRequest, n int, read func(shard uint
 		limit = kv.MaxRangeLimit
 	}
 	shards := rangeShards(r.GetPrefix(), n)
-	mins := rangeMins(r)
+	mins := minLSNs(r.GetMinLsn())
 	for _, shard := range shards {
 		var (
 			pairs []store.KVPair

@@ -40,29 +40,33 @@ func (e *RejectedError) Error() string {
 }
 
 // rejectionOf is the rejection to record for a commit's error, if it is
-// one: a non-transient RejectedError, or the key space's refusals that the
-// state decides (a counter that is not one, an overflow, a result too
-// large), which a retry would meet again.
+// one: a RejectedError that is not Transient.
 func rejectionOf(err error) (*clientv1.Rejection, bool) {
 	var re *RejectedError
-	switch {
-	case errors.As(err, &re):
-		if re.Transient {
-			return nil, false
-		}
-		code := re.Code
-		if code == "" {
-			code = "rejected"
-		}
-		return &clientv1.Rejection{Code: cut(code, MaxRejectionCode), Detail: cut(re.Detail, MaxRejectionDetail)}, true
-	case errors.Is(err, kv.ErrNotCounter):
-		return &clientv1.Rejection{Code: "not_counter", Detail: cut(err.Error(), MaxRejectionDetail)}, true
-	case errors.Is(err, kv.ErrOverflow):
-		return &clientv1.Rejection{Code: "overflow", Detail: cut(err.Error(), MaxRejectionDetail)}, true
-	case errors.Is(err, kv.ErrResultTooLarge):
-		return &clientv1.Rejection{Code: "result_too_large", Detail: cut(err.Error(), MaxRejectionDetail)}, true
+	if !errors.As(err, &re) || re.Transient {
+		return nil, false
 	}
-	return nil, false
+	code := re.Code
+	if code == "" {
+		code = "rejected"
+	}
+	return &clientv1.Rejection{Code: cut(code, MaxRejectionCode), Detail: cut(re.Detail, MaxRejectionDetail)}, true
+}
+
+// kvRejection is the rejection of a transaction the key space refused for
+// what the state holds (a counter that is not one, an overflow, a result
+// too large): a retry would meet it again, so it is recorded as the
+// request's answer. Other errors are not rejections.
+func kvRejection(err error) error {
+	for _, r := range []struct {
+		err  error
+		code string
+	}{{kv.ErrNotCounter, "not_counter"}, {kv.ErrOverflow, "overflow"}, {kv.ErrResultTooLarge, "result_too_large"}} {
+		if errors.Is(err, r.err) {
+			return &RejectedError{Code: r.code, Detail: err.Error()}
+		}
+	}
+	return err
 }
 
 // cut makes s fit a proto string of at most n bytes: valid UTF-8 (proto3

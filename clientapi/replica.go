@@ -111,7 +111,8 @@ func (rs replicaServer) Get(ctx context.Context, r *clientv1.GetRequest) (*clien
 	key := r.GetKey()
 	shard := kvroute.Shard(key, rs.o.Shards)
 	rep := &clientv1.GetReply{Shard: shard, Epoch: epoch}
-	if r.GetMinLsn() == 0 {
+	minLSN := minLSNs(r.GetMinLsn())[shard]
+	if minLSN == 0 {
 		rep.Code, rep.Leader, rep.Message = clientv1.Code_NOT_LEADER, addr, linearizableMessage
 		return rep, nil
 	}
@@ -123,7 +124,7 @@ func (rs replicaServer) Get(ctx context.Context, r *clientv1.GetRequest) (*clien
 		row   kv.Row
 		found bool
 	)
-	rd, snapEpoch := rs.read(ctx, shard, r.GetMinLsn(), addr, epoch, func(x *store.KVSnap) (err error) {
+	rd, snapEpoch := rs.read(ctx, shard, minLSN, addr, epoch, func(x *store.KVSnap) (err error) {
 		row, found, err = x.Get(who, key)
 		return err
 	})
@@ -143,7 +144,7 @@ func (rs replicaServer) Range(ctx context.Context, r *clientv1.RangeRequest) (*c
 		return nil, err
 	}
 	addr, epoch := rs.where()
-	mins := rangeMins(r)
+	mins := minLSNs(r.GetMinLsn())
 	for _, shard := range rangeShards(r.GetPrefix(), rs.o.Shards) {
 		if mins[shard] == 0 {
 			return &clientv1.RangeReply{Code: clientv1.Code_NOT_LEADER, Leader: addr, Epoch: epoch, Message: message(fmt.Sprintf(

@@ -99,15 +99,26 @@ func (rr *replicaRig) serve(t *testing.T) {
 	})
 }
 
+// maxTestShards bounds the shards of these tests' rigs.
+const maxTestShards = 8
+
 // replica dials the replica as client name ("": a certificate naming no one).
 func (rr *replicaRig) replica(t *testing.T, uris ...string) *grpc.ClientConn {
 	return dial(t, rr.replicaAddr, rr.tls, testutil.ClientCert(t, rr.tls.Certs, uris...))
 }
 
+// getAt reads key with minLSN for every shard (0: none; the replica
+// applies its key's).
 func getAt(t *testing.T, cc *grpc.ClientConn, key string, minLSN uint64) *clientv1.GetReply {
 	t.Helper()
+	req := &clientv1.GetRequest{Key: []byte(key)}
+	if minLSN > 0 {
+		for s := range uint32(maxTestShards) {
+			req.MinLsn = append(req.MinLsn, &clientv1.ShardLSN{Shard: s, Lsn: minLSN})
+		}
+	}
 	var rep clientv1.GetReply
-	require.NoError(t, call(cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte(key), MinLsn: minLSN}, &rep))
+	require.NoError(t, call(cc, clientv1.Client_Get_FullMethodName, req, &rep))
 	return &rep
 }
 
@@ -204,7 +215,7 @@ func TestReplicaIdentity(t *testing.T) {
 	} {
 		for _, min := range []uint64{0, 1} {
 			var rep clientv1.GetReply
-			err := call(tc.cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k"), MinLsn: min}, &rep)
+			err := call(tc.cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k"), MinLsn: []*clientv1.ShardLSN{{Lsn: min}}}, &rep)
 			require.Equal(t, tc.want, grpcstatus.Code(err), "%s, min %d: %v", tc.name, min, err)
 			var rg clientv1.RangeReply
 			err = call(tc.cc, clientv1.Client_Range_FullMethodName, &clientv1.RangeRequest{MinLsn: []*clientv1.ShardLSN{{Lsn: min}}}, &rg)

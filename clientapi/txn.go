@@ -43,12 +43,13 @@ func (s *Service) Txn(ctx context.Context, who string, r *clientv1.TxnRequest) *
 			return sh.CommitResolved(c, func(rd kv.Reader, first uint64) ([]wal.Event, []byte, error) {
 				events, res, err := kv.Resolve(rd, who, txn, sid, first)
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, kvRejection(err)
 				}
 				return events, encodeResult(res), nil
 			})
 		})
-	rep := &clientv1.TxnReply{Code: a.code, Lsn: a.lsn, Epoch: a.epoch, Message: a.message, Ack: a.ack, Rejection: a.rejection}
+	rep := &clientv1.TxnReply{Code: a.code, Lsn: a.lsn, Epoch: a.epoch, Message: a.message, Ack: a.ack, Rejection: a.rejection,
+		Shard: shard, Shards: uint32(s.l.Shards())}
 	switch a.code {
 	case clientv1.Code_OK, clientv1.Code_REPLAY:
 		var res clientv1.TxnResult
@@ -58,8 +59,6 @@ func (s *Service) Txn(ctx context.Context, who string, r *clientv1.TxnRequest) *
 				"request %q ran, but its recorded outcome does not decode (%v): retry with the same request ID, or ask its Status", r.GetRequestId(), err))}
 		}
 		rep.Result = &res
-	case clientv1.Code_WRONG_SHARD:
-		rep.Shard, rep.Shards = shard, uint32(s.l.Shards())
 	}
 	return rep
 }

@@ -232,7 +232,7 @@ func TestReadsAreLinearizableOnTheLeader(t *testing.T) {
 		last = g.Lsn
 	}
 	var behind clientv1.GetReply
-	require.NoError(t, call(cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("{u0}/name"), MinLsn: last + 1000}, &behind))
+	require.NoError(t, call(cc, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("{u0}/name"), MinLsn: []*clientv1.ShardLSN{{Shard: kvroute.Shard([]byte("{u0}/name"), 4), Lsn: last + 1000}}}, &behind))
 	require.Equal(t, clientv1.Code_BEHIND, behind.Code)
 	require.Contains(t, behind.Message, "behind the read's minimum")
 

@@ -48,7 +48,7 @@ func TestFollowerServesReadsAtMinLSN(t *testing.T) {
 	var rep *clientv1.GetReply
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		rep, err = fc.Get(mctx, &clientv1.GetRequest{Key: key, MinLsn: res.LSN})
+		rep, err = fc.Get(mctx, &clientv1.GetRequest{Key: key, MinLsn: []*clientv1.ShardLSN{{Shard: res.Shard, Lsn: res.LSN}}})
 		if err == nil && rep.GetCode() == clientv1.Code_OK || time.Now().After(deadline) {
 			break
 		}

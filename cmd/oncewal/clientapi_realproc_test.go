@@ -96,7 +96,7 @@ func TestRealProcessesClientService(t *testing.T) {
 	}
 	var got clientv1.GetReply
 	waitUntil(t, "the follower to read the write", func() bool {
-		must(t, unary(atFollower, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k"), MinLsn: tx.Lsn}, &got))
+		must(t, unary(atFollower, clientv1.Client_Get_FullMethodName, &clientv1.GetRequest{Key: []byte("k"), MinLsn: []*clientv1.ShardLSN{{Shard: tx.Shard, Lsn: tx.Lsn}}}, &got))
 		return got.Code == clientv1.Code_OK
 	})
 	if !got.Found || string(got.Kv.GetValue()) != "v" || got.Lsn < tx.Lsn {

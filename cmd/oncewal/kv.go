@@ -299,20 +299,7 @@ func runKV(args []string, stdout, stderr io.Writer) int {
 		row   client.KeyValue
 		found bool
 	)
-	if len(ropts) == 0 {
-		row, found, err = cl.Get(ctx, req.key)
-	} else {
-		// client.Get sends a MinLSN only once the Client knows the
-		// cluster's shard count (from a session it opened), which a
-		// process that only reads never learns; Range sends it per shard.
-		// KEY is the first key in order that starts with KEY, so a Range
-		// of one key at prefix KEY is KEY's row if KEY exists.
-		var kvs []client.KeyValue
-		kvs, _, err = cl.Range(ctx, req.key, 1, ropts...)
-		if len(kvs) == 1 && bytes.Equal(kvs[0].Key, req.key) {
-			row, found = kvs[0], true
-		}
-	}
+	row, found, err = cl.Get(ctx, req.key, ropts...)
 	if err != nil {
 		return out.failed(err)
 	}

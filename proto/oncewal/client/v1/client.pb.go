@@ -1407,7 +1407,8 @@ type TxnReply struct {
 	Result *TxnResult `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
 	// REJECTED: the recorded rejection.
 	Rejection *Rejection `protobuf:"bytes,8,opt,name=rejection,proto3" json:"rejection,omitempty"`
-	// WRONG_SHARD: the keys' shard, and the cluster's shard count.
+	// The keys' shard (the shard lsn is of: pass both as a read's min_lsn),
+	// and the cluster's shard count (WRONG_SHARD: relearn it).
 	Shard         uint32 `protobuf:"varint,9,opt,name=shard,proto3" json:"shard,omitempty"`
 	Shards        uint32 `protobuf:"varint,10,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1588,12 +1589,14 @@ func (x *KeyValue) GetModLsn() uint64 {
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// 0: a linearizable read, served by the leader only. Otherwise the
-	// lowest applied LSN of the key's shard the read may see (the lsn a
-	// write's reply gave): any replica at or past it answers
-	// (read-your-writes), one behind waits a bounded time, then answers
-	// BEHIND.
-	MinLsn        uint64 `protobuf:"varint,2,opt,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
+	// Per shard, the lowest applied LSN the read may see (the lsn and shard
+	// a write's reply gave); the entry of the key's shard applies, the
+	// others are ignored, so a client may send every pair it holds without
+	// knowing the key's shard. None for the key's shard: a linearizable
+	// read, served by the leader only. Otherwise any replica at or past it
+	// answers (read-your-writes); one behind waits a bounded time, then
+	// answers BEHIND.
+	MinLsn        []*ShardLSN `protobuf:"bytes,2,rep,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1635,11 +1638,11 @@ func (x *GetRequest) GetKey() []byte {
 	return nil
 }
 
-func (x *GetRequest) GetMinLsn() uint64 {
+func (x *GetRequest) GetMinLsn() []*ShardLSN {
 	if x != nil {
 		return x.MinLsn
 	}
-	return 0
+	return nil
 }
 
 type GetReply struct {
@@ -1751,8 +1754,8 @@ type RangeRequest struct {
 	Prefix []byte `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// At most limit keys (0: 10,000).
 	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	// Per shard, the lowest applied LSN the read may see (as GetRequest's
-	// min_lsn); empty: a linearizable read on the leader.
+	// Per shard, the lowest applied LSN the read may see (as GetRequest's);
+	// a shard without one is read linearizably, on the leader.
 	MinLsn        []*ShardLSN `protobuf:"bytes,3,rep,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2188,11 +2191,11 @@ const file_oncewal_client_v1_client_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x17\n" +
-	"\amod_lsn\x18\x04 \x01(\x04R\x06modLsn\"7\n" +
+	"\amod_lsn\x18\x04 \x01(\x04R\x06modLsn\"T\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
-	"\amin_lsn\x18\x02 \x01(\x04R\x06minLsn\"\xea\x01\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x124\n" +
+	"\amin_lsn\x18\x02 \x03(\v2\x1b.oncewal.client.v1.ShardLSNR\x06minLsn\"\xea\x01\n" +
 	"\bGetReply\x12+\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x17.oncewal.client.v1.CodeR\x04code\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12+\n" +
@@ -2329,31 +2332,32 @@ var file_oncewal_client_v1_client_proto_depIdxs = []int32{
 	0,  // 17: oncewal.client.v1.TxnReply.ack:type_name -> oncewal.client.v1.Ack
 	17, // 18: oncewal.client.v1.TxnReply.result:type_name -> oncewal.client.v1.TxnResult
 	6,  // 19: oncewal.client.v1.TxnReply.rejection:type_name -> oncewal.client.v1.Rejection
-	1,  // 20: oncewal.client.v1.GetReply.code:type_name -> oncewal.client.v1.Code
-	19, // 21: oncewal.client.v1.GetReply.kv:type_name -> oncewal.client.v1.KeyValue
-	23, // 22: oncewal.client.v1.RangeRequest.min_lsn:type_name -> oncewal.client.v1.ShardLSN
-	1,  // 23: oncewal.client.v1.RangeReply.code:type_name -> oncewal.client.v1.Code
-	19, // 24: oncewal.client.v1.RangeReply.kvs:type_name -> oncewal.client.v1.KeyValue
-	23, // 25: oncewal.client.v1.RangeReply.lsn:type_name -> oncewal.client.v1.ShardLSN
-	26, // 26: oncewal.client.v1.Ops.ops:type_name -> oncewal.client.v1.Op
-	5,  // 27: oncewal.client.v1.Op.kind:type_name -> oncewal.client.v1.Op.Kind
-	7,  // 28: oncewal.client.v1.Client.Submit:input_type -> oncewal.client.v1.SubmitRequest
-	9,  // 29: oncewal.client.v1.Client.Status:input_type -> oncewal.client.v1.StatusRequest
-	11, // 30: oncewal.client.v1.Client.OpenSession:input_type -> oncewal.client.v1.OpenSessionRequest
-	15, // 31: oncewal.client.v1.Client.Txn:input_type -> oncewal.client.v1.TxnRequest
-	20, // 32: oncewal.client.v1.Client.Get:input_type -> oncewal.client.v1.GetRequest
-	22, // 33: oncewal.client.v1.Client.Range:input_type -> oncewal.client.v1.RangeRequest
-	8,  // 34: oncewal.client.v1.Client.Submit:output_type -> oncewal.client.v1.SubmitReply
-	10, // 35: oncewal.client.v1.Client.Status:output_type -> oncewal.client.v1.StatusReply
-	12, // 36: oncewal.client.v1.Client.OpenSession:output_type -> oncewal.client.v1.OpenSessionReply
-	18, // 37: oncewal.client.v1.Client.Txn:output_type -> oncewal.client.v1.TxnReply
-	21, // 38: oncewal.client.v1.Client.Get:output_type -> oncewal.client.v1.GetReply
-	24, // 39: oncewal.client.v1.Client.Range:output_type -> oncewal.client.v1.RangeReply
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	23, // 20: oncewal.client.v1.GetRequest.min_lsn:type_name -> oncewal.client.v1.ShardLSN
+	1,  // 21: oncewal.client.v1.GetReply.code:type_name -> oncewal.client.v1.Code
+	19, // 22: oncewal.client.v1.GetReply.kv:type_name -> oncewal.client.v1.KeyValue
+	23, // 23: oncewal.client.v1.RangeRequest.min_lsn:type_name -> oncewal.client.v1.ShardLSN
+	1,  // 24: oncewal.client.v1.RangeReply.code:type_name -> oncewal.client.v1.Code
+	19, // 25: oncewal.client.v1.RangeReply.kvs:type_name -> oncewal.client.v1.KeyValue
+	23, // 26: oncewal.client.v1.RangeReply.lsn:type_name -> oncewal.client.v1.ShardLSN
+	26, // 27: oncewal.client.v1.Ops.ops:type_name -> oncewal.client.v1.Op
+	5,  // 28: oncewal.client.v1.Op.kind:type_name -> oncewal.client.v1.Op.Kind
+	7,  // 29: oncewal.client.v1.Client.Submit:input_type -> oncewal.client.v1.SubmitRequest
+	9,  // 30: oncewal.client.v1.Client.Status:input_type -> oncewal.client.v1.StatusRequest
+	11, // 31: oncewal.client.v1.Client.OpenSession:input_type -> oncewal.client.v1.OpenSessionRequest
+	15, // 32: oncewal.client.v1.Client.Txn:input_type -> oncewal.client.v1.TxnRequest
+	20, // 33: oncewal.client.v1.Client.Get:input_type -> oncewal.client.v1.GetRequest
+	22, // 34: oncewal.client.v1.Client.Range:input_type -> oncewal.client.v1.RangeRequest
+	8,  // 35: oncewal.client.v1.Client.Submit:output_type -> oncewal.client.v1.SubmitReply
+	10, // 36: oncewal.client.v1.Client.Status:output_type -> oncewal.client.v1.StatusReply
+	12, // 37: oncewal.client.v1.Client.OpenSession:output_type -> oncewal.client.v1.OpenSessionReply
+	18, // 38: oncewal.client.v1.Client.Txn:output_type -> oncewal.client.v1.TxnReply
+	21, // 39: oncewal.client.v1.Client.Get:output_type -> oncewal.client.v1.GetReply
+	24, // 40: oncewal.client.v1.Client.Range:output_type -> oncewal.client.v1.RangeReply
+	35, // [35:41] is the sub-list for method output_type
+	29, // [29:35] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_oncewal_client_v1_client_proto_init() }
