@@ -6,8 +6,11 @@ import (
 	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 )
 
-// Op is one operation of the default payload: a node without a handler of
-// its own logs one event per op, in order, in the client's session. Make
+// Op is one operation of the default payload of Submit: a node without a
+// handler of its own logs one event per op, in order, in the client's
+// session, and keeps its keys in that session's state — another process of
+// the principal has another session, and other keys. Keys every client of
+// the principal shares are Txn's (OpPut, OpAdd, OpDelete, OpGet). Make
 // them with Put, Add and Delete.
 type Op struct{ op *clientv1.Op }
 

@@ -47,7 +47,9 @@ type Request struct {
 type Handler func(ctx context.Context, r Request) (events []wal.Event, outcome []byte, err error)
 
 // DefaultHandler runs the default payload (a clientv1.Ops message): one
-// event per op, in order, in the request's session; the outcome is empty.
+// event per op, in order, in the request's session, whose state keeps the
+// keys (per session: the principal's shared keys are Txn's); the outcome
+// is empty.
 // A payload that does not decode, or holds an op that is not a put with a
 // key, an add with a key and no value, or a delete with a key alone, or
 // more than clientv1.MaxOps ops, is refused.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/oncewal/oncewal/leader"
 	clientv1 "github.com/oncewal/oncewal/proto/oncewal/client/v1"
 	"github.com/oncewal/oncewal/session"
+	"github.com/oncewal/oncewal/store"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -251,4 +253,43 @@ func TestReadsAreLinearizableOnTheLeader(t *testing.T) {
 		require.Less(t, string(all.Kvs[i-1].Key), string(all.Kvs[i].Key))
 	}
 	require.Len(t, all.Lsn, 4, "an untagged prefix reads every shard")
+}
+
+// refusingValidator is an Applier whose Validate rejects a put of "bad" by
+// a business rule (a RejectedError) and of "busy" transiently; Apply keeps
+// nothing (the test looks at answers and the ledger only).
+type refusingValidator struct{}
+
+func (refusingValidator) Apply(*pebble.Batch, []wal.Event) error { return nil }
+
+func (refusingValidator) Validate(_ *pebble.Batch, events []wal.Event) error {
+	for _, ev := range events {
+		switch string(ev.Value) {
+		case "bad":
+			return &clientapi.RejectedError{Code: "bad_value", Detail: "the value may not be bad"}
+		case "busy":
+			return &clientapi.RejectedError{Code: "busy", Detail: "later", Transient: true}
+		}
+	}
+	return nil
+}
+
+// TestValidatorRejectionRecorded: a Validator's RejectedError reaches the
+// service wrapped in store.ErrRejected and is recorded like a handler's:
+// REJECTED with its code, the same on retry, REJECTED in Status; a
+// transient one is refused and not recorded.
+func TestValidatorRejectionRecorded(t *testing.T) {
+	r := newRig(t, leader.Options{Shards: 1, Store: store.Options{Applier: refusingValidator{}}}, nil)
+	cc := r.client("val")
+	sid := session.ID(openSession(t, cc, &clientv1.OpenSessionRequest{}).Session)
+	for range 2 {
+		rep := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "v1", Payload: ops(put("k", "bad"))})
+		require.Equal(t, clientv1.Code_REJECTED, rep.Code, rep.Message)
+		require.Equal(t, "bad_value", rep.Rejection.GetCode())
+	}
+	require.Equal(t, clientv1.Code_REJECTED, status(t, cc, &clientv1.StatusRequest{Session: sid[:], RequestId: "v1"}).Code)
+	rep := submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "v2", Payload: ops(put("k", "busy"))})
+	require.Equal(t, clientv1.Code_REFUSED, rep.Code, rep.Message)
+	require.Equal(t, clientv1.Code_UNKNOWN, status(t, cc, &clientv1.StatusRequest{Session: sid[:], RequestId: "v2"}).Code, "a transient refusal records nothing")
+	require.Equal(t, clientv1.Code_OK, submit(t, cc, &clientv1.SubmitRequest{Session: sid[:], RequestId: "v3", Payload: ops(put("k", "good"))}).Code)
 }
