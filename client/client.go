@@ -227,6 +227,9 @@ const (
 	// StateFailed: the request ran and recorded a failure; Outcome says
 	// which.
 	StateFailed
+	// StateRejected: a business rule rejected the request and the
+	// rejection is recorded (Status.Rejection).
+	StateRejected
 )
 
 func (s State) String() string {
@@ -239,6 +242,8 @@ func (s State) String() string {
 		return "done"
 	case StateFailed:
 		return "failed"
+	case StateRejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
@@ -247,6 +252,8 @@ func (s State) String() string {
 type Status struct {
 	State   State
 	Outcome []byte
+	// Rejection is StateRejected's recorded rejection.
+	Rejection *RejectedError
 	// Time is the WAL time (nanoseconds) of the entry's last decision;
 	// Expires the WAL time at which it leaves the ledger.
 	Time, Expires int64
@@ -254,12 +261,26 @@ type Status struct {
 	Epoch uint64
 }
 
+// StatusOption adjusts one Status.
+type StatusOption func(*statusOptions)
+
+type statusOptions struct{ key []byte }
+
+// OfTxn asks about a transaction: its ledger entry is in the shard of its
+// keys, of which key is one.
+func OfTxn(key []byte) StatusOption { return func(o *statusOptions) { o.key = key } }
+
 // Status asks the leader what its ledger knows of requestID, in the shard
-// of the Client's session: the shard of every request this Client
-// submitted (opening a session first if there is none). It runs nothing,
-// so it never ends with ErrOutcomeUnknown: a spent budget is
+// of the Client's Submit session — the shard of every request this Client
+// submitted — or, with OfTxn(key), in key's shard, where a transaction on
+// key is recorded (opening a session first if there is none). It runs
+// nothing, so it never ends with ErrOutcomeUnknown: a spent budget is
 // ErrUnavailable.
-func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
+func (c *Client) Status(ctx context.Context, requestID string, opts ...StatusOption) (Status, error) {
+	var o statusOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	if requestID == "" || len(requestID) > clientv1.MaxRequestID {
 		return Status{}, fmt.Errorf("%w: not sent: request ID of %d bytes, want 1 to %d", ErrRefused, len(requestID), clientv1.MaxRequestID)
 	}
@@ -270,9 +291,17 @@ func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
 			return connStep(addr, err)
 		}
 		// The ledger is per shard and the session names the shard: the
-		// Client's session (renewals stay in its shard) finds what it
-		// submitted.
-		sid, s, ok := c.sess.get(ctx, c, cc, addr, nil)
+		// Client's Submit session (renewals stay in its shard) finds what
+		// it submitted, the session of a key's shard a transaction on it.
+		ss := &c.sess
+		if o.key != nil {
+			var s step
+			var ok bool
+			if ss, s, ok = c.keysSession(ctx, cc, addr, o.key); !ok {
+				return s
+			}
+		}
+		sid, s, ok := ss.get(ctx, c, cc, addr, nil)
 		if !ok {
 			return s
 		}
@@ -290,6 +319,8 @@ func (c *Client) Status(ctx context.Context, requestID string) (Status, error) {
 			st.State = StateDone
 		case clientv1.Code_FAILED:
 			st.State = StateFailed
+		case clientv1.Code_REJECTED:
+			st.State, st.Rejection = StateRejected, &RejectedError{RequestID: requestID, Code: rep.GetRejection().GetCode(), Detail: rep.GetRejection().GetDetail()}
 		default:
 			return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), false)
 		}

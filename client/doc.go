@@ -72,15 +72,16 @@
 //     share one renewal. The caller never sees a session.
 //  7. After Close every call returns ErrClosed; calls in progress end with
 //     ErrClosed, and with ErrOutcomeUnknown too when invariant 3 says so.
-//  8. Every Client of one principal opens its first session in the same
+//  8. Every Client of one principal opens its Submit session in the same
 //     shard: its OpenSession names as Near a fixed ID derived from the
 //     principal's name (Options.Principal, or the certificate's
-//     oncewal://client/NAME). A node's ledger is per shard, and a
-//     request's shard is its session's; so a request retried by another
-//     process of the same principal — after a crash or a restart, with the
-//     same request ID — meets its own ledger entry and does not run twice.
-//     The price: one principal's requests are logged in one shard; a
-//     service spreads its load over the shards with several principals.
+//     oncewal://client/NAME). A node's ledger is per shard, and a Submit's
+//     shard is its session's; so a Submit retried by another process of
+//     the same principal — after a crash or a restart, with the same
+//     request ID — meets its own ledger entry and does not run twice. The
+//     price: one principal's Submits are logged in one shard. Its Txns are
+//     not: each goes to its keys' shard (invariant 10), which is where a
+//     retry from any process looks, so they spread over every shard.
 //  9. The client remembers the highest leader epoch an answer carried (an
 //     OK, a Replay, a Status, a session opened, a NotLeader). A NotLeader
 //     naming a leader at a lower epoch comes from a node that has not yet

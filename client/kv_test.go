@@ -114,3 +114,26 @@ func TestTxnNoOverdraft(t *testing.T) {
 	_, err = cl.Txn(ctx, "bad-op", client.Txn{If: []client.Cmp{client.Value(alice, ">=", nil)}, Then: []client.TxnOp{client.OpGet(alice)}})
 	require.ErrorIs(t, err, client.ErrRefused)
 }
+
+// TestStatusOfTxn: a transaction's ledger entry is in its keys' shard:
+// Status with OfTxn finds it (done, or rejected with its code), where the
+// Client's Submit session's shard may not.
+func TestStatusOfTxn(t *testing.T) {
+	c := newCluster(t, 4)
+	ctx := context.Background()
+	cl := c.newClient("bank", client.AckLeader, 3, c.addr)
+	for i := range 8 {
+		key := []byte(fmt.Sprintf("s/%d", i))
+		_, err := cl.Txn(ctx, fmt.Sprintf("st-%d", i), client.Txn{Then: []client.TxnOp{client.OpPut(key, []byte("x"))}})
+		require.NoError(t, err)
+		st, err := cl.Status(ctx, fmt.Sprintf("st-%d", i), client.OfTxn(key))
+		require.NoError(t, err)
+		require.Equal(t, client.StateDone, st.State, "%s", key)
+	}
+	_, err := cl.Txn(ctx, "st-bad", client.Txn{Then: []client.TxnOp{client.OpAdd([]byte("s/0"), 1)}})
+	require.ErrorIs(t, err, client.ErrRejected)
+	st, err := cl.Status(ctx, "st-bad", client.OfTxn([]byte("s/0")))
+	require.NoError(t, err)
+	require.Equal(t, client.StateRejected, st.State)
+	require.Equal(t, "not_counter", st.Rejection.Code)
+}
