@@ -165,6 +165,22 @@ func (r *clientRig) close() {
 	_ = os.RemoveAll(r.dir)
 }
 
+// serve serves the client service of the rig's leader, with opts, over
+// mutual TLS on loopback, and returns the server and both sides' TLS
+// configurations (the server's, for more servers of the same CA).
+func (r *clientRig) serve(opts *clientapi.Options) (srv *grpctransport.Server, server, cl *tls.Config, err error) {
+	if server, cl, err = benchTLS(); err != nil {
+		return nil, nil, nil, err
+	}
+	svc, err := clientapi.New(r.l, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	srv, err = grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: server, Logger: quietSlog(),
+		Services: []grpctransport.Service{svc.GRPC()}})
+	return srv, server, cl, err
+}
+
 // ack is the policy the rig's requests are answered under; 0: the
 // leader's WAL alone (the wire's AckLeader), no wait.
 func (r *clientRig) ack() leader.AckPolicy {
@@ -269,16 +285,7 @@ func ClientNetwork(followers int) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer r.close()
-		serverTLS, clientTLS, err := benchTLS()
-		if err != nil {
-			b.Fatal(err)
-		}
-		svc, err := clientapi.New(r.l, &clientapi.Options{Logger: quietSlog()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS, Logger: quietSlog(),
-			Services: []grpctransport.Service{svc.GRPC()}})
+		srv, _, clientTLS, err := r.serve(&clientapi.Options{Logger: quietSlog()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -328,16 +335,7 @@ func ClientReads(fromFollower bool) func(*testing.B) {
 			b.Fatal(err)
 		}
 		defer r.close()
-		serverTLS, clientTLS, err := benchTLS()
-		if err != nil {
-			b.Fatal(err)
-		}
-		svc, err := clientapi.New(r.l, &clientapi.Options{MinAck: clientv1.Ack_ACK_MAJORITY, Logger: quietSlog()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv, err := grpctransport.Listen("127.0.0.1:0", &grpctransport.ServerOptions{TLS: serverTLS, Logger: quietSlog(),
-			Services: []grpctransport.Service{svc.GRPC()}})
+		srv, serverTLS, clientTLS, err := r.serve(&clientapi.Options{MinAck: clientv1.Ack_ACK_MAJORITY, Logger: quietSlog()})
 		if err != nil {
 			b.Fatal(err)
 		}

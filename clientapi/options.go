@@ -173,7 +173,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: nil Options", ErrBadOptions)
 	}
 	var errs []error
-	if o.MinAck < clientv1.Ack_ACK_LEADER || o.MinAck > clientv1.Ack_ACK_ALL {
+	if !validAck(o.MinAck) {
 		errs = append(errs, fmt.Errorf("MinAck %d is not an ack policy: use 0 (leader), 1 (one), 2 (majority) or 3 (all)", o.MinAck))
 	}
 	if o.ReadWait < 0 {

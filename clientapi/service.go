@@ -334,16 +334,7 @@ func (s *Service) answered(a answer, q request, ack clientv1.Ack) answer {
 // checkSubmit refuses a request whose fields are out of the service's
 // limits (clientv1's), before anything is claimed.
 func checkSubmit(r *clientv1.SubmitRequest) error {
-	var errs []error
-	if err := checkSession("session", r.GetSession(), false); err != nil {
-		errs = append(errs, err)
-	}
-	if a := r.GetAck(); a < clientv1.Ack_ACK_LEADER || a > clientv1.Ack_ACK_ALL {
-		errs = append(errs, fmt.Errorf("ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", a))
-	}
-	if n := len(r.GetAction()); n > clientv1.MaxAction {
-		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", n, clientv1.MaxAction))
-	}
+	errs := checkRequest(r.GetSession(), r.GetAck(), r.GetAction())
 	if n := len(r.GetPayload()); n > clientv1.MaxPayload {
 		errs = append(errs, fmt.Errorf("payload of %d bytes, limit %d", n, clientv1.MaxPayload))
 	}
@@ -352,6 +343,25 @@ func checkSubmit(r *clientv1.SubmitRequest) error {
 	}
 	return nil
 }
+
+// checkRequest reports what every request that runs checks before it is
+// claimed: its session ID, its ack policy and its action's size.
+func checkRequest(session []byte, ack clientv1.Ack, action string) []error {
+	var errs []error
+	if err := checkSession("session", session, false); err != nil {
+		errs = append(errs, err)
+	}
+	if !validAck(ack) {
+		errs = append(errs, fmt.Errorf("ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", ack))
+	}
+	if n := len(action); n > clientv1.MaxAction {
+		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", n, clientv1.MaxAction))
+	}
+	return errs
+}
+
+// validAck says whether a is an ack policy.
+func validAck(a clientv1.Ack) bool { return a >= clientv1.Ack_ACK_LEADER && a <= clientv1.Ack_ACK_ALL }
 
 // leading is Options.Leading's verdict: nil while this node leads.
 func (s *Service) leading() error {

@@ -78,16 +78,7 @@ func txnFingerprint(r *clientv1.TxnRequest) []byte {
 // txnOf checks r's fields and makes its transaction; an error wraps
 // errRefused and names every problem.
 func txnOf(who string, r *clientv1.TxnRequest) (*kv.Txn, error) {
-	var errs []error
-	if err := checkSession("session", r.GetSession(), false); err != nil {
-		errs = append(errs, err)
-	}
-	if a := r.GetAck(); a < clientv1.Ack_ACK_LEADER || a > clientv1.Ack_ACK_ALL {
-		errs = append(errs, fmt.Errorf("ack policy %d is not 0 (leader), 1 (one), 2 (majority) or 3 (all)", a))
-	}
-	if n := len(r.GetAction()); n > clientv1.MaxAction {
-		errs = append(errs, fmt.Errorf("action of %d bytes, limit %d", n, clientv1.MaxAction))
-	}
+	errs := checkRequest(r.GetSession(), r.GetAck(), r.GetAction())
 	if err := kv.CheckPrincipal(who); err != nil {
 		errs = append(errs, err)
 	}

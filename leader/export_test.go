@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/oncewal/oncewal/idempotency"
-	"github.com/oncewal/oncewal/kvroute"
 	"github.com/oncewal/oncewal/wal"
 )
 
@@ -25,11 +24,9 @@ func (l *LedgerLog) Commit(c *idempotency.Claim, outcome []byte, events ...wal.E
 
 func (s *Shard) Log() *LedgerLog { return s.log }
 
-// The routing function, checked against reference values.
-var (
-	JumpHash = kvroute.JumpHash
-	RouteKey = routeKey
-)
+// The session routing key, checked against BLAKE3 (the jump hash is
+// kvroute's, checked there).
+var RouteKey = routeKey
 
 func (l *LedgerLog) CommitResolved(c *idempotency.Claim, resolve Resolver) (wal.Header, []byte, error) {
 	return l.commitResolved(c, resolve)

@@ -48,27 +48,6 @@ func TestRouterGolden(t *testing.T) {
 	}
 }
 
-// TestJumpHashReference checks JumpHash against values produced by the
-// reference C++ implementation of Lamping and Veach's paper.
-func TestJumpHashReference(t *testing.T) {
-	ref := []struct {
-		key     uint64
-		buckets []int // for 1, 2, 3, … buckets
-	}{
-		{0, []int{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-		{1, []int{0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 17, 17}},
-		{0xdeadbeef, []int{0, 1, 2, 3, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 16, 16, 16}},
-		{0x0ddc0ffeebadf00d, []int{0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 15, 15, 15, 15}},
-	}
-	for _, r := range ref {
-		for i, want := range r.buckets {
-			require.Equal(t, want, leader.JumpHash(r.key, i+1), "JumpHash(%#x, %d)", r.key, i+1)
-		}
-	}
-	require.Equal(t, 0, leader.JumpHash(12345, 0))
-	require.Equal(t, 0, leader.JumpHash(12345, -3))
-}
-
 // TestRouteKeyIsBLAKE3 checks RouteKey's direct compression against the
 // library's BLAKE3-256.
 func TestRouteKeyIsBLAKE3(t *testing.T) {

@@ -3,7 +3,6 @@ package wal
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"math"
 	"testing"
 
@@ -49,21 +48,7 @@ func TestKVOps(t *testing.T) {
 }
 
 func TestGoldenKVBatch(t *testing.T) {
-	buf, err := AppendBatch(nil, 3, 7, 4096, goldenKVEvents())
-	require.NoError(t, err)
-	want := readGolden(t, "golden_kv_batch.hex", buf)
-	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(buf), "key-space op format drifted")
-	require.Equal(t, byte(OpKVPut), want[HeaderSize])
-	_, evs, err := DecodeBatch(want, nil)
-	require.NoError(t, err)
-	require.Equal(t, withLSNs(goldenKVEvents(), 4096), evs)
-	mut := make([]byte, len(want))
-	for bit := 0; bit < len(want)*8; bit++ {
-		copy(mut, want)
-		mut[bit/8] ^= 1 << (bit % 8)
-		_, _, err = DecodeBatch(mut, nil)
-		requireTyped(t, err)
-	}
+	checkGoldenBatch(t, "golden_kv_batch.hex", goldenKVEvents(), OpKVPut, "key-space op format drifted")
 }
 
 // TestKVDecodeRejectsNonCanonical: what the encoder refuses (an empty key,

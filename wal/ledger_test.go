@@ -179,15 +179,22 @@ func TestGoldenLedgerBatchKeyed(t *testing.T) {
 }
 
 func TestGoldenLedgerBatch(t *testing.T) {
-	buf, err := AppendBatch(nil, 3, 7, 4096, goldenLedgerEvents())
+	checkGoldenBatch(t, "golden_ledger_batch.hex", goldenLedgerEvents(), OpClaim, "ledger record format drifted")
+}
+
+// checkGoldenBatch: events (their first of op first) encode to the golden
+// file's bytes, which decode back to them, and every bit flip of which is
+// caught as a typed error.
+func checkGoldenBatch(t *testing.T, file string, events []Event, first Op, drifted string) {
+	t.Helper()
+	buf, err := AppendBatch(nil, 3, 7, 4096, events)
 	require.NoError(t, err)
-	want := readGolden(t, "golden_ledger_batch.hex", buf)
-	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(buf), "ledger record format drifted")
-	require.Equal(t, byte(OpClaim), want[HeaderSize])
+	want := readGolden(t, file, buf)
+	require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(buf), drifted)
+	require.Equal(t, byte(first), want[HeaderSize])
 	_, evs, err := DecodeBatch(want, nil)
 	require.NoError(t, err)
-	require.Equal(t, withLSNs(goldenLedgerEvents(), 4096), evs)
-	// Every bit flip is caught.
+	require.Equal(t, withLSNs(events, 4096), evs)
 	mut := make([]byte, len(want))
 	for bit := 0; bit < len(want)*8; bit++ {
 		copy(mut, want)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,15 +39,6 @@ func dirListing(t *testing.T, dir string) map[string]string {
 		data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
 		out[e.Name()] = fmt.Sprintf("%v %x", fi.Mode(), data)
 	}
-	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -228,7 +220,7 @@ func TestGencertsAddRefusals(t *testing.T) {
 				}
 			}
 			if after := dirListing(t, dir); fmt.Sprint(before) != fmt.Sprint(after) {
-				t.Errorf("a refused run changed the directory: %q, then %q", sortedKeys(before), sortedKeys(after))
+				t.Errorf("a refused run changed the directory: %q, then %q", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 			}
 		})
 	}

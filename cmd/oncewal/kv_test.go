@@ -186,16 +186,7 @@ func TestKVHelpExamples(t *testing.T) {
 // --min-lsn, one the leader has passed and one it has not (exit 1).
 func TestRealProcessesKV(t *testing.T) {
 	rp := newRealProcs(t, "f1")
-	if _, e, err := rp.run("gencerts", filepath.Join(rp.dir, "certs"), "--clients", "load"); err != nil {
-		t.Fatalf("gencerts --clients load: %v %s", err, e)
-	}
-	cert := rp.cert
-	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
-		"--dir", filepath.Join(rp.dir, "leader"), "--shards", "4", "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
-		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey)}}
-	reapProcs(t, []*proc{ld})
-	ld.start(t, rp.bin)
-	waitUntil(t, "the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+	ld := rp.startLeader(t, 4, "load")
 
 	certFile, keyFile := pki.ClientFiles("load")
 	if certFile != "client-load.pem" || keyFile != "client-load-key.pem" {

@@ -53,11 +53,7 @@ func pythonWithGRPC(t *testing.T) string {
 func TestRealProcessesPythonClient(t *testing.T) {
 	py := pythonWithGRPC(t)
 	rp := newRealProcs(t, "f1")
-	certs := filepath.Join(rp.dir, "pycerts")
-	if _, e, err := rp.run("gencerts", certs, "--followers", "f1", "--clients", "py"); err != nil {
-		t.Fatalf("gencerts: %v %s", err, e)
-	}
-	cert := func(n string) string { return filepath.Join(certs, n) }
+	cert := rp.cert
 	stubs := filepath.Join(rp.dir, "stubs")
 	must(t, os.MkdirAll(stubs, 0o755))
 	root, err := filepath.Abs("../..")
@@ -68,12 +64,7 @@ func TestRealProcessesPythonClient(t *testing.T) {
 		t.Fatalf("grpc_tools.protoc: %v\n%s", err, out)
 	}
 
-	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
-		"--dir", filepath.Join(rp.dir, "leader"), "--shards", "4", "--followers", "f1", "--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
-		"--tls-ca", cert(pki.FileCA), "--tls-cert", cert(pki.FileLeader), "--tls-key", cert(pki.FileLeaderKey)}}
-	reapProcs(t, []*proc{ld})
-	ld.start(t, rp.bin)
-	waitUntil(t, "the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+	rp.startLeader(t, 4, "py")
 
 	certFile, keyFile := pki.ClientFiles("py")
 	run := exec.Command(py, filepath.Join(root, "examples", "python", "oncewal_client.py"),

@@ -203,23 +203,13 @@ func TestRealProcessesKeysOutliveFailover(t *testing.T) {
 	// Every member's replica: a barrier in every shard that every member
 	// acknowledges, then the nodes stop, and each store is read.
 	for s, gs := range shardsOf {
-		deadline := time.Now().Add(nemesisRecoveryLimit)
-		for {
+		untilAcked(t, fmt.Sprintf("shard %d", s), func() error {
 			_, err := reader.Txn(ctx, fmt.Sprintf("barrier-%d", s), client.Txn{Then: []client.TxnOp{
 				client.OpPut([]byte(fmt.Sprintf("{g%d}/barrier", gs[0])), []byte("x"))}}, client.WithAck(client.AckAll))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("shard %d: no member set acknowledged the barrier: %v", s, err)
-			}
-		}
+			return err
+		})
 	}
-	for _, id := range slices.Backward(c.ids) {
-		if err := c.nodes[id].stop(t); err != nil {
-			t.Errorf("%s: stop: %v", id, err)
-		}
-	}
+	c.stopNodes(t)
 	for _, id := range c.ids {
 		checkKeysStore(t, "member "+id, replicaKeys(t, filepath.Join(c.dir, id, node.ReplicaDirName), nemesisShards), want)
 	}

@@ -212,22 +212,12 @@ func runNemesis(t *testing.T, rp *realProcs, etcdBin string, etcds int, seed uin
 		}
 	}
 	for k, cl := range clients {
-		deadline := time.Now().Add(nemesisRecoveryLimit)
-		for {
+		untilAcked(t, fmt.Sprintf("app%d", k), func() error {
 			_, err := cl.Submit(context.Background(), "barrier", client.Ops(client.Put([]byte("barrier"), []byte("x"))), client.WithAck(client.AckAll))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("app%d: no member set acknowledged the barrier: %v", k, err)
-			}
-		}
+			return err
+		})
 	}
-	for _, id := range slices.Backward(c.ids) {
-		if err := c.nodes[id].stop(t); err != nil {
-			t.Errorf("%s: stop: %v", id, err)
-		}
-	}
+	c.stopNodes(t)
 	var v clienthistory.Verdict
 	for _, id := range c.ids {
 		v = h.Check(t, "member "+id, replicaEffects(t, filepath.Join(c.dir, id, node.ReplicaDirName), nemesisShards))
@@ -299,6 +289,31 @@ func startNemesisCluster(t *testing.T, rp *realProcs, etcdBin string, etcds int)
 
 // startEtcds runs an etcd cluster of n member processes on loopback and
 // waits for every member to answer /health.
+// untilAcked retries barrier (a write every member must acknowledge) until
+// it succeeds, failing the test after nemesisRecoveryLimit.
+func untilAcked(t *testing.T, what string, barrier func() error) {
+	t.Helper()
+	deadline := time.Now().Add(nemesisRecoveryLimit)
+	for {
+		err := barrier()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no member set acknowledged the barrier: %v", what, err)
+		}
+	}
+}
+
+// stopNodes stops every member, the last first.
+func (c *nemesisCluster) stopNodes(t *testing.T) {
+	for _, id := range slices.Backward(c.ids) {
+		if err := c.nodes[id].stop(t); err != nil {
+			t.Errorf("%s: stop: %v", id, err)
+		}
+	}
+}
+
 func (c *nemesisCluster) startEtcds(bin string, n int) {
 	t := c.t
 	var peers, clients, initial []string

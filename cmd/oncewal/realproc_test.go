@@ -117,6 +117,27 @@ func newRealProcs(t *testing.T, followers ...string) *realProcs {
 	return rp
 }
 
+// startLeader starts `oncewal leader` of shards shards, with follower f1
+// registered (none need run: ack leader answers), on rp.port under the
+// certificates of gencerts' CA in rp, after adding a client certificate
+// for each of clients with that CA; it waits until the leader serves.
+func (rp *realProcs) startLeader(t *testing.T, shards int, clients ...string) *proc {
+	t.Helper()
+	if len(clients) > 0 {
+		if _, e, err := rp.run("gencerts", filepath.Join(rp.dir, "certs"), "--clients", strings.Join(clients, ",")); err != nil {
+			t.Fatalf("gencerts --clients %s: %v %s", strings.Join(clients, ","), err, e)
+		}
+	}
+	ld := &proc{name: "leader", log: filepath.Join(rp.dir, "leader.log"), args: []string{"leader",
+		"--dir", filepath.Join(rp.dir, "leader"), "--shards", fmt.Sprint(shards), "--followers", "f1",
+		"--listen", fmt.Sprintf("127.0.0.1:%d", rp.port),
+		"--tls-ca", rp.cert(pki.FileCA), "--tls-cert", rp.cert(pki.FileLeader), "--tls-key", rp.cert(pki.FileLeaderKey)}}
+	reapProcs(t, []*proc{ld})
+	ld.start(t, rp.bin)
+	waitUntil(t, "the leader to serve", func() bool { return strings.Contains(readFile(t, ld.log), "oncewal leader: serving") })
+	return ld
+}
+
 // run runs the binary to its end: stdout, stderr, the exit error.
 func (rp *realProcs) run(args ...string) (string, string, error) {
 	var o, e strings.Builder

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,15 +32,6 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 		data, _ := os.ReadFile(filepath.Join(dir, e.Name())) // an unreadable file is its mode
 		out[e.Name()] = fmt.Sprintf("%v %x", fi.Mode(), data)
 	}
-	return out
-}
-
-func names(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -239,8 +231,8 @@ func TestAddRefusals(t *testing.T) {
 					t.Errorf("%q lacks %q", err, w)
 				}
 			}
-			if after := snapshotDir(t, dir); !slices.Equal(names(before), names(after)) || fmt.Sprint(before) != fmt.Sprint(after) {
-				t.Errorf("the directory changed: %q, then %q", names(before), names(after))
+			if after := snapshotDir(t, dir); !slices.Equal(slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after))) || fmt.Sprint(before) != fmt.Sprint(after) {
+				t.Errorf("the directory changed: %q, then %q", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 			}
 		})
 	}
@@ -300,6 +292,6 @@ func TestWriteDirRemovesWhatItWroteOnFailure(t *testing.T) {
 		t.Fatalf("WriteDir: %v, want ErrExists", err)
 	}
 	if after := snapshotDir(t, dir); fmt.Sprint(before) != fmt.Sprint(after) {
-		t.Errorf("WriteDir failed but left %q (had %q)", names(after), names(before))
+		t.Errorf("WriteDir failed but left %q (had %q)", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
 	}
 }
