@@ -141,7 +141,8 @@ func WithAck(a Ack) SubmitOption {
 // Submit runs the request named requestID once, with payload (Ops builds
 // the default one), on the leader, retrying under the budget with the
 // same request ID (invariant 1). Errors: ErrConflict (a *ConflictError),
-// ErrRefused, ErrDenied, ErrOutcomeUnknown (retry with the same ID),
+// ErrRejected (a *RejectedError: the node's handler rejected it and the
+// rejection is recorded), ErrRefused, ErrDenied, ErrOutcomeUnknown (retry with the same ID),
 // ErrUnavailable (it did not run), ErrClosed, or the caller's context
 // error (with ErrOutcomeUnknown if an attempt may have run).
 func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, opts ...SubmitOption) (Result, error) {
@@ -177,18 +178,40 @@ func (c *Client) Submit(ctx context.Context, requestID string, payload []byte, o
 			}
 			res = Result{Outcome: rep.GetOutcome(), LSN: rep.GetLsn(), Epoch: rep.GetEpoch(), Replayed: rep.GetCode() == clientv1.Code_REPLAY}
 			return step{v: vDone, epoch: rep.GetEpoch()}
-		case clientv1.Code_CONFLICT:
-			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.GetAction(), Message: rep.GetMessage()}}
-		case clientv1.Code_SESSION_EXPIRED:
-			expired = &sid
-			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.GetMessage())}
 		}
-		return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), true)
+		return writeStep(addr, requestID, req.GetAction(), rep, sid, &expired)
 	})
 	if err != nil {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// writeReply is what a write's reply (Submit's, Txn's) says besides its
+// answer.
+type writeReply interface {
+	GetCode() clientv1.Code
+	GetLeader() string
+	GetEpoch() uint64
+	GetMessage() string
+	GetRejection() *clientv1.Rejection
+}
+
+// writeStep handles the codes every write shares but OK and Replay: a
+// conflict and a recorded rejection end the call; an expired session sid
+// is noted in *expired, and the attempt is made again at addr under a
+// renewed one (nothing was claimed); the rest as replyStep.
+func writeStep(addr, requestID, action string, rep writeReply, sid sessionID, expired **sessionID) step {
+	switch rep.GetCode() {
+	case clientv1.Code_REJECTED:
+		return step{v: vDone, epoch: rep.GetEpoch(), err: &RejectedError{RequestID: requestID, Code: rep.GetRejection().GetCode(), Detail: rep.GetRejection().GetDetail()}}
+	case clientv1.Code_CONFLICT:
+		return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: action, Message: rep.GetMessage()}}
+	case clientv1.Code_SESSION_EXPIRED:
+		*expired = &sid
+		return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.GetMessage())}
+	}
+	return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), true)
 }
 
 // checkRequest refuses, before anything is sent, what every node would

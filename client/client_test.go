@@ -331,6 +331,7 @@ func TestFinalAnswers(t *testing.T) {
 	}{
 		{"conflict", &clientv1.SubmitReply{Code: clientv1.Code_CONFLICT, Message: `recorded as "pay 5"`}, nil, ErrConflict},
 		{"refused", &clientv1.SubmitReply{Code: clientv1.Code_REFUSED, Message: "unknown op"}, nil, ErrRefused},
+		{"rejected", &clientv1.SubmitReply{Code: clientv1.Code_REJECTED, Rejection: &clientv1.Rejection{Code: "insufficient_funds", Detail: "5 < 10"}}, nil, ErrRejected},
 		{"unknown code", &clientv1.SubmitReply{Code: clientv1.Code(200)}, nil, ErrRefused},
 		{"no code", &clientv1.SubmitReply{Code: clientv1.Code_CODE_UNSPECIFIED, Outcome: []byte("o")}, nil, ErrRefused},
 		{"permission denied", nil, status.Error(codes.PermissionDenied, "a follower's certificate"), ErrDenied},
@@ -350,6 +351,10 @@ func TestFinalAnswers(t *testing.T) {
 			var ce *ConflictError
 			if errors.As(err, &ce) && (ce.RequestID != "id" || ce.Action != "pay 10" || !strings.Contains(ce.Message, "pay 5")) {
 				t.Errorf("conflict %+v", ce)
+			}
+			var re *RejectedError
+			if errors.As(err, &re) && (re.RequestID != "id" || re.Code != "insufficient_funds" || re.Detail != "5 < 10") {
+				t.Errorf("rejection %+v", re)
 			}
 		})
 	}

@@ -194,20 +194,13 @@ func (c *Client) Txn(ctx context.Context, requestID string, t Txn, opts ...Submi
 				res.Ops = append(res.Ops, OpResult{Found: o.GetFound(), Value: o.GetValue(), Version: o.GetVersion(), ModLSN: o.GetModLsn()})
 			}
 			return step{v: vDone, epoch: rep.GetEpoch()}
-		case clientv1.Code_REJECTED:
-			return step{v: vDone, epoch: rep.GetEpoch(), err: &RejectedError{RequestID: requestID, Code: rep.GetRejection().GetCode(), Detail: rep.GetRejection().GetDetail()}}
-		case clientv1.Code_CONFLICT:
-			return step{v: vDone, err: &ConflictError{RequestID: requestID, Action: req.GetAction(), Message: rep.GetMessage()}}
-		case clientv1.Code_SESSION_EXPIRED:
-			expired = &sid
-			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: session expired: %s", addr, rep.GetMessage())}
 		case clientv1.Code_WRONG_SHARD:
 			// The cluster's shard count is not the one this client knew:
 			// learn it and open the right shard's session (nothing ran).
 			c.learnShards(rep.GetShards())
 			return step{v: vMove, addr: addr, err: fmt.Errorf("%s: the keys are in shard %d of %d: %s", addr, rep.GetShard(), rep.GetShards(), rep.GetMessage())}
 		}
-		return replyStep(addr, rep.GetCode(), rep.GetLeader(), rep.GetEpoch(), rep.GetMessage(), true)
+		return writeStep(addr, requestID, req.GetAction(), rep, sid, &expired)
 	})
 	if err != nil {
 		return TxnResult{}, err
