@@ -583,9 +583,10 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		undo()
 		return wal.Header{}, nil, err
 	}
-	closes := false
+	closes, kvs := false, false
 	for i := range evs {
 		ev := &evs[i]
+		kvs = kvs || ev.Op.IsKV()
 		if isTail := i >= len(evs)-ledgerTail; ev.Op.IsLedger() != isTail {
 			return refuse(fmt.Errorf("%w: event %d: %s; ledger records are logged by the Ledger", ErrBadEvent, i, ev.Op))
 		} else if isTail {
@@ -637,7 +638,9 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
 		return wal.Header{}, nil, l.failed
 	}
-	l.noteKV(h.FirstLSN, evs)
+	if kvs {
+		l.noteKV(h.FirstLSN, evs)
+	}
 	if closes {
 		for _, u := range undos {
 			if l.sessions[u.id].closed {
@@ -648,18 +651,14 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 	return h, raw, nil
 }
 
-// noteKV records the key-space rows of the batch written from first on in
+// noteKV records the key-space rows of a batch that holds some, written
+// from first on, in
 // the overlay resolvers read. Holds mu.
 func (l *LedgerLog) noteKV(first uint64, evs []wal.Event) {
 	for i := range evs {
-		if evs[i].Op.IsKV() {
-			for j := range evs {
-				evs[j].LSN = first + uint64(j)
-			}
-			l.pending.Note(evs)
-			return
-		}
+		evs[i].LSN = first + uint64(i)
 	}
+	l.pending.Note(evs)
 }
 
 // admitSession checks that the session may take its next SeqNo at WAL time
