@@ -652,8 +652,7 @@ func (l *LedgerLog) stampAndWrite(events []wal.Event, ts int64, ledgerTail int, 
 }
 
 // noteKV records the key-space rows of a batch that holds some, written
-// from first on, in
-// the overlay resolvers read. Holds mu.
+// from first on, in the overlay resolvers read. Holds mu.
 func (l *LedgerLog) noteKV(first uint64, evs []wal.Event) {
 	for i := range evs {
 		evs[i].LSN = first + uint64(i)
