@@ -138,12 +138,9 @@ func (s *Service) read(ctx context.Context, sh *leader.Shard, minLSN uint64, fn 
 	if err := s.leading(); err != nil {
 		return readResult{code: clientv1.Code_NOT_LEADER, message: notLeadingMessage(err)}
 	}
-	if err := s.caughtUp(ctx, sh, minLSN); err != nil {
-		applied, _ := sh.Position()
-		if errors.Is(err, errBehind) {
-			return readResult{code: clientv1.Code_BEHIND, lsn: applied, message: message(err.Error())}
-		}
-		return readResult{code: clientv1.Code_UNAVAILABLE, lsn: applied, message: message(err.Error())}
+	applied := func() uint64 { a, _ := sh.Position(); return a }
+	if err := waitApplied(ctx, applied, sh.ID(), minLSN, s.opts.ReadWait); err != nil {
+		return notCaughtUp(err, applied())
 	}
 	var lsn uint64
 	if rd := snapRead(sh.Store(), func(x *store.KVSnap) error {
@@ -180,10 +177,15 @@ func snapRead(st *store.Store, fn func(*store.KVSnap) error) readResult {
 // errBehind: a replica has not applied a read's MinLSN within the wait.
 var errBehind = errors.New("clientapi: behind the read's minimum LSN")
 
-// caughtUp waits until sh has applied minLSN, for at most Options.ReadWait
-// (errBehind, naming how far behind) or the caller's context.
-func (s *Service) caughtUp(ctx context.Context, sh *leader.Shard, minLSN uint64) error {
-	return waitApplied(ctx, func() uint64 { applied, _ := sh.Position(); return applied }, sh.ID(), minLSN, s.opts.ReadWait)
+// notCaughtUp answers a read whose shard, at applied, did not reach its
+// MinLSN (waitApplied's err): BEHIND after the wait, UNAVAILABLE when the
+// caller gave up first.
+func notCaughtUp(err error, applied uint64) readResult {
+	code := clientv1.Code_UNAVAILABLE
+	if errors.Is(err, errBehind) {
+		code = clientv1.Code_BEHIND
+	}
+	return readResult{code: code, lsn: applied, message: message(err.Error())}
 }
 
 // waitApplied polls applied until it reaches minLSN, for at most wait.

@@ -2,7 +2,6 @@ package clientapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -181,11 +180,9 @@ func (rs replicaServer) read(ctx context.Context, shard uint32, minLSN uint64, a
 		return a
 	}
 	if err := waitApplied(ctx, applied, shard, minLSN, rs.o.ReadWait); err != nil {
-		code := clientv1.Code_UNAVAILABLE
-		if errors.Is(err, errBehind) {
-			code = clientv1.Code_BEHIND
-		}
-		return readResult{code: code, lsn: applied(), leader: addr, message: message(err.Error())}, 0
+		rd := notCaughtUp(err, applied())
+		rd.leader = addr
+		return rd, 0
 	}
 	st, err := rs.stores(shard)
 	if err != nil {
